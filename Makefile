@@ -1,0 +1,49 @@
+# pykraft: `make test` and `make run` are the contract with a new user.
+# Both create (or refresh) .venv from requirements.lock first.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+export PYSPARK_PYTHON := $(abspath $(BIN)/python)
+export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
+export SPARK_LOCAL_IP := 127.0.0.1
+export PYTHONHASHSEED := 0
+
+.PHONY: all venv test run soak bench clean prereqs
+
+all: test
+
+prereqs:
+	@tools/prereqs.sh "$(PYTHON)" --java
+
+$(STAMP): requirements.lock pyproject.toml | prereqs
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+# The whole suite; kept under 15 minutes on 2 cores.
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The project's main job. Until the campaign runner lands, it is the
+# zombie-leader teaching scenario (KAFKA-15489), with check quorum off and on.
+run: $(STAMP)
+	$(BIN)/jepsen-like sim --scenario zombie-leader --seed 7 --no-check-quorum; \
+	  echo "(exit $$? expected non-zero: with check quorum off the zombie leader serves stale reads)"
+	$(BIN)/jepsen-like sim --scenario zombie-leader --seed 7
+
+# Long seed sweeps and the long hypothesis profile.
+soak: $(STAMP)
+	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest -q -p no:cacheprovider -m "not processes" tests
+	$(BIN)/jepsen-like sweep --seeds 10000
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run_all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis store
