@@ -1,0 +1,673 @@
+"""The deterministic simulator: the real quorum cores over a simulated
+network and disk, driven by one seed.
+
+Events are ordered by (virtual time in microseconds, sequence number); every
+random choice comes from RNGs derived from the seed, and nothing iterates a
+set or dict whose order could vary, so a seed replays exactly.
+
+Each node honours the core's output contract (``quorum/_output.py``):
+outputs are handled in order, persistence goes to a simulated disk that
+takes time, and messages leave only once everything before them is
+durable. A crash loses whatever the disk had not finished writing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from quorum import (
+    ElectionState,
+    Entry,
+    MemoryLog,
+    Message,
+    NotLeaderError,
+    Output,
+    QuorumConfig,
+    QuorumNode,
+    ReadFailed,
+    ReadReady,
+    RecordKind,
+    Role,
+    RoleChange,
+    Snapshot,
+    SnapshotId,
+    describe_message,
+)
+
+from ._network import LinkFaults, Network
+
+US_PER_MS = 1000
+
+
+class InvariantViolation(Exception):
+    """A safety property of the quorum was broken during a simulated run."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+
+
+@dataclass(slots=True)
+class SimOptions:
+    """Everything a run draws or is told; printed with the seed."""
+
+    voters: int = 3
+    check_quorum: bool = True
+    pre_vote: bool = True
+    fast_failover: bool = True
+    tick_ms: int = 10
+    election_timeout_ms: int = 1000
+    fetch_timeout_ms: int = 2000
+    check_quorum_factor: float = 1.5
+    disk_latency_min_ms: float = 0.2
+    disk_latency_max_ms: float = 1.0
+    client_timeout_ms: int = 5000
+    faults: LinkFaults = field(default_factory=LinkFaults)
+    snapshot_every_records: int = 0  # 0: never
+
+    def quorum_config(self, node_id: int) -> QuorumConfig:
+        return QuorumConfig(
+            node_id=node_id,
+            voters=tuple(range(1, self.voters + 1)),
+            tick_ms=self.tick_ms,
+            election_timeout_ms=self.election_timeout_ms,
+            fetch_timeout_ms=self.fetch_timeout_ms,
+            check_quorum=self.check_quorum,
+            check_quorum_factor=self.check_quorum_factor,
+            pre_vote=self.pre_vote,
+            fast_failover=self.fast_failover,
+            snapshot_retained_records=50,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "voters": self.voters,
+            "check_quorum": self.check_quorum,
+            "pre_vote": self.pre_vote,
+            "fast_failover": self.fast_failover,
+            "tick_ms": self.tick_ms,
+            "election_timeout_ms": self.election_timeout_ms,
+            "fetch_timeout_ms": self.fetch_timeout_ms,
+            "check_quorum_factor": self.check_quorum_factor,
+            "drop_rate": self.faults.drop_rate,
+            "duplicate_rate": self.faults.duplicate_rate,
+            "reorder_rate": self.faults.reorder_rate,
+            "delay_ms": [self.faults.delay_min_ms, self.faults.delay_max_ms],
+            "snapshot_every_records": self.snapshot_every_records,
+        }
+
+
+class SimDisk:
+    """A node's durable state: what survives a crash."""
+
+    def __init__(self) -> None:
+        self.election_state: ElectionState | None = None
+        self.snapshot: Snapshot | None = None
+        self.log = MemoryLog()
+        self.writes = 0
+
+    def apply(self, output: Output) -> None:
+        """Carry out an output's persistence work, in the contract's order."""
+        self.writes += 1
+        if output.election_state is not None:
+            self.election_state = output.election_state
+        if output.snapshot is not None:
+            snapshot_id, data = output.snapshot
+            self.snapshot = Snapshot(snapshot_id, data)
+            if output.reset_log:
+                self.log.reset(snapshot_id)
+        if output.truncate_to is not None and output.truncate_to < self.log.end_offset:
+            self.log.truncate_to(max(output.truncate_to, self.log.start_offset))
+        if output.append:
+            first = output.append[0].offset
+            if first < self.log.end_offset:
+                self.log.truncate_to(first)
+            self.log.append(output.append)
+        if output.delete_before is not None:
+            epoch_before = self.log.epoch_at(output.delete_before - 1)
+            if epoch_before is not None:
+                self.log.delete_before(output.delete_before, epoch_before)
+
+    def recovered_log(self) -> MemoryLog:
+        start = None
+        if self.log.start_offset > 0:
+            start = SnapshotId(self.log.start_offset, self.log.start_epoch)
+        return MemoryLog(start, self.log.slice(self.log.start_offset))
+
+
+class KeyValueMachine:
+    """The replicated state machine of the register workload: each data
+    record is a JSON write ``{"key", "value"}``; the state maps a key to
+    (value, offset of the record that wrote it)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, tuple[Any, int]] = {}
+        self.applied_offset = 0  # every record below this is applied
+
+    def apply(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            if entry.offset < self.applied_offset:
+                continue
+            if entry.kind is RecordKind.DATA:
+                command = json.loads(entry.data)
+                self.values[command["key"]] = (command["value"], entry.offset)
+            self.applied_offset = entry.offset + 1
+
+    def snapshot(self) -> bytes:
+        return json.dumps({"values": self.values, "applied": self.applied_offset}, sort_keys=True).encode()
+
+    def restore(self, data: bytes) -> None:
+        state = json.loads(data)
+        self.values = {key: (value, offset) for key, (value, offset) in state["values"].items()}
+        self.applied_offset = state["applied"]
+
+    def read(self, key: str) -> tuple[Any, int]:
+        return self.values.get(key, (None, -1))
+
+
+class SimNode:
+    """One simulated process: a quorum core, its disk and its pipeline."""
+
+    def __init__(self, node_id: int, options: SimOptions) -> None:
+        self.node_id = node_id
+        self.options = options
+        self.disk = SimDisk()
+        self.core: QuorumNode | None = None
+        self.incarnation = 0
+        self.pipeline: deque[Output] = deque()
+        self.disk_busy = False
+        self.machine = KeyValueMachine()
+        # writes proposed here and not yet resolved: offset -> (epoch, callback)
+        self.pending_writes: dict[int, tuple[int, Callable[[str, int], None]]] = {}
+        self.pending_reads: dict[Any, Callable[[ReadReady | ReadFailed], None]] = {}
+        self.last_hw = 0
+
+    @property
+    def up(self) -> bool:
+        return self.core is not None
+
+
+@dataclass(order=True, slots=True)
+class _Event:
+    time_us: int
+    seq: int
+    kind: str = field(compare=False)
+    node: int = field(compare=False)
+    incarnation: int = field(compare=False)
+    payload: Any = field(compare=False, default=None)
+
+
+class Simulation:
+    """A cluster of simulated voters. See the module docstring.
+
+    ``trace`` receives one line per event worth reading; ``history`` holds
+    client operations in the project's history format.
+    """
+
+    def __init__(self, seed: int, options: SimOptions | None = None, *, trace: Callable[[str], None] | None = None, full_trace: bool = False) -> None:
+        self.seed = seed
+        self.options = options or SimOptions()
+        self._master = random.Random(seed)
+        self._rng = random.Random(self._master.getrandbits(64))
+        self.network = Network(random.Random(self._master.getrandbits(64)), self.options.faults)
+        self._queue: list[_Event] = []
+        self._seq = 0
+        self.now_us = 0
+        self._trace = trace
+        self._full_trace = full_trace
+        self.nodes: dict[int, SimNode] = {i: SimNode(i, self.options) for i in range(1, self.options.voters + 1)}
+        self.events_processed = 0
+        # invariant bookkeeping
+        self.leaders_by_epoch: dict[int, int] = {}
+        self.committed: dict[int, tuple[int, int, bytes]] = {}  # offset -> (epoch, kind, data)
+        self.max_epoch_seen: dict[int, int] = {i: 0 for i in self.nodes}
+        self.role_log: list[RoleChange] = []
+        self.resignations: list[tuple[int, int, str]] = []  # (time_us, node, reason)
+        self.history: list[dict[str, Any]] = []
+        self._next_process = 0
+        self._read_ids = 0
+        for node_id in self.nodes:
+            self._start(node_id)
+
+    # =====================================================================
+    # Time and events
+    # =====================================================================
+
+    @property
+    def now_ms(self) -> float:
+        return self.now_us / US_PER_MS
+
+    def _push(self, delay_us: int, kind: str, node: int, incarnation: int = 0, payload: Any = None) -> None:
+        self._seq += 1
+        heapq.heappush(self._queue, _Event(self.now_us + max(0, delay_us), self._seq, kind, node, incarnation, payload))
+
+    def schedule(self, delay_ms: float, action: Callable[[], None]) -> None:
+        """Run ``action`` after ``delay_ms`` of virtual time."""
+        self._push(int(delay_ms * US_PER_MS), "action", 0, 0, action)
+
+    def run_until(self, time_ms: float) -> None:
+        """Process every event up to ``time_ms``; raises InvariantViolation."""
+        limit = int(time_ms * US_PER_MS)
+        while self._queue and self._queue[0].time_us <= limit:
+            self._step_event(heapq.heappop(self._queue))
+        self.now_us = max(self.now_us, limit)
+
+    def run_for(self, duration_ms: float) -> None:
+        self.run_until(self.now_ms + duration_ms)
+
+    def run_until_true(self, predicate: Callable[[], bool], timeout_ms: float, step_ms: float = 10) -> bool:
+        """Run until ``predicate()`` holds (checked every ``step_ms``) or the
+        timeout passes. Returns whether it held."""
+        deadline = self.now_ms + timeout_ms
+        while self.now_ms < deadline:
+            if predicate():
+                return True
+            self.run_for(step_ms)
+        return predicate()
+
+    def _step_event(self, event: _Event) -> None:
+        self.now_us = event.time_us
+        self.events_processed += 1
+        kind = event.kind
+        if kind == "action":
+            event.payload()
+            return
+        node = self.nodes.get(event.node)
+        if node is None or node.core is None or node.incarnation != event.incarnation:
+            if kind == "deliver" and node is not None and node.core is None:
+                self._say_full(f"n{event.node} down, dropped {describe_message(event.payload)}")
+            return
+        if kind == "tick":
+            self._handle(node, node.core.tick())
+            self._push(self.options.tick_ms * US_PER_MS, "tick", node.node_id, node.incarnation)
+        elif kind == "deliver":
+            self._say_full(f"n{node.node_id} <- {describe_message(event.payload)}")
+            self._handle(node, node.core.step(event.payload))
+        elif kind == "disk":
+            self._disk_done(node, event.payload)
+        elif kind == "unreachable":
+            self._handle(node, node.core.peer_unreachable(event.payload))
+        elif kind == "client":
+            event.payload(node)
+        else:  # pragma: no cover - a simulator bug
+            raise AssertionError(f"unknown event {kind}")
+
+    # =====================================================================
+    # Processes
+    # =====================================================================
+
+    def _start(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        node.incarnation += 1
+        disk = node.disk
+        node.core = QuorumNode(
+            self.options.quorum_config(node_id),
+            rng=random.Random(self._master.getrandbits(64)),
+            election_state=disk.election_state,
+            log=disk.recovered_log(),
+            snapshot=disk.snapshot,
+        )
+        node.pipeline.clear()
+        node.disk_busy = False
+        node.machine = KeyValueMachine()
+        if disk.snapshot is not None:
+            node.machine.restore(disk.snapshot.data)
+        node.last_hw = node.core.high_watermark
+        self._check_epoch(node)
+        self._handle(node, node.core.initial_output())
+        phase_us = self._rng.randrange(self.options.tick_ms * US_PER_MS)
+        self._push(phase_us, "tick", node_id, node.incarnation)
+
+    def crash(self, node_id: int) -> None:
+        """kill -9: the process and its unfinished disk writes are gone."""
+        node = self.nodes[node_id]
+        if node.core is None:
+            return
+        node.core = None
+        node.pipeline.clear()
+        node.disk_busy = False
+        # The kernel resets the dead process's connections: peers that can
+        # still reach this host learn of it one hop later.
+        for peer_id, peer in sorted(self.nodes.items()):
+            if peer.core is not None and not self.network.is_blocked(node_id, peer_id):
+                delay_us = int(self._rng.uniform(self.options.faults.delay_min_ms, self.options.faults.delay_max_ms) * US_PER_MS)
+                self._push(delay_us, "unreachable", peer_id, peer.incarnation, node_id)
+        for offset in sorted(node.pending_writes):
+            node.pending_writes[offset][1]("info", offset)
+        node.pending_writes.clear()
+        for read_id, callback in list(node.pending_reads.items()):
+            callback(ReadFailed(read_id, None, "crashed"))
+        node.pending_reads.clear()
+        self._say(f"n{node_id} CRASH")
+
+    def restart(self, node_id: int) -> None:
+        if self.nodes[node_id].core is not None:
+            return
+        self._say(f"n{node_id} RESTART")
+        self._start(node_id)
+
+    def heal(self) -> None:
+        """Remove every network fault (partitions and lossy links)."""
+        self.network.heal()
+        self.network.faults = LinkFaults(
+            delay_min_ms=self.options.faults.delay_min_ms, delay_max_ms=self.options.faults.delay_max_ms
+        )
+        self._say("HEAL network")
+
+    # =====================================================================
+    # The output contract
+    # =====================================================================
+
+    def _handle(self, node: SimNode, output: Output) -> None:
+        if not output:
+            return
+        core = node.core
+        assert core is not None
+        for event in output.events:
+            self._on_role_change(node, event)
+        if output.snapshot_loaded is not None:
+            node.machine.restore(output.snapshot_loaded[1])
+        if output.committed:
+            self._on_commit(node, output.committed)
+        for read in output.reads:
+            callback = node.pending_reads.pop(read.read_id, None)
+            if callback is not None:
+                callback(read)
+        if core.high_watermark < node.last_hw:
+            raise InvariantViolation("hw-regress", f"n{node.node_id} high watermark {node.last_hw} -> {core.high_watermark}")
+        node.last_hw = core.high_watermark
+        self._check_epoch(node)
+        node.pipeline.append(output)
+        self._pump(node)
+        self._maybe_snapshot(node)
+
+    def _pump(self, node: SimNode) -> None:
+        while node.pipeline and not node.disk_busy:
+            head = node.pipeline[0]
+            if head.has_persistence:
+                node.disk_busy = True
+                latency = self._rng.uniform(self.options.disk_latency_min_ms, self.options.disk_latency_max_ms)
+                self._push(int(latency * US_PER_MS), "disk", node.node_id, node.incarnation, head.persist_seq)
+                return
+            node.pipeline.popleft()
+            self._send_all(head.messages)
+
+    def _disk_done(self, node: SimNode, persist_seq: int) -> None:
+        head = node.pipeline.popleft()
+        assert head.persist_seq == persist_seq
+        node.disk.apply(head)
+        node.disk_busy = False
+        self._send_all(head.messages)
+        assert node.core is not None
+        self._handle(node, node.core.persisted(persist_seq))
+        self._pump(node)
+
+    def _send_all(self, messages: list[Message]) -> None:
+        for message in messages:
+            target = self.nodes.get(message.dst)
+            delays = self.network.deliveries(message.src, message.dst)
+            if not delays:
+                self._say_full(f"net dropped {describe_message(message)}")
+            for delay_ms in delays:
+                if target is not None and target.core is None and not self.network.is_blocked(message.src, message.dst):
+                    # Connection refused: the sender's transport notices.
+                    self._push(int(2 * delay_ms * US_PER_MS), "unreachable", message.src, self.nodes[message.src].incarnation, message.dst)
+                else:
+                    self._push(int(delay_ms * US_PER_MS), "deliver", message.dst, target.incarnation if target else 0, message)
+
+    def _maybe_snapshot(self, node: SimNode) -> None:
+        every = self.options.snapshot_every_records
+        core = node.core
+        if not every or core is None:
+            return
+        applied = node.machine.applied_offset
+        last = core.snapshot.snapshot_id.end_offset if core.snapshot else 0
+        if applied - last >= every and applied <= core.high_watermark:
+            epoch = core.log.epoch_at(applied - 1)
+            if epoch is None:
+                return
+            output = core.snapshot_taken(SnapshotId(applied, epoch), node.machine.snapshot())
+            self._say(f"n{node.node_id} snapshot at {applied}")
+            self._handle(node, output)
+
+    # =====================================================================
+    # Invariants, checked as events happen
+    # =====================================================================
+
+    def _on_role_change(self, node: SimNode, event: RoleChange) -> None:
+        self.role_log.append(event)
+        leader = f" leader=n{event.leader_id}" if event.leader_id is not None else ""
+        self._say(f"n{node.node_id} {event.role.value} e{event.epoch}{leader} ({event.reason})")
+        if event.role is Role.RESIGNED:
+            self.resignations.append((self.now_us, node.node_id, event.reason))
+        if event.role is Role.LEADER:
+            previous = self.leaders_by_epoch.setdefault(event.epoch, node.node_id)
+            if previous != node.node_id:
+                raise InvariantViolation("two-leaders", f"n{previous} and n{node.node_id} both lead epoch {event.epoch}")
+            self._check_leader_completeness(node)
+
+    def _check_epoch(self, node: SimNode) -> None:
+        assert node.core is not None
+        epoch = node.core.epoch
+        if epoch < self.max_epoch_seen[node.node_id]:
+            raise InvariantViolation("epoch-regress", f"n{node.node_id} epoch {self.max_epoch_seen[node.node_id]} -> {epoch}")
+        self.max_epoch_seen[node.node_id] = epoch
+
+    def _on_commit(self, node: SimNode, entries: list[Entry]) -> None:
+        node.machine.apply(entries)
+        for entry in entries:
+            record = (entry.epoch, int(entry.kind), entry.data)
+            known = self.committed.setdefault(entry.offset, record)
+            if known != record:
+                raise InvariantViolation(
+                    "log-matching",
+                    f"n{node.node_id} committed e{entry.epoch} at offset {entry.offset}, another node committed e{known[0]}",
+                )
+            pending = node.pending_writes.pop(entry.offset, None)
+            if pending is not None:
+                epoch, callback = pending
+                callback("ok" if epoch == entry.epoch else "fail", entry.offset)
+        # Proposals below the high watermark that no committed record told us
+        # about were covered by an installed snapshot: their fate is unknown.
+        if node.pending_writes:
+            hw = node.core.high_watermark if node.core else 0
+            for offset in sorted(o for o in node.pending_writes if o < hw):
+                _, callback = node.pending_writes.pop(offset)
+                callback("info", offset)
+        if entries:
+            self._say_full(f"n{node.node_id} commit {entries[0].offset}..{entries[-1].offset}")
+
+    def _check_leader_completeness(self, node: SimNode) -> None:
+        """Raft's Leader Completeness (thesis §3.6.3): a new leader holds
+        every committed record."""
+        core = node.core
+        assert core is not None
+        log = core.log
+        for offset in sorted(self.committed):
+            if offset < log.start_offset:
+                continue
+            entry = log.entry(offset)
+            record = self.committed[offset]
+            if entry is None or (entry.epoch, int(entry.kind), entry.data) != record:
+                raise InvariantViolation(
+                    "leader-completeness", f"n{node.node_id} leads epoch {core.epoch} without committed offset {offset}"
+                )
+
+    def check_final(self) -> None:
+        """End-of-run validations: committed prefixes identical on every live
+        node, and every acknowledged write present in them."""
+        for node in self.nodes.values():
+            if node.core is None:
+                continue
+            log = node.core.log
+            for offset in range(log.start_offset, min(node.core.high_watermark, log.end_offset)):
+                entry = log.entry(offset)
+                assert entry is not None
+                known = self.committed.get(offset)
+                if known is not None and known != (entry.epoch, int(entry.kind), entry.data):
+                    raise InvariantViolation("log-matching", f"n{node.node_id} differs at committed offset {offset}")
+        for op in self.history:
+            if op["f"] == "write" and op["type"] == "ok":
+                offset = op["offset"]
+                record = self.committed.get(offset)
+                if record is None or json.loads(record[2])["value"] != op["value"]:
+                    raise InvariantViolation("lost-write", f"acknowledged write {op['value']!r} at offset {offset} is not committed")
+
+    # =====================================================================
+    # Cluster views
+    # =====================================================================
+
+    def leader(self) -> int | None:
+        """The live node that leads the highest epoch, if any."""
+        best: tuple[int, int] | None = None
+        for node_id, node in sorted(self.nodes.items()):
+            if node.core is not None and node.core.role is Role.LEADER:
+                if best is None or node.core.epoch > best[0]:
+                    best = (node.core.epoch, node_id)
+        return best[1] if best else None
+
+    def stable_leader(self) -> int | None:
+        """A leader that has committed a record of its own epoch."""
+        leader = self.leader()
+        if leader is None:
+            return None
+        core = self.nodes[leader].core
+        return leader if core is not None and core.leader_has_committed_own_epoch else None
+
+    # =====================================================================
+    # Clients (history in the project's format)
+    # =====================================================================
+
+    def new_process(self) -> int:
+        self._next_process += 1
+        return self._next_process
+
+    def _record(self, process: int, type_: str, f: str, key: str | None, value: Any, **extra: Any) -> dict[str, Any]:
+        event = {
+            "index": len(self.history),
+            "time": self.now_us * 1000,
+            "process": process,
+            "type": type_,
+            "f": f,
+            "key": key,
+            "value": value,
+        }
+        event.update({k: v for k, v in extra.items() if v is not None})
+        self.history.append(event)
+        return event
+
+    def _client_delay_us(self) -> int:
+        faults = self.options.faults
+        return int(self._rng.uniform(faults.delay_min_ms, faults.delay_max_ms) * US_PER_MS)
+
+    def client_write(self, process: int, node_id: int, key: str, value: Any, on_done: Callable[[str], None] | None = None) -> None:
+        """A client writes ``key = value`` through ``node_id``."""
+        self._record(process, "invoke", "write", key, value, node=node_id)
+        done = {"flag": False}
+
+        def complete(type_: str, offset: int | None = None, error: str | None = None) -> None:
+            if done["flag"]:
+                return
+            done["flag"] = True
+            self._record(process, type_, "write", key, value, node=node_id, offset=offset if type_ == "ok" else None, error=error)
+            self._say(f"client p{process} write {key}={value} via n{node_id}: {type_}{' ' + error if error else ''}")
+            if on_done:
+                on_done(type_)
+
+        def at_node(node: SimNode) -> None:
+            core = node.core
+            assert core is not None
+            try:
+                first, output = core.propose([json.dumps({"key": key, "value": value}).encode()])
+            except NotLeaderError:
+                self._push(self._client_delay_us(), "action", 0, 0, lambda: complete("fail", error="not_leader"))
+                return
+
+            def resolved(outcome: str, offset: int) -> None:
+                error = None if outcome == "ok" else ("lost" if outcome == "fail" else "crashed")
+                self._push(self._client_delay_us(), "action", 0, 0, lambda: complete(outcome, offset, error))
+
+            node.pending_writes[first] = (core.epoch, resolved)
+            self._handle(node, output)
+
+        self._to_node(node_id, at_node, lambda: complete("fail", error="unreachable"))
+        self.schedule(self.options.client_timeout_ms, lambda: complete("info", error="timeout"))
+
+    def client_read(self, process: int, node_id: int, key: str, mode: str, on_done: Callable[[str], None] | None = None) -> None:
+        """A client reads ``key`` through ``node_id`` in ``mode``
+        ("linearizable": ReadIndex; "leader-local": the node's own state
+        while it believes it leads)."""
+        self._record(process, "invoke", "read", key, None, node=node_id, mode=mode)
+        done = {"flag": False}
+
+        def complete(type_: str, value: Any = None, offset: int | None = None, error: str | None = None) -> None:
+            if done["flag"]:
+                return
+            done["flag"] = True
+            self._record(process, type_, "read", key, value, node=node_id, mode=mode, offset=offset, error=error)
+            self._say(f"client p{process} read {key} via n{node_id} ({mode}): {type_} {value if type_ == 'ok' else error}")
+            if on_done:
+                on_done(type_)
+
+        def answer(node: SimNode) -> None:
+            value, offset = node.machine.read(key)
+            self._push(self._client_delay_us(), "action", 0, 0, lambda: complete("ok", value, offset))
+
+        def at_node(node: SimNode) -> None:
+            core = node.core
+            assert core is not None
+            if mode == "leader-local":
+                # Like Kafka's controller (KAFKA-15345), the application acts
+                # as leader only once it has applied a record of its own
+                # epoch: before that its state may predate its election.
+                if core.leader_has_committed_own_epoch:
+                    answer(node)
+                else:
+                    self._push(self._client_delay_us(), "action", 0, 0, lambda: complete("fail", error="not_leader"))
+                return
+            self._read_ids += 1
+            read_id = self._read_ids
+
+            def on_read(result: ReadReady | ReadFailed) -> None:
+                if isinstance(result, ReadReady) and node.core is not None:
+                    answer(node)
+                else:
+                    self._push(self._client_delay_us(), "action", 0, 0, lambda: complete("fail", error="not_leader"))
+
+            try:
+                node.pending_reads[read_id] = on_read
+                output = core.read_index(read_id)
+            except NotLeaderError:
+                node.pending_reads.pop(read_id, None)
+                self._push(self._client_delay_us(), "action", 0, 0, lambda: complete("fail", error="not_leader"))
+                return
+            self._handle(node, output)
+
+        self._to_node(node_id, at_node, lambda: complete("fail", error="unreachable"))
+        self.schedule(self.options.client_timeout_ms, lambda: complete("info", error="timeout"))
+
+    def _to_node(self, node_id: int, at_node: Callable[[SimNode], None], unreachable: Callable[[], None]) -> None:
+        node = self.nodes[node_id]
+        if node.core is None:
+            self._push(2 * self._client_delay_us(), "action", 0, 0, unreachable)
+            return
+        self._push(self._client_delay_us(), "client", node_id, node.incarnation, at_node)
+
+    # =====================================================================
+    # Trace
+    # =====================================================================
+
+    def _say(self, line: str) -> None:
+        if self._trace is not None:
+            self._trace(f"{self.now_ms:10.3f} {line}")
+
+    def _say_full(self, line: str) -> None:
+        if self._full_trace and self._trace is not None:
+            self._trace(f"{self.now_ms:10.3f}   {line}")

@@ -1,0 +1,494 @@
+"""Named simulator scenarios.
+
+Each scenario takes a seed and options, drives a ``Simulation`` through a
+fault story, heals everything, checks liveness (a leader is elected and a
+new write commits within a bound) and the end-of-run validations, and
+returns a ``ScenarioResult``. A run never raises for a protocol failure:
+violations are reported in the result, classed as ``crash`` (the core
+raised), ``correctness`` (an invariant or the read contract broke) or
+``liveness`` (no progress after healing).
+"""
+
+from __future__ import annotations
+
+import random
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from quorum import QuorumInvariantError, Role
+
+from ._cluster import InvariantViolation, Simulation, SimOptions
+from ._network import LinkFaults
+
+# After healing, a leader must be elected and a write committed within this.
+LIVENESS_BOUND_MS = 20_000
+
+
+@dataclass(slots=True)
+class ScenarioResult:
+    scenario: str
+    seed: int
+    options: dict[str, Any]
+    valid: bool = True
+    failure_class: str | None = None  # crash | correctness | liveness
+    violation: str | None = None
+    stale_reads: int = 0
+    stale_examples: list[dict[str, Any]] = field(default_factory=list)
+    leader_resign_ms: float | None = None
+    failover_ms: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    ops: dict[str, int] = field(default_factory=dict)
+    virtual_ms: float = 0.0
+    events: int = 0
+    # The finished simulation, for tests and the visual replay; not in the summary.
+    simulation: Any = None
+
+    def summary(self) -> dict[str, Any]:
+        result = {
+            "scenario": self.scenario,
+            "seed": self.seed,
+            "valid": self.valid,
+            "failure_class": self.failure_class,
+            "violation": self.violation,
+            "stale_reads": self.stale_reads,
+            "leader_resign_ms": self.leader_resign_ms,
+            "failover_ms": self.failover_ms,
+            "ops": self.ops,
+            "virtual_ms": round(self.virtual_ms, 3),
+            "events": self.events,
+            "options": self.options,
+        }
+        result.update(self.extra)
+        return result
+
+
+# =========================================================================
+# The read contract
+# =========================================================================
+
+
+def find_stale_reads(history: list[dict[str, Any]], leader_local_bound_ms: float) -> list[dict[str, Any]]:
+    """Reads that broke their contract (``../shared/design.md``).
+
+    A linearizable read is stale if it misses a write acknowledged before
+    the read was invoked; a leader-local read, if it misses one acknowledged
+    more than ``leader_local_bound_ms`` before. "Misses" compares versions:
+    the offset of the write a read saw against the acknowledged write's.
+    """
+    invoked: dict[int, dict[str, Any]] = {}
+    writes: dict[str, list[tuple[int, int]]] = {}
+    reads: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for event in history:
+        if event["type"] == "invoke":
+            invoked[event["process"]] = event
+            continue
+        start = invoked.pop(event["process"], None)
+        if start is None or event["type"] != "ok":
+            continue
+        if event["f"] == "write":
+            writes.setdefault(event["key"], []).append((event["time"], event["offset"]))
+        elif event["f"] == "read":
+            reads.append((start, event))
+    bound_ns = int(leader_local_bound_ms * 1_000_000)
+    stale = []
+    for start, done in reads:
+        threshold = start["time"] - (bound_ns if start.get("mode") == "leader-local" else 0)
+        seen = done.get("offset", -1)
+        missed = [offset for acked_at, offset in writes.get(done["key"], []) if acked_at < threshold and offset > seen]
+        if missed:
+            stale.append(
+                {
+                    "process": done["process"],
+                    "node": done.get("node"),
+                    "mode": start.get("mode"),
+                    "invoked_ms": start["time"] / 1e6,
+                    "value": done["value"],
+                    "offset_seen": seen,
+                    "missed_offset": max(missed),
+                }
+            )
+    return stale
+
+
+# =========================================================================
+# Shared pieces
+# =========================================================================
+
+
+class _Workload:
+    """Unique-valued writes and reads of a few keys, issued on a schedule."""
+
+    def __init__(self, sim: Simulation, keys: tuple[str, ...] = ("x",)) -> None:
+        self.sim = sim
+        self.keys = keys
+        self.counter = 0
+        self.busy: set[int] = set()
+
+    def next_value(self) -> str:
+        self.counter += 1
+        return f"v{self.counter}"
+
+    def write(self, node_id: int | None, key: str | None = None) -> None:
+        if node_id is None:
+            return
+        process = self.sim.new_process()
+        self.sim.client_write(process, node_id, key or self.keys[0], self.next_value())
+
+    def read(self, node_id: int | None, mode: str, key: str | None = None) -> None:
+        if node_id is None:
+            return
+        process = self.sim.new_process()
+        self.sim.client_read(process, node_id, key or self.keys[0], mode)
+
+
+def _wait_for_leader(sim: Simulation, timeout_ms: float = 15_000) -> int:
+    if not sim.run_until_true(lambda: sim.stable_leader() is not None, timeout_ms):
+        raise InvariantViolation("liveness", f"no leader elected within {timeout_ms} ms")
+    leader = sim.stable_leader()
+    assert leader is not None
+    return leader
+
+
+def _heal_and_check_liveness(sim: Simulation, workload: _Workload) -> float:
+    """Heal every fault, restart every node, and require a leader and a new
+    committed write within the bound. Returns the time it took (ms)."""
+    sim.heal()
+    for node_id in sorted(sim.nodes):
+        sim.restart(node_id)
+    started = sim.now_ms
+    committed_before = len(sim.committed)
+    deadline = started + LIVENESS_BOUND_MS
+    while sim.now_ms < deadline:
+        leader = sim.stable_leader()
+        if leader is not None:
+            workload.write(leader)
+            if sim.run_until_true(lambda: len(sim.committed) > committed_before and _last_data_committed(sim, started), 1000):
+                return sim.now_ms - started
+        else:
+            sim.run_for(50)
+    raise InvariantViolation("liveness", f"no write committed within {LIVENESS_BOUND_MS} ms of healing")
+
+
+def _last_data_committed(sim: Simulation, since_ms: float) -> bool:
+    since_ns = since_ms * 1e6
+    return any(op["type"] == "ok" and op["f"] == "write" and op["time"] >= since_ns for op in sim.history)
+
+
+def _count_ops(history: list[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for event in history:
+        if event["type"] != "invoke":
+            counts[event["type"]] = counts.get(event["type"], 0) + 1
+    return counts
+
+
+def _every(sim: Simulation, period_ms: float, until_ms: float, action: Callable[[], None]) -> None:
+    """Schedule ``action`` every ``period_ms`` until ``until_ms``."""
+
+    def fire() -> None:
+        if sim.now_ms <= until_ms:
+            action()
+            sim.schedule(period_ms, fire)
+
+    sim.schedule(0, fire)
+
+
+# =========================================================================
+# Scenarios
+# =========================================================================
+
+
+def zombie_leader(sim: Simulation, result: ScenarioResult) -> None:
+    """KAFKA-15489 (seed 002): the leader is cut off from the other voters.
+    Reads go to it and to the new leader, in both modes."""
+    workload = _Workload(sim)
+    old_leader = _wait_for_leader(sim)
+    for _ in range(3):
+        workload.write(old_leader)
+        sim.run_for(100)
+    others = [n for n in sorted(sim.nodes) if n != old_leader]
+    isolated_at = sim.now_ms
+    sim.network.isolate(old_leader, others)
+    sim._say(f"PARTITION n{old_leader} | {others}")
+    result.extra["isolated_leader"] = old_leader
+
+    def new_side_leader() -> int | None:
+        leader = None
+        for node_id in others:
+            core = sim.nodes[node_id].core
+            if core is not None and core.role is Role.LEADER:
+                leader = node_id
+        return leader
+
+    duration_ms = 10_000
+    until = isolated_at + duration_ms
+    _every(sim, 250, until, lambda: workload.write(new_side_leader()))
+    for mode in ("leader-local", "linearizable"):
+        _every(sim, 200, until, lambda mode=mode: workload.read(old_leader, mode))
+        _every(sim, 200, until, lambda mode=mode: workload.read(new_side_leader(), mode))
+    first_new_leader: list[float] = []
+
+    def watch() -> None:
+        if not first_new_leader and new_side_leader() is not None and sim.nodes[new_side_leader()].core.leader_has_committed_own_epoch:  # type: ignore[union-attr]
+            first_new_leader.append(sim.now_ms)
+
+    _every(sim, 10, until, watch)
+    sim.run_until(until + sim.options.client_timeout_ms)
+    resigned = [t / 1000 for t, node, _ in sim.resignations if node == old_leader and t / 1000 >= isolated_at]
+    result.leader_resign_ms = round(resigned[0] - isolated_at, 3) if resigned else None
+    result.failover_ms = round(first_new_leader[0] - isolated_at, 3) if first_new_leader else None
+    _heal_and_check_liveness(sim, workload)
+
+
+def leader_crash(sim: Simulation, result: ScenarioResult) -> None:
+    """kill -9 of the leader; a client keeps writing to whoever leads.
+    ``failover_ms``: crash -> first write committed by the next leader."""
+    workload = _Workload(sim)
+    leader = _wait_for_leader(sim)
+    for _ in range(3):
+        workload.write(leader)
+        sim.run_for(50)
+    sim.run_for(sim._rng.uniform(0, 500))
+    old_epoch = sim.nodes[leader].core.epoch  # type: ignore[union-attr]
+    crashed_at = sim.now_ms
+    sim.crash(leader)
+    committed_at: list[float] = []
+
+    def probe() -> None:
+        if committed_at:
+            return
+        current = sim.stable_leader()
+        if current is not None and current != leader:
+            workload.write(current)
+        for event in sim.history:
+            if event["type"] == "ok" and event["f"] == "write" and event["time"] > crashed_at * 1e6:
+                committed_at.append(event["time"] / 1e6)
+                return
+
+    until = crashed_at + 15_000
+    _every(sim, 20, until, probe)
+    sim.run_until_true(lambda: bool(committed_at), 15_000)
+    if not committed_at:
+        raise InvariantViolation("liveness", "no write committed after the leader crashed")
+    # The client saw the ack one client hop after the commit; report the
+    # commit time, as the new leader saw it.
+    result.failover_ms = round(committed_at[0] - crashed_at, 3)
+    result.extra["old_epoch"] = old_epoch
+    sim.run_for(200)
+    _heal_and_check_liveness(sim, workload)
+
+
+def partition_heal_disruption(sim: Simulation, result: ScenarioResult) -> None:
+    """A follower is isolated for many election timeouts, then healed. With
+    pre-vote the healthy leader keeps its leadership; without, the healed
+    node's higher epoch deposes it."""
+    workload = _Workload(sim)
+    leader = _wait_for_leader(sim)
+    epoch = sim.nodes[leader].core.epoch  # type: ignore[union-attr]
+    follower = [n for n in sorted(sim.nodes) if n != leader][0]
+    sim.network.isolate(follower, [n for n in sorted(sim.nodes) if n != follower])
+    sim._say(f"PARTITION n{follower} alone")
+    isolated_for_ms = 10 * sim.options.election_timeout_ms
+    _every(sim, 300, sim.now_ms + isolated_for_ms, lambda: workload.write(sim.leader()))
+    sim.run_for(isolated_for_ms)
+    result.extra["isolated_epoch"] = sim.nodes[follower].core.epoch  # type: ignore[union-attr]
+    sim.heal()
+    sim.run_for(3 * sim.options.fetch_timeout_ms)
+    current = sim.leader()
+    current_epoch = sim.nodes[current].core.epoch if current is not None else None  # type: ignore[union-attr]
+    result.extra["leader_kept"] = current == leader and current_epoch == epoch
+    result.extra["epoch_before"] = epoch
+    result.extra["epoch_after"] = current_epoch
+    _heal_and_check_liveness(sim, workload)
+
+
+def minority_partition(sim: Simulation, result: ScenarioResult) -> None:
+    """A follower is cut off while writes continue; after healing it
+    catches up."""
+    workload = _Workload(sim, keys=("x", "y"))
+    leader = _wait_for_leader(sim)
+    follower = [n for n in sorted(sim.nodes) if n != leader][-1]
+    sim.network.isolate(follower, [n for n in sorted(sim.nodes) if n != follower])
+    sim._say(f"PARTITION n{follower} alone")
+    until = sim.now_ms + 5000
+    _every(sim, 100, until, lambda: workload.write(sim.leader(), sim._rng.choice(workload.keys)))
+    _every(sim, 150, until, lambda: workload.read(sim.leader(), "linearizable", sim._rng.choice(workload.keys)))
+    sim.run_until(until + 500)
+    sim.heal()
+    target = sim.nodes[leader].core.high_watermark  # type: ignore[union-attr]
+    caught_up = sim.run_until_true(lambda: sim.nodes[follower].core.high_watermark >= target, 5000)  # type: ignore[union-attr]
+    result.extra["follower_caught_up"] = caught_up
+    if not caught_up:
+        raise InvariantViolation("liveness", f"n{follower} did not catch up to {target} after healing")
+    _heal_and_check_liveness(sim, workload)
+
+
+def flapping_network(sim: Simulation, result: ScenarioResult) -> None:
+    """Links fail and recover every few hundred ms, with loss, duplication
+    and reordering, while clients write and read."""
+    sim.network.faults = LinkFaults(
+        delay_min_ms=0.5, delay_max_ms=3.0, drop_rate=0.05, duplicate_rate=0.02, reorder_rate=0.05
+    )
+    workload = _Workload(sim, keys=("x", "y", "z"))
+    _wait_for_leader(sim, timeout_ms=30_000)
+    until = sim.now_ms + 10_000
+    nodes = sorted(sim.nodes)
+
+    def flap() -> None:
+        sim.network.heal()
+        choice = sim._rng.random()
+        if choice < 0.4:
+            victim = sim._rng.choice(nodes)
+            sim.network.isolate(victim, nodes)
+            sim._say(f"FLAP isolate n{victim}")
+        elif choice < 0.7:
+            src, dst = sim._rng.sample(nodes, 2)
+            sim.network.block(src, dst)
+            sim._say(f"FLAP cut n{src}->n{dst}")
+        else:
+            sim._say("FLAP all links up")
+        sim.schedule(sim._rng.uniform(100, 600), flap if sim.now_ms < until else (lambda: None))
+
+    sim.schedule(0, flap)
+    _every(sim, 80, until, lambda: workload.write(sim.leader(), sim._rng.choice(workload.keys)))
+    _every(sim, 120, until, lambda: workload.read(sim.leader(), "linearizable", sim._rng.choice(workload.keys)))
+    _every(sim, 120, until, lambda: workload.read(sim.leader(), "leader-local", sim._rng.choice(workload.keys)))
+    sim.run_until(until + sim.options.client_timeout_ms)
+    _heal_and_check_liveness(sim, workload)
+
+
+def random_faults(sim: Simulation, result: ScenarioResult) -> None:
+    """Everything at random from the seed: crashes and restarts (never more
+    than a minority down), partitions of every shape, lossy links,
+    snapshots, and clients reading in both modes on every node."""
+    rng = sim._rng
+    nodes = sorted(sim.nodes)
+    workload = _Workload(sim, keys=("a", "b", "c"))
+    _wait_for_leader(sim, timeout_ms=30_000)
+    until = sim.now_ms + rng.uniform(5000, 12_000)
+    minority = (len(nodes) - 1) // 2
+
+    def fault() -> None:
+        if sim.now_ms >= until:
+            return
+        roll = rng.random()
+        down = [n for n in nodes if sim.nodes[n].core is None]
+        if roll < 0.2 and len(down) < minority:
+            victim = rng.choice([n for n in nodes if n not in down])
+            sim.crash(victim)
+        elif roll < 0.35 and down:
+            sim.restart(rng.choice(down))
+        elif roll < 0.5:
+            sim.network.heal()
+            sim.network.isolate(rng.choice(nodes), nodes)
+            sim._say("NEMESIS isolate one")
+        elif roll < 0.6:
+            sim.network.heal()
+            shuffled = nodes[:]
+            rng.shuffle(shuffled)
+            cut = rng.randrange(1, len(nodes))
+            sim.network.split(shuffled[:cut], shuffled[cut:])
+            sim._say(f"NEMESIS split {shuffled[:cut]} | {shuffled[cut:]}")
+        elif roll < 0.7:
+            src, dst = rng.sample(nodes, 2)
+            sim.network.block(src, dst)
+            sim._say(f"NEMESIS one-way n{src}->n{dst}")
+        elif roll < 0.8:
+            sim.network.faults = LinkFaults(
+                delay_min_ms=0.5,
+                delay_max_ms=rng.uniform(1, 10),
+                drop_rate=rng.uniform(0, 0.1),
+                duplicate_rate=rng.uniform(0, 0.05),
+                reorder_rate=rng.uniform(0, 0.1),
+            )
+            sim._say("NEMESIS lossy links")
+        else:
+            sim.network.heal()
+            sim._say("NEMESIS links healed")
+        sim.schedule(rng.uniform(200, 1500), fault)
+
+    sim.schedule(rng.uniform(0, 500), fault)
+    keys = workload.keys
+
+    def client_round() -> None:
+        node = rng.choice(nodes)
+        roll = rng.random()
+        if roll < 0.5:
+            workload.write(sim.leader() if rng.random() < 0.8 else node, rng.choice(keys))
+        elif roll < 0.75:
+            workload.read(node, "linearizable", rng.choice(keys))
+        else:
+            workload.read(node, "leader-local", rng.choice(keys))
+
+    _every(sim, 40, until, client_round)
+    sim.run_until(until + sim.options.client_timeout_ms)
+    _heal_and_check_liveness(sim, workload)
+
+
+SCENARIOS: dict[str, Callable[[Simulation, ScenarioResult], None]] = {
+    "zombie-leader": zombie_leader,
+    "leader-crash": leader_crash,
+    "partition-heal-disruption": partition_heal_disruption,
+    "minority-partition": minority_partition,
+    "flapping-network": flapping_network,
+    "random": random_faults,
+}
+
+
+def random_options(seed: int) -> SimOptions:
+    """Options drawn from the seed, for sweeps."""
+    rng = random.Random(seed ^ 0x5EED)
+    return SimOptions(
+        voters=rng.choice((3, 3, 3, 5)),
+        snapshot_every_records=rng.choice((0, 0, 20)),
+        disk_latency_max_ms=rng.choice((1.0, 5.0)),
+    )
+
+
+def run_scenario(
+    name: str,
+    seed: int,
+    options: SimOptions | None = None,
+    *,
+    trace: Callable[[str], None] | None = None,
+    full_trace: bool = False,
+) -> ScenarioResult:
+    """Run one named scenario with one seed. Never raises for a protocol
+    failure: it is reported in the result."""
+    if name not in SCENARIOS:
+        raise KeyError(f"unknown scenario {name!r}; known: {', '.join(sorted(SCENARIOS))}")
+    if options is None:
+        options = random_options(seed) if name == "random" else SimOptions()
+    sim = Simulation(seed, options, trace=trace, full_trace=full_trace)
+    result = ScenarioResult(scenario=name, seed=seed, options=options.describe())
+    try:
+        SCENARIOS[name](sim, result)
+        sim.check_final()
+    except InvariantViolation as violation:
+        result.valid = False
+        result.failure_class = "liveness" if violation.kind == "liveness" else "correctness"
+        result.violation = str(violation)
+    except QuorumInvariantError as error:
+        result.valid = False
+        result.failure_class = "correctness"
+        result.violation = f"core invariant: {error}"
+    except Exception as error:  # noqa: BLE001 - any other exception is a crash to report
+        result.valid = False
+        result.failure_class = "crash"
+        result.violation = f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
+    bound_ms = options.check_quorum_factor * options.fetch_timeout_ms
+    stale = find_stale_reads(sim.history, bound_ms)
+    result.stale_reads = len(stale)
+    result.stale_examples = stale[:5]
+    if stale and result.valid:
+        result.valid = False
+        result.failure_class = "correctness"
+        result.violation = f"{len(stale)} stale reads"
+    result.ops = _count_ops(sim.history)
+    result.virtual_ms = sim.now_ms
+    result.events = sim.events_processed
+    result.extra.setdefault("history_events", len(sim.history))
+    result.simulation = sim
+    return result

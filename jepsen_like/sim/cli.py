@@ -1,0 +1,140 @@
+"""``jepsen-like sim`` and ``jepsen-like sweep``.
+
+Trace legend (one line per event; the first column is virtual time in ms):
+
+- ``nN <role> eE leader=nL (reason)`` — node N changed role or epoch;
+- ``client pP write k=v via nN: ok|fail|info`` — a client operation ended;
+- ``client pP read k via nN (mode): ok VALUE|fail REASON``;
+- ``nN CRASH`` / ``nN RESTART`` — process faults; ``PARTITION``, ``FLAP``,
+  ``NEMESIS``, ``HEAL`` — network faults;
+- with ``--trace full`` also every delivered message (``nN <- A->B Type eE ...``),
+  every dropped one, and every commit.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+
+import click
+
+from ._cluster import SimOptions
+from ._scenarios import SCENARIOS, random_options, run_scenario
+
+
+def _replay_command(scenario: str, seed: int, check_quorum: bool, pre_vote: bool) -> str:
+    flags = ("" if check_quorum else " --no-check-quorum") + ("" if pre_vote else " --no-pre-vote")
+    return f"jepsen-like sim --scenario {scenario} --seed {seed}{flags}"
+
+
+@click.command("sim")
+@click.option("--scenario", type=click.Choice(sorted(SCENARIOS)), default="zombie-leader", show_default=True)
+@click.option("--seed", type=int, default=7, show_default=True)
+@click.option("--check-quorum/--no-check-quorum", default=True, help="KAFKA-15489 leader progress timeout.")
+@click.option("--pre-vote/--no-pre-vote", default=True, help="KIP-996 pre-vote.")
+@click.option("--json", "as_json", is_flag=True, help="End with a one-line JSON summary.")
+@click.option(
+    "--trace",
+    type=click.Choice(["story", "full", "none"]),
+    default="story",
+    show_default=True,
+    help="story: role changes, faults, client ops; full: also every message.",
+)
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, help="Write a visual replay.")
+def sim_command(
+    scenario: str, seed: int, check_quorum: bool, pre_vote: bool, as_json: bool, trace: str, html_path: str | None
+) -> None:
+    """Run one simulated scenario with one seed; exit 1 if it is invalid."""
+    options = random_options(seed) if scenario == "random" else SimOptions()
+    options.check_quorum = check_quorum
+    options.pre_vote = pre_vote
+    click.echo(f"SEED={seed} scenario={scenario} options={json.dumps(options.describe(), sort_keys=True)}")
+    sink = None if trace == "none" else click.echo
+    result = run_scenario(scenario, seed, options, trace=sink, full_trace=trace == "full")
+    if html_path:
+        from .replay import write_replay  # the visual replay, when present
+
+        write_replay(result, html_path)
+        click.echo(f"replay written to {html_path}")
+    verdict = "VALID" if result.valid else f"INVALID ({result.failure_class}: {result.violation})"
+    click.echo(f"--- {scenario} seed={seed}: {verdict}")
+    click.echo(
+        f"    stale reads: {result.stale_reads}   leader resigned after: {_ms(result.leader_resign_ms)}"
+        f"   failover: {_ms(result.failover_ms)}   ops: {result.ops}"
+    )
+    for example in result.stale_examples:
+        click.echo(f"    stale: {json.dumps(example, sort_keys=True)}")
+    if not result.valid:
+        click.echo(f"    replay: {_replay_command(scenario, seed, check_quorum, pre_vote)}")
+    if as_json:
+        click.echo(json.dumps(result.summary(), sort_keys=True, default=str))
+    sys.exit(0 if result.valid else 1)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} ms"
+
+
+@click.command("sweep")
+@click.option("--seeds", type=int, default=1000, show_default=True, help="How many seeds.")
+@click.option("--start", type=int, default=0, show_default=True, help="The first seed.")
+@click.option("--scenario", type=click.Choice(sorted(SCENARIOS)), default="random", show_default=True)
+@click.option("--check-quorum/--no-check-quorum", default=True)
+@click.option("--pre-vote/--no-pre-vote", default=True)
+@click.option("--json", "as_json", is_flag=True, help="End with a one-line JSON summary.")
+def sweep_command(seeds: int, start: int, scenario: str, check_quorum: bool, pre_vote: bool, as_json: bool) -> None:
+    """Run a scenario over many seeds and report failures and figures."""
+    began = time.perf_counter()
+    failures: list[str] = []
+    resign_ms: list[float] = []
+    failover_ms: list[float] = []
+    for seed in range(start, start + seeds):
+        options = random_options(seed) if scenario == "random" else SimOptions()
+        options.check_quorum = check_quorum
+        options.pre_vote = pre_vote
+        result = run_scenario(scenario, seed, options)
+        if result.leader_resign_ms is not None:
+            resign_ms.append(result.leader_resign_ms)
+        if result.failover_ms is not None:
+            failover_ms.append(result.failover_ms)
+        if not result.valid:
+            first_line = (result.violation or "").splitlines()[0] if result.violation else ""
+            failures.append(f"seed {seed}: {result.failure_class}: {first_line}")
+            click.echo(f"FAIL seed={seed} {result.failure_class}: {first_line}")
+            click.echo(f"     replay: {_replay_command(scenario, seed, check_quorum, pre_vote)}")
+    elapsed_s = time.perf_counter() - began
+    summary = {
+        "scenario": scenario,
+        "seeds": seeds,
+        "failures": len(failures),
+        "seeds_per_s": round(seeds / elapsed_s, 1),
+        "leader_resign_ms": _distribution(resign_ms),
+        "failover_ms": _distribution(failover_ms),
+    }
+    click.echo(
+        f"{scenario}: {seeds} seeds, {len(failures)} failures, {summary['seeds_per_s']} seeds/s;"
+        f" resign {summary['leader_resign_ms']}; failover {summary['failover_ms']}"
+    )
+    if as_json:
+        click.echo(json.dumps(summary, sort_keys=True))
+    sys.exit(1 if failures else 0)
+
+
+def _distribution(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+
+    def quantile(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+    return {
+        "n": len(ordered),
+        "min": round(ordered[0], 1),
+        "p50": quantile(0.5),
+        "p99": quantile(0.99),
+        "max": round(ordered[-1], 1),
+        "mean": round(statistics.fmean(ordered), 1),
+    }

@@ -1,0 +1,76 @@
+"""quorum: a KIP-595 style Raft log, sans-IO at its core.
+
+The public names are re-exported here once; the modules behind them are
+private (``_node``, ``_messages``, ...).
+"""
+
+from ._config import QuorumConfig
+from ._log import MemoryLog
+from ._messages import (
+    MESSAGE_TYPES,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    ErrorCode,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    Message,
+    VoteRequest,
+    VoteResponse,
+    describe_message,
+    message_type_name,
+)
+from ._node import (
+    NotLeaderError,
+    QuorumDescription,
+    QuorumError,
+    QuorumInvariantError,
+    QuorumNode,
+    ReplicaDescription,
+    Snapshot,
+)
+from ._output import Output, ReadFailed, ReadReady, Role, RoleChange
+from ._types import ElectionState, Entry, Epoch, NodeId, Offset, OffsetAndEpoch, RecordKind, SnapshotId
+
+__all__ = [
+    "MESSAGE_TYPES",
+    "BeginQuorumEpochRequest",
+    "BeginQuorumEpochResponse",
+    "ElectionState",
+    "EndQuorumEpochRequest",
+    "EndQuorumEpochResponse",
+    "Entry",
+    "Epoch",
+    "ErrorCode",
+    "FetchRequest",
+    "FetchResponse",
+    "FetchSnapshotRequest",
+    "FetchSnapshotResponse",
+    "MemoryLog",
+    "Message",
+    "NodeId",
+    "NotLeaderError",
+    "Offset",
+    "OffsetAndEpoch",
+    "Output",
+    "QuorumConfig",
+    "QuorumDescription",
+    "QuorumError",
+    "QuorumInvariantError",
+    "QuorumNode",
+    "ReadFailed",
+    "ReadReady",
+    "RecordKind",
+    "ReplicaDescription",
+    "Role",
+    "RoleChange",
+    "Snapshot",
+    "SnapshotId",
+    "VoteRequest",
+    "VoteResponse",
+    "describe_message",
+    "message_type_name",
+]

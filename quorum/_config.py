@@ -1,0 +1,103 @@
+"""Configuration of one quorum node.
+
+Every duration is given in milliseconds and turned into logical ticks of
+``tick_ms`` each: the core never reads a clock, it counts ``tick()`` calls.
+Defaults follow Kafka's KRaft (``controller.quorum.*``), except where a
+comment says why not.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuorumConfig:
+    """Static configuration of one node.
+
+    Raises ``ValueError`` on construction when a value is out of range or the
+    timers cannot work together.
+    """
+
+    node_id: int
+    voters: tuple[int, ...]
+    tick_ms: int = 10
+    # Base election timeout; each wait is drawn uniformly from [T, 2T)
+    # (controller.quorum.election.timeout.ms).
+    election_timeout_ms: int = 1000
+    # A follower that has not completed a Fetch for this long starts an
+    # election; the leader's check quorum is a multiple of it
+    # (controller.quorum.fetch.timeout.ms).
+    fetch_timeout_ms: int = 2000
+    # Exponential election backoff: base * rand[0, 2^retries), capped.
+    election_backoff_base_ms: int = 100
+    election_backoff_max_ms: int = 1000
+    # How long a request may go unanswered before it is sent again. Kafka's
+    # default equals the fetch timeout; half of it lets one lost Fetch be
+    # retried before the follower gives up on its leader.
+    request_timeout_ms: int = 1000
+    # Back-off after an error response, before the next request.
+    retry_backoff_ms: int = 20
+    # How long the leader may park a Fetch that has nothing to return.
+    fetch_max_wait_ms: int = 500
+    fetch_bytes_max: int = 8 * 1024 * 1024
+    snapshot_chunk_bytes_max: int = 1024 * 1024
+    # After a snapshot, keep this many records behind it in the log so that a
+    # follower slightly behind can still catch up without the snapshot.
+    snapshot_retained_records: int = 1000
+    # KAFKA-15489: a leader not fetched from by a majority of voters within
+    # check_quorum_factor * fetch_timeout resigns. Switchable for teaching.
+    check_quorum: bool = True
+    check_quorum_factor: float = 1.5
+    # KIP-996: a pre-vote round before a real election.
+    pre_vote: bool = True
+    # When the transport reports the leader unreachable (connection refused:
+    # the process is gone), a follower stands after a random wait in
+    # [0, election_timeout) instead of the full fetch timeout. A partition
+    # gives no such signal; it is detected by the fetch timeout alone.
+    fast_failover: bool = True
+    voter_set: frozenset[int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.voters:
+            raise ValueError("at least one voter is required")
+        if len(set(self.voters)) != len(self.voters):
+            raise ValueError(f"voters repeat an id: {self.voters}")
+        if self.tick_ms <= 0:
+            raise ValueError("tick_ms must be > 0")
+        for name in (
+            "election_timeout_ms",
+            "fetch_timeout_ms",
+            "request_timeout_ms",
+            "election_backoff_base_ms",
+            "election_backoff_max_ms",
+        ):
+            if getattr(self, name) < self.tick_ms:
+                raise ValueError(f"{name} must be at least one tick ({self.tick_ms} ms)")
+        if self.fetch_max_wait_ms >= self.fetch_timeout_ms:
+            raise ValueError("fetch_max_wait_ms must be below fetch_timeout_ms")
+        if self.check_quorum_factor < 1.0:
+            raise ValueError("check_quorum_factor must be >= 1.0")
+        if self.fetch_bytes_max <= 0 or self.snapshot_chunk_bytes_max <= 0:
+            raise ValueError("byte limits must be > 0")
+        object.__setattr__(self, "voters", tuple(sorted(self.voters)))
+        object.__setattr__(self, "voter_set", frozenset(self.voters))
+
+    # -- derived values, in ticks -------------------------------------------------
+
+    def ticks(self, duration_ms: float) -> int:
+        """Whole ticks covering ``duration_ms`` (at least one)."""
+        return max(1, math.ceil(duration_ms / self.tick_ms))
+
+    @property
+    def is_voter(self) -> bool:
+        return self.node_id in self.voter_set
+
+    @property
+    def majority(self) -> int:
+        return len(self.voters) // 2 + 1
+
+    @property
+    def check_quorum_ms(self) -> float:
+        return self.check_quorum_factor * self.fetch_timeout_ms

@@ -1,0 +1,257 @@
+"""Messages exchanged by quorum nodes (KIP-595 RPCs, KIP-996 pre-vote).
+
+Every message is a frozen, slotted dataclass naming its sender ``src`` and
+receiver ``dst``. A response is an ordinary message addressed back to the
+requester; requests that expect one carry a ``request_id`` the response
+echoes, so a late or duplicated response is recognised and ignored.
+
+Epoch rules common to every message (KIP-595 "common epoch handling"): a
+message from a higher epoch moves the receiver into that epoch before
+anything else; a request from a lower epoch is answered with
+``FENCED_LEADER_EPOCH`` and the receiver's epoch; a response from a lower
+epoch is ignored.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from ._types import Entry, OffsetAndEpoch, SnapshotId
+
+
+class ErrorCode(enum.IntEnum):
+    """Error codes, numbered as in Kafka where Kafka has the same error."""
+
+    NONE = 0
+    NOT_LEADER = 6  # NOT_LEADER_OR_FOLLOWER: the response names the leader if known
+    BROKER_NOT_AVAILABLE = 8
+    INVALID_REQUEST = 42
+    FENCED_LEADER_EPOCH = 74  # the requester's epoch is older than ours
+    UNKNOWN_LEADER_EPOCH = 75  # the requester's epoch is newer than ours
+    STALE_BROKER_EPOCH = 77
+    SNAPSHOT_NOT_FOUND = 98
+    POSITION_OUT_OF_RANGE = 99
+    DUPLICATE_BROKER_REGISTRATION = 101
+    INCONSISTENT_CLUSTER_ID = 104
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VoteRequest:
+    """Vote or pre-vote (KIP-996 ``PreVote``).
+
+    ``epoch`` is the epoch the candidate stands in: for a real vote, its new
+    epoch; for a pre-vote, the epoch it *would* stand in (its current epoch
+    + 1). A pre-vote changes nothing at the receiver and persists nothing.
+    ``last_epoch``/``end_offset`` describe the candidate's log.
+    """
+
+    src: int
+    dst: int
+    epoch: int
+    last_epoch: int
+    end_offset: int
+    pre_vote: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VoteResponse:
+    src: int
+    dst: int
+    epoch: int  # the responder's epoch after handling the request
+    granted: bool
+    pre_vote: bool
+    leader_id: int | None = None
+    error: ErrorCode = ErrorCode.NONE
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BeginQuorumEpochRequest:
+    """The leader (``src``) announces its epoch to a voter."""
+
+    src: int
+    dst: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BeginQuorumEpochResponse:
+    src: int
+    dst: int
+    epoch: int
+    error: ErrorCode = ErrorCode.NONE
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndQuorumEpochRequest:
+    """A resigning leader hands over: voters in ``preferred_successors``
+    (most up to date first) stand after a delay growing with their position."""
+
+    src: int
+    dst: int
+    epoch: int
+    preferred_successors: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndQuorumEpochResponse:
+    src: int
+    dst: int
+    epoch: int
+    error: ErrorCode = ErrorCode.NONE
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchRequest:
+    """Pull replication. ``fetch_offset`` is the fetcher's durable log end
+    offset: sending it acknowledges every record below it (persist before
+    acknowledging). ``read_token`` echoes the token of the last response the
+    fetcher received from this leader in this epoch (ReadIndex proof).
+    ``extension`` carries application data (a broker's heartbeat)."""
+
+    src: int
+    dst: int
+    epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    request_id: int
+    read_token: int = 0
+    extension: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchResponse:
+    src: int
+    dst: int
+    epoch: int
+    request_id: int
+    leader_id: int | None
+    error: ErrorCode = ErrorCode.NONE
+    high_watermark: int = 0
+    log_start_offset: int = 0
+    records: tuple[Entry, ...] = ()
+    # Set when the fetcher's log diverges: truncate to at most this end
+    # offset of this epoch, then fetch again.
+    diverging: OffsetAndEpoch | None = None
+    # Set when the fetch offset is behind the log start: fetch this snapshot.
+    snapshot_id: SnapshotId | None = None
+    read_token: int = 0
+    extension: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchSnapshotRequest:
+    src: int
+    dst: int
+    epoch: int
+    snapshot_id: SnapshotId
+    position: int
+    request_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchSnapshotResponse:
+    src: int
+    dst: int
+    epoch: int
+    request_id: int
+    leader_id: int | None
+    error: ErrorCode = ErrorCode.NONE
+    snapshot_id: SnapshotId | None = None
+    position: int = 0
+    size: int = 0
+    chunk: bytes = b""
+
+
+Message = (
+    VoteRequest
+    | VoteResponse
+    | BeginQuorumEpochRequest
+    | BeginQuorumEpochResponse
+    | EndQuorumEpochRequest
+    | EndQuorumEpochResponse
+    | FetchRequest
+    | FetchResponse
+    | FetchSnapshotRequest
+    | FetchSnapshotResponse
+)
+
+MESSAGE_TYPES: tuple[type, ...] = (
+    VoteRequest,
+    VoteResponse,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+)
+
+_SHORT_NAMES = {
+    VoteRequest: "Vote",
+    VoteResponse: "VoteResp",
+    BeginQuorumEpochRequest: "BeginEpoch",
+    BeginQuorumEpochResponse: "BeginEpochResp",
+    EndQuorumEpochRequest: "EndEpoch",
+    EndQuorumEpochResponse: "EndEpochResp",
+    FetchRequest: "Fetch",
+    FetchResponse: "FetchResp",
+    FetchSnapshotRequest: "FetchSnap",
+    FetchSnapshotResponse: "FetchSnapResp",
+}
+
+
+def message_type_name(message: Message) -> str:
+    """The short type name used in traces ("Fetch", "VoteResp", ...)."""
+    return _SHORT_NAMES[type(message)]
+
+
+def describe_message(message: Message) -> str:
+    """One deterministic line describing ``message``, for traces and logs."""
+    name = message_type_name(message)
+    head = f"{message.src}->{message.dst} {name} e{message.epoch}"
+    match message:
+        case VoteRequest():
+            kind = "pre" if message.pre_vote else "vote"
+            return f"{head} {kind} last=e{message.last_epoch}@{message.end_offset}"
+        case VoteResponse():
+            kind = "pre" if message.pre_vote else "vote"
+            verdict = "granted" if message.granted else "rejected"
+            return f"{head} {kind} {verdict} leader={message.leader_id}{_error(message.error)}"
+        case BeginQuorumEpochRequest() | BeginQuorumEpochResponse() | EndQuorumEpochResponse():
+            return head + _error(getattr(message, "error", ErrorCode.NONE))
+        case EndQuorumEpochRequest():
+            return f"{head} successors={list(message.preferred_successors)}"
+        case FetchRequest():
+            return (
+                f"{head} #{message.request_id} offset={message.fetch_offset}"
+                f" last=e{message.last_fetched_epoch} token={message.read_token}"
+            )
+        case FetchResponse():
+            parts = [f"{head} #{message.request_id}"]
+            if message.error:
+                parts.append(f"{message.error.name} leader={message.leader_id}")
+            else:
+                if message.records:
+                    first, last = message.records[0].offset, message.records[-1].offset
+                    parts.append(f"records={first}..{last}")
+                if message.diverging is not None:
+                    parts.append(f"diverging=e{message.diverging.epoch}@{message.diverging.offset}")
+                if message.snapshot_id is not None:
+                    parts.append(f"snapshot={message.snapshot_id.end_offset}")
+                parts.append(f"hw={message.high_watermark} token={message.read_token}")
+            return " ".join(parts)
+        case FetchSnapshotRequest():
+            return f"{head} #{message.request_id} snapshot={message.snapshot_id.end_offset} pos={message.position}"
+        case FetchSnapshotResponse():
+            if message.error:
+                return f"{head} #{message.request_id} {message.error.name}"
+            return f"{head} #{message.request_id} pos={message.position} +{len(message.chunk)}/{message.size}"
+    raise TypeError(f"not a quorum message: {message!r}")
+
+
+def _error(code: ErrorCode) -> str:
+    return f" {code.name}" if code else ""

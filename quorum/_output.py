@@ -1,0 +1,115 @@
+"""What the core hands back after every input: the IO contract.
+
+Each call into a ``QuorumNode`` returns one ``Output``. The driver (the trio
+runtime, or the simulator) must handle outputs **in the order they were
+returned**, like this:
+
+1. If ``persist_seq`` is set, make the persistence work durable, in this
+   order: ``election_state`` (atomically), ``snapshot`` (and, when
+   ``reset_log`` is set, discard the whole log: it now starts at that
+   snapshot's end offset), ``truncate_to``, ``append``, ``delete_before``;
+   fsync; then call
+   ``node.persisted(persist_seq)`` and handle the ``Output`` it returns.
+2. Only then send ``messages``. A message may depend on the persisted state
+   (a granted vote on the recorded vote, Raft thesis §3.8; a Fetch offset on
+   the records being on disk, since the offset *is* the acknowledgement), so
+   it must never leave before the persistence of its own output **and of
+   every earlier output** is durable.
+3. ``committed``, ``snapshot_loaded``, ``reads`` and ``events`` may be acted
+   on at once: committed records are already durable on a majority.
+
+Nothing here is ever an instruction to read a clock or to sleep: timers are
+the driver calling ``node.tick()`` every ``tick_ms``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._messages import Message
+from ._types import ElectionState, Entry, SnapshotId
+
+
+class Role(enum.Enum):
+    """KIP-595 / KIP-996 role names."""
+
+    UNATTACHED = "unattached"  # knows an epoch, no leader yet
+    PROSPECTIVE = "prospective"  # pre-vote round (KIP-996), epoch not bumped
+    CANDIDATE = "candidate"  # standing in a new epoch
+    LEADER = "leader"
+    FOLLOWER = "follower"  # knows the leader of its epoch and fetches from it
+    RESIGNED = "resigned"  # former leader of this epoch, handing over
+
+
+@dataclass(frozen=True, slots=True)
+class ReadReady:
+    """A linearizable read may now be served from the state machine once it
+    has applied every record below ``offset`` (ReadIndex, Raft thesis §6.4)."""
+
+    read_id: Any
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadFailed:
+    """A linearizable read cannot be served here: leadership was lost before
+    it was confirmed. ``leader_id`` is a hint, possibly None."""
+
+    read_id: Any
+    leader_id: int | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoleChange:
+    """An event for logs and node event logs: the node changed role or epoch."""
+
+    tick: int
+    node_id: int
+    role: Role
+    epoch: int
+    leader_id: int | None
+    reason: str
+
+
+@dataclass(slots=True)
+class Output:
+    """Everything one input produced. See the module docstring for the order
+    in which a driver must act on it."""
+
+    persist_seq: int | None = None
+    election_state: ElectionState | None = None
+    snapshot: tuple[SnapshotId, bytes] | None = None
+    reset_log: bool = False
+    truncate_to: int | None = None
+    append: list[Entry] = field(default_factory=list)
+    delete_before: int | None = None
+    messages: list[Message] = field(default_factory=list)
+    committed: list[Entry] = field(default_factory=list)
+    # The state machine must reset itself from this snapshot before applying
+    # ``committed`` (a follower installed a snapshot fetched from its leader).
+    snapshot_loaded: tuple[SnapshotId, bytes] | None = None
+    reads: list[ReadReady | ReadFailed] = field(default_factory=list)
+    events: list[RoleChange] = field(default_factory=list)
+
+    @property
+    def has_persistence(self) -> bool:
+        return (
+            self.election_state is not None
+            or self.snapshot is not None
+            or self.truncate_to is not None
+            or bool(self.append)
+            or self.delete_before is not None
+        )
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.has_persistence
+            or self.messages
+            or self.committed
+            or self.snapshot_loaded
+            or self.reads
+            or self.events
+        )

@@ -1,0 +1,76 @@
+"""Domain types shared by every layer of the quorum.
+
+Offsets are log positions (the first record is offset 0); an *end offset* is
+one past the last record, as in Kafka. Epochs are Raft terms (KIP-595 calls
+them epochs); epoch 0 is "nothing has happened yet".
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import NewType
+
+NodeId = NewType("NodeId", int)
+Epoch = NewType("Epoch", int)
+Offset = NewType("Offset", int)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class OffsetAndEpoch:
+    """A log position with the epoch of the record just before it.
+
+    Ordered by epoch first, then offset: that is Raft's "more up to date"
+    comparison (Raft thesis §3.6.1) when ``offset`` is an end offset and
+    ``epoch`` the epoch of the last record.
+    """
+
+    epoch: int
+    offset: int
+
+
+class RecordKind(enum.IntEnum):
+    """What a log record carries. Control records belong to the quorum."""
+
+    DATA = 0
+    # Written by every new leader as the first record of its epoch, so that the
+    # high watermark can advance only on a record of the leader's own epoch
+    # (Raft thesis §3.6.2; KIP-595 LeaderChangeMessage).
+    LEADER_CHANGE = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One record of the replicated log."""
+
+    offset: int
+    epoch: int
+    kind: RecordKind
+    data: bytes
+
+    def __post_init__(self) -> None:
+        if self.offset < 0 or self.epoch < 0:
+            raise ValueError(f"offset and epoch must be >= 0, got {self.offset}, {self.epoch}")
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotId:
+    """A snapshot covers every record below ``end_offset``; ``epoch`` is the
+    epoch of the last record it covers (KIP-630)."""
+
+    end_offset: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionState:
+    """What a voter must remember across restarts (KIP-595 quorum-state).
+
+    ``voted_for`` and ``leader_id`` are None when unknown. Written atomically
+    and durably before any message that depends on it is sent (Raft thesis
+    §3.8: a server must not vote twice in one term).
+    """
+
+    epoch: int
+    voted_for: int | None = None
+    leader_id: int | None = None
