@@ -503,15 +503,30 @@ class QuorumNode:
         self._granted = set()
         self._rejected = set()
 
-    def _become_unattached(self, epoch: int, *, voted_for: int | None = None, reason: str) -> None:
+    def _become_unattached(
+        self, epoch: int, *, voted_for: int | None = None, reason: str, keep_timer: bool = False
+    ) -> None:
+        """``keep_timer``: learning a later epoch from a candidate whose vote
+        we may refuse must not postpone our own candidacy (Raft thesis §3.4:
+        the timer restarts only on hearing from a leader or granting a vote).
+        Otherwise a node with a stale log that keeps standing would hold
+        every up-to-date voter back forever."""
         if epoch < self._epoch:
             raise QuorumInvariantError(f"epoch would go backwards: {self._epoch} -> {epoch}")
         if epoch > self._epoch:
             self._election_retries = 0
+        running_deadline = None
+        if keep_timer:
+            if self._role is Role.FOLLOWER:
+                running_deadline = self._fetch_deadline
+            elif self._role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE):
+                running_deadline = self._election_deadline
         self._leave_role()
         self._role = Role.UNATTACHED
         self._set_election_state(epoch, voted_for, None)
         self._reset_election_timer()
+        if running_deadline is not None:
+            self._election_deadline = running_deadline
         self._next_fetch_tick = self._tick
         self._event(reason)
 
@@ -608,14 +623,13 @@ class QuorumNode:
             self._become_unattached(self._epoch, voted_for=self._voted_for, reason=reason)
 
     def _start_backoff(self) -> None:
-        """Candidate lost or timed out: wait base * rand[0, 2^retries), capped."""
+        """Candidate lost or timed out: wait a random time below
+        min(base * 2^retries, max). The cap bounds the range, not the draw,
+        so competing candidates keep drawing different waits."""
         self._backing_off = True
         exponent = min(self._election_retries, 20)
-        backoff_ms = min(
-            self.config.election_backoff_base_ms * self._rng.randrange(1, 2**exponent + 1),
-            self.config.election_backoff_max_ms,
-        )
-        self._election_deadline = self._tick + self.config.ticks(backoff_ms)
+        window_ms = min(self.config.election_backoff_base_ms * 2**exponent, self.config.election_backoff_max_ms)
+        self._election_deadline = self._tick + 1 + self._rng.randrange(self.config.ticks(window_ms))
 
     def _reset_election_timer(self) -> None:
         base = self.config.ticks(self.config.election_timeout_ms)
@@ -1117,7 +1131,9 @@ class QuorumNode:
         if request.epoch > self._epoch:
             # Even a leader steps down for a higher-epoch Vote: the
             # disruption pre-vote exists to prevent.
-            self._become_unattached(request.epoch, reason=f"vote request from {request.src} in a later epoch")
+            self._become_unattached(
+                request.epoch, reason=f"vote request from {request.src} in a later epoch", keep_timer=True
+            )
         granted = False
         if (
             request.epoch == self._epoch
