@@ -320,6 +320,10 @@ class Simulation:
         if disk.snapshot is not None:
             node.machine.restore(disk.snapshot.data)
         node.last_hw = node.core.high_watermark
+        # What a crash took away (an epoch learned but never persisted, so
+        # never acted upon) is not a regression: compare with the disk.
+        durable_epoch = disk.election_state.epoch if disk.election_state else 0
+        self.max_epoch_seen[node_id] = durable_epoch
         self._check_epoch(node)
         self._handle(node, node.core.initial_output())
         phase_us = self._rng.randrange(self.options.tick_ms * US_PER_MS)
