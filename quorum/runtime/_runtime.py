@@ -1,0 +1,481 @@
+"""The trio runtime: drives one sans-IO ``QuorumNode`` over a transport and
+durable storage.
+
+Three tasks share the work:
+
+- the **core task** owns the ``QuorumNode``: it is the only code that calls
+  into it, taking inputs (ticks, received messages, local requests,
+  persistence acknowledgements) from one inbox, in order;
+- the **persister** honours the output contract: it takes every output
+  the core produced, makes their persistence work durable with a single
+  fsync (group commit: one fsync however many outputs queued up behind the
+  previous one), only then hands their messages to the transport, and
+  tells the core what is durable;
+- the **ticker** feeds the core one tick every ``tick_ms`` of trio's clock
+  (so ``MockClock`` drives it in tests).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from .._config import QuorumConfig
+from .._log import MemoryLog
+from .._messages import Message
+from .._node import NotLeaderError, QuorumDescription, QuorumNode, Snapshot
+from .._output import Output, ReadFailed, ReadReady, Role, RoleChange
+from .._types import Entry, RecordKind, SnapshotId
+from ._metrics import Metrics
+from ._state_machine import StateMachine
+
+logger = logging.getLogger("pykraft.quorum")
+
+
+class ProposalLostError(Exception):
+    """The proposal's offset was committed with another record: it did not
+    happen (a definite failure; safe to retry)."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__(f"the proposal at offset {offset} was replaced by another leader's record")
+        self.offset = offset
+
+
+class ReadNotConfirmedError(Exception):
+    """A linearizable read could not be confirmed: this node lost its
+    leadership first (retriable, at the leader hint)."""
+
+    def __init__(self, leader_id: int | None) -> None:
+        super().__init__(f"leadership lost before the read was confirmed (leader hint {leader_id})")
+        self.leader_id = leader_id
+
+
+class Transport:
+    """What the runtime needs of a network. ``send`` never blocks and may
+    drop (Raft tolerates loss); received messages go to ``deliver``, and a
+    peer found unreachable (connection refused or reset) to
+    ``unreachable``."""
+
+    def send(self, message: Message) -> None:
+        raise NotImplementedError
+
+    async def run(
+        self,
+        deliver: Callable[[Message], None],
+        unreachable: Callable[[int], None],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        raise NotImplementedError
+
+
+@dataclass(slots=True)
+class _Waiter:
+    """A local request waiting for the core."""
+
+    event: trio.Event = field(default_factory=trio.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+    def resolve(self, result: Any = None, error: BaseException | None = None) -> None:
+        if not self.event.is_set():
+            self.result, self.error = result, error
+            self.event.set()
+
+    async def wait(self) -> Any:
+        await self.event.wait()
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+@dataclass(slots=True)
+class _PendingProposal:
+    epoch: int
+    last_offset: int
+    waiter: _Waiter
+    started_s: float  # perf_counter() when proposed, for the commit latency metric
+
+
+class QuorumRuntime:
+    """One quorum replica: core, storage, transport and state machine.
+
+    ``storage`` is a ``quorum.storage.FileStorage`` or ``MemoryStorage``
+    (anything with ``load()`` and ``persist(...)``); ``transport`` a
+    ``Transport``. Run it with ``await nursery.start(runtime.run)``.
+    """
+
+    def __init__(
+        self,
+        config: QuorumConfig,
+        state_machine: StateMachine,
+        *,
+        storage: Any,
+        transport: Transport,
+        rng: random.Random | None = None,
+        snapshot_every_records: int = 10_000,
+        metrics: Metrics | None = None,
+        event_sink: Callable[[dict[str, Any]], None] | None = None,
+        io_in_thread: bool = True,
+    ) -> None:
+        self.config = config
+        self.state_machine = state_machine
+        self.storage = storage
+        self.transport = transport
+        self.metrics = metrics or Metrics()
+        self.snapshot_every_records = snapshot_every_records
+        self._event_sink = event_sink
+        # Disk IO runs in a worker thread so the core keeps serving during
+        # an fsync; in-memory storage (tests under MockClock) runs inline.
+        self._io_in_thread = io_in_thread
+        self._rng = rng or random.Random()
+        self._inbox_send, self._inbox_receive = trio.open_memory_channel[tuple](math.inf)
+        self._persist_queue: deque[Output] = deque()
+        self._persist_wakeup = trio.Event()
+        self._pending_proposals: dict[int, _PendingProposal] = {}
+        self._pending_reads: dict[int, _Waiter] = {}
+        self._next_read_id = 0
+        self._applied_offset = 0
+        self._last_snapshot_offset = 0
+        self._role_watchers: list[trio.Event] = []
+        self._stopping = False
+        self.node = self._recover()
+
+    # =====================================================================
+    # Startup
+    # =====================================================================
+
+    def _recover(self) -> QuorumNode:
+        """Rebuild the core and the state machine from durable storage."""
+        recovered = self.storage.load()
+        snapshot = None
+        if recovered.snapshot_id is not None:
+            snapshot = Snapshot(recovered.snapshot_id, recovered.snapshot_bytes)
+            self.state_machine.restore(recovered.snapshot_bytes)
+            self._applied_offset = recovered.snapshot_id.end_offset
+            self._last_snapshot_offset = recovered.snapshot_id.end_offset
+        # The core's log starts at the snapshot: records kept on disk behind
+        # it are not loaded, since the epoch just before them is not known
+        # (a follower that far behind takes the snapshot instead).
+        log = MemoryLog(snapshot.snapshot_id if snapshot else None, recovered.entries_after_snapshot)
+        node = QuorumNode(
+            self.config,
+            rng=self._rng,
+            election_state=recovered.election_state,
+            log=log,
+            snapshot=snapshot,
+        )
+        logger.info(
+            "node %d recovered: epoch %d, log [%d, %d), snapshot %s",
+            self.config.node_id,
+            node.epoch,
+            log.start_offset,
+            log.end_offset,
+            snapshot.snapshot_id if snapshot else None,
+        )
+        return node
+
+    # =====================================================================
+    # Tasks
+    # =====================================================================
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.transport.run, self._deliver, self._unreachable)
+            nursery.start_soon(self._persister)
+            nursery.start_soon(self._ticker)
+            self._handle(self.node.initial_output())
+            task_status.started()
+            await self._core_task()
+
+    async def _core_task(self) -> None:
+        async for item in self._inbox_receive:
+            kind = item[0]
+            node = self.node
+            if kind == "tick":
+                output = node.tick()
+            elif kind == "message":
+                output = node.step(item[1])
+            elif kind == "persisted":
+                output = node.persisted(item[1])
+            elif kind == "unreachable":
+                output = node.peer_unreachable(item[1])
+            elif kind == "call":
+                output = self._local_call(item[1], item[2])
+            else:  # pragma: no cover - a runtime bug
+                raise AssertionError(f"unknown inbox item {kind!r}")
+            self._handle(output)
+
+    async def _ticker(self) -> None:
+        period_s = self.config.tick_ms / 1000
+        while True:
+            await trio.sleep(period_s)
+            self._inbox_send.send_nowait(("tick",))
+
+    async def _persister(self) -> None:
+        while True:
+            while not self._persist_queue:
+                self._persist_wakeup = trio.Event()
+                await self._persist_wakeup.wait()
+            batch = list(self._persist_queue)
+            self._persist_queue.clear()
+            durable = [output for output in batch if output.has_persistence]
+            if durable:
+                started = time.perf_counter()
+                if self._io_in_thread:
+                    await trio.to_thread.run_sync(self._write_batch, durable)
+                else:
+                    self._write_batch(durable)
+                self.metrics.fsync_seconds.observe(time.perf_counter() - started)
+            # Persist before acknowledging: only now may the messages leave
+            # (a vote grant, a Fetch whose offset acknowledges records).
+            for output in batch:
+                for message in output.messages:
+                    self.transport.send(message)
+            if durable:
+                self._inbox_send.send_nowait(("persisted", durable[-1].persist_seq))
+
+    def _write_batch(self, outputs: list[Output]) -> None:
+        """Runs in a worker thread: all the batch's writes, one fsync."""
+        storage = self.storage
+        for output in outputs:
+            if output.snapshot is not None and output.reset_log:
+                storage.write_snapshot(*output.snapshot)
+                storage.reset_to_snapshot(output.snapshot[0])
+                snapshot = None
+            else:
+                snapshot = output.snapshot
+            storage.persist(
+                election_state=output.election_state,
+                snapshot=snapshot,
+                truncate_to=output.truncate_to,
+                append=output.append,
+                delete_before=output.delete_before,
+                flush=False,
+            )
+        storage.flush()
+
+    # =====================================================================
+    # Transport callbacks (run in transport tasks; never block)
+    # =====================================================================
+
+    def _deliver(self, message: Message) -> None:
+        if message.dst != self.config.node_id:
+            logger.warning("dropped a message addressed to node %d: %r", message.dst, type(message).__name__)
+            return
+        self._inbox_send.send_nowait(("message", message))
+
+    def _unreachable(self, peer: int) -> None:
+        self._inbox_send.send_nowait(("unreachable", peer))
+
+    # =====================================================================
+    # Output handling (in the core task)
+    # =====================================================================
+
+    def _handle(self, output: Output) -> None:
+        if not output:
+            return
+        for event in output.events:
+            self._on_role_change(event)
+        if output.snapshot_loaded is not None:
+            snapshot_id, data = output.snapshot_loaded
+            self.state_machine.restore(data)
+            self._applied_offset = snapshot_id.end_offset
+            self._last_snapshot_offset = snapshot_id.end_offset
+            logger.info("node %d installed snapshot %s from the leader", self.config.node_id, snapshot_id)
+        if output.committed:
+            self._apply(output.committed)
+        for read in output.reads:
+            waiter = self._pending_reads.pop(read.read_id, None)
+            if waiter is None:
+                continue
+            if isinstance(read, ReadReady):
+                waiter.resolve(read.offset)
+            else:
+                waiter.resolve(error=ReadNotConfirmedError(self.node.leader_id))
+        if output.has_persistence or output.messages:
+            self._persist_queue.append(output)
+            self._persist_wakeup.set()
+        self._maybe_snapshot()
+        self.metrics.observe_node(self.node)
+
+    def _apply(self, entries: list[Entry]) -> None:
+        data = [entry for entry in entries if entry.kind is RecordKind.DATA and entry.offset >= self._applied_offset]
+        if data:
+            self.state_machine.apply(data)
+        self._applied_offset = max(self._applied_offset, entries[-1].offset + 1)
+        if self._pending_proposals:
+            for entry in entries:
+                pending = self._pending_proposals.get(entry.offset)
+                if pending is None:
+                    continue
+                if entry.epoch != pending.epoch:
+                    del self._pending_proposals[entry.offset]
+                    pending.waiter.resolve(error=ProposalLostError(entry.offset))
+                elif entry.offset == pending.last_offset:
+                    del self._pending_proposals[entry.offset]
+                    pending.waiter.resolve(entry.offset)
+                    self.metrics.commit_seconds.observe(time.perf_counter() - pending.started_s)
+
+    def _maybe_snapshot(self) -> None:
+        if not self.snapshot_every_records:
+            return
+        applied = self._applied_offset
+        if applied - self._last_snapshot_offset < self.snapshot_every_records:
+            return
+        epoch = self.node.log.epoch_at(applied - 1)
+        if epoch is None or applied > self.node.high_watermark:
+            return
+        self._last_snapshot_offset = applied
+        output = self.node.snapshot_taken(SnapshotId(applied, epoch), self.state_machine.snapshot())
+        logger.info("node %d took a snapshot at offset %d", self.config.node_id, applied)
+        self._handle(output)
+
+    def _on_role_change(self, event: RoleChange) -> None:
+        logger.info(
+            "node %d role=%s epoch=%d leader=%s reason=%s",
+            event.node_id,
+            event.role.value,
+            event.epoch,
+            event.leader_id,
+            event.reason,
+        )
+        self.metrics.on_role_change(event)
+        if self._event_sink is not None:
+            self._event_sink(
+                {
+                    "event": "role",
+                    "node": event.node_id,
+                    "role": event.role.value,
+                    "epoch": event.epoch,
+                    "leader": event.leader_id,
+                    "reason": event.reason,
+                }
+            )
+        watchers, self._role_watchers = self._role_watchers, []
+        for watcher in watchers:
+            watcher.set()
+
+    # =====================================================================
+    # Local requests (called from any task; executed by the core task)
+    # =====================================================================
+
+    def _local_call(self, request: tuple, waiter: _Waiter) -> Output:
+        name = request[0]
+        node = self.node
+        try:
+            if name == "propose":
+                payloads: Sequence[bytes] = request[1]
+                first, output = node.propose(payloads)
+                last = first + len(payloads) - 1
+                self._pending_proposals[last] = _PendingProposal(node.epoch, last, waiter, request[2])
+                return output
+            if name == "read":
+                self._next_read_id += 1
+                self._pending_reads[self._next_read_id] = waiter
+                return node.read_index(self._next_read_id)
+            if name == "resign":
+                output = node.resign()
+                waiter.resolve(None)
+                return output
+        except NotLeaderError as error:
+            waiter.resolve(error=error)
+            return Output()
+        raise AssertionError(f"unknown local call {name!r}")  # pragma: no cover
+
+    async def _call(self, *request: Any) -> Any:
+        waiter = _Waiter()
+        self._inbox_send.send_nowait(("call", request, waiter))
+        return await waiter.wait()
+
+    async def propose(self, payloads: Sequence[bytes]) -> int:
+        """Append records and wait until they are committed; returns the
+        offset of the last one.
+
+        Raises ``NotLeaderError`` (with a leader hint) when this node does
+        not lead, ``ProposalLostError`` when another leader's record took the
+        offset (it did not happen). Wrap in ``trio.fail_after`` for a bound:
+        a cancelled wait leaves the outcome unknown.
+        """
+        if not payloads:
+            raise ValueError("nothing to propose")
+        return await self._call("propose", list(payloads), time.perf_counter())
+
+    async def read_index(self) -> int:
+        """Linearizable read barrier (ReadIndex): returns once the state
+        machine reflects every write acknowledged before the call; returns
+        the applied offset to read at.
+
+        Raises ``NotLeaderError`` or ``ReadNotConfirmedError``.
+        """
+        offset = await self._call("read")
+        # Committed records up to the read offset were applied before the
+        # ReadReady was handled (the core emits them first).
+        assert self._applied_offset >= offset
+        return self._applied_offset
+
+    def leader_local_offset(self) -> int:
+        """For a leader-local read (answered from this node's own state, as
+        Kafka's controller does): the applied offset, if this node leads and
+        has applied a record of its own epoch (KAFKA-15345).
+
+        Raises ``NotLeaderError`` otherwise.
+        """
+        if not self.node.leader_has_committed_own_epoch:
+            raise NotLeaderError(self.node.leader_id, self.node.epoch)
+        return self._applied_offset
+
+    async def resign(self) -> None:
+        """Hand leadership over (graceful shutdown)."""
+        await self._call("resign")
+
+    async def wait_for_role_change(self) -> None:
+        event = trio.Event()
+        self._role_watchers.append(event)
+        await event.wait()
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Wait until ``predicate()`` holds; re-checked on every role change
+        and every 10 ms of trio's clock."""
+        while not predicate():
+            with trio.move_on_after(0.01):
+                await self.wait_for_role_change()
+
+    # =====================================================================
+    # Queries
+    # =====================================================================
+
+    @property
+    def applied_offset(self) -> int:
+        return self._applied_offset
+
+    @property
+    def role(self) -> Role:
+        return self.node.role
+
+    def describe(self) -> QuorumDescription:
+        return self.node.describe()
+
+    def statistics(self) -> dict[str, Any]:
+        node = self.node
+        return {
+            "node_id": self.config.node_id,
+            "role": node.role.value,
+            "epoch": node.epoch,
+            "leader_id": node.leader_id,
+            "high_watermark": node.high_watermark,
+            "log_start_offset": node.log.start_offset,
+            "log_end_offset": node.log.end_offset,
+            "applied_offset": self._applied_offset,
+            "pending_proposals": len(self._pending_proposals),
+            "pending_reads": len(self._pending_reads),
+        }
