@@ -90,14 +90,15 @@ class MemoryLog:
             result.append(entry)
         return result
 
-    def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
+    def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch | None:
         """The largest epoch <= ``epoch`` in this log and the end offset of its
         records (KIP-595 / KIP-101 divergence detection).
 
-        When ``epoch`` predates everything held, the answer is the log start
-        with the start epoch: the fetcher must truncate to it or take the
-        snapshot.
+        None when ``epoch`` predates the log start (is below ``start_epoch``):
+        where such records end is covered by the snapshot and not known here.
         """
+        if epoch < self._start_epoch:
+            return None
         if epoch >= self.last_epoch:
             return OffsetAndEpoch(self.last_epoch, self.end_offset)
         position = bisect.bisect_right(self._epoch_starts, epoch)

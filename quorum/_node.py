@@ -777,14 +777,21 @@ class QuorumNode:
         log = self._log
         offset, epoch = request.fetch_offset, request.last_fetched_epoch
         if self._snapshot is not None:
-            below_start = offset < log.start_offset
-            at_start_wrong_epoch = offset == log.start_offset and epoch != log.start_epoch and offset > 0
-            if below_start or (at_start_wrong_epoch and log.end_offset_for_epoch(epoch).offset <= log.start_offset):
+            # KIP-630: behind our log start, or at it with another epoch, or
+            # with an epoch older than anything we hold: only the snapshot
+            # can bring this fetcher back onto the committed history.
+            if (
+                offset < log.start_offset
+                or (offset == log.start_offset and epoch != log.start_epoch)
+                or epoch < log.start_epoch
+            ):
                 return None, self._snapshot.snapshot_id
         found = log.end_offset_for_epoch(epoch)
+        if found is None:
+            # No snapshot and an epoch below our start epoch (0): a malformed
+            # request; send the fetcher back to the start.
+            return OffsetAndEpoch(log.start_epoch, log.start_offset), None
         if found.epoch != epoch or offset > found.offset:
-            if found.offset < log.start_offset and self._snapshot is not None:
-                return None, self._snapshot.snapshot_id
             return found, None
         return None, None
 
@@ -1025,16 +1032,19 @@ class QuorumNode:
         self._read_token = max(self._read_token, response.read_token)
         self._next_fetch_tick = self._tick
         if response.diverging is not None:
+            # Our log is not a prefix of the leader's: truncate and ask again.
+            # The high watermark must not move on such a response: it is
+            # only meaningful for a log the leader has validated (KIP-595).
             self._truncate_diverging(response.diverging)
         elif response.snapshot_id is not None:
             self._download = _SnapshotDownload(response.snapshot_id, bytearray())
-        elif response.records and response.records[0].offset == self._log.end_offset:
-            # (Records that do not continue our log are dropped; the next
-            # Fetch asks again from our end.)
-            self._log.append(response.records)
-            self._out.append.extend(response.records)
-        # Followers learn the high watermark, bounded by their own log.
-        self._advance_high_watermark(min(response.high_watermark, self._log.end_offset))
+        elif not response.records or response.records[0].offset == self._log.end_offset:
+            # The leader validated our log up to the fetch offset; the
+            # records extend it. Learn the high watermark, bounded by our log.
+            if response.records:
+                self._log.append(response.records)
+                self._out.append.extend(response.records)
+            self._advance_high_watermark(min(response.high_watermark, self._log.end_offset))
         self._maybe_send_fetch(self._tick)
 
     def _truncate_diverging(self, diverging: OffsetAndEpoch) -> None:
@@ -1042,7 +1052,12 @@ class QuorumNode:
         # the leader's end; if we have no records of that epoch, keep what
         # precedes our next epoch. Repeated rounds converge on the fork point.
         ours = self._log.end_offset_for_epoch(diverging.epoch)
-        target = min(diverging.offset, ours.offset) if ours.epoch == diverging.epoch else ours.offset
+        if ours is None:
+            target = self._log.start_offset
+        elif ours.epoch == diverging.epoch:
+            target = min(diverging.offset, ours.offset)
+        else:
+            target = ours.offset
         target = max(target, self._log.start_offset)
         if target < self._hw:
             raise QuorumInvariantError(

@@ -49,3 +49,21 @@ def test_seed_43_an_epoch_lost_in_a_crash_before_it_was_persisted_is_not_a_regre
     options.pre_vote = False
     result = run_scenario("random", 43, options)
     assert result.valid, result.violation
+
+
+def test_seed_100510_a_diverging_follower_must_not_learn_the_high_watermark():
+    """Found by the random sweep: a deposed leader (n1, with uncommitted
+    records of epoch 1) fetched from a new leader whose log now started
+    after a snapshot, in epoch 2. Two bugs together: the leader answered
+    "diverging at epoch 2" for an epoch older than its log start (it must
+    send its snapshot), and the follower advanced its high watermark on a
+    diverging response, committing its own stale records. Fixes: a fetch
+    with an epoch older than the log start is answered with the snapshot,
+    and only a validated response moves a follower's high watermark."""
+    result = run_scenario("random", 100510, random_options(100510))
+    assert result.valid, result.violation
+
+
+def test_seed_100516_same_divergence_through_a_different_schedule():
+    result = run_scenario("random", 100516, random_options(100516))
+    assert result.valid, result.violation
