@@ -1297,7 +1297,11 @@ class QuorumNode:
     # =====================================================================
 
     def _send(self, message: Message) -> None:
-        self._out.messages.append(message)
+        if isinstance(message, (FetchResponse, FetchSnapshotResponse)):
+            # Depends on nothing being durable here (see _output.py).
+            self._out.early_messages.append(message)
+        else:
+            self._out.messages.append(message)
 
     def _flush(self) -> Output:
         out = self._out

@@ -15,8 +15,13 @@ returned**, like this:
    the records being on disk, since the offset *is* the acknowledgement), so
    it must never leave before the persistence of its own output **and of
    every earlier output** is durable.
-3. ``committed``, ``snapshot_loaded``, ``reads`` and ``events`` may be acted
-   on at once: committed records are already durable on a majority.
+3. ``early_messages``, ``committed``, ``snapshot_loaded``, ``reads`` and
+   ``events`` may be acted on at once. Early messages depend on no
+   persistence: they are the leader's Fetch responses, which may carry
+   records the leader has not yet made durable (Raft thesis §10.2.1: the
+   leader writes its log in parallel with replicating it; it counts itself
+   toward the high watermark only once ``persisted`` says so). Committed
+   records are already durable on a majority.
 
 Nothing here is ever an instruction to read a clock or to sleep: timers are
 the driver calling ``node.tick()`` every ``tick_ms``.
@@ -87,6 +92,7 @@ class Output:
     append: list[Entry] = field(default_factory=list)
     delete_before: int | None = None
     messages: list[Message] = field(default_factory=list)
+    early_messages: list[Message] = field(default_factory=list)
     committed: list[Entry] = field(default_factory=list)
     # The state machine must reset itself from this snapshot before applying
     # ``committed`` (a follower installed a snapshot fetched from its leader).
@@ -108,6 +114,7 @@ class Output:
         return bool(
             self.has_persistence
             or self.messages
+            or self.early_messages
             or self.committed
             or self.snapshot_loaded
             or self.reads

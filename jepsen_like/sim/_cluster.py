@@ -388,6 +388,7 @@ class Simulation:
             raise InvariantViolation("hw-regress", f"n{node.node_id} high watermark {node.last_hw} -> {core.high_watermark}")
         node.last_hw = core.high_watermark
         self._check_epoch(node)
+        self._send_all(output.early_messages)
         node.pipeline.append(output)
         self._pump(node)
         self._maybe_snapshot(node)

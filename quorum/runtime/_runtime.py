@@ -302,6 +302,8 @@ class QuorumRuntime:
                 waiter.resolve(read.offset)
             else:
                 waiter.resolve(error=ReadNotConfirmedError(self.node.leader_id))
+        for message in output.early_messages:
+            self.transport.send(message)
         if output.has_persistence or output.messages:
             self._persist_queue.append(output)
             self._persist_wakeup.set()

@@ -54,6 +54,10 @@ class KeyValueStateMachine:
             else:
                 self.values[key] = (value, entry.offset)
 
+    def query(self, query: bytes) -> bytes | None:
+        """A wire ReadRequest's answer: the value of the key ``query``."""
+        return self.values.get(query, (None, -1))[0]
+
     def get(self, key: bytes) -> tuple[bytes | None, int]:
         """(value, version); version -1 when the key was never written."""
         value, version = self.values.get(key, (None, -1))

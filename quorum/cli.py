@@ -1,0 +1,213 @@
+"""``kraft-quorum``: run a quorum node, inspect a quorum, decode a log.
+
+    kraft-quorum node --node-id 1 --voters 1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093 --data-dir data/1
+    kraft-quorum describe --bootstrap 127.0.0.1:9091 --status
+    kraft-quorum write --bootstrap 1@127.0.0.1:9091 KEY VALUE
+    kraft-quorum read --bootstrap 1@127.0.0.1:9091 KEY
+    kraft-quorum dump-log data/1
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import click
+import trio
+
+from .runtime import KeyValueStateMachine, NodeConfig, open_quorum_node, parse_voters
+from .storage import dump_log_command
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, port = text.rsplit(":", 1)
+    return host.strip("[]"), int(port)
+
+
+@click.group()
+def main() -> None:
+    """Run and inspect a pykraft metadata quorum."""
+
+
+@main.command("node")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="A TOML file of these options.")
+@click.option("--node-id", type=int)
+@click.option("--voters", help="ID@HOST:PORT,... for every voter (Kafka's controller.quorum.voters).")
+@click.option("--listen", help="HOST:PORT to listen on (default: this node's voter address).")
+@click.option("--data-dir", type=click.Path(file_okay=False), help="Where the log lives (default: in memory).")
+@click.option("--cluster-id", default=None, help="Refuse peers of other clusters.  [default: pykraft]")
+@click.option("--metrics", "metrics_listen", help="HOST:PORT for Prometheus /metrics.")
+@click.option("--event-log", type=click.Path(dir_okay=False), help="Append role changes here as JSON lines.")
+@click.option("--fsync/--no-fsync", default=None, help="fsync before acknowledging (default on; off only for experiments).")
+@click.option("--election-timeout-ms", type=int)
+@click.option("--fetch-timeout-ms", type=int)
+@click.option("--check-quorum/--no-check-quorum", default=None, help="KAFKA-15489 leader progress timeout.")
+@click.option("--pre-vote/--no-pre-vote", default=None, help="KIP-996 pre-vote.")
+@click.option("--snapshot-every-records", type=int)
+@click.option("--log-level", default="INFO", show_default=True)
+def node_command(config_file: str | None, log_level: str, **options: Any) -> None:
+    """Run one voter (or observer) until SIGTERM or SIGINT; a leader hands
+    over with EndQuorumEpoch before it exits."""
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    settings: dict[str, Any] = {}
+    if config_file:
+        with open(config_file, "rb") as handle:
+            settings.update(tomllib.load(handle))
+    settings.update({key: value for key, value in options.items() if value is not None})
+    try:
+        config = _node_config(settings)
+    except (KeyError, ValueError, TypeError) as error:
+        raise click.UsageError(str(error)) from error
+    trio.run(_run_node, config)
+
+
+def _node_config(settings: dict[str, Any]) -> NodeConfig:
+    if "node_id" not in settings or "voters" not in settings:
+        raise ValueError("--node-id and --voters are required (or give them in --config)")
+    voters = settings["voters"]
+    quorum = {
+        key: settings[key]
+        for key in ("election_timeout_ms", "fetch_timeout_ms", "check_quorum", "pre_vote")
+        if key in settings
+    }
+    quorum.update(settings.get("quorum", {}))
+    return NodeConfig(
+        node_id=int(settings["node_id"]),
+        voters=parse_voters(voters) if isinstance(voters, str) else {int(k): _address(v) for k, v in voters.items()},
+        cluster_id=settings.get("cluster_id", "pykraft"),
+        listen=_address(settings["listen"]) if "listen" in settings else None,
+        data_dir=settings.get("data_dir"),
+        fsync=settings.get("fsync", True),
+        metrics_listen=_address(settings["metrics_listen"]) if "metrics_listen" in settings else None,
+        event_log=settings.get("event_log"),
+        snapshot_every_records=int(settings.get("snapshot_every_records", 10_000)),
+        quorum=quorum,
+    )
+
+
+async def _run_node(config: NodeConfig) -> None:
+    log = logging.getLogger("pykraft.node")
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with open_quorum_node(config, KeyValueStateMachine()) as node:
+            log.info("node %d serving on port %s", node.node_id, node.listen_port)
+            async for signum in signals:
+                log.info("node %d got %s: shutting down", node.node_id, signal.Signals(signum).name)
+                break
+    log.info("node %d stopped", config.node_id)
+
+
+def _client(bootstrap: str, cluster_id: str, timeout_s: float) -> Any:
+    from .client import QuorumClient
+
+    return QuorumClient(bootstrap.split(","), cluster_id=cluster_id, retry_timeout_s=timeout_s)
+
+
+_bootstrap_option = click.option("--bootstrap", required=True, help="HOST:PORT[,...] or ID@HOST:PORT[,...]")
+_cluster_option = click.option("--cluster-id", default="pykraft", show_default=True)
+_timeout_option = click.option("--timeout-s", default=10.0, show_default=True, type=float)
+
+
+@main.command("describe")
+@_bootstrap_option
+@_cluster_option
+@_timeout_option
+@click.option("--status", "view", flag_value="status", default=True, help="Leader, epoch, high watermark.")
+@click.option("--replication", "view", flag_value="replication", help="Each replica's log end offset and lag.")
+@click.option("--json", "as_json", is_flag=True)
+def describe_command(bootstrap: str, cluster_id: str, timeout_s: float, view: str, as_json: bool) -> None:
+    """DescribeQuorum, like kafka-metadata-quorum describe."""
+
+    async def run() -> Any:
+        async with _client(bootstrap, cluster_id, timeout_s) as client:
+            return await client.describe()
+
+    try:
+        answer = trio.run(run)
+    except Exception as error:  # noqa: BLE001 - one clear sentence for the user
+        raise click.ClickException(f"no node answered: {error}") from error
+    replicas = [("voter", r) for r in answer.voters] + [("observer", r) for r in answer.observers]
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "leader_id": answer.leader_id,
+                    "epoch": answer.epoch,
+                    "high_watermark": answer.high_watermark,
+                    "replicas": [
+                        {"kind": kind, "node_id": r.node_id, "log_end_offset": r.log_end_offset, "last_fetch_ms": r.last_fetch_ms}
+                        for kind, r in replicas
+                    ],
+                }
+            )
+        )
+        return
+    if view == "status":
+        click.echo(f"LeaderId:      {answer.leader_id}")
+        click.echo(f"LeaderEpoch:   {answer.epoch}")
+        click.echo(f"HighWatermark: {answer.high_watermark}")
+        click.echo(f"CurrentVoters: {[r.node_id for r in answer.voters]}")
+        click.echo(f"CurrentObservers: {[r.node_id for r in answer.observers]}")
+        return
+    click.echo(f"{'NodeId':>8} {'LogEndOffset':>14} {'Lag':>8} {'LastFetchMs':>12}  Status")
+    for kind, replica in replicas:
+        lag = "-" if replica.log_end_offset is None else max(0, answer.high_watermark - replica.log_end_offset)
+        status = "Leader" if replica.node_id == answer.leader_id else kind.capitalize()
+        last = "-" if replica.last_fetch_ms is None else replica.last_fetch_ms
+        end = "-" if replica.log_end_offset is None else replica.log_end_offset
+        click.echo(f"{replica.node_id:>8} {end:>14} {lag:>8} {last:>12}  {status}")
+
+
+@main.command("write")
+@_bootstrap_option
+@_cluster_option
+@_timeout_option
+@click.argument("key")
+@click.argument("value")
+def write_command(bootstrap: str, cluster_id: str, timeout_s: float, key: str, value: str) -> None:
+    """Commit KEY=VALUE to the node's key-value state machine."""
+
+    async def run() -> int:
+        async with _client(bootstrap, cluster_id, timeout_s) as client:
+            return await client.propose([KeyValueStateMachine.encode_put(key.encode(), value.encode())])
+
+    try:
+        offset = trio.run(run)
+    except Exception as error:  # noqa: BLE001
+        raise click.ClickException(str(error)) from error
+    click.echo(f"committed at offset {offset}")
+
+
+@main.command("read")
+@_bootstrap_option
+@_cluster_option
+@_timeout_option
+@click.option("--mode", type=click.Choice(["linearizable", "leader-local"]), default="linearizable", show_default=True)
+@click.argument("key")
+def read_command(bootstrap: str, cluster_id: str, timeout_s: float, mode: str, key: str) -> None:
+    """Read KEY from the leader's state machine."""
+
+    async def run() -> tuple[int, bytes | None]:
+        async with _client(bootstrap, cluster_id, timeout_s) as client:
+            return await client.read(key.encode(), mode=mode)
+
+    try:
+        offset, value = trio.run(run)
+    except Exception as error:  # noqa: BLE001
+        raise click.ClickException(str(error)) from error
+    shown = "(none)" if value is None else value.decode(errors="replace")
+    click.echo(f"{key} = {shown}   (read at offset {offset}, {mode})")
+
+
+main.add_command(dump_log_command, "dump-log")
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

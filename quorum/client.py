@@ -1,0 +1,236 @@
+"""A client for a pykraft quorum: propose records, read, describe.
+
+::
+
+    async with QuorumClient(["1@127.0.0.1:9091", "2@127.0.0.1:9092"]) as client:
+        offset = await client.propose([b"record"])
+
+Bootstrap entries are ``ID@HOST:PORT`` (so a NOT_LEADER hint leads straight
+to the leader) or ``HOST:PORT`` (the client then tries the next one).
+Requests are pipelined on one connection. Only errors that prove the
+request did not happen (NOT_LEADER) are retried; a connection lost while a
+proposal was in flight raises ``IndeterminateError``: it may have happened.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any
+
+import trio
+
+from ._messages import ErrorCode
+from .wire import (
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
+    ErrorFrame,
+    FrameDecoder,
+    ProposeRequest,
+    ProposeResponse,
+    ReadRequest,
+    ReadResponse,
+    RemoteProtocolError,
+    decode_message,
+    encode_message,
+)
+
+logger = logging.getLogger("pykraft.client")
+
+
+class QuorumClientError(Exception):
+    """A request failed for good (no node could take it within the retry
+    timeout, or the cluster refused it)."""
+
+
+class IndeterminateError(QuorumClientError):
+    """The connection failed while the request was in flight: it may or may
+    not have taken effect."""
+
+
+def _parse_bootstrap(entries: list[str]) -> list[tuple[int | None, str, int]]:
+    parsed = []
+    for entry in entries:
+        node_id: int | None = None
+        address = entry.strip()
+        if "@" in address:
+            node, address = address.split("@", 1)
+            node_id = int(node)
+        host, port = address.rsplit(":", 1)
+        parsed.append((node_id, host.strip("[]"), int(port)))
+    if not parsed:
+        raise ValueError("no bootstrap servers given")
+    return parsed
+
+
+class _Connection:
+    def __init__(self, stream: trio.SocketStream, cluster_id: str, address: str) -> None:
+        self.stream = stream
+        self.cluster_id = cluster_id
+        self.address = address
+        self.waiting: dict[int, tuple[trio.Event, list[Any]]] = {}
+        self.correlation = itertools.count(1)
+        self.broken: BaseException | None = None
+        self.send_lock = trio.Lock()
+
+    async def read_loop(self) -> None:
+        decoder = FrameDecoder()
+        try:
+            while True:
+                data = await self.stream.receive_some(256 * 1024)
+                if not data:
+                    raise trio.BrokenResourceError("connection closed by the server")
+                decoder.feed(data)
+                while (payload := decoder.next_frame()) is not None:
+                    decoded = decode_message(payload, expected_cluster_id=self.cluster_id)
+                    slot = self.waiting.pop(decoded.correlation_id, None)
+                    if slot is not None:
+                        slot[1].append(decoded.message)
+                        slot[0].set()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, RemoteProtocolError) as error:
+            self.fail(error)
+
+    def fail(self, error: BaseException) -> None:
+        self.broken = error
+        for event, _ in self.waiting.values():
+            event.set()
+        self.waiting.clear()
+
+    async def request(self, message: Any, timeout_s: float) -> Any:
+        if self.broken is not None:
+            # Known broken before sending: certainly not sent.
+            raise QuorumClientError(f"connection to {self.address} is broken: {self.broken}")
+        correlation_id = next(self.correlation)
+        event, holder = trio.Event(), []
+        self.waiting[correlation_id] = (event, holder)
+        frame = encode_message(message, correlation_id=correlation_id, cluster_id=self.cluster_id)
+        try:
+            async with self.send_lock:
+                await self.stream.send_all(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+            self.fail(error)
+            raise QuorumClientError(f"could not send to {self.address}: {error}") from error
+        with trio.move_on_after(timeout_s):
+            await event.wait()
+        if not holder:
+            self.waiting.pop(correlation_id, None)
+            raise IndeterminateError(f"no answer from {self.address} within {timeout_s} s")
+        return holder[0]
+
+
+class QuorumClient:
+    """See the module docstring. Use as an async context manager."""
+
+    def __init__(
+        self,
+        bootstrap: list[str],
+        *,
+        cluster_id: str = "pykraft",
+        request_timeout_s: float = 5.0,
+        retry_timeout_s: float = 30.0,
+    ) -> None:
+        self._servers = _parse_bootstrap(bootstrap)
+        self.cluster_id = cluster_id
+        self.request_timeout_s = request_timeout_s
+        self.retry_timeout_s = retry_timeout_s
+        self._index = 0
+        self._connection: _Connection | None = None
+        self._nursery: trio.Nursery | None = None
+        self._nursery_manager: Any = None
+
+    async def __aenter__(self) -> QuorumClient:
+        self._nursery_manager = trio.open_nursery()
+        self._nursery = await self._nursery_manager.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        await self._close_connection()
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
+        return await self._nursery_manager.__aexit__(*exc_info)
+
+    async def _close_connection(self) -> None:
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            connection.fail(trio.ClosedResourceError("closed by the client"))
+            with trio.move_on_after(1) as scope:
+                scope.shield = True
+                await connection.stream.aclose()
+
+    async def _connect(self) -> _Connection:
+        if self._connection is not None and self._connection.broken is None:
+            return self._connection
+        await self._close_connection()
+        _, host, port = self._servers[self._index % len(self._servers)]
+        stream = await trio.open_tcp_stream(host, port)
+        connection = _Connection(stream, self.cluster_id, f"{host}:{port}")
+        assert self._nursery is not None
+        self._nursery.start_soon(connection.read_loop)
+        self._connection = connection
+        return connection
+
+    async def _move_to(self, leader_hint: int | None) -> None:
+        await self._close_connection()
+        for index, (node_id, _, _) in enumerate(self._servers):
+            if leader_hint is not None and node_id == leader_hint:
+                self._index = index
+                return
+        self._index += 1
+
+    async def _call(self, message: Any, *, retry_indeterminate: bool) -> Any:
+        backoff_s = 0.02
+        last_error: BaseException | None = None
+        with trio.move_on_after(self.retry_timeout_s):
+            while True:
+                try:
+                    connection = await self._connect()
+                except OSError as error:
+                    last_error = error
+                    await self._move_to(None)
+                    await trio.sleep(backoff_s)
+                    backoff_s = min(backoff_s * 2, 0.5)
+                    continue
+                try:
+                    response = await connection.request(message, self.request_timeout_s)
+                except IndeterminateError as error:
+                    if not retry_indeterminate:
+                        raise
+                    last_error = error
+                    await self._move_to(None)
+                    continue
+                except QuorumClientError as error:  # not even sent: safe to retry
+                    last_error = error
+                    await self._move_to(None)
+                    continue
+                if isinstance(response, ErrorFrame):
+                    raise QuorumClientError(f"{connection.address} refused the request: {response.code.name}: {response.message}")
+                error_code = getattr(response, "error", ErrorCode.NONE)
+                if error_code is ErrorCode.NOT_LEADER:
+                    last_error = QuorumClientError(f"{connection.address} is not the leader")
+                    await self._move_to(response.leader_hint)
+                    await trio.sleep(backoff_s if response.leader_hint is None else 0)
+                    backoff_s = min(backoff_s * 2, 0.5)
+                    continue
+                if error_code is not ErrorCode.NONE:
+                    raise QuorumClientError(f"{connection.address} answered {error_code.name}")
+                return response
+        raise QuorumClientError(f"no node served the request within {self.retry_timeout_s} s: {last_error}")
+
+    async def propose(self, records: list[bytes]) -> int:
+        """Commit ``records``; returns the offset of the first. Raises
+        ``IndeterminateError`` when it may or may not have happened,
+        ``QuorumClientError`` when it certainly did not."""
+        response: ProposeResponse = await self._call(ProposeRequest(records=tuple(records)), retry_indeterminate=False)
+        assert response.offset is not None
+        return response.offset
+
+    async def read(self, query: bytes = b"", *, mode: str = "linearizable") -> tuple[int, bytes | None]:
+        """(offset read at, the state machine's answer to ``query``)."""
+        response: ReadResponse = await self._call(ReadRequest(mode=mode, query=query), retry_indeterminate=True)
+        assert response.offset is not None
+        return response.offset, response.value
+
+    async def describe(self) -> DescribeQuorumResponse:
+        """DescribeQuorum from the first node that answers (not necessarily
+        the leader: its view may lag)."""
+        return await self._call(DescribeQuorumRequest(), retry_indeterminate=True)

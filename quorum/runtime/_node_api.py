@@ -1,0 +1,278 @@
+"""The embedding API: ``open_quorum_node``.
+
+::
+
+    config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9091)}, data_dir="data/1")
+    async with open_quorum_node(config, KeyValueStateMachine()) as node:
+        offset = await node.propose([KeyValueStateMachine.encode_put(b"k", b"v")])
+        await node.read("linearizable")   # the state machine now reflects every acknowledged write
+
+A single voter needs nothing else; three voters are three such programs (or
+processes) with the same ``voters`` map.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from .._config import QuorumConfig
+from .._messages import ErrorCode
+from .._node import NotLeaderError, QuorumDescription
+from ..storage import FileStorage, MemoryStorage, RetentionPolicy
+from ..wire import (
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
+    ProposeRequest,
+    ProposeResponse,
+    ReadRequest,
+    ReadResponse,
+)
+from ._metrics import Metrics, serve_metrics
+from ._runtime import ProposalLostError, QuorumRuntime, ReadNotConfirmedError
+from ._state_machine import KeyValueStateMachine, StateMachine
+from ._tcp import TcpTransport
+
+logger = logging.getLogger("pykraft.quorum")
+
+_QUORUM_FIELDS = {f.name for f in fields(QuorumConfig) if f.init and f.name not in ("node_id", "voters")}
+
+
+def parse_voters(text: str) -> dict[int, tuple[str, int]]:
+    """``"1@host:port,2@host:port"`` (Kafka's controller.quorum.voters form).
+
+    Raises ``ValueError`` naming the bad entry.
+    """
+    voters: dict[int, tuple[str, int]] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        try:
+            node, address = item.split("@", 1)
+            host, port = address.rsplit(":", 1)
+            voters[int(node)] = (host.strip("[]"), int(port))
+        except ValueError:
+            raise ValueError(f"bad voter {item!r}: expected ID@HOST:PORT") from None
+    if not voters:
+        raise ValueError("no voters given")
+    return voters
+
+
+@dataclass(kw_only=True)
+class NodeConfig:
+    """Everything one node process needs.
+
+    ``voters`` maps every voter's id to its address. A node whose id is not
+    among them is an observer and must give ``listen``. ``data_dir`` None
+    keeps everything in memory (tests, throwaway prototypes). ``quorum``
+    overrides ``QuorumConfig`` fields (``election_timeout_ms``, ...).
+    """
+
+    node_id: int
+    voters: dict[int, tuple[str, int]]
+    cluster_id: str = "pykraft"
+    listen: tuple[str, int] | None = None
+    data_dir: Path | str | None = None
+    fsync: bool = True
+    snapshot_every_records: int = 10_000
+    retention_bytes: int | None = 100 * 1024 * 1024
+    retention_ms: int | None = 7 * 24 * 3600 * 1000
+    metrics_listen: tuple[str, int] | None = None
+    event_log: Path | str | None = None
+    quorum: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.quorum) - _QUORUM_FIELDS
+        if unknown:
+            raise ValueError(f"unknown quorum settings: {', '.join(sorted(unknown))}")
+        if self.listen is None:
+            if self.node_id not in self.voters:
+                raise ValueError(f"node {self.node_id} is not a voter, so it needs a listen address")
+            self.listen = self.voters[self.node_id]
+
+    def quorum_config(self) -> QuorumConfig:
+        return QuorumConfig(node_id=self.node_id, voters=tuple(self.voters), **self.quorum)
+
+
+class QuorumNodeHandle:
+    """What ``open_quorum_node`` yields."""
+
+    def __init__(self, runtime: QuorumRuntime, transport: TcpTransport | None) -> None:
+        self.runtime = runtime
+        self._transport = transport
+
+    @property
+    def node_id(self) -> int:
+        return self.runtime.config.node_id
+
+    @property
+    def listen_port(self) -> int | None:
+        return self._transport.bound_port if self._transport else None
+
+    @property
+    def state_machine(self) -> StateMachine:
+        return self.runtime.state_machine
+
+    @property
+    def is_leader(self) -> bool:
+        return self.runtime.node.leader_has_committed_own_epoch
+
+    async def propose(self, records: list[bytes]) -> int:
+        """Commit ``records``; returns the offset of the first. Raises
+        ``NotLeaderError`` (retry at ``leader_id``) or ``ProposalLostError``."""
+        last = await self.runtime.propose(records)
+        return last - len(records) + 1
+
+    async def read(self, mode: str = "linearizable") -> int:
+        """Wait until the state machine may be read in ``mode``
+        ("linearizable": ReadIndex; "leader-local": this leader's own state,
+        as Kafka's controller answers); returns the applied offset.
+        Raises ``NotLeaderError`` or ``ReadNotConfirmedError``."""
+        if mode == "linearizable":
+            return await self.runtime.read_index()
+        if mode == "leader-local":
+            return self.runtime.leader_local_offset()
+        raise ValueError(f"unknown read mode {mode!r}")
+
+    async def wait_for_leader(self) -> int:
+        """Wait until some node leads and this node knows it; returns its id."""
+        node = self.runtime.node
+        await self.runtime.wait_until(
+            lambda: node.leader_id is not None and (node.leader_id != node.node_id or self.is_leader)
+        )
+        assert node.leader_id is not None
+        return node.leader_id
+
+    async def resign(self) -> None:
+        await self.runtime.resign()
+
+    def describe(self) -> QuorumDescription:
+        return self.runtime.describe()
+
+    def statistics(self) -> dict[str, Any]:
+        return self.runtime.statistics()
+
+
+async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
+    """Answer a client's wire request from this node."""
+    node = runtime.node
+    try:
+        if isinstance(request, ProposeRequest):
+            last = await runtime.propose(list(request.records))
+            return ProposeResponse(offset=last - len(request.records) + 1)
+        if isinstance(request, ReadRequest):
+            if request.mode == "linearizable":
+                offset = await runtime.read_index()
+            else:
+                offset = runtime.leader_local_offset()
+            query = getattr(runtime.state_machine, "query", None)
+            value = query(request.query) if query is not None else None
+            return ReadResponse(offset=offset, value=value)
+        if isinstance(request, DescribeQuorumRequest):
+            description = runtime.describe()
+            return DescribeQuorumResponse(
+                leader_id=description.leader_id,
+                epoch=description.epoch,
+                high_watermark=description.high_watermark,
+                voters=description.voters,
+                observers=description.observers,
+            )
+    except NotLeaderError as error:
+        code, hint = ErrorCode.NOT_LEADER, error.leader_id
+    except ReadNotConfirmedError as error:
+        code, hint = ErrorCode.NOT_LEADER, error.leader_id
+    except ProposalLostError:
+        code, hint = ErrorCode.NOT_LEADER, node.leader_id
+    else:
+        raise ValueError(f"not a client request: {type(request).__name__}")
+    if isinstance(request, ProposeRequest):
+        return ProposeResponse(error=code, leader_hint=hint)
+    return ReadResponse(error=code, leader_hint=hint)
+
+
+def open_storage(config: NodeConfig) -> FileStorage | MemoryStorage:
+    if config.data_dir is None:
+        return MemoryStorage()
+    return FileStorage.open(
+        config.data_dir,
+        node_id=config.node_id,
+        cluster_id=config.cluster_id,
+        fsync=config.fsync,
+        retention=RetentionPolicy(retention_bytes=config.retention_bytes, retention_ms=config.retention_ms),
+    )
+
+
+@asynccontextmanager
+async def open_quorum_node(
+    config: NodeConfig, state_machine: StateMachine | None = None, *, rng: random.Random | None = None
+) -> AsyncIterator[QuorumNodeHandle]:
+    """Run a quorum node for the duration of the ``async with`` block.
+
+    On exit a leader resigns first (EndQuorumEpoch), so a successor takes
+    over in about a round trip. Raises ``ValueError`` for a bad config and
+    the storage errors of ``FileStorage.open`` (another node's directory, a
+    corrupt election state).
+    """
+    machine = state_machine if state_machine is not None else KeyValueStateMachine()
+    storage = open_storage(config)
+    metrics = Metrics()
+    event_file = open(config.event_log, "a", encoding="utf-8") if config.event_log else None  # noqa: SIM115
+
+    def sink(event: dict[str, Any]) -> None:
+        if event_file is not None:
+            import json
+            import time
+
+            event_file.write(json.dumps({"wall_ns": time.time_ns(), **event}) + "\n")
+            event_file.flush()
+
+    runtime_ref: list[QuorumRuntime] = []
+
+    async def request_handler(request: Any) -> Any:
+        return await handle_client_request(runtime_ref[0], request)
+
+    transport = TcpTransport(
+        config.node_id,
+        cluster_id=config.cluster_id,
+        listen=config.listen,
+        peer_addresses=config.voters,
+        request_handler=request_handler,
+    )
+    runtime = QuorumRuntime(
+        config.quorum_config(),
+        machine,
+        storage=storage,
+        transport=transport,
+        rng=rng,
+        snapshot_every_records=config.snapshot_every_records,
+        metrics=metrics,
+        event_sink=sink,
+        io_in_thread=config.data_dir is not None,
+    )
+    runtime_ref.append(runtime)
+    handle = QuorumNodeHandle(runtime, transport)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runtime.run)
+            if config.metrics_listen is not None:
+                host, port = config.metrics_listen
+                await nursery.start(serve_metrics, metrics, host, port)
+            try:
+                yield handle
+            finally:
+                with trio.move_on_after(2) as scope:
+                    scope.shield = True
+                    if runtime.node.is_leader:
+                        await runtime.resign()
+                        # Let the EndQuorumEpoch leave before the sockets close.
+                        await trio.sleep(0.05)
+                nursery.cancel_scope.cancel()
+    finally:
+        storage.close()
+        if event_file is not None:
+            event_file.close()

@@ -1,0 +1,60 @@
+"""Durable storage of a quorum node: the segmented log, the election state
+file and snapshots, plus an in-memory twin for the simulator.
+
+The runtime talks to ``FileStorage`` (or the simulator to
+``MemoryStorage``); both expose the same methods. See ``docs/storage.md``
+for the on-disk formats, recovery rules and fsync policy.
+"""
+
+from ._dump import dump_log, dump_log_command, format_item, main
+from ._election import ELECTION_STATE_FILE_NAME, ElectionStateFile
+from ._errors import (
+    CorruptElectionStateError,
+    CorruptLogMetadataError,
+    CorruptRecordError,
+    CorruptSnapshotError,
+    LogFailedError,
+    SnapshotNotFoundError,
+    StorageError,
+    StorageOwnershipError,
+)
+from ._memory import MemoryElectionState, MemoryLogStore, MemorySnapshotStore, MemorySnapshotWriter
+from ._segments import (
+    DEFAULT_INDEX_INTERVAL_BYTES,
+    DEFAULT_SEGMENT_BYTES_MAX,
+    SegmentedLog,
+    SegmentInfo,
+)
+from ._snapshots import SnapshotStore, SnapshotWriter
+from ._storage import FileStorage, MemoryStorage, RecoveredState, RetentionPolicy
+
+__all__ = [
+    "DEFAULT_INDEX_INTERVAL_BYTES",
+    "DEFAULT_SEGMENT_BYTES_MAX",
+    "ELECTION_STATE_FILE_NAME",
+    "CorruptElectionStateError",
+    "CorruptLogMetadataError",
+    "CorruptRecordError",
+    "CorruptSnapshotError",
+    "ElectionStateFile",
+    "FileStorage",
+    "LogFailedError",
+    "MemoryElectionState",
+    "MemoryLogStore",
+    "MemorySnapshotStore",
+    "MemorySnapshotWriter",
+    "MemoryStorage",
+    "RecoveredState",
+    "RetentionPolicy",
+    "SegmentInfo",
+    "SegmentedLog",
+    "SnapshotNotFoundError",
+    "SnapshotStore",
+    "SnapshotWriter",
+    "StorageError",
+    "StorageOwnershipError",
+    "dump_log",
+    "dump_log_command",
+    "format_item",
+    "main",
+]

@@ -1,0 +1,540 @@
+"""The storage facade the runtime (and the simulator) talks to.
+
+``FileStorage`` bundles the three durable parts of a node under one data
+directory::
+
+    <data_dir>/
+        meta.json            node id and cluster id, written once
+        .lock                flock'ed while the directory is open
+        quorum-state.json    election state
+        log/                 segments (see _segments)
+        snapshots/           snapshot files (see _snapshots)
+
+``MemoryStorage`` offers the same methods over in-memory parts, plus
+``crash()``. Both execute the core's persistence instructions
+(``persist``), and hand back everything needed to rebuild the core at
+startup (``load``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .._types import ElectionState, Entry, SnapshotId
+from ._election import ElectionStateFile
+from ._errors import StorageError, StorageOwnershipError
+from ._files import atomic_write, decode_checked_json, encode_checked_json, fsync_directory, is_plain_int
+from ._memory import MemoryElectionState, MemoryLogStore, MemorySnapshotStore, MemorySnapshotWriter
+from ._segments import (
+    DEFAULT_BATCH_BYTES_MAX,
+    DEFAULT_INDEX_INTERVAL_BYTES,
+    DEFAULT_READ_BYTES_MAX,
+    DEFAULT_SEGMENT_BYTES_MAX,
+    SegmentedLog,
+)
+from ._snapshots import SnapshotStore, SnapshotWriter
+
+META_FILE_NAME = "meta.json"
+LOCK_FILE_NAME = ".lock"
+LOG_DIR_NAME = "log"
+SNAPSHOT_DIR_NAME = "snapshots"
+
+_default_logger = logging.getLogger("pykraft.storage")
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """How much log to keep behind the latest snapshot (KRaft's
+    ``metadata.max.retention.bytes`` / ``metadata.max.retention.ms``, whose
+    defaults these are). ``None`` switches a criterion off. Only whole
+    segments wholly behind the latest snapshot are ever deleted, oldest
+    first, while the log is larger than ``retention_bytes`` or the segment
+    was last written more than ``retention_ms`` ago."""
+
+    retention_bytes: int | None = 100 * 1024 * 1024
+    retention_ms: int | None = 7 * 24 * 3600 * 1000
+
+    def __post_init__(self) -> None:
+        for name in ("retention_bytes", "retention_ms"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be >= 0 or None, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredState:
+    """Everything durable, as read back at startup.
+
+    ``entries`` are every record held, from ``log_start_offset``; they may
+    begin *below* the snapshot's end offset (the log keeps some records
+    behind a snapshot so that followers slightly behind can fetch them):
+    ``entries_after_snapshot`` are the ones a state machine restored from
+    the snapshot still has to apply.
+    """
+
+    election_state: ElectionState | None
+    snapshot_id: SnapshotId | None
+    snapshot_bytes: bytes | None
+    entries: list[Entry]
+    log_start_offset: int
+
+    @property
+    def end_offset(self) -> int:
+        return self.entries[-1].offset + 1 if self.entries else self.log_start_offset
+
+    @property
+    def entries_after_snapshot(self) -> list[Entry]:
+        if self.snapshot_id is None or not self.entries:
+            return self.entries
+        skip = max(0, self.snapshot_id.end_offset - self.log_start_offset)
+        return self.entries[skip:]
+
+
+class _Facade:
+    """What FileStorage and MemoryStorage share; ``log``, ``election`` and
+    ``snapshots`` are set by the subclasses."""
+
+    log: Any
+    election: Any
+    snapshots: Any
+    retention: RetentionPolicy
+    node_id: int | None
+    cluster_id: str | None
+    _logger: logging.Logger
+
+    # -- the log ------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def end_offset(self) -> int:
+        return self.log.end_offset
+
+    @property
+    def last_epoch(self) -> int:
+        return self.log.last_epoch
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Append records (see ``SegmentedLog.append``); durable after ``flush``."""
+        self.log.append(entries)
+
+    def flush(self) -> None:
+        """fsync what was appended (one call per append round)."""
+        self.log.flush()
+
+    def truncate_to(self, end_offset: int) -> None:
+        """Drop records at or after ``end_offset``; durable on return."""
+        self.log.truncate_to(end_offset)
+
+    def delete_before(self, offset: int) -> None:
+        """Forget log records below ``offset`` (behind a snapshot); whole
+        segments only, so the log start may stay below ``offset``. Past the
+        log end the log restarts, empty, at ``offset`` with the latest
+        snapshot's epoch. Then removes snapshots made useless by the new log
+        start (every one but the latest whose end offset lies below it)."""
+        latest = self.snapshots.latest()
+        epoch_before = latest.epoch if latest is not None and latest.end_offset == offset else None
+        self.log.delete_before(offset, epoch_before=epoch_before)
+        self._delete_stale_snapshots()
+
+    def reset_to_snapshot(self, snapshot_id: SnapshotId) -> None:
+        """Discard the whole log: it restarts after ``snapshot_id``."""
+        self.log.reset(snapshot_id)
+
+    def read(self, start_offset: int, max_bytes: int = DEFAULT_READ_BYTES_MAX) -> list[Entry]:
+        """Records from ``start_offset`` (CRC-checked; see ``SegmentedLog.read``)."""
+        return self.log.read(start_offset, max_bytes)
+
+    def entries_from(self, start_offset: int | None = None) -> Iterator[Entry]:
+        return self.log.entries_from(start_offset)
+
+    # -- election state -------------------------------------------------------------
+
+    def read_election_state(self) -> ElectionState | None:
+        return self.election.read()
+
+    def write_election_state(self, state: ElectionState) -> None:
+        """Atomically and durably record ``state`` (before any message that
+        depends on it is sent)."""
+        self.election.write(state)
+
+    # -- snapshots ------------------------------------------------------------------
+
+    def write_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        """Publish a snapshot atomically and durably."""
+        self.snapshots.write(snapshot_id, data)
+
+    def latest_snapshot(self) -> SnapshotId | None:
+        return self.snapshots.latest()
+
+    def list_snapshots(self) -> list[SnapshotId]:
+        return self.snapshots.list()
+
+    def read_snapshot(self, snapshot_id: SnapshotId) -> bytes:
+        return self.snapshots.read(snapshot_id)
+
+    def snapshot_size(self, snapshot_id: SnapshotId) -> int:
+        return self.snapshots.size(snapshot_id)
+
+    def read_snapshot_chunk(self, snapshot_id: SnapshotId, position: int, max_bytes: int) -> bytes:
+        return self.snapshots.read_chunk(snapshot_id, position, max_bytes)
+
+    def snapshot_writer(self, snapshot_id: SnapshotId) -> SnapshotWriter | MemorySnapshotWriter:
+        return self.snapshots.writer(snapshot_id)
+
+    def _delete_stale_snapshots(self) -> list[SnapshotId]:
+        ids = self.snapshots.list()
+        start = self.log.log_start_offset
+        removed = []
+        for old in ids[:-1]:
+            if old.end_offset < start and self.snapshots.delete(old):
+                removed.append(old)
+        return removed
+
+    # -- the core's persistence instructions -------------------------------------
+
+    def persist(
+        self,
+        *,
+        election_state: ElectionState | None = None,
+        snapshot: tuple[SnapshotId, bytes] | None = None,
+        truncate_to: int | None = None,
+        append: Sequence[Entry] = (),
+        delete_before: int | None = None,
+        flush: bool = True,
+    ) -> None:
+        """Carry out one round of the core's persistence instructions in the
+        order the core requires (election state, snapshot, truncation,
+        append, deletion behind the snapshot), then fsync once. When it
+        returns, everything is durable and the core may be told so."""
+        if election_state is not None:
+            self.write_election_state(election_state)
+        if snapshot is not None:
+            self.write_snapshot(*snapshot)
+        if truncate_to is not None:
+            self.truncate_to(truncate_to)
+        if append:
+            self.append(append)
+        if delete_before is not None:
+            self.delete_before(delete_before)
+        if flush:
+            self.flush()
+
+    # -- startup --------------------------------------------------------------------
+
+    def load(self) -> RecoveredState:
+        """Read back everything durable to rebuild the core.
+
+        Reconciles the log with the latest snapshot first (KIP-630): a log
+        that ends before the snapshot, or disagrees with it about the epoch
+        of the snapshot's last record, is discarded and restarts after the
+        snapshot (WARNING logged).
+
+        Raises ``CorruptElectionStateError`` / ``CorruptSnapshotError``
+        (refuse to start), ``StorageError`` if the log starts after offset 0
+        with no snapshot covering the records below, ``CorruptRecordError``
+        if a record became unreadable since the log was opened.
+        """
+        election_state = self.election.read()
+        snapshot_id = self.snapshots.latest()
+        snapshot_bytes = self.snapshots.read(snapshot_id) if snapshot_id is not None else None
+        self._reconcile(snapshot_id)
+        entries = list(self.log.entries_from())
+        return RecoveredState(election_state, snapshot_id, snapshot_bytes, entries, self.log.log_start_offset)
+
+    def _reconcile(self, snapshot_id: SnapshotId | None) -> None:
+        log = self.log
+        if snapshot_id is None:
+            if log.log_start_offset > 0:
+                raise StorageError(
+                    f"the log starts at offset {log.log_start_offset} but no snapshot covers the records "
+                    f"below it; refusing to start with a hole in the history"
+                )
+            return
+        if log.log_start_offset > snapshot_id.end_offset:
+            raise StorageError(
+                f"the log starts at offset {log.log_start_offset}, after the end of the latest snapshot "
+                f"{snapshot_id}; refusing to start with a hole in the history"
+            )
+        if log.end_offset < snapshot_id.end_offset:
+            self._logger.warning(
+                "the log ends at offset %d, before the latest snapshot %s: discarding it, the log restarts "
+                "after the snapshot",
+                log.end_offset,
+                snapshot_id,
+            )
+            log.reset(snapshot_id)
+            return
+        if log.log_start_offset < snapshot_id.end_offset:
+            before = log.read(snapshot_id.end_offset - 1, 1)[0]
+            if before.epoch != snapshot_id.epoch:
+                self._logger.warning(
+                    "the log holds epoch %d at offset %d where the latest snapshot %s says epoch %d: "
+                    "the log diverged from the committed history; discarding it",
+                    before.epoch,
+                    before.offset,
+                    snapshot_id,
+                    snapshot_id.epoch,
+                )
+                log.reset(snapshot_id)
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> _Facade:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class FileStorage(_Facade):
+    """Durable storage of one node in a data directory. Use ``open``."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        log: SegmentedLog,
+        election: ElectionStateFile,
+        snapshots: SnapshotStore,
+        node_id: int | None,
+        cluster_id: str | None,
+        retention: RetentionPolicy,
+        lock_fd: int,
+        logger: logging.Logger,
+    ) -> None:
+        self.data_dir = data_dir
+        self.log = log
+        self.election = election
+        self.snapshots = snapshots
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.retention = retention
+        self._lock_fd = lock_fd
+        self._logger = logger
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        data_dir: Path | str,
+        *,
+        node_id: int | None = None,
+        cluster_id: str | None = None,
+        segment_bytes_max: int = DEFAULT_SEGMENT_BYTES_MAX,
+        index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+        batch_bytes_max: int = DEFAULT_BATCH_BYTES_MAX,
+        fsync: bool = True,
+        retention: RetentionPolicy | None = None,
+        logger: logging.Logger | None = None,
+    ) -> FileStorage:
+        """Open (creating if needed) the data directory and recover the log.
+
+        ``meta.json`` is written on first open when ``node_id`` and
+        ``cluster_id`` are given; later opens must name the same ones (or
+        none). Raises ``StorageOwnershipError`` if the directory belongs to
+        another node or cluster, or another process has it open;
+        ``CorruptLogMetadataError``, ``OSError``.
+        """
+        data_dir = Path(data_dir)
+        log_ = logger or _default_logger
+        created = not data_dir.exists()
+        data_dir.mkdir(parents=True, exist_ok=True)
+        if created and fsync:
+            fsync_directory(data_dir.parent)
+        lock_fd = _lock(data_dir)
+        try:
+            node_id, cluster_id = _check_meta(data_dir, node_id, cluster_id, fsync)
+            election = ElectionStateFile(data_dir, fsync=fsync, logger=log_)
+            snapshots = SnapshotStore(data_dir / SNAPSHOT_DIR_NAME, fsync=fsync, logger=log_)
+            log = SegmentedLog.open(
+                data_dir / LOG_DIR_NAME,
+                segment_bytes_max=segment_bytes_max,
+                index_interval_bytes=index_interval_bytes,
+                batch_bytes_max=batch_bytes_max,
+                fsync=fsync,
+                base=snapshots.latest(),
+                logger=log_,
+            )
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        return cls(
+            data_dir,
+            log=log,
+            election=election,
+            snapshots=snapshots,
+            node_id=node_id,
+            cluster_id=cluster_id,
+            retention=retention if retention is not None else RetentionPolicy(),
+            lock_fd=lock_fd,
+            logger=log_,
+        )
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete old log segments and snapshots behind the latest snapshot
+        according to ``self.retention`` (see ``RetentionPolicy``; segment age
+        is its file's modification time, compared with ``now_ms``, wall-clock
+        milliseconds). Never touches the active segment or anything at or
+        after the latest snapshot's end offset. Returns the new log start
+        offset. Raises ``OSError``."""
+        latest = self.snapshots.latest()
+        if latest is None:
+            return self.log.log_start_offset
+        policy = self.retention
+        infos = self.log.segment_infos()
+        total_bytes = sum(info.size_bytes for info in infos)
+        keep_from: int | None = None
+        for i, info in enumerate(infos[:-1]):
+            if info.end_offset > latest.end_offset:
+                break
+            too_big = policy.retention_bytes is not None and total_bytes > policy.retention_bytes
+            too_old = policy.retention_ms is not None and now_ms - info.modified_ms > policy.retention_ms
+            if not (too_big or too_old):
+                break
+            total_bytes -= info.size_bytes
+            keep_from = infos[i + 1].base_offset
+        if keep_from is not None:
+            self._logger.info("retention: deleting the log below offset %d (behind snapshot %s)", keep_from, latest)
+            self.log.delete_before(keep_from)
+        for removed in self._delete_stale_snapshots():
+            self._logger.info("retention: deleted snapshot %s, older than the log start", removed)
+        return self.log.log_start_offset
+
+    def close(self) -> None:
+        """Flush and close the log, abort snapshot transfers, release the
+        directory lock. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.snapshots.close()
+            self.log.close()
+        finally:
+            os.close(self._lock_fd)
+
+
+class MemoryStorage(_Facade):
+    """The same facade in memory, for the simulator; see ``_memory``.
+
+    ``crash()`` models a power loss: unsynced appends are lost (or only
+    ``keep_unsynced_records`` of them survive), snapshot transfers in
+    progress are lost, everything else stays. After it, call ``load()`` to
+    restart the node from what survived.
+    """
+
+    def __init__(
+        self,
+        *,
+        node_id: int | None = None,
+        cluster_id: str | None = None,
+        retention: RetentionPolicy | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.log = MemoryLogStore()
+        self.election = MemoryElectionState()
+        self.snapshots = MemorySnapshotStore()
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.retention = retention if retention is not None else RetentionPolicy()
+        self._logger = logger or _default_logger
+
+    def crash(self, keep_unsynced_records: int = 0) -> None:
+        self.log.crash(keep_unsynced_records)
+        self.snapshots.crash()
+
+    def load(self) -> RecoveredState:
+        self.log.reopen()
+        return super().load()
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Like ``FileStorage.apply_retention`` with one record as the unit
+        of deletion instead of a segment; ``retention_ms`` is ignored (the
+        in-memory store keeps no clock). Returns the new log start offset."""
+        latest = self.snapshots.latest()
+        if latest is None:
+            return self.log.log_start_offset
+        limit = self.retention.retention_bytes
+        if limit is not None:
+            entries = list(self.log.entries_from())
+            total = sum(5 + len(entry.data) for entry in entries)
+            cut = self.log.log_start_offset
+            for entry in entries:
+                if total <= limit or entry.offset >= latest.end_offset:
+                    break
+                total -= 5 + len(entry.data)
+                cut = entry.offset + 1
+            if cut > self.log.log_start_offset:
+                self.log.delete_before(cut)
+        self._delete_stale_snapshots()
+        return self.log.log_start_offset
+
+    def close(self) -> None:
+        self.snapshots.close()
+        self.log.close()
+
+
+def _lock(data_dir: Path) -> int:
+    path = data_dir / LOCK_FILE_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StorageOwnershipError(
+            f"{data_dir} is already open (the lock on {path} is held): two processes must never share "
+            f"a node's data directory"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_meta(
+    data_dir: Path, node_id: int | None, cluster_id: str | None, fsync: bool
+) -> tuple[int | None, str | None]:
+    path = data_dir / META_FILE_NAME
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raw = None
+    if raw is None:
+        if node_id is None and cluster_id is None:
+            return None, None
+        if node_id is None or cluster_id is None:
+            raise ValueError("give both node_id and cluster_id (or neither) when opening a new data directory")
+        if not is_plain_int(node_id) or node_id < 0 or not isinstance(cluster_id, str) or not cluster_id:
+            raise ValueError(f"bad node_id {node_id!r} or cluster_id {cluster_id!r}")
+        atomic_write(
+            path, encode_checked_json({"version": 1, "node_id": node_id, "cluster_id": cluster_id}), fsync=fsync
+        )
+        return node_id, cluster_id
+    try:
+        document = decode_checked_json(raw)
+        if document.get("version") != 1:
+            raise ValueError(f"unknown version {document.get('version')!r}")
+        stored_node = document["node_id"]
+        stored_cluster = document["cluster_id"]
+    except (ValueError, KeyError) as error:
+        raise StorageOwnershipError(
+            f"{path} is damaged ({error}); cannot tell which node and cluster {data_dir} belongs to"
+        ) from None
+    if node_id is not None and node_id != stored_node:
+        raise StorageOwnershipError(
+            f"{data_dir} belongs to node {stored_node} of cluster {stored_cluster!r}, not node {node_id}"
+        )
+    if cluster_id is not None and cluster_id != stored_cluster:
+        raise StorageOwnershipError(
+            f"{data_dir} belongs to cluster {stored_cluster!r} (node {stored_node}), not cluster {cluster_id!r}"
+        )
+    return stored_node, stored_cluster

@@ -1,0 +1,127 @@
+"""Real `kraft-quorum node` processes on loopback, for tests.
+
+Every wait is a bounded poll of a condition; every process is killed and
+every directory removed when the test ends.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+from quorum.client import QuorumClient
+
+BIN = Path(sys.executable).parent
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sockets.append(sock)
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+class ProcessCluster:
+    def __init__(self, directory: Path, voters: int = 3, extra_args: tuple[str, ...] = ()) -> None:
+        self.directory = directory
+        self.ports = dict(zip(range(1, voters + 1), free_ports(voters)))
+        self.voters_arg = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
+        self.processes: dict[int, subprocess.Popen] = {}
+        self.extra_args = extra_args
+
+    @property
+    def bootstrap(self) -> list[str]:
+        return [f"{i}@127.0.0.1:{p}" for i, p in self.ports.items()]
+
+    def data_dir(self, node_id: int) -> Path:
+        return self.directory / f"node{node_id}"
+
+    def start(self, node_id: int) -> None:
+        log = open(self.directory / f"node{node_id}.log", "ab")  # noqa: SIM115 - closed with the process
+        self.processes[node_id] = subprocess.Popen(
+            [
+                str(BIN / "kraft-quorum"),
+                "node",
+                "--node-id",
+                str(node_id),
+                "--voters",
+                self.voters_arg,
+                "--data-dir",
+                str(self.data_dir(node_id)),
+                "--snapshot-every-records",
+                "200",
+                *self.extra_args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+
+    def start_all(self) -> None:
+        for node_id in self.ports:
+            self.start(node_id)
+
+    def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
+        process = self.processes.pop(node_id)
+        process.send_signal(sig)
+        process.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        for node_id in list(self.processes):
+            process = self.processes.pop(node_id)
+            if process.poll() is None:
+                process.kill()
+            process.wait(timeout=10)
+
+    def log_text(self, node_id: int) -> str:
+        return (self.directory / f"node{node_id}.log").read_text(errors="replace")
+
+    def client(self, **options) -> QuorumClient:
+        return QuorumClient(self.bootstrap, **options)
+
+    async def leader(self, timeout_s: float = 20.0, exclude: int | None = None) -> int:
+        """The id of the node every live voter agrees leads, found through
+        DescribeQuorum on each live node."""
+        with trio.fail_after(timeout_s):
+            while True:
+                views = set()
+                for node_id, port in sorted(self.ports.items()):
+                    if node_id not in self.processes:
+                        continue
+                    try:
+                        async with QuorumClient([f"127.0.0.1:{port}"], retry_timeout_s=0.5, request_timeout_s=0.5) as c:
+                            answer = await c.describe()
+                        views.add(answer.leader_id)
+                    except Exception:  # noqa: BLE001 - not up yet
+                        views.add(None)
+                if len(views) == 1 and None not in views and exclude not in views:
+                    return views.pop()
+                await trio.sleep(0.05)
+
+
+def wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def node_pids(cluster: ProcessCluster) -> dict[int, int]:
+    return {node_id: process.pid for node_id, process in cluster.processes.items()}
+
+
+__all__ = ["ProcessCluster", "free_ports", "node_pids", "os", "wait_for"]
