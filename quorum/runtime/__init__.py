@@ -4,12 +4,14 @@ storage. See ``docs/architecture.md``."""
 from ._memory_transport import MemoryNetwork, MemoryTransport
 from ._metrics import Metrics, serve_metrics
 from ._node_api import NodeConfig, QuorumNodeHandle, open_quorum_node, parse_voters
-from ._runtime import ProposalLostError, QuorumRuntime, ReadNotConfirmedError, Transport
+from ._runtime import LeaderApplication, Proposal, ProposalLostError, QuorumRuntime, ReadNotConfirmedError, Transport
 from ._state_machine import KeyValueStateMachine, StateMachine
 from ._tcp import TcpTransport
 
 __all__ = [
     "KeyValueStateMachine",
+    "LeaderApplication",
+    "Proposal",
     "MemoryNetwork",
     "MemoryTransport",
     "NodeConfig",

@@ -30,7 +30,7 @@ import trio
 
 from .._config import QuorumConfig
 from .._log import MemoryLog
-from .._messages import Message
+from .._messages import ErrorCode, Message
 from .._node import NotLeaderError, QuorumDescription, QuorumNode, Snapshot
 from .._output import Output, ReadFailed, ReadReady, Role, RoleChange
 from .._types import Entry, RecordKind, SnapshotId
@@ -56,6 +56,43 @@ class ReadNotConfirmedError(Exception):
     def __init__(self, leader_id: int | None) -> None:
         super().__init__(f"leadership lost before the read was confirmed (leader hint {leader_id})")
         self.leader_id = leader_id
+
+
+@dataclass(slots=True)
+class Proposal:
+    """An atomic batch an application asks the leader to append.
+    ``on_committed(first_offset)`` runs once the whole batch is committed."""
+
+    records: list[bytes]
+    on_committed: Callable[[int], Any] | None = None
+
+
+class LeaderApplication:
+    """An application that acts on the quorum leader (the controller).
+
+    The runtime calls it from the core task, synchronously; it must not
+    block. ``activate`` comes once this node leads *and* has applied every
+    record up to its own epoch's first one, so the application's view is
+    complete (KAFKA-15345); ``deactivate`` when leadership ends.
+    ``on_fetch`` answers the ``extension`` of an observer's Fetch (a
+    broker's heartbeat) and returns the response's extension.
+    ``take_proposals`` hands over the batches it wants appended.
+    """
+
+    def activate(self, now_ms: int) -> None:
+        raise NotImplementedError
+
+    def deactivate(self) -> None:
+        raise NotImplementedError
+
+    def on_fetch(self, replica_id: int, extension: Any, fetch_offset: int, now_ms: int) -> Any:
+        raise NotImplementedError
+
+    def tick(self, now_ms: int) -> None:
+        raise NotImplementedError
+
+    def take_proposals(self) -> list[Proposal]:
+        raise NotImplementedError
 
 
 class Transport:
@@ -101,8 +138,10 @@ class _Waiter:
 class _PendingProposal:
     epoch: int
     last_offset: int
-    waiter: _Waiter
+    waiter: _Waiter | None
     started_s: float  # perf_counter() when proposed, for the commit latency metric
+    first_offset: int = 0
+    on_committed: Callable[[int], Any] | None = None
 
 
 class QuorumRuntime:
@@ -125,6 +164,7 @@ class QuorumRuntime:
         metrics: Metrics | None = None,
         event_sink: Callable[[dict[str, Any]], None] | None = None,
         io_in_thread: bool = True,
+        leader_application: LeaderApplication | None = None,
     ) -> None:
         self.config = config
         self.state_machine = state_machine
@@ -147,7 +187,11 @@ class QuorumRuntime:
         self._last_snapshot_offset = 0
         self._role_watchers: list[trio.Event] = []
         self._stopping = False
+        self.application = leader_application
+        self._application_active = False
         self.node = self._recover()
+        if leader_application is not None:
+            self.node.fetch_extension_handler = self._on_fetch_extension
 
     # =====================================================================
     # Startup
@@ -214,6 +258,8 @@ class QuorumRuntime:
             else:  # pragma: no cover - a runtime bug
                 raise AssertionError(f"unknown inbox item {kind!r}")
             self._handle(output)
+            if self.application is not None:
+                self._drive_application(kind == "tick")
 
     async def _ticker(self) -> None:
         period_s = self.config.tick_ms / 1000
@@ -310,6 +356,46 @@ class QuorumRuntime:
         self._maybe_snapshot()
         self.metrics.observe_node(self.node)
 
+    # =====================================================================
+    # The leader application (in the core task)
+    # =====================================================================
+
+    def _now_ms(self) -> int:
+        return self.node.current_tick * self.config.tick_ms
+
+    def _on_fetch_extension(self, request: Any) -> Any:
+        assert self.application is not None
+        if not self._application_active:
+            return {"error": int(ErrorCode.NOT_LEADER)}  # leader, but not caught up yet
+        return self.application.on_fetch(request.src, request.extension, request.fetch_offset, self._now_ms())
+
+    def _drive_application(self, ticked: bool) -> None:
+        application = self.application
+        assert application is not None
+        ready = self.node.leader_has_committed_own_epoch and self._applied_offset > self.node.epoch_start_offset
+        if ready and not self._application_active:
+            self._application_active = True
+            application.activate(self._now_ms())
+            logger.info("node %d: leader application active at offset %d", self.config.node_id, self._applied_offset)
+        elif not self.node.is_leader and self._application_active:
+            self._application_active = False
+            application.deactivate()
+            logger.info("node %d: leader application inactive", self.config.node_id)
+        if not self._application_active:
+            return
+        if ticked:
+            application.tick(self._now_ms())
+        for proposal in application.take_proposals():
+            try:
+                first, output = self.node.propose(proposal.records)
+            except NotLeaderError:
+                return  # deactivated on the next step
+            last = first + len(proposal.records) - 1
+            self._pending_proposals[last] = _PendingProposal(
+                self.node.epoch, last, None, time.perf_counter(), first, proposal.on_committed
+            )
+            self._handle(output)
+
     def _apply(self, entries: list[Entry]) -> None:
         data = [entry for entry in entries if entry.kind is RecordKind.DATA and entry.offset >= self._applied_offset]
         if data:
@@ -320,13 +406,16 @@ class QuorumRuntime:
                 pending = self._pending_proposals.get(entry.offset)
                 if pending is None:
                     continue
+                del self._pending_proposals[entry.offset]
                 if entry.epoch != pending.epoch:
-                    del self._pending_proposals[entry.offset]
-                    pending.waiter.resolve(error=ProposalLostError(entry.offset))
-                elif entry.offset == pending.last_offset:
-                    del self._pending_proposals[entry.offset]
+                    if pending.waiter is not None:
+                        pending.waiter.resolve(error=ProposalLostError(entry.offset))
+                    continue
+                self.metrics.commit_seconds.observe(time.perf_counter() - pending.started_s)
+                if pending.waiter is not None:
                     pending.waiter.resolve(entry.offset)
-                    self.metrics.commit_seconds.observe(time.perf_counter() - pending.started_s)
+                if pending.on_committed is not None:
+                    pending.on_committed(pending.first_offset)
 
     def _maybe_snapshot(self) -> None:
         if not self.snapshot_every_records:
