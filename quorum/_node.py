@@ -451,7 +451,13 @@ class QuorumNode:
     # =====================================================================
 
     def _initialize(self, stored: ElectionState) -> None:
-        """Startup rules (KIP-595 QuorumState.initialize)."""
+        """Startup rules (KIP-595 QuorumState.initialize), with one change: a
+        node that voted for itself restarts Unattached, keeping the vote,
+        rather than standing again in the same epoch. Its record may say
+        (epoch, voted_for=self, leader=None) after it *led* that epoch and
+        lost a later pre-vote; standing again would let it lead the same
+        epoch twice and overwrite records it lost in the crash. It stands in
+        the next epoch when its timer fires."""
         if self._log.last_epoch > self._epoch:
             # The log saw a later epoch than the election state recorded.
             self._become_unattached(self._log.last_epoch, reason="log is ahead of the election state")
@@ -463,13 +469,6 @@ class QuorumNode:
             self._reset_election_timer()
             self._end_epoch_deadline = self._tick
             self._event("restarted after leading")
-        elif stored.voted_for == self.node_id and self.config.is_voter:
-            self._role = Role.CANDIDATE
-            self._granted = {self.node_id}
-            self._rejected = set()
-            self._reset_election_timer()
-            self._event("restarted as candidate")
-            self._request_votes(pre_vote=False)
         elif stored.leader_id is not None and stored.leader_id != self.node_id:
             self._become_follower(self._epoch, stored.leader_id, reason="restarted")
         else:
@@ -531,6 +530,8 @@ class QuorumNode:
         self._event(reason)
 
     def _become_follower(self, epoch: int, leader_id: int, *, reason: str) -> None:
+        if leader_id == self.node_id:
+            raise QuorumInvariantError(f"node {self.node_id} cannot follow itself (epoch {epoch})")
         if epoch < self._epoch:
             raise QuorumInvariantError(f"epoch would go backwards: {self._epoch} -> {epoch}")
         if self._role is Role.LEADER and epoch == self._epoch:
@@ -707,15 +708,16 @@ class QuorumNode:
             self._check_pending_reads()
 
     def _on_fetch_request(self, request: FetchRequest) -> None:
+        # KIP-595: the epoch is checked before anything else.
+        if request.epoch < self._epoch:
+            self._send_fetch_error(request, ErrorCode.FENCED_LEADER_EPOCH)
+            return
         if self._role is not Role.LEADER or request.epoch > self._epoch:
             code = ErrorCode.NOT_LEADER if request.epoch <= self._epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
             if request.epoch > self._epoch:
                 # A fetcher knows of a later epoch than ours: learn it.
                 self._become_unattached(request.epoch, reason="fetch from a later epoch")
             self._send_fetch_error(request, code)
-            return
-        if request.epoch < self._epoch:
-            self._send_fetch_error(request, ErrorCode.FENCED_LEADER_EPOCH)
             return
         if request.fetch_offset < 0 or request.last_fetched_epoch < 0 or request.last_fetched_epoch > self._epoch:
             self._send_fetch_error(request, ErrorCode.INVALID_REQUEST)
@@ -890,11 +892,16 @@ class QuorumNode:
                 )
             )
 
-        if self._role is not Role.LEADER or request.epoch > self._epoch:
-            reply(ErrorCode.NOT_LEADER if request.epoch <= self._epoch else ErrorCode.UNKNOWN_LEADER_EPOCH)
-            return
         if request.epoch < self._epoch:
             reply(ErrorCode.FENCED_LEADER_EPOCH)
+            return
+        if request.epoch > self._epoch:
+            # A fetcher knows of a later epoch than ours: learn it (as Fetch does).
+            self._become_unattached(request.epoch, reason="snapshot fetch from a later epoch")
+            reply(ErrorCode.UNKNOWN_LEADER_EPOCH)
+            return
+        if self._role is not Role.LEADER:
+            reply(ErrorCode.NOT_LEADER)
             return
         replica = self._replicas.setdefault(
             request.src, ReplicaState(request.src, is_voter=request.src in self.config.voter_set)
@@ -1173,6 +1180,7 @@ class QuorumNode:
                 granted=granted,
                 pre_vote=False,
                 leader_id=self._leader_id if self._role is not Role.RESIGNED else None,
+                error=ErrorCode.FENCED_LEADER_EPOCH if request.epoch < self._epoch else ErrorCode.NONE,
             )
         )
 
@@ -1198,6 +1206,7 @@ class QuorumNode:
                 granted=granted,
                 pre_vote=True,
                 leader_id=self._leader_id if self._role in (Role.LEADER, Role.FOLLOWER) else None,
+                error=ErrorCode.FENCED_LEADER_EPOCH if request.epoch < self._epoch else ErrorCode.NONE,
             )
         )
 
@@ -1205,17 +1214,22 @@ class QuorumNode:
         if response.epoch > self._epoch:
             self._handle_response_epoch(response.epoch, response.leader_id, response.src, response.error)
             return
+        # Only answers from our own epoch count: a late grant from an earlier
+        # round must not make a candidate of us now.
+        if response.epoch != self._epoch:
+            return
+        names_another_leader = response.leader_id is not None and response.leader_id != self.node_id
         if response.pre_vote:
             if self._role is not Role.PROSPECTIVE:
                 return
-            if response.leader_id is not None and response.epoch == self._epoch and self._leader_id is None:
+            if names_another_leader and self._leader_id is None:
                 # Someone follows a live leader of our epoch: join it.
                 self._become_follower(self._epoch, response.leader_id, reason="pre-vote named a leader")
                 return
         else:
-            if self._role is not Role.CANDIDATE or response.epoch != self._epoch:
+            if self._role is not Role.CANDIDATE:
                 return
-            if response.leader_id is not None and not response.granted:
+            if names_another_leader and not response.granted:
                 self._become_follower(self._epoch, response.leader_id, reason="vote response named a leader")
                 return
         (self._granted if response.granted else self._rejected).add(response.src)
@@ -1272,7 +1286,7 @@ class QuorumNode:
         if response.epoch > self._epoch:
             self._handle_response_epoch(response.epoch, None, response.src, response.error)
             return
-        if isinstance(response, EndQuorumEpochResponse) and self._role is Role.RESIGNED:
+        if isinstance(response, EndQuorumEpochResponse) and self._role is Role.RESIGNED and response.epoch == self._epoch:
             self._end_epoch_acked.add(response.src)
 
     def _handle_response_epoch(self, epoch: int, leader_id: int | None, src: int, error: ErrorCode) -> bool:
