@@ -1,0 +1,161 @@
+"""Client requests: the embedding API used remotely (propose, read,
+describe the quorum). Clients have no node id: a response is matched to its
+request by the envelope's correlation id.
+
+Every class validates itself on construction and raises ``ValueError``
+naming the bad field; sequences given as lists are stored as tuples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._messages import ErrorCode
+from .._node import ReplicaDescription
+from ._checks import (
+    check_bytes,
+    check_error_code,
+    check_int64,
+    check_node_id,
+    check_optional_int64,
+    check_optional_node_id,
+)
+
+READ_MODES = ("linearizable", "leader-local")
+
+# Bytes fields are bounded by the frame size in practice; this bound only
+# keeps a value constructed in-process from claiming the impossible.
+_BYTES_MAX = 2**32
+
+
+def _as_tuple(instance: object, name: str) -> tuple:
+    value = getattr(instance, name)
+    if type(value) is list:
+        value = tuple(value)
+        object.__setattr__(instance, name, value)
+    if type(value) is not tuple:
+        raise ValueError(f"{name} must be a list or tuple, got {type(value).__name__}")
+    return value
+
+
+def _set_error(instance: object) -> ErrorCode:
+    code = check_error_code(getattr(instance, "error"))
+    object.__setattr__(instance, "error", code)
+    return code
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProposeRequest:
+    """Append ``records`` (at least one) as data records. Leader only."""
+
+    records: tuple[bytes, ...]
+
+    def __post_init__(self) -> None:
+        records = _as_tuple(self, "records")
+        if not records:
+            raise ValueError("records must hold at least one record")
+        for index, record in enumerate(records):
+            check_bytes(record, f"records[{index}]", _BYTES_MAX)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProposeResponse:
+    """Sent once every proposed record is committed (``error`` NONE, and
+    ``offset`` is the first record's offset), or on failure (``error`` set;
+    ``leader_hint`` names the leader when known)."""
+
+    error: ErrorCode = ErrorCode.NONE
+    offset: int | None = None
+    leader_hint: int | None = None
+
+    def __post_init__(self) -> None:
+        error = _set_error(self)
+        check_optional_int64(self.offset, "offset")
+        check_optional_node_id(self.leader_hint, "leader_hint")
+        if error is ErrorCode.NONE and self.offset is None:
+            raise ValueError("a successful ProposeResponse must give the offset")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadRequest:
+    """Read the state machine. ``mode`` is "linearizable" (ReadIndex through
+    the leader) or "leader-local" (the leader's applied state, bounded by
+    check quorum). ``query`` is handed to the state machine as is (which key,
+    say); empty when the state machine needs none."""
+
+    mode: str = "linearizable"
+    query: bytes = b""
+
+    def __post_init__(self) -> None:
+        if type(self.mode) is not str or self.mode not in READ_MODES:
+            raise ValueError(f"mode must be one of {READ_MODES}, got {self.mode!r:.40}")
+        check_bytes(self.query, "query", _BYTES_MAX)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadResponse:
+    """The state machine's answer ``value`` (None: no value), read at
+    ``offset`` (the state machine had applied every record below it)."""
+
+    error: ErrorCode = ErrorCode.NONE
+    offset: int | None = None
+    leader_hint: int | None = None
+    value: bytes | None = None
+
+    def __post_init__(self) -> None:
+        error = _set_error(self)
+        check_optional_int64(self.offset, "offset")
+        check_optional_node_id(self.leader_hint, "leader_hint")
+        if self.value is not None:
+            check_bytes(self.value, "value", _BYTES_MAX)
+        if error is ErrorCode.NONE and self.offset is None:
+            raise ValueError("a successful ReadResponse must give the offset")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeQuorumRequest:
+    """KIP-595 DescribeQuorum: any node answers from its own view."""
+
+
+def _check_replicas(instance: object, name: str) -> None:
+    replicas = _as_tuple(instance, name)
+    for index, replica in enumerate(replicas):
+        if type(replica) is not ReplicaDescription:
+            raise ValueError(f"{name}[{index}] must be a ReplicaDescription, got {type(replica).__name__}")
+        check_node_id(replica.node_id, f"{name}[{index}].node_id")
+        check_optional_int64(replica.log_end_offset, f"{name}[{index}].log_end_offset")
+        check_optional_int64(replica.last_fetch_ms, f"{name}[{index}].last_fetch_ms")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeQuorumResponse:
+    """What the answering node knows of the quorum. For each replica:
+    its id, its log end offset and when it last fetched (in ms of the
+    answering node's logical clock), each None when unknown (only a leader
+    knows other replicas' progress)."""
+
+    error: ErrorCode = ErrorCode.NONE
+    leader_id: int | None = None
+    epoch: int = 0
+    high_watermark: int = 0
+    voters: tuple[ReplicaDescription, ...] = ()
+    observers: tuple[ReplicaDescription, ...] = ()
+
+    def __post_init__(self) -> None:
+        _set_error(self)
+        check_optional_node_id(self.leader_id, "leader_id")
+        check_int64(self.epoch, "epoch")
+        check_int64(self.high_watermark, "high_watermark")
+        _check_replicas(self, "voters")
+        _check_replicas(self, "observers")
+
+
+CLIENT_MESSAGE_TYPES: tuple[type, ...] = (
+    ProposeRequest,
+    ProposeResponse,
+    ReadRequest,
+    ReadResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
+)
+

@@ -1,0 +1,172 @@
+"""Messages to frames and back.
+
+A frame's payload is one msgpack array, the envelope::
+
+    [type_code: int, version: int, correlation_id: int, cluster_id: str, body: array]
+
+``body`` is the message's fields in the order ``_schema`` defines. Decoding
+checks the envelope, then the body, field by field; anything wrong raises a
+``RemoteProtocolError`` subclass that says how to answer it. The decoder
+never logs: the runtime does, with the peer's address.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from ._checks import CLUSTER_ID_CHARS_MAX, INT64_MAX, describe_value
+from ._errors import (
+    ClusterIdMismatchError,
+    FrameTooLargeError,
+    InvalidMessageError,
+    LocalProtocolError,
+    MalformedFrameError,
+    UnknownMessageTypeError,
+    UnsupportedVersionError,
+)
+from ._frames import _HEADER
+from ._schema import DEFAULT_LIMITS, PROTOCOL_VERSION, SCHEMA_BY_CLASS, SCHEMA_BY_CODE, WireLimits
+
+_ENVELOPE_FIELDS = 5
+
+# One Packer per thread: reusing it saves about half of ``packb``'s cost on a
+# small message (packb builds a Packer each call); a Packer is not safe to
+# share between threads.
+_packers = threading.local()
+
+
+def _pack(value: Any) -> bytes:
+    try:
+        packer = _packers.packer
+    except AttributeError:
+        packer = _packers.packer = msgpack.Packer(use_bin_type=True)
+    return packer.pack(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A decoded frame: the message, the correlation id to echo in the
+    answer, and the version the sender used."""
+
+    message: Any
+    correlation_id: int
+    version: int
+
+
+def encode_message(
+    message: Any, *, correlation_id: int, cluster_id: str, limits: WireLimits = DEFAULT_LIMITS
+) -> bytes:
+    """A complete frame (length prefix included) carrying ``message``.
+
+    The body is checked with the decoder's own rules before it is sent, so a
+    peer running this code never rejects what we send.
+
+    Raises ``LocalProtocolError`` when ``message`` is not a wire message
+    type, when a field is invalid (the text names it), when
+    ``correlation_id`` is not an int in 0..2^63-1 or ``cluster_id`` not a
+    non-empty str of at most 255 chars, or when the frame would exceed
+    ``limits.frame_bytes_max``.
+    """
+    schema = SCHEMA_BY_CLASS.get(type(message))
+    if schema is None:
+        raise LocalProtocolError(f"not a wire message: {type(message).__name__}")
+    if type(correlation_id) is not int or not 0 <= correlation_id <= INT64_MAX:
+        raise LocalProtocolError(f"correlation_id must be an int 0..{INT64_MAX}, got {describe_value(correlation_id)}")
+    if type(cluster_id) is not str or not 0 < len(cluster_id) <= CLUSTER_ID_CHARS_MAX:
+        raise LocalProtocolError(
+            f"cluster_id must be a non-empty str of at most {CLUSTER_ID_CHARS_MAX} chars, got {describe_value(cluster_id)}"
+        )
+    try:
+        body = schema.encode_body(message)
+    except (TypeError, AttributeError, ValueError) as exc:
+        # A field of the wrong shape (a tuple where a SnapshotId belongs...).
+        raise LocalProtocolError(f"cannot encode {schema.name}: {exc}") from exc
+    try:
+        schema.decode_body(body, limits, False)
+    except ValueError as exc:
+        raise LocalProtocolError(f"invalid {schema.name}: {exc}") from exc
+    try:
+        payload = _pack([schema.type_code, PROTOCOL_VERSION, correlation_id, cluster_id, body])
+    except (TypeError, ValueError, OverflowError) as exc:
+        # The checks leave one thing to msgpack: a str that is not valid
+        # Unicode (a lone surrogate) cannot be packed as UTF-8.
+        raise LocalProtocolError(f"cannot pack {schema.name}: {exc}") from exc
+    if len(payload) > limits.frame_bytes_max:
+        raise LocalProtocolError(
+            f"{schema.name} needs a frame of {len(payload)} bytes, over the limit of {limits.frame_bytes_max}"
+        )
+    return _HEADER.pack(len(payload)) + payload
+
+
+def decode_message(
+    payload: bytes | bytearray | memoryview, *, expected_cluster_id: str, limits: WireLimits = DEFAULT_LIMITS
+) -> Decoded:
+    """Decode one frame's payload (what ``FrameDecoder.next_frame`` returns).
+
+    Returns a ``Decoded`` whose message has passed every check of its schema.
+    Raises a ``RemoteProtocolError`` and nothing else on bad input:
+
+    - ``FrameTooLargeError`` — the payload is over ``limits.frame_bytes_max``;
+    - ``MalformedFrameError`` — not msgpack, trailing bytes, not an
+      envelope, or an unreadable correlation id (close the connection);
+    - ``ClusterIdMismatchError`` — another cluster's frame (answer
+      INCONSISTENT_CLUSTER_ID, close);
+    - ``UnknownMessageTypeError``, ``UnsupportedVersionError``,
+      ``InvalidMessageError`` — a bad message in a good frame (answer
+      INVALID_REQUEST, keep the connection).
+    """
+    size = len(payload)
+    if size > limits.frame_bytes_max:
+        raise FrameTooLargeError(size, limits.frame_bytes_max)
+    try:
+        # Every container or string length is capped at the payload's size
+        # (each element needs at least one byte): msgpack allocates a
+        # declared array length up front, and a 5-byte frame must not get
+        # to ask for a 16M-slot list. Ext types are refused outright.
+        envelope = msgpack.unpackb(
+            payload,
+            raw=False,
+            use_list=True,
+            strict_map_key=True,
+            max_str_len=size,
+            max_bin_len=size,
+            max_array_len=size,
+            max_map_len=size,
+            max_ext_len=0,
+        )
+    except Exception as exc:
+        # msgpack documents few of the exceptions its C unpacker raises on
+        # bad input (ExtraData, FormatError, StackError, ValueError,
+        # UnicodeDecodeError, TypeError, OverflowError, ...). Only the
+        # unpacker runs in this block, on bytes the peer chose: whatever it
+        # raises is the peer's fault.
+        raise MalformedFrameError(f"payload is not one msgpack value: {type(exc).__name__}: {exc}") from exc
+    if type(envelope) is not list or len(envelope) != _ENVELOPE_FIELDS:
+        raise MalformedFrameError(
+            f"payload must be an envelope [type, version, correlation_id, cluster_id, body], got {describe_value(envelope)}"
+        )
+    type_code, version, correlation_id, cluster_id, body = envelope
+    if type(correlation_id) is not int or not 0 <= correlation_id <= INT64_MAX:
+        raise MalformedFrameError(f"envelope correlation_id must be an int 0..{INT64_MAX}, got {describe_value(correlation_id)}")
+    if type(type_code) is not int or type(version) is not int or type(cluster_id) is not str:
+        raise MalformedFrameError(
+            "envelope must hold [int, int, int, str, body], got type "
+            f"{describe_value(type_code)}, version {describe_value(version)}, cluster_id {describe_value(cluster_id)}",
+            correlation_id=correlation_id,
+        )
+    if cluster_id != expected_cluster_id:
+        raise ClusterIdMismatchError(cluster_id, expected_cluster_id, correlation_id=correlation_id)
+    schema = SCHEMA_BY_CODE.get(type_code)
+    if schema is None:
+        raise UnknownMessageTypeError(type_code, correlation_id=correlation_id)
+    if version not in schema.versions:
+        raise UnsupportedVersionError(version, schema.versions, correlation_id=correlation_id, message_type=schema.name)
+    try:
+        message = schema.decode_body(body, limits, True)
+    except ValueError as exc:
+        raise InvalidMessageError(str(exc), correlation_id=correlation_id, message_type=schema.name) from exc
+    return Decoded(message, correlation_id, version)

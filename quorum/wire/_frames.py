@@ -1,0 +1,115 @@
+"""Framing: a frame is a 4-byte big-endian unsigned length N, then N bytes
+of payload (one msgpack envelope; see ``_codec``).
+
+``FrameDecoder`` is sans-IO, like h11: the runtime feeds it whatever bytes
+the socket produced and pulls whole frames out. A length above
+``frame_bytes_max`` is fatal for the connection: without trusting the
+length there is no way to find the next frame.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ._errors import FrameTooLargeError, LocalProtocolError, TruncatedFrameError
+
+FRAME_BYTES_MAX = 16 * 1024 * 1024
+FRAME_HEADER_BYTES = 4
+
+_HEADER = struct.Struct(">I")
+
+
+def encode_frame(payload: bytes, *, frame_bytes_max: int = FRAME_BYTES_MAX) -> bytes:
+    """``payload`` with its length prefix.
+
+    Raises ``LocalProtocolError`` when the payload is over ``frame_bytes_max``
+    (the peer would close the connection on it).
+    """
+    if len(payload) > frame_bytes_max:
+        raise LocalProtocolError(f"payload of {len(payload)} bytes is over the frame limit of {frame_bytes_max}")
+    return _HEADER.pack(len(payload)) + payload
+
+
+class FrameDecoder:
+    """Incremental frame decoder for one connection.
+
+    ``feed(data)`` buffers bytes; ``next_frame()`` returns the next whole
+    payload, or None until more bytes arrive. Call ``next_frame()`` until it
+    returns None after every ``feed``. At end of stream call ``feed_eof()``.
+
+    Once a ``FrameTooLargeError`` has been raised the decoder is spent: every
+    later ``next_frame()`` raises it again, and the connection must close.
+    """
+
+    __slots__ = ("frame_bytes_max", "_buffer", "_start", "_error")
+
+    def __init__(self, *, frame_bytes_max: int = FRAME_BYTES_MAX) -> None:
+        if frame_bytes_max < 0 or frame_bytes_max > 2**32 - 1:
+            raise ValueError(f"frame_bytes_max must be 0..{2**32 - 1}, got {frame_bytes_max}")
+        self.frame_bytes_max = frame_bytes_max
+        self._buffer = bytearray()
+        # Start of the unconsumed bytes: consuming a frame moves it rather
+        # than deleting from the front of the buffer (which is O(buffer)).
+        self._start = 0
+        self._error: FrameTooLargeError | None = None
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received but not yet returned as a frame."""
+        return len(self._buffer) - self._start
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Buffer bytes received from the peer. Never raises for bad input:
+        ``next_frame`` does."""
+        if self._error is not None:
+            return  # spent: nothing more will be read from this stream
+        if self._start and self._start == len(self._buffer):
+            self._buffer.clear()
+            self._start = 0
+        self._buffer += data
+
+    def next_frame(self) -> bytes | None:
+        """The next whole frame's payload, or None when more bytes are needed.
+
+        Raises ``FrameTooLargeError`` as soon as a length prefix over
+        ``frame_bytes_max`` arrives, before any of that frame is buffered
+        for it or allocated.
+        """
+        if self._error is not None:
+            raise self._error
+        buffer = self._buffer
+        start = self._start
+        if len(buffer) - start < FRAME_HEADER_BYTES:
+            self._compact()
+            return None
+        (length,) = _HEADER.unpack_from(buffer, start)
+        if length > self.frame_bytes_max:
+            self._error = FrameTooLargeError(length, self.frame_bytes_max)
+            raise self._error
+        end = start + FRAME_HEADER_BYTES + length
+        if len(buffer) < end:
+            self._compact()
+            return None
+        # One copy, straight out of the buffer (slicing the bytearray first
+        # would copy twice). The view is released before the buffer resizes.
+        with memoryview(buffer) as view:
+            payload = view[start + FRAME_HEADER_BYTES : end].tobytes()
+        if end == len(buffer):
+            buffer.clear()
+            self._start = 0
+        else:
+            self._start = end
+        return payload
+
+    def feed_eof(self) -> None:
+        """The peer closed its side. Raises ``TruncatedFrameError`` when part
+        of a frame was left in the buffer (the runtime logs it)."""
+        if self._error is None and self.buffered_bytes:
+            raise TruncatedFrameError(f"stream ended {self.buffered_bytes} bytes into a frame")
+
+    def _compact(self) -> None:
+        # Waiting for more bytes: drop what was consumed so the buffer holds
+        # one partial frame at most.
+        if self._start:
+            del self._buffer[: self._start]
+            self._start = 0

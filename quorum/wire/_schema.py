@@ -1,0 +1,593 @@
+"""The schema of every message body: type codes, field order, field checks.
+
+A body is a msgpack array of the message's fields in a fixed order (see
+docs/protocol.md, which must change with this file). Each message type has a
+hand-written pair of functions rather than a generic field walker: the
+codec is on the replication hot path, and a FetchResponse carrying a hundred
+records must not pay for reflection per field.
+
+- ``encode_*(message) -> list``: the body, not yet checked;
+- ``decode_*(body, limits, build) -> message``: checks every field and
+  builds the message; raises ``ValueError`` naming the bad field. With
+  ``build=False`` it only checks (and may return None): the encoder runs it
+  on its own output so that we never send what a peer would reject.
+
+Nested values: an ``Entry`` travels as ``[offset, epoch, kind, data]``, an
+``OffsetAndEpoch`` as ``[epoch, offset]``, a ``SnapshotId`` as
+``[end_offset, epoch]``, a ``ReplicaDescription`` as
+``[node_id, log_end_offset, last_fetch_ms]``; None is nil.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .._messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    VoteRequest,
+    VoteResponse,
+)
+from .._node import ReplicaDescription
+from .._types import Entry, OffsetAndEpoch, SnapshotId
+from ._checks import (
+    INT64_MAX,
+    RECORD_KINDS,
+    check_bool,
+    check_bytes,
+    check_error_code,
+    check_int64,
+    check_node_id,
+    check_optional_int64,
+    check_optional_node_id,
+    check_plain_value,
+    describe_value,
+)
+from ._client_messages import (
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
+    ProposeRequest,
+    ProposeResponse,
+    ReadRequest,
+    ReadResponse,
+)
+from ._connection_messages import ErrorFrame, Hello
+from ._frames import FRAME_BYTES_MAX
+
+PROTOCOL_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WireLimits:
+    """Bounds the decoder enforces (and the encoder, so both sides agree).
+
+    ``frame_bytes_max`` also bounds the memory one frame can cost while it is
+    decoded: msgpack objects take up to ~64 bytes per byte of payload (an
+    array of empty maps), so a runtime accepting many connections may want a
+    lower value than the default.
+    """
+
+    frame_bytes_max: int = FRAME_BYTES_MAX
+    # Above QuorumConfig.snapshot_chunk_bytes_max's default (1 MiB): the
+    # runtime should pass its configured value.
+    snapshot_chunk_bytes_max: int = 8 * 1024 * 1024
+    # ``extension`` values: containers nested at most this deep, at most
+    # this many values and keys in all.
+    extension_depth_max: int = 16
+    extension_items_max: int = 100_000
+    # Lists of node ids or replicas (preferred successors, DescribeQuorum).
+    replicas_max: int = 65_536
+
+    def __post_init__(self) -> None:
+        for name in ("frame_bytes_max", "snapshot_chunk_bytes_max", "extension_items_max", "replicas_max"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if self.frame_bytes_max > 2**32 - 1:
+            raise ValueError("frame_bytes_max must fit the 4-byte length prefix")
+        if type(self.extension_depth_max) is not int or not 0 <= self.extension_depth_max <= 256:
+            raise ValueError(f"extension_depth_max must be 0..256, got {self.extension_depth_max!r}")
+
+
+DEFAULT_LIMITS = WireLimits()
+
+
+def fields(body: Any, count: int) -> list:
+    """``body`` as an array of exactly ``count`` fields."""
+    if type(body) is list and len(body) == count:
+        return body
+    raise ValueError(f"body must be an array of {count} fields, got {describe_value(body)}")
+
+
+def _extension(value: Any, limits: WireLimits) -> Any:
+    if value is None:
+        return None
+    return check_plain_value(
+        value, "extension", depth_max=limits.extension_depth_max, items_max=limits.extension_items_max
+    )
+
+
+def _offset_and_epoch(value: Any, name: str) -> OffsetAndEpoch:
+    if type(value) is list and len(value) == 2:
+        return OffsetAndEpoch(check_int64(value[0], f"{name}.epoch"), check_int64(value[1], f"{name}.offset"))
+    raise ValueError(f"{name} must be an array [epoch, offset], got {describe_value(value)}")
+
+
+def _snapshot_id(value: Any, name: str) -> SnapshotId:
+    if type(value) is list and len(value) == 2:
+        return SnapshotId(check_int64(value[0], f"{name}.end_offset"), check_int64(value[1], f"{name}.epoch"))
+    raise ValueError(f"{name} must be an array [end_offset, epoch], got {describe_value(value)}")
+
+
+def _encode_snapshot_id(snapshot_id: SnapshotId | None) -> list | None:
+    return None if snapshot_id is None else [snapshot_id.end_offset, snapshot_id.epoch]
+
+
+def _node_ids(value: Any, name: str, limits: WireLimits) -> tuple[int, ...]:
+    if type(value) not in (list, tuple) or len(value) > limits.replicas_max:
+        raise ValueError(f"{name} must be an array of at most {limits.replicas_max} node ids, got {describe_value(value)}")
+    for index, node_id in enumerate(value):
+        check_node_id(node_id, f"{name}[{index}]")
+    if len(set(value)) != len(value):
+        raise ValueError(f"{name} names a node twice")
+    return tuple(value)
+
+
+def _records(raw: Any, message_epoch: int, build: bool) -> tuple[Entry, ...]:
+    """Records of a FetchResponse: ``[offset, epoch, kind, data]`` each, at
+    contiguous offsets, epochs never decreasing and never above the epoch of
+    the leader sending them. Anything else must not reach a log."""
+    if type(raw) is not list:
+        raise ValueError(f"records must be an array, got {describe_value(raw)}")
+    if not raw:
+        return ()
+    first = raw[0]
+    if type(first) is not list or len(first) != 4:
+        raise ValueError(f"records[0] must be an array [offset, epoch, kind, data], got {describe_value(first)}")
+    first_offset = next_offset = check_int64(first[0], "records[0].offset")
+    previous_epoch = 0
+    kinds = RECORD_KINDS
+    entries: list[Entry] = []
+    append = entries.append
+    # One combined test per record on the fast path; _reject_record works
+    # out which rule was broken, for the error text.
+    for record in raw:
+        if type(record) is list and len(record) == 4:
+            offset, epoch, kind, data = record
+            if (
+                offset == next_offset
+                and type(offset) is int
+                and type(epoch) is int
+                and previous_epoch <= epoch <= message_epoch
+                and type(kind) is int
+                and type(data) is bytes
+            ):
+                record_kind = kinds.get(kind)
+                if record_kind is not None:
+                    if build:
+                        append(Entry(offset, epoch, record_kind, data))
+                    next_offset += 1
+                    previous_epoch = epoch
+                    continue
+        _reject_record(record, next_offset, previous_epoch, message_epoch, index=next_offset - first_offset)
+    if next_offset - 1 > INT64_MAX:
+        raise ValueError(f"records run past the largest offset {INT64_MAX}")
+    return tuple(entries)
+
+
+def _reject_record(record: Any, expected_offset: int, previous_epoch: int, message_epoch: int, *, index: int) -> None:
+    """Raise the ValueError saying why ``record`` failed the fast check."""
+    name = f"records[{index}]"
+    if type(record) is not list or len(record) != 4:
+        raise ValueError(f"{name} must be an array [offset, epoch, kind, data], got {describe_value(record)}")
+    offset, epoch, kind, data = record
+    check_int64(offset, f"{name}.offset")
+    if offset != expected_offset:
+        raise ValueError(f"{name}.offset is {offset}, expected {expected_offset}: records must be contiguous")
+    check_int64(epoch, f"{name}.epoch")
+    if epoch < previous_epoch:
+        raise ValueError(f"{name}.epoch {epoch} is below the previous record's {previous_epoch}")
+    if epoch > message_epoch:
+        raise ValueError(f"{name}.epoch {epoch} is above the sender's epoch {message_epoch}")
+    if type(kind) is not int or kind not in RECORD_KINDS:
+        raise ValueError(f"{name}.kind must be a known record kind {sorted(RECORD_KINDS)}, got {describe_value(kind)}")
+    raise ValueError(f"{name}.data must be bytes, got {describe_value(data)}")
+
+
+def _encode_records(records: tuple[Entry, ...]) -> list:
+    # int(kind): the decoder insists on a plain int, and so does the check
+    # the encoder runs; a RecordKind is an IntEnum.
+    return [[entry.offset, entry.epoch, int(entry.kind), entry.data] for entry in records]
+
+
+# --------------------------------------------------------------------------
+# Quorum messages. Every body starts [src, dst, epoch].
+# --------------------------------------------------------------------------
+
+
+def encode_vote_request(m: VoteRequest) -> list:
+    return [m.src, m.dst, m.epoch, m.last_epoch, m.end_offset, m.pre_vote]
+
+
+def decode_vote_request(body: Any, limits: WireLimits, build: bool) -> VoteRequest:
+    src, dst, epoch, last_epoch, end_offset, pre_vote = fields(body, 6)
+    return VoteRequest(
+        src=check_node_id(src, "src"),
+        dst=check_node_id(dst, "dst"),
+        epoch=check_int64(epoch, "epoch"),
+        last_epoch=check_int64(last_epoch, "last_epoch"),
+        end_offset=check_int64(end_offset, "end_offset"),
+        pre_vote=check_bool(pre_vote, "pre_vote"),
+    )
+
+
+def encode_vote_response(m: VoteResponse) -> list:
+    return [m.src, m.dst, m.epoch, m.granted, m.pre_vote, m.leader_id, m.error]
+
+
+def decode_vote_response(body: Any, limits: WireLimits, build: bool) -> VoteResponse:
+    src, dst, epoch, granted, pre_vote, leader_id, error = fields(body, 7)
+    return VoteResponse(
+        src=check_node_id(src, "src"),
+        dst=check_node_id(dst, "dst"),
+        epoch=check_int64(epoch, "epoch"),
+        granted=check_bool(granted, "granted"),
+        pre_vote=check_bool(pre_vote, "pre_vote"),
+        leader_id=check_optional_node_id(leader_id, "leader_id"),
+        error=check_error_code(error),
+    )
+
+
+def encode_begin_quorum_epoch_request(m: BeginQuorumEpochRequest) -> list:
+    return [m.src, m.dst, m.epoch]
+
+
+def decode_begin_quorum_epoch_request(body: Any, limits: WireLimits, build: bool) -> BeginQuorumEpochRequest:
+    src, dst, epoch = fields(body, 3)
+    return BeginQuorumEpochRequest(
+        src=check_node_id(src, "src"), dst=check_node_id(dst, "dst"), epoch=check_int64(epoch, "epoch")
+    )
+
+
+def encode_begin_quorum_epoch_response(m: BeginQuorumEpochResponse) -> list:
+    return [m.src, m.dst, m.epoch, m.error]
+
+
+def decode_begin_quorum_epoch_response(body: Any, limits: WireLimits, build: bool) -> BeginQuorumEpochResponse:
+    src, dst, epoch, error = fields(body, 4)
+    return BeginQuorumEpochResponse(
+        src=check_node_id(src, "src"),
+        dst=check_node_id(dst, "dst"),
+        epoch=check_int64(epoch, "epoch"),
+        error=check_error_code(error),
+    )
+
+
+def encode_end_quorum_epoch_request(m: EndQuorumEpochRequest) -> list:
+    return [m.src, m.dst, m.epoch, list(m.preferred_successors)]
+
+
+def decode_end_quorum_epoch_request(body: Any, limits: WireLimits, build: bool) -> EndQuorumEpochRequest:
+    src, dst, epoch, preferred_successors = fields(body, 4)
+    return EndQuorumEpochRequest(
+        src=check_node_id(src, "src"),
+        dst=check_node_id(dst, "dst"),
+        epoch=check_int64(epoch, "epoch"),
+        preferred_successors=_node_ids(preferred_successors, "preferred_successors", limits),
+    )
+
+
+def encode_end_quorum_epoch_response(m: EndQuorumEpochResponse) -> list:
+    return [m.src, m.dst, m.epoch, m.error]
+
+
+def decode_end_quorum_epoch_response(body: Any, limits: WireLimits, build: bool) -> EndQuorumEpochResponse:
+    src, dst, epoch, error = fields(body, 4)
+    return EndQuorumEpochResponse(
+        src=check_node_id(src, "src"),
+        dst=check_node_id(dst, "dst"),
+        epoch=check_int64(epoch, "epoch"),
+        error=check_error_code(error),
+    )
+
+
+def encode_fetch_request(m: FetchRequest) -> list:
+    return [m.src, m.dst, m.epoch, m.fetch_offset, m.last_fetched_epoch, m.request_id, m.read_token, m.extension]
+
+
+def decode_fetch_request(body: Any, limits: WireLimits, build: bool) -> FetchRequest:
+    src, dst, epoch, fetch_offset, last_fetched_epoch, request_id, read_token, extension = fields(body, 8)
+    return FetchRequest(
+        src=check_node_id(src, "src"),
+        dst=check_node_id(dst, "dst"),
+        epoch=check_int64(epoch, "epoch"),
+        fetch_offset=check_int64(fetch_offset, "fetch_offset"),
+        last_fetched_epoch=check_int64(last_fetched_epoch, "last_fetched_epoch"),
+        request_id=check_int64(request_id, "request_id"),
+        read_token=check_int64(read_token, "read_token"),
+        extension=_extension(extension, limits),
+    )
+
+
+def encode_fetch_response(m: FetchResponse) -> list:
+    diverging = m.diverging
+    return [
+        m.src,
+        m.dst,
+        m.epoch,
+        m.request_id,
+        m.leader_id,
+        m.error,
+        m.high_watermark,
+        m.log_start_offset,
+        _encode_records(m.records),
+        None if diverging is None else [diverging.epoch, diverging.offset],
+        _encode_snapshot_id(m.snapshot_id),
+        m.read_token,
+        m.extension,
+    ]
+
+
+def decode_fetch_response(body: Any, limits: WireLimits, build: bool) -> FetchResponse | None:
+    (
+        src,
+        dst,
+        epoch,
+        request_id,
+        leader_id,
+        error,
+        high_watermark,
+        log_start_offset,
+        records,
+        diverging,
+        snapshot_id,
+        read_token,
+        extension,
+    ) = fields(body, 13)
+    epoch = check_int64(epoch, "epoch")
+    checked = FetchResponse(
+        src=check_node_id(src, "src"),
+        dst=check_node_id(dst, "dst"),
+        epoch=epoch,
+        request_id=check_int64(request_id, "request_id"),
+        leader_id=check_optional_node_id(leader_id, "leader_id"),
+        error=check_error_code(error),
+        high_watermark=check_int64(high_watermark, "high_watermark"),
+        log_start_offset=check_int64(log_start_offset, "log_start_offset"),
+        records=_records(records, epoch, build),
+        diverging=None if diverging is None else _offset_and_epoch(diverging, "diverging"),
+        snapshot_id=None if snapshot_id is None else _snapshot_id(snapshot_id, "snapshot_id"),
+        read_token=check_int64(read_token, "read_token"),
+        extension=_extension(extension, limits),
+    )
+    return checked if build else None
+
+
+def encode_fetch_snapshot_request(m: FetchSnapshotRequest) -> list:
+    return [m.src, m.dst, m.epoch, _encode_snapshot_id(m.snapshot_id), m.position, m.request_id]
+
+
+def decode_fetch_snapshot_request(body: Any, limits: WireLimits, build: bool) -> FetchSnapshotRequest:
+    src, dst, epoch, snapshot_id, position, request_id = fields(body, 6)
+    return FetchSnapshotRequest(
+        src=check_node_id(src, "src"),
+        dst=check_node_id(dst, "dst"),
+        epoch=check_int64(epoch, "epoch"),
+        snapshot_id=_snapshot_id(snapshot_id, "snapshot_id"),
+        position=check_int64(position, "position"),
+        request_id=check_int64(request_id, "request_id"),
+    )
+
+
+def encode_fetch_snapshot_response(m: FetchSnapshotResponse) -> list:
+    return [
+        m.src,
+        m.dst,
+        m.epoch,
+        m.request_id,
+        m.leader_id,
+        m.error,
+        _encode_snapshot_id(m.snapshot_id),
+        m.position,
+        m.size,
+        m.chunk,
+    ]
+
+
+def decode_fetch_snapshot_response(body: Any, limits: WireLimits, build: bool) -> FetchSnapshotResponse:
+    src, dst, epoch, request_id, leader_id, error, snapshot_id, position, size, chunk = fields(body, 10)
+    position = check_int64(position, "position")
+    size = check_int64(size, "size")
+    chunk = check_bytes(chunk, "chunk", limits.snapshot_chunk_bytes_max)
+    if position + len(chunk) > size:
+        raise ValueError(f"chunk of {len(chunk)} bytes at position {position} runs past the snapshot size {size}")
+    return FetchSnapshotResponse(
+        src=check_node_id(src, "src"),
+        dst=check_node_id(dst, "dst"),
+        epoch=check_int64(epoch, "epoch"),
+        request_id=check_int64(request_id, "request_id"),
+        leader_id=check_optional_node_id(leader_id, "leader_id"),
+        error=check_error_code(error),
+        snapshot_id=None if snapshot_id is None else _snapshot_id(snapshot_id, "snapshot_id"),
+        position=position,
+        size=size,
+        chunk=chunk,
+    )
+
+
+# --------------------------------------------------------------------------
+# Connection frames and client messages. These classes validate themselves
+# (ValueError); the decoders only reshape wire arrays into their fields.
+# --------------------------------------------------------------------------
+
+
+def encode_error_frame(m: ErrorFrame) -> list:
+    return [m.code, m.message, m.correlation_id]
+
+
+def decode_error_frame(body: Any, limits: WireLimits, build: bool) -> ErrorFrame:
+    code, message, correlation_id = fields(body, 3)
+    return ErrorFrame(code=code, message=message, correlation_id=correlation_id)
+
+
+def encode_hello(m: Hello) -> list:
+    return [m.node_id, m.role]
+
+
+def decode_hello(body: Any, limits: WireLimits, build: bool) -> Hello:
+    node_id, role = fields(body, 2)
+    return Hello(node_id=node_id, role=role)
+
+
+def encode_propose_request(m: ProposeRequest) -> list:
+    return [list(m.records)]
+
+
+def decode_propose_request(body: Any, limits: WireLimits, build: bool) -> ProposeRequest:
+    (records,) = fields(body, 1)
+    if type(records) is not list:
+        raise ValueError(f"records must be an array, got {describe_value(records)}")
+    return ProposeRequest(records=tuple(records))
+
+
+def encode_propose_response(m: ProposeResponse) -> list:
+    return [m.error, m.offset, m.leader_hint]
+
+
+def decode_propose_response(body: Any, limits: WireLimits, build: bool) -> ProposeResponse:
+    error, offset, leader_hint = fields(body, 3)
+    return ProposeResponse(error=check_error_code(error), offset=offset, leader_hint=leader_hint)
+
+
+def encode_read_request(m: ReadRequest) -> list:
+    return [m.mode, m.query]
+
+
+def decode_read_request(body: Any, limits: WireLimits, build: bool) -> ReadRequest:
+    mode, query = fields(body, 2)
+    return ReadRequest(mode=mode, query=query)
+
+
+def encode_read_response(m: ReadResponse) -> list:
+    return [m.error, m.offset, m.leader_hint, m.value]
+
+
+def decode_read_response(body: Any, limits: WireLimits, build: bool) -> ReadResponse:
+    error, offset, leader_hint, value = fields(body, 4)
+    return ReadResponse(error=check_error_code(error), offset=offset, leader_hint=leader_hint, value=value)
+
+
+def encode_describe_quorum_request(m: DescribeQuorumRequest) -> list:
+    return []
+
+
+def decode_describe_quorum_request(body: Any, limits: WireLimits, build: bool) -> DescribeQuorumRequest:
+    fields(body, 0)
+    return DescribeQuorumRequest()
+
+
+def _encode_replicas(replicas: tuple[ReplicaDescription, ...]) -> list:
+    return [[r.node_id, r.log_end_offset, r.last_fetch_ms] for r in replicas]
+
+
+def _replicas(value: Any, name: str, limits: WireLimits) -> tuple[ReplicaDescription, ...]:
+    if type(value) is not list or len(value) > limits.replicas_max:
+        raise ValueError(f"{name} must be an array of at most {limits.replicas_max} replicas, got {describe_value(value)}")
+    replicas = []
+    for index, item in enumerate(value):
+        if type(item) is not list or len(item) != 3:
+            raise ValueError(
+                f"{name}[{index}] must be an array [node_id, log_end_offset, last_fetch_ms], got {describe_value(item)}"
+            )
+        node_id, log_end_offset, last_fetch_ms = item
+        replicas.append(
+            ReplicaDescription(
+                check_node_id(node_id, f"{name}[{index}].node_id"),
+                check_optional_int64(log_end_offset, f"{name}[{index}].log_end_offset"),
+                check_optional_int64(last_fetch_ms, f"{name}[{index}].last_fetch_ms"),
+            )
+        )
+    if len({replica.node_id for replica in replicas}) != len(replicas):
+        raise ValueError(f"{name} names a node twice")
+    return tuple(replicas)
+
+
+def encode_describe_quorum_response(m: DescribeQuorumResponse) -> list:
+    return [
+        m.error,
+        m.leader_id,
+        m.epoch,
+        m.high_watermark,
+        _encode_replicas(m.voters),
+        _encode_replicas(m.observers),
+    ]
+
+
+def decode_describe_quorum_response(body: Any, limits: WireLimits, build: bool) -> DescribeQuorumResponse:
+    error, leader_id, epoch, high_watermark, voters, observers = fields(body, 6)
+    return DescribeQuorumResponse(
+        error=check_error_code(error),
+        leader_id=leader_id,
+        epoch=epoch,
+        high_watermark=high_watermark,
+        voters=_replicas(voters, "voters", limits),
+        observers=_replicas(observers, "observers", limits),
+    )
+
+
+# --------------------------------------------------------------------------
+# The registry. Type codes are forever: never reuse or renumber one.
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MessageSchema:
+    type_code: int
+    message_class: type
+    encode_body: Callable[[Any], list]
+    decode_body: Callable[[Any, WireLimits, bool], Any]
+    versions: tuple[int, ...] = (PROTOCOL_VERSION,)
+
+    @property
+    def name(self) -> str:
+        return self.message_class.__name__
+
+
+SCHEMAS: tuple[MessageSchema, ...] = (
+    # 1..31: quorum messages (KIP-595, KIP-996 pre-vote, KIP-630 snapshots).
+    MessageSchema(1, VoteRequest, encode_vote_request, decode_vote_request),
+    MessageSchema(2, VoteResponse, encode_vote_response, decode_vote_response),
+    MessageSchema(3, BeginQuorumEpochRequest, encode_begin_quorum_epoch_request, decode_begin_quorum_epoch_request),
+    MessageSchema(4, BeginQuorumEpochResponse, encode_begin_quorum_epoch_response, decode_begin_quorum_epoch_response),
+    MessageSchema(5, EndQuorumEpochRequest, encode_end_quorum_epoch_request, decode_end_quorum_epoch_request),
+    MessageSchema(6, EndQuorumEpochResponse, encode_end_quorum_epoch_response, decode_end_quorum_epoch_response),
+    MessageSchema(7, FetchRequest, encode_fetch_request, decode_fetch_request),
+    MessageSchema(8, FetchResponse, encode_fetch_response, decode_fetch_response),
+    MessageSchema(9, FetchSnapshotRequest, encode_fetch_snapshot_request, decode_fetch_snapshot_request),
+    MessageSchema(10, FetchSnapshotResponse, encode_fetch_snapshot_response, decode_fetch_snapshot_response),
+    # 32..63: client requests.
+    MessageSchema(32, ProposeRequest, encode_propose_request, decode_propose_request),
+    MessageSchema(33, ProposeResponse, encode_propose_response, decode_propose_response),
+    MessageSchema(34, ReadRequest, encode_read_request, decode_read_request),
+    MessageSchema(35, ReadResponse, encode_read_response, decode_read_response),
+    MessageSchema(36, DescribeQuorumRequest, encode_describe_quorum_request, decode_describe_quorum_request),
+    MessageSchema(37, DescribeQuorumResponse, encode_describe_quorum_response, decode_describe_quorum_response),
+    # 64..: connection frames.
+    MessageSchema(64, ErrorFrame, encode_error_frame, decode_error_frame),
+    MessageSchema(65, Hello, encode_hello, decode_hello),
+)
+
+SCHEMA_BY_CODE: dict[int, MessageSchema] = {schema.type_code: schema for schema in SCHEMAS}
+SCHEMA_BY_CLASS: dict[type, MessageSchema] = {schema.message_class: schema for schema in SCHEMAS}
+# Public view: message class -> type code.
+MESSAGE_TYPE_CODES: dict[type, int] = {schema.message_class: schema.type_code for schema in SCHEMAS}
+
+assert len(SCHEMA_BY_CODE) == len(SCHEMAS) == len(SCHEMA_BY_CLASS), "a type code or class is registered twice"

@@ -1,0 +1,288 @@
+"""Hypothesis strategies producing valid wire messages of every type, and
+representative fixed examples of each."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from quorum import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    Entry,
+    ErrorCode,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    OffsetAndEpoch,
+    RecordKind,
+    ReplicaDescription,
+    SnapshotId,
+    VoteRequest,
+    VoteResponse,
+)
+from quorum.wire import (
+    HELLO_ROLES,
+    READ_MODES,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
+    ErrorFrame,
+    Hello,
+    ProposeRequest,
+    ProposeResponse,
+    ReadRequest,
+    ReadResponse,
+)
+
+NODE_ID_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+# Edge values are drawn often: hypothesis shrinks towards them anyway, and
+# the range ends are where a codec breaks.
+node_ids = st.integers(0, NODE_ID_MAX) | st.sampled_from([0, 1, NODE_ID_MAX])
+optional_node_ids = st.none() | node_ids
+int64s = st.integers(0, INT64_MAX) | st.sampled_from([0, 1, 2**32, INT64_MAX])
+optional_int64s = st.none() | int64s
+error_codes = st.sampled_from(list(ErrorCode))
+failure_codes = st.sampled_from([code for code in ErrorCode if code is not ErrorCode.NONE])
+cluster_ids = st.text(min_size=1, max_size=255)
+correlation_ids = int64s
+
+msgpack_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20)
+    | st.binary(max_size=20)
+)
+# A plain msgpack value as an extension decodes back to (lists, not tuples).
+extensions = st.recursive(
+    msgpack_scalars,
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=8) | st.binary(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+
+
+@st.composite
+def records(draw, epoch_max: int) -> tuple[Entry, ...]:
+    count = draw(st.integers(0, 8))
+    start = draw(st.integers(0, INT64_MAX - count) | st.just(0))
+    epochs = sorted(draw(st.lists(st.integers(0, epoch_max), min_size=count, max_size=count)))
+    return tuple(
+        Entry(start + index, epoch, draw(st.sampled_from(list(RecordKind))), draw(st.binary(max_size=40)))
+        for index, epoch in enumerate(epochs)
+    )
+
+
+snapshot_ids = st.builds(SnapshotId, int64s, int64s)
+offsets_and_epochs = st.builds(OffsetAndEpoch, int64s, int64s)
+
+
+def _quorum_fields(**more):
+    return dict(src=node_ids, dst=node_ids, epoch=int64s, **more)
+
+
+vote_requests = st.builds(
+    VoteRequest, **_quorum_fields(last_epoch=int64s, end_offset=int64s, pre_vote=st.booleans())
+)
+vote_responses = st.builds(
+    VoteResponse,
+    **_quorum_fields(granted=st.booleans(), pre_vote=st.booleans(), leader_id=optional_node_ids, error=error_codes),
+)
+begin_quorum_epoch_requests = st.builds(BeginQuorumEpochRequest, **_quorum_fields())
+begin_quorum_epoch_responses = st.builds(BeginQuorumEpochResponse, **_quorum_fields(error=error_codes))
+end_quorum_epoch_requests = st.builds(
+    EndQuorumEpochRequest,
+    **_quorum_fields(preferred_successors=st.lists(node_ids, unique=True, max_size=7).map(tuple)),
+)
+end_quorum_epoch_responses = st.builds(EndQuorumEpochResponse, **_quorum_fields(error=error_codes))
+fetch_requests = st.builds(
+    FetchRequest,
+    **_quorum_fields(
+        fetch_offset=int64s,
+        last_fetched_epoch=int64s,
+        request_id=int64s,
+        read_token=int64s,
+        extension=st.none() | extensions,
+    ),
+)
+
+
+@st.composite
+def fetch_responses(draw) -> FetchResponse:
+    epoch = draw(int64s)
+    return FetchResponse(
+        src=draw(node_ids),
+        dst=draw(node_ids),
+        epoch=epoch,
+        request_id=draw(int64s),
+        leader_id=draw(optional_node_ids),
+        error=draw(error_codes),
+        high_watermark=draw(int64s),
+        log_start_offset=draw(int64s),
+        records=draw(records(epoch)),
+        diverging=draw(st.none() | offsets_and_epochs),
+        snapshot_id=draw(st.none() | snapshot_ids),
+        read_token=draw(int64s),
+        extension=draw(st.none() | extensions),
+    )
+
+
+fetch_snapshot_requests = st.builds(
+    FetchSnapshotRequest, **_quorum_fields(snapshot_id=snapshot_ids, position=int64s, request_id=int64s)
+)
+
+
+@st.composite
+def fetch_snapshot_responses(draw) -> FetchSnapshotResponse:
+    chunk = draw(st.binary(max_size=64))
+    position = draw(st.integers(0, 2**40))
+    return FetchSnapshotResponse(
+        src=draw(node_ids),
+        dst=draw(node_ids),
+        epoch=draw(int64s),
+        request_id=draw(int64s),
+        leader_id=draw(optional_node_ids),
+        error=draw(error_codes),
+        snapshot_id=draw(st.none() | snapshot_ids),
+        position=position,
+        size=position + len(chunk) + draw(st.integers(0, 2**40)),
+        chunk=chunk,
+    )
+
+
+error_frames = st.builds(
+    ErrorFrame,
+    code=failure_codes,
+    message=st.text(max_size=100),
+    correlation_id=optional_int64s,
+)
+hellos = st.one_of(
+    st.builds(Hello, node_id=optional_node_ids, role=st.just("client")),
+    st.builds(Hello, node_id=node_ids, role=st.sampled_from(HELLO_ROLES)),
+)
+propose_requests = st.builds(ProposeRequest, records=st.lists(st.binary(max_size=40), min_size=1, max_size=8).map(tuple))
+propose_responses = st.one_of(
+    st.builds(ProposeResponse, error=st.just(ErrorCode.NONE), offset=int64s, leader_hint=optional_node_ids),
+    st.builds(ProposeResponse, error=failure_codes, offset=optional_int64s, leader_hint=optional_node_ids),
+)
+read_requests = st.builds(ReadRequest, mode=st.sampled_from(READ_MODES), query=st.binary(max_size=40))
+read_responses = st.one_of(
+    st.builds(
+        ReadResponse,
+        error=st.just(ErrorCode.NONE),
+        offset=int64s,
+        leader_hint=optional_node_ids,
+        value=st.none() | st.binary(max_size=40),
+    ),
+    st.builds(ReadResponse, error=failure_codes, offset=optional_int64s, leader_hint=optional_node_ids),
+)
+describe_quorum_requests = st.just(DescribeQuorumRequest())
+
+
+@st.composite
+def _replicas(draw) -> tuple[ReplicaDescription, ...]:
+    ids = draw(st.lists(node_ids, unique=True, max_size=5))
+    return tuple(ReplicaDescription(node_id, draw(optional_int64s), draw(optional_int64s)) for node_id in ids)
+
+
+describe_quorum_responses = st.builds(
+    DescribeQuorumResponse,
+    error=error_codes,
+    leader_id=optional_node_ids,
+    epoch=int64s,
+    high_watermark=int64s,
+    voters=_replicas(),
+    observers=_replicas(),
+)
+
+STRATEGIES = {
+    VoteRequest: vote_requests,
+    VoteResponse: vote_responses,
+    BeginQuorumEpochRequest: begin_quorum_epoch_requests,
+    BeginQuorumEpochResponse: begin_quorum_epoch_responses,
+    EndQuorumEpochRequest: end_quorum_epoch_requests,
+    EndQuorumEpochResponse: end_quorum_epoch_responses,
+    FetchRequest: fetch_requests,
+    FetchResponse: fetch_responses(),
+    FetchSnapshotRequest: fetch_snapshot_requests,
+    FetchSnapshotResponse: fetch_snapshot_responses(),
+    ErrorFrame: error_frames,
+    Hello: hellos,
+    ProposeRequest: propose_requests,
+    ProposeResponse: propose_responses,
+    ReadRequest: read_requests,
+    ReadResponse: read_responses,
+    DescribeQuorumRequest: describe_quorum_requests,
+    DescribeQuorumResponse: describe_quorum_responses,
+}
+any_message = st.one_of(list(STRATEGIES.values()))
+
+# One representative message of each type, as the running system sends them.
+_LEADER_RECORDS = (
+    Entry(40, 6, RecordKind.LEADER_CHANGE, b""),
+    Entry(41, 7, RecordKind.LEADER_CHANGE, b""),
+    Entry(42, 7, RecordKind.DATA, b"register broker 4"),
+)
+EXAMPLES = {
+    VoteRequest: VoteRequest(src=2, dst=1, epoch=8, last_epoch=7, end_offset=43, pre_vote=True),
+    VoteResponse: VoteResponse(src=1, dst=2, epoch=7, granted=False, pre_vote=True, leader_id=3),
+    BeginQuorumEpochRequest: BeginQuorumEpochRequest(src=1, dst=2, epoch=7),
+    BeginQuorumEpochResponse: BeginQuorumEpochResponse(src=2, dst=1, epoch=7),
+    EndQuorumEpochRequest: EndQuorumEpochRequest(src=1, dst=2, epoch=7, preferred_successors=(3, 2)),
+    EndQuorumEpochResponse: EndQuorumEpochResponse(src=2, dst=1, epoch=8, error=ErrorCode.FENCED_LEADER_EPOCH),
+    FetchRequest: FetchRequest(
+        src=4,
+        dst=1,
+        epoch=7,
+        fetch_offset=40,
+        last_fetched_epoch=6,
+        request_id=12,
+        read_token=3,
+        extension={"broker_id": 4, "broker_epoch": 17, "state": "online", "partitions": [[b"t", 0]]},
+    ),
+    FetchResponse: FetchResponse(
+        src=1,
+        dst=4,
+        epoch=7,
+        request_id=12,
+        leader_id=1,
+        high_watermark=41,
+        log_start_offset=10,
+        records=_LEADER_RECORDS,
+        read_token=4,
+        extension={"ok": True},
+    ),
+    FetchSnapshotRequest: FetchSnapshotRequest(
+        src=4, dst=1, epoch=7, snapshot_id=SnapshotId(1000, 6), position=4096, request_id=13
+    ),
+    FetchSnapshotResponse: FetchSnapshotResponse(
+        src=1,
+        dst=4,
+        epoch=7,
+        request_id=13,
+        leader_id=1,
+        snapshot_id=SnapshotId(1000, 6),
+        position=4096,
+        size=5000,
+        chunk=b"\x00\x01snapshot bytes",
+    ),
+    ErrorFrame: ErrorFrame(code=ErrorCode.INVALID_REQUEST, message="FetchRequest epoch must be...", correlation_id=9),
+    Hello: Hello(node_id=4, role="observer"),
+    ProposeRequest: ProposeRequest(records=(b"put a 1", b"put b 2")),
+    ProposeResponse: ProposeResponse(offset=42),
+    ReadRequest: ReadRequest(mode="leader-local", query=b"a"),
+    ReadResponse: ReadResponse(offset=42, value=b"1"),
+    DescribeQuorumRequest: DescribeQuorumRequest(),
+    DescribeQuorumResponse: DescribeQuorumResponse(
+        leader_id=1,
+        epoch=7,
+        high_watermark=41,
+        voters=(ReplicaDescription(1, 43, 9000), ReplicaDescription(2, 41, 8990), ReplicaDescription(3, None, None)),
+        observers=(ReplicaDescription(4, 40, 8995),),
+    ),
+}
