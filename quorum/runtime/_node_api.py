@@ -105,6 +105,7 @@ class QuorumNodeHandle:
     def __init__(self, runtime: QuorumRuntime, transport: TcpTransport | None) -> None:
         self.runtime = runtime
         self._transport = transport
+        self.metrics_port: int | None = None
 
     @property
     def node_id(self) -> int:
@@ -261,7 +262,7 @@ async def open_quorum_node(
             await nursery.start(runtime.run)
             if config.metrics_listen is not None:
                 host, port = config.metrics_listen
-                await nursery.start(serve_metrics, metrics, host, port)
+                handle.metrics_port = await nursery.start(serve_metrics, metrics, host, port)
             try:
                 yield handle
             finally:

@@ -247,6 +247,8 @@ class QuorumRuntime:
             node = self.node
             if kind == "tick":
                 output = node.tick()
+                if node.is_leader and node.current_tick % 50 == 0:
+                    self.metrics.observe_lag(node)
             elif kind == "message":
                 output = node.step(item[1])
             elif kind == "persisted":

@@ -1,0 +1,92 @@
+"""The embedding API, the metrics endpoint and the CLI's configuration,
+on real sockets and files (a single voter needs no peers)."""
+
+import json
+
+import trio
+from click.testing import CliRunner
+
+from quorum.cli import _node_config, main
+from quorum.runtime import KeyValueStateMachine, NodeConfig, open_quorum_node
+
+
+def single_voter(tmp_path, **extra) -> NodeConfig:
+    return NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, data_dir=tmp_path / "node1", **extra)
+
+
+async def test_a_single_voter_commits_and_reads_with_no_setup(tmp_path):
+    async with open_quorum_node(single_voter(tmp_path)) as node:
+        with trio.fail_after(10):
+            await node.wait_for_leader()
+        offset = await node.propose([KeyValueStateMachine.encode_put(b"k", b"v")])
+        read_at = await node.read("linearizable")
+        assert read_at > offset
+        assert node.state_machine.get(b"k") == (b"v", offset)
+        stats = node.statistics()
+        assert stats["role"] == "leader" and stats["high_watermark"] == read_at
+
+
+async def test_a_restarted_single_voter_recovers_its_state_from_disk(tmp_path):
+    async with open_quorum_node(single_voter(tmp_path)) as node:
+        with trio.fail_after(10):
+            await node.wait_for_leader()
+        await node.propose([KeyValueStateMachine.encode_put(b"k", b"durable")])
+    async with open_quorum_node(single_voter(tmp_path)) as node:
+        with trio.fail_after(10):
+            await node.wait_for_leader()
+            await node.read("linearizable")
+        assert node.state_machine.get(b"k")[0] == b"durable"
+
+
+async def test_metrics_endpoint_serves_prometheus_text(tmp_path):
+    config = single_voter(tmp_path, metrics_listen=("127.0.0.1", 0))
+    async with open_quorum_node(config) as node:
+        with trio.fail_after(10):
+            await node.wait_for_leader()
+        await node.propose([b"x"])
+        port = node.metrics_port
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        body = b""
+        with trio.fail_after(5):
+            while chunk := await stream.receive_some(65536):
+                body += chunk
+        await stream.aclose()
+    text = body.decode()
+    assert text.startswith("HTTP/1.0 200 OK")
+    assert 'pykraft_quorum_role{node="1",role="leader"} 1' in text
+    assert "pykraft_quorum_commit_latency_seconds_count" in text
+    assert "pykraft_quorum_fsync_latency_seconds_bucket" in text
+
+
+def test_node_configuration_from_a_toml_file_and_flags(tmp_path):
+    toml = tmp_path / "node.toml"
+    toml.write_text(
+        'node_id = 2\nvoters = "1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093"\n'
+        'data_dir = "/tmp/x"\n[quorum]\nelection_timeout_ms = 500\n'
+    )
+    import tomllib
+
+    settings = tomllib.loads(toml.read_text())
+    settings["fetch_timeout_ms"] = 1500  # a flag overrides the file
+    config = _node_config(settings)
+    assert config.node_id == 2 and config.listen == ("127.0.0.1", 9092)
+    quorum = config.quorum_config()
+    assert (quorum.election_timeout_ms, quorum.fetch_timeout_ms) == (500, 1500)
+
+
+def test_node_command_refuses_a_bad_configuration_with_one_sentence():
+    result = CliRunner().invoke(main, ["node", "--node-id", "1"])
+    assert result.exit_code == 2
+    assert "--voters are required" in result.output
+
+
+async def test_dump_log_decodes_what_a_node_wrote(tmp_path):
+    async with open_quorum_node(single_voter(tmp_path)) as node:
+        with trio.fail_after(10):
+            await node.wait_for_leader()
+        await node.propose([KeyValueStateMachine.encode_put(b"k", b"v")])
+    result = CliRunner().invoke(main, ["dump-log", str(tmp_path / "node1"), "--json"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.output.splitlines() if line.strip()]
+    assert any(line.get("kind") in ("LEADER_CHANGE", 1, "leader_change") or "LEADER" in json.dumps(line) for line in lines)
