@@ -203,8 +203,9 @@ def read_command(bootstrap: str, cluster_id: str, timeout_s: float, mode: str, k
         offset, value = trio.run(run)
     except Exception as error:  # noqa: BLE001
         raise click.ClickException(str(error)) from error
-    shown = "(none)" if value is None else value.decode(errors="replace")
-    click.echo(f"{key} = {shown}   (read at offset {offset}, {mode})")
+    found, version = KeyValueStateMachine.decode_answer(value) if value is not None else (None, -1)
+    shown = "(none)" if found is None else found.decode(errors="replace")
+    click.echo(f"{key} = {shown}   (version {version}, read at offset {offset}, {mode})")
 
 
 main.add_command(dump_log_command, "dump-log")

@@ -220,9 +220,15 @@ class QuorumClient:
         """Commit ``records``; returns the offset of the first. Raises
         ``IndeterminateError`` when it may or may not have happened,
         ``QuorumClientError`` when it certainly did not."""
+        offset, _ = await self.propose_with_results(records)
+        return offset
+
+    async def propose_with_results(self, records: list[bytes]) -> tuple[int, tuple[bytes | None, ...]]:
+        """``propose``, also returning the state machine's answer for each
+        record (a compare-and-set's outcome, say). Raises as ``propose``."""
         response: ProposeResponse = await self._call(ProposeRequest(records=tuple(records)), retry_indeterminate=False)
         assert response.offset is not None
-        return response.offset
+        return response.offset, response.results
 
     async def read(self, query: bytes = b"", *, mode: str = "linearizable") -> tuple[int, bytes | None]:
         """(offset read at, the state machine's answer to ``query``)."""

@@ -164,8 +164,8 @@ async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
     node = runtime.node
     try:
         if isinstance(request, ProposeRequest):
-            last = await runtime.propose(list(request.records))
-            return ProposeResponse(offset=last - len(request.records) + 1)
+            last, answers = await runtime.propose_with_answers(list(request.records))
+            return ProposeResponse(offset=last - len(request.records) + 1, results=tuple(answers))
         if isinstance(request, ReadRequest):
             if request.mode == "linearizable":
                 offset = await runtime.read_index()

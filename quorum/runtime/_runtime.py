@@ -185,6 +185,8 @@ class QuorumRuntime:
         self._next_read_id = 0
         self._applied_offset = 0
         self._last_snapshot_offset = 0
+        # Answers the state machine gave for records a local proposer waits on.
+        self._answers: dict[int, bytes] = {}
         self._role_watchers: list[trio.Event] = []
         self._stopping = False
         self.application = leader_application
@@ -401,7 +403,9 @@ class QuorumRuntime:
     def _apply(self, entries: list[Entry]) -> None:
         data = [entry for entry in entries if entry.kind is RecordKind.DATA and entry.offset >= self._applied_offset]
         if data:
-            self.state_machine.apply(data)
+            answers = self.state_machine.apply(data)
+            if answers and self._pending_proposals:
+                self._answers.update(answers)
         self._applied_offset = max(self._applied_offset, entries[-1].offset + 1)
         if self._pending_proposals:
             for entry in entries:
@@ -415,9 +419,12 @@ class QuorumRuntime:
                     continue
                 self.metrics.commit_seconds.observe(time.perf_counter() - pending.started_s)
                 if pending.waiter is not None:
-                    pending.waiter.resolve(entry.offset)
+                    answers = [self._answers.pop(offset, None) for offset in range(pending.first_offset, entry.offset + 1)]
+                    pending.waiter.resolve((entry.offset, answers))
                 if pending.on_committed is not None:
                     pending.on_committed(pending.first_offset)
+        if not self._pending_proposals:
+            self._answers.clear()
 
     def _maybe_snapshot(self) -> None:
         if not self.snapshot_every_records:
@@ -470,7 +477,7 @@ class QuorumRuntime:
                 payloads: Sequence[bytes] = request[1]
                 first, output = node.propose(payloads)
                 last = first + len(payloads) - 1
-                self._pending_proposals[last] = _PendingProposal(node.epoch, last, waiter, request[2])
+                self._pending_proposals[last] = _PendingProposal(node.epoch, last, waiter, request[2], first)
                 return output
             if name == "read":
                 self._next_read_id += 1
@@ -492,13 +499,20 @@ class QuorumRuntime:
 
     async def propose(self, payloads: Sequence[bytes]) -> int:
         """Append records and wait until they are committed; returns the
-        offset of the last one.
+        offset of the last one (``propose_with_answers`` also returns what
+        the state machine answered for each).
 
         Raises ``NotLeaderError`` (with a leader hint) when this node does
         not lead, ``ProposalLostError`` when another leader's record took the
         offset (it did not happen). Wrap in ``trio.fail_after`` for a bound:
         a cancelled wait leaves the outcome unknown.
         """
+        last, _ = await self.propose_with_answers(payloads)
+        return last
+
+    async def propose_with_answers(self, payloads: Sequence[bytes]) -> tuple[int, list[bytes | None]]:
+        """``propose``, returning (last offset, the state machine's answer for
+        each record, None where it gave none). Raises as ``propose``."""
         if not payloads:
             raise ValueError("nothing to propose")
         return await self._call("propose", list(payloads), time.perf_counter())

@@ -67,6 +67,9 @@ class ProposeResponse:
     error: ErrorCode = ErrorCode.NONE
     offset: int | None = None
     leader_hint: int | None = None
+    # What the state machine answered for each record, in order (None where
+    # it answers nothing): a compare-and-set's outcome, say.
+    results: tuple[bytes | None, ...] = ()
 
     def __post_init__(self) -> None:
         error = _set_error(self)
@@ -74,6 +77,9 @@ class ProposeResponse:
         check_optional_node_id(self.leader_hint, "leader_hint")
         if error is ErrorCode.NONE and self.offset is None:
             raise ValueError("a successful ProposeResponse must give the offset")
+        for index, result in enumerate(_as_tuple(self, "results")):
+            if result is not None:
+                check_bytes(result, f"results[{index}]", _BYTES_MAX)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -459,12 +459,14 @@ def decode_propose_request(body: Any, limits: WireLimits, build: bool) -> Propos
 
 
 def encode_propose_response(m: ProposeResponse) -> list:
-    return [m.error, m.offset, m.leader_hint]
+    return [m.error, m.offset, m.leader_hint, list(m.results)]
 
 
 def decode_propose_response(body: Any, limits: WireLimits, build: bool) -> ProposeResponse:
-    error, offset, leader_hint = fields(body, 3)
-    return ProposeResponse(error=check_error_code(error), offset=offset, leader_hint=leader_hint)
+    error, offset, leader_hint, results = fields(body, 4)
+    if type(results) is not list:
+        raise ValueError(f"results must be an array, got {type(results).__name__}")
+    return ProposeResponse(error=check_error_code(error), offset=offset, leader_hint=leader_hint, results=tuple(results))
 
 
 def encode_read_request(m: ReadRequest) -> list:

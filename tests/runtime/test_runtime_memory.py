@@ -171,3 +171,12 @@ async def test_single_voter_quorum_needs_no_peers(nursery, autojump_clock):
     offset = await leader.propose([KeyValueStateMachine.encode_put(b"solo", b"1")])
     assert await leader.read_index() > offset
     nursery.cancel_scope.cancel()
+
+
+async def test_compare_and_set_answers_reach_the_proposer(cluster, autojump_clock):
+    leader = await cluster.leader()
+    await leader.propose([KeyValueStateMachine.encode_put(b"k", b"1")])
+    _, [applied] = await leader.propose_with_answers([KeyValueStateMachine.encode_cas(b"k", b"1", b"2")])
+    _, [refused] = await leader.propose_with_answers([KeyValueStateMachine.encode_cas(b"k", b"1", b"3")])
+    assert (applied, refused) == (KeyValueStateMachine.CAS_APPLIED, KeyValueStateMachine.CAS_REFUSED)
+    assert cluster.machines[leader.config.node_id].get(b"k")[0] == b"2"

@@ -167,7 +167,13 @@ hellos = st.one_of(
 )
 propose_requests = st.builds(ProposeRequest, records=st.lists(st.binary(max_size=40), min_size=1, max_size=8).map(tuple))
 propose_responses = st.one_of(
-    st.builds(ProposeResponse, error=st.just(ErrorCode.NONE), offset=int64s, leader_hint=optional_node_ids),
+    st.builds(
+        ProposeResponse,
+        error=st.just(ErrorCode.NONE),
+        offset=int64s,
+        leader_hint=optional_node_ids,
+        results=st.lists(st.one_of(st.none(), st.binary(max_size=8)), max_size=4).map(tuple),
+    ),
     st.builds(ProposeResponse, error=failure_codes, offset=optional_int64s, leader_hint=optional_node_ids),
 )
 read_requests = st.builds(ReadRequest, mode=st.sampled_from(READ_MODES), query=st.binary(max_size=40))
