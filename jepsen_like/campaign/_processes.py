@@ -1,0 +1,116 @@
+"""Node processes of a campaign: start, kill -9, pause, resume, restart,
+SIGTERM, each bounded in time, none left behind."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+logger = logging.getLogger("pykraft.campaign")
+
+
+@dataclass(slots=True)
+class NodeProcess:
+    """One node: how to start it, and the live process if any."""
+
+    node_id: int
+    role: str  # "controller" | "broker"
+    argv: Callable[[], list[str]]
+    log_path: Path
+    process: subprocess.Popen | None = None
+    paused: bool = False
+    starts: int = 0
+    pids: list[int] = field(default_factory=list)
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        if self.running:
+            return
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n=== start #{self.starts + 1}\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.starts += 1
+        self.paused = False
+        self.pids.append(self.process.pid)
+
+    def kill(self) -> None:
+        """kill -9: no shutdown, no flush."""
+        if self.process is None:
+            return
+        if self.paused:
+            self._signal(signal.SIGCONT)
+        self._signal(signal.SIGKILL)
+        self._reap()
+
+    def terminate(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL if it does not exit in time."""
+        if self.process is None:
+            return
+        if self.paused:
+            self.resume()
+        self._signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            logger.warning("node %d ignored SIGTERM for %.0f s; killing it", self.node_id, timeout_s)
+            self._signal(signal.SIGKILL)
+        self._reap()
+
+    def pause(self) -> None:
+        """SIGSTOP: the process freezes (a long GC pause), its sockets stay open."""
+        if self.running and not self.paused:
+            self._signal(signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.process is not None and self.paused:
+            self._signal(signal.SIGCONT)
+            self.paused = False
+
+    def _signal(self, signum: int) -> None:
+        assert self.process is not None
+        try:
+            os.kill(self.process.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def _reap(self) -> None:
+        assert self.process is not None
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+            logger.error("node %d did not die", self.node_id)
+        self.process = None
+        self.paused = False
+
+
+class ProcessGroup:
+    """Every node process of a run; ``stop_all`` leaves nothing behind."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, NodeProcess] = {}
+
+    def add(self, node: NodeProcess) -> NodeProcess:
+        self.nodes[node.node_id] = node
+        return node
+
+    def of_role(self, role: str) -> list[NodeProcess]:
+        return [node for _, node in sorted(self.nodes.items()) if node.role == role]
+
+    def stop_all(self) -> None:
+        for node in self.nodes.values():
+            try:
+                node.kill()
+            except Exception:  # noqa: BLE001 - keep stopping the others
+                logger.exception("could not stop node %d", node.node_id)
