@@ -52,10 +52,11 @@ class QuorumConfig:
     check_quorum_factor: float = 1.5
     # KIP-996: a pre-vote round before a real election.
     pre_vote: bool = True
-    # When the transport reports the leader unreachable (connection refused:
-    # the process is gone), a follower stands after a random wait in
-    # [0, election_timeout) instead of the full fetch timeout. A partition
-    # gives no such signal; it is detected by the fetch timeout alone.
+    # When the transport reports the leader unreachable (connection refused
+    # or reset: the process is gone), a follower stands after one random
+    # wait in [0, election_timeout) instead of the full fetch timeout, and
+    # grants pre-votes again. A partition gives no such signal; it is
+    # detected by the fetch timeout alone.
     fast_failover: bool = True
     voter_set: frozenset[int] = field(init=False, repr=False)
 

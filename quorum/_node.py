@@ -183,6 +183,7 @@ class QuorumNode:
         self._fetch_in_flight: tuple[int, int, int] | None = None  # (request id, target, deadline)
         self._next_fetch_tick = 0
         self._fetched_from_leader = False
+        self._leader_unreachable = False
         self._read_token = 0
         self._download: _SnapshotDownload | None = None
         self._bootstrap_index = 0
@@ -222,7 +223,10 @@ class QuorumNode:
 
     @property
     def leader_id(self) -> int | None:
-        return self._leader_id
+        """The leader this node knows of; None when unknown, and for a
+        resigned leader (which still records itself, so that it restarts
+        Resigned, but leads no more)."""
+        return None if self._role is Role.RESIGNED else self._leader_id
 
     @property
     def voted_for(self) -> int | None:
@@ -280,7 +284,7 @@ class QuorumNode:
             node_id=self.node_id,
             role=self._role,
             epoch=self._epoch,
-            leader_id=self._leader_id,
+            leader_id=self.leader_id,
             high_watermark=self._hw,
             log_start_offset=self._log.start_offset,
             log_end_offset=self._log.end_offset,
@@ -416,9 +420,16 @@ class QuorumNode:
             and self.config.is_voter
             and self._role is Role.FOLLOWER
             and peer == self._leader_id
+            and not self._leader_unreachable
         ):
+            # One random wait per loss of the leader (not one per report:
+            # the minimum of many draws would bunch the followers together).
+            self._leader_unreachable = True
             soon = self._tick + self._rng.randrange(self.config.ticks(self.config.election_timeout_ms))
             self._fetch_deadline = min(self._fetch_deadline, soon)
+            # Our leader's process is gone: grant pre-votes again (KIP-996
+            # refuses them only while the leader is known to be alive).
+            self._fetched_from_leader = False
         return self._flush()
 
     def snapshot_taken(self, snapshot_id: SnapshotId, data: bytes) -> Output:
@@ -543,6 +554,7 @@ class QuorumNode:
         voted = self._voted_for if epoch == self._epoch else None
         self._set_election_state(epoch, voted, leader_id)
         self._fetched_from_leader = False
+        self._leader_unreachable = False
         self._read_token = 0
         self._fetch_deadline = self._tick + self.config.ticks(self.config.fetch_timeout_ms)
         self._next_fetch_tick = self._tick
@@ -641,7 +653,7 @@ class QuorumNode:
 
     def _event(self, reason: str) -> None:
         self._out.events.append(
-            RoleChange(self._tick, self.node_id, self._role, self._epoch, self._leader_id, reason)
+            RoleChange(self._tick, self.node_id, self._role, self._epoch, self.leader_id, reason)
         )
 
     # =====================================================================
@@ -663,7 +675,10 @@ class QuorumNode:
 
     def _tick_follower(self, now: int) -> None:
         if self.config.is_voter and now >= self._fetch_deadline:
-            self._stand("fetch timeout: no fetch from the leader")
+            if self._leader_unreachable:
+                self._stand("leader unreachable: its connection was reset")
+            else:
+                self._stand("fetch timeout: no fetch from the leader")
             return
         if not self.config.is_voter and now >= self._fetch_deadline:
             # An observer that lost its leader goes looking for the new one.
@@ -1035,6 +1050,7 @@ class QuorumNode:
         if self._role is not Role.FOLLOWER or response.src != self._leader_id:
             return
         self._fetched_from_leader = True
+        self._leader_unreachable = False
         self._fetch_deadline = self._tick + self.config.ticks(self.config.fetch_timeout_ms)
         self._read_token = max(self._read_token, response.read_token)
         self._next_fetch_tick = self._tick

@@ -8,9 +8,9 @@ returned**, like this:
    order: ``election_state`` (atomically), ``snapshot`` (and, when
    ``reset_log`` is set, discard the whole log: it now starts at that
    snapshot's end offset), ``truncate_to``, ``append``, ``delete_before``;
-   fsync; then call
-   ``node.persisted(persist_seq)`` and handle the ``Output`` it returns.
-2. Only then send ``messages``. A message may depend on the persisted state
+   fsync.
+2. Only then send ``messages``, and call ``node.persisted(persist_seq)``
+   (in either order) and handle the ``Output`` it returns. A message may depend on the persisted state
    (a granted vote on the recorded vote, Raft thesis §3.8; a Fetch offset on
    the records being on disk, since the offset *is* the acknowledgement), so
    it must never leave before the persistence of its own output **and of

@@ -225,7 +225,7 @@ class Simulation:
         self.nodes: dict[int, SimNode] = {i: SimNode(i, self.options) for i in range(1, self.options.voters + 1)}
         self.events_processed = 0
         # invariant bookkeeping
-        self.leaders_by_epoch: dict[int, int] = {}
+        self.leaders_by_epoch: dict[int, tuple[int, int]] = {}
         self.committed: dict[int, tuple[int, int, bytes]] = {}  # offset -> (epoch, kind, data)
         self.max_epoch_seen: dict[int, int] = {i: 0 for i in self.nodes}
         self.role_log: list[RoleChange] = []
@@ -453,9 +453,15 @@ class Simulation:
         if event.role is Role.RESIGNED:
             self.resignations.append((self.now_us, node.node_id, event.reason))
         if event.role is Role.LEADER:
-            previous = self.leaders_by_epoch.setdefault(event.epoch, node.node_id)
-            if previous != node.node_id:
-                raise InvariantViolation("two-leaders", f"n{previous} and n{node.node_id} both lead epoch {event.epoch}")
+            # Keyed by process incarnation too: the same node leading one
+            # epoch twice across a restart is two leaders as well.
+            me = (node.node_id, node.incarnation)
+            previous = self.leaders_by_epoch.setdefault(event.epoch, me)
+            if previous != me:
+                raise InvariantViolation(
+                    "two-leaders",
+                    f"n{previous[0]} (start {previous[1]}) and n{me[0]} (start {me[1]}) both lead epoch {event.epoch}",
+                )
             self._check_leader_completeness(node)
 
     def _check_epoch(self, node: SimNode) -> None:

@@ -42,10 +42,7 @@ def _replay_command(scenario: str, seed: int, check_quorum: bool, pre_vote: bool
     show_default=True,
     help="story: role changes, faults, client ops; full: also every message.",
 )
-@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, help="Write a visual replay.")
-def sim_command(
-    scenario: str, seed: int, check_quorum: bool, pre_vote: bool, as_json: bool, trace: str, html_path: str | None
-) -> None:
+def sim_command(scenario: str, seed: int, check_quorum: bool, pre_vote: bool, as_json: bool, trace: str) -> None:
     """Run one simulated scenario with one seed; exit 1 if it is invalid."""
     options = random_options(seed) if scenario == "random" else SimOptions()
     options.check_quorum = check_quorum
@@ -53,11 +50,6 @@ def sim_command(
     click.echo(f"SEED={seed} scenario={scenario} options={json.dumps(options.describe(), sort_keys=True)}")
     sink = None if trace == "none" else click.echo
     result = run_scenario(scenario, seed, options, trace=sink, full_trace=trace == "full")
-    if html_path:
-        from .replay import write_replay  # the visual replay, when present
-
-        write_replay(result, html_path)
-        click.echo(f"replay written to {html_path}")
     verdict = "VALID" if result.valid else f"INVALID ({result.failure_class}: {result.violation})"
     click.echo(f"--- {scenario} seed={seed}: {verdict}")
     click.echo(

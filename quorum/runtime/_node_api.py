@@ -4,6 +4,7 @@
 
     config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9091)}, data_dir="data/1")
     async with open_quorum_node(config, KeyValueStateMachine()) as node:
+        await node.wait_for_leader()   # one election timeout, even alone
         offset = await node.propose([KeyValueStateMachine.encode_put(b"k", b"v")])
         await node.read("linearizable")   # the state machine now reflects every acknowledged write
 

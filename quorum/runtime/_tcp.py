@@ -40,6 +40,7 @@ from ._runtime import Transport
 logger = logging.getLogger("pykraft.transport")
 
 _QUORUM_MESSAGE_TYPES = frozenset(MESSAGE_TYPES)
+_CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 RECONNECT_BACKOFF_MIN_S = 0.02
 RECONNECT_BACKOFF_MAX_S = 1.0
 # Raft tolerates loss: when a peer is down, keep only the newest messages.
@@ -165,12 +166,18 @@ class TcpTransport(Transport):
             backoff_s = RECONNECT_BACKOFF_MIN_S
             connection = _Connection(stream, name, self.cluster_id, self.limits)
             try:
+                # trio nurseries wrap errors in exception groups: each task
+                # handles its own connection errors, so none escapes.
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._read_loop, connection, nursery.cancel_scope)
-                    await connection.send_frames([connection.encode(Hello(node_id=self.node_id, role="voter"))])
-                    await self._drain(peer, queue, connection)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
-                logger.info("connection to %s lost: %s", name, error)
+                    try:
+                        await connection.send_frames([connection.encode(Hello(node_id=self.node_id, role="voter"))])
+                        await self._drain(peer, queue, connection)
+                    except _CONNECTION_ERRORS as error:
+                        logger.info("connection to %s lost: %s", name, error)
+                    nursery.cancel_scope.cancel()
+            except Exception:  # noqa: BLE001 - a bug here must not take the node down
+                logger.exception("connection to %s failed unexpectedly", name)
             finally:
                 await connection.aclose()
             # The peer went away (a reset, a restart): tell the core, which
@@ -213,8 +220,8 @@ class TcpTransport(Transport):
         try:
             async with trio.open_nursery() as nursery:
                 await self._read_loop(connection, nursery.cancel_scope, nursery)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
-            logger.debug("connection from %s ended: %s", name, error)
+        except Exception:  # noqa: BLE001 - one bad connection must not take the node down
+            logger.exception("connection from %s failed unexpectedly", name)
         finally:
             await connection.aclose()
             for node_id, path in list(self._return_paths.items()):
@@ -224,12 +231,19 @@ class TcpTransport(Transport):
     async def _read_loop(
         self, connection: _Connection, scope: trio.CancelScope, nursery: trio.Nursery | None = None
     ) -> None:
-        """Read frames until the stream ends or breaks the protocol."""
+        """Read frames until the stream ends, breaks, or breaks the protocol;
+        then cancel ``scope`` (the connection's tasks)."""
+        try:
+            await self._read_frames(connection, scope, nursery)
+        except _CONNECTION_ERRORS as error:
+            logger.debug("connection with %s ended: %s", connection.peer, error)
+        scope.cancel()
+
+    async def _read_frames(self, connection: _Connection, scope: trio.CancelScope, nursery: trio.Nursery | None) -> None:
         decoder = FrameDecoder(frame_bytes_max=self.limits.frame_bytes_max)
         while True:
             data = await connection.stream.receive_some(RECEIVE_BYTES)
             if not data:
-                scope.cancel()
                 return
             decoder.feed(data)
             while True:
@@ -237,7 +251,6 @@ class TcpTransport(Transport):
                     payload = decoder.next_frame()
                 except FrameTooLargeError as error:
                     self._reject(connection, error, answer=False)
-                    scope.cancel()
                     return
                 if payload is None:
                     break
@@ -250,7 +263,6 @@ class TcpTransport(Transport):
                         with trio.move_on_after(1):
                             await self._answer(connection, error.to_error_frame(), error.correlation_id)
                     if not error.recoverable:
-                        scope.cancel()
                         return
                     continue
                 self._dispatch(connection, decoded.message, decoded.correlation_id, nursery)
@@ -285,8 +297,10 @@ class TcpTransport(Transport):
     async def _answer(self, connection: _Connection, message: Any, correlation_id: int) -> None:
         try:
             await connection.send_frames([connection.encode(message, correlation_id)])
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
+        except _CONNECTION_ERRORS:
+            pass  # the requester is gone
+        except LocalProtocolError as error:
+            logger.error("cannot answer %s with %s: %s", connection.peer, type(message).__name__, error)
 
     def _reject(self, connection: _Connection, error: RemoteProtocolError, *, answer: bool) -> None:
         self.frames_rejected += 1

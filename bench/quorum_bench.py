@@ -1,0 +1,309 @@
+"""Side-by-side benchmark: pykraft against etcd, ZooKeeper and PySyncObj.
+
+    python -m bench.quorum_bench [--peers pykraft,etcd,zookeeper,pysyncobj,pysyncobj-batch]
+                                 [--quick] [--json OUT]
+
+Every system runs as 3 voters (separate processes) on 127.0.0.1 with its data
+on disk and fsync as described in the notes under the table, one system after
+the other in the same run, each measured with the same Python-side workload:
+
+  seq writes/s, p50/p99      one client, one committed write at a time
+  64 in flight writes/s ...  64 single-record writes outstanding at all times
+  batched records/s          one client sending batches of 100 records
+  failover p50/max           kill -9 the leader -> first committed write
+  RSS per node               VmRSS of each voter after the throughput rows
+
+A system that is not installed is skipped with the command that installs it;
+pykraft reads "not available yet" until `kraft-quorum node` and
+`quorum.client` exist.  See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from ._common import (
+    Cluster,
+    FailoverNotSupported,
+    PeerUnavailable,
+    ProcessStartError,
+    batched_records,
+    cleanup_all,
+    concurrent_writes,
+    failover_trials,
+    format_table,
+    install_cleanup_handlers,
+    machine_info,
+    make_value,
+    sequential_writes,
+    write_json,
+)
+from .peers.etcd import EtcdCluster
+from .peers.pykraft_peer import PykraftCluster
+from .peers.pysyncobj_peer import PySyncObjBatchingCluster, PySyncObjCluster, PySyncObjMsyncCluster
+from .peers.zookeeper import ZooKeeperCluster
+
+PEERS: dict[str, type[Cluster]] = {
+    cls.name: cls
+    for cls in (
+        PykraftCluster,
+        EtcdCluster,
+        ZooKeeperCluster,
+        PySyncObjCluster,
+        PySyncObjBatchingCluster,
+        PySyncObjMsyncCluster,
+    )
+}
+DEFAULT_PEERS = "pykraft,etcd,zookeeper,pysyncobj,pysyncobj-batch"
+
+# (sequential writes, 64-in-flight writes, batches of 100, failover trials,
+#  warm-up seconds, per-row time limit in seconds)
+FULL = {"seq": 2000, "concurrent": 20000, "batches": 300, "trials": 10, "warmup_s": 5.0, "row_limit_s": 60.0}
+QUICK = {"seq": 300, "concurrent": 3000, "batches": 30, "trials": 3, "warmup_s": 2.0, "row_limit_s": 20.0}
+
+ROWS = [
+    ("seq_writes_per_s", "seq writes/s"),
+    ("seq_latency_ms", "seq p50 / p99 ms"),
+    ("inflight_writes_per_s", "64 in flight writes/s"),
+    ("inflight_latency_ms", "64 in flight p50 / p99 ms"),
+    ("batch_records_per_s", "batched records/s (x100)"),
+    ("batch_latency_ms", "batch p50 / p99 ms"),
+    ("failover_ms", "failover p50 / max ms"),
+    ("rss_mib", "RSS per node MiB"),
+]
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _fmt_rate(value: float) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:,.0f}"
+
+
+def _fmt_ms(value: float) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:.1f}" if value < 100 else f"{value:,.0f}"
+
+
+def _pair(a: float, b: float) -> str:
+    return f"{_fmt_ms(a)} / {_fmt_ms(b)}"
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    """The first leaf of a (trio) exception group, for a one-line reason."""
+    for _ in range(20):
+        if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+        else:
+            break
+    return exc
+
+
+def warm_up(cluster: Cluster, seconds: float, value_bytes: int) -> None:
+    """Bounded warm-up (JIT, caches, connections): 64-in-flight writes for `seconds`."""
+    values = [make_value(i, value_bytes, b"warmup") for i in range(100_000)]
+    cluster.write_many(values, 64, time.monotonic() + seconds)
+
+
+def run_peer(cluster: Cluster, sizes: dict[str, Any], value_bytes: int) -> dict[str, Any]:
+    """Every row for one system; a failing row is reported, the others still run."""
+    cells: dict[str, str] = {}
+    data: dict[str, Any] = {}
+    errors: list[str] = []
+
+    def row(keys: tuple[str, ...], fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except FailoverNotSupported as exc:
+            for key in keys:
+                cells[key] = "n/a"
+            data[keys[0]] = {"error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - report and continue
+            exc = _innermost(exc)
+            log(f"  {cluster.name}: {keys[0]} failed: {exc!r}")
+            log(traceback.format_exc(limit=3))
+            for key in keys:
+                cells.setdefault(key, "error")
+            data[keys[0]] = {"error": repr(exc)}
+            first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+            errors.append(f"{cluster.label}: {keys[0]} failed: {type(exc).__name__}: {first_line}")
+
+    log(f"[{cluster.name}] starting 3 voters")
+    started = time.monotonic()
+    cluster.start()
+    log(f"[{cluster.name}] up in {time.monotonic() - started:.1f} s; warming up {sizes['warmup_s']:.0f} s")
+    try:
+        warm_up(cluster, sizes["warmup_s"], value_bytes)
+    except Exception as exc:  # noqa: BLE001 - the rows will show what is wrong
+        exc = _innermost(exc)
+        log(f"[{cluster.name}] warm-up failed: {exc!r}")
+        errors.append(f"{cluster.label}: warm-up failed: {type(exc).__name__}: {exc}")
+
+    def seq() -> None:
+        cluster.wait_healthy(30.0)
+        result = sequential_writes(cluster, sizes["seq"], value_bytes, sizes["row_limit_s"])
+        cells["seq_writes_per_s"] = _fmt_rate(result.requests_per_s)
+        cells["seq_latency_ms"] = _pair(result.latency["p50_ms"], result.latency["p99_ms"])
+        data["sequential"] = result.as_dict()
+        log(f"[{cluster.name}] seq: {result.requests_per_s:,.0f}/s p50 {result.latency['p50_ms']:.2f} ms")
+
+    def inflight() -> None:
+        cluster.wait_healthy(30.0)
+        result = concurrent_writes(cluster, sizes["concurrent"], 64, value_bytes, sizes["row_limit_s"])
+        cells["inflight_writes_per_s"] = _fmt_rate(result.requests_per_s)
+        cells["inflight_latency_ms"] = _pair(result.latency["p50_ms"], result.latency["p99_ms"])
+        data["in_flight_64"] = result.as_dict()
+        log(f"[{cluster.name}] 64 in flight: {result.requests_per_s:,.0f}/s")
+
+    def batches() -> None:
+        cluster.wait_healthy(30.0)
+        result = batched_records(cluster, sizes["batches"], 100, value_bytes, sizes["row_limit_s"])
+        cells["batch_records_per_s"] = _fmt_rate(result.records_per_s)
+        cells["batch_latency_ms"] = _pair(result.latency["p50_ms"], result.latency["p99_ms"])
+        data["batched_100"] = result.as_dict()
+        log(f"[{cluster.name}] batches: {result.records_per_s:,.0f} records/s")
+
+    def rss() -> None:
+        values = cluster.rss_bytes()
+        cells["rss_mib"] = " / ".join("dead" if v is None else f"{v / 2**20:.0f}" for v in values)
+        data["rss_bytes"] = values
+
+    def failover() -> None:
+        result = failover_trials(cluster, sizes["trials"], log=log)
+        text = _pair(result.summary["p50_ms"], result.summary["max_ms"])
+        if result.failed_trials:
+            text += f" ({result.failed_trials} failed)"
+        cells["failover_ms"] = text
+        data["failover"] = result.as_dict()
+
+    row(("seq_writes_per_s", "seq_latency_ms"), seq)
+    row(("inflight_writes_per_s", "inflight_latency_ms"), inflight)
+    row(("batch_records_per_s", "batch_latency_ms"), batches)
+    row(("rss_mib",), rss)
+    row(("failover_ms",), failover)
+    for key, _label in ROWS:
+        cells.setdefault(key, "-")
+    return {"status": "ok", "cells": cells, "data": data, "versions": cluster.versions(),
+            "notes": cluster.notes() + errors}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.quorum_bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--peers", default=DEFAULT_PEERS,
+                        help=f"comma-separated, from {', '.join(PEERS)} (default: {DEFAULT_PEERS})")
+    parser.add_argument("--quick", action="store_true", help="fewer requests and 3 failover trials")
+    parser.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    parser.add_argument("--value-bytes", type=int, default=100, help="bytes per record (default 100)")
+    parser.add_argument("--trials", type=int, help="failover trials (default 10, 3 with --quick)")
+    args = parser.parse_args(argv)
+    args.peer_names = [p.strip() for p in args.peers.split(",") if p.strip()]
+    unknown = [p for p in args.peer_names if p not in PEERS]
+    if unknown:
+        parser.error(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(PEERS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    install_cleanup_handlers()
+    sizes = dict(QUICK if args.quick else FULL)
+    if args.trials is not None:
+        sizes["trials"] = max(1, min(args.trials, 100))
+    machine = machine_info()
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        for name in args.peer_names:
+            cls = PEERS[name]
+            problem = cls.availability_problem()
+            if problem:
+                log(f"[{name}] skipped: {problem}")
+                results[name] = {"status": "skipped", "reason": problem, "label": cls.label}
+                continue
+            cluster = cls(value_bytes=args.value_bytes, log=log)
+            try:
+                results[name] = run_peer(cluster, sizes, args.value_bytes)
+            except (PeerUnavailable, ProcessStartError, TimeoutError) as exc:
+                log(f"[{name}] could not run: {exc}")
+                for process in getattr(cluster, "processes", []):
+                    log(f"--- {process.name} log tail ({process.log_path}):\n{process.log_tail(20)}")
+                results[name] = {"status": "failed", "reason": str(exc).splitlines()[0]}
+            finally:
+                cluster.stop()
+            results[name]["label"] = cls.label
+    except KeyboardInterrupt:
+        log("interrupted: stopping every process and removing temp dirs")
+        cleanup_all()
+        return 130
+
+    print(render(machine, sizes, args, results))
+    if args.json:
+        write_json(args.json, {"machine": machine, "sizes": sizes, "value_bytes": args.value_bytes,
+                               "command": " ".join(["python -m bench.quorum_bench", *(argv or sys.argv[1:])]),
+                               "results": results})
+        log(f"wrote {args.json}")
+    return 0
+
+
+def render(machine: dict[str, str], sizes: dict[str, Any], args: argparse.Namespace,
+           results: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "pykraft quorum benchmark: 3 voters per system, separate processes, 127.0.0.1, data on disk",
+        f"machine: {machine['nproc']} cpus, {machine['cpu_model']}, {machine['memory']}, "
+        f"kernel {machine['kernel']}, python {machine['python']}",
+        f"date: {machine['date']}; data dirs under {machine['data_dirs']}; "
+        f"load average at start {machine['load_average_at_start']} (other jobs on the machine skew every figure)",
+        f"workload: {args.value_bytes}-byte records; seq {sizes['seq']} writes, 64 in flight {sizes['concurrent']} "
+        f"writes, {sizes['batches']} batches of 100, {sizes['trials']} failover trials; "
+        f"{sizes['warmup_s']:.0f} s warm-up; each row stops at {sizes['row_limit_s']:.0f} s"
+        + (" (--quick)" if args.quick else ""),
+        "",
+    ]
+    names = list(results)
+    columns = [results[n].get("label", n) for n in names]
+    rows = []
+    for key, label in ROWS:
+        cells = []
+        for name in names:
+            result = results[name]
+            if result["status"] == "ok":
+                cells.append(result["cells"].get(key, "-"))
+            elif result["status"] == "skipped":
+                cells.append("not available yet" if name == "pykraft" else "not installed")
+            else:
+                cells.append("failed to start")
+        rows.append((label, cells))
+    lines.append(format_table(columns, rows))
+    lines.append("")
+    lines.append("versions:")
+    seen = set()
+    for name in names:
+        for what, version in results[name].get("versions", {}).items():
+            if (what, version) not in seen:
+                seen.add((what, version))
+                lines.append(f"  {what}: {version}")
+    lines.append("notes:")
+    for name in names:
+        result = results[name]
+        if result["status"] == "ok":
+            lines.extend(f"  - {note}" for note in result["notes"])
+        else:
+            lines.append(f"  - {result.get('label', name)}: {result['status']}: {result['reason']}")
+    lines.append("  - failover = kill -9 of the leader to the first committed write, client retrying every 20 ms; "
+                 "each system's own election timeouts (defaults) dominate it.")
+    lines.append("  - all clients are Python on the same 2 cores as the 3 servers: client CPU is part of every figure.")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
