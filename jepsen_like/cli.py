@@ -16,6 +16,7 @@ _SUBCOMMANDS: dict[str, str] = {
     "sweep": "jepsen_like.sim.cli:sweep_command",
     "check": "jepsen_like.checker.cli:check_command",
     "synth": "jepsen_like.checker.cli:synth_command",
+    "campaign": "jepsen_like.campaign.cli:campaign_command",
 }
 
 

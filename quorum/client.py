@@ -178,42 +178,48 @@ class QuorumClient:
         self._index += 1
 
     async def _call(self, message: Any, *, retry_indeterminate: bool) -> Any:
+        """Send ``message`` until a node serves it or the retry timeout
+        passes. Only failures that prove the request was not acted on are
+        retried (and, for reads, any failure). A request in flight when time
+        runs out is indeterminate, never a definite failure."""
         backoff_s = 0.02
         last_error: BaseException | None = None
-        with trio.move_on_after(self.retry_timeout_s):
-            while True:
-                try:
+        deadline = trio.current_time() + self.retry_timeout_s
+        while (remaining_s := deadline - trio.current_time()) > 0:
+            try:
+                with trio.fail_after(remaining_s):
                     connection = await self._connect()
-                except OSError as error:
-                    last_error = error
-                    await self._move_to(None)
-                    await trio.sleep(backoff_s)
+            except (OSError, trio.TooSlowError) as error:
+                last_error = error
+                await self._move_to(None)
+                await trio.sleep(min(backoff_s, max(0.0, deadline - trio.current_time())))
+                backoff_s = min(backoff_s * 2, 0.5)
+                continue
+            try:
+                response = await connection.request(message, min(self.request_timeout_s, max(0.001, remaining_s)))
+            except IndeterminateError as error:
+                if not retry_indeterminate:
+                    raise
+                last_error = error
+                await self._move_to(None)
+                continue
+            except QuorumClientError as error:  # not even sent: safe to retry
+                last_error = error
+                await self._move_to(None)
+                continue
+            if isinstance(response, ErrorFrame):
+                raise QuorumClientError(f"{connection.address} refused the request: {response.code.name}: {response.message}")
+            error_code = getattr(response, "error", ErrorCode.NONE)
+            if error_code is ErrorCode.NOT_LEADER:
+                last_error = QuorumClientError(f"{connection.address} is not the leader")
+                await self._move_to(response.leader_hint)
+                if response.leader_hint is None:
+                    await trio.sleep(min(backoff_s, max(0.0, deadline - trio.current_time())))
                     backoff_s = min(backoff_s * 2, 0.5)
-                    continue
-                try:
-                    response = await connection.request(message, self.request_timeout_s)
-                except IndeterminateError as error:
-                    if not retry_indeterminate:
-                        raise
-                    last_error = error
-                    await self._move_to(None)
-                    continue
-                except QuorumClientError as error:  # not even sent: safe to retry
-                    last_error = error
-                    await self._move_to(None)
-                    continue
-                if isinstance(response, ErrorFrame):
-                    raise QuorumClientError(f"{connection.address} refused the request: {response.code.name}: {response.message}")
-                error_code = getattr(response, "error", ErrorCode.NONE)
-                if error_code is ErrorCode.NOT_LEADER:
-                    last_error = QuorumClientError(f"{connection.address} is not the leader")
-                    await self._move_to(response.leader_hint)
-                    await trio.sleep(backoff_s if response.leader_hint is None else 0)
-                    backoff_s = min(backoff_s * 2, 0.5)
-                    continue
-                if error_code is not ErrorCode.NONE:
-                    raise QuorumClientError(f"{connection.address} answered {error_code.name}")
-                return response
+                continue
+            if error_code is not ErrorCode.NONE:
+                raise QuorumClientError(f"{connection.address} answered {error_code.name}")
+            return response
         raise QuorumClientError(f"no node served the request within {self.retry_timeout_s} s: {last_error}")
 
     async def propose(self, records: list[bytes]) -> int:

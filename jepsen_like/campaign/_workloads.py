@@ -54,6 +54,9 @@ class RegisterWorkload:
         self._ops_on_key: dict[str, int] = {}
         self._last_written: dict[str, int] = {}
 
+    def touched_keys(self) -> list[str]:
+        return sorted(self._ops_on_key)
+
     def _new_key(self) -> str:
         return f"r{next(self._key_counter)}"
 
