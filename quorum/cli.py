@@ -34,25 +34,34 @@ def main() -> None:
     """Run and inspect a pykraft metadata quorum."""
 
 
-@main.command("node")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="A TOML file of these options.")
-@click.option("--node-id", type=int)
-@click.option("--voters", help="ID@HOST:PORT,... for every voter (Kafka's controller.quorum.voters).")
-@click.option("--listen", help="HOST:PORT to listen on (default: this node's voter address).")
-@click.option("--data-dir", type=click.Path(file_okay=False), help="Where the log lives (default: in memory).")
-@click.option("--cluster-id", default=None, help="Refuse peers of other clusters.  [default: pykraft]")
-@click.option("--metrics", "metrics_listen", help="HOST:PORT for Prometheus /metrics.")
-@click.option("--event-log", type=click.Path(dir_okay=False), help="Append role changes here as JSON lines.")
-@click.option("--fsync/--no-fsync", default=None, help="fsync before acknowledging (default on; off only for experiments).")
-@click.option("--election-timeout-ms", type=int)
-@click.option("--fetch-timeout-ms", type=int)
-@click.option("--check-quorum/--no-check-quorum", default=None, help="KAFKA-15489 leader progress timeout.")
-@click.option("--pre-vote/--no-pre-vote", default=None, help="KIP-996 pre-vote.")
-@click.option("--snapshot-every-records", type=int)
-@click.option("--log-level", default="INFO", show_default=True)
-def node_command(config_file: str | None, log_level: str, **options: Any) -> None:
-    """Run one voter (or observer) until SIGTERM or SIGINT; a leader hands
-    over with EndQuorumEpoch before it exits."""
+def node_options(command: Any) -> Any:
+    """The options every node process takes (kraft-quorum node, kraft-controller)."""
+    for option in reversed(_NODE_OPTIONS):
+        command = option(command)
+    return command
+
+
+_NODE_OPTIONS = [
+    click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="A TOML file of these options."),
+    click.option("--node-id", type=int),
+    click.option("--voters", help="ID@HOST:PORT,... for every voter (Kafka's controller.quorum.voters)."),
+    click.option("--listen", help="HOST:PORT to listen on (default: this node's voter address)."),
+    click.option("--data-dir", type=click.Path(file_okay=False), help="Where the log lives (default: in memory)."),
+    click.option("--cluster-id", default=None, help="Refuse peers of other clusters.  [default: pykraft]"),
+    click.option("--metrics", "metrics_listen", help="HOST:PORT for Prometheus /metrics."),
+    click.option("--event-log", type=click.Path(dir_okay=False), help="Append role changes here as JSON lines."),
+    click.option("--fsync/--no-fsync", default=None, help="fsync before acknowledging (default on; off only for experiments)."),
+    click.option("--election-timeout-ms", type=int),
+    click.option("--fetch-timeout-ms", type=int),
+    click.option("--check-quorum/--no-check-quorum", default=None, help="KAFKA-15489 leader progress timeout."),
+    click.option("--pre-vote/--no-pre-vote", default=None, help="KIP-996 pre-vote."),
+    click.option("--snapshot-every-records", type=int),
+    click.option("--log-level", default="INFO", show_default=True),
+]
+
+
+def node_settings(config_file: str | None, log_level: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Logging set up, and the settings of a TOML file overridden by flags."""
     logging.basicConfig(
         level=getattr(logging, log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
@@ -63,11 +72,23 @@ def node_command(config_file: str | None, log_level: str, **options: Any) -> Non
         with open(config_file, "rb") as handle:
             settings.update(tomllib.load(handle))
     settings.update({key: value for key, value in options.items() if value is not None})
+    return settings
+
+
+def node_config_or_usage_error(settings: dict[str, Any]) -> NodeConfig:
     try:
-        config = _node_config(settings)
+        return _node_config(settings)
     except (KeyError, ValueError, TypeError) as error:
         raise click.UsageError(str(error)) from error
-    trio.run(_run_node, config)
+
+
+@main.command("node")
+@node_options
+def node_command(config_file: str | None, log_level: str, **options: Any) -> None:
+    """Run one voter (or observer) until SIGTERM or SIGINT; a leader hands
+    over with EndQuorumEpoch before it exits."""
+    config = node_config_or_usage_error(node_settings(config_file, log_level, options))
+    trio.run(serve_until_signalled, config, lambda config: open_quorum_node(config, KeyValueStateMachine()))
 
 
 def _node_config(settings: dict[str, Any]) -> NodeConfig:
@@ -94,10 +115,11 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
     )
 
 
-async def _run_node(config: NodeConfig) -> None:
+async def serve_until_signalled(config: NodeConfig, open_node: Any) -> None:
+    """Run the node ``open_node(config)`` opens until SIGTERM or SIGINT."""
     log = logging.getLogger("pykraft.node")
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with open_quorum_node(config, KeyValueStateMachine()) as node:
+        async with open_node(config) as node:
             log.info("node %d serving on port %s", node.node_id, node.listen_port)
             async for signum in signals:
                 log.info("node %d got %s: shutting down", node.node_id, signal.Signals(signum).name)

@@ -22,6 +22,8 @@ import trio
 
 from ._messages import ErrorCode
 from .wire import (
+    ApplicationRequest,
+    ApplicationResponse,
     DescribeQuorumRequest,
     DescribeQuorumResponse,
     ErrorFrame,
@@ -241,6 +243,13 @@ class QuorumClient:
         response: ReadResponse = await self._call(ReadRequest(mode=mode, query=query), retry_indeterminate=True)
         assert response.offset is not None
         return response.offset, response.value
+
+    async def application_request(self, payload: bytes, *, idempotent: bool) -> bytes:
+        """Send ``payload`` to the leader's application (the controller) and
+        return its answer. ``idempotent`` requests (reads) are retried after
+        an indeterminate failure; others raise ``IndeterminateError``."""
+        response: ApplicationResponse = await self._call(ApplicationRequest(payload=payload), retry_indeterminate=idempotent)
+        return response.payload
 
     async def describe(self) -> DescribeQuorumResponse:
         """DescribeQuorum from the first node that answers (not necessarily

@@ -29,6 +29,8 @@ from .._messages import ErrorCode
 from .._node import NotLeaderError, QuorumDescription
 from ..storage import FileStorage, MemoryStorage, RetentionPolicy
 from ..wire import (
+    ApplicationRequest,
+    ApplicationResponse,
     DescribeQuorumRequest,
     DescribeQuorumResponse,
     ProposeRequest,
@@ -37,7 +39,7 @@ from ..wire import (
     ReadResponse,
 )
 from ._metrics import Metrics, serve_metrics
-from ._runtime import ProposalLostError, QuorumRuntime, ReadNotConfirmedError
+from ._runtime import LeaderApplication, ProposalLostError, QuorumRuntime, ReadNotConfirmedError
 from ._state_machine import KeyValueStateMachine, StateMachine
 from ._tcp import TcpTransport
 
@@ -175,6 +177,8 @@ async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
             query = getattr(runtime.state_machine, "query", None)
             value = query(request.query) if query is not None else None
             return ReadResponse(offset=offset, value=value)
+        if isinstance(request, ApplicationRequest):
+            return ApplicationResponse(payload=await runtime.application_request(request.payload))
         if isinstance(request, DescribeQuorumRequest):
             description = runtime.describe()
             return DescribeQuorumResponse(
@@ -194,6 +198,8 @@ async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
         raise ValueError(f"not a client request: {type(request).__name__}")
     if isinstance(request, ProposeRequest):
         return ProposeResponse(error=code, leader_hint=hint)
+    if isinstance(request, ApplicationRequest):
+        return ApplicationResponse(error=code, leader_hint=hint)
     return ReadResponse(error=code, leader_hint=hint)
 
 
@@ -211,7 +217,11 @@ def open_storage(config: NodeConfig) -> FileStorage | MemoryStorage:
 
 @asynccontextmanager
 async def open_quorum_node(
-    config: NodeConfig, state_machine: StateMachine | None = None, *, rng: random.Random | None = None
+    config: NodeConfig,
+    state_machine: StateMachine | None = None,
+    *,
+    rng: random.Random | None = None,
+    leader_application: LeaderApplication | None = None,
 ) -> AsyncIterator[QuorumNodeHandle]:
     """Run a quorum node for the duration of the ``async with`` block.
 
@@ -255,6 +265,7 @@ async def open_quorum_node(
         metrics=metrics,
         event_sink=sink,
         io_in_thread=config.data_dir is not None,
+        leader_application=leader_application,
     )
     runtime_ref.append(runtime)
     handle = QuorumNodeHandle(runtime, transport)

@@ -79,7 +79,7 @@ class LeaderApplication:
     ``take_proposals`` hands over the batches it wants appended.
     """
 
-    def activate(self, now_ms: int) -> None:
+    def activate(self, now_ms: int, next_write_offset: int) -> None:
         raise NotImplementedError
 
     def deactivate(self) -> None:
@@ -91,7 +91,21 @@ class LeaderApplication:
     def tick(self, now_ms: int) -> None:
         raise NotImplementedError
 
+    def note_log_end(self, end_offset: int) -> None:
+        """Called before every decision (request, fetch, tick) with where the
+        leader's log ends: other proposers (clients of the quorum itself)
+        may have appended since the application's last batch."""
+
     def take_proposals(self) -> list[Proposal]:
+        raise NotImplementedError
+
+    def handle_request(self, request: Any, now_ms: int) -> Any:
+        """A client's request. Returns a reply with exactly one of:
+        ``response`` (answer now); ``records`` and ``on_committed(first)``
+        (propose the records as one batch; the callback builds the answer
+        once they are committed and applied); ``on_read_confirmed()`` (a
+        linearizable read: the callback builds the answer after a ReadIndex
+        round, once the state machine has applied up to the read offset)."""
         raise NotImplementedError
 
 
@@ -135,6 +149,22 @@ class _Waiter:
 
 
 @dataclass(slots=True)
+class _ReadThen:
+    """A linearizable application read: once confirmed, the answer is built
+    by ``then()`` (the state machine has applied up to the read offset: the
+    core emits committed records before the ReadReady)."""
+
+    waiter: _Waiter
+    then: Callable[[], Any]
+
+    def resolve(self, result: Any = None, error: BaseException | None = None) -> None:
+        if error is not None:
+            self.waiter.resolve(error=error)
+        else:
+            self.waiter.resolve(self.then())
+
+
+@dataclass(slots=True)
 class _PendingProposal:
     epoch: int
     last_offset: int
@@ -142,6 +172,7 @@ class _PendingProposal:
     started_s: float  # perf_counter() when proposed, for the commit latency metric
     first_offset: int = 0
     on_committed: Callable[[int], Any] | None = None
+    on_lost: Callable[[int], Any] | None = None
 
 
 class QuorumRuntime:
@@ -181,7 +212,7 @@ class QuorumRuntime:
         self._persist_queue: deque[Output] = deque()
         self._persist_wakeup = trio.Event()
         self._pending_proposals: dict[int, _PendingProposal] = {}
-        self._pending_reads: dict[int, _Waiter] = {}
+        self._pending_reads: dict[int, _Waiter | _ReadThen] = {}
         self._next_read_id = 0
         self._applied_offset = 0
         self._last_snapshot_offset = 0
@@ -345,13 +376,13 @@ class QuorumRuntime:
         if output.committed:
             self._apply(output.committed)
         for read in output.reads:
-            waiter = self._pending_reads.pop(read.read_id, None)
-            if waiter is None:
+            pending = self._pending_reads.pop(read.read_id, None)
+            if pending is None:
                 continue
             if isinstance(read, ReadReady):
-                waiter.resolve(read.offset)
+                pending.resolve(read.offset)
             else:
-                waiter.resolve(error=ReadNotConfirmedError(self.node.leader_id))
+                pending.resolve(error=ReadNotConfirmedError(self.node.leader_id))
         for message in output.early_messages:
             self.transport.send(message)
         if output.has_persistence or output.messages:
@@ -371,6 +402,7 @@ class QuorumRuntime:
         assert self.application is not None
         if not self._application_active:
             return {"error": int(ErrorCode.NOT_LEADER)}  # leader, but not caught up yet
+        self.application.note_log_end(self.node.log.end_offset)
         return self.application.on_fetch(request.src, request.extension, request.fetch_offset, self._now_ms())
 
     def _drive_application(self, ticked: bool) -> None:
@@ -379,7 +411,7 @@ class QuorumRuntime:
         ready = self.node.leader_has_committed_own_epoch and self._applied_offset > self.node.epoch_start_offset
         if ready and not self._application_active:
             self._application_active = True
-            application.activate(self._now_ms())
+            application.activate(self._now_ms(), self.node.log.end_offset)
             logger.info("node %d: leader application active at offset %d", self.config.node_id, self._applied_offset)
         elif not self.node.is_leader and self._application_active:
             self._application_active = False
@@ -388,17 +420,70 @@ class QuorumRuntime:
         if not self._application_active:
             return
         if ticked:
+            application.note_log_end(self.node.log.end_offset)
             application.tick(self._now_ms())
-        for proposal in application.take_proposals():
-            try:
-                first, output = self.node.propose(proposal.records)
-            except NotLeaderError:
-                return  # deactivated on the next step
-            last = first + len(proposal.records) - 1
-            self._pending_proposals[last] = _PendingProposal(
-                self.node.epoch, last, None, time.perf_counter(), first, proposal.on_committed
+        self._propose_application_batches()
+
+    def _propose_application_batches(self) -> None:
+        assert self.application is not None
+        for proposal in self.application.take_proposals():
+            if self._propose_batch(proposal.records, proposal.on_committed) is not None:
+                return  # no longer leading: the application is deactivated next
+
+    def _propose_batch(
+        self,
+        records: list[bytes],
+        on_committed: Callable[[int], Any] | None,
+        on_lost: Callable[[int], Any] | None = None,
+    ) -> NotLeaderError | None:
+        """Propose one atomic batch; returns the error if this node cannot."""
+        try:
+            first, output = self.node.propose(records)
+        except NotLeaderError as error:
+            return error
+        last = first + len(records) - 1
+        self._pending_proposals[last] = _PendingProposal(
+            self.node.epoch, last, None, time.perf_counter(), first, on_committed, on_lost
+        )
+        self._handle(output)
+        return None
+
+    def _application_call(self, request: Any, waiter: _Waiter) -> Output:
+        """An application request, in the core task (see
+        ``LeaderApplication.handle_request``)."""
+        application = self.application
+        if application is None or not self._application_active:
+            waiter.resolve(error=NotLeaderError(self.node.leader_id, self.node.epoch))
+            return Output()
+        application.note_log_end(self.node.log.end_offset)
+        reply = application.handle_request(request, self._now_ms())
+        if reply.on_committed is not None:
+            # Batches the application queued earlier go first: it predicted
+            # their offsets in this order.
+            self._propose_application_batches()
+            on_committed = reply.on_committed
+            error = self._propose_batch(
+                list(reply.records),
+                lambda first: waiter.resolve(on_committed(first)),
+                lambda offset: waiter.resolve(error=ProposalLostError(offset)),
             )
-            self._handle(output)
+            if error is not None:
+                waiter.resolve(error=error)
+        elif reply.on_read_confirmed is not None:
+            self._next_read_id += 1
+            confirmed = reply.on_read_confirmed
+            self._pending_reads[self._next_read_id] = _ReadThen(waiter, confirmed)
+            return self.node.read_index(self._next_read_id)
+        else:
+            waiter.resolve(reply.response)
+        return Output()
+
+    async def application_request(self, request: Any) -> Any:
+        """Hand ``request`` to the leader application; returns its answer.
+        Raises ``NotLeaderError`` when this node's application is not the
+        active one, ``ReadNotConfirmedError`` for a read that lost its
+        leader."""
+        return await self._call("application", request)
 
     def _apply(self, entries: list[Entry]) -> None:
         data = [entry for entry in entries if entry.kind is RecordKind.DATA and entry.offset >= self._applied_offset]
@@ -416,6 +501,8 @@ class QuorumRuntime:
                 if entry.epoch != pending.epoch:
                     if pending.waiter is not None:
                         pending.waiter.resolve(error=ProposalLostError(entry.offset))
+                    if pending.on_lost is not None:
+                        pending.on_lost(entry.offset)
                     continue
                 self.metrics.commit_seconds.observe(time.perf_counter() - pending.started_s)
                 if pending.waiter is not None:
@@ -487,6 +574,8 @@ class QuorumRuntime:
                 output = node.resign()
                 waiter.resolve(None)
                 return output
+            if name == "application":
+                return self._application_call(request[1], waiter)
         except NotLeaderError as error:
             waiter.resolve(error=error)
             return Output()

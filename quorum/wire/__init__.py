@@ -20,6 +20,8 @@ See docs/protocol.md for the format. Typical use by a runtime::
 
 from ._client_messages import (
     CLIENT_MESSAGE_TYPES,
+    ApplicationRequest,
+    ApplicationResponse,
     READ_MODES,
     DescribeQuorumRequest,
     DescribeQuorumResponse,
@@ -46,6 +48,8 @@ from ._frames import FRAME_BYTES_MAX, FRAME_HEADER_BYTES, FrameDecoder, encode_f
 from ._schema import DEFAULT_LIMITS, MESSAGE_TYPE_CODES, PROTOCOL_VERSION, WireLimits
 
 __all__ = [
+    "ApplicationRequest",
+    "ApplicationResponse",
     "CLIENT_MESSAGE_TYPES",
     "DEFAULT_LIMITS",
     "FRAME_BYTES_MAX",

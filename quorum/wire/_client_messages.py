@@ -156,7 +156,36 @@ class DescribeQuorumResponse:
         _check_replicas(self, "observers")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApplicationRequest:
+    """A request for the application on the leader (the controller): its
+    own encoding inside ``payload`` (registration uses msgpack
+    ``[name, [fields]]``). The quorum carries it without looking inside."""
+
+    payload: bytes
+
+    def __post_init__(self) -> None:
+        check_bytes(self.payload, "payload", _BYTES_MAX)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApplicationResponse:
+    """The application's answer (``payload``), or a quorum-level error
+    (NOT_LEADER with a leader hint) when no active application took it."""
+
+    error: ErrorCode = ErrorCode.NONE
+    leader_hint: int | None = None
+    payload: bytes = b""
+
+    def __post_init__(self) -> None:
+        _set_error(self)
+        check_optional_node_id(self.leader_hint, "leader_hint")
+        check_bytes(self.payload, "payload", _BYTES_MAX)
+
+
 CLIENT_MESSAGE_TYPES: tuple[type, ...] = (
+    ApplicationRequest,
+    ApplicationResponse,
     ProposeRequest,
     ProposeResponse,
     ReadRequest,

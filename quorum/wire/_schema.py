@@ -52,6 +52,8 @@ from ._checks import (
     describe_value,
 )
 from ._client_messages import (
+    ApplicationRequest,
+    ApplicationResponse,
     DescribeQuorumRequest,
     DescribeQuorumResponse,
     ProposeRequest,
@@ -563,6 +565,24 @@ class MessageSchema:
         return self.message_class.__name__
 
 
+def encode_application_request(m: ApplicationRequest) -> list:
+    return [m.payload]
+
+
+def decode_application_request(body: Any, limits: WireLimits, build: bool) -> ApplicationRequest:
+    (payload,) = fields(body, 1)
+    return ApplicationRequest(payload=payload)
+
+
+def encode_application_response(m: ApplicationResponse) -> list:
+    return [m.error, m.leader_hint, m.payload]
+
+
+def decode_application_response(body: Any, limits: WireLimits, build: bool) -> ApplicationResponse:
+    error, leader_hint, payload = fields(body, 3)
+    return ApplicationResponse(error=check_error_code(error), leader_hint=leader_hint, payload=payload)
+
+
 SCHEMAS: tuple[MessageSchema, ...] = (
     # 1..31: quorum messages (KIP-595, KIP-996 pre-vote, KIP-630 snapshots).
     MessageSchema(1, VoteRequest, encode_vote_request, decode_vote_request),
@@ -582,6 +602,8 @@ SCHEMAS: tuple[MessageSchema, ...] = (
     MessageSchema(35, ReadResponse, encode_read_response, decode_read_response),
     MessageSchema(36, DescribeQuorumRequest, encode_describe_quorum_request, decode_describe_quorum_request),
     MessageSchema(37, DescribeQuorumResponse, encode_describe_quorum_response, decode_describe_quorum_response),
+    MessageSchema(38, ApplicationRequest, encode_application_request, decode_application_request),
+    MessageSchema(39, ApplicationResponse, encode_application_response, decode_application_response),
     # 64..: connection frames.
     MessageSchema(64, ErrorFrame, encode_error_frame, decode_error_frame),
     MessageSchema(65, Hello, encode_hello, decode_hello),

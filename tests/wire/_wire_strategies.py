@@ -32,6 +32,8 @@ from quorum.wire import (
     Hello,
     ProposeRequest,
     ProposeResponse,
+    ApplicationRequest,
+    ApplicationResponse,
     ReadRequest,
     ReadResponse,
 )
@@ -225,6 +227,13 @@ STRATEGIES = {
     ReadResponse: read_responses,
     DescribeQuorumRequest: describe_quorum_requests,
     DescribeQuorumResponse: describe_quorum_responses,
+    ApplicationRequest: st.builds(ApplicationRequest, payload=st.binary(max_size=64)),
+    ApplicationResponse: st.builds(
+        ApplicationResponse,
+        error=st.sampled_from(list(ErrorCode)),
+        leader_hint=optional_node_ids,
+        payload=st.binary(max_size=64),
+    ),
 }
 any_message = st.one_of(list(STRATEGIES.values()))
 
@@ -281,6 +290,8 @@ EXAMPLES = {
     Hello: Hello(node_id=4, role="observer"),
     ProposeRequest: ProposeRequest(records=(b"put a 1", b"put b 2")),
     ProposeResponse: ProposeResponse(offset=42),
+    ApplicationRequest: ApplicationRequest(payload=b"\x92\xa4ping\x90"),
+    ApplicationResponse: ApplicationResponse(payload=b"\x92\xa4pong\x90"),
     ReadRequest: ReadRequest(mode="leader-local", query=b"a"),
     ReadResponse: ReadResponse(offset=42, value=b"1"),
     DescribeQuorumRequest: DescribeQuorumRequest(),

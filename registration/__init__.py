@@ -1,0 +1,157 @@
+"""registration: broker registration, heartbeats, fencing, topics and
+partition leadership, kept in the quorum's log (KIP-631, KIP-380).
+
+- records (``_records``): what the controller writes, as versioned msgpack;
+- ``ClusterImage`` (``_image``): brokers, topics and partitions built from
+  the records, identical on every node at the same offset; the quorum's
+  state machine;
+- ``Controller`` (``_controller``): the sans-IO brain on the quorum leader;
+- the broker lifecycle table (``_lifecycle``), which also draws the docs'
+  diagram (``python -m registration.diagram``).
+
+The public names are re-exported here once; the modules behind them are
+private.
+"""
+
+from ._controller import Controller, ControllerConfig, Proposal, Reply
+from ._election import elect_leader
+from ._errors import (
+    ErrorCode,
+    InvalidRecordError,
+    InvalidTransitionError,
+    NotActiveError,
+    RecordDecodeError,
+    SnapshotDecodeError,
+)
+from ._image import BrokerRegistration, ClusterImage, PartitionKey, PartitionState, TopicInfo
+from ._lifecycle import (
+    TRANSITIONS,
+    BrokerEvent,
+    BrokerState,
+    next_state,
+    state_diagram_mermaid,
+    state_of,
+    transition_table_markdown,
+)
+from ._placement import place_replicas
+from ._records import (
+    FLAG_CLEAR,
+    FLAG_SET,
+    FLAG_UNCHANGED,
+    LEADER_UNCHANGED,
+    NO_LEADER,
+    RECORD_TYPES,
+    BrokerRegistrationChangeRecord,
+    NoOpRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    Record,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    UnregisterBrokerRecord,
+    decode_record,
+    describe_record,
+    encode_record,
+    topic_name_problem,
+)
+from ._requests import (
+    REQUEST_TYPES,
+    RESPONSE_TYPES,
+    BrokerDescription,
+    BrokerHeartbeat,
+    CreateTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeTopicsRequest,
+    DescribeTopicsResponse,
+    HeartbeatReply,
+    NewTopic,
+    PartitionDescription,
+    RegisterBrokerRequest,
+    RegisterBrokerResponse,
+    Request,
+    Response,
+    TopicDescription,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
+    error_response,
+    message_from_wire,
+)
+
+__all__ = [
+    "FLAG_CLEAR",
+    "FLAG_SET",
+    "FLAG_UNCHANGED",
+    "LEADER_UNCHANGED",
+    "NO_LEADER",
+    "RECORD_TYPES",
+    "REQUEST_TYPES",
+    "RESPONSE_TYPES",
+    "TRANSITIONS",
+    "BrokerDescription",
+    "BrokerEvent",
+    "BrokerHeartbeat",
+    "BrokerRegistration",
+    "BrokerRegistrationChangeRecord",
+    "BrokerState",
+    "ClusterImage",
+    "Controller",
+    "ControllerConfig",
+    "CreateTopicResult",
+    "CreateTopicsRequest",
+    "CreateTopicsResponse",
+    "DeleteTopicResult",
+    "DeleteTopicsRequest",
+    "DeleteTopicsResponse",
+    "DescribeClusterRequest",
+    "DescribeClusterResponse",
+    "DescribeTopicsRequest",
+    "DescribeTopicsResponse",
+    "ErrorCode",
+    "HeartbeatReply",
+    "InvalidRecordError",
+    "InvalidTransitionError",
+    "NewTopic",
+    "NoOpRecord",
+    "NotActiveError",
+    "PartitionChangeRecord",
+    "PartitionDescription",
+    "PartitionKey",
+    "PartitionRecord",
+    "PartitionState",
+    "Proposal",
+    "Record",
+    "RecordDecodeError",
+    "RegisterBrokerRecord",
+    "RegisterBrokerRequest",
+    "RegisterBrokerResponse",
+    "RemoveTopicRecord",
+    "Reply",
+    "Request",
+    "Response",
+    "SnapshotDecodeError",
+    "TopicDescription",
+    "TopicInfo",
+    "TopicRecord",
+    "UnregisterBrokerRecord",
+    "UnregisterBrokerRequest",
+    "UnregisterBrokerResponse",
+    "decode_record",
+    "describe_record",
+    "elect_leader",
+    "encode_record",
+    "error_response",
+    "message_from_wire",
+    "next_state",
+    "place_replicas",
+    "state_diagram_mermaid",
+    "state_of",
+    "topic_name_problem",
+    "transition_table_markdown",
+]

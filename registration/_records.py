@@ -1,0 +1,342 @@
+"""Metadata records: what the controller writes to the log.
+
+Each record is a frozen, slotted, keyword-only dataclass that validates its
+fields on construction (``ValueError``). On the log a record is msgpack
+``[type_code, version, [field, ...]]``; type codes are Kafka's metadata
+record API keys (KIP-631, ``metadata/src/main/resources/common/metadata``),
+every type is at version 0.
+
+The broker epoch is *not* a field of ``RegisterBrokerRecord``: it is the
+offset at which that record sits in the log (KIP-631's choice; unique and
+increasing across all brokers because log offsets are), so whoever applies
+the record supplies it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+import msgpack
+
+from ._errors import RecordDecodeError
+
+#: ``PartitionChangeRecord.leader``: the leader does not change.
+LEADER_UNCHANGED = -2
+#: A partition without a leader (offline), as in Kafka.
+NO_LEADER = -1
+
+#: ``BrokerRegistrationChangeRecord`` flags (Kafka's int8 encoding).
+FLAG_SET = 1
+FLAG_CLEAR = -1
+FLAG_UNCHANGED = 0
+
+_TOPIC_NAME_MAX_CHARS = 249  # Kafka's limit (a topic's directory name + suffixes fit in 255)
+_TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]+")
+_TEXT_MAX_CHARS = 1024  # incarnation ids, topic ids, listener names, hosts, racks
+
+
+def topic_name_problem(name: object) -> str | None:
+    """Why ``name`` is not a legal topic name (Kafka's ``Topic.validate``
+    rules), or None when it is."""
+    if not isinstance(name, str):
+        return f"a topic name is a string, not {type(name).__name__}"
+    if not name:
+        return "a topic name cannot be empty"
+    if name in (".", ".."):
+        return f"a topic name cannot be {name!r}"
+    if len(name) > _TOPIC_NAME_MAX_CHARS:
+        return f"a topic name is at most {_TOPIC_NAME_MAX_CHARS} characters, got {len(name)}"
+    if not _TOPIC_NAME_PATTERN.fullmatch(name):
+        return f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_' and '-'"
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Field checks (shared with the request dataclasses)
+# ---------------------------------------------------------------------------
+
+
+def check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> None:
+    """Raise ``ValueError`` unless ``value`` is an int (not a bool) in range."""
+    if type(value) is not int:
+        raise ValueError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+
+
+def check_text(name: str, value: object, *, optional: bool = False) -> None:
+    """Raise ``ValueError`` unless ``value`` is a non-empty bounded string
+    (or None when ``optional``)."""
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {type(value).__name__}")
+    if not value or len(value) > _TEXT_MAX_CHARS:
+        raise ValueError(f"{name} must have 1 to {_TEXT_MAX_CHARS} characters, got {len(value)}")
+
+
+def check_bool(name: str, value: object) -> None:
+    if type(value) is not bool:
+        raise ValueError(f"{name} must be a bool, got {type(value).__name__}")
+
+
+def check_broker_ids(name: str, value: object) -> None:
+    """A non-empty tuple of distinct broker ids."""
+    if type(value) is not tuple or not value:
+        raise ValueError(f"{name} must be a non-empty tuple of broker ids, got {value!r}")
+    for broker_id in value:
+        if type(broker_id) is not int or broker_id < 0:
+            raise ValueError(f"{name} must hold broker ids >= 0, got {broker_id!r}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"{name} has a broker twice: {value}")
+
+
+def check_listeners(value: object) -> None:
+    """A non-empty tuple of ``(name, host, port)`` with distinct names."""
+    if type(value) is not tuple or not value:
+        raise ValueError(f"listeners must be a non-empty tuple of (name, host, port), got {value!r}")
+    names = set()
+    for listener in value:
+        if type(listener) is not tuple or len(listener) != 3:
+            raise ValueError(f"a listener is a (name, host, port) tuple, got {listener!r}")
+        name, host, port = listener
+        check_text("listener name", name)
+        check_text("listener host", host)
+        check_int("listener port", port, 0, 65535)
+        if name in names:
+            raise ValueError(f"listener name {name!r} appears twice")
+        names.add(name)
+
+
+def check_flag(name: str, value: object) -> None:
+    if type(value) is not int or value not in (FLAG_SET, FLAG_CLEAR, FLAG_UNCHANGED):
+        raise ValueError(f"{name} must be 1 (set), -1 (clear) or 0 (unchanged), got {value!r}")
+
+
+# ---------------------------------------------------------------------------
+# Records
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegisterBrokerRecord:
+    """A broker (re)joins. Its epoch is this record's offset; it starts
+    fenced and not in controlled shutdown (KIP-631). A new incarnation's
+    record replaces the previous registration of the same id."""
+
+    TYPE_CODE: ClassVar[int] = 0
+    broker_id: int
+    incarnation_id: str
+    listeners: tuple[tuple[str, str, int], ...]
+    rack: str | None = None
+
+    def __post_init__(self) -> None:
+        check_int("broker_id", self.broker_id, 0)
+        check_text("incarnation_id", self.incarnation_id)
+        check_listeners(self.listeners)
+        check_text("rack", self.rack, optional=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerRegistrationChangeRecord:
+    """Fence/unfence a broker or mark it in controlled shutdown (KIP-631,
+    KIP-841). Applies only to the registration with ``broker_epoch``."""
+
+    TYPE_CODE: ClassVar[int] = 17
+    broker_id: int
+    broker_epoch: int
+    fenced: int = FLAG_UNCHANGED
+    in_controlled_shutdown: int = FLAG_UNCHANGED
+
+    def __post_init__(self) -> None:
+        check_int("broker_id", self.broker_id, 0)
+        check_int("broker_epoch", self.broker_epoch, 0)
+        check_flag("fenced", self.fenced)
+        check_flag("in_controlled_shutdown", self.in_controlled_shutdown)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnregisterBrokerRecord:
+    """An administrator removed the broker's registration (KIP-631)."""
+
+    TYPE_CODE: ClassVar[int] = 1
+    broker_id: int
+    broker_epoch: int
+
+    def __post_init__(self) -> None:
+        check_int("broker_id", self.broker_id, 0)
+        check_int("broker_epoch", self.broker_epoch, 0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicRecord:
+    """A topic is created; its partitions follow as ``PartitionRecord``s in
+    the same batch."""
+
+    TYPE_CODE: ClassVar[int] = 2
+    name: str
+    topic_id: str
+    unclean_leader_election: bool = False
+
+    def __post_init__(self) -> None:
+        problem = topic_name_problem(self.name)
+        if problem is not None:
+            raise ValueError(problem)
+        check_text("topic_id", self.topic_id)
+        check_bool("unclean_leader_election", self.unclean_leader_election)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionRecord:
+    """A partition's full state. The ISR is never empty and the leader is
+    an ISR member or ``NO_LEADER`` (Kafka without KIP-966 ELR)."""
+
+    TYPE_CODE: ClassVar[int] = 3
+    topic_id: str
+    partition_id: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+    def __post_init__(self) -> None:
+        check_text("topic_id", self.topic_id)
+        check_int("partition_id", self.partition_id, 0)
+        check_broker_ids("replicas", self.replicas)
+        check_broker_ids("isr", self.isr)
+        if not set(self.isr) <= set(self.replicas):
+            raise ValueError(f"isr {self.isr} is not a subset of replicas {self.replicas}")
+        check_int("leader", self.leader, NO_LEADER)
+        if self.leader != NO_LEADER and self.leader not in self.isr:
+            raise ValueError(f"leader {self.leader} is not in the isr {self.isr}")
+        check_int("leader_epoch", self.leader_epoch, 0)
+        check_int("partition_epoch", self.partition_epoch, 0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionChangeRecord:
+    """A delta to one partition (KIP-631): ``isr``/``replicas`` are None when
+    unchanged; ``leader`` is ``LEADER_UNCHANGED`` (-2), ``NO_LEADER`` (-1) or
+    a broker id. Applying it bumps the leader epoch when ``leader`` is not
+    -2 (there is no leader-epoch field, as in Kafka) and the partition epoch
+    always."""
+
+    TYPE_CODE: ClassVar[int] = 5
+    topic_id: str
+    partition_id: int
+    isr: tuple[int, ...] | None = None
+    leader: int = LEADER_UNCHANGED
+    replicas: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        check_text("topic_id", self.topic_id)
+        check_int("partition_id", self.partition_id, 0)
+        if self.isr is not None:
+            check_broker_ids("isr", self.isr)
+        check_int("leader", self.leader, LEADER_UNCHANGED)
+        if self.replicas is not None:
+            check_broker_ids("replicas", self.replicas)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoveTopicRecord:
+    """A topic and all its partitions are deleted."""
+
+    TYPE_CODE: ClassVar[int] = 9
+    topic_id: str
+
+    def __post_init__(self) -> None:
+        check_text("topic_id", self.topic_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoOpRecord:
+    """Written when the log is otherwise idle, so that followers and brokers
+    can tell "caught up" from "stuck" (KIP-835, ``metadata.max.idle.interval.ms``)."""
+
+    TYPE_CODE: ClassVar[int] = 20
+
+
+Record = (
+    RegisterBrokerRecord
+    | BrokerRegistrationChangeRecord
+    | UnregisterBrokerRecord
+    | TopicRecord
+    | PartitionRecord
+    | PartitionChangeRecord
+    | RemoveTopicRecord
+    | NoOpRecord
+)
+
+RECORD_TYPES: tuple[type, ...] = (
+    RegisterBrokerRecord,
+    UnregisterBrokerRecord,
+    TopicRecord,
+    PartitionRecord,
+    PartitionChangeRecord,
+    RemoveTopicRecord,
+    BrokerRegistrationChangeRecord,
+    NoOpRecord,
+)
+
+_RECORD_VERSION = 0
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {cls: tuple(f.name for f in fields(cls)) for cls in RECORD_TYPES}
+_TYPES_BY_CODE: dict[int, type] = {cls.TYPE_CODE: cls for cls in RECORD_TYPES}  # type: ignore[attr-defined]
+
+
+def encode_record(record: Record) -> bytes:
+    """The record's log bytes: msgpack ``[type_code, version, [fields]]``.
+
+    Raises ``TypeError`` for an object that is not a record.
+    """
+    names = _FIELD_NAMES.get(type(record))
+    if names is None:
+        raise TypeError(f"not a metadata record: {type(record).__name__}")
+    return msgpack.packb(
+        [record.TYPE_CODE, _RECORD_VERSION, [getattr(record, name) for name in names]], use_bin_type=True
+    )
+
+
+def decode_record(data: bytes) -> Record:
+    """The record ``data`` holds.
+
+    Raises ``RecordDecodeError`` for anything malformed: not msgpack, trailing
+    bytes, an unknown type code or version, a wrong number of fields, or a
+    field value the record's validation refuses.
+    """
+    try:
+        decoded = msgpack.unpackb(data, use_list=False, raw=False, strict_map_key=True)
+    except (ValueError, TypeError, msgpack.UnpackException) as error:
+        raise RecordDecodeError(f"not a msgpack record: {error}") from None
+    if type(decoded) is not tuple or len(decoded) != 3:
+        raise RecordDecodeError("a record is [type_code, version, [fields]]")
+    type_code, version, values = decoded
+    cls = _TYPES_BY_CODE.get(type_code) if type(type_code) is int else None
+    if cls is None:
+        raise RecordDecodeError(f"unknown record type {type_code!r}")
+    if version != _RECORD_VERSION or type(version) is not int:
+        raise RecordDecodeError(f"unsupported version {version!r} of {cls.__name__}")
+    names = _FIELD_NAMES[cls]
+    if type(values) is not tuple or len(values) != len(names):
+        raise RecordDecodeError(f"{cls.__name__} v{version} has {len(names)} fields")
+    try:
+        return cls(**dict(zip(names, values)))
+    except (ValueError, TypeError) as error:
+        raise RecordDecodeError(f"invalid {cls.__name__}: {error}") from None
+
+
+def describe_record(record: Record) -> str:
+    """One deterministic line for logs and test failures."""
+    names = _FIELD_NAMES[type(record)]
+    body = " ".join(f"{name}={_short(getattr(record, name))}" for name in names)
+    return f"{type(record).__name__}({body})"
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, tuple) and len(value) > 8:
+        return f"({', '.join(map(repr, value[:8]))}, ... {len(value)} items)"
+    return repr(value)

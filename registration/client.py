@@ -1,0 +1,92 @@
+"""An admin client for the controller: topics, brokers, cluster.
+
+::
+
+    async with AdminClient(["1@127.0.0.1:9091"]) as admin:
+        await admin.create_topic("orders", partitions=6, replication_factor=3)
+        description = await admin.describe_topics(["orders"])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quorum.client import QuorumClient
+
+from ._requests import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeTopicsRequest,
+    DescribeTopicsResponse,
+    NewTopic,
+    RegisterBrokerRequest,
+    RegisterBrokerResponse,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
+)
+from ._service import decode_message, encode_message
+
+
+class AdminClientError(Exception):
+    """The controller answered with something other than the expected response."""
+
+
+class AdminClient:
+    """Requests to the active controller over the quorum's wire protocol;
+    NOT_LEADER answers are followed to the leader. Use as an async context
+    manager."""
+
+    def __init__(self, bootstrap: list[str], *, cluster_id: str = "pykraft", timeout_s: float = 10.0) -> None:
+        self._client = QuorumClient(bootstrap, cluster_id=cluster_id, retry_timeout_s=timeout_s)
+        self.cluster_id = cluster_id
+
+    async def __aenter__(self) -> AdminClient:
+        await self._client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._client.__aexit__(*exc_info)
+
+    async def request(self, request: Any, expected: type, *, idempotent: bool) -> Any:
+        """Send one controller request; returns its response. Raises
+        ``AdminClientError`` for an unexpected answer, and what
+        ``QuorumClient.application_request`` raises."""
+        payload = await self._client.application_request(encode_message(request), idempotent=idempotent)
+        try:
+            response = decode_message(payload)
+        except ValueError as error:
+            raise AdminClientError(f"the controller answered something unreadable: {error}") from error
+        if not isinstance(response, expected):
+            raise AdminClientError(f"expected {expected.__name__}, got {type(response).__name__}: {response}")
+        return response
+
+    async def create_topic(
+        self, name: str, *, partitions: int, replication_factor: int, unclean_leader_election: bool = False
+    ) -> CreateTopicsResponse:
+        topic = NewTopic(
+            name=name,
+            partitions=partitions,
+            replication_factor=replication_factor,
+            unclean_leader_election=unclean_leader_election,
+        )
+        return await self.request(CreateTopicsRequest(topics=(topic,)), CreateTopicsResponse, idempotent=False)
+
+    async def delete_topics(self, names: list[str]) -> DeleteTopicsResponse:
+        return await self.request(DeleteTopicsRequest(names=tuple(names)), DeleteTopicsResponse, idempotent=False)
+
+    async def describe_topics(self, names: list[str] | None = None, *, linearizable: bool = False) -> DescribeTopicsResponse:
+        request = DescribeTopicsRequest(names=tuple(names) if names is not None else None, linearizable=linearizable)
+        return await self.request(request, DescribeTopicsResponse, idempotent=True)
+
+    async def describe_cluster(self, *, linearizable: bool = False) -> DescribeClusterResponse:
+        return await self.request(DescribeClusterRequest(linearizable=linearizable), DescribeClusterResponse, idempotent=True)
+
+    async def register_broker(self, request: RegisterBrokerRequest) -> RegisterBrokerResponse:
+        return await self.request(request, RegisterBrokerResponse, idempotent=False)
+
+    async def unregister_broker(self, broker_id: int) -> UnregisterBrokerResponse:
+        return await self.request(UnregisterBrokerRequest(broker_id=broker_id), UnregisterBrokerResponse, idempotent=False)
