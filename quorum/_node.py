@@ -151,8 +151,11 @@ class QuorumNode:
         self._log = log if log is not None else MemoryLog(snapshot.snapshot_id if snapshot else None)
         self.fetch_extension_handler = fetch_extension_handler
         # Called by a follower or observer for the ``extension`` of each
-        # Fetch it sends (a broker's heartbeat fields). Deterministic, no IO.
+        # Fetch it sends (a broker's heartbeat fields), and with the
+        # ``extension`` of each answer to it (the controller's heartbeat
+        # reply). Deterministic, no IO.
         self.fetch_extension_provider: Callable[[], Any] | None = None
+        self.fetch_extension_consumer: Callable[[Any], None] | None = None
         self._tick = 0
         self._out = Output()
         self._persist_seq = 0
@@ -1037,6 +1040,8 @@ class QuorumNode:
     def _on_fetch_response(self, response: FetchResponse) -> None:
         if not self._accept_response(response):
             return
+        if response.extension is not None and self.fetch_extension_consumer is not None:
+            self.fetch_extension_consumer(response.extension)
         if self._handle_response_epoch(response.epoch, response.leader_id, response.src, response.error):
             return
         if response.error:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -222,13 +222,15 @@ async def open_quorum_node(
     *,
     rng: random.Random | None = None,
     leader_application: LeaderApplication | None = None,
+    request_handler: Callable[[QuorumRuntime, Any], Awaitable[Any]] | None = None,
 ) -> AsyncIterator[QuorumNodeHandle]:
     """Run a quorum node for the duration of the ``async with`` block.
 
     On exit a leader resigns first (EndQuorumEpoch), so a successor takes
     over in about a round trip. Raises ``ValueError`` for a bad config and
     the storage errors of ``FileStorage.open`` (another node's directory, a
-    corrupt election state).
+    corrupt election state). ``request_handler(runtime, request)`` replaces
+    the default answers to clients' wire requests (a broker serves its own).
     """
     machine = state_machine if state_machine is not None else KeyValueStateMachine()
     storage = open_storage(config)
@@ -245,15 +247,17 @@ async def open_quorum_node(
 
     runtime_ref: list[QuorumRuntime] = []
 
-    async def request_handler(request: Any) -> Any:
-        return await handle_client_request(runtime_ref[0], request)
+    handler = request_handler or handle_client_request
+
+    async def serve_request(request: Any) -> Any:
+        return await handler(runtime_ref[0], request)
 
     transport = TcpTransport(
         config.node_id,
         cluster_id=config.cluster_id,
         listen=config.listen,
         peer_addresses=config.voters,
-        request_handler=request_handler,
+        request_handler=serve_request,
     )
     runtime = QuorumRuntime(
         config.quorum_config(),
