@@ -28,6 +28,7 @@ venv: $(STAMP)
 
 # The whole suite; kept under 15 minutes on 2 cores.
 test: $(STAMP)
+	@tools/net-tools.sh
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The project's main job. Until the campaign runner lands, it is the
