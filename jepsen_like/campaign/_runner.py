@@ -113,7 +113,7 @@ class Campaign:
                 deadline = trio.current_time() + options.time_limit_s
                 workload = RegisterWorkload(
                     self.history,
-                    lambda index: network.bootstrap_for(f"client{index % options.clients}"),
+                    lambda index: _rotated(network.bootstrap_for(f"client{index % options.clients}"), index),
                     RegisterWorkloadOptions(clients=options.clients, read_mode=options.read_mode),
                     cluster_id=CLUSTER_ID,
                     rng=random.Random(self.rng.getrandbits(64)),
@@ -340,6 +340,14 @@ class Campaign:
         result.anomalies = {
             name: int(check.get("count", 0)) for name, check in checked.checks.items() if check.get("status") == "fail"
         }
+
+
+def _rotated(bootstrap: list[str], index: int) -> list[str]:
+    """Each client starts at a different node, so that clients are spread
+    over the cluster (some keep talking to a node cut off from the others,
+    as real clients do)."""
+    shift = index % len(bootstrap)
+    return bootstrap[shift:] + bootstrap[:shift]
 
 
 # =========================================================================

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -61,6 +62,9 @@ def campaign_command(
             nursery.cancel_scope.cancel()
         return result
 
+    # SIGTERM unwinds like Ctrl-C, so every process and network device the
+    # run created is removed on the way out.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     result = trio.run(main)
     if on_terminal:
         click.echo("")
