@@ -623,7 +623,7 @@ class Controller:
             case DeleteTopicsRequest():
                 return self._delete_topics(request, now_ms)
             case DescribeClusterRequest():
-                return self._read(request.linearizable, self.describe_cluster)
+                return self._read(request.linearizable, lambda: self.describe_cluster(now_ms))
             case DescribeTopicsRequest():
                 names = request.names
                 return self._read(request.linearizable, lambda: self.describe_topics(names))
@@ -852,9 +852,17 @@ class Controller:
     # Describe (from the committed image; leader-local unless linearizable)
     # ------------------------------------------------------------------
 
-    def describe_cluster(self) -> DescribeClusterResponse:
-        """The committed image's brokers and counts, with its offset."""
+    def describe_cluster(self, now_ms: int | None = None) -> DescribeClusterResponse:
+        """The committed image's brokers and counts, with its offset; with
+        ``now_ms``, how long ago each broker's last heartbeat was heard."""
         image = self.image
+
+        def heard_ms_ago(broker_id: int) -> int | None:
+            session = self._sessions.get(broker_id)
+            if now_ms is None or session is None:
+                return None
+            return max(0, now_ms - session.last_contact_ms)
+
         brokers = tuple(
             BrokerDescription(
                 broker_id=registration.broker_id,
@@ -863,6 +871,7 @@ class Controller:
                 state=registration.state.value,
                 listeners=registration.listeners,
                 rack=registration.rack,
+                last_heartbeat_ms_ago=heard_ms_ago(registration.broker_id),
             )
             for _, registration in sorted(image.brokers.items())
         )

@@ -313,6 +313,9 @@ class BrokerDescription(_Wire):
     state: str  # a BrokerState value: "Offline", "Fenced", "Online", "Stopping"
     listeners: tuple[tuple[str, str, int], ...]
     rack: str | None = None
+    # How long ago the active controller last heard the broker's heartbeat
+    # (leader-local soft state); None when it has not heard from it.
+    last_heartbeat_ms_ago: int | None = None
 
     def __post_init__(self) -> None:
         check_int("broker_id", self.broker_id, 0)
@@ -321,6 +324,8 @@ class BrokerDescription(_Wire):
         check_text("state", self.state)
         check_listeners(self.listeners)
         check_text("rack", self.rack, optional=True)
+        if self.last_heartbeat_ms_ago is not None:
+            check_int("last_heartbeat_ms_ago", self.last_heartbeat_ms_ago, 0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

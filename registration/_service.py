@@ -14,6 +14,7 @@ runs.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,8 +26,10 @@ from quorum import Entry
 from quorum.runtime import KeyValueStateMachine, NodeConfig, QuorumNodeHandle, open_quorum_node
 
 from ._controller import Controller, ControllerConfig, Proposal
-from ._errors import ErrorCode
+from ._errors import ErrorCode, RecordDecodeError
 from ._image import ClusterImage
+from ._lifecycle import BrokerState
+from ._records import FLAG_SET, BrokerRegistrationChangeRecord, decode_record
 from ._requests import message_from_wire
 
 logger = logging.getLogger("pykraft.controller")
@@ -90,8 +93,12 @@ def decode_message(payload: bytes) -> Any:
 class ControllerApplication:
     """``LeaderApplication`` for the quorum runtime, around ``Controller``."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Controller, image: ClusterImage) -> None:
         self.controller = controller
+        self.image = image
+        self.metrics: Any = None  # the runtime's Metrics, once the node is open
+        # Which decision the next fence records come from, for the metric.
+        self._fence_causes = "session expired"
 
     def activate(self, now_ms: int, next_write_offset: int) -> None:
         self.controller.activate(now_ms, next_write_offset)
@@ -105,13 +112,37 @@ class ControllerApplication:
         self.controller.note_log_end(end_offset)
 
     def on_fetch(self, replica_id: int, extension: Any, fetch_offset: int, now_ms: int) -> Any:
-        return self.controller.on_fetch(replica_id, extension, fetch_offset, now_ms)
+        started = time.perf_counter()
+        reply = self.controller.on_fetch(replica_id, extension, fetch_offset, now_ms)
+        if self.metrics is not None:
+            self.metrics.histogram(
+                "pykraft_controller_heartbeat_seconds", "Time to handle one broker heartbeat."
+            ).observe(time.perf_counter() - started)
+        self._fence_causes = "requested by the broker"
+        return reply
 
     def tick(self, now_ms: int) -> None:
+        self._fence_causes = "session expired"
         self.controller.tick(now_ms)
+        if self.metrics is not None and now_ms % 1000 < 10:
+            for state in ("Offline", "Fenced", "Online", "Stopping"):
+                self.metrics.set_gauge(
+                    "pykraft_controller_brokers",
+                    len(self.image.brokers_in_state(_broker_state(state))),
+                    "Registered brokers by state (committed image).",
+                    state=state.lower(),
+                )
 
     def take_proposals(self) -> list[Proposal]:
-        return self.controller.take_proposals()
+        proposals = self.controller.take_proposals()
+        if self.metrics is not None:
+            for proposal in proposals:
+                fences = sum(1 for data in proposal.records if _is_fence(data))
+                if fences:
+                    self.metrics.add_to_counter(
+                        "pykraft_controller_fence_events_total", fences, "Brokers fenced, by cause.", cause=self._fence_causes
+                    )
+        return proposals
 
     def handle_request(self, payload: bytes, now_ms: int) -> _Reply:
         try:
@@ -124,6 +155,11 @@ class ControllerApplication:
         except TypeError as error:  # a response type sent as a request, say
             return _Reply(response=_error_payload(str(error)))
         if reply.on_committed is not None:
+            fences = sum(1 for data in reply.records if _is_fence(data))
+            if fences and self.metrics is not None:
+                self.metrics.add_to_counter(
+                    "pykraft_controller_fence_events_total", fences, "Brokers fenced, by cause.", cause="bounce or unregistration"
+                )
             on_committed = reply.on_committed
             return _Reply(records=list(reply.records), on_committed=lambda first: encode_message(on_committed(first)))
         if reply.on_read_confirmed is not None:
@@ -131,6 +167,18 @@ class ControllerApplication:
             return _Reply(on_read_confirmed=lambda: encode_message(on_read()))
         assert reply.response is not None
         return _Reply(response=encode_message(reply.response))
+
+
+def _is_fence(data: bytes) -> bool:
+    try:
+        record = decode_record(data)
+    except RecordDecodeError:
+        return False
+    return isinstance(record, BrokerRegistrationChangeRecord) and record.fenced == FLAG_SET
+
+
+def _broker_state(name: str) -> BrokerState:
+    return BrokerState(name)
 
 
 def _error_payload(message: str) -> bytes:
@@ -145,5 +193,7 @@ async def open_controller_node(
     ``open_quorum_node``."""
     machine = ControllerStateMachine()
     controller = Controller(controller_config or ControllerConfig(cluster_id=config.cluster_id), machine.image)
-    async with open_quorum_node(config, machine, leader_application=ControllerApplication(controller)) as node:
+    application = ControllerApplication(controller, machine.image)
+    async with open_quorum_node(config, machine, leader_application=application) as node:
+        application.metrics = node.runtime.metrics
         yield node

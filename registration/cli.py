@@ -160,6 +160,7 @@ def cluster_describe(bootstrap: str, cluster_id: str, as_json: bool, linearizabl
         f"cluster {response.cluster_id}  (image offset {response.offset})  topics {response.topic_count}"
         f"  partitions {response.partition_count}  offline {response.offline_partition_count}"
     )
-    click.echo(f"{'BrokerId':>8}  {'State':<9} {'Epoch':>8}  Incarnation")
+    click.echo(f"{'BrokerId':>8}  {'State':<9} {'Epoch':>8}  {'LastHeartbeat':>13}  Incarnation")
     for broker in response.brokers:
-        click.echo(f"{broker.broker_id:>8}  {broker.state:<9} {broker.broker_epoch:>8}  {broker.incarnation_id}")
+        heard = "-" if broker.last_heartbeat_ms_ago is None else f"{broker.last_heartbeat_ms_ago} ms ago"
+        click.echo(f"{broker.broker_id:>8}  {broker.state:<9} {broker.broker_epoch:>8}  {heard:>13}  {broker.incarnation_id}")

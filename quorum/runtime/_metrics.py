@@ -61,7 +61,27 @@ class Metrics:
         self.resignations: dict[str, int] = {}
         self.commit_seconds = Histogram()
         self.fsync_seconds = Histogram()
-        self.extra: dict[str, float] = {}
+        # Metrics an application adds (the controller's): name -> labels -> value.
+        self.gauges: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+        self.histograms: dict[str, Histogram] = {}
+        self.help_texts: dict[str, str] = {}
+
+    def set_gauge(self, name: str, value: float, help_text: str = "", **labels: str) -> None:
+        self.gauges.setdefault(name, {})[tuple(sorted(labels.items()))] = value
+        if help_text:
+            self.help_texts[name] = help_text
+
+    def add_to_counter(self, name: str, amount: float = 1, help_text: str = "", **labels: str) -> None:
+        series = self.gauges.setdefault(name, {})
+        key = tuple(sorted(labels.items()))
+        series[key] = series.get(key, 0) + amount
+        if help_text:
+            self.help_texts[name] = help_text
+
+    def histogram(self, name: str, help_text: str = "") -> Histogram:
+        if help_text:
+            self.help_texts[name] = help_text
+        return self.histograms.setdefault(name, Histogram())
 
     def observe_node(self, node: QuorumNode) -> None:
         self.node_id = node.node_id
@@ -125,8 +145,14 @@ class Metrics:
             "pykraft_quorum_commit_latency_seconds", "Proposal to commit, on the leader.", labels
         )
         lines += self.fsync_seconds.render("pykraft_quorum_fsync_latency_seconds", "One group fsync.", labels)
-        for name, value in sorted(self.extra.items()):
-            lines.append(f"{name}{{{node}}} {value}")
+        for name, series in sorted(self.gauges.items()):
+            kind = "counter" if name.endswith("_total") else "gauge"
+            lines += [f"# HELP {name} {self.help_texts.get(name, name)}", f"# TYPE {name} {kind}"]
+            for labels, value in sorted(series.items()):
+                extra = "".join(f',{key}="{label}"' for key, label in labels)
+                lines.append(f"{name}{{{node}{extra}}} {value}")
+        for name, histogram in sorted(self.histograms.items()):
+            lines += histogram.render(name, self.help_texts.get(name, name), labels)
         return "\n".join(lines) + "\n"
 
 
