@@ -81,7 +81,6 @@ class Campaign:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         self.run_dir = (options.store / options.scenario / stamp).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "events").mkdir(exist_ok=True)
         (self.run_dir / "logs").mkdir(exist_ok=True)
         latest = options.store / "latest"
         with contextlib.suppress(FileNotFoundError):
@@ -169,7 +168,7 @@ class Campaign:
                 "--listen", f"{host}:{port}",
                 "--data-dir", str(self.run_dir / "data" / f"node{node_id}"),
                 "--cluster-id", CLUSTER_ID,
-                "--event-log", str(self.run_dir / "events" / f"node{node_id}.raw.jsonl"),
+                "--event-log", str(self.run_dir / "logs" / f"node{node_id}.events.jsonl"),
                 "--election-timeout-ms", str(options.election_timeout_ms),
                 "--fetch-timeout-ms", str(options.fetch_timeout_ms),
                 "--snapshot-every-records", "5000",
@@ -295,7 +294,9 @@ class Campaign:
 
     def _write_node_events(self) -> None:
         with open(self.run_dir / "node-events.jsonl", "w", encoding="utf-8") as out:
-            for raw in sorted((self.run_dir / "events").glob("node*.raw.jsonl")):
+            # The nodes' own event logs (wall-clock ns) become the checker's
+            # node events (ns since the run began, one clock: this host's).
+            for raw in sorted((self.run_dir / "logs").glob("node*.events.jsonl")):
                 for line in raw.read_text().splitlines():
                     event = json.loads(line)
                     if event.get("event") != "role":
