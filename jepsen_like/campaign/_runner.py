@@ -113,7 +113,7 @@ class Campaign:
                 workload = RegisterWorkload(
                     self.history,
                     lambda index: _rotated(network.bootstrap_for(f"client{index % options.clients}"), index),
-                    RegisterWorkloadOptions(clients=options.clients, read_mode=options.read_mode),
+                    _workload_options(options),
                     cluster_id=CLUSTER_ID,
                     rng=random.Random(self.rng.getrandbits(64)),
                 )
@@ -343,6 +343,20 @@ class Campaign:
         }
 
 
+def _workload_options(options: CampaignOptions) -> RegisterWorkloadOptions:
+    workload = RegisterWorkloadOptions(clients=options.clients, read_mode=options.read_mode)
+    if options.scenario == "zombie-leader":
+        # A stale leader-local read is one that misses a write acknowledged
+        # more than check_quorum_factor x fetch_timeout before it: the keys
+        # must live through whole partitions for the checker to see one.
+        workload.keys_live = 2
+        workload.ops_per_key = 10**9
+        # Clients stuck on the zombie wait out their writes; reads are what
+        # it answers, so they should be most of what clients do.
+        workload.read_fraction = 0.8
+    return workload
+
+
 def _rotated(bootstrap: list[str], index: int) -> list[str]:
     """Each client starts at a different node, so that clients are spread
     over the cluster (some keep talking to a node cut off from the others,
@@ -361,12 +375,20 @@ async def _zombie_leader(campaign: Campaign, deadline_s: float) -> None:
     clients) for longer than the check-quorum timeout, again and again."""
     network = campaign.network
     assert network is not None
-    while trio.current_time() + 12 < deadline_s:
+    # Long enough for a new leader to be elected (the fetch timeout) and its
+    # writes to age past the check-quorum bound while the old one serves.
+    isolation_s = 2 * options_bound_s(campaign.options) + 4
+    while trio.current_time() + isolation_s + 3 < deadline_s:
         await trio.sleep(3)
         leader = await campaign.current_leader()
         if leader is None:
             continue
-        await campaign.fault("isolate-leader", lambda: network.isolate(leader), network.heal, 8.0)
+        await campaign.fault("isolate-leader", lambda: network.isolate(leader), network.heal, isolation_s)
+
+
+def options_bound_s(options: CampaignOptions) -> float:
+    """check_quorum_factor x fetch_timeout, in seconds."""
+    return 1.5 * options.fetch_timeout_ms / 1000
 
 
 async def _chaos(campaign: Campaign, deadline_s: float) -> None:

@@ -26,6 +26,7 @@ class RegisterWorkloadOptions:
     ops_per_key: int = 120  # then the key is retired (keeps each key's history small)
     request_timeout_s: float = 2.0
     think_s: float = 0.01
+    read_fraction: float = 0.5  # the rest: 60% writes, 40% compare-and-set
 
 
 class RegisterWorkload:
@@ -99,10 +100,11 @@ class RegisterWorkload:
         roll = self.rng.random()
         record = self.history.record
         extra: dict[str, object] = {}
-        if roll < 0.5:
+        reads = self.options.read_fraction
+        if roll < reads:
             f, value = "read", None
             extra["mode"] = self.options.read_mode
-        elif roll < 0.8:
+        elif roll < reads + 0.6 * (1 - reads):
             f, value = "write", next(self._values)
         else:
             f, value = "cas", [self._last_written.get(key), next(self._values)]
