@@ -22,6 +22,7 @@ import trio
 
 from ._messages import ErrorCode
 from .wire import (
+    ClusterIdMismatchError,
     ApplicationRequest,
     ApplicationResponse,
     DescribeQuorumRequest,
@@ -43,6 +44,11 @@ logger = logging.getLogger("pykraft.client")
 class QuorumClientError(Exception):
     """A request failed for good (no node could take it within the retry
     timeout, or the cluster refused it)."""
+
+
+class WrongClusterError(QuorumClientError):
+    """The server belongs to another cluster (INCONSISTENT_CLUSTER_ID): a
+    misconfiguration, never retried."""
 
 
 class IndeterminateError(QuorumClientError):
@@ -89,6 +95,8 @@ class _Connection:
                     if slot is not None:
                         slot[1].append(decoded.message)
                         slot[0].set()
+        except ClusterIdMismatchError as error:
+            self.fail(WrongClusterError(f"{self.address} belongs to another cluster: {error}"))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, RemoteProtocolError) as error:
             self.fail(error)
 
@@ -99,6 +107,8 @@ class _Connection:
         self.waiting.clear()
 
     async def request(self, message: Any, timeout_s: float) -> Any:
+        if isinstance(self.broken, WrongClusterError):
+            raise self.broken
         if self.broken is not None:
             # Known broken before sending: certainly not sent.
             raise QuorumClientError(f"connection to {self.address} is broken: {self.broken}")
@@ -116,6 +126,8 @@ class _Connection:
             await event.wait()
         if not holder:
             self.waiting.pop(correlation_id, None)
+            if isinstance(self.broken, WrongClusterError):
+                raise self.broken
             raise IndeterminateError(f"no answer from {self.address} within {timeout_s} s")
         return holder[0]
 
@@ -199,6 +211,8 @@ class QuorumClient:
                 continue
             try:
                 response = await connection.request(message, min(self.request_timeout_s, max(0.001, remaining_s)))
+            except WrongClusterError:
+                raise
             except IndeterminateError as error:
                 if not retry_indeterminate:
                     raise
@@ -210,6 +224,8 @@ class QuorumClient:
                 await self._move_to(None)
                 continue
             if isinstance(response, ErrorFrame):
+                if response.code is ErrorCode.INCONSISTENT_CLUSTER_ID:
+                    raise WrongClusterError(f"{connection.address} belongs to another cluster: {response.message}")
                 raise QuorumClientError(f"{connection.address} refused the request: {response.code.name}: {response.message}")
             error_code = getattr(response, "error", ErrorCode.NONE)
             if error_code is ErrorCode.NOT_LEADER:

@@ -14,6 +14,7 @@ private.
 """
 
 from ._controller import Controller, ControllerConfig, Proposal, Reply
+from ._service import ControllerApplication, ControllerStateMachine, open_controller_node
 from ._election import elect_leader
 from ._errors import (
     ErrorCode,
@@ -85,6 +86,9 @@ from ._requests import (
 )
 
 __all__ = [
+    "ControllerApplication",
+    "ControllerStateMachine",
+    "open_controller_node",
     "FLAG_CLEAR",
     "FLAG_SET",
     "FLAG_UNCHANGED",

@@ -3,7 +3,7 @@ storage. See ``docs/architecture.md``."""
 
 from ._memory_transport import MemoryNetwork, MemoryTransport
 from ._metrics import Metrics, serve_metrics
-from ._node_api import NodeConfig, QuorumNodeHandle, open_quorum_node, parse_voters
+from ._node_api import NodeConfig, QuorumNodeHandle, handle_client_request, open_quorum_node, parse_voters
 from ._runtime import LeaderApplication, Proposal, ProposalLostError, QuorumRuntime, ReadNotConfirmedError, Transport
 from ._state_machine import KeyValueStateMachine, StateMachine
 from ._tcp import TcpTransport
@@ -16,6 +16,7 @@ __all__ = [
     "MemoryTransport",
     "NodeConfig",
     "QuorumNodeHandle",
+    "handle_client_request",
     "open_quorum_node",
     "parse_voters",
     "Metrics",

@@ -148,8 +148,8 @@ class Metrics:
         for name, series in sorted(self.gauges.items()):
             kind = "counter" if name.endswith("_total") else "gauge"
             lines += [f"# HELP {name} {self.help_texts.get(name, name)}", f"# TYPE {name} {kind}"]
-            for labels, value in sorted(series.items()):
-                extra = "".join(f',{key}="{label}"' for key, label in labels)
+            for label_pairs, value in sorted(series.items()):
+                extra = "".join(f',{key}="{label}"' for key, label in label_pairs)
                 lines.append(f"{name}{{{node}{extra}}} {value}")
         for name, histogram in sorted(self.histograms.items()):
             lines += histogram.render(name, self.help_texts.get(name, name), labels)

@@ -143,3 +143,11 @@ async def test_a_damaged_log_tail_is_cut_and_nothing_committed_is_lost(process_c
         await client.propose([put("k0", "new")])
     text = cluster.log_text(victim)
     assert "truncat" in text.lower()
+
+
+async def test_a_client_of_another_cluster_gets_a_definite_error(process_cluster):
+    from quorum.client import WrongClusterError
+
+    async with QuorumClient(process_cluster.bootstrap, cluster_id="another", retry_timeout_s=5) as client:
+        with pytest.raises(WrongClusterError):
+            await client.propose([b"x"])
