@@ -24,6 +24,7 @@ import msgpack
 
 from quorum import Entry
 from quorum.runtime import KeyValueStateMachine, NodeConfig, QuorumNodeHandle, open_quorum_node
+from quorum.runtime._metrics import FINE_BUCKETS_S
 
 from ._controller import Controller, ControllerConfig, Proposal
 from ._errors import ErrorCode, RecordDecodeError
@@ -116,7 +117,7 @@ class ControllerApplication:
         reply = self.controller.on_fetch(replica_id, extension, fetch_offset, now_ms)
         if self.metrics is not None:
             self.metrics.histogram(
-                "pykraft_controller_heartbeat_seconds", "Time to handle one broker heartbeat."
+                "pykraft_controller_heartbeat_seconds", "Time to handle one broker heartbeat.", FINE_BUCKETS_S
             ).observe(time.perf_counter() - started)
         self._fence_causes = "requested by the broker"
         return reply

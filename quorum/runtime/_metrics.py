@@ -22,12 +22,19 @@ logger = logging.getLogger("pykraft.metrics")
 _LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
+FINE_BUCKETS_S = (0.000005, 0.00001, 0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.005, 0.01)
+
+
 @dataclass(slots=True)
 class Histogram:
     buckets_s: tuple[float, ...] = _LATENCY_BUCKETS_S
-    counts: list[int] = field(default_factory=lambda: [0] * (len(_LATENCY_BUCKETS_S) + 1))
+    counts: list[int] = field(default_factory=list)
     total_s: float = 0.0
     count: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.buckets_s) + 1)
 
     def observe(self, value_s: float) -> None:
         self.counts[bisect.bisect_left(self.buckets_s, value_s)] += 1
@@ -78,10 +85,13 @@ class Metrics:
         if help_text:
             self.help_texts[name] = help_text
 
-    def histogram(self, name: str, help_text: str = "") -> Histogram:
+    def histogram(self, name: str, help_text: str = "", buckets_s: tuple[float, ...] = _LATENCY_BUCKETS_S) -> Histogram:
         if help_text:
             self.help_texts[name] = help_text
-        return self.histograms.setdefault(name, Histogram())
+        histogram = self.histograms.get(name)
+        if histogram is None:
+            histogram = self.histograms[name] = Histogram(buckets_s)
+        return histogram
 
     def observe_node(self, node: QuorumNode) -> None:
         self.node_id = node.node_id
