@@ -17,7 +17,7 @@ import sys
 
 #: Other benchmark modules run after the quorum benchmark, if present.
 #: Each must expose main(argv: list[str]) -> int | None.
-OTHER_BENCHES = ["bench.checker_bench", "bench.registration_bench"]
+OTHER_BENCHES = ["bench.checker_bench", "bench.registration_bench", "bench.heartbeat_bench"]
 
 
 def main(argv: list[str] | None = None) -> int:
