@@ -85,7 +85,12 @@ def _histogram_quantile(text: str, name: str, quantile: float) -> float | None:
 class BrokerLoad:
     """Plays ``brokers`` observers over a few TCP connections to the leader."""
 
-    def __init__(self, leader_port: int, leader_id: int, epoch: int, epochs: dict[int, int], connections: int) -> None:
+    def __init__(
+        self, leader_port: int, leader_id: int, epoch: int, epochs: dict[int, int], connections: int, start_offset: int
+    ) -> None:
+        # Brokers in steady state: caught up with the log (a broker that
+        # restarts loads a snapshot first), so each fetch is a heartbeat.
+        self.start_offset = start_offset
         self.leader_port = leader_port
         self.leader_id = leader_id
         self.epoch = epoch
@@ -93,6 +98,7 @@ class BrokerLoad:
         self.connections = connections
         self.answered = 0
         self.errors = 0
+        self.error_codes: dict[str, int] = {}
         self.round_trips_s: list[float] = []
 
     async def run(self, deadline_s: float) -> None:
@@ -106,8 +112,8 @@ class BrokerLoad:
         stream = await trio.open_tcp_stream("127.0.0.1", self.leader_port)
         correlation = itertools.count(1)
         request_ids = itertools.count(1)
-        offsets = {broker_id: 0 for broker_id in broker_ids}
-        last_epochs = {broker_id: 0 for broker_id in broker_ids}
+        offsets = {broker_id: self.start_offset for broker_id in broker_ids}
+        last_epochs = {broker_id: self.epoch for broker_id in broker_ids}
         sent_at: dict[int, float] = {}
         lock = trio.Lock()
 
@@ -144,6 +150,10 @@ class BrokerLoad:
                     self.round_trips_s.append(trio.current_time() - sent_at.pop(broker_id, trio.current_time()))
                     if response.error:
                         self.errors += 1
+                        self.error_codes[response.error.name] = self.error_codes.get(response.error.name, 0) + 1
+                        # A real broker backs off and follows the leader hint;
+                        # here the run is spoiled: say so, do not spin.
+                        await trio.sleep(0.1)
                     else:
                         self.answered += 1
                         if response.records:
@@ -196,7 +206,7 @@ async def run(brokers: int, seconds: float, connections: int) -> dict[str, objec
                 description = await client.describe()
             leader = description.leader_id
             assert leader is not None
-            load = BrokerLoad(voters[leader], leader, description.epoch, epochs, connections)
+            load = BrokerLoad(voters[leader], leader, description.epoch, epochs, connections, description.high_watermark)
             warm_up_s = 3.0
             window_started = trio.current_time() + warm_up_s
             cpu_before: list[float] = []
@@ -227,13 +237,19 @@ async def run(brokers: int, seconds: float, connections: int) -> dict[str, objec
                 "controller_handling_p99_s": _histogram_quantile(text, "pykraft_controller_heartbeat_seconds", 0.99),
                 "fetch_round_trip_p50_ms": round(round_trips[len(round_trips) // 2] * 1000, 1) if round_trips else None,
                 "fetch_round_trip_p99_ms": round(round_trips[int(len(round_trips) * 0.99)] * 1000, 1) if round_trips else None,
-                "fetch_errors": load.errors,
+                "fetch_errors": dict(sorted(load.error_codes.items())),
+                "leader_changed": (await _leader_now(bootstrap)) != leader,
                 "brokers_online": online,
             }
         finally:
             for process in processes.values():
                 process.kill()
                 process.wait(timeout=10)
+
+
+async def _leader_now(bootstrap: list[str]) -> int | None:
+    async with QuorumClient(bootstrap, cluster_id=CLUSTER_ID) as client:
+        return (await client.describe()).leader_id
 
 
 def main(argv: list[str] | None = None) -> int:
