@@ -70,6 +70,7 @@ class CampaignResult:
     faults: int
     anomalies: dict[str, int] = field(default_factory=dict)
     checker_error: str | None = None
+    report: Path | None = None
 
 
 class Campaign:
@@ -137,6 +138,12 @@ class Campaign:
         if options.check:
             self.status("checking the history with Spark")
             self._check(result)
+        try:
+            from jepsen_like.report import write_report
+
+            result.report = write_report(self.run_dir)
+        except Exception:  # noqa: BLE001 - the run's data stays; the report is a convenience
+            logger.exception("the report failed")
         return result
 
     def _lay_out(self, network: NetworkTopology) -> None:

@@ -76,6 +76,8 @@ def campaign_command(
     if result.checker_error:
         click.echo(f"    checker error: {result.checker_error}")
     click.echo(f"    run directory: {result.run_dir}")
+    if result.report is not None:
+        click.echo(f"    report: {result.report}")
     sys.exit(0 if result.valid is True else 1)
 
 

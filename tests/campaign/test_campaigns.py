@@ -25,6 +25,7 @@ async def test_a_chaos_campaign_with_partitions_kills_and_pauses_is_valid(tmp_pa
     results = json.loads((result.run_dir / "results.json").read_text())
     assert results["checks"]["linearizability"]["status"] == "pass"
     assert results["stats"]["log_dump_records"] > 0 and results["stats"]["role_events"] > 0
+    assert result.report is not None and "VALID" in result.report.read_text()
 
 
 async def test_the_zombie_leader_without_check_quorum_serves_stale_reads_and_the_checker_finds_them(tmp_path):

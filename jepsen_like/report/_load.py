@@ -1,0 +1,431 @@
+"""Read a campaign run directory into what the report draws.
+
+Everything here tolerates damage: a missing file, a truncated last line, an
+event of an unknown shape. What could not be read is counted in
+``RunData.warnings`` and said in the report, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+NEMESIS = "nemesis"
+CLIENT_TYPES = ("invoke", "ok", "fail", "info")
+OUTCOMES = ("ok", "fail", "info")
+# The order op types are listed and drawn in; others follow alphabetically.
+OP_ORDER = ("read", "write", "cas")
+
+
+@dataclass(slots=True)
+class Op:
+    """One client operation: an invoke and (usually) its completion."""
+
+    index: int
+    process: Any
+    f: str
+    key: Any
+    invoke_value: Any
+    time_ns: int
+    outcome: str | None = None  # ok / fail / info; None: never completed
+    value: Any = None
+    complete_index: int | None = None
+    complete_ns: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # mode, offset, read_offset, error, final
+
+    @property
+    def latency_ms(self) -> float | None:
+        if self.complete_ns is None:
+            return None
+        return max(0, self.complete_ns - self.time_ns) / 1e6
+
+
+@dataclass(slots=True)
+class Fault:
+    """One nemesis fault window (``end_ns`` None: never ended in the history)."""
+
+    f: str
+    start_ns: int
+    end_ns: int | None
+    fault: Any
+    start_index: int | None = None
+    end_index: int | None = None
+
+    def label(self) -> str:
+        return describe_fault(self.f, self.fault)
+
+    def target_nodes(self) -> list[str]:
+        return fault_targets(self.fault)
+
+
+@dataclass(slots=True)
+class RoleSpan:
+    node: str
+    role: str
+    epoch: Any
+    leader: Any
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(slots=True)
+class RunData:
+    run_dir: Path
+    ops: list[Op] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    instants: list[tuple[int, str, Any]] = field(default_factory=list)  # (time, f, value): heal-all and the like
+    role_events: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    results: dict[str, Any] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    end_ns: int = 0
+    files: dict[str, Path] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def op_types(self) -> list[str]:
+        present = {op.f for op in self.ops}
+        ordered = [f for f in OP_ORDER if f in present]
+        return ordered + sorted(present - set(OP_ORDER))
+
+    @property
+    def scenario(self) -> str:
+        scenario = self.options.get("scenario") or (self.meta.get("campaign") or {}).get("scenario")
+        return str(scenario) if scenario is not None else self.run_dir.parent.name
+
+    def role_spans(self) -> dict[str, list[RoleSpan]]:
+        return role_spans(self.role_events, self.nodes, self.faults, self.end_ns)
+
+
+# =========================================================================
+# Reading
+# =========================================================================
+
+
+def _json_lines(path: Path, warnings: list[str]) -> Iterator[dict[str, Any]]:
+    bad = 0
+    with open(path, encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                bad += 1
+                continue
+            if isinstance(event, dict):
+                yield event
+            else:
+                bad += 1
+    if bad:
+        warnings.append(f"{path.name}: {bad} unreadable line(s) skipped")
+
+
+def _json_file(path: Path, warnings: list[str]) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        warnings.append(f"{path.name}: unreadable ({type(error).__name__})")
+        return None
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value == value and abs(value) < 1e30:
+        return int(value)
+    return None
+
+
+def load_run(run_dir: Path) -> RunData:
+    run_dir = Path(run_dir)
+    data = RunData(run_dir=run_dir)
+    warnings = data.warnings
+    for name in ("history.jsonl", "node-events.jsonl", "results.json", "meta.json", "options.json", "log-dumps.jsonl", "logs"):
+        if (run_dir / name).exists():
+            data.files[name] = run_dir / name
+
+    if "meta.json" in data.files:
+        meta = _json_file(data.files["meta.json"], warnings)
+        data.meta = meta if isinstance(meta, dict) else {}
+    if "options.json" in data.files:
+        options = _json_file(data.files["options.json"], warnings)
+        data.options = options if isinstance(options, dict) else {}
+    if not data.options and isinstance(data.meta.get("campaign"), dict):
+        data.options = dict(data.meta["campaign"])
+    if "results.json" in data.files:
+        results = _json_file(data.files["results.json"], warnings)
+        if isinstance(results, dict):
+            data.results = results
+        elif results is not None:
+            warnings.append("results.json: not a JSON object")
+
+    end_ns = 0
+    if "history.jsonl" in data.files:
+        end_ns = _read_history(data.files["history.jsonl"], data)
+    else:
+        warnings.append("history.jsonl: missing")
+
+    if "node-events.jsonl" in data.files:
+        for event in _json_lines(data.files["node-events.jsonl"], warnings):
+            time_ns = _as_int(event.get("time"))
+            if event.get("kind") != "role" or time_ns is None or event.get("node") is None:
+                continue
+            event = dict(event, node=str(event["node"]), time=time_ns)
+            data.role_events.append(event)
+            end_ns = max(end_ns, time_ns)
+    data.role_events.sort(key=lambda e: (e["time"], e["node"]))
+
+    nodes = {e["node"] for e in data.role_events}
+    controllers = _as_int(data.options.get("controllers"))
+    if controllers is not None and 0 < controllers <= 64:
+        nodes.update(str(n) for n in range(1, controllers + 1))
+    data.nodes = sorted(nodes, key=_node_order)
+    for fault in data.faults:
+        end_ns = max(end_ns, fault.end_ns or fault.start_ns)
+    data.end_ns = max(end_ns, 1)
+    return data
+
+
+def _node_order(node: str) -> tuple[int, Any]:
+    return (0, int(node)) if node.isdigit() else (1, node)
+
+
+def _read_history(path: Path, data: RunData) -> int:
+    pending: dict[Any, Op] = {}
+    open_faults: dict[Any, Fault] = {}
+    orphans = 0
+    end_ns = 0
+    for position, event in enumerate(_json_lines(path, data.warnings)):
+        time_ns = _as_int(event.get("time"))
+        if time_ns is None:
+            continue
+        end_ns = max(end_ns, time_ns)
+        index = _as_int(event.get("index"))
+        index = position if index is None else index
+        process = event.get("process")
+        if process == NEMESIS:
+            _nemesis_event(event, time_ns, index, open_faults, data)
+            continue
+        kind = event.get("type")
+        if kind not in CLIENT_TYPES:
+            continue
+        try:
+            hash(process)
+        except TypeError:
+            process = json.dumps(process)
+        extra = {
+            name: event[name]
+            for name in ("mode", "offset", "read_offset", "error", "final", "node")
+            if name in event and event[name] is not None
+        }
+        if kind == "invoke":
+            if process in pending:  # a second invoke: the first never completed
+                data.ops.append(pending.pop(process))
+            pending[process] = Op(
+                index=index, process=process, f=str(event.get("f")), key=event.get("key"),
+                invoke_value=event.get("value"), time_ns=time_ns, extra=extra,
+            )
+            continue
+        op = pending.pop(process, None)
+        if op is None:
+            orphans += 1
+            continue
+        op.outcome = kind
+        op.value = event.get("value")
+        op.complete_index = index
+        op.complete_ns = max(time_ns, op.time_ns)
+        op.extra.update(extra)
+        data.ops.append(op)
+    data.ops.extend(pending.values())
+    data.ops.sort(key=lambda op: op.index)
+    for fault in open_faults.values():
+        data.faults.append(fault)
+    data.faults.sort(key=lambda fault: (fault.start_ns, fault.f))
+    if orphans:
+        data.warnings.append(f"history.jsonl: {orphans} completion(s) without an invoke skipped")
+    return end_ns
+
+
+def _fault_key(f: str, fault: Any) -> Any:
+    if isinstance(fault, Mapping) and fault.get("fault_id") is not None:
+        return (f, "id", json.dumps(fault["fault_id"], sort_keys=True))
+    return (f, "value", json.dumps(fault, sort_keys=True, default=str))
+
+
+def _nemesis_event(event: Mapping[str, Any], time_ns: int, index: int, open_faults: dict[Any, Fault], data: RunData) -> None:
+    f = str(event.get("f"))
+    value = event.get("value")
+    phase = value.get("phase") if isinstance(value, Mapping) else None
+    fault = value.get("fault") if isinstance(value, Mapping) else value
+    if phase == "start":
+        key = _fault_key(f, fault)
+        if key in open_faults:  # started twice: close the first where the second begins
+            earlier = open_faults.pop(key)
+            earlier.end_ns = time_ns
+            data.faults.append(earlier)
+        open_faults[key] = Fault(f=f, start_ns=time_ns, end_ns=None, fault=fault, start_index=index)
+    elif phase == "end":
+        key = _fault_key(f, fault)
+        started = open_faults.pop(key, None)
+        if started is None:
+            # An end without a start: the fault ran from the start of the run.
+            data.faults.append(Fault(f=f, start_ns=0, end_ns=time_ns, fault=fault, end_index=index))
+        else:
+            started.end_ns = time_ns
+            started.end_index = index
+            data.faults.append(started)
+    else:
+        data.instants.append((time_ns, f, value))
+        if phase == "all":  # heal everything: whatever is still open ends here
+            for key in list(open_faults):
+                started = open_faults.pop(key)
+                started.end_ns = time_ns
+                started.end_index = index
+                data.faults.append(started)
+
+
+# =========================================================================
+# Faults: what they are called and whom they hit
+# =========================================================================
+
+
+def _nodes_text(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def describe_fault(f: str, fault: Any) -> str:
+    """A short label: ``isolate-leader n3``, ``kill n1``, ``1,2 | 3``, ``1 → 2,3``."""
+    if not isinstance(fault, Mapping):
+        return f
+    if "side_a" in fault and "side_b" in fault:
+        return f"{f} {_nodes_text(fault['side_a'])} | {_nodes_text(fault['side_b'])}"
+    if "src" in fault and "dst" in fault:
+        return f"{f} {_nodes_text(fault['src'])} → {_nodes_text(fault['dst'])}"
+    if "node" in fault:
+        return f"{f} n{_nodes_text(fault['node'])}"
+    if "nodes" in fault:
+        return f"{f} n{_nodes_text(fault['nodes'])}"
+    return f
+
+
+def fault_targets(fault: Any) -> list[str]:
+    """The nodes a fault is about (hatched in their lanes): the isolated,
+    killed or paused node, a one-way cut's sources, a partition's minority."""
+    if not isinstance(fault, Mapping):
+        return []
+
+    def listed(value: Any) -> list[str]:
+        if isinstance(value, (list, tuple)):
+            return [str(v) for v in value if isinstance(v, (int, str))]
+        if isinstance(value, (int, str)) and not isinstance(value, bool):
+            return [str(value)]
+        return []
+
+    if "node" in fault:
+        return listed(fault["node"])
+    if "nodes" in fault:
+        return listed(fault["nodes"])
+    if "src" in fault:
+        return listed(fault["src"])
+    if "side_a" in fault and "side_b" in fault:
+        a, b = listed(fault["side_a"]), listed(fault["side_b"])
+        return a if len(a) <= len(b) else b
+    return []
+
+
+# =========================================================================
+# Roles
+# =========================================================================
+
+
+def role_spans(events: list[dict[str, Any]], nodes: list[str], faults: list[Fault], end_ns: int) -> dict[str, list[RoleSpan]]:
+    """Each node's role over time: one span per change of (role, epoch,
+    leader). A span ends at the node's next change, where a kill of the node
+    begins (a dead process has no role), or at the end of the run."""
+    kills: dict[str, list[int]] = defaultdict(list)
+    for fault in faults:
+        if fault.f == "kill":
+            for node in fault.target_nodes():
+                kills[node].append(fault.start_ns)
+    by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for event in events:
+        by_node[event["node"]].append(event)
+    spans: dict[str, list[RoleSpan]] = {node: [] for node in nodes}
+    for node, node_events in by_node.items():
+        out = spans.setdefault(node, [])
+        for position, event in enumerate(node_events):
+            start = event["time"]
+            end = node_events[position + 1]["time"] if position + 1 < len(node_events) else max(end_ns, start)
+            for kill_ns in kills.get(node, ()):
+                if start <= kill_ns < end:
+                    end = kill_ns
+            span = RoleSpan(node, str(event.get("role")), event.get("epoch"), event.get("leader"), start, end)
+            previous = out[-1] if out else None
+            if (
+                previous is not None
+                and previous.end_ns == start
+                and (previous.role, previous.epoch, previous.leader) == (span.role, span.epoch, span.leader)
+            ):
+                previous.end_ns = end  # the same state again: one span
+            elif end > start or position + 1 == len(node_events):
+                out.append(span)
+    return spans
+
+
+# =========================================================================
+# Witnesses
+# =========================================================================
+
+
+def is_operation(value: Any) -> bool:
+    """An operation as the checker renders it (index, process, f, time)."""
+    return isinstance(value, Mapping) and "index" in value and "f" in value and "time" in value and "process" in value
+
+
+def is_node_event(value: Any) -> bool:
+    return isinstance(value, Mapping) and "node" in value and "time" in value and ("role" in value or "kind" in value)
+
+
+def witness_operations(witness: Any) -> list[tuple[str, Mapping[str, Any]]]:
+    """The operations a witness names, as (their role in it, operation), in
+    the witness's order: the first is the one the anomaly is about."""
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    if not isinstance(witness, Mapping):
+        return found
+    for name, value in witness.items():
+        if is_operation(value):
+            found.append((str(name), value))
+        elif isinstance(value, list):
+            for position, item in enumerate(value):
+                if is_operation(item):
+                    found.append((f"{name}[{position}]", item))
+    return found
+
+
+def witness_node_events(witness: Any) -> list[tuple[str, Mapping[str, Any]]]:
+    """Node events a witness names (split-brain claims, fencing events)."""
+    found: list[tuple[str, Mapping[str, Any]]] = []
+
+    def walk(name: str, value: Any, depth: int) -> None:
+        if depth > 4:
+            return
+        if is_node_event(value) and not is_operation(value):
+            found.append((name, value))
+        elif isinstance(value, Mapping):
+            for key, inner in value.items():
+                walk(f"{name}.{key}" if name else str(key), inner, depth + 1)
+        elif isinstance(value, list):
+            for position, item in enumerate(value):
+                walk(f"{name}[{position}]", item, depth + 1)
+
+    walk("", witness, 0)
+    return found

@@ -1,0 +1,306 @@
+"""report.html: its structure (always) and how it renders in headless
+Chromium (when Debian's ``chromium`` is installed; otherwise those tests
+skip and say so, and the structure checks stand alone)."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from jepsen_like.report import load_run, write_report
+from jepsen_like.report.__main__ import main as report_main
+
+from _report_png import decode
+from _report_run import HOSTILE, build_run
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_TIMEOUT_S = 60
+
+
+class Page(HTMLParser):
+    """Every start tag with its attributes, the text, and what is inside
+    ``<script>`` elements (which html.parser hands over as raw data)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str]]] = []
+        self.scripts: list[tuple[dict[str, str], str]] = []
+        self.text: list[str] = []
+        self._script: dict[str, str] | None = None
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        attributes = {name: value or "" for name, value in attrs}
+        self.tags.append((tag, attributes))
+        if tag == "script":
+            self._script = attributes
+            self.scripts.append((attributes, ""))
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._script = None
+
+    def handle_data(self, data):
+        if self._script is not None:
+            attributes, text = self.scripts[-1]
+            self.scripts[-1] = (attributes, text + data)
+        else:
+            self.text.append(data)
+
+    def with_class(self, name: str, tag: str | None = None) -> list[dict[str, str]]:
+        return [a for t, a in self.tags if name in a.get("class", "").split() and (tag is None or t == tag)]
+
+    def ids(self) -> set[str]:
+        return {a["id"] for _, a in self.tags if "id" in a}
+
+    def all_text(self) -> str:
+        return "".join(self.text)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    run_dir = build_run(tmp_path_factory.mktemp("run"))
+    return run_dir, write_report(run_dir)
+
+
+def witnesses(run_dir: Path) -> list[dict]:
+    return json.loads((run_dir / "results.json").read_text())["checks"]["stale-read"]["witnesses"]
+
+
+def test_the_report_is_one_file_next_to_the_run_with_every_section(run):
+    run_dir, out = run
+    assert out == run_dir / "report.html" and out.is_file()
+    page = Page(out.read_text(encoding="utf-8"))
+    assert {"summary", "timeline", "latency", "throughput", "anomalies", "files"} <= page.ids()
+    text = page.all_text()
+    assert "INVALID" in text and "zombie-leader" in text
+    assert "isolate-leader n3" in text and "kill n2" in text and "heal" in text
+
+
+def test_it_opens_offline_nothing_is_fetched(run):
+    _, out = run
+    text = out.read_text(encoding="utf-8")
+    page = Page(text)
+    for tag, attributes in page.tags:
+        assert "src" not in attributes, (tag, attributes)
+        assert not attributes.get("href", "#").startswith(("http", "//")), (tag, attributes)
+        assert tag not in ("link", "iframe", "img", "object", "embed"), tag
+    assert "@import" not in text and "url(http" not in text
+    assert "fetch(" not in text and "XMLHttpRequest" not in text
+
+
+def test_the_timeline_has_one_lane_per_node_with_roles_epochs_and_fault_windows(run):
+    run_dir, out = run
+    page = Page(out.read_text(encoding="utf-8"))
+    lanes = page.with_class("lane", "g")
+    assert [lane["data-node"] for lane in lanes] == ["1", "2", "3"] == load_run(run_dir).nodes
+    roles = page.with_class("role", "g")
+    assert {r["data-role"] for r in roles} >= {"leader", "follower", "unattached"}
+    assert len(page.with_class("role-leader")) == 2  # node 3 in epoch 1, node 1 in epoch 2
+    text = page.all_text()
+    assert "leader e1" in text and "leader e2" in text and "follower e2 →n1" in text
+    # Two fault windows shaded across the lanes, one heal line, one killed node.
+    assert len(page.with_class("fault-shade", "rect")) >= 2
+    assert "killed" in text
+
+
+def test_latency_has_a_panel_per_op_type_and_marks_every_witness_operation(run):
+    run_dir, out = run
+    page = Page(out.read_text(encoding="utf-8"))
+    assert [p["data-f"] for p in page.with_class("panel", "g")] == ["read", "write", "cas"]
+    assert page.with_class("pt-ok", "path") and page.with_class("pt-fail", "path") and page.with_class("pt-info", "path")
+    hrefs = [a["href"] for a in page.with_class("wm", "a")]
+    assert "#w-stale-read-1" in hrefs and "#w-stale-read-2" in hrefs
+    # Each witness links to its block, which lists the exact operations.
+    assert {"w-stale-read-1", "w-stale-read-2", "check-stale-read"} <= page.ids()
+    text = page.all_text()
+    for witness in witnesses(run_dir):
+        for op in (witness["read"], witness["missed_write"]):
+            assert str(op["index"]) in text and str(op["complete_index"]) in text
+            assert f"{op['time'] / 1e9:.6f}" in text and f"{op['complete_time'] / 1e9:.6f}" in text
+    assert "5 anomalies" in text and "showing the first 2" in text
+    assert "missed_write" in text and "bound_ms" in text
+
+
+def test_the_hover_data_is_json_and_holds_the_witness_operations(run):
+    run_dir, out = run
+    page = Page(out.read_text(encoding="utf-8"))
+    [(_, points)] = [(a, t) for a, t in page.scripts if a.get("type") == "application/json"]
+    data = json.loads(points)
+    indexes = {row[3] for row in data["rows"]}
+    for witness in witnesses(run_dir):
+        assert witness["read"]["index"] in indexes and witness["missed_write"]["index"] in indexes
+
+
+def test_strings_from_the_data_are_escaped(run):
+    _, out = run
+    raw = out.read_text(encoding="utf-8")
+    assert HOSTILE not in raw
+    assert "alert(" in raw  # it is there, harmless
+    page = Page(raw)
+    # Exactly our two scripts: the points JSON and the page's own JS.
+    assert [a.get("type") for a, _ in page.scripts] == ["application/json", None]
+    [(_, points)] = [(a, t) for a, t in page.scripts if a.get("type") == "application/json"]
+    assert "<" not in points and "&" not in points
+    assert HOSTILE in json.loads(points)["strings"]  # a cas's error, intact once parsed
+    # The option shows as text; the witness values and the fault's note as JSON text.
+    text = page.all_text()
+    assert HOSTILE in text
+    assert text.count(json.dumps(HOSTILE, separators=(",", ":"))) >= 3
+
+
+def test_without_results_the_run_is_not_checked(tmp_path):
+    run_dir = build_run(tmp_path, duration_s=8, with_results=False)
+    page = Page(write_report(run_dir).read_text(encoding="utf-8"))
+    text = page.all_text()
+    assert "NOT CHECKED" in text and "Not checked" in text
+    assert not page.with_class("wm")
+    assert len(page.with_class("lane", "g")) == 3
+
+
+def test_damaged_inputs_are_said_not_raised(tmp_path):
+    run_dir = build_run(tmp_path, duration_s=8)
+    with open(run_dir / "history.jsonl", "a", encoding="utf-8") as history:
+        history.write('{"index": 99999, "time": 12, "proc')  # a run cut off mid-line
+    (run_dir / "results.json").write_text("{not json")
+    (run_dir / "node-events.jsonl").unlink()
+    page = Page(write_report(run_dir).read_text(encoding="utf-8"))
+    text = page.all_text()
+    assert "history.jsonl: 1 unreadable line(s) skipped" in text
+    assert "results.json: unreadable" in text and "NOT CHECKED" in text
+    assert len(page.with_class("lane", "g")) == 3  # from options.json's controllers
+    assert "no role events from this node" in text
+
+
+def test_a_long_busy_run_is_thinned_but_keeps_every_witness(tmp_path):
+    run_dir = build_run(tmp_path, duration_s=62, rate=700)
+    ops = sum(1 for line in open(run_dir / "history.jsonl") if '"invoke"' in line)
+    assert ops > 15_000
+    out = write_report(run_dir)
+    assert out.stat().st_size < 1_500_000
+    page = Page(out.read_text(encoding="utf-8"))
+    assert "Downsampled" in page.all_text()
+    [(_, points)] = [(a, t) for a, t in page.scripts if a.get("type") == "application/json"]
+    rows = json.loads(points)["rows"]
+    assert len(rows) < ops
+    indexes = {row[3] for row in rows}
+    for witness in witnesses(run_dir):
+        assert witness["read"]["index"] in indexes and witness["missed_write"]["index"] in indexes
+    assert "#w-stale-read-1" in [a["href"] for a in page.with_class("wm", "a")]
+
+
+def test_the_module_entry_point_writes_where_told(tmp_path, capsys):
+    run_dir = build_run(tmp_path, duration_s=6)
+    out = tmp_path / "elsewhere" / "r.html"
+    assert report_main([str(run_dir), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    assert out.is_file() and not (run_dir / "report.html").exists()
+
+
+# =========================================================================
+# Headless Chromium
+# =========================================================================
+
+
+def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    if not CHROMIUM.exists():
+        pytest.skip("no /usr/bin/chromium (Debian package 'chromium'): only the HTML structure is checked")
+    profile = tmp_path / "chromium-profile"
+    argv = [
+        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={profile}", "--hide-scrollbars", "--enable-logging=stderr", "--v=0", *args,
+    ]
+    env = dict(os.environ, HOME=str(tmp_path))
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=CHROMIUM_TIMEOUT_S, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"chromium did not finish within {CHROMIUM_TIMEOUT_S} s")
+
+
+def console_errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "CONSOLE" in line and "Uncaught" in line]
+
+
+def near(pixel: tuple[int, int, int], colour: str, tolerance: int = 12) -> bool:
+    rgb = tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return all(abs(a - b) <= tolerance for a, b in zip(pixel, rgb))
+
+
+def test_chromium_renders_the_report(run, tmp_path):
+    _, out = run
+    png = tmp_path / "report.png"
+    done = chromium(tmp_path, f"--screenshot={png}", "--window-size=1400,2000", out.resolve().as_uri())
+    assert png.is_file(), done.stderr[-2000:]
+    assert not console_errors(done.stderr)
+    image = decode(png.read_bytes())
+    assert (image.width, image.height) == (1400, 2000)
+    pixels = [image.pixel(x, y) for y in range(0, image.height, 7) for x in range(0, image.width, 7)]
+    assert len(set(pixels)) > 50, "the screenshot is (nearly) one colour"
+    # The verdict in red at the top, leader bands of the timeline below it,
+    # ok dots of the latency chart further down.
+    top = [p for p in pixels[: len(pixels) // 8]]
+    assert any(near(p, "#dc2626") for p in top), "no red verdict"
+    assert any(near(p, "#1e3a8a") for p in pixels), "no leader band"
+    assert sum(1 for p in pixels if p[2] > 150 and p[0] < 200 and p[2] - p[0] > 60) > 50, "no blue ok dots"
+
+
+def test_chromium_runs_the_hover_script(run, tmp_path):
+    """Hover the first drawn point: the tooltip shows that operation."""
+    _, out = run
+    driver = tmp_path / "hover.html"
+    probe = (
+        "<script>(function(){var d=JSON.parse(document.getElementById('points').textContent),r=d.rows[0];"
+        "var svg=document.querySelector('svg.latency'),p=svg.createSVGPoint();p.x=r[0];p.y=r[1];"
+        "p=p.matrixTransform(svg.getScreenCTM());"
+        "svg.dispatchEvent(new MouseEvent('mousemove',{clientX:p.x,clientY:p.y,bubbles:true}));"
+        "var tip=document.getElementById('tip');"
+        "document.body.setAttribute('data-probe',(tip.hidden?'hidden':'shown')+'|'+r[3]+'|'+tip.textContent);})();</script>"
+    )
+    driver.write_text(out.read_text(encoding="utf-8").replace("</body>", probe + "</body>"), encoding="utf-8")
+    done = chromium(tmp_path, "--window-size=1400,2000", "--dump-dom", driver.resolve().as_uri())
+    assert not console_errors(done.stderr)
+    match = re.search(r'data-probe="([^"]*)"', done.stdout)
+    assert match, done.stderr[-2000:]
+    state, index, tip = html.unescape(match.group(1)).split("|", 2)
+    assert state == "shown"
+    assert tip.startswith(f"#{index} ") and "latency" in tip
+
+
+def test_witnesses_of_other_shapes_are_tabled_and_marked(tmp_path):
+    """Split-brain claims (node events: marked on their lanes), forked-log
+    records and a linearizability witness all render from results.json."""
+    run_dir = build_run(tmp_path, duration_s=8)
+    results = json.loads((run_dir / "results.json").read_text())
+    read = results["checks"]["stale-read"]["witnesses"][0]["read"]
+    claim = {"kind": "role", "role": "leader", "epoch": 2}
+    results["checks"] = {
+        "split-brain": {"status": "fail", "count": 1, "witnesses": [{"epoch": 2, "claims": [
+            {"leader": "1", "event": dict(claim, node="1", time=3_000_000_000, leader="1")},
+            {"leader": "3", "event": dict(claim, node="3", time=3_500_000_000, leader="3")},
+        ]}]},
+        "forked-log": {"status": "fail", "count": 1, "witnesses": [{"offset": 7, "records": [
+            {"node": "1", "offset": 7, "epoch": 1, "record_hash": "aaaa", "hwm": 9},
+            {"node": "3", "offset": 7, "epoch": 2, "record_hash": "bbbb", "hwm": 9},
+        ]}]},
+        "linearizability": {"status": "fail", "count": 1, "witnesses": [{"key": "r0", "ops": 40, "op": read, "minimal": True}],
+                            "keys": {"total": 2, "linearizable": 1, "not-linearizable": 1, "unknown": 0}},
+        "lost-write": {"status": "unknown", "count": 0, "witnesses": []},
+    }
+    (run_dir / "results.json").write_text(json.dumps(results))
+    page = Page(write_report(run_dir).read_text(encoding="utf-8"))
+    assert {"check-split-brain", "check-forked-log", "check-linearizability", "check-lost-write"} <= page.ids()
+    assert len(page.with_class("wm-diamond", "path")) == 2
+    assert "#w-linearizability-1" in [a["href"] for a in page.with_class("wm", "a")]
+    text = page.all_text()
+    assert "claims" in text and "event.node" in text and "records" in text and "bbbb" in text
+    assert str(read["index"]) in text and "minimal" in text
+    assert "no witnesses listed" in text  # the unknown check
