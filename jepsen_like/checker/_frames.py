@@ -1,0 +1,557 @@
+"""Reading histories, node event logs and log dumps into Spark DataFrames,
+validating them, and pairing events into operations.
+
+Every history gets a small integer id (``hid``); all histories of one run
+live in the same DataFrames, so one Spark job checks them all. Per-history
+settings (model, bounds, offset scope) are map literals keyed by ``hid``.
+
+Values stay JSON: ``arg`` / ``ret`` are the canonical JSON text of the invoke
+and completion values (Spark's ``to_json`` of the parsed value), which is
+what equality between values means here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import reduce
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from jepsen_like.checker._errors import HistoryFormatError
+from jepsen_like.checker._load import (
+    BROKER_STATES,
+    COMPLETION_TYPES,
+    EVENT_TYPES,
+    LOG_DUMP_REQUIRED,
+    NEMESIS,
+    _NODE_EVENT_REQUIRED,
+    HistorySource,
+)
+from jepsen_like.checker._models import READ_MODES, Model
+
+CORRUPT = "_corrupt_record"
+ERRORS_SHOWN_MAX = 20
+
+HISTORY_SCHEMA = T.StructType(
+    [
+        T.StructField("index", T.LongType()),
+        T.StructField("time", T.LongType()),
+        T.StructField("process", T.StringType()),
+        T.StructField("type", T.StringType()),
+        T.StructField("f", T.StringType()),
+        T.StructField("key", T.StringType()),
+        T.StructField("value", T.VariantType()),
+        T.StructField("node", T.StringType()),
+        T.StructField("offset", T.LongType()),
+        T.StructField("epoch", T.LongType()),
+        T.StructField("mode", T.StringType()),
+        T.StructField("final", T.BooleanType()),
+        T.StructField("write_id", T.StringType()),
+        T.StructField("broker_id", T.StringType()),
+        T.StructField("broker_epoch", T.LongType()),
+        T.StructField("error", T.StringType()),
+    ]
+)
+NODE_EVENT_SCHEMA = T.StructType(
+    [
+        T.StructField("time", T.LongType()),
+        T.StructField("node", T.StringType()),
+        T.StructField("kind", T.StringType()),
+        T.StructField("epoch", T.LongType()),
+        T.StructField("role", T.StringType()),
+        T.StructField("leader", T.StringType()),
+        T.StructField("broker_id", T.StringType()),
+        T.StructField("broker_epoch", T.LongType()),
+        T.StructField("offset", T.LongType()),
+        T.StructField("state", T.StringType()),
+        T.StructField("accepted", T.BooleanType()),
+        T.StructField("request", T.StringType()),
+    ]
+)
+LOG_DUMP_SCHEMA = T.StructType(
+    [
+        T.StructField("node", T.StringType()),
+        T.StructField("offset", T.LongType()),
+        T.StructField("epoch", T.LongType()),
+        T.StructField("record_hash", T.StringType()),
+        T.StructField("write_id", T.StringType()),
+        T.StructField("hwm", T.LongType()),
+    ]
+)
+NODE_EVENT_FIELDS = [field.name for field in NODE_EVENT_SCHEMA.fields]
+LOG_RECORD_FIELDS = [field.name for field in LOG_DUMP_SCHEMA.fields]
+
+# Answer-side fields come from the completion first, request-side ones from
+# the invoke first (as _models.merge_optional_fields does).
+_ANSWER_SIDE = ("node", "offset", "epoch", "error")
+_REQUEST_SIDE = ("mode", "final", "write_id", "broker_id", "broker_epoch")
+
+# Operation columns a witness is rendered from (see _models.operation_from_row).
+OP_RENDER_COLUMNS = (
+    "index", "process", "f", "key", "outcome", "t_inv", "t_done", "arg", "complete_index", "complete_time", "ret",
+    "node", "offset", "epoch", "mode", "final", "write_id", "broker_id", "broker_epoch", "error",
+)
+
+
+def per_history(values: Mapping[int, Any], column: str = "hid") -> Column:
+    """A column holding ``values[hid]`` for each row (null where absent)."""
+    if not values:
+        return F.lit(None)
+    pairs = []
+    for hid, value in sorted(values.items()):
+        pairs += [F.lit(hid), F.lit(value)]
+    return F.element_at(F.create_map(*pairs), F.col(column))
+
+
+def _file_path() -> Column:
+    """The local path of the file a row came from (Spark reports a
+    percent-encoded URI; a '+' in it is a plus, not a space)."""
+    uri = F.regexp_replace(F.input_file_name(), "^file://", "")
+    return F.url_decode(F.regexp_replace(uri, "\\+", "%2B"))
+
+
+def _hid_by_file(paths_by_hid: Mapping[int, Sequence[Path]]) -> Column:
+    pairs = []
+    for hid, paths in sorted(paths_by_hid.items()):
+        for path in paths:
+            pairs += [F.lit(os.path.abspath(path)), F.lit(hid)]
+    return F.element_at(F.create_map(*pairs), _file_path())
+
+
+def _read_json(spark: SparkSession, paths_by_hid: Mapping[int, Sequence[Path]], schema: T.StructType) -> DataFrame:
+    """One scan over every file (small files share tasks), each row tagged
+    with its history's hid and its file."""
+    with_corrupt = T.StructType(schema.fields + [T.StructField(CORRUPT, T.StringType())])
+    paths = [os.path.abspath(path) for _, group in sorted(paths_by_hid.items()) for path in group]
+    return (
+        spark.read.schema(with_corrupt)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT)
+        .json(paths)
+        .withColumn("source_file", _file_path())
+        .withColumn("hid", _hid_by_file(paths_by_hid).cast("int"))
+    )
+
+
+def _read_parquet_history(spark: SparkSession, source: HistorySource, hid: int) -> DataFrame:
+    raw = spark.read.parquet(str(source.path))
+    columns = set(raw.columns)
+    selected = []
+    corrupt = F.lit(None).cast("string")
+    for field in HISTORY_SCHEMA.fields:
+        if field.name not in columns:
+            selected.append(F.lit(None).cast(field.dataType).alias(field.name))
+        elif field.name == "value":
+            # Parquet holds the value as JSON text; text that is not JSON is a
+            # malformed event, reported like a corrupt JSON line.
+            text = F.col("value").cast("string")
+            parsed = F.expr("try_parse_json(CAST(`value` AS STRING))")
+            selected.append(parsed.alias("value"))
+            corrupt = F.when(text.isNotNull() & parsed.isNull(), F.concat(F.lit("value is not JSON text: "), text))
+        else:
+            selected.append(F.expr(f"try_cast(`{field.name}` AS {field.dataType.simpleString()})").alias(field.name))
+    return raw.select(
+        *selected, corrupt.alias(CORRUPT), F.lit(str(source.path)).alias("source_file"), F.lit(hid).alias("hid")
+    )
+
+
+def _read_histories(spark: SparkSession, sources: Sequence[HistorySource]) -> DataFrame:
+    frames = []
+    json_paths = {hid: [source.path] for hid, source in enumerate(sources) if source.file_format == "jsonl"}
+    if json_paths:
+        frames.append(_read_json(spark, json_paths, HISTORY_SCHEMA))
+    for hid, source in enumerate(sources):
+        if source.file_format == "parquet":
+            frames.append(_read_parquet_history(spark, source, hid))
+    return reduce(DataFrame.unionByName, frames)
+
+
+def _read_parquet_table(spark: SparkSession, path: Path, hid: int, schema: T.StructType) -> DataFrame:
+    """A Parquet side file with the columns of ``schema`` (missing ones null,
+    others cast; a value that does not cast becomes null and is reported as
+    a missing field)."""
+    raw = spark.read.parquet(str(path))
+    columns = set(raw.columns)
+    selected = [
+        F.expr(f"try_cast(`{field.name}` AS {field.dataType.simpleString()})").alias(field.name)
+        if field.name in columns
+        else F.lit(None).cast(field.dataType).alias(field.name)
+        for field in schema.fields
+    ]
+    return raw.select(
+        *selected, F.lit(None).cast("string").alias(CORRUPT), F.lit(str(path)).alias("source_file"), F.lit(hid).alias("hid")
+    )
+
+
+def _read_side_files(spark: SparkSession, sources: Sequence[HistorySource], attribute: str, schema: T.StructType) -> DataFrame | None:
+    json_paths: dict[int, list[Path]] = {}
+    frames = []
+    for hid, source in enumerate(sources):
+        for path in getattr(source, attribute):
+            if path.suffix == ".parquet":
+                frames.append(_read_parquet_table(spark, path, hid, schema))
+            else:
+                json_paths.setdefault(hid, []).append(path)
+    if json_paths:
+        frames.insert(0, _read_json(spark, json_paths, schema))
+    if not frames:
+        return None
+    return reduce(DataFrame.unionByName, frames)
+
+
+def _first_message(checks: Sequence[tuple[Column, Column]]) -> Column:
+    """The message of the first check whose condition holds, else null."""
+    expression = None
+    for condition, message in checks:
+        expression = F.when(condition, message) if expression is None else expression.when(condition, message)
+    return expression  # type: ignore[return-value]
+
+
+def _row_checks() -> list[tuple[Column, Column]]:
+    """What can be wrong with one event on its own."""
+    valid = F.col(CORRUPT).isNull()
+    checks = [
+        (F.col(CORRUPT).isNotNull(), F.concat(F.lit("not a valid event: "), F.substring(F.col(CORRUPT), 1, 200))),
+        # Rows are tagged with their history by file path; a row that could
+        # not be would silently escape every check.
+        (F.col("hid").isNull(), F.lit("could not tell which history file this event came from")),
+    ]
+    for name in ("index", "time", "process", "type", "f"):
+        checks.append((valid & F.col(name).isNull(), F.lit(f"missing required field '{name}'")))
+    checks += [
+        (
+            ~F.col("type").isin(*EVENT_TYPES),
+            F.concat(F.lit(f"type must be one of {', '.join(EVENT_TYPES)}, got "), F.col("type")),
+        ),
+        (
+            (F.col("process") != NEMESIS) & F.expr("try_cast(process AS BIGINT)").isNull(),
+            F.concat(F.lit('process must be an integer or "nemesis", got '), F.col("process")),
+        ),
+        (
+            F.col("mode").isNotNull() & ~F.col("mode").isin(*READ_MODES),
+            F.concat(F.lit(f"mode must be one of {', '.join(READ_MODES)}, got "), F.col("mode")),
+        ),
+    ]
+    return checks
+
+
+def _pair(events: DataFrame) -> DataFrame:
+    """Each event with its process's previous event type and next event."""
+    by_process = Window.partitionBy("hid", "process").orderBy("index")
+    following = F.lead(
+        F.struct(
+            "type", "time", "index", "f", "key", "value", "node", "offset", "epoch", "mode", "final",
+            "write_id", "broker_id", "broker_epoch", "error",
+        )
+    ).over(by_process)
+    return events.select("*", F.lag("type").over(by_process).alias("prev_type"), following.alias("next"))
+
+
+def _pairing_checks() -> list[tuple[Column, Column]]:
+    """What can be wrong with how a client event follows its process's
+    previous one (for rows of :func:`_pair`)."""
+    invoke = F.col("type") == "invoke"
+    next_is_completion = F.col("next.type").isin(*COMPLETION_TYPES)
+    return [
+        (
+            ~invoke & (F.col("prev_type").isNull() | (F.col("prev_type") != "invoke")),
+            F.concat(F.col("type"), F.lit(" completion without an invoke for process "), F.col("process")),
+        ),
+        (
+            invoke & (F.col("next.type") == "invoke"),
+            F.concat(
+                F.lit("process "), F.col("process"), F.lit(" invoked again (index "), F.col("next.index").cast("string"),
+                F.lit(") while this operation had not completed"),
+            ),
+        ),
+        (
+            invoke & next_is_completion & ((F.col("next.f") != F.col("f")) | ~F.col("next.key").eqNullSafe(F.col("key"))),
+            F.concat(
+                F.lit("its completion (index "), F.col("next.index").cast("string"), F.lit(") has a different f or key"),
+            ),
+        ),
+        (
+            invoke & next_is_completion & (F.col("next.time") < F.col("time")),
+            F.concat(F.lit("its completion (index "), F.col("next.index").cast("string"), F.lit(") ends before it began")),
+        ),
+    ]
+
+
+def _raise_errors(rows: list, sources: Sequence[HistorySource], what: str) -> None:
+    if not rows:
+        return
+    lines = []
+    for row in rows[:ERRORS_SHOWN_MAX]:
+        path = sources[row["hid"]].path if row["hid"] is not None else "(unknown file)"
+        where = f"event index {row['index']}" if row["index"] is not None else "a line"
+        lines.append(f"{path}: {where}: {row['message']}")
+    more = "" if len(rows) <= ERRORS_SHOWN_MAX else f"\n(and more; the first {ERRORS_SHOWN_MAX} are shown)"
+    raise HistoryFormatError(f"malformed {what}:\n" + "\n".join(lines) + more)
+
+
+def _side_errors(frame: DataFrame, required: Mapping[str, Sequence[str]] | Sequence[str], *, kinds: bool) -> DataFrame:
+    checks = [
+        (F.col(CORRUPT).isNotNull(), F.concat(F.lit("not a valid record: "), F.substring(F.col(CORRUPT), 1, 200))),
+        (F.col("hid").isNull(), F.lit("could not tell which history this record belongs to")),
+    ]
+    valid = F.col(CORRUPT).isNull()
+    if kinds:
+        for name in ("time", "node", "kind"):
+            checks.append((valid & F.col(name).isNull(), F.lit(f"missing required field '{name}'")))
+        for kind, names in required.items():  # type: ignore[union-attr]
+            for name in names:
+                checks.append(
+                    (valid & (F.col("kind") == kind) & F.col(name).isNull(), F.lit(f"{kind} event without '{name}'"))
+                )
+        checks.append(
+            (
+                valid & (F.col("kind") == "broker_state") & ~F.col("state").isin(*BROKER_STATES),
+                F.concat(F.lit(f"state must be one of {', '.join(BROKER_STATES)}, got "), F.col("state")),
+            )
+        )
+    else:
+        for name in required:  # type: ignore[union-attr]
+            checks.append((valid & F.col(name).isNull(), F.lit(f"missing required field '{name}'")))
+    messages = F.array_compact(F.array(*[F.when(condition, message) for condition, message in checks]))
+    return (
+        frame.select("hid", "source_file", messages.alias("messages"))
+        .where(F.size("messages") > 0)
+        .select("hid", "source_file", F.col("messages")[0].alias("message"))
+    )
+
+
+def materialize(frame: DataFrame) -> DataFrame:
+    """Compute ``frame`` once and keep it, under a plan without lineage.
+    Every later query over it is then analysed and optimised against that
+    short plan: with the full read-pair-join plan underneath, building the
+    tier-1 queries alone took seconds. Kept on local disk (the OS caches it),
+    not in Spark's memory: a ten-million-operation history in the memory
+    store starved the sorts and aggregations of execution memory."""
+    return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
+
+
+def _duplicate_indexes(kept: DataFrame) -> DataFrame:
+    """(hid, index, message) for every index seen twice in a history. Sorts
+    rather than hashes: equal indexes meet in one bucket of a window (a hash
+    aggregation over tens of millions of distinct indexes ran out of memory)."""
+    own = kept.select("hid", "index")
+    completions = kept.where(
+        (F.col("process") != NEMESIS) & (F.col("type") == "invoke") & F.col("next.type").isin(*COMPLETION_TYPES)
+    ).select("hid", F.col("next.index").alias("index"))
+    indexes = own.unionByName(completions).where(F.col("index").isNotNull())
+    bucket = Window.partitionBy("hid", F.pmod(F.col("index"), F.lit(64))).orderBy("index")
+    return (
+        indexes.select("hid", "index", F.lag("index").over(bucket).alias("previous"))
+        .where(F.col("previous") == F.col("index"))
+        .select("hid", "index", F.lit("index appears more than once").alias("message"))
+    )
+
+
+def release(frame: DataFrame | None) -> None:
+    """Drop what :func:`materialize` kept (best effort: without it the
+    blocks go when the JVM garbage-collects the RDD)."""
+    if frame is None:
+        return
+    try:
+        frame._jdf.queryExecution().logical().rdd().unpersist(False)
+    except Exception:  # noqa: BLE001 (an internal API; the fallback is the collector)
+        pass
+
+
+@dataclass
+class Loaded:
+    """What :func:`load` read: ``paired``, the invoke events each with its
+    completion in ``next`` (and the nemesis events), materialized; per-history
+    event counts and operation names; the side files (materialized, or None).
+    Call :meth:`release` when done."""
+
+    paired: DataFrame
+    event_counts: dict[int, dict[str, int]]
+    operation_names: dict[int, set[str]]
+    node_events: DataFrame | None
+    log_dumps: DataFrame | None
+
+    def release(self) -> None:
+        for frame in (self.paired, self.node_events, self.log_dumps):
+            release(frame)
+
+
+def load(spark: SparkSession, sources: Sequence[HistorySource]) -> Loaded:
+    """Read and validate every history and its side files.
+
+    Raises :class:`HistoryFormatError` listing the first malformed events or
+    records (file, event index or record text, and what is wrong).
+    """
+    # One scan, one pairing. What is kept: invokes (each with its completion
+    # in `next`), nemesis events, and any event found malformed; a
+    # completion that follows its invoke lives on in that invoke's row.
+    paired = _pair(_read_histories(spark, sources).drop("source_file"))
+    well_formed_client = F.col(CORRUPT).isNull() & F.col("hid").isNotNull() & (F.col("process") != NEMESIS)
+    error = _first_message(
+        _row_checks() + [(well_formed_client & condition, message) for condition, message in _pairing_checks()]
+    )
+    kept = materialize(
+        paired.select("*", error.alias("error_message")).where(
+            F.col("error_message").isNotNull() | (F.col("type") == "invoke") | (F.col("process") == NEMESIS)
+        )
+    )
+    errors = kept.where(F.col("error_message").isNotNull()).select("hid", "index", F.col("error_message").alias("message"))
+    error_rows = errors.unionByName(_duplicate_indexes(kept)).orderBy("hid", "index").limit(ERRORS_SHOWN_MAX + 1).collect()
+    if error_rows:
+        release(kept)
+        _raise_errors(error_rows, sources, "history")
+
+    client = F.col("process") != NEMESIS  # (nothing malformed is left)
+    completed = client & F.col("next.type").isin(*COMPLETION_TYPES)
+    count_rows = (
+        kept.groupBy("hid")
+        .agg(
+            (F.count(F.lit(1)) + F.sum(F.when(completed, 1).otherwise(0))).alias("events"),
+            F.sum(F.when(~client, 1).otherwise(0)).alias("nemesis_events"),
+            F.collect_set(F.when(client, F.col("f"))).alias("operation_names"),
+        )
+        .collect()
+    )
+    event_counts = {hid: {"events": 0, "nemesis_events": 0} for hid in range(len(sources))}
+    operation_names: dict[int, set[str]] = {hid: set() for hid in range(len(sources))}
+    for row in count_rows:
+        event_counts[row["hid"]] = {"events": row["events"], "nemesis_events": row["nemesis_events"]}
+        operation_names[row["hid"]] = set(row["operation_names"])
+
+    node_events = _read_side_files(spark, sources, "node_event_paths", NODE_EVENT_SCHEMA)
+    log_dumps = _read_side_files(spark, sources, "log_dump_paths", LOG_DUMP_SCHEMA)
+    # Side files arrive in as many partitions as file splits (one partition
+    # of a big log dump can hold millions of records): spread them first.
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    node_events = materialize(node_events.repartition(partitions)) if node_events is not None else None
+    log_dumps = materialize(log_dumps.repartition(partitions)) if log_dumps is not None else None
+    side_errors = []
+    if node_events is not None:
+        side_errors.append(_side_errors(node_events, _NODE_EVENT_REQUIRED, kinds=True))
+    if log_dumps is not None:
+        side_errors.append(_side_errors(log_dumps, LOG_DUMP_REQUIRED, kinds=False))
+    if side_errors:
+        rows = reduce(DataFrame.unionByName, side_errors).limit(ERRORS_SHOWN_MAX + 1).collect()
+        if rows:
+            for frame in (kept, node_events, log_dumps):
+                release(frame)
+            lines = [f"{row['source_file']}: {row['message']}" for row in rows[:ERRORS_SHOWN_MAX]]
+            raise HistoryFormatError("malformed node events or log dumps:\n" + "\n".join(lines))
+    return Loaded(kept, event_counts, operation_names, node_events, log_dumps)
+
+
+def model_error(models: Mapping[int, Model]) -> Column:
+    """Per operation row: why it does not fit its history's model, or null."""
+    strict = per_history({hid: model.strict for hid, model in models.items()})
+    model_name = per_history({hid: model.name for hid, model in models.items()})
+    is_kv = model_name == "kv"
+    checks = [
+        (
+            strict & F.col("kind").isNull(),
+            F.concat(
+                F.lit("operation "), F.col("f"), F.lit(" is not part of the "), model_name,
+                F.lit(" model (--model metadata accepts metadata operations)"),
+            ),
+        ),
+        (
+            (F.col("kind") == "cas") & ~F.coalesce(F.col("cas_shape_ok"), F.lit(False)),
+            F.concat(F.lit("cas must have value [expected, new], got "), F.col("arg")),
+        ),
+        (
+            is_kv & F.col("kind").isin("write", "append") & F.col("arg_str").isNull(),
+            F.concat(F.lit("kv values must be strings, got "), F.col("arg")),
+        ),
+        (
+            is_kv & (F.col("kind") == "read") & (F.col("outcome") == "ok") & F.col("ret_str").isNull(),
+            F.concat(F.lit("kv values must be strings, got "), F.col("ret")),
+        ),
+    ]
+    expression = None
+    for condition, message in checks:
+        expression = F.when(condition, message) if expression is None else expression.when(condition, message)
+    return expression  # type: ignore[return-value]
+
+
+def build_operations(paired: DataFrame, models: Mapping[int, Model]) -> DataFrame:
+    """Operations from paired events: one row per invoke, with its completion.
+
+    Columns: hid, index, process, f, key, kind (read/write/cas/append or null
+    when the model does not model ``f``), outcome (ok/fail/info; info when no
+    completion), t_inv, t_done (completion time of ok/fail only),
+    complete_index, complete_time, arg / ret (canonical JSON text of the
+    invoke / completion value; ret null without a completion), written (the
+    value a write or cas would store), expected (cas), arg_str / ret_str (the
+    values as strings, for kv), cas_shape_ok / kv_shape_ok (value fits the
+    model), the merged optional fields, and register_like (the key has no
+    appends).
+    """
+    client = paired.where(F.col(CORRUPT).isNull() & (F.col("process") != NEMESIS) & (F.col("type") == "invoke"))
+    completion = F.col("next.type").isin(*COMPLETION_TYPES)
+    kind_by_model: dict[str, Column] = {}
+    for model in {m.name: m for m in models.values()}.values():
+        expression = None
+        for f, kind in model.kinds.items():
+            expression = (F.when(F.col("f") == f, F.lit(kind)) if expression is None else expression.when(F.col("f") == f, F.lit(kind)))
+        kind_by_model[model.name] = expression  # type: ignore[assignment]
+    model_name = per_history({hid: model.name for hid, model in models.items()})
+    kind = None
+    for name, expression in kind_by_model.items():
+        kind = F.when(model_name == name, expression) if kind is None else kind.when(model_name == name, expression)
+
+    def merged(name: str) -> Column:
+        invoke_side, completion_side = F.col(name), F.when(completion, F.col(f"next.{name}"))
+        if name in _ANSWER_SIDE:
+            return F.coalesce(completion_side, invoke_side).alias(name)
+        return F.coalesce(invoke_side, completion_side).alias(name)
+
+    outcome = F.when(completion, F.col("next.type")).otherwise(F.lit("info"))
+    ret_value = F.when(completion, F.col("next.value"))
+    ops = client.select(
+        "hid",
+        "index",
+        F.col("process").cast("bigint").alias("process"),
+        "f",
+        "key",
+        kind.alias("kind"),  # type: ignore[union-attr]
+        outcome.alias("outcome"),
+        F.col("time").alias("t_inv"),
+        F.when(completion & F.col("next.type").isin("ok", "fail"), F.col("next.time")).alias("t_done"),
+        F.when(completion, F.col("next.index")).alias("complete_index"),
+        F.when(completion, F.col("next.time")).alias("complete_time"),
+        F.coalesce(F.to_json(F.col("value")), F.lit("null")).alias("arg"),
+        F.when(completion, F.coalesce(F.to_json(F.col("next.value")), F.lit("null"))).alias("ret"),
+        F.to_json(F.expr("variant_get(value, '$[0]', 'variant')")).alias("cas_expected"),
+        F.to_json(F.expr("variant_get(value, '$[1]', 'variant')")).alias("cas_new"),
+        (
+            F.expr("schema_of_variant(value)").startswith("ARRAY")
+            & F.expr("variant_get(value, '$[1]', 'variant')").isNotNull()
+            & F.expr("variant_get(value, '$[2]', 'variant')").isNull()
+        ).alias("cas_shape_ok"),
+        F.when(F.expr("schema_of_variant(value)") == "STRING", F.expr("variant_get(value, '$', 'string')")).alias("arg_str"),
+        F.when(
+            completion & (F.expr("schema_of_variant(next.value)") == "STRING"), F.expr("variant_get(next.value, '$', 'string')")
+        ).alias("ret_str"),
+        *[merged(name) for name in _ANSWER_SIDE + _REQUEST_SIDE],
+    )
+    ops = ops.withColumn(
+        "written",
+        F.when(F.col("kind") == "cas", F.col("cas_new")).when(F.col("kind").isin("write", "append"), F.col("arg")),
+    )
+    append_keys = (
+        ops.where(F.col("kind") == "append")
+        .select(F.col("hid").alias("a_hid"), F.col("key").alias("a_key"))
+        .distinct()
+        .withColumn("has_append", F.lit(True))
+    )
+    ops = (
+        ops.join(append_keys, on=(F.col("hid") == F.col("a_hid")) & F.col("key").eqNullSafe(F.col("a_key")), how="left")
+        .withColumn("register_like", F.col("has_append").isNull())
+        .drop("a_hid", "a_key", "has_append")
+    )
+    return ops

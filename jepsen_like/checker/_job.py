@@ -1,0 +1,403 @@
+"""The Spark job: many histories checked in one session.
+
+Phases (each a handful of Spark actions, whatever the number of histories):
+load and validate (``_frames``), operations and their counts, tier 1
+(``_tier1``: one job for every anomaly of every history, then one small one to
+fetch the operations its witnesses name), tier 2 (``_tier2``: a short-budget
+pass over every key, then a full-budget pass over the keys it could not
+decide, in histories no key has refuted yet).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from typing import Any, Mapping, MutableMapping, Sequence
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from jepsen_like.checker import _tier1, _tier2
+from jepsen_like.checker._errors import HistoryFormatError
+from jepsen_like.checker._frames import OP_RENDER_COLUMNS, Loaded, build_operations, load, materialize, model_error, release
+from jepsen_like.checker._load import HistorySource, discover_histories, resolve_model_name
+from jepsen_like.checker._models import Model, canonical_json, get_model, operation_from_row, render_operation
+from jepsen_like.checker._report import (
+    CHECK_NAMES,
+    DEFAULT_MAX_WITNESSES,
+    INPUT_COUNTS,
+    HistoryResult,
+    linearizability_check,
+    skip_reasons,
+    skipped,
+    tier1_check,
+)
+from jepsen_like.checker._spark import DEFAULT_MASTER, spark_session
+from jepsen_like.checker._wgl import NOT_LINEARIZABLE, UNKNOWN
+
+DEFAULT_BUDGET_S = 30.0
+# The first tier-2 pass gives each key at most this much: most keys decide in
+# milliseconds, and one refuted key decides its history, so the expensive
+# keys only get their full budget when nothing else has decided.
+FIRST_PASS_BUDGET_S = 0.25
+
+
+def check(
+    paths: Sequence[str] | str,
+    *,
+    model: str | None = None,
+    spark_master: str = DEFAULT_MASTER,
+    budget_s: float = DEFAULT_BUDGET_S,
+    max_witnesses: int = DEFAULT_MAX_WITNESSES,
+    all_keys: bool = False,
+    linearizability: bool = True,
+    spark: SparkSession | None = None,
+    spark_conf: Mapping[str, str] | None = None,
+    timings: MutableMapping[str, float] | None = None,
+) -> list[HistoryResult]:
+    """Check histories with the Spark job.
+
+    ``paths``: history files (JSON lines or Parquet), directories of them, or
+    campaign directories (docs/checker.md). ``model``: ``register``, ``kv`` or
+    ``metadata`` for every history; by default each history's meta, else
+    ``kv`` if it has get/put/append, else ``register``. ``budget_s``: CPU
+    seconds each key's linearizability search may use in its final pass;
+    out of budget, the key is ``unknown``. ``all_keys``: search every key
+    even in histories another key has already refuted. ``linearizability``:
+    False skips tier 2 (reported as skipped). ``spark``: a session
+    to use (else one is started on ``spark_master``). ``timings``, if given,
+    receives the seconds each phase took.
+
+    Returns one :class:`HistoryResult` per history, in input order.
+
+    Raises :class:`HistoryFormatError` for missing or malformed input, and
+    ``ValueError`` for an unknown model or a non-positive budget.
+    """
+    if model is not None:
+        get_model(model)
+    if not budget_s > 0:
+        raise ValueError(f"budget_s must be positive, got {budget_s}")
+    sources = discover_histories([paths] if isinstance(paths, str) else paths)
+    started = time.monotonic()
+    session = spark if spark is not None else spark_session(spark_master, conf=spark_conf)
+    if timings is not None:
+        timings["session_s"] = time.monotonic() - started
+    return check_sources(
+        session, sources, model=model, budget_s=budget_s, max_witnesses=max_witnesses, all_keys=all_keys,
+        linearizability=linearizability, timings=timings,
+    )
+
+
+def check_sources(
+    spark: SparkSession,
+    sources: Sequence[HistorySource],
+    *,
+    model: str | None = None,
+    budget_s: float = DEFAULT_BUDGET_S,
+    max_witnesses: int = DEFAULT_MAX_WITNESSES,
+    all_keys: bool = False,
+    linearizability: bool = True,
+    timings: MutableMapping[str, float] | None = None,
+) -> list[HistoryResult]:
+    """:func:`check` on already discovered histories, in a given session."""
+    timings = timings if timings is not None else {}
+    clock = time.monotonic()
+    previous_partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(spark, sources)))
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        timings[name] = now - clock
+        clock = now
+
+    loaded: Loaded | None = None
+    ops: DataFrame | None = None
+    try:
+        loaded = load(spark, sources)
+        model_names = {
+            hid: resolve_model_name(source, loaded.operation_names[hid], model) for hid, source in enumerate(sources)
+        }
+        models = {hid: get_model(name) for hid, name in model_names.items()}
+        lap("load_s")
+        ops = materialize(build_operations(loaded.paired, models))
+        counts = _operation_counts(ops, models, sources)
+        release(loaded.paired)
+        side = _side_counts(loaded, len(sources))
+        for hid in counts:
+            counts[hid].update(loaded.event_counts[hid])
+            counts[hid].update(side[hid])
+            counts[hid]["broker_requests"] += counts[hid].pop("op_broker_requests")
+        lap("operations_s")
+        settings = _settings(sources, models, side)
+        applicable = frozenset(
+            name for hid in counts for name, reason in skip_reasons(counts[hid]).items() if reason is None
+        )
+        tier1 = _tier1_findings(spark, ops, loaded, settings, max_witnesses, applicable)
+        lap("tier1_s")
+        tier2: dict[int, list[dict[str, Any]]] = {}
+        if linearizability:
+            tier2 = _tier2_findings(spark, ops, model_names, budget_s=budget_s, all_keys=all_keys)
+            lap("tier2_s")
+    finally:
+        release(ops)
+        if loaded is not None:
+            loaded.release()
+        spark.conf.set("spark.sql.shuffle.partitions", previous_partitions)
+
+    results = []
+    for hid, source in enumerate(sources):
+        history_counts = counts[hid]
+        reasons = skip_reasons(history_counts)
+        checks: dict[str, Any] = {}
+        for name in CHECK_NAMES:
+            if name == "linearizability" and not linearizability:
+                checks[name] = skipped("not requested (linearizability=False)")
+            elif reasons[name] is not None:
+                checks[name] = skipped(reasons[name])
+            elif name == "linearizability":
+                checks[name] = linearizability_check(tier2.get(hid, []), budget_s, max_witnesses)
+            else:
+                total, witnesses = tier1.get((hid, name), (0, []))
+                checks[name] = tier1_check(witnesses, total, max_witnesses)
+        stats = {name: history_counts[name] for name in _STAT_NAMES}
+        stats.update({name: history_counts[name] for name in INPUT_COUNTS})
+        results.append(
+            HistoryResult(
+                history=source.name, path=str(source.path), model=model_names[hid], checker="spark",
+                stats=stats, checks=checks,
+            )
+        )
+    return results
+
+
+# Rough sizes for sizing shuffles: bytes per event in each format.
+_JSONL_BYTES_PER_EVENT = 100
+_PARQUET_BYTES_PER_EVENT = 8
+_EVENTS_PER_SHUFFLE_PARTITION = 1_000_000
+
+
+def shuffle_partitions(spark: SparkSession, sources: Sequence[HistorySource]) -> int:
+    """Shuffle partitions for this run: one per million events or so, at
+    least one per core. Tiny tasks cost more than they do (a run of a hundred
+    small histories is dominated by per-task overhead), big ones spill."""
+    events = 0
+    for source in sources:
+        for path in (source.path, *source.node_event_paths, *source.log_dump_paths):
+            size = _size_bytes(path)
+            events += size // (_PARQUET_BYTES_PER_EVENT if path.suffix == ".parquet" else _JSONL_BYTES_PER_EVENT)
+    cores = spark.sparkContext.defaultParallelism
+    return int(max(cores, min(1000, -(-events // _EVENTS_PER_SHUFFLE_PARTITION))))
+
+
+def _size_bytes(path: Any) -> int:
+    if path.is_dir():
+        return sum(child.stat().st_size for child in path.rglob("*") if child.is_file())
+    return path.stat().st_size
+
+
+_STAT_NAMES = ("events", "nemesis_events", "operations", "ok", "fail", "info", "keys", "node_events")
+
+
+def _operation_counts(ops: DataFrame, models: Mapping[int, Model], sources: Sequence[HistorySource]) -> dict[int, dict[str, int]]:
+    """Per-history counts (one Spark action), after checking every operation
+    fits its model and every bounded read has its bound.
+
+    Raises :class:`HistoryFormatError` otherwise.
+    """
+    ok = F.col("outcome") == "ok"
+    read_ok = (F.col("kind") == "read") & ok
+    broker_read = read_ok & (F.col("mode") == "broker") & F.col("node").isNotNull()
+    error = model_error(models)
+
+    def total(condition: Any) -> Any:
+        return F.sum(F.when(condition, 1).otherwise(0))
+
+    tier2_ops = _tier2.candidates(ops).groupBy("hid").count().withColumnRenamed("count", "tier2_operations")
+    rows = (
+        ops.groupBy("hid")
+        .agg(
+            F.count(F.lit(1)).alias("operations"),
+            total(ok).alias("ok"),
+            total(F.col("outcome") == "fail").alias("fail"),
+            total(F.col("outcome") == "info").alias("info"),
+            F.count_distinct(F.struct("key")).alias("keys"),
+            total(read_ok).alias("ok_reads"),
+            total(read_ok & F.col("offset").isNotNull()).alias("ok_reads_with_offset"),
+            total(broker_read).alias("ok_broker_reads"),
+            total(broker_read & F.col("offset").isNotNull()).alias("ok_broker_reads_with_offset"),
+            total(read_ok & F.col("register_like")).alias("ok_register_reads"),
+            total(read_ok & (F.col("final") == True)).alias("ok_final_reads"),  # noqa: E712
+            total(ok & F.col("broker_id").isNotNull() & F.col("broker_epoch").isNotNull()).alias("op_broker_requests"),
+            total(read_ok & (F.col("mode") == "leader-local")).alias("leader_local_reads"),
+            total(read_ok & (F.col("mode") == "broker")).alias("broker_mode_reads"),
+            total(error.isNotNull()).alias("model_errors"),
+            F.min(F.when(error.isNotNull(), F.struct("index", error.alias("message")))).alias("first_model_error"),
+        )
+        .join(tier2_ops, on="hid", how="left")
+        .collect()
+    )
+    empty = {name: 0 for name in ("operations", "ok", "fail", "info", "keys", "op_broker_requests", *INPUT_COUNTS)}
+    counts = {hid: dict(empty) for hid in range(len(sources))}
+    problems = []
+    for row in rows:
+        hid = row["hid"]
+        source = sources[hid]
+        if row["model_errors"]:
+            first = row["first_model_error"]
+            problems.append(
+                f"{source.path}: event index {first['index']}: {first['message']}"
+                + (f" (and {row['model_errors'] - 1} more)" if row["model_errors"] > 1 else "")
+            )
+        if row["leader_local_reads"] and source.meta.leader_local_bound_ms is None:
+            problems.append(
+                f"{source.path}: {row['leader_local_reads']} leader-local reads, but the history's meta gives no fetch_timeout_ms"
+            )
+        if row["broker_mode_reads"] and source.meta.staleness_bound_ms is None:
+            problems.append(
+                f"{source.path}: {row['broker_mode_reads']} broker reads, but the history's meta gives no staleness_bound_ms"
+            )
+        counts[hid].update({name: row[name] for name in empty if name in row.asDict() and row[name] is not None})
+        counts[hid]["tier2_operations"] = row["tier2_operations"] or 0
+    if problems:
+        raise HistoryFormatError("operations that do not fit their history:\n" + "\n".join(problems))
+    return counts
+
+
+def _side_counts(loaded: Loaded, history_count: int) -> dict[int, dict[str, int]]:
+    """Per-history counts of node events and log-dump records (one action)."""
+    names = ("node_events", "role_events", "broker_registrations", "broker_state_events", "broker_requests", "log_dump_records")
+    counts = {hid: {name: 0 for name in names} for hid in range(history_count)}
+    parts = []
+    if loaded.node_events is not None:
+        kind = F.col("kind")
+        parts.append(
+            loaded.node_events.groupBy("hid").agg(
+                F.count(F.lit(1)).alias("node_events"),
+                F.sum(F.when(kind == "role", 1).otherwise(0)).alias("role_events"),
+                F.sum(F.when(kind == "broker_registration", 1).otherwise(0)).alias("broker_registrations"),
+                F.sum(F.when(kind == "broker_state", 1).otherwise(0)).alias("broker_state_events"),
+                F.sum(F.when((kind == "broker_request") & (F.col("accepted") == True), 1).otherwise(0)).alias("broker_requests"),  # noqa: E712
+                F.lit(0).cast("bigint").alias("log_dump_records"),
+            )
+        )
+    if loaded.log_dumps is not None:
+        parts.append(
+            loaded.log_dumps.groupBy("hid").agg(
+                *[F.lit(0).cast("bigint").alias(name) for name in names[:-1]],
+                F.count(F.lit(1)).alias("log_dump_records"),
+            )
+        )
+    if parts:
+        frame = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+        for row in frame.collect():
+            for name in names:
+                counts[row["hid"]][name] += row[name]
+    return counts
+
+
+def _settings(sources: Sequence[HistorySource], models: Mapping[int, Model], side: Mapping[int, Mapping[str, int]]) -> _tier1.Settings:
+    leader_local = {}
+    broker = {}
+    for hid, source in enumerate(sources):
+        if source.meta.leader_local_bound_ms is not None:
+            leader_local[hid] = round(source.meta.leader_local_bound_ms * 1_000_000)
+        if source.meta.staleness_bound_ms is not None:
+            broker[hid] = round(source.meta.staleness_bound_ms * 1_000_000)
+    return _tier1.Settings(
+        initial_text={hid: canonical_json(model.initial_value) for hid, model in models.items()},
+        leader_local_bound_ns=leader_local,
+        broker_bound_ns=broker,
+        offset_by_key={hid: source.meta.offset_scope == "key" for hid, source in enumerate(sources)},
+        hids_with_dumps=frozenset(hid for hid, counts in side.items() if counts["log_dump_records"]),
+    )
+
+
+def _tier1_findings(
+    spark: SparkSession,
+    ops: DataFrame,
+    loaded: Loaded,
+    settings: _tier1.Settings,
+    max_witnesses: int,
+    applicable: frozenset[str],
+) -> dict[tuple[int, str], tuple[int, list[tuple[int, dict[str, Any]]]]]:
+    """(hid, check) -> (exact count, the first witnesses with their ranks)."""
+    found = _tier1.anomalies(ops, loaded.node_events, loaded.log_dumps, settings, applicable)
+    if found is None:
+        return {}
+    group = Window.partitionBy("hid", "check")
+    ranked = group.orderBy(
+        F.asc_nulls_first("ord1"), F.asc_nulls_first("ord2"), F.asc_nulls_first("ord3"),
+        F.asc_nulls_first("ord4"), F.asc_nulls_first("ord5"),
+    )
+    rows = (
+        found.select("hid", "check", "evidence", F.count(F.lit(1)).over(group).alias("total"), F.row_number().over(ranked).alias("rank"))
+        .where(F.col("rank") <= max(1, max_witnesses))
+        .collect()
+    )
+    evidences = [(row["hid"], row["check"], row["rank"], row["total"], json.loads(row["evidence"])) for row in rows]
+    references = {
+        (hid, evidence[name])
+        for hid, _, _, _, evidence in evidences
+        for name in _tier1.OP_REFERENCE_FIELDS
+        if evidence.get(name) is not None
+    }
+    rendered = _render_operations(spark, ops, references)
+    findings: dict[tuple[int, str], tuple[int, list]] = {}
+    for hid, check_name, rank, count, evidence in evidences:
+        _, witnesses = findings.setdefault((hid, check_name), (count, []))
+        if rank <= max_witnesses:
+            witnesses.append((rank, _resolve(evidence, hid, rendered)))
+    return findings
+
+
+def _render_operations(spark: SparkSession, ops: DataFrame, references: set[tuple[int, int]]) -> dict[tuple[int, int], dict]:
+    if not references:
+        return {}
+    wanted = spark.createDataFrame(sorted(references), "hid int, index long")
+    rows = ops.join(F.broadcast(wanted), on=["hid", "index"]).select("hid", *OP_RENDER_COLUMNS).collect()
+    return {(row["hid"], row["index"]): render_operation(operation_from_row(row.asDict())) for row in rows}
+
+
+def _resolve(evidence: Mapping[str, Any], hid: int, rendered: Mapping[tuple[int, int], dict]) -> dict[str, Any]:
+    """Evidence with operation references replaced by the operations."""
+    resolved: dict[str, Any] = {}
+    for name, value in evidence.items():
+        if name in _tier1.OP_REFERENCE_FIELDS:
+            resolved["request" if name == "request_op" else name] = rendered[(hid, value)]
+        elif name == "request_event":
+            resolved["request"] = value
+        else:
+            resolved[name] = value
+    return resolved
+
+
+def _tier2_findings(
+    spark: SparkSession, ops: DataFrame, model_names: Mapping[int, str], *, budget_s: float, all_keys: bool
+) -> dict[int, list[dict[str, Any]]]:
+    candidates = _tier2.candidates(ops)
+    partitions = max(2, spark.sparkContext.defaultParallelism * 2)
+    first_budget_s = min(budget_s, FIRST_PASS_BUDGET_S)
+    first_pass = _tier2.run(candidates, model_names, budget_s=first_budget_s, all_keys=all_keys, partitions=partitions)
+    results = {(r["hid"], r["key"]): r for r in first_pass}
+    refuted = {hid for (hid, _), r in results.items() if r["verdict"] == NOT_LINEARIZABLE}
+    retry = sorted(
+        (
+            (hid, key)
+            for (hid, key), r in results.items()
+            if r["verdict"] == UNKNOWN and r["reason"] != _tier2.NOT_CHECKED_REASON and (all_keys or hid not in refuted)
+        ),
+        key=lambda pair: (pair[0], pair[1] is not None, pair[1] or ""),
+    )
+    if retry and budget_s > first_budget_s:
+        wanted = spark.createDataFrame(retry, "hid int, key string")
+        again = candidates.join(
+            F.broadcast(wanted), on=(candidates["hid"] == wanted["hid"]) & candidates["key"].eqNullSafe(wanted["key"])
+        ).select(candidates["*"])
+        for r in _tier2.run(again, model_names, budget_s=budget_s, all_keys=all_keys, partitions=partitions):
+            results[(r["hid"], r["key"])] = r
+    by_history: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for (hid, _), r in results.items():
+        by_history[hid].append(r)
+    return by_history

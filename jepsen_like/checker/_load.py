@@ -1,0 +1,472 @@
+"""Finding histories on disk, reading their meta, and (for the pure-Python
+path) reading and pairing their events.
+
+Layouts (docs/checker.md, "Inputs"):
+
+- a history file: ``NAME.jsonl`` or ``NAME.parquet`` (a Parquet file or a
+  Spark-written Parquet directory), with an optional sidecar ``NAME.meta.json``;
+- a campaign directory: ``history.jsonl`` or ``history.parquet`` (Parquet is
+  used when both are present: it is the same history, faster to read), and
+  optionally ``meta.json``, ``node-events.jsonl`` and/or ``events/*.jsonl``,
+  ``log-dumps.jsonl`` and/or ``dumps/*.jsonl``; its name is the directory's;
+- any other directory: every history file directly in it, and every campaign
+  directory directly in it, in name order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from jepsen_like.checker._errors import HistoryFormatError
+from jepsen_like.checker._models import (
+    INFO,
+    KV_OPERATION_NAMES,
+    OPTIONAL_FIELDS,
+    READ_MODES,
+    Operation,
+    canonical_json,
+    merge_optional_fields,
+)
+
+EVENT_TYPES = ("invoke", "ok", "fail", "info")
+COMPLETION_TYPES = ("ok", "fail", "info")
+NEMESIS = "nemesis"
+HISTORY_SUFFIXES = (".jsonl", ".parquet")
+CAMPAIGN_HISTORY_NAMES = ("history.parquet", "history.jsonl")
+OFFSET_SCOPES = ("log", "key")
+# The design's default: a leader resigns after 1.5 x fetch timeout without
+# hearing from a majority (KAFKA-15489's fix).
+DEFAULT_CHECK_QUORUM_FACTOR = 1.5
+
+NODE_EVENT_KINDS = ("role", "broker_registration", "broker_state", "broker_request")
+BROKER_STATES = ("offline", "fenced", "online", "stopping")
+# Fields each node-event kind must carry (besides time, node, kind).
+_NODE_EVENT_REQUIRED = {
+    "role": ("epoch", "role"),
+    "broker_registration": ("broker_id", "broker_epoch"),
+    "broker_state": ("broker_id", "state"),
+    "broker_request": ("broker_id", "broker_epoch", "accepted"),
+}
+LOG_DUMP_REQUIRED = ("node", "offset", "epoch", "record_hash", "hwm")
+
+_META_FIELDS = {
+    "model": str,
+    "check_quorum_factor": (int, float),
+    "fetch_timeout_ms": (int, float),
+    "staleness_bound_ms": (int, float),
+    "offset_scope": str,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryMeta:
+    """What a history declares about itself (``meta.json`` / ``NAME.meta.json``).
+
+    ``leader_local_bound_ms`` is ``check_quorum_factor × fetch_timeout_ms``:
+    a leader-local read may miss only writes acknowledged less than that long
+    before it was invoked. ``staleness_bound_ms`` is the same for broker reads.
+    ``offset_scope`` says whether ``offset`` values are positions in one log
+    (``log``, the default) or per-key versions (``key``); it decides whether
+    the monotonic-read checks compare offsets across keys.
+    """
+
+    model: str | None = None
+    check_quorum_factor: float = DEFAULT_CHECK_QUORUM_FACTOR
+    fetch_timeout_ms: float | None = None
+    staleness_bound_ms: float | None = None
+    offset_scope: str = "log"
+
+    @property
+    def leader_local_bound_ms(self) -> float | None:
+        if self.fetch_timeout_ms is None:
+            return None
+        return self.check_quorum_factor * self.fetch_timeout_ms
+
+
+@dataclass(frozen=True, slots=True)
+class HistorySource:
+    """One history to check and the side files that go with it."""
+
+    name: str
+    path: Path
+    file_format: str  # "jsonl" or "parquet"
+    meta: HistoryMeta = field(default_factory=HistoryMeta)
+    node_event_paths: tuple[Path, ...] = ()
+    log_dump_paths: tuple[Path, ...] = ()
+
+
+def read_meta(path: Path) -> HistoryMeta:
+    """Read a meta file. Fields other than the checker's are allowed (a
+    campaign's meta.json also records its seed, faults, ...) and not used.
+
+    Raises :class:`HistoryFormatError` for unreadable JSON or a field of the
+    wrong type or value.
+    """
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise HistoryFormatError(f"{path}: cannot read meta: {error}") from None
+    if not isinstance(raw, dict):
+        raise HistoryFormatError(f"{path}: meta must be a JSON object")
+    values: dict[str, Any] = {}
+    for name, expected_type in _META_FIELDS.items():
+        if name not in raw or raw[name] is None:
+            continue
+        value = raw[name]
+        if isinstance(value, bool) or not isinstance(value, expected_type):
+            raise HistoryFormatError(f"{path}: meta field {name!r} has the wrong type: {value!r}")
+        if isinstance(value, (int, float)) and (value < 0 or not math.isfinite(value)):
+            raise HistoryFormatError(f"{path}: meta field {name!r} must be a finite number >= 0: {value!r}")
+        values[name] = value
+    if values.get("offset_scope", "log") not in OFFSET_SCOPES:
+        raise HistoryFormatError(f"{path}: offset_scope must be one of {OFFSET_SCOPES}")
+    if "model" in values and values["model"] not in ("register", "kv", "metadata"):
+        raise HistoryFormatError(f"{path}: unknown model {values['model']!r}")
+    return HistoryMeta(**values)
+
+
+def _history_name(path: Path) -> str:
+    name = path.name
+    for suffix in HISTORY_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _is_history_file(path: Path) -> bool:
+    if path.name.endswith(".node-events.jsonl") or path.name.endswith(".log-dumps.jsonl"):
+        return False
+    if path.suffix == ".jsonl":
+        return path.is_file()
+    return path.suffix == ".parquet"  # a file, or a directory Spark wrote
+
+
+def _is_campaign(path: Path) -> bool:
+    return path.is_dir() and any((path / name).exists() for name in CAMPAIGN_HISTORY_NAMES)
+
+
+def _side_files(directory: Path, stem: str, subdirectory: str) -> list[Path]:
+    """``STEM.jsonl`` / ``STEM.parquet`` and ``SUBDIRECTORY/*.jsonl|*.parquet``."""
+    found = [directory / f"{stem}{suffix}" for suffix in HISTORY_SUFFIXES if (directory / f"{stem}{suffix}").exists()]
+    if (directory / subdirectory).is_dir():
+        found += sorted(
+            path for path in (directory / subdirectory).iterdir() if path.suffix in HISTORY_SUFFIXES
+        )
+    return found
+
+
+def _campaign_source(directory: Path) -> HistorySource:
+    history = next(directory / name for name in CAMPAIGN_HISTORY_NAMES if (directory / name).exists())
+    meta_path = directory / "meta.json"
+    meta = read_meta(meta_path) if meta_path.exists() else HistoryMeta()
+    events = _side_files(directory, "node-events", "events")
+    dumps = _side_files(directory, "log-dumps", "dumps")
+    return HistorySource(
+        name=directory.resolve().name,
+        path=history,
+        file_format=history.suffix.lstrip("."),
+        meta=meta,
+        node_event_paths=tuple(events),
+        log_dump_paths=tuple(dumps),
+    )
+
+
+def _file_source(path: Path) -> HistorySource:
+    name = _history_name(path)
+    meta_path = path.with_name(f"{name}.meta.json")
+    meta = read_meta(meta_path) if meta_path.exists() else HistoryMeta()
+    return HistorySource(name=name, path=path, file_format=path.suffix.lstrip("."), meta=meta)
+
+
+def discover_histories(paths: Iterable[str | Path]) -> list[HistorySource]:
+    """The histories named by ``paths`` (files, directories of histories, or
+    campaign directories), in order.
+
+    Raises :class:`HistoryFormatError` when a path does not exist, holds no
+    history, or two histories would share a name (results files are named
+    after histories).
+    """
+    sources: list[HistorySource] = []
+    for raw_path in paths:
+        path = Path(raw_path)
+        if not path.exists():
+            raise HistoryFormatError(f"{path}: no such file or directory")
+        if _is_campaign(path):
+            sources.append(_campaign_source(path))
+        elif path.is_dir() and path.suffix != ".parquet":
+            found = [
+                _campaign_source(child) if _is_campaign(child) else _file_source(child)
+                for child in sorted(path.iterdir())
+                if _is_campaign(child) or _is_history_file(child)
+            ]
+            if not found:
+                raise HistoryFormatError(f"{path}: no histories (*.jsonl, *.parquet or campaign directories) in it")
+            sources.extend(found)
+        elif _is_history_file(path):
+            sources.append(_file_source(path))
+        else:
+            raise HistoryFormatError(f"{path}: not a history (expected *.jsonl, *.parquet or a directory)")
+    seen: dict[str, Path] = {}
+    for source in sources:
+        if source.name in seen:
+            raise HistoryFormatError(
+                f"two histories are both named {source.name!r}: {seen[source.name]} and {source.path}"
+            )
+        seen[source.name] = source.path
+    return sources
+
+
+def resolve_model_name(source: HistorySource, operation_names: Iterable[str], override: str | None) -> str:
+    """The model a history is checked against: ``override`` (``--model``),
+    else its meta's ``model``, else ``kv`` if it has get/put/append
+    operations, else ``register``."""
+    if override is not None:
+        return override
+    if source.meta.model is not None:
+        return source.meta.model
+    return "kv" if any(name in KV_OPERATION_NAMES for name in operation_names) else "register"
+
+
+# ---------------------------------------------------------------------------
+# Pure-Python reading (the reference checker's path, and small tools).
+
+
+def _iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    try:
+        handle = path.open("r", encoding="utf-8")
+    except OSError as error:
+        raise HistoryFormatError(f"{path}: cannot open: {error}") from None
+    with handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise HistoryFormatError(f"{path}:{line_number}: not valid JSON ({error.msg}): {line.strip()[:200]}") from None
+            if not isinstance(record, dict):
+                raise HistoryFormatError(f"{path}:{line_number}: expected a JSON object, got {line.strip()[:200]}")
+            yield line_number, record
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _as_text(value: Any) -> str | None:
+    """Identifiers (key, node, broker_id, write_id) compare as text, as Spark
+    reads them: a JSON string as is, anything else as its JSON text."""
+    if value is None or isinstance(value, str):
+        return value
+    return canonical_json(value)
+
+
+def _check_event(where: str, record: dict[str, Any]) -> None:
+    for name in ("index", "time", "process", "type", "f"):
+        if record.get(name) is None:
+            raise HistoryFormatError(f"{where}: missing required field {name!r}")
+    if not _is_int(record["index"]):
+        raise HistoryFormatError(f"{where}: index must be an integer, got {record['index']!r}")
+    if not _is_int(record["time"]):
+        raise HistoryFormatError(f"{where}: time must be an integer (ns), got {record['time']!r}")
+    if record["type"] not in EVENT_TYPES:
+        raise HistoryFormatError(f"{where}: type must be one of {', '.join(EVENT_TYPES)}, got {record['type']!r}")
+    if not isinstance(record["f"], str):
+        raise HistoryFormatError(f"{where}: f must be a string, got {record['f']!r}")
+    process = record["process"]
+    if process != NEMESIS and not _is_int(process):
+        raise HistoryFormatError(f"{where}: process must be an integer or \"nemesis\", got {process!r}")
+    mode = record.get("mode")
+    if mode is not None and mode not in READ_MODES:
+        raise HistoryFormatError(f"{where}: mode must be one of {', '.join(READ_MODES)}, got {mode!r}")
+    for name in ("offset", "epoch", "broker_epoch"):
+        if record.get(name) is not None and not _is_int(record[name]):
+            raise HistoryFormatError(f"{where}: {name} must be an integer, got {record[name]!r}")
+    if record.get("final") is not None and not isinstance(record["final"], bool):
+        raise HistoryFormatError(f"{where}: final must be true or false, got {record['final']!r}")
+
+
+def read_history_events(source: HistorySource) -> list[dict[str, Any]]:
+    """All events of a history, validated, in index order.
+
+    Raises :class:`HistoryFormatError` naming the file and line of the first
+    malformed event.
+    """
+    events: list[dict[str, Any]] = []
+    if source.file_format == "parquet":
+        records = _read_parquet_records(source.path)
+    else:
+        records = _iter_json_lines(source.path)
+    seen_indexes: set[int] = set()
+    for line_number, record in records:
+        where = f"{source.path}:{line_number}"
+        _check_event(where, record)
+        if record["index"] in seen_indexes:
+            raise HistoryFormatError(f"{where}: index {record['index']} appears more than once")
+        seen_indexes.add(record["index"])
+        record["key"] = _as_text(record.get("key"))
+        for name in ("node", "broker_id", "write_id"):
+            if name in record:
+                record[name] = _as_text(record[name])
+        if record.get("error") is not None:
+            record["error"] = _as_text(record["error"])
+        events.append(record)
+    events.sort(key=lambda event: event["index"])
+    return events
+
+
+def _read_parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    import pyarrow.parquet as parquet
+
+    try:
+        table = parquet.read_table(path)
+    except Exception as error:  # pyarrow raises several types for unreadable files
+        raise HistoryFormatError(f"{path}: cannot read Parquet: {error}") from None
+    for row_number, row in enumerate(table.to_pylist(), start=1):
+        yield row_number, {name: value for name, value in row.items() if value is not None}
+
+
+def _read_parquet_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for row_number, record in _read_parquet_rows(path):
+        if isinstance(record.get("value"), str):
+            try:
+                record["value"] = json.loads(record["value"])
+            except json.JSONDecodeError as error:
+                raise HistoryFormatError(f"{path} row {row_number}: value is not JSON text ({error.msg})") from None
+        if isinstance(record.get("process"), str) and record["process"] != NEMESIS:
+            try:
+                record["process"] = int(record["process"])
+            except ValueError:
+                pass  # reported by the event check
+        yield row_number, record
+
+
+def pair_operations(source: HistorySource, events: list[dict[str, Any]]) -> tuple[list[Operation], int]:
+    """Pair each invoke with its process's next event; return the operations
+    in invoke order and the number of nemesis events.
+
+    Raises :class:`HistoryFormatError` for a completion without an invoke, a
+    second invoke while one is open, a completion whose ``f`` or ``key``
+    differs from its invoke's, or one that ends before it began.
+    """
+    open_invokes: dict[int, dict[str, Any]] = {}
+    operations: list[Operation] = []
+    nemesis_events = 0
+
+    def make(invoke: dict[str, Any], completion: dict[str, Any] | None) -> Operation:
+        outcome = completion["type"] if completion is not None else INFO
+        return Operation(
+            index=invoke["index"],
+            process=invoke["process"],
+            f=invoke["f"],
+            key=invoke["key"],
+            outcome=outcome,
+            invoke_value=invoke.get("value"),
+            value=completion.get("value") if completion is not None else None,
+            call_ns=invoke["time"],
+            return_ns=completion["time"] if completion is not None and outcome != INFO else None,
+            complete_index=completion["index"] if completion is not None else None,
+            complete_ns=completion["time"] if completion is not None else None,
+            extra=merge_optional_fields(invoke, completion),
+        )
+
+    for event in events:
+        if event["process"] == NEMESIS:
+            nemesis_events += 1
+            continue
+        where = f"{source.path}: event index {event['index']}"
+        process = event["process"]
+        if event["type"] == "invoke":
+            if process in open_invokes:
+                raise HistoryFormatError(
+                    f"{where}: process {process} invoked again while its operation at index "
+                    f"{open_invokes[process]['index']} had not completed"
+                )
+            open_invokes[process] = event
+            continue
+        invoke = open_invokes.pop(process, None)
+        if invoke is None:
+            raise HistoryFormatError(f"{where}: {event['type']} completion without an invoke for process {process}")
+        if invoke["f"] != event["f"] or invoke["key"] != event["key"]:
+            raise HistoryFormatError(
+                f"{where}: completion ({event['f']} on {event['key']!r}) has a different f or key than its invoke "
+                f"at index {invoke['index']} ({invoke['f']} on {invoke['key']!r})"
+            )
+        if event["time"] < invoke["time"]:
+            raise HistoryFormatError(f"{where}: completes at time {event['time']}, before its invoke at {invoke['time']}")
+        operations.append(make(invoke, event))
+    operations.extend(make(invoke, None) for invoke in open_invokes.values())
+    operations.sort(key=lambda op: op.index)
+    return operations, nemesis_events
+
+
+def _read_side_file(path: Path, required: Mapping[str, tuple[str, ...]] | tuple[str, ...], *, kind_field: bool) -> list[dict[str, Any]]:
+    records = []
+    rows = _read_parquet_rows(path) if path.suffix == ".parquet" else _iter_json_lines(path)
+    for line_number, record in rows:
+        where = f"{path}:{line_number}"
+        if kind_field:
+            for name in ("time", "node", "kind"):
+                if record.get(name) is None:
+                    raise HistoryFormatError(f"{where}: missing required field {name!r}")
+            if not _is_int(record["time"]):
+                raise HistoryFormatError(f"{where}: time must be an integer (ns), got {record['time']!r}")
+            names = required.get(record["kind"], ())  # type: ignore[union-attr]
+        else:
+            names = required  # type: ignore[assignment]
+        for name in names:
+            if record.get(name) is None:
+                raise HistoryFormatError(f"{where}: missing required field {name!r}")
+        for name in ("epoch", "broker_epoch", "offset", "hwm"):
+            if record.get(name) is not None and not _is_int(record[name]):
+                raise HistoryFormatError(f"{where}: {name} must be an integer, got {record[name]!r}")
+        if record.get("accepted") is not None and not isinstance(record["accepted"], bool):
+            raise HistoryFormatError(f"{where}: accepted must be true or false")
+        if record.get("kind") == "broker_state" and record["state"] not in BROKER_STATES:
+            raise HistoryFormatError(f"{where}: state must be one of {', '.join(BROKER_STATES)}, got {record['state']!r}")
+        for name in ("node", "leader", "broker_id", "write_id", "record_hash"):
+            if name in record:
+                record[name] = _as_text(record[name])
+        records.append(record)
+    return records
+
+
+def read_node_events(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """Node event log records (schema in docs/checker.md). Kinds the checker
+    does not use are kept (and counted in results), not rejected.
+
+    Raises :class:`HistoryFormatError` for a malformed line.
+    """
+    events: list[dict[str, Any]] = []
+    for path in paths:
+        events.extend(_read_side_file(path, _NODE_EVENT_REQUIRED, kind_field=True))
+    return events
+
+
+def read_log_dumps(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """Log dump records (schema in docs/checker.md).
+
+    Raises :class:`HistoryFormatError` for a malformed line.
+    """
+    records: list[dict[str, Any]] = []
+    for path in paths:
+        records.extend(_read_side_file(path, LOG_DUMP_REQUIRED, kind_field=False))
+    return records
+
+
+__all__ = [
+    "HistoryMeta",
+    "HistorySource",
+    "OPTIONAL_FIELDS",
+    "discover_histories",
+    "pair_operations",
+    "read_history_events",
+    "read_log_dumps",
+    "read_meta",
+    "read_node_events",
+    "resolve_model_name",
+]

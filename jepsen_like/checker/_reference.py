@@ -1,0 +1,689 @@
+"""The reference checker: every check as its plain definition, in pure Python.
+
+It is deliberately simple (most tier-1 checks are quadratic, and tier 2 is a
+recursive search over sets, not the linked-list WGL search): its job is to be
+obviously right on little histories, so that tests can hold the Spark job to
+it. Each function's docstring is the definition of its check; the Spark job
+(``_tier1``) must find exactly the same anomalies with the same witnesses.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter, defaultdict
+from typing import Any, Callable, Hashable, Mapping, Sequence
+
+from jepsen_like.checker._errors import HistoryFormatError
+from jepsen_like.checker._load import (
+    HistoryMeta,
+    HistorySource,
+    discover_histories,
+    pair_operations,
+    read_history_events,
+    read_log_dumps,
+    read_node_events,
+    resolve_model_name,
+)
+from jepsen_like.checker._models import (
+    APPEND,
+    CAS,
+    FAIL,
+    MODE_BROKER,
+    MODE_LEADER_LOCAL,
+    OK,
+    READ,
+    WRITE,
+    Model,
+    Operation,
+    canonical_json,
+    cas_arguments,
+    get_model,
+    is_tier2_candidate,
+    render_operation,
+)
+from jepsen_like.checker._report import (
+    CHECK_NAMES,
+    DEFAULT_MAX_WITNESSES,
+    HistoryResult,
+    linearizability_check,
+    skip_reasons,
+    skipped,
+    tier1_check,
+)
+from jepsen_like.checker._wgl import LINEARIZABLE, NOT_LINEARIZABLE
+
+# Before every time in a history: the "completion" of the initial value.
+NEVER_NS = -(2**62)
+
+NODE_EVENT_FIELDS = (
+    "time", "node", "kind", "epoch", "role", "leader", "broker_id", "broker_epoch",
+    "offset", "state", "accepted", "request",
+)
+LOG_RECORD_FIELDS = ("node", "offset", "epoch", "record_hash", "write_id", "hwm")
+
+
+def render_node_event(event: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: event[name] for name in NODE_EVENT_FIELDS if event.get(name) is not None}
+
+
+def render_log_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: record[name] for name in LOG_RECORD_FIELDS if record.get(name) is not None}
+
+
+def compact(witness: dict[str, Any]) -> dict[str, Any]:
+    """Drop absent parts of a witness (both checkers do, so they compare)."""
+    return {name: value for name, value in witness.items() if value is not None}
+
+
+def bound_ns(op: Operation, meta: HistoryMeta) -> int:
+    """How long before a read's invoke a write must have been acknowledged
+    for the read to have to reflect it: 0 for linearizable reads.
+
+    Raises :class:`HistoryFormatError` when the history has a leader-local or
+    broker read and its meta does not declare the bound.
+    """
+    if op.mode == MODE_LEADER_LOCAL:
+        bound_ms = meta.leader_local_bound_ms
+        if bound_ms is None:
+            raise HistoryFormatError(
+                f"read at index {op.index} is leader-local, but the history's meta gives no fetch_timeout_ms"
+            )
+    elif op.mode == MODE_BROKER:
+        bound_ms = meta.staleness_bound_ms
+        if bound_ms is None:
+            raise HistoryFormatError(
+                f"read at index {op.index} is a broker read, but the history's meta gives no staleness_bound_ms"
+            )
+    else:
+        return 0
+    return round(bound_ms * 1_000_000)
+
+
+def bound_ms_of(op: Operation, meta: HistoryMeta) -> float:
+    return bound_ns(op, meta) / 1_000_000
+
+
+class _History:
+    """A history's operations, indexed the ways the checks need."""
+
+    def __init__(self, operations: Sequence[Operation], model: Model) -> None:
+        self.operations = operations
+        self.model = model
+        self.initial_text = canonical_json(model.initial_value)
+        self.kind = {op.index: model.kind_of(op.f) for op in operations}
+        keys_with_appends = {op.key for op in operations if self.kind[op.index] is APPEND}
+        self.register_like = lambda key: key not in keys_with_appends
+        self.ok_reads = [op for op in operations if self.kind[op.index] is READ and op.outcome == OK]
+        self.writers_by_value: dict[tuple[str | None, str], list[Operation]] = defaultdict(list)
+        for op in operations:
+            if self.kind[op.index] in (WRITE, CAS):
+                self.writers_by_value[(op.key, self.written_text(op))].append(op)
+
+    def written_text(self, op: Operation) -> str:
+        if self.kind[op.index] is CAS:
+            return canonical_json(cas_arguments(op)[1])
+        return canonical_json(op.invoke_value)
+
+    def ok_writers(self, key: str | None, kinds: tuple[str, ...]) -> list[Operation]:
+        return [op for op in self.operations if op.key == key and op.outcome == OK and self.kind[op.index] in kinds]
+
+    def possible_writers(self, key: str | None, value_text: str) -> list[Operation]:
+        return [op for op in self.writers_by_value.get((key, value_text), []) if op.outcome != FAIL]
+
+    def writer_done_ns(self, read: Operation) -> tuple[bool, int, Operation | None]:
+        """(applicable, when the written value was certainly in place, writer):
+        the value-uniqueness rule applies when the read's value has exactly one
+        writer that may have happened and it returned ok, or is the initial
+        value and nothing wrote it."""
+        value_text = canonical_json(read.value)
+        writers = self.possible_writers(read.key, value_text)
+        if value_text == self.initial_text and not writers:
+            return True, NEVER_NS, None
+        if len(writers) == 1 and writers[0].outcome == OK:
+            return True, writers[0].return_ns, writers[0]  # type: ignore[return-value]
+        return False, 0, None
+
+
+def stale_reads(history: _History, meta: HistoryMeta) -> list[tuple[Any, dict[str, Any]]]:
+    """An ok read is stale if it misses a write acknowledged more than its
+    bound (0 for linearizable reads) before it was invoked. Two sound rules:
+
+    - offset: an ok write/cas/append on the key with an offset, completed
+      before ``invoke - bound``, has a larger offset than the read's; the
+      witness is the one with the largest (offset, index);
+    - value (keys without appends): the read's value has exactly one possible
+      writer ``w`` (ok) or is the initial value nobody wrote, and an ok
+      write/cas on the key was invoked after ``w`` completed and completed
+      before ``invoke - bound``; the witness is the one with the smallest
+      (completion, index).
+
+    The offset rule's witness is reported when both rules flag a read.
+    """
+    found = []
+    for read in history.ok_reads:
+        cutoff = read.call_ns - bound_ns(read, meta)
+        missed, rule, read_from = None, None, None
+        if read.offset is not None:
+            candidates = [
+                w for w in history.ok_writers(read.key, (WRITE, CAS, APPEND))
+                if w.offset is not None and w.return_ns < cutoff and w.offset > read.offset
+            ]
+            if candidates:
+                missed, rule = max(candidates, key=lambda w: (w.offset, w.index)), "offset"
+        if missed is None and history.register_like(read.key):
+            applicable, writer_done_ns, writer = history.writer_done_ns(read)
+            if applicable:
+                candidates = [
+                    w for w in history.ok_writers(read.key, (WRITE, CAS))
+                    if w.call_ns > writer_done_ns and w.return_ns < cutoff
+                ]
+                if candidates:
+                    missed, rule, read_from = min(candidates, key=lambda w: (w.return_ns, w.index)), "value", writer
+        if missed is not None:
+            witness = {
+                "read": render_operation(read),
+                "missed_write": render_operation(missed),
+                "read_from": render_operation(read_from) if read_from is not None else None,
+                "rule": rule,
+                "bound_ms": bound_ms_of(read, meta),
+            }
+            found.append((read.index, compact(witness)))
+    return found
+
+
+def non_monotonic_reads_by_process(history: _History, meta: HistoryMeta) -> list[tuple[Any, dict[str, Any]]]:
+    """An ok read with an offset is non-monotonic if an earlier ok read of the
+    same process (and key, when offsets are per key) returned a larger offset.
+    The witness is the earlier read with the largest (offset, index)."""
+    by_session: dict[tuple, list[Operation]] = defaultdict(list)
+    for read in history.ok_reads:
+        if read.offset is not None:
+            by_session[(read.process, read.key if meta.offset_scope == "key" else None)].append(read)
+    found = []
+    for reads in by_session.values():
+        for read in reads:
+            earlier = [q for q in reads if (q.call_ns, q.index) < (read.call_ns, read.index)]
+            if earlier:
+                best = max(earlier, key=lambda q: (q.offset, q.index))
+                if best.offset > read.offset:
+                    found.append((read.index, {"read": render_operation(read), "earlier_read": render_operation(best)}))
+    return found
+
+
+def non_monotonic_reads_by_broker(history: _History, meta: HistoryMeta) -> list[tuple[Any, dict[str, Any]]]:
+    """An ok broker read with an offset is non-monotonic if the same broker
+    (``node``) answered an earlier read, completed before this one was
+    invoked, with a larger offset (and the same key, when offsets are per
+    key). The witness is that earlier read with the largest (offset, index)."""
+    by_broker: dict[tuple, list[Operation]] = defaultdict(list)
+    for read in history.ok_reads:
+        if read.mode == MODE_BROKER and read.offset is not None and read.extra.get("node") is not None:
+            by_broker[(read.extra["node"], read.key if meta.offset_scope == "key" else None)].append(read)
+    found = []
+    for reads in by_broker.values():
+        for read in reads:
+            earlier = [q for q in reads if q.return_ns < read.call_ns]
+            if earlier:
+                best = max(earlier, key=lambda q: (q.offset, q.index))
+                if best.offset > read.offset:
+                    found.append(
+                        (read.index, {"read": render_operation(read), "earlier_read": render_operation(best), "node": read.extra["node"]})
+                    )
+    return found
+
+
+def unwritten_reads(history: _History) -> dict[str, list[tuple[Any, dict[str, Any]]]]:
+    """For ok reads of keys without appends whose value is not the initial one:
+
+    - garbage-read: no write or cas (of any outcome) wrote that value;
+    - aborted-read: every write/cas of that value failed (witness: the first);
+    - future-read: every write/cas of it that did not fail was invoked after
+      the read completed (witness: the first invoked).
+    """
+    found: dict[str, list] = {"garbage-read": [], "aborted-read": [], "future-read": []}
+    for read in history.ok_reads:
+        if not history.register_like(read.key):
+            continue
+        value_text = canonical_json(read.value)
+        if value_text == history.initial_text:
+            continue
+        writers = history.writers_by_value.get((read.key, value_text), [])
+        possible = [w for w in writers if w.outcome != FAIL]
+        rendered = render_operation(read)
+        if not writers:
+            found["garbage-read"].append((read.index, {"read": rendered}))
+        elif not possible:
+            first = min(writers, key=lambda w: w.index)
+            found["aborted-read"].append((read.index, {"read": rendered, "failed_write": render_operation(first)}))
+        elif all(w.call_ns > read.return_ns for w in possible):
+            first = min(possible, key=lambda w: (w.call_ns, w.index))
+            found["future-read"].append((read.index, {"read": rendered, "write": render_operation(first)}))
+    return found
+
+
+def final_reads(history: _History) -> dict[str | None, Operation]:
+    """The last ok read marked ``final`` of each key, by (invoke, index)."""
+    last: dict[str | None, Operation] = {}
+    for read in history.ok_reads:
+        if read.extra.get("final") is True:
+            current = last.get(read.key)
+            if current is None or (read.call_ns, read.index) > (current.call_ns, current.index):
+                last[read.key] = read
+    return last
+
+
+def lost_writes(history: _History, log_records: Sequence[Mapping[str, Any]]) -> list[tuple[Any, dict[str, Any]]]:
+    """An ok write/cas/append is lost, for any of these reasons:
+
+    - final-read-offset: it completed before its key's final read was
+      invoked, and its offset is larger than the final read's;
+    - final-read-value (keys without appends; write/cas): it completed before
+      the final read was invoked, and the final value is the initial value
+      nobody wrote, or has exactly one possible writer ``w`` (ok) that
+      completed before this write was invoked;
+    - final-read-append (keys with appends; append): it completed before the
+      final read was invoked, its element is not in the final value, and no
+      put that did not fail could have come after it (every such put
+      completed before this append was invoked);
+    - final-log: it carries a ``write_id`` that no node's log dump holds at
+      a committed offset (offset < that node's hwm).
+    """
+    finals = final_reads(history)
+    committed_write_ids = {r["write_id"] for r in log_records if r.get("write_id") is not None and r["offset"] < r["hwm"]}
+    found = []
+    for op in history.operations:
+        kind = history.kind[op.index]
+        if op.outcome != OK or kind not in (WRITE, CAS, APPEND):
+            continue
+        reasons = []
+        final = finals.get(op.key)
+        if final is not None and op.return_ns < final.call_ns:
+            if op.offset is not None and final.offset is not None and op.offset > final.offset:
+                reasons.append("final-read-offset")
+            if history.register_like(op.key) and kind in (WRITE, CAS):
+                applicable, writer_done_ns, _ = history.writer_done_ns(final)
+                if applicable and op.call_ns > writer_done_ns:
+                    reasons.append("final-read-value")
+            if kind is APPEND and isinstance(final.value, str) and isinstance(op.invoke_value, str):
+                later_put = any(
+                    other.key == op.key
+                    and history.kind[other.index] is WRITE
+                    and other.outcome != FAIL
+                    and (other.return_ns is None or other.return_ns >= op.call_ns)
+                    for other in history.operations
+                )
+                if op.invoke_value not in final.value and not later_put:
+                    reasons.append("final-read-append")
+        if log_records and op.extra.get("write_id") is not None and op.extra["write_id"] not in committed_write_ids:
+            reasons.append("final-log")
+        if reasons:
+            uses_final_read = any(reason.startswith("final-read") for reason in reasons)
+            witness = {
+                "write": render_operation(op),
+                "reasons": sorted(reasons),
+                "final_read": render_operation(final) if uses_final_read else None,  # type: ignore[arg-type]
+            }
+            found.append((op.index, compact(witness)))
+    return found
+
+
+def split_brains(node_events: Sequence[Mapping[str, Any]]) -> list[tuple[Any, dict[str, Any]]]:
+    """Two different leaders claimed for one epoch. A role event claims
+    ``node`` leads ``epoch`` when its role is leader, and claims ``leader``
+    leads it when it names one. Witness: each leader's earliest claim, by
+    (time, node, role, leader)."""
+    claims: dict[int, dict[str, list[Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for event in node_events:
+        if event["kind"] != "role":
+            continue
+        if event["role"] == "leader":
+            claims[event["epoch"]][event["node"]].append(event)
+        if event.get("leader") is not None:
+            claims[event["epoch"]][event["leader"]].append(event)
+    found = []
+    for epoch, by_leader in claims.items():
+        if len(by_leader) > 1:
+            witness_claims = [
+                {
+                    "leader": leader,
+                    "event": render_node_event(
+                        min(events, key=lambda e: (e["time"], e["node"], e.get("role") or "", e.get("leader") or ""))
+                    ),
+                }
+                for leader, events in sorted(by_leader.items())
+            ]
+            found.append((epoch, {"epoch": epoch, "claims": witness_claims}))
+    return found
+
+
+def committed(log_records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Log records below their node's high watermark (Kafka's hwm is the
+    offset of the first record not yet committed)."""
+    return [record for record in log_records if record["offset"] < record["hwm"]]
+
+
+def forked_logs(log_records: Sequence[Mapping[str, Any]]) -> list[tuple[Any, dict[str, Any]]]:
+    """Two committed records at one offset that differ in epoch or hash.
+    Witness: one record (lowest node) per distinct (epoch, record_hash)."""
+    by_offset: dict[int, dict[tuple, list]] = defaultdict(lambda: defaultdict(list))
+    for record in committed(log_records):
+        by_offset[record["offset"]][(record["epoch"], record["record_hash"])].append(record)
+    found = []
+    for offset, variants in by_offset.items():
+        if len(variants) > 1:
+            records = [render_log_record(min(rs, key=lambda r: r["node"])) for _, rs in sorted(variants.items())]
+            found.append((offset, {"offset": offset, "records": records}))
+    return found
+
+
+def duplicated_writes(log_records: Sequence[Mapping[str, Any]]) -> list[tuple[Any, dict[str, Any]]]:
+    """One write id committed at two offsets. Witness: one record (lowest
+    node) per offset."""
+    by_write: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    for record in committed(log_records):
+        if record.get("write_id") is not None:
+            by_write[record["write_id"]][record["offset"]].append(record)
+    found = []
+    for write_id, by_offset in by_write.items():
+        if len(by_offset) > 1:
+            records = [render_log_record(min(rs, key=lambda r: r["node"])) for _, rs in sorted(by_offset.items())]
+            found.append(((min(by_offset), write_id), {"write_id": write_id, "records": records}))
+    return found
+
+
+def registrations(node_events: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Broker registrations per broker, one per (broker_epoch, offset) at its
+    first report (several controllers may report the same one), in
+    (time, offset, broker_epoch) order."""
+    first: dict[tuple, Mapping[str, Any]] = {}
+    for event in node_events:
+        if event["kind"] == "broker_registration":
+            identity = (event["broker_id"], event["broker_epoch"], event.get("offset"))
+            current = first.get(identity)
+            if current is None or (event["time"], event["node"]) < (current["time"], current["node"]):
+                first[identity] = event
+    by_broker: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for event in first.values():
+        rendered = {name: event[name] for name in ("broker_id", "broker_epoch", "offset", "time", "node") if event.get(name) is not None}
+        by_broker[event["broker_id"]].append(rendered)
+    for regs in by_broker.values():
+        regs.sort(key=_registration_order)
+    return by_broker
+
+
+def _registration_order(reg: Mapping[str, Any]) -> tuple:
+    return (reg["time"], reg.get("offset", -1), reg["broker_epoch"])
+
+
+def _registration_rank(reg: Mapping[str, Any]) -> tuple:
+    return (reg["broker_epoch"], reg["time"], reg.get("offset", -1))
+
+
+def broker_epoch_regressions(node_events: Sequence[Mapping[str, Any]]) -> list[tuple[Any, dict[str, Any]]]:
+    """A broker registration whose broker epoch is not larger than that of
+    every earlier registration of the same broker. Witness: the earlier
+    registration with the largest (broker_epoch, time, offset)."""
+    found = []
+    for broker_id, regs in registrations(node_events).items():
+        for position, reg in enumerate(regs):
+            if position == 0:
+                continue
+            best = max(regs[:position], key=_registration_rank)
+            if best["broker_epoch"] >= reg["broker_epoch"]:
+                order = (broker_id, *_registration_order(reg))
+                found.append((order, {"registration": reg, "earlier_registration": best}))
+    return found
+
+
+def stale_broker_epochs(
+    history: _History, node_events: Sequence[Mapping[str, Any]]
+) -> list[tuple[Any, dict[str, Any]]]:
+    """A request acted on although it carried a stale broker epoch: an
+    accepted ``broker_request`` event, or an ok history operation carrying
+    ``broker_id`` and ``broker_epoch`` (at its invoke time), for which a
+    registration of that broker with a larger epoch was reported strictly
+    earlier. Witness: that registration with the largest (broker_epoch, time,
+    offset)."""
+    regs = registrations(node_events)
+    requests: list[tuple[str, int, int, int, dict[str, Any]]] = []
+    for event in node_events:
+        if event["kind"] == "broker_request" and event["accepted"] is True:
+            requests.append((event["broker_id"], event["broker_epoch"], event["time"], -1, render_node_event(event)))
+    for op in history.operations:
+        if op.outcome == OK and op.extra.get("broker_id") is not None and op.extra.get("broker_epoch") is not None:
+            requests.append((op.extra["broker_id"], op.extra["broker_epoch"], op.call_ns, op.index, render_operation(op)))
+    found = []
+    for broker_id, broker_epoch, time_ns, index, rendered in requests:
+        newer = [r for r in regs.get(broker_id, []) if r["time"] < time_ns and r["broker_epoch"] > broker_epoch]
+        if newer:
+            best = max(newer, key=_registration_rank)
+            found.append(((time_ns, broker_id, broker_epoch, index), {"request": rendered, "newer_registration": best}))
+    return found
+
+
+def fenced_broker_reads(history: _History, node_events: Sequence[Mapping[str, Any]]) -> list[tuple[Any, dict[str, Any]]]:
+    """An ok broker read answered while its broker (``node``) was fenced the
+    whole time: the broker reported ``fenced`` strictly before the read was
+    invoked, and reported no other state from then until the read completed
+    (inclusive). Witness: the latest such fenced report, by (time, node)."""
+    states: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for event in node_events:
+        if event["kind"] == "broker_state":
+            states[event["broker_id"]].append(event)
+    found = []
+    for read in history.ok_reads:
+        node = read.extra.get("node")
+        if read.mode != MODE_BROKER or node is None:
+            continue
+        fenced = [e for e in states.get(node, []) if e["state"] == "fenced" and e["time"] < read.call_ns]
+        if not fenced:
+            continue
+        since = max(fenced, key=lambda e: (e["time"], e["node"]))
+        unfenced = any(
+            e["state"] != "fenced" and since["time"] <= e["time"] <= read.return_ns for e in states[node]
+        )
+        if not unfenced:
+            found.append((read.index, {"read": render_operation(read), "fenced_since": render_node_event(since)}))
+    return found
+
+
+# ---------------------------------------------------------------------------
+# Tier 2, naively: a depth-first search over sets of linearized operations.
+
+
+def linearizable_naive(operations: Sequence[Operation], model: Model) -> bool:
+    """Whether ``operations`` (one key) are linearizable, by trying every
+    order: the next operation may be any not yet linearized one invoked no
+    later than the earliest return among the ``ok`` operations not yet
+    linearized; ``info`` operations need never be linearized. Failed
+    configurations (set, state) are remembered. Exponential: small inputs only.
+    """
+    relevant = [op for op in operations if op.outcome != FAIL and not (model.kind_of(op.f) is READ and op.outcome != OK)]
+    prepared = [model.prepare(op) for op in relevant]
+    must = frozenset(i for i, op in enumerate(relevant) if op.outcome == OK)
+    failed: set[tuple[frozenset, Hashable]] = set()
+
+    def extend(done: frozenset, state: Hashable) -> bool:
+        pending_ok = must - done
+        if not pending_ok:
+            return True
+        if (done, state) in failed:
+            return False
+        earliest_return = min(relevant[i].return_ns for i in pending_ok)  # type: ignore[type-var]
+        for i, op in enumerate(relevant):
+            if i not in done and op.call_ns <= earliest_return:
+                legal, new_state = model.step(state, prepared[i])
+                if legal and extend(done | {i}, new_state):
+                    return True
+        failed.add((done, state))
+        return False
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 4 * len(relevant) + 100))
+    try:
+        return extend(frozenset(), model.initial_state)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def first_unlinearizable_naive(operations: Sequence[Operation], model: Model) -> Operation | None:
+    """The operation whose completion ends the shortest non-linearizable
+    prefix (operations open at that point pending), or None if the whole
+    history is linearizable. Plain scan over prefixes."""
+    relevant = [op for op in operations if op.outcome != FAIL and not (model.kind_of(op.f) is READ and op.outcome != OK)]
+    returns = sorted((op for op in relevant if op.outcome == OK), key=lambda op: (op.return_ns, op.index))
+    for cut in returns:
+        prefix = []
+        for op in relevant:
+            if op.call_ns > cut.return_ns:
+                continue
+            if op.outcome == OK and (op.return_ns, op.index) > (cut.return_ns, cut.index):
+                op = Operation(op.index, op.process, op.f, op.key, "info", op.invoke_value, None, op.call_ns, None, extra=op.extra)
+            prefix.append(op)
+        if not linearizable_naive(prefix, model):
+            return cut
+    return None
+
+
+def tier2_relevant(op: Operation, model: Model) -> bool:
+    """Whether the search looks at ``op``: a model operation, not a bounded
+    read, not failed, and (for reads) ok."""
+    return (
+        is_tier2_candidate(op, model)
+        and op.outcome != FAIL
+        and not (model.kind_of(op.f) is READ and op.outcome != OK)
+    )
+
+
+def linearizability_naive(history: _History, max_witnesses: int) -> dict[str, Any]:
+    by_key: dict[str | None, list[Operation]] = defaultdict(list)
+    for op in history.operations:
+        if tier2_relevant(op, history.model):
+            by_key[op.key].append(op)
+    key_results = []
+    for key, operations in by_key.items():
+        failing = first_unlinearizable_naive(operations, history.model)
+        key_results.append(
+            {
+                "key": key,
+                "verdict": NOT_LINEARIZABLE if failing is not None else LINEARIZABLE,
+                "ops": len(operations),
+                "steps": 0,
+                "seconds": 0.0,
+                "witness": {"op": render_operation(failing), "minimal": True} if failing is not None else None,
+            }
+        )
+    return linearizability_check(key_results, budget_s=None, max_witnesses=max_witnesses)
+
+
+# ---------------------------------------------------------------------------
+
+
+def input_counts(
+    history: _History, node_events: Sequence[Mapping[str, Any]], log_records: Sequence[Mapping[str, Any]]
+) -> dict[str, int]:
+    """The counts ``_report.skip_reasons`` decides by."""
+    ok_reads = history.ok_reads
+    broker_reads = [r for r in ok_reads if r.mode == MODE_BROKER and r.extra.get("node") is not None]
+    kinds = Counter(event["kind"] for event in node_events)
+    return {
+        "ok_reads": len(ok_reads),
+        "ok_reads_with_offset": sum(1 for r in ok_reads if r.offset is not None),
+        "ok_broker_reads": len(broker_reads),
+        "ok_broker_reads_with_offset": sum(1 for r in broker_reads if r.offset is not None),
+        "ok_register_reads": sum(1 for r in ok_reads if history.register_like(r.key)),
+        "ok_final_reads": sum(1 for r in ok_reads if r.extra.get("final") is True),
+        "broker_requests": sum(1 for e in node_events if e["kind"] == "broker_request" and e["accepted"] is True)
+        + sum(
+            1 for op in history.operations
+            if op.outcome == OK and op.extra.get("broker_id") is not None and op.extra.get("broker_epoch") is not None
+        ),
+        "role_events": kinds["role"],
+        "broker_registrations": kinds["broker_registration"],
+        "broker_state_events": kinds["broker_state"],
+        "log_dump_records": len(log_records),
+        "tier2_operations": sum(1 for op in history.operations if tier2_relevant(op, history.model)),
+    }
+
+
+def check_source_reference(
+    source: HistorySource, *, model: str | None = None, max_witnesses: int = DEFAULT_MAX_WITNESSES
+) -> HistoryResult:
+    """Check one history with the reference checker.
+
+    Raises :class:`HistoryFormatError` for malformed input.
+    """
+    events = read_history_events(source)
+    operations, nemesis_events = pair_operations(source, events)
+    model_name = resolve_model_name(source, {op.f for op in operations}, model)
+    the_model = get_model(model_name)
+    unknown = sorted({op.f for op in operations if the_model.kind_of(op.f) is None})
+    if the_model.strict and unknown:
+        raise HistoryFormatError(
+            f"{source.path}: operations {', '.join(unknown)} are not part of the {model_name} model "
+            "(--model metadata accepts metadata operations)"
+        )
+    history = _History(operations, the_model)
+    for op in history.operations:  # values must fit the model, as the Spark job requires
+        if history.kind[op.index] is not None and not (history.kind[op.index] is READ and op.outcome != OK):
+            the_model.prepare(op)
+    node_events = read_node_events(source.node_event_paths)
+    log_records = read_log_dumps(source.log_dump_paths)
+    meta = source.meta
+    for read in history.ok_reads:
+        bound_ns(read, meta)  # raises when a bound the history needs is missing
+
+    counts = input_counts(history, node_events, log_records)
+    reasons = skip_reasons(counts)
+    unwritten = unwritten_reads(history)
+    compute: dict[str, Callable[[], list]] = {
+        "stale-read": lambda: stale_reads(history, meta),
+        "non-monotonic-read-process": lambda: non_monotonic_reads_by_process(history, meta),
+        "non-monotonic-read-broker": lambda: non_monotonic_reads_by_broker(history, meta),
+        "garbage-read": lambda: unwritten["garbage-read"],
+        "aborted-read": lambda: unwritten["aborted-read"],
+        "future-read": lambda: unwritten["future-read"],
+        "lost-write": lambda: lost_writes(history, log_records),
+        "split-brain": lambda: split_brains(node_events),
+        "forked-log": lambda: forked_logs(log_records),
+        "duplicated-write": lambda: duplicated_writes(log_records),
+        "broker-epoch-regression": lambda: broker_epoch_regressions(node_events),
+        "stale-broker-epoch": lambda: stale_broker_epochs(history, node_events),
+        "fenced-broker-read": lambda: fenced_broker_reads(history, node_events),
+    }
+    checks: dict[str, Any] = {}
+    for name in CHECK_NAMES:
+        if reasons[name] is not None:
+            checks[name] = skipped(reasons[name])
+        elif name == "linearizability":
+            checks[name] = linearizability_naive(history, max_witnesses)
+        else:
+            checks[name] = tier1_check(compute[name](), None, max_witnesses)
+    stats = {
+        "events": len(events),
+        "nemesis_events": nemesis_events,
+        "operations": len(operations),
+        "ok": sum(1 for op in operations if op.outcome == OK),
+        "fail": sum(1 for op in operations if op.outcome == FAIL),
+        "info": sum(1 for op in operations if op.outcome == "info"),
+        "keys": len({op.key for op in operations}),
+        "node_events": len(node_events),
+        **counts,
+    }
+    return HistoryResult(
+        history=source.name, path=str(source.path), model=model_name, checker="reference", stats=stats, checks=checks
+    )
+
+
+def check_reference(
+    paths: Sequence[str] | str, *, model: str | None = None, max_witnesses: int = DEFAULT_MAX_WITNESSES
+) -> list[HistoryResult]:
+    """Check histories (files, directories, campaign directories) with the
+    pure-Python reference checker. Meant for little histories: tier 1 is
+    quadratic and tier 2 has no budget.
+
+    Raises :class:`HistoryFormatError` for malformed input.
+    """
+    if isinstance(paths, str):
+        paths = [paths]
+    return [check_source_reference(source, model=model, max_witnesses=max_witnesses) for source in discover_histories(paths)]

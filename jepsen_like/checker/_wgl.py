@@ -1,0 +1,317 @@
+"""Per-key linearizability: the Wing–Gong search with Lowe's memoisation.
+
+The history of one object becomes a list of call and return entries in time
+order (calls before returns at equal times: closed intervals, so equal times
+are concurrent). The search walks the list from its head. At a call it tries
+to linearize that operation now: if the model accepts it and the pair
+(linearized set, new state) has not been seen before, it records the choice
+on a stack, lifts the call and its return out of the list and starts again
+from the head. Reaching a return means the operation it closes was not
+linearized before it returned: undo the last choice and try the next call.
+All ``ok`` operations linearized means linearizable; an empty stack at a
+return means not. The (bitset, state) cache is what keeps the search roughly
+linear in length for bounded concurrency (Lowe, "Testing for
+linearizability"; Horn & Kroening, arXiv 1504.00204; Porcupine's checker.go).
+
+``info`` operations have a call entry and no return entry: they may be
+linearized anywhere after their invoke, or never. ``fail`` operations and
+reads that did not return ``ok`` are dropped: they cannot influence state.
+
+A budget of CPU seconds (not wall seconds, so that a loaded machine does not
+change verdicts much) bounds each key; out of budget the verdict is
+``unknown``, never a guess.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Hashable, Sequence
+
+from jepsen_like.checker._models import (
+    FAIL,
+    OK,
+    READ,
+    Model,
+    Operation,
+    render_operation,
+)
+
+LINEARIZABLE = "linearizable"
+NOT_LINEARIZABLE = "not-linearizable"
+UNKNOWN = "unknown"
+
+# The memo cache costs ~200 bytes an entry; past this many entries a key is
+# `unknown` rather than a threat to the executor's memory.
+CACHE_ENTRIES_MAX = 4_000_000
+# How often (in search steps) the clock is read.
+_CLOCK_EVERY_STEPS = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class KeyVerdict:
+    """The linearizability verdict for one key.
+
+    ``witness`` is set for ``not-linearizable`` (see :func:`check_operations`);
+    ``reason`` says why a verdict is ``unknown``.
+    """
+
+    verdict: str
+    ops: int
+    steps: int
+    seconds: float
+    witness: dict[str, Any] | None = None
+    reason: str | None = None
+
+
+class _OutOfBudget(Exception):
+    pass
+
+
+class _Budget:
+    """CPU seconds and search steps shared by every search run for one key,
+    and the deepest point a search reached (a fallback witness)."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.budget_s = budget_s
+        self._start_s = time.thread_time()
+        self.deadline_s = self._start_s + budget_s
+        self.steps = 0
+        self.deepest_depth = -1
+        self.deepest_blocked_index: int | None = None
+
+    def elapsed_s(self) -> float:
+        return time.thread_time() - self._start_s
+
+    def check(self) -> None:
+        if time.thread_time() > self.deadline_s:
+            raise _OutOfBudget(f"search budget of {self.budget_s:g} CPU s used up")
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """What the search needs of one operation."""
+
+    call_ns: int
+    return_ns: int | None  # None: may stay pending forever (info)
+    index: int
+    prepared: tuple
+
+
+def _search(calls: Sequence[_Call], model: Model, budget: _Budget) -> list[int] | None:
+    """Linearize ``calls``; return a linearization (positions in ``calls``,
+    in order) or ``None`` when there is none.
+
+    Raises :class:`_OutOfBudget` when the budget runs out first.
+    """
+    entries: list[tuple[int, int, int, int]] = []  # (time, 0 call / 1 return, index, position)
+    for position, call in enumerate(calls):
+        entries.append((call.call_ns, 0, call.index, position))
+        if call.return_ns is not None:
+            entries.append((call.return_ns, 1, call.index, position))
+    entries.sort()
+
+    entry_count = len(entries)
+    head = entry_count  # sentinel: next_entry[head] is the first entry left
+    next_entry = list(range(1, entry_count + 1)) + [0]
+    prev_entry = [head] + list(range(0, entry_count - 1)) + [-1]
+    if entry_count:
+        next_entry[entry_count - 1] = -1
+    else:
+        next_entry[head] = -1
+    is_call = [kind == 0 for _, kind, _, _ in entries]
+    position_of = [position for _, _, _, position in entries]
+    return_entry_of_call = [-1] * entry_count
+    call_entry_of_position = [-1] * len(calls)
+    for entry, (_, kind, _, position) in enumerate(entries):
+        if kind == 0:
+            call_entry_of_position[position] = entry
+    for entry, (_, kind, _, position) in enumerate(entries):
+        if kind == 1:
+            return_entry_of_call[call_entry_of_position[position]] = entry
+
+    prepared = [call.prepared for call in calls]
+    step = model.step
+    state: Hashable = model.initial_state
+    linearized = 0
+    remaining = sum(1 for call in calls if call.return_ns is not None)
+    cache: set[tuple[int, Hashable]] = set()
+    stack: list[tuple[int, Hashable]] = []  # (call entry, state before it)
+
+    def lift(entry: int) -> None:
+        before, after = prev_entry[entry], next_entry[entry]
+        next_entry[before] = after
+        if after != -1:
+            prev_entry[after] = before
+        match = return_entry_of_call[entry]
+        if match != -1:
+            before, after = prev_entry[match], next_entry[match]
+            next_entry[before] = after
+            if after != -1:
+                prev_entry[after] = before
+
+    def unlift(entry: int) -> None:
+        # Dancing links: re-insert in the reverse order of removal.
+        match = return_entry_of_call[entry]
+        if match != -1:
+            next_entry[prev_entry[match]] = match
+            if next_entry[match] != -1:
+                prev_entry[next_entry[match]] = match
+        next_entry[prev_entry[entry]] = entry
+        if next_entry[entry] != -1:
+            prev_entry[next_entry[entry]] = entry
+
+    entry = next_entry[head]
+    steps = 0
+    while remaining:
+        steps += 1
+        if steps % _CLOCK_EVERY_STEPS == 0:
+            budget.steps += _CLOCK_EVERY_STEPS
+            budget.check()
+            if len(cache) > CACHE_ENTRIES_MAX:
+                raise _OutOfBudget(f"memo cache passed {CACHE_ENTRIES_MAX} entries")
+        if entry != -1 and is_call[entry]:
+            position = position_of[entry]
+            legal, new_state = step(state, prepared[position])
+            if legal:
+                new_linearized = linearized | (1 << position)
+                memo_key = (new_linearized, new_state)
+                if memo_key not in cache:
+                    cache.add(memo_key)
+                    stack.append((entry, state))
+                    state = new_state
+                    linearized = new_linearized
+                    if return_entry_of_call[entry] != -1:
+                        remaining -= 1
+                    lift(entry)
+                    entry = next_entry[head]
+                    continue
+            entry = next_entry[entry]
+        else:
+            # A return (or, defensively, the end of the list) before its call
+            # was linearized: undo the most recent choice and try the next call.
+            if entry != -1 and len(stack) > budget.deepest_depth:
+                budget.deepest_depth = len(stack)
+                budget.deepest_blocked_index = calls[position_of[entry]].index
+            if not stack:
+                budget.steps += steps % _CLOCK_EVERY_STEPS
+                return None
+            entry, state = stack.pop()
+            linearized &= ~(1 << position_of[entry])
+            if return_entry_of_call[entry] != -1:
+                remaining += 1
+            unlift(entry)
+            entry = next_entry[entry]
+    budget.steps += steps % _CLOCK_EVERY_STEPS
+    return [position_of[call_entry] for call_entry, _ in stack]
+
+
+def _prefix(calls: Sequence[_Call], returns: Sequence[_Call], count: int) -> list[_Call]:
+    """The history up to and including the ``count``-th return (in entry
+    order): operations invoked by then, those not yet returned made pending."""
+    if count == 0:
+        return []
+    cut = returns[count - 1]
+    cut_key = (cut.return_ns, cut.index)
+    prefix = []
+    for call in calls:
+        if call.call_ns > cut.return_ns:
+            continue
+        if call.return_ns is not None and (call.return_ns, call.index) > cut_key:
+            call = _Call(call.call_ns, None, call.index, call.prepared)
+        prefix.append(call)
+    return prefix
+
+
+def check_operations(
+    operations: Sequence[Operation],
+    model: Model,
+    *,
+    budget_s: float = 30.0,
+) -> KeyVerdict:
+    """Decide whether the operations on one key are linearizable.
+
+    ``operations`` are all the key's operations the search should consider
+    (see :func:`jepsen_like.checker._models.is_tier2_candidate`); failed
+    operations and non-``ok`` reads among them are dropped here.
+
+    For ``not-linearizable`` the witness is minimal in this sense: its ``op``
+    is the operation whose completion ends the shortest prefix of the key's
+    history that is already not linearizable (operations still open at that
+    point count as pending). ``linearized`` is one linearization of the
+    history just before that completion, with the state after each step;
+    ``concurrent`` lists the other operations open or unlinearized at that
+    point, which were the candidates to explain ``op``. If the budget runs out
+    while shrinking, the witness is the deepest point the full search reached
+    and ``minimal`` is false.
+
+    Raises :class:`HistoryFormatError` when an operation's value does not fit
+    the model.
+    """
+    budget = _Budget(budget_s)
+    relevant = [
+        op
+        for op in operations
+        if op.outcome != FAIL and not (model.kind_of(op.f) is READ and op.outcome != OK)
+    ]
+    relevant.sort(key=lambda op: (op.call_ns, op.index))
+    by_index = {op.index: op for op in relevant}
+    calls = [
+        _Call(op.call_ns, op.return_ns if op.outcome == OK else None, op.index, model.prepare(op))
+        for op in relevant
+    ]
+    try:
+        order = _search(calls, model, budget)
+    except _OutOfBudget as exhausted:
+        return KeyVerdict(UNKNOWN, len(relevant), budget.steps, budget.elapsed_s(), reason=str(exhausted))
+    if order is not None:
+        return KeyVerdict(LINEARIZABLE, len(relevant), budget.steps, budget.elapsed_s())
+    deepest_blocked_index = budget.deepest_blocked_index
+    try:
+        witness = _minimal_witness(calls, by_index, model, budget)
+    except _OutOfBudget:
+        # The full search already refuted the key; only the shrinking ran out.
+        witness = {
+            "op": render_operation(by_index[deepest_blocked_index]),
+            "minimal": False,
+            "reason": "budget used up while shrinking; op is where the deepest search attempt was blocked",
+        }
+    return KeyVerdict(NOT_LINEARIZABLE, len(relevant), budget.steps, budget.elapsed_s(), witness=witness)
+
+
+def _minimal_witness(
+    calls: Sequence[_Call], by_index: dict[int, Operation], model: Model, budget: _Budget
+) -> dict[str, Any]:
+    returns = sorted((call for call in calls if call.return_ns is not None), key=lambda c: (c.return_ns, c.index))
+    # Not linearizable is monotone in the prefix (a linearization of a longer
+    # prefix, cut after its last operation that returned within the shorter
+    # one, linearizes the shorter one), so bisect for the shortest.
+    low, high = 1, len(returns)  # prefix `high` is known not linearizable
+    while low < high:
+        middle = (low + high) // 2
+        if _search(_prefix(calls, returns, middle), model, budget) is None:
+            high = middle
+        else:
+            low = middle + 1
+    failing = returns[high - 1]
+    before = _prefix(calls, returns, high - 1)
+    order = _search(before, model, budget) or []
+    state = model.initial_state
+    linearized = []
+    for position in order:
+        call = before[position]
+        _, state = model.step(state, call.prepared)
+        linearized.append({"index": call.index, "state": model.value_of_state(state)})
+    linearized_indexes = {step["index"] for step in linearized}
+    concurrent = [
+        render_operation(by_index[call.index])
+        for call in _prefix(calls, returns, high)
+        if call.index not in linearized_indexes and call.index != failing.index
+    ]
+    return {
+        "op": render_operation(by_index[failing.index]),
+        "minimal": True,
+        "state": model.value_of_state(state),
+        "linearized": linearized,
+        "concurrent": concurrent,
+    }

@@ -1,0 +1,148 @@
+"""``jepsen-like check`` and ``jepsen-like synth``.
+
+Exit codes of ``check``: 0 every history valid; 1 some history invalid;
+3 none invalid but some unknown (a key ran out of budget); 2 bad usage or
+malformed input.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from jepsen_like.checker._errors import HistoryFormatError
+
+INPUT_ERROR_EXIT_CODE = 2
+
+
+class _InputError(click.ClickException):
+    exit_code = INPUT_ERROR_EXIT_CODE
+
+
+def _parse_conf(items: tuple[str, ...]) -> dict[str, str]:
+    conf = {}
+    for item in items:
+        name, separator, value = item.partition("=")
+        if not separator or not name:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--spark-conf")
+        conf[name.strip()] = value.strip()
+    return conf
+
+
+@click.command("check")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--model", type=click.Choice(["register", "kv", "metadata"]), default=None,
+              help="Model for every history (default: each history's meta.json; else kv if it has get/put/append; else register).")
+@click.option("--spark-master", default="local[*]", show_default=True, help="Any Spark master URL, e.g. spark://host:7077.")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Results: a file for one history, a directory of <history name>.json for several.")
+@click.option("--budget-s", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              help="CPU seconds per key for the linearizability search; past it the key is unknown.")
+@click.option("--max-witnesses", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Witnesses kept per check (counts are always exact).")
+@click.option("--all-keys", is_flag=True, help="Search every key, even in histories already refuted by one.")
+@click.option("--skip-linearizability", is_flag=True, help="Run tier 1 only.")
+@click.option("--reference", is_flag=True, help="Use the pure-Python reference checker instead of Spark (little histories only).")
+@click.option("--spark-conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")
+def check_command(
+    paths: tuple[str, ...],
+    model: str | None,
+    spark_master: str,
+    out: Path | None,
+    budget_s: float,
+    max_witnesses: int,
+    all_keys: bool,
+    skip_linearizability: bool,
+    reference: bool,
+    spark_conf: tuple[str, ...],
+) -> None:
+    """Check histories (files, directories of them, campaign directories)."""
+    from jepsen_like.checker._report import exit_code, print_summary, write_results
+
+    started = time.monotonic()
+    conf = _parse_conf(spark_conf)
+    try:
+        if reference:
+            from jepsen_like.checker._reference import check_reference
+
+            results = check_reference(list(paths), model=model, max_witnesses=max_witnesses)
+        else:
+            from jepsen_like.checker._job import check
+
+            results = check(
+                list(paths), model=model, spark_master=spark_master, budget_s=budget_s,
+                max_witnesses=max_witnesses, all_keys=all_keys, linearizability=not skip_linearizability,
+                spark_conf=conf,
+            )
+    except HistoryFormatError as error:
+        raise _InputError(str(error)) from None
+    if out is not None:
+        try:
+            written = write_results(results, out)
+        except OSError as error:
+            raise _InputError(f"cannot write results to {out}: {error}") from None
+        click.echo(f"results: {written[0] if len(written) == 1 else out}", err=True)
+    print_summary(results, seconds=time.monotonic() - started)
+    click.get_current_context().exit(exit_code(results))
+
+
+def _list_kinds(context: click.Context, _parameter: click.Parameter, value: bool) -> None:
+    if not value or context.resilient_parsing:
+        return
+    from jepsen_like.checker._synth import ANOMALY_KINDS
+
+    for kind, description in ANOMALY_KINDS.items():
+        click.echo(f"{kind:26} -> {description.check}: {description.description}")
+    context.exit(0)
+
+
+@click.command("synth")
+@click.option("--ops", type=click.IntRange(min=1), required=True, help="Base operations.")
+@click.option("--keys", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--plant", default="", metavar="KIND:COUNT,...", help="Anomalies to plant (see --list-kinds).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--processes", type=click.IntRange(min=1), default=10, show_default=True, help="Concurrent client processes.")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("synth-out"), show_default=True,
+              help="Campaign directory to write.")
+@click.option("--format", "history_format", type=click.Choice(["jsonl", "parquet", "both"]), default="jsonl", show_default=True)
+@click.option("--side-format", type=click.Choice(["jsonl", "parquet"]), default="jsonl", show_default=True,
+              help="Format of node-events and log-dumps.")
+@click.option("--list-kinds", is_flag=True, is_eager=True, expose_value=False, callback=_list_kinds,
+              help="List the anomaly kinds and exit.")
+def synth_command(
+    ops: int, keys: int, plant: str, seed: int, processes: int, out: Path, history_format: str, side_format: str,
+) -> None:
+    """Write a synthetic campaign directory, with planted anomalies."""
+    from jepsen_like.checker._synth import parse_plant_spec, synthesize
+
+    try:
+        counts = parse_plant_spec(plant)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--plant") from None
+    result = synthesize(
+        out, ops=ops, keys=keys, plant=counts, seed=seed, processes=processes,
+        history_format=history_format, side_format=side_format,
+    )
+    click.echo(
+        json.dumps(
+            {
+                "directory": str(result.directory),
+                "operations": result.operations,
+                "events": result.events,
+                "planted": [{"kind": a.kind, "check": a.check, "witness": dict(a.witness)} for a in result.planted],
+            },
+            indent=1,
+        )
+    )
+
+
+@click.group()
+def main() -> None:
+    """The history checker (also available as ``jepsen-like check``/``synth``)."""
+
+
+main.add_command(check_command)
+main.add_command(synth_command)

@@ -1,0 +1,204 @@
+"""Inputs and the command line: where histories are found, formats,
+malformed input (a clear error, never a traceback), exit codes and --out."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from _checker_helpers import Case, comparable, write_campaign
+from jepsen_like.checker import HistoryFormatError, check, check_reference, discover_histories, synthesize
+from jepsen_like.cli import main as jepsen_like
+
+pytestmark = pytest.mark.spark
+
+VALID_LINES = [
+    '{"index":0,"process":0,"type":"invoke","f":"write","key":"x","value":1,"time":0}',
+    '{"index":1,"process":0,"type":"ok","f":"write","key":"x","value":1,"time":1000000}',
+]
+
+# name -> (lines, a phrase the error must contain)
+MALFORMED = {
+    "not_json": (VALID_LINES + ['{"index":2,"process":0,"type":"invoke"'], "not"),
+    "missing_type": (VALID_LINES + ['{"index":2,"process":0,"f":"read","key":"x","time":5}'], "type"),
+    "bad_type": (VALID_LINES + ['{"index":2,"process":0,"type":"done","f":"read","key":"x","time":5}'], "type must be one of"),
+    "bad_process": (VALID_LINES + ['{"index":2,"process":"p7","type":"invoke","f":"read","key":"x","time":5}'], "process must be"),
+    "bad_mode": (VALID_LINES + ['{"index":2,"process":1,"type":"invoke","f":"read","key":"x","time":5,"mode":"eventual"}'], "mode must be one of"),
+    "orphan_completion": (VALID_LINES + ['{"index":2,"process":3,"type":"ok","f":"read","key":"x","value":1,"time":5}'], "without an invoke"),
+    "double_invoke": (VALID_LINES + [
+        '{"index":2,"process":0,"type":"invoke","f":"read","key":"x","time":5}',
+        '{"index":3,"process":0,"type":"invoke","f":"read","key":"x","time":6}',
+    ], "invoked again"),
+    "mismatched_completion": (VALID_LINES + [
+        '{"index":2,"process":0,"type":"invoke","f":"read","key":"x","time":5}',
+        '{"index":3,"process":0,"type":"ok","f":"read","key":"y","value":1,"time":6}',
+    ], "different f or key"),
+    "duplicate_index": (VALID_LINES + ['{"index":1,"process":2,"type":"invoke","f":"read","key":"x","time":5}'], "more than once"),
+}
+
+
+@pytest.fixture(scope="module")
+def malformed_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("malformed")
+    for name, (lines, _) in MALFORMED.items():
+        (root / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_spark_job_names_every_malformed_file_and_what_is_wrong(spark, malformed_dir):
+    with pytest.raises(HistoryFormatError) as raised:
+        check([str(malformed_dir)], spark=spark)
+    message = str(raised.value)
+    for name, (_, phrase) in MALFORMED.items():
+        lines = [line for line in message.splitlines() if f"{name}.jsonl" in line]
+        assert lines, (name, message)
+        assert any(phrase in line for line in lines), (name, phrase, lines)
+
+
+@pytest.mark.parametrize("name", list(MALFORMED))
+def test_reference_names_the_file_line_and_problem(name, malformed_dir):
+    with pytest.raises(HistoryFormatError) as raised:
+        check_reference([str(malformed_dir / f"{name}.jsonl")])
+    message = str(raised.value)
+    assert f"{name}.jsonl" in message
+    phrase = MALFORMED[name][1]
+    assert phrase in message or (name == "not_json" and "not valid JSON" in message), message
+
+
+def _history(tmp: Path, name: str, lines: list[str], meta: dict | None = None) -> Path:
+    path = tmp / f"{name}.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    if meta is not None:
+        (tmp / f"{name}.meta.json").write_text(json.dumps(meta))
+    return path
+
+
+def test_operations_that_do_not_fit_the_model_are_errors(spark, tmp_path):
+    cas = _history(tmp_path, "bad_cas", [
+        '{"index":0,"process":0,"type":"invoke","f":"cas","key":"x","value":5,"time":0}',
+        '{"index":1,"process":0,"type":"ok","f":"cas","key":"x","value":5,"time":1}',
+    ])
+    kv = _history(tmp_path, "bad_kv", [
+        '{"index":0,"process":0,"type":"invoke","f":"put","key":"x","value":5,"time":0}',
+        '{"index":1,"process":0,"type":"ok","f":"put","key":"x","value":5,"time":1}',
+    ])
+    unknown_f = _history(tmp_path, "unknown_f", [
+        '{"index":0,"process":0,"type":"invoke","f":"create_topic","key":"t","value":"a","time":0}',
+    ])
+    no_bound = _history(tmp_path, "no_bound", [
+        '{"index":0,"process":0,"type":"invoke","f":"read","key":"x","time":0,"mode":"leader-local"}',
+        '{"index":1,"process":0,"type":"ok","f":"read","key":"x","value":null,"time":1}',
+    ])
+    with pytest.raises(HistoryFormatError) as raised:
+        check([str(tmp_path)], spark=spark)
+    message = str(raised.value)
+    assert "bad_cas.jsonl" in message and "[expected, new]" in message
+    assert "bad_kv.jsonl" in message and "strings" in message
+    assert "unknown_f.jsonl" in message and "create_topic" in message and "--model metadata" in message
+    assert "no_bound.jsonl" in message and "fetch_timeout_ms" in message
+    for path, phrase in ((cas, "[expected, new]"), (kv, "strings"), (unknown_f, "create_topic"), (no_bound, "fetch_timeout_ms")):
+        with pytest.raises(HistoryFormatError, match=None) as single:
+            check_reference([str(path)])
+        assert phrase in str(single.value)
+    # The metadata model takes metadata operations (tier 1 only).
+    assert check_reference([str(unknown_f)], model="metadata")[0].valid is True
+
+
+def test_malformed_side_files_and_meta_are_errors(spark, tmp_path):
+    case = Case().op("w", 0, "write", "x", 1, start_ms=0, end_ms=1)
+    write_campaign(tmp_path / "events", case, node_events=[{"time": 0, "node": "n1", "kind": "role", "role": "leader"}])
+    write_campaign(tmp_path / "dumps", case, log_dumps=[{"node": "n1", "offset": 0, "epoch": 1, "hwm": 1}])
+    with pytest.raises(HistoryFormatError) as raised:
+        check([str(tmp_path)], spark=spark)
+    assert "role event without 'epoch'" in str(raised.value)
+    assert "record_hash" in str(raised.value)
+    (tmp_path / "meta_bad").mkdir()
+    case.write(tmp_path / "meta_bad" / "history.jsonl")
+    (tmp_path / "meta_bad" / "meta.json").write_text('{"fetch_timeout_ms": "ten"}')
+    with pytest.raises(HistoryFormatError, match="fetch_timeout_ms"):
+        discover_histories([str(tmp_path / "meta_bad")])
+
+
+def test_discovery_of_files_directories_and_campaigns(tmp_path, porcupine_dir):
+    shutil.copy(porcupine_dir / "etcd_002.jsonl", tmp_path / "a.jsonl")
+    (tmp_path / "a.meta.json").write_text('{"model": "register"}')
+    write_campaign(tmp_path / "run-1", Case().op("w", 0, "write", "x", 1, start_ms=0, end_ms=1))
+    (tmp_path / "notes.txt").write_text("not a history")
+    sources = discover_histories([str(tmp_path)])
+    assert [source.name for source in sources] == ["a", "run-1"]
+    assert sources[0].meta.model == "register"
+    assert [s.name for s in discover_histories([str(tmp_path / "run-1")])] == ["run-1"]
+    with pytest.raises(HistoryFormatError, match="no such file"):
+        discover_histories([str(tmp_path / "missing.jsonl")])
+    with pytest.raises(HistoryFormatError, match="both named 'a'"):
+        discover_histories([str(tmp_path / "a.jsonl"), str(tmp_path)])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(HistoryFormatError, match="no histories"):
+        discover_histories([str(tmp_path / "empty")])
+
+
+def test_parquet_history_and_side_files_check_the_same_as_json_lines(spark, tmp_path):
+    plant = {"stale-read": 1, "fenced-read": 1, "forked-log": 1, "split-brain": 1}
+    synthesize(tmp_path / "as-jsonl", ops=600, keys=4, plant=plant, seed=21)
+    synthesize(tmp_path / "as-parquet", ops=600, keys=4, plant=plant, seed=21, history_format="parquet", side_format="parquet")
+    results = {r.history: r.to_dict() for r in check([str(tmp_path)], spark=spark, all_keys=True)}
+    for result in results.values():
+        result.pop("path")
+        result.pop("history")
+    assert comparable(results["as-jsonl"]) == comparable(results["as-parquet"])
+    assert results["as-jsonl"]["valid"] is False
+
+
+# ---------------------------------------------------------------------------
+# The command line.
+
+
+def _run(arguments: list[str]):
+    return CliRunner().invoke(jepsen_like, arguments, catch_exceptions=False)
+
+
+def test_cli_one_history_writes_its_results_file_and_exits_0(spark, tmp_path, porcupine_dir):
+    out = tmp_path / "results" / "etcd_002-result.json"
+    run = _run(["check", str(porcupine_dir / "etcd_002.jsonl"), "--out", str(out)])
+    assert run.exit_code == 0, run.output
+    result = json.loads(out.read_text())
+    assert result["history"] == "etcd_002" and result["valid"] is True
+    assert "1 histories: 1 valid" in run.output
+
+
+def test_cli_several_histories_write_a_directory_and_exit_1(spark, tmp_path, porcupine_dir):
+    out = tmp_path / "out"
+    run = _run(["check", str(porcupine_dir / "etcd_002.jsonl"), str(porcupine_dir / "etcd_000.jsonl"), "--out", str(out)])
+    assert run.exit_code == 1, run.output
+    assert sorted(path.name for path in out.iterdir()) == ["etcd_000.json", "etcd_002.json"]
+    assert json.loads((out / "etcd_000.json").read_text())["valid"] is False
+    assert "etcd_000 linearizability" in run.output  # the summary names the witness
+
+
+def test_cli_out_of_budget_is_unknown_and_exits_3(spark, porcupine_dir):
+    run = _run(["check", str(porcupine_dir / "etcd_007.jsonl"), "--budget-s", "0.0001"])
+    assert run.exit_code == 3, run.output
+    assert "1 unknown" in run.output
+
+
+def test_cli_malformed_input_is_a_clear_error_not_a_traceback(spark, malformed_dir):
+    run = CliRunner().invoke(jepsen_like, ["check", str(malformed_dir / "bad_type.jsonl")])
+    assert run.exit_code == 2
+    assert "type must be one of" in run.output
+    assert "Traceback" not in run.output
+    assert run.exception is None or isinstance(run.exception, SystemExit)
+
+
+def test_cli_synth_then_reference_check(tmp_path):
+    run = _run(["synth", "--ops", "300", "--keys", "3", "--plant", "garbage-read:1", "--seed", "4", "--out", str(tmp_path / "c")])
+    assert run.exit_code == 0, run.output
+    assert json.loads(run.output)["planted"][0]["check"] == "garbage-read"
+    checked = _run(["check", "--reference", str(tmp_path / "c"), "--out", str(tmp_path / "c.json")])
+    assert checked.exit_code == 1, checked.output
+    assert json.loads((tmp_path / "c.json").read_text())["checks"]["garbage-read"]["count"] == 1
+    bad = CliRunner().invoke(jepsen_like, ["synth", "--ops", "10", "--plant", "nope:1", "--out", str(tmp_path / "d")])
+    assert bad.exit_code == 2 and "unknown anomaly kind" in bad.output
