@@ -33,6 +33,7 @@ import trio
 
 from quorum import FetchRequest, FetchResponse
 from quorum.client import QuorumClient
+from quorum.runtime import scrape_metrics
 from quorum.wire import FrameDecoder, decode_message, encode_message
 from registration import BrokerHeartbeat, RegisterBrokerRequest
 from registration.client import AdminClient
@@ -57,14 +58,6 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
 
 
-async def _metrics(port: int) -> str:
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    await stream.send_all(b"GET /metrics HTTP/1.0\r\n\r\n")
-    body = b""
-    while chunk := await stream.receive_some(65536):
-        body += chunk
-    await stream.aclose()
-    return body.decode()
 
 
 def _histogram_quantile(text: str, name: str, quantile: float) -> float | None:
@@ -222,7 +215,7 @@ async def run(brokers: int, seconds: float, connections: int) -> dict[str, objec
                 await load.run(window_started + seconds)
             cpu_s = _cpu_seconds(processes[leader].pid) - cpu_before[0]
             heartbeats = load.answered - answered_before[0]
-            text = await _metrics(metrics_ports[leader])
+            text = await scrape_metrics("127.0.0.1", metrics_ports[leader])
             async with AdminClient(bootstrap, cluster_id=CLUSTER_ID) as admin:
                 cluster = await admin.describe_cluster()
             online = sum(1 for broker in cluster.brokers if broker.state == "Online")

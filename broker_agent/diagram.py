@@ -8,25 +8,17 @@ The docs embed this output verbatim; a test fails when they drift apart.
 
 from __future__ import annotations
 
+from registration.diagram import END_MARKER, begin_marker, generated_section
+
 from ._lifecycle import state_diagram_mermaid, transition_table_markdown
 
-BEGIN_MARKER = "<!-- BEGIN GENERATED: python -m broker_agent.diagram -->"
-END_MARKER = "<!-- END GENERATED -->"
+BEGIN_MARKER = begin_marker("broker_agent.diagram")
+__all__ = ["BEGIN_MARKER", "END_MARKER", "render"]
 
 
 def render() -> str:
     """The generated markdown, markers included."""
-    return "\n".join(
-        [
-            BEGIN_MARKER,
-            "```mermaid",
-            state_diagram_mermaid(),
-            "```",
-            "",
-            transition_table_markdown(),
-            END_MARKER,
-        ]
-    )
+    return generated_section("broker_agent.diagram", state_diagram_mermaid(), transition_table_markdown())
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 storage. See ``docs/architecture.md``."""
 
 from ._memory_transport import MemoryNetwork, MemoryTransport
-from ._metrics import Metrics, serve_metrics
+from ._metrics import Metrics, scrape_metrics, serve_metrics
 from ._node_api import NodeConfig, QuorumNodeHandle, handle_client_request, open_quorum_node, parse_voters
 from ._runtime import LeaderApplication, Proposal, ProposalLostError, QuorumRuntime, ReadNotConfirmedError, Transport
 from ._state_machine import KeyValueStateMachine, StateMachine
@@ -26,5 +26,6 @@ __all__ = [
     "StateMachine",
     "TcpTransport",
     "Transport",
+    "scrape_metrics",
     "serve_metrics",
 ]

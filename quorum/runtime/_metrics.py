@@ -197,3 +197,18 @@ async def serve_metrics(
     bound_port = listeners[0].socket.getsockname()[1]
     task_status.started(bound_port)
     await trio.serve_listeners(handle, listeners)
+
+
+async def scrape_metrics(host: str, port: int) -> str:
+    """``GET /metrics`` from a node's endpoint; the whole response text
+    (status line and headers included). Raises ``OSError`` when nothing
+    listens there."""
+    stream = await trio.open_tcp_stream(host, port)
+    try:
+        await stream.send_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        body = b""
+        while chunk := await stream.receive_some(65536):
+            body += chunk
+    finally:
+        await stream.aclose()
+    return body.decode()

@@ -9,7 +9,7 @@ import trio
 
 from broker_agent import BrokerConfig, ErrorCode, MetadataRequest, open_broker
 from broker_agent.client import MetadataClient
-from quorum.runtime import NodeConfig
+from quorum.runtime import NodeConfig, scrape_metrics
 from registration import BrokerState, ControllerConfig
 from registration import open_controller_node
 from registration.client import AdminClient
@@ -20,14 +20,6 @@ TIMERS = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
 pytestmark = pytest.mark.processes  # real sockets
 
 
-async def _metrics(port: int) -> str:
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    await stream.send_all(b"GET /metrics HTTP/1.0\r\n\r\n")
-    body = b""
-    while chunk := await stream.receive_some(65536):
-        body += chunk
-    await stream.aclose()
-    return body.decode()
 
 
 async def test_open_broker_serves_restarts_from_its_data_dir_and_shuts_down_cleanly(tmp_path):
@@ -57,7 +49,7 @@ async def test_open_broker_serves_restarts_from_its_data_dir_and_shuts_down_clea
                     client.advance_to(written)  # read our own write: no older image answers
                     leader = await client.find_leader("t", 1)
                 assert leader.leader == 101 and leader.leader_broker_epoch == first_epoch
-                metrics = await _metrics(broker.metrics_port)
+                metrics = await scrape_metrics("127.0.0.1", broker.metrics_port)
                 assert 'pykraft_broker_state{node="101",state="Online"} 1' in metrics
                 assert f'pykraft_broker_epoch{{node="101"}} {first_epoch}' in metrics
                 offset_before = broker.image_offset

@@ -3,7 +3,7 @@ real sockets, driven through the admin client."""
 
 import trio
 
-from quorum.runtime import KeyValueStateMachine, NodeConfig
+from quorum.runtime import KeyValueStateMachine, NodeConfig, scrape_metrics
 from registration import ErrorCode, RegisterBrokerRequest
 from registration._service import ControllerStateMachine, open_controller_node
 from registration.client import AdminClient
@@ -37,7 +37,7 @@ async def test_admin_requests_reach_the_controller_and_registrations_are_replica
             assert refused.results[0].error is ErrorCode.INVALID_REPLICATION_FACTOR  # no broker online
         expected = b'pykraft_controller_brokers{node="1",state="fenced"} 1'
         with trio.fail_after(5):  # the controller refreshes its gauges once a second
-            while expected not in (body := await _metrics(node.metrics_port)):
+            while expected not in (body := (await scrape_metrics("127.0.0.1", node.metrics_port)).encode()):
                 await trio.sleep(0.05)
 
 
@@ -60,13 +60,3 @@ def test_registration_and_register_records_share_the_log_without_mixing():
     restored.restore(machine.snapshot())
     assert restored.registers.get(b"k") == (b"w", 2)
     assert restored.image.fingerprint() == machine.image.fingerprint()
-
-
-async def _metrics(port: int) -> bytes:
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    await stream.send_all(b"GET /metrics HTTP/1.0\r\n\r\n")
-    body = b""
-    while chunk := await stream.receive_some(65536):
-        body += chunk
-    await stream.aclose()
-    return body
