@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import zipfile
@@ -36,6 +38,7 @@ def _package_zip() -> Path:
         package_root = Path(__file__).resolve().parent  # jepsen_like/checker
         outer = package_root.parent  # jepsen_like
         directory = Path(tempfile.mkdtemp(prefix="jepsen-like-checker-"))
+        atexit.register(shutil.rmtree, directory, ignore_errors=True)
         target = directory / "jepsen_like_checker.zip"
         with zipfile.ZipFile(target, "w") as archive:
             archive.write(outer / "__init__.py", "jepsen_like/__init__.py")

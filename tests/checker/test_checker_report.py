@@ -87,3 +87,16 @@ def test_meta_fields_are_checked(tmp_path):
     meta.write_text("{not json")
     with pytest.raises(HistoryFormatError, match="cannot read meta"):
         read_meta(meta)
+
+
+def test_the_checker_imports_nothing_of_the_system_it_checks():
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, jepsen_like.checker, jepsen_like.checker.cli, jepsen_like.checker._tier1, jepsen_like.checker._tier2;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('quorum', 'registration', 'broker_agent')"
+        " or m.startswith(('jepsen_like.sim', 'jepsen_like.campaign', 'jepsen_like.nemesis'))))"
+    )
+    output = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert output.strip() == "[]"
