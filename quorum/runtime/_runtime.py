@@ -17,6 +17,7 @@ Three tasks share the work:
 
 from __future__ import annotations
 
+import abc
 import logging
 import math
 import random
@@ -24,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -67,7 +68,7 @@ class Proposal:
     on_committed: Callable[[int], Any] | None = None
 
 
-class LeaderApplication:
+class LeaderApplication(Protocol):
     """An application that acts on the quorum leader (the controller).
 
     The runtime calls it from the core task, synchronously; it must not
@@ -80,16 +81,16 @@ class LeaderApplication:
     """
 
     def activate(self, now_ms: int, next_write_offset: int) -> None:
-        raise NotImplementedError
+        ...
 
     def deactivate(self) -> None:
-        raise NotImplementedError
+        ...
 
     def on_fetch(self, replica_id: int, extension: Any, fetch_offset: int, now_ms: int) -> Any:
-        raise NotImplementedError
+        ...
 
     def tick(self, now_ms: int) -> None:
-        raise NotImplementedError
+        ...
 
     def note_log_end(self, end_offset: int) -> None:
         """Called before every decision (request, fetch, tick) with where the
@@ -97,7 +98,7 @@ class LeaderApplication:
         may have appended since the application's last batch."""
 
     def take_proposals(self) -> list[Proposal]:
-        raise NotImplementedError
+        ...
 
     def handle_request(self, request: Any, now_ms: int) -> Any:
         """A client's request. Returns a reply with exactly one of:
@@ -106,18 +107,20 @@ class LeaderApplication:
         once they are committed and applied); ``on_read_confirmed()`` (a
         linearizable read: the callback builds the answer after a ReadIndex
         round, once the state machine has applied up to the read offset)."""
-        raise NotImplementedError
+        ...
 
 
-class Transport:
+class Transport(abc.ABC):
     """What the runtime needs of a network. ``send`` never blocks and may
     drop (Raft tolerates loss); received messages go to ``deliver``, and a
     peer found unreachable (connection refused or reset) to
     ``unreachable``."""
 
+    @abc.abstractmethod
     def send(self, message: Message) -> None:
-        raise NotImplementedError
+        """Queue ``message`` for its destination; never blocks."""
 
+    @abc.abstractmethod
     async def run(
         self,
         deliver: Callable[[Message], None],
@@ -125,7 +128,7 @@ class Transport:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        raise NotImplementedError
+        """Serve until cancelled; ``task_status.started()`` once ready."""
 
 
 @dataclass(slots=True)

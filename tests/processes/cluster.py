@@ -6,12 +6,10 @@ every directory removed when the test ends.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import trio
@@ -111,17 +109,8 @@ class ProcessCluster:
                 await trio.sleep(0.05)
 
 
-def wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
 def node_pids(cluster: ProcessCluster) -> dict[int, int]:
     return {node_id: process.pid for node_id, process in cluster.processes.items()}
 
 
-__all__ = ["ProcessCluster", "free_ports", "node_pids", "os", "wait_for"]
+__all__ = ["ProcessCluster", "free_ports", "node_pids"]
