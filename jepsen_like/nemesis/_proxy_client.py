@@ -4,6 +4,8 @@ thread-safe; also starts and stops the proxy process) and
 
 from __future__ import annotations
 
+import abc
+
 import itertools
 import json
 import os
@@ -38,11 +40,12 @@ def _result_of(answer: dict[str, Any], request_id: int, op: str) -> Any:
     return answer.get("result")
 
 
-class _Commands:
+class _Commands(abc.ABC):
     """The command set, written once over ``request``."""
 
-    def request(self, op: str, **args: Any) -> Any:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def request(self, op: str, **args: Any) -> Any:
+        """Send one command; its result."""
 
     def add_link(self, name: str, listen_port: int, target_host: str, target_port: int) -> int:
         """Listen on ``listen_port`` (0: pick a free port) and forward each

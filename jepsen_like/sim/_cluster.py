@@ -17,7 +17,7 @@ import heapq
 import json
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,16 +105,25 @@ class SimOptions:
 
 
 class SimDisk:
-    """A node's durable state: what survives a crash."""
+    """A node's durable state: what survives a crash. The simulator's and
+    the rule tests' (tests/quorum/harness.py) disk alike."""
 
-    def __init__(self) -> None:
-        self.election_state: ElectionState | None = None
-        self.snapshot: Snapshot | None = None
-        self.log = MemoryLog()
+    def __init__(
+        self,
+        election_state: ElectionState | None = None,
+        entries: Iterable[Entry] = (),
+        snapshot: Snapshot | None = None,
+    ) -> None:
+        self.election_state = election_state
+        self.snapshot = snapshot
+        self.log = MemoryLog(snapshot.snapshot_id if snapshot else None, entries)
         self.writes = 0
 
     def apply(self, output: Output) -> None:
-        """Carry out an output's persistence work, in the contract's order."""
+        """Carry out an output's persistence work, in the contract's order.
+        Raises ``ValueError`` / ``AssertionError`` when the output breaks the
+        contract (an append that does not continue the log, a deletion
+        outside it)."""
         self.writes += 1
         if output.election_state is not None:
             self.election_state = output.election_state
@@ -124,21 +133,17 @@ class SimDisk:
             if output.reset_log:
                 self.log.reset(snapshot_id)
         if output.truncate_to is not None and output.truncate_to < self.log.end_offset:
-            self.log.truncate_to(max(output.truncate_to, self.log.start_offset))
+            self.log.truncate_to(output.truncate_to)
         if output.append:
-            first = output.append[0].offset
-            if first < self.log.end_offset:
-                self.log.truncate_to(first)
             self.log.append(output.append)
         if output.delete_before is not None:
             epoch_before = self.log.epoch_at(output.delete_before - 1)
-            if epoch_before is not None:
-                self.log.delete_before(output.delete_before, epoch_before)
+            assert epoch_before is not None, "delete_before points outside the durable log"
+            self.log.delete_before(output.delete_before, epoch_before)
 
     def recovered_log(self) -> MemoryLog:
-        start = None
-        if self.log.start_offset > 0:
-            start = SnapshotId(self.log.start_offset, self.log.start_epoch)
+        """A fresh copy of the durable log, as a restarting process reads it."""
+        start = SnapshotId(self.log.start_offset, self.log.start_epoch) if self.log.start_offset else None
         return MemoryLog(start, self.log.slice(self.log.start_offset))
 
 

@@ -18,6 +18,8 @@ startup (``load``).
 
 from __future__ import annotations
 
+import abc
+
 import fcntl
 import logging
 import os
@@ -96,7 +98,7 @@ class RecoveredState:
         return self.entries[skip:]
 
 
-class _Facade:
+class _Facade(abc.ABC):
     """What FileStorage and MemoryStorage share; ``log``, ``election`` and
     ``snapshots`` are set by the subclasses."""
 
@@ -286,8 +288,9 @@ class _Facade:
                 )
                 log.reset(snapshot_id)
 
+    @abc.abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Release files and locks."""
 
     def __enter__(self) -> _Facade:
         return self

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from jepsen_like.sim import SimDisk
 from quorum import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -104,43 +105,8 @@ def matching(
     return matches
 
 
-class Disk:
-    """What survives a crash: the election state, the log and the snapshot."""
-
-    def __init__(
-        self,
-        election_state: ElectionState | None = None,
-        entries: Iterable[Entry] = (),
-        snapshot: Snapshot | None = None,
-    ) -> None:
-        self.election_state = election_state
-        self.snapshot = snapshot
-        self.log = MemoryLog(snapshot.snapshot_id if snapshot else None, entries)
-        self.writes = 0
-
-    def apply(self, output: Output) -> None:
-        """An output's persistence work, in the order the contract gives."""
-        self.writes += 1
-        if output.election_state is not None:
-            self.election_state = output.election_state
-        if output.snapshot is not None:
-            snapshot_id, data = output.snapshot
-            self.snapshot = Snapshot(snapshot_id, data)
-            if output.reset_log:
-                self.log.reset(snapshot_id)
-        if output.truncate_to is not None and output.truncate_to < self.log.end_offset:
-            self.log.truncate_to(output.truncate_to)
-        if output.append:
-            self.log.append(output.append)
-        if output.delete_before is not None:
-            epoch_before = self.log.epoch_at(output.delete_before - 1)
-            assert epoch_before is not None, "delete_before points outside the durable log"
-            self.log.delete_before(output.delete_before, epoch_before)
-
-    def recovered_log(self) -> MemoryLog:
-        """A fresh copy of the durable log, as a restarting process reads it."""
-        start = SnapshotId(self.log.start_offset, self.log.start_epoch) if self.log.start_offset else None
-        return MemoryLog(start, self.log.slice(self.log.start_offset))
+# The simulator's disk: one implementation of the persistence contract.
+Disk = SimDisk
 
 
 @dataclass(slots=True)
