@@ -384,7 +384,7 @@ async def _zombie_leader(campaign: Campaign, deadline_s: float) -> None:
     assert network is not None
     # Long enough for a new leader to be elected (the fetch timeout) and its
     # writes to age past the check-quorum bound while the old one serves.
-    isolation_s = 2 * options_bound_s(campaign.options) + 4
+    isolation_s = 3 * options_bound_s(campaign.options) + 4
     while trio.current_time() + isolation_s + 3 < deadline_s:
         await trio.sleep(3)
         leader = await campaign.current_leader()

@@ -32,7 +32,7 @@ async def test_the_zombie_leader_without_check_quorum_serves_stale_reads_and_the
     """KAFKA-15489 on real processes: with check quorum off, the isolated
     leader keeps answering leader-local reads that miss writes the new
     leader acknowledged long before."""
-    result = await run(tmp_path, scenario="zombie-leader", time_limit_s=20, check_quorum=False, read_mode="leader-local")
+    result = await run(tmp_path, scenario="zombie-leader", time_limit_s=25, check_quorum=False, read_mode="leader-local")
     assert result.checker_error is None
     assert result.valid is False
     assert result.anomalies.get("stale-read", 0) > 0
