@@ -507,6 +507,15 @@ class Cluster(abc.ABC):
             latencies_s.append(time.perf_counter() - started)
         return latencies_s
 
+    @abc.abstractmethod
+    def write_batches_concurrently(
+        self, batches: Sequence[Sequence[bytes]], clients: int, deadline: float
+    ) -> list[float]:
+        """`clients` clients, each sending one batch (one request, as in
+        `write_batch`) at a time, taking the next batch from `batches` until
+        none is left or `deadline` passes. Returns the per-batch latencies
+        (seconds)."""
+
     def first_write_after_kill(self, killed_at: float, deadline: float) -> float | None:
         """Seconds from `killed_at` (perf_counter) to the first committed write."""
         attempt = 0
@@ -668,6 +677,21 @@ def batched_records(
     cluster.write_batches(batches[:2], time.monotonic() + 30)  # warm-up
     started = time.perf_counter()
     latencies_s = cluster.write_batches(batches, time.monotonic() + max_seconds)
+    elapsed_s = time.perf_counter() - started
+    return WorkloadResult(len(latencies_s), len(latencies_s) * batch, elapsed_s,
+                          latency_summary_ms(latencies_s), _time_note(len(latencies_s), n_batches, max_seconds))
+
+
+def concurrent_batched_records(
+    cluster: Cluster, n_batches: int, clients: int, batch: int = 100, value_bytes: int = 100,
+    max_seconds: float = 60.0,
+) -> WorkloadResult:
+    """`clients` clients, each sending batches of `batch` records, one batch
+    at a time (so up to `clients` batches in flight)."""
+    batches = [[make_value(b * batch + i, value_bytes, b"c") for i in range(batch)] for b in range(n_batches)]
+    cluster.write_batches_concurrently(batches[:clients], clients, time.monotonic() + 30)  # warm-up
+    started = time.perf_counter()
+    latencies_s = cluster.write_batches_concurrently(batches, clients, time.monotonic() + max_seconds)
     elapsed_s = time.perf_counter() - started
     return WorkloadResult(len(latencies_s), len(latencies_s) * batch, elapsed_s,
                           latency_summary_ms(latencies_s), _time_note(len(latencies_s), n_batches, max_seconds))

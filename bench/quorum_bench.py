@@ -10,6 +10,7 @@ the other in the same run, each measured with the same Python-side workload:
   seq writes/s, p50/p99      one client, one committed write at a time
   64 in flight writes/s ...  64 single-record writes outstanding at all times
   batched records/s          one client sending batches of 100 records
+  N clients batched rec/s    8 clients, each sending batches of 100 records
   failover p50/max           kill -9 the leader -> first committed write
   RSS per node               VmRSS of each voter after the throughput rows
 
@@ -35,6 +36,7 @@ from ._common import (
     ProcessStartError,
     batched_records,
     cleanup_all,
+    concurrent_batched_records,
     concurrent_writes,
     failover_trials,
     format_table,
@@ -62,18 +64,26 @@ PEERS: dict[str, type[Cluster]] = {
 }
 DEFAULT_PEERS = "pykraft,etcd,zookeeper,pysyncobj,pysyncobj-batch"
 
-# (sequential writes, 64-in-flight writes, batches of 100, failover trials,
-#  warm-up seconds, per-row time limit in seconds)
-FULL = {"seq": 2000, "concurrent": 20000, "batches": 300, "trials": 10, "warmup_s": 5.0, "row_limit_s": 60.0}
-QUICK = {"seq": 300, "concurrent": 3000, "batches": 30, "trials": 3, "warmup_s": 2.0, "row_limit_s": 20.0}
+# (sequential writes, 64-in-flight writes, batches of 100 from one client and
+#  from BATCH_CLIENTS clients, failover trials, warm-up seconds, per-row time
+#  limit in seconds)
+FULL = {"seq": 2000, "concurrent": 20000, "batches": 300, "batches_concurrent": 1000, "trials": 10,
+        "warmup_s": 5.0, "row_limit_s": 60.0}
+QUICK = {"seq": 300, "concurrent": 3000, "batches": 30, "batches_concurrent": 200, "trials": 3,
+         "warmup_s": 2.0, "row_limit_s": 20.0}
+# Clients of the concurrent batch row, each with its own connection and one
+# batch of 100 in flight.
+BATCH_CLIENTS = 8
 
 ROWS = [
     ("seq_writes_per_s", "seq writes/s"),
     ("seq_latency_ms", "seq p50 / p99 ms"),
     ("inflight_writes_per_s", "64 in flight writes/s"),
     ("inflight_latency_ms", "64 in flight p50 / p99 ms"),
-    ("batch_records_per_s", "batched records/s (x100)"),
-    ("batch_latency_ms", "batch p50 / p99 ms"),
+    ("batch_records_per_s", "1 client batched rec/s"),
+    ("batch_latency_ms", "1 client batch p50/p99 ms"),
+    ("batch8_records_per_s", f"{BATCH_CLIENTS} clients batched rec/s"),
+    ("batch8_latency_ms", f"{BATCH_CLIENTS} clients batch p50/p99 ms"),
     ("failover_ms", "failover p50 / max ms"),
     ("rss_mib", "RSS per node MiB"),
 ]
@@ -173,6 +183,15 @@ def run_peer(cluster: Cluster, sizes: dict[str, Any], value_bytes: int) -> dict[
         data["batched_100"] = result.as_dict()
         log(f"[{cluster.name}] batches: {result.records_per_s:,.0f} records/s")
 
+    def concurrent_batches() -> None:
+        cluster.wait_healthy(30.0)
+        result = concurrent_batched_records(cluster, sizes["batches_concurrent"], BATCH_CLIENTS, 100, value_bytes,
+                                            sizes["row_limit_s"])
+        cells["batch8_records_per_s"] = _fmt_rate(result.records_per_s)
+        cells["batch8_latency_ms"] = _pair(result.latency["p50_ms"], result.latency["p99_ms"])
+        data[f"batched_100_{BATCH_CLIENTS}_clients"] = result.as_dict()
+        log(f"[{cluster.name}] batches from {BATCH_CLIENTS} clients: {result.records_per_s:,.0f} records/s")
+
     def rss() -> None:
         values = cluster.rss_bytes()
         cells["rss_mib"] = " / ".join("dead" if v is None else f"{v / 2**20:.0f}" for v in values)
@@ -189,6 +208,7 @@ def run_peer(cluster: Cluster, sizes: dict[str, Any], value_bytes: int) -> dict[
     row(("seq_writes_per_s", "seq_latency_ms"), seq)
     row(("inflight_writes_per_s", "inflight_latency_ms"), inflight)
     row(("batch_records_per_s", "batch_latency_ms"), batches)
+    row(("batch8_records_per_s", "batch8_latency_ms"), concurrent_batches)
     row(("rss_mib",), rss)
     row(("failover_ms",), failover)
     for key, _label in ROWS:
@@ -264,7 +284,8 @@ def render(machine: dict[str, str], sizes: dict[str, Any], args: argparse.Namesp
         f"date: {machine['date']}; data dirs under {machine['data_dirs']}; "
         f"load average at start {machine['load_average_at_start']} (other jobs on the machine skew every figure)",
         f"workload: {args.value_bytes}-byte records; seq {sizes['seq']} writes, 64 in flight {sizes['concurrent']} "
-        f"writes, {sizes['batches']} batches of 100, {sizes['trials']} failover trials; "
+        f"writes, {sizes['batches']} batches of 100 from 1 client, {sizes['batches_concurrent']} from "
+        f"{BATCH_CLIENTS} clients, {sizes['trials']} failover trials; "
         f"{sizes['warmup_s']:.0f} s warm-up; each row stops at {sizes['row_limit_s']:.0f} s"
         + (" (--quick)" if args.quick else ""),
         "",

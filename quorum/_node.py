@@ -41,6 +41,7 @@ from ._messages import (
     VoteResponse,
 )
 from ._output import Output, ReadFailed, ReadReady, Role, RoleChange
+from ._roles import Trigger, describe_transition, transition_allowed
 from ._types import ElectionState, Entry, OffsetAndEpoch, RecordKind, SnapshotId
 
 
@@ -78,6 +79,7 @@ class ReplicaState:
     end_offset: int | None = None  # acknowledged (durable) log end offset
     last_fetch_tick: int | None = None
     acked_read_token: int = 0
+    high_watermark_sent: int = -1  # in the last Fetch response to it
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +176,9 @@ class QuorumNode:
         self._leader_id = stored.leader_id
         self._persisted_election = stored
         self._role = Role.UNATTACHED
+        # True until _initialize has picked the role recovered from disk: the
+        # transition table (_roles.py) knows that first change as a start.
+        self._starting = True
 
         # timers, in ticks
         self._election_deadline = 0
@@ -310,7 +315,7 @@ class QuorumNode:
             self._tick_follower(now)
         elif role is Role.UNATTACHED:
             if self.config.is_voter and now >= self._election_deadline:
-                self._stand("election timeout")
+                self._stand("election timeout", Trigger.ELECTION_TIMEOUT)
             elif not self.config.is_voter:
                 if self._fetch_in_flight is not None and now >= self._fetch_in_flight[2]:
                     self._fetch_in_flight = None
@@ -322,12 +327,12 @@ class QuorumNode:
         elif role is Role.CANDIDATE:
             if now >= self._election_deadline:
                 if self._backing_off:
-                    self._stand("election backoff over")
+                    self._stand("election backoff over", Trigger.ELECTION_TIMEOUT)
                 else:
                     self._start_backoff()
         elif role is Role.RESIGNED:
             if now >= self._election_deadline:
-                self._stand("resigned leader's election timeout")
+                self._stand("resigned leader's election timeout", Trigger.ELECTION_TIMEOUT)
             elif now >= self._end_epoch_deadline:
                 self._send_end_quorum_epoch()
         return self._flush()
@@ -399,7 +404,7 @@ class QuorumNode:
         """Graceful resignation (shutdown): hand leadership over with
         EndQuorumEpoch. A no-op unless this node leads."""
         if self._role is Role.LEADER:
-            self._become_resigned("resigned on request")
+            self._become_resigned("resigned on request", Trigger.RESIGN_REQUESTED)
         return self._flush()
 
     def persisted(self, persist_seq: int) -> Output:
@@ -474,19 +479,22 @@ class QuorumNode:
         the next epoch when its timer fires."""
         if self._log.last_epoch > self._epoch:
             # The log saw a later epoch than the election state recorded.
-            self._become_unattached(self._log.last_epoch, reason="log is ahead of the election state")
+            self._become_unattached(
+                self._log.last_epoch, reason="log is ahead of the election state", trigger=Trigger.START
+            )
         elif stored.leader_id == self.node_id and self.config.is_voter:
             # A leader that restarts must not lead or vote again in the same
             # epoch: it may have lost unflushed records of that epoch.
-            self._role = Role.RESIGNED
+            self._enter_role(Role.RESIGNED, Trigger.START)
             self._end_epoch_acked = set()
             self._reset_election_timer()
             self._end_epoch_deadline = self._tick
             self._event("restarted after leading")
         elif stored.leader_id is not None and stored.leader_id != self.node_id:
-            self._become_follower(self._epoch, stored.leader_id, reason="restarted")
+            self._become_follower(self._epoch, stored.leader_id, reason="restarted", trigger=Trigger.START)
         else:
-            self._become_unattached(self._epoch, voted_for=stored.voted_for, reason="started")
+            self._become_unattached(self._epoch, voted_for=stored.voted_for, reason="started", trigger=Trigger.START)
+        self._starting = False
         # Anything sent during construction is discarded by the first
         # _flush() only if the driver ignores it; drivers call
         # ``initial_output()`` to collect it.
@@ -501,6 +509,19 @@ class QuorumNode:
         if state != self._persisted_election:
             self._persisted_election = state
             self._out.election_state = state
+
+    def _enter_role(self, role: Role, trigger: Trigger) -> None:
+        """Every change of role goes through here: checked against the
+        transition table (``_roles.py``, which also draws the diagram in
+        docs/raft.md), then the old role's state is undone. Raises
+        ``QuorumInvariantError`` for a change the table does not have."""
+        source = None if self._starting else self._role
+        if not transition_allowed(source, role, trigger):
+            raise QuorumInvariantError(
+                f"node {self.node_id}: no role transition {describe_transition(source, role, trigger)} (epoch {self._epoch})"
+            )
+        self._leave_role()
+        self._role = role
 
     def _leave_role(self) -> None:
         """Undo role-specific state before any transition."""
@@ -517,7 +538,13 @@ class QuorumNode:
         self._rejected = set()
 
     def _become_unattached(
-        self, epoch: int, *, voted_for: int | None = None, reason: str, keep_timer: bool = False
+        self,
+        epoch: int,
+        *,
+        voted_for: int | None = None,
+        reason: str,
+        keep_timer: bool = False,
+        trigger: Trigger = Trigger.LATER_EPOCH,
     ) -> None:
         """``keep_timer``: learning a later epoch from a candidate whose vote
         we may refuse must not postpone our own candidacy (Raft thesis §3.4:
@@ -526,6 +553,8 @@ class QuorumNode:
         every up-to-date voter back forever."""
         if epoch < self._epoch:
             raise QuorumInvariantError(f"epoch would go backwards: {self._epoch} -> {epoch}")
+        if trigger is Trigger.LATER_EPOCH and epoch == self._epoch and not self._starting:
+            raise QuorumInvariantError(f"node {self.node_id}: a later epoch was claimed, but {epoch} is its own")
         if epoch > self._epoch:
             self._election_retries = 0
         running_deadline = None
@@ -534,8 +563,7 @@ class QuorumNode:
                 running_deadline = self._fetch_deadline
             elif self._role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE):
                 running_deadline = self._election_deadline
-        self._leave_role()
-        self._role = Role.UNATTACHED
+        self._enter_role(Role.UNATTACHED, trigger)
         self._set_election_state(epoch, voted_for, None)
         self._reset_election_timer()
         if running_deadline is not None:
@@ -543,7 +571,9 @@ class QuorumNode:
         self._next_fetch_tick = self._tick
         self._event(reason)
 
-    def _become_follower(self, epoch: int, leader_id: int, *, reason: str) -> None:
+    def _become_follower(
+        self, epoch: int, leader_id: int, *, reason: str, trigger: Trigger = Trigger.LEADER_FOUND
+    ) -> None:
         if leader_id == self.node_id:
             raise QuorumInvariantError(f"node {self.node_id} cannot follow itself (epoch {epoch})")
         if epoch < self._epoch:
@@ -552,8 +582,7 @@ class QuorumNode:
             raise QuorumInvariantError(f"two leaders in epoch {epoch}: {self.node_id} and {leader_id}")
         if epoch > self._epoch:
             self._election_retries = 0
-        self._leave_role()
-        self._role = Role.FOLLOWER
+        self._enter_role(Role.FOLLOWER, trigger)
         voted = self._voted_for if epoch == self._epoch else None
         self._set_election_state(epoch, voted, leader_id)
         self._fetched_from_leader = False
@@ -564,19 +593,18 @@ class QuorumNode:
         self._event(reason)
         self._maybe_send_fetch(self._tick)
 
-    def _stand(self, reason: str) -> None:
+    def _stand(self, reason: str, trigger: Trigger) -> None:
         """An election timer fired: pre-vote first (KIP-996) unless disabled."""
         if not self.config.is_voter:
             return
         if self.config.pre_vote and len(self.config.voters) > 1:
-            self._become_prospective(reason)
+            self._become_prospective(reason, trigger)
         else:
-            self._become_candidate(reason)
+            self._become_candidate(reason, trigger)
 
-    def _become_prospective(self, reason: str) -> None:
+    def _become_prospective(self, reason: str, trigger: Trigger) -> None:
         leader = self._leader_id if self._leader_id != self.node_id else None
-        self._leave_role()
-        self._role = Role.PROSPECTIVE
+        self._enter_role(Role.PROSPECTIVE, trigger)
         # Keep the last known leader: losing the pre-vote returns to it.
         self._leader_id = leader
         self._granted = {self.node_id}
@@ -585,9 +613,8 @@ class QuorumNode:
         self._event(reason)
         self._request_votes(pre_vote=True)
 
-    def _become_candidate(self, reason: str) -> None:
-        self._leave_role()
-        self._role = Role.CANDIDATE
+    def _become_candidate(self, reason: str, trigger: Trigger) -> None:
+        self._enter_role(Role.CANDIDATE, trigger)
         self._election_retries += 1
         self._set_election_state(self._epoch + 1, self.node_id, None)
         self._granted = {self.node_id}
@@ -600,8 +627,7 @@ class QuorumNode:
             self._request_votes(pre_vote=False)
 
     def _become_leader(self) -> None:
-        self._leave_role()
-        self._role = Role.LEADER
+        self._enter_role(Role.LEADER, Trigger.WON_ELECTION)
         self._election_retries = 0
         self._set_election_state(self._epoch, self._voted_for, self.node_id)
         self._replicas = {
@@ -619,10 +645,9 @@ class QuorumNode:
         self._begin_epoch_deadline = self._tick
         self._send_begin_quorum_epoch(force=True)
 
-    def _become_resigned(self, reason: str) -> None:
+    def _become_resigned(self, reason: str, trigger: Trigger) -> None:
         successors = self._preferred_successors()
-        self._leave_role()
-        self._role = Role.RESIGNED
+        self._enter_role(Role.RESIGNED, trigger)
         self._end_epoch_acked = set()
         self._successors = successors
         self._reset_election_timer()
@@ -634,9 +659,11 @@ class QuorumNode:
         Unattached, in the same epoch."""
         leader = self._leader_id
         if leader is not None and leader != self.node_id:
-            self._become_follower(self._epoch, leader, reason=reason)
+            self._become_follower(self._epoch, leader, reason=reason, trigger=Trigger.LOST_PRE_VOTE)
         else:
-            self._become_unattached(self._epoch, voted_for=self._voted_for, reason=reason)
+            self._become_unattached(
+                self._epoch, voted_for=self._voted_for, reason=reason, trigger=Trigger.LOST_PRE_VOTE
+            )
 
     def _start_backoff(self) -> None:
         """Candidate lost or timed out: wait a random time below
@@ -668,7 +695,7 @@ class QuorumNode:
         # fetched within check_quorum_factor * fetch_timeout. A single voter
         # is its own majority (KAFKA-16144).
         if self.config.check_quorum and len(self.config.voters) > 1 and now >= self._check_quorum_deadline:
-            self._become_resigned("check quorum: no fetch from a majority of voters")
+            self._become_resigned("check quorum: no fetch from a majority of voters", Trigger.CHECK_QUORUM)
             return
         expired = [rid for rid, parked in self._parked.items() if now >= parked.expire_tick]
         for replica_id in expired:
@@ -679,13 +706,13 @@ class QuorumNode:
     def _tick_follower(self, now: int) -> None:
         if self.config.is_voter and now >= self._fetch_deadline:
             if self._leader_unreachable:
-                self._stand("leader unreachable: its connection was reset")
+                self._stand("leader unreachable: its connection was reset", Trigger.FETCH_TIMEOUT)
             else:
-                self._stand("fetch timeout: no fetch from the leader")
+                self._stand("fetch timeout: no fetch from the leader", Trigger.FETCH_TIMEOUT)
             return
         if not self.config.is_voter and now >= self._fetch_deadline:
             # An observer that lost its leader goes looking for the new one.
-            self._become_unattached(self._epoch, reason="fetch timeout")
+            self._become_unattached(self._epoch, reason="fetch timeout", trigger=Trigger.FETCH_TIMEOUT)
             return
         if self._fetch_in_flight is not None and now >= self._fetch_in_flight[2]:
             self._fetch_in_flight = None  # lost; send another
@@ -722,7 +749,12 @@ class QuorumNode:
         self._hw = new_hw
         self._out.committed.extend(self._log.slice(max(old, self._log.start_offset), new_hw))
         if self._role is Role.LEADER:
-            self._complete_parked_fetches()
+            # Observers (brokers) learn the new high watermark at once.
+            # Voters learn it with the next records or when their long poll
+            # expires, as Raft followers learn the commit index from later
+            # AppendEntries (Raft thesis §3.5): answering them now would add
+            # a Fetch round trip to every write, on every node.
+            self._complete_parked_fetches(observers_only=True)
             self._check_pending_reads()
 
     def _on_fetch_request(self, request: FetchRequest) -> None:
@@ -772,7 +804,6 @@ class QuorumNode:
             )
             self._check_pending_reads()
             return
-        hw_before = self._hw
         replica.end_offset = request.fetch_offset
         if replica.is_voter:
             self._maybe_advance_high_watermark()
@@ -784,7 +815,11 @@ class QuorumNode:
         stale = previous is not None and previous.request.request_id > request.request_id
         # Park a fetch that has nothing new to carry (KIP-595 long poll),
         # unless a read is waiting on this fetcher's next round trip.
-        has_news = request.fetch_offset < self._log.end_offset or self._hw != hw_before
+        # An observer (a broker) also wants every move of the high
+        # watermark at once; a voter learns it with its next records.
+        has_news = request.fetch_offset < self._log.end_offset or (
+            not replica.is_voter and self._hw > replica.high_watermark_sent
+        )
         if stale or has_news or self._pending_reads_need(replica):
             if not stale:
                 self._parked.pop(request.src, None)
@@ -817,6 +852,9 @@ class QuorumNode:
 
     def _answer_fetch(self, parked: _ParkedFetch) -> None:
         request = parked.request
+        replica = self._replicas.get(request.src)
+        if replica is not None:
+            replica.high_watermark_sent = self._hw
         records = tuple(self._log.slice(request.fetch_offset, bytes_max=self.config.fetch_bytes_max))
         self._send(
             FetchResponse(
@@ -833,8 +871,14 @@ class QuorumNode:
             )
         )
 
-    def _complete_parked_fetches(self) -> None:
+    def _complete_parked_fetches(self, *, observers_only: bool = False) -> None:
         if not self._parked:
+            return
+        if observers_only:
+            voters = self.config.voter_set
+            for replica_id in sorted(self._parked):
+                if replica_id not in voters:
+                    self._answer_fetch(self._parked.pop(replica_id))
             return
         parked, self._parked = self._parked, {}
         for replica_id in sorted(parked):
@@ -1188,8 +1232,7 @@ class QuorumNode:
         ):
             granted = True
             if self._role is Role.PROSPECTIVE or self._voted_for is None:
-                self._leave_role()
-                self._role = Role.UNATTACHED
+                self._enter_role(Role.UNATTACHED, Trigger.GRANTED_VOTE)
                 self._set_election_state(self._epoch, request.src, None)
                 self._event(f"voted for {request.src}")
             self._reset_election_timer()
@@ -1257,7 +1300,7 @@ class QuorumNode:
         majority = self.config.majority
         if len(self._granted) >= majority:
             if response.pre_vote:
-                self._become_candidate("won the pre-vote")
+                self._become_candidate("won the pre-vote", Trigger.WON_PRE_VOTE)
             else:
                 self._become_leader()
         elif len(self._rejected) > len(self.config.voters) - majority:
@@ -1284,7 +1327,10 @@ class QuorumNode:
                 self._become_unattached(request.epoch, reason=f"{request.src} ended epoch {request.epoch}")
             elif self._role is Role.FOLLOWER and self._leader_id == request.src:
                 self._become_unattached(
-                    self._epoch, voted_for=self._voted_for, reason=f"leader {request.src} resigned"
+                    self._epoch,
+                    voted_for=self._voted_for,
+                    reason=f"leader {request.src} resigned",
+                    trigger=Trigger.LEADER_RESIGNED,
                 )
             if self._role is Role.UNATTACHED and self.config.is_voter:
                 # The most up-to-date successor stands at once, the next

@@ -38,6 +38,8 @@ from .wire import (
     encode_message,
 )
 
+from .runtime._writer import WRITE_ERRORS, StreamWriter
+
 logger = logging.getLogger("pykraft.client")
 
 
@@ -79,12 +81,23 @@ class _Connection:
         self.waiting: dict[int, tuple[trio.Event, list[Any]]] = {}
         self.correlation = itertools.count(1)
         self.broken: BaseException | None = None
-        self.send_lock = trio.Lock()
+        # Set when the client moved to another node: the connection closes
+        # once the requests still in flight on it are answered.
+        self.retiring = False
+        # Requests are written at once (no task hop); what the kernel does
+        # not take is sent by ``write_loop``.
+        self.writer = StreamWriter(stream)
+
+    async def write_loop(self) -> None:
+        try:
+            await self.writer.run()
+        except WRITE_ERRORS as error:
+            self.fail(error)
 
     async def read_loop(self) -> None:
         decoder = FrameDecoder()
         try:
-            while True:
+            while not (self.retiring and not self.waiting):
                 data = await self.stream.receive_some(256 * 1024)
                 if not data:
                     raise trio.BrokenResourceError("connection closed by the server")
@@ -95,13 +108,20 @@ class _Connection:
                     if slot is not None:
                         slot[1].append(decoded.message)
                         slot[0].set()
+            self.fail(trio.ClosedResourceError("closed by the client: it moved to another node"))
         except ClusterIdMismatchError as error:
             self.fail(WrongClusterError(f"{self.address} belongs to another cluster: {error}"))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, RemoteProtocolError) as error:
             self.fail(error)
+        finally:
+            if self.retiring:
+                with trio.move_on_after(1) as scope:
+                    scope.shield = True
+                    await self.stream.aclose()
 
     def fail(self, error: BaseException) -> None:
         self.broken = error
+        self.writer.close()
         for event, _ in self.waiting.values():
             event.set()
         self.waiting.clear()
@@ -117,9 +137,8 @@ class _Connection:
         self.waiting[correlation_id] = (event, holder)
         frame = encode_message(message, correlation_id=correlation_id, cluster_id=self.cluster_id)
         try:
-            async with self.send_lock:
-                await self.stream.send_all(frame)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+            self.writer.write(frame)
+        except WRITE_ERRORS as error:
             self.fail(error)
             raise QuorumClientError(f"could not send to {self.address}: {error}") from error
         with trio.move_on_after(timeout_s):
@@ -128,6 +147,8 @@ class _Connection:
             self.waiting.pop(correlation_id, None)
             if isinstance(self.broken, WrongClusterError):
                 raise self.broken
+            if self.broken is not None:
+                raise IndeterminateError(f"connection to {self.address} failed with the request in flight: {self.broken}")
             raise IndeterminateError(f"no answer from {self.address} within {timeout_s} s")
         return holder[0]
 
@@ -149,6 +170,7 @@ class QuorumClient:
         self.retry_timeout_s = retry_timeout_s
         self._index = 0
         self._connection: _Connection | None = None
+        self._connect_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
         self._nursery_manager: Any = None
 
@@ -172,19 +194,35 @@ class QuorumClient:
                 await connection.stream.aclose()
 
     async def _connect(self) -> _Connection:
-        if self._connection is not None and self._connection.broken is None:
-            return self._connection
-        await self._close_connection()
-        _, host, port = self._servers[self._index % len(self._servers)]
-        stream = await trio.open_tcp_stream(host, port)
-        connection = _Connection(stream, self.cluster_id, f"{host}:{port}")
-        assert self._nursery is not None
-        self._nursery.start_soon(connection.read_loop)
-        self._connection = connection
-        return connection
+        # One connection attempt at a time: concurrent requests share it.
+        async with self._connect_lock:
+            if self._connection is not None and self._connection.broken is None:
+                return self._connection
+            await self._close_connection()
+            _, host, port = self._servers[self._index % len(self._servers)]
+            stream = await trio.open_tcp_stream(host, port)
+            connection = _Connection(stream, self.cluster_id, f"{host}:{port}")
+            assert self._nursery is not None
+            self._nursery.start_soon(connection.read_loop)
+            self._nursery.start_soon(connection.write_loop)
+            self._connection = connection
+            return connection
 
-    async def _move_to(self, leader_hint: int | None) -> None:
-        await self._close_connection()
+    async def _move_to(self, leader_hint: int | None, away_from: _Connection | None) -> None:
+        """Use another node from the next request on. Only the first of
+        several requests turned away by the same connection moves the
+        client. The old connection is not cut: requests still in flight on
+        it (pipelined by other tasks) get their answers, then it closes."""
+        if away_from is not None and self._connection is not away_from:
+            return  # another request already moved the client
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            connection.retiring = True
+            if not connection.waiting:
+                connection.fail(trio.ClosedResourceError("closed by the client: it moved to another node"))
+                with trio.move_on_after(1) as scope:
+                    scope.shield = True
+                    await connection.stream.aclose()
         for index, (node_id, _, _) in enumerate(self._servers):
             if leader_hint is not None and node_id == leader_hint:
                 self._index = index
@@ -200,12 +238,14 @@ class QuorumClient:
         last_error: BaseException | None = None
         deadline = trio.current_time() + self.retry_timeout_s
         while (remaining_s := deadline - trio.current_time()) > 0:
+            connection = self._connection
             try:
-                with trio.fail_after(remaining_s):
-                    connection = await self._connect()
+                if connection is None or connection.broken is not None:
+                    with trio.fail_after(remaining_s):
+                        connection = await self._connect()
             except (OSError, trio.TooSlowError) as error:
                 last_error = error
-                await self._move_to(None)
+                await self._move_to(None, None)
                 await trio.sleep(min(backoff_s, max(0.0, deadline - trio.current_time())))
                 backoff_s = min(backoff_s * 2, 0.5)
                 continue
@@ -217,11 +257,11 @@ class QuorumClient:
                 if not retry_indeterminate:
                     raise
                 last_error = error
-                await self._move_to(None)
+                await self._move_to(None, connection)
                 continue
             except QuorumClientError as error:  # not even sent: safe to retry
                 last_error = error
-                await self._move_to(None)
+                await self._move_to(None, connection)
                 continue
             if isinstance(response, ErrorFrame):
                 if response.code is ErrorCode.INCONSISTENT_CLUSTER_ID:
@@ -230,7 +270,7 @@ class QuorumClient:
             error_code = getattr(response, "error", ErrorCode.NONE)
             if error_code is ErrorCode.NOT_LEADER:
                 last_error = QuorumClientError(f"{connection.address} is not the leader")
-                await self._move_to(response.leader_hint)
+                await self._move_to(response.leader_hint, connection)
                 if response.leader_hint is None:
                     await trio.sleep(min(backoff_s, max(0.0, deadline - trio.current_time())))
                     backoff_s = min(backoff_s * 2, 0.5)

@@ -54,6 +54,18 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def _txn_body(first: int, values: Sequence[bytes]) -> bytes:
+    """One txn of puts (one raft entry), keys from `first` on."""
+    return json.dumps(
+        {
+            "success": [
+                {"request_put": {"key": _b64(key_for(first + i, KEY_SPACE).encode()), "value": _b64(v)}}
+                for i, v in enumerate(values)
+            ]
+        }
+    ).encode()
+
+
 def _put_body(key: str, value: bytes) -> bytes:
     return json.dumps({"key": _b64(key.encode()), "value": _b64(value)}).encode()
 
@@ -251,15 +263,7 @@ class EtcdCluster(Cluster):
             self._writer = _KeepAliveClient(self._leader_port())
         base = self._write_counter
         self._write_counter += len(values)
-        body = json.dumps(
-            {
-                "success": [
-                    {"request_put": {"key": _b64(key_for(base + i, KEY_SPACE).encode()), "value": _b64(v)}}
-                    for i, v in enumerate(values)
-                ]
-            }
-        ).encode()
-        payload = json.loads(self._writer.post("/v3/kv/txn", body))
+        payload = json.loads(self._writer.post("/v3/kv/txn", _txn_body(base, values)))
         if len(payload.get("responses", [])) != len(values):
             raise RuntimeError(f"etcd txn answered {len(payload.get('responses', []))} responses")
 
@@ -297,6 +301,47 @@ class EtcdCluster(Cluster):
                 writer.close()
 
         await asyncio.gather(*(connection_worker() for _ in range(in_flight)))
+        return latencies_s
+
+    def write_batches_concurrently(
+        self, batches: Sequence[Sequence[bytes]], clients: int, deadline: float
+    ) -> list[float]:
+        port = self._leader_port()
+        base = self._write_counter
+        self._write_counter += sum(len(batch) for batch in batches)
+        return asyncio.run(self._write_batches_async(port, batches, base, clients, deadline))
+
+    async def _write_batches_async(
+        self, port: int, batches: Sequence[Sequence[bytes]], base: int, clients: int, deadline: float
+    ) -> list[float]:
+        latencies_s: list[float] = []
+        next_index = 0
+
+        async def connection_worker() -> None:
+            nonlocal next_index
+            reader, writer = await asyncio.open_connection(LOOPBACK, port)
+            try:
+                while next_index < len(batches) and time.monotonic() < deadline:
+                    i = next_index
+                    next_index += 1
+                    first = base + i * len(batches[i])
+                    body = _txn_body(first, batches[i])
+                    request = (
+                        f"POST /v3/kv/txn HTTP/1.1\r\nHost: {LOOPBACK}:{port}\r\n"
+                        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                    ).encode() + body
+                    started = time.perf_counter()
+                    writer.write(request)
+                    status, payload = await asyncio.wait_for(_read_http_response(reader), 30.0)
+                    if status != 200:
+                        raise RuntimeError(f"etcd txn: HTTP {status} {payload[:200]!r}")
+                    if len(json.loads(payload).get("responses", [])) != len(batches[i]):
+                        raise RuntimeError("etcd txn answered the wrong number of responses")
+                    latencies_s.append(time.perf_counter() - started)
+            finally:
+                writer.close()
+
+        await asyncio.gather(*(connection_worker() for _ in range(clients)))
         return latencies_s
 
     def try_write(self, value: bytes, timeout_s: float) -> bool:

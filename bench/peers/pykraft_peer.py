@@ -375,6 +375,28 @@ class PykraftCluster(Cluster):
 
         return self._run(main)
 
+    def write_batches_concurrently(
+        self, batches: Sequence[Sequence[bytes]], clients: int, deadline: float
+    ) -> list[float]:
+        async def main() -> list[float]:
+            latencies_s: list[float] = []
+            next_index = 0
+
+            async def worker() -> None:
+                nonlocal next_index
+                async with self._client() as client:  # a connection of its own
+                    while next_index < len(batches) and time.monotonic() < deadline:
+                        batch = list(batches[next_index])
+                        next_index += 1
+                        started = time.perf_counter()
+                        await self.runner.with_timeout(30.0, lambda batch=batch: client.propose(batch))
+                        latencies_s.append(time.perf_counter() - started)
+
+            await self.runner.gather([worker] * clients)
+            return latencies_s
+
+        return self._run(main)
+
     def write_many(self, values: Sequence[bytes], in_flight: int, deadline: float) -> list[float]:
         async def main() -> list[float]:
             latencies_s: list[float] = []

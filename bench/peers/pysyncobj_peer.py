@@ -293,6 +293,40 @@ class PySyncObjCluster(Cluster):
             raise RuntimeError(f"pysyncobj put failed: {failure[0]}")
         return latencies_s
 
+    def write_batches_concurrently(
+        self, batches: Sequence[Sequence[bytes]], clients: int, deadline: float
+    ) -> list[float]:
+        port = self._leader_front()
+        base = self._next_index(sum(len(batch) for batch in batches))
+        return asyncio.run(self._write_batches_async(port, batches, base, clients, deadline))
+
+    async def _write_batches_async(
+        self, port: int, batches: Sequence[Sequence[bytes]], base: int, clients: int, deadline: float
+    ) -> list[float]:
+        latencies_s: list[float] = []
+        next_index = 0
+
+        async def connection_worker() -> None:
+            nonlocal next_index
+            reader, writer = await asyncio.open_connection(LOOPBACK, port)
+            try:
+                while next_index < len(batches) and time.monotonic() < deadline:
+                    i = next_index
+                    next_index += 1
+                    first = base + i * len(batches[i])
+                    items = [(key_for(first + j, KEY_SPACE), value) for j, value in enumerate(batches[i])]
+                    started = time.perf_counter()
+                    writer.write(_frame(i + 1, OP_BATCH, _batch_payload(items)))
+                    _request_id, status, payload = await asyncio.wait_for(_read_frame(reader), 30.0)
+                    if status != 0:
+                        raise RuntimeError(f"pysyncobj put_batch failed: {payload.decode(errors='replace')}")
+                    latencies_s.append(time.perf_counter() - started)
+            finally:
+                writer.close()
+
+        await asyncio.gather(*(connection_worker() for _ in range(clients)))
+        return latencies_s
+
     def first_write_after_kill(self, killed_at: float, deadline: float) -> float | None:
         alive_ports = [self.front_ports[i] for i in range(self.voters) if self.processes[i].is_alive()]
 

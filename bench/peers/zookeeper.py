@@ -322,6 +322,51 @@ class ZooKeeperCluster(Cluster):
             raise RuntimeError(f"ZooKeeper setData failed: {errors[0]!r}")
         return latencies_s
 
+    def write_batches_concurrently(
+        self, batches: Sequence[Sequence[bytes]], clients: int, deadline: float
+    ) -> list[float]:
+        # One kazoo session per client (each its own connection), each with
+        # one multi outstanding at a time.
+        sessions = self._leader_clients(clients)
+        latencies_s: list[float] = []
+        errors: list[BaseException] = []
+        lock = threading.Lock()
+        next_index = [0]
+        base = self._next_index(sum(len(batch) for batch in batches))
+
+        def worker(client) -> None:  # noqa: ANN001
+            while time.monotonic() < deadline and not errors:
+                with lock:
+                    i = next_index[0]
+                    if i >= len(batches):
+                        return
+                    next_index[0] += 1
+                first = base + i * len(batches[i])
+                transaction = client.transaction()
+                for j, value in enumerate(batches[i]):
+                    transaction.set_data(_path(first + j), value)
+                started = time.perf_counter()
+                try:
+                    results = transaction.commit()
+                except Exception as exc:  # noqa: BLE001 - reported after the workers stop
+                    errors.append(exc)
+                    return
+                failed = [r for r in results if isinstance(r, Exception)]
+                if failed:
+                    errors.append(failed[0])
+                    return
+                with lock:
+                    latencies_s.append(time.perf_counter() - started)
+
+        threads = [threading.Thread(target=worker, args=(session,), daemon=True) for session in sessions]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=max(1.0, deadline - time.monotonic()) + 60.0)
+        if errors:
+            raise RuntimeError(f"ZooKeeper multi failed: {errors[0]!r}")
+        return latencies_s
+
     def first_write_after_kill(self, killed_at: float, deadline: float) -> float | None:
         client = self._failover_client
         if client is None:

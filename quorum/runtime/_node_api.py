@@ -33,6 +33,7 @@ from ..wire import (
     ApplicationResponse,
     DescribeQuorumRequest,
     DescribeQuorumResponse,
+    ErrorFrame,
     ProposeRequest,
     ProposeResponse,
     ReadRequest,
@@ -203,6 +204,30 @@ async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
     return ReadResponse(error=code, leader_hint=hint)
 
 
+def propose_from_client(runtime: QuorumRuntime, request: Any, reply: Callable[[Any], None]) -> bool:
+    """The fast path for a client's ProposeRequest (a ``FastRequestHandler``):
+    proposed from the receiving task and answered by the core task when
+    it commits, with no task per request. Other requests: False."""
+    if type(request) is not ProposeRequest or not request.records:
+        return False
+    count = len(request.records)
+
+    def done(result: tuple[int, list[bytes | None]] | None, error: BaseException | None) -> None:
+        if result is not None:
+            last, answers = result
+            reply(ProposeResponse(offset=last - count + 1, results=tuple(answers)))
+        elif isinstance(error, NotLeaderError):
+            reply(ProposeResponse(error=ErrorCode.NOT_LEADER, leader_hint=error.leader_id))
+        elif isinstance(error, ProposalLostError):
+            reply(ProposeResponse(error=ErrorCode.NOT_LEADER, leader_hint=runtime.node.leader_id))
+        else:  # pragma: no cover - the core reports no other error for a proposal
+            logger.error("proposal failed: %r", error)
+            reply(ErrorFrame(code=ErrorCode.INVALID_REQUEST, message=str(error)[:200], correlation_id=0))
+
+    runtime.propose_with_callback(request.records, done)
+    return True
+
+
 def open_storage(config: NodeConfig) -> FileStorage | MemoryStorage:
     if config.data_dir is None:
         return MemoryStorage()
@@ -258,6 +283,11 @@ async def open_quorum_node(
         listen=config.listen,
         peer_addresses=config.voters,
         request_handler=serve_request,
+        fast_request_handler=(
+            (lambda request, reply: propose_from_client(runtime_ref[0], request, reply))
+            if request_handler is None
+            else None
+        ),
     )
     runtime = QuorumRuntime(
         config.quorum_config(),

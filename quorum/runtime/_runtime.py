@@ -3,14 +3,20 @@ durable storage.
 
 Three tasks share the work:
 
-- the **core task** owns the ``QuorumNode``: it is the only code that calls
-  into it, taking inputs (ticks, received messages, local requests,
-  persistence acknowledgements) from one inbox, in order;
+- the **core task** owns the ``QuorumNode``: only it calls into it, one
+  input at a time (ticks, received messages, local requests, persistence
+  acknowledgements), in the order they were submitted. An input that
+  arrives while the core is idle is handled on the spot by the task that
+  submitted it (``_submit``): trio runs one task at a time, so this is the
+  same as the core task taking it, minus a scheduling hop on every message;
 - the **persister** honours the output contract: it takes every output
   the core produced, makes their persistence work durable with a single
   fsync (group commit: one fsync however many outputs queued up behind the
   previous one), only then hands their messages to the transport, and
-  tells the core what is durable;
+  tells the core what is durable. On the leader the fsync runs in a worker
+  thread, so that the leader keeps appending and answering fetches
+  meanwhile; a node that does not lead persists inline, in the core task,
+  since its next Fetch (the acknowledgement) waits for that fsync anyway;
 - the **ticker** feeds the core one tick every ``tick_ms`` of trio's clock
   (so ``MockClock`` drives it in tests).
 """
@@ -19,8 +25,9 @@ from __future__ import annotations
 
 import abc
 import logging
-import math
+import queue
 import random
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -37,6 +44,7 @@ from .._output import Output, ReadFailed, ReadReady, Role, RoleChange
 from .._types import Entry, RecordKind, SnapshotId
 from ._metrics import Metrics
 from ._state_machine import StateMachine
+from . import _trace
 
 logger = logging.getLogger("pykraft.quorum")
 
@@ -152,6 +160,20 @@ class _Waiter:
 
 
 @dataclass(slots=True)
+class _CallbackWaiter:
+    """A local request answered by a callback, run in the core task as soon
+    as the answer is known (no task to wake): ``done(result, error)``."""
+
+    done: Callable[[Any, BaseException | None], None]
+    resolved: bool = False
+
+    def resolve(self, result: Any = None, error: BaseException | None = None) -> None:
+        if not self.resolved:
+            self.resolved = True
+            self.done(result, error)
+
+
+@dataclass(slots=True)
 class _ReadThen:
     """A linearizable application read: once confirmed, the answer is built
     by ``then()`` (the state machine has applied up to the read offset: the
@@ -176,6 +198,46 @@ class _PendingProposal:
     first_offset: int = 0
     on_committed: Callable[[int], Any] | None = None
     on_lost: Callable[[int], Any] | None = None
+
+
+class _DiskThread:
+    """One thread that carries out the leader's writes and fsyncs, fed
+    through a queue: cheaper than a ``trio.to_thread`` call per batch (no
+    limiter, no task to reschedule). ``done(error)`` runs in the trio
+    thread once a batch is durable (or failed)."""
+
+    def __init__(self, write_batch: Callable[[list[Output]], None], token: trio.lowlevel.TrioToken) -> None:
+        self._write_batch = write_batch
+        self._token = token
+        self._jobs: queue.SimpleQueue[tuple[list[Output], Callable[[BaseException | None], None]] | None] = (
+            queue.SimpleQueue()
+        )
+        self.last_seconds = 0.0
+        self._thread = threading.Thread(target=self._run, name="pykraft-disk", daemon=True)
+        self._thread.start()
+
+    def submit(self, outputs: list[Output], done: Callable[[BaseException | None], None]) -> None:
+        self._jobs.put((outputs, done))
+
+    def stop(self) -> None:
+        """Let the batch in progress finish, then end the thread (blocking)."""
+        self._jobs.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            outputs, done = job
+            error: BaseException | None = None
+            started = time.perf_counter()
+            try:
+                self._write_batch(outputs)
+            except BaseException as failure:  # noqa: BLE001 - handed to the trio thread
+                error = failure
+            self.last_seconds = time.perf_counter() - started
+            try:
+                self._token.run_sync_soon(done, error)
+            except trio.RunFinishedError:
+                return
 
 
 class QuorumRuntime:
@@ -211,9 +273,20 @@ class QuorumRuntime:
         # an fsync; in-memory storage (tests under MockClock) runs inline.
         self._io_in_thread = io_in_thread
         self._rng = rng or random.Random()
-        self._inbox_send, self._inbox_receive = trio.open_memory_channel[tuple](math.inf)
+        # Inputs for the core, in order. An input that arrives while the
+        # core is idle is handled at once by whoever submits it (no task
+        # hop); one that arrives while the core is busy, or behind others,
+        # waits here for the core task.
+        self._inbox: deque[tuple] = deque()
+        self._inbox_wakeup = trio.Event()
+        self._core_busy = True  # until run() has handled the initial output
+        self._core_error: BaseException | None = None
         self._persist_queue: deque[Output] = deque()
         self._persist_wakeup = trio.Event()
+        # True while the disk thread works on a batch: outputs queued
+        # meanwhile wait for it (their messages go after its fsync).
+        self._persisting = False
+        self._disk_thread: _DiskThread | None = None
         self._pending_proposals: dict[int, _PendingProposal] = {}
         self._pending_reads: dict[int, _Waiter | _ReadThen] = {}
         self._next_read_id = 0
@@ -269,64 +342,178 @@ class QuorumRuntime:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled."""
-        async with trio.open_nursery() as nursery:
-            await nursery.start(self.transport.run, self._deliver, self._unreachable)
-            nursery.start_soon(self._persister)
-            nursery.start_soon(self._ticker)
-            self._handle(self.node.initial_output())
-            task_status.started()
-            await self._core_task()
+        if self._io_in_thread:
+            self._disk_thread = _DiskThread(self._write_batch, trio.lowlevel.current_trio_token())
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.transport.run, self._deliver, self._unreachable)
+                nursery.start_soon(self._persister)
+                nursery.start_soon(self._ticker)
+                self._handle(self.node.initial_output())
+                task_status.started()
+                await self._core_task()
+        finally:
+            if self._disk_thread is not None:
+                # Storage is closed after this returns: no write may still
+                # be running then.
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self._disk_thread.stop)
+                self._disk_thread = None
+
+    def _submit(self, item: tuple) -> None:
+        """Hand an input to the core. Inputs are handled one at a time, in
+        the order submitted: at once, by the submitting task, when the core
+        is idle; otherwise by whoever is busy with the core, right after the
+        input at hand."""
+        self._inbox.append(item)
+        if not self._core_busy:
+            self._drain_inbox()
+
+    def _drain_inbox(self) -> None:
+        self._core_busy = True
+        try:
+            while self._inbox and self._core_error is None:
+                self._process(self._inbox.popleft())
+        except BaseException as error:  # noqa: BLE001 - re-raised by the core task
+            # A bug in the core or the runtime: the node stops, as it would
+            # had the core task met it, not the task that submitted it.
+            self._core_error = error
+            self._inbox_wakeup.set()
+        finally:
+            self._core_busy = False
 
     async def _core_task(self) -> None:
-        async for item in self._inbox_receive:
-            kind = item[0]
-            node = self.node
-            if kind == "tick":
-                output = node.tick()
-                if node.is_leader and node.current_tick % 50 == 0:
-                    self.metrics.observe_lag(node)
-            elif kind == "message":
-                output = node.step(item[1])
-            elif kind == "persisted":
-                output = node.persisted(item[1])
-            elif kind == "unreachable":
-                output = node.peer_unreachable(item[1])
-            elif kind == "call":
-                output = self._local_call(item[1], item[2])
-            else:  # pragma: no cover - a runtime bug
-                raise AssertionError(f"unknown inbox item {kind!r}")
-            self._handle(output)
-            if self.application is not None:
-                self._drive_application(kind == "tick")
+        self._core_busy = False
+        self._drain_inbox()  # whatever arrived during startup
+        while self._core_error is None:
+            self._inbox_wakeup = trio.Event()
+            await self._inbox_wakeup.wait()
+        raise self._core_error
+
+    def _process(self, item: tuple) -> None:
+        kind = item[0]
+        node = self.node
+        if _trace.enabled and kind != "tick":
+            _trace.stamp("core-in-" + (type(item[1]).__name__ if kind == "message" else kind))
+        if kind == "tick":
+            output = node.tick()
+            if node.is_leader and node.current_tick % 50 == 0:
+                self.metrics.observe_lag(node)
+        elif kind == "message":
+            output = node.step(item[1])
+        elif kind == "persisted":
+            output = node.persisted(item[1])
+        elif kind == "unreachable":
+            output = node.peer_unreachable(item[1])
+        elif kind == "call":
+            output = self._local_call(item[1], item[2])
+        else:  # pragma: no cover - a runtime bug
+            raise AssertionError(f"unknown inbox item {kind!r}")
+        self._handle(output)
+        if _trace.enabled and kind != "tick":
+            _trace.stamp("core-" + kind, item[1] if kind == "persisted" else None)
+        if self.application is not None:
+            self._drive_application(kind == "tick")
 
     async def _ticker(self) -> None:
         period_s = self.config.tick_ms / 1000
         while True:
             await trio.sleep(period_s)
-            self._inbox_send.send_nowait(("tick",))
+            self._submit(("tick",))
 
     async def _persister(self) -> None:
+        """Group commit for a leader whose storage is in memory (tests): the
+        outputs queued while other tasks ran are persisted together."""
         while True:
-            while not self._persist_queue:
+            if self._persisting or not self._persist_queue:
+                # Nothing to do, or the disk thread will take the queue.
                 self._persist_wakeup = trio.Event()
                 await self._persist_wakeup.wait()
-            batch = list(self._persist_queue)
-            self._persist_queue.clear()
-            durable = [output for output in batch if output.has_persistence]
+                continue
+            batch, durable = self._take_persist_batch()
             if durable:
                 started = time.perf_counter()
-                if self._io_in_thread:
-                    await trio.to_thread.run_sync(self._write_batch, durable)
-                else:
-                    self._write_batch(durable)
+                self._write_batch(durable)
                 self.metrics.fsync_seconds.observe(time.perf_counter() - started)
-            # Persist before acknowledging: only now may the messages leave
-            # (a vote grant, a Fetch whose offset acknowledges records).
-            for output in batch:
-                for message in output.messages:
-                    self.transport.send(message)
+            self._send_persisted(batch)
             if durable:
-                self._inbox_send.send_nowait(("persisted", durable[-1].persist_seq))
+                self._submit(("persisted", durable[-1].persist_seq))
+
+    def _persist_queued(self) -> None:
+        """Start persisting what is queued, the way this node's role wants."""
+        if self._persisting or not self._persist_queue:
+            return
+        if not self.node.is_leader:
+            self._persist_inline()
+        elif self._disk_thread is not None:
+            self._persist_in_thread()
+        else:
+            self._persist_wakeup.set()
+
+    def _persist_in_thread(self) -> None:
+        """The leader's fsync runs in the disk thread, so that the leader
+        keeps appending and answering fetches meanwhile (Raft thesis
+        §10.2.1); everything queued behind it goes in the next fsync."""
+        assert self._disk_thread is not None
+        batch, durable = self._take_persist_batch()
+        if not durable:
+            self._send_persisted(batch)
+            return
+        self._persisting = True
+        if _trace.enabled:
+            _trace.stamp("persist-start", durable[-1].persist_seq)
+        self._disk_thread.submit(durable, lambda error: self._persisted_in_thread(batch, durable, error))
+
+    def _persisted_in_thread(self, batch: list[Output], durable: list[Output], error: BaseException | None) -> None:
+        """In the trio thread (``run_sync_soon``), once the disk thread is
+        done with ``batch``. Must not raise: trio would abort the run."""
+        self._persisting = False
+        if error is None:
+            try:
+                self.metrics.fsync_seconds.observe(self._disk_thread.last_seconds if self._disk_thread else 0.0)
+                if _trace.enabled:
+                    _trace.stamp("persist-done", durable[-1].persist_seq)
+                self._send_persisted(batch)
+                self._submit(("persisted", durable[-1].persist_seq))
+                self._persist_queued()
+                return
+            except BaseException as failure:  # noqa: BLE001 - re-raised by the core task
+                error = failure
+        # A disk failure (the log may hold a prefix of the batch: nothing may
+        # be acknowledged) or a bug: the node stops.
+        self._core_error = error
+        self._inbox_wakeup.set()
+
+    def _take_persist_batch(self) -> tuple[list[Output], list[Output]]:
+        batch = list(self._persist_queue)
+        self._persist_queue.clear()
+        return batch, [output for output in batch if output.has_persistence]
+
+    def _send_persisted(self, batch: list[Output]) -> None:
+        # Persist before acknowledging: only now may the messages leave
+        # (a vote grant, a Fetch whose offset acknowledges records).
+        send = self.transport.send
+        for output in batch:
+            for message in output.messages:
+                send(message)
+
+    def _persist_inline(self) -> None:
+        """Persist the queued outputs here and now, in the core task: no
+        task or thread hop between the fsync and the Fetch it allows. For a
+        node that is not leading, whose next Fetch waits on this fsync
+        anyway, blocking the loop for it costs nothing."""
+        batch, durable = self._take_persist_batch()
+        if durable:
+            started = time.perf_counter()
+            if _trace.enabled:
+                _trace.stamp("persist-start-inline", durable[-1].persist_seq)
+            self._write_batch(durable)
+            self.metrics.fsync_seconds.observe(time.perf_counter() - started)
+            if _trace.enabled:
+                _trace.stamp("persist-done-inline", durable[-1].persist_seq)
+        self._send_persisted(batch)
+        if durable:
+            self._submit(("persisted", durable[-1].persist_seq))
 
     def _write_batch(self, outputs: list[Output]) -> None:
         """Runs in a worker thread: all the batch's writes, one fsync."""
@@ -356,10 +543,10 @@ class QuorumRuntime:
         if message.dst != self.config.node_id:
             logger.warning("dropped a message addressed to node %d: %r", message.dst, type(message).__name__)
             return
-        self._inbox_send.send_nowait(("message", message))
+        self._submit(("message", message))
 
     def _unreachable(self, peer: int) -> None:
-        self._inbox_send.send_nowait(("unreachable", peer))
+        self._submit(("unreachable", peer))
 
     # =====================================================================
     # Output handling (in the core task)
@@ -390,7 +577,7 @@ class QuorumRuntime:
             self.transport.send(message)
         if output.has_persistence or output.messages:
             self._persist_queue.append(output)
-            self._persist_wakeup.set()
+            self._persist_queued()
         self._maybe_snapshot()
         self.metrics.observe_node(self.node)
 
@@ -508,6 +695,8 @@ class QuorumRuntime:
                         pending.on_lost(entry.offset)
                     continue
                 self.metrics.commit_seconds.observe(time.perf_counter() - pending.started_s)
+                if _trace.enabled:
+                    _trace.stamp("committed", entry.offset)
                 if pending.waiter is not None:
                     answers = [self._answers.pop(offset, None) for offset in range(pending.first_offset, entry.offset + 1)]
                     pending.waiter.resolve((entry.offset, answers))
@@ -586,7 +775,7 @@ class QuorumRuntime:
 
     async def _call(self, *request: Any) -> Any:
         waiter = _Waiter()
-        self._inbox_send.send_nowait(("call", request, waiter))
+        self._submit(("call", request, waiter))
         return await waiter.wait()
 
     async def propose(self, payloads: Sequence[bytes]) -> int:
@@ -608,6 +797,17 @@ class QuorumRuntime:
         if not payloads:
             raise ValueError("nothing to propose")
         return await self._call("propose", list(payloads), time.perf_counter())
+
+    def propose_with_callback(
+        self, payloads: Sequence[bytes], done: Callable[[tuple[int, list[bytes | None]] | None, BaseException | None], None]
+    ) -> None:
+        """``propose_with_answers`` without a task: ``done(result, None)`` or
+        ``done(None, error)`` is called once, in the core task, when the
+        outcome is known (at once for ``NotLeaderError``). ``done`` must not
+        block or raise."""
+        if not payloads:
+            raise ValueError("nothing to propose")
+        self._submit(("call", ("propose", list(payloads), time.perf_counter()), _CallbackWaiter(done)))
 
     async def read_index(self) -> int:
         """Linearizable read barrier (ReadIndex): returns once the state

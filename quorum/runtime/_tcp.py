@@ -36,6 +36,8 @@ from ..wire import (
 )
 from .._messages import ErrorCode
 from ._runtime import Transport
+from ._writer import StreamWriter
+from . import _trace
 
 logger = logging.getLogger("pykraft.transport")
 
@@ -50,18 +52,23 @@ RECEIVE_BYTES = 256 * 1024
 # Client requests (propose, read, describe) are answered by this handler;
 # it returns the response message.
 RequestHandler = Callable[[Any], Awaitable[Any]]
+# Tried first: ``handler(request, reply)`` returns True when it took the
+# request and will call ``reply(response)`` itself, once, without blocking
+# (a proposal answered from the core task when it commits: no task per
+# request); False leaves the request to the ``RequestHandler``.
+FastRequestHandler = Callable[[Any, Callable[[Any], None]], bool]
 
 
 class _Connection:
-    """One open stream: frames out through a lock, frames in through a
-    decoder."""
+    """One open stream: frames out through a ``StreamWriter`` (written at
+    once, no task hop), frames in through a decoder."""
 
-    def __init__(self, stream: trio.abc.Stream, peer: str, cluster_id: str, limits: WireLimits) -> None:
+    def __init__(self, stream: trio.SocketStream, peer: str, cluster_id: str, limits: WireLimits) -> None:
         self.stream = stream
         self.peer = peer
         self.cluster_id = cluster_id
         self.limits = limits
-        self._send_lock = trio.Lock()
+        self.writer = StreamWriter(stream)
         self._correlation = itertools.count(1)
         self.closed = False
 
@@ -73,12 +80,39 @@ class _Connection:
             limits=self.limits,
         )
 
-    async def send_frames(self, frames: list[bytes]) -> None:
-        async with self._send_lock:
-            await self.stream.send_all(b"".join(frames))
+    def send(self, message: Any, correlation_id: int | None = None) -> bool:
+        """Encode and write ``message`` now; never blocks. False when it
+        could not be sent (the connection is broken or closing: its reader
+        or writer task tears it down), with a log line when it could not be
+        encoded."""
+        if self.closed:
+            return False
+        try:
+            self.writer.write(self.encode(message, correlation_id))
+        except LocalProtocolError as error:
+            logger.error("not sent to %s, cannot encode %s: %s", self.peer, type(message).__name__, error)
+            return False
+        except _CONNECTION_ERRORS as error:
+            logger.debug("cannot send to %s: %s", self.peer, error)
+            return False
+        return True
+
+    @property
+    def broken(self) -> bool:
+        return self.closed or self.writer.error is not None
+
+    async def run_writer(self, scope: trio.CancelScope) -> None:
+        """Send what the kernel did not take at once; cancel ``scope`` (the
+        connection's tasks) when the stream breaks."""
+        try:
+            await self.writer.run()
+        except _CONNECTION_ERRORS as error:
+            logger.debug("connection with %s broke while sending: %s", self.peer, error)
+        scope.cancel()
 
     async def aclose(self) -> None:
         self.closed = True
+        self.writer.close()
         with trio.move_on_after(1) as scope:
             scope.shield = True
             await self.stream.aclose()
@@ -96,6 +130,7 @@ class TcpTransport(Transport):
         listen: tuple[str, int] | None,
         peer_addresses: dict[int, tuple[str, int]],
         request_handler: RequestHandler | None = None,
+        fast_request_handler: FastRequestHandler | None = None,
         limits: WireLimits = DEFAULT_LIMITS,
     ) -> None:
         self.node_id = node_id
@@ -103,10 +138,14 @@ class TcpTransport(Transport):
         self.listen = listen
         self.peer_addresses = {peer: address for peer, address in peer_addresses.items() if peer != node_id}
         self.request_handler = request_handler
+        self.fast_request_handler = fast_request_handler
         self.limits = limits
         self.bound_port: int | None = None
         self._queues: dict[int, deque[Message]] = {peer: deque() for peer in self.peer_addresses}
         self._wakeups: dict[int, trio.Event] = {peer: trio.Event() for peer in self.peer_addresses}
+        # Established outbound connections (Hello sent, queue drained): a
+        # message for such a peer is written at once.
+        self._links: dict[int, _Connection] = {}
         self._return_paths: dict[int, _Connection] = {}
         self._deliver: Callable[[Message], None] = lambda message: None
         self._unreachable: Callable[[int], None] = lambda peer: None
@@ -118,15 +157,20 @@ class TcpTransport(Transport):
     def send(self, message: Message) -> None:
         queue = self._queues.get(message.dst)
         if queue is not None:
+            link = self._links.get(message.dst)
+            if link is not None and not queue:
+                if not link.send(message) and link.broken:
+                    self._links.pop(message.dst, None)  # the link task reconnects
+                return
             if len(queue) >= PEER_QUEUE_MESSAGES_MAX:
                 queue.popleft()
             queue.append(message)
             self._wakeups[message.dst].set()
             return
         connection = self._return_paths.get(message.dst)
-        if connection is None or connection.closed or self._nursery is None:
+        if connection is None or connection.closed:
             return  # nowhere to send it: like a lost packet
-        self._nursery.start_soon(self._send_on_return_path, connection, message)
+        connection.send(message)
 
     async def run(
         self,
@@ -170,15 +214,16 @@ class TcpTransport(Transport):
                 # handles its own connection errors, so none escapes.
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._read_loop, connection, nursery.cancel_scope)
-                    try:
-                        await connection.send_frames([connection.encode(Hello(node_id=self.node_id, role="voter"))])
-                        await self._drain(peer, queue, connection)
-                    except _CONNECTION_ERRORS as error:
-                        logger.info("connection to %s lost: %s", name, error)
+                    nursery.start_soon(connection.run_writer, nursery.cancel_scope)
+                    connection.send(Hello(node_id=self.node_id, role="voter"))
+                    await self._drain(peer, queue, connection)
                     nursery.cancel_scope.cancel()
+                logger.info("connection to %s lost", name)
             except Exception:  # noqa: BLE001 - a bug here must not take the node down
                 logger.exception("connection to %s failed unexpectedly", name)
             finally:
+                if self._links.get(peer) is connection:
+                    del self._links[peer]
                 await connection.aclose()
             # The peer went away (a reset, a restart): tell the core, which
             # may stand early if it was our leader.
@@ -186,27 +231,16 @@ class TcpTransport(Transport):
             await trio.sleep(backoff_s)
 
     async def _drain(self, peer: int, queue: deque[Message], connection: _Connection) -> None:
-        while not connection.closed:
-            while not queue:
-                self._wakeups[peer] = trio.Event()
-                await self._wakeups[peer].wait()
-            frames = []
-            while queue:
-                message = queue.popleft()
-                try:
-                    frames.append(connection.encode(message))
-                except LocalProtocolError as error:
-                    logger.error("not sent to %s, cannot encode %s: %s", connection.peer, type(message).__name__, error)
-            if frames:
-                await connection.send_frames(frames)
-
-    async def _send_on_return_path(self, connection: _Connection, message: Message) -> None:
-        try:
-            await connection.send_frames([connection.encode(message)])
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass  # the requester is gone; it will ask again
-        except LocalProtocolError as error:
-            logger.error("not sent to %s, cannot encode %s: %s", connection.peer, type(message).__name__, error)
+        """Send what queued up while the link was down, then let ``send``
+        write to this connection directly; returns once it breaks."""
+        while not connection.broken:
+            while queue and not connection.broken:
+                connection.send(queue.popleft())
+            if connection.broken:
+                return
+            self._links[peer] = connection
+            self._wakeups[peer] = trio.Event()
+            await self._wakeups[peer].wait()
 
     # -- inbound ---------------------------------------------------------------------
 
@@ -219,6 +253,7 @@ class TcpTransport(Transport):
         connection = _Connection(stream, name, self.cluster_id, self.limits)
         try:
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(connection.run_writer, nursery.cancel_scope)
                 await self._read_loop(connection, nursery.cancel_scope, nursery)
         except Exception:  # noqa: BLE001 - one bad connection must not take the node down
             logger.exception("connection from %s failed unexpectedly", name)
@@ -245,6 +280,8 @@ class TcpTransport(Transport):
             data = await connection.stream.receive_some(RECEIVE_BYTES)
             if not data:
                 return
+            if _trace.enabled:
+                _trace.stamp("rx", len(data))
             decoder.feed(data)
             while True:
                 try:
@@ -260,8 +297,7 @@ class TcpTransport(Transport):
                     answer = error.correlation_id is not None and error.message_type != "ErrorFrame"
                     self._reject(connection, error, answer=answer)
                     if answer:
-                        with trio.move_on_after(1):
-                            await self._answer(connection, error.to_error_frame(), error.correlation_id)
+                        connection.send(error.to_error_frame(), error.correlation_id)
                     if not error.recoverable:
                         return
                     continue
@@ -275,11 +311,15 @@ class TcpTransport(Transport):
                 return
             if message.src not in self.peer_addresses:
                 self._return_paths[message.src] = connection
+            if _trace.enabled:
+                _trace.stamp("recv-" + kind.__name__, _trace_key(message))
             self._deliver(message)
         elif kind is Hello:
             logger.debug("%s is %s %s", connection.peer, message.role, message.node_id)
         elif kind is ErrorFrame:
             logger.warning("%s answered with an error: %s %s", connection.peer, message.code.name, message.message)
+        elif self.fast_request_handler is not None and self._handle_fast(connection, message, correlation_id):
+            pass
         elif self.request_handler is not None and nursery is not None:
             nursery.start_soon(self._handle_request, connection, message, correlation_id)
         else:
@@ -287,22 +327,38 @@ class TcpTransport(Transport):
 
     async def _handle_request(self, connection: _Connection, request: Any, correlation_id: int) -> None:
         assert self.request_handler is not None
+        if _trace.enabled:
+            _trace.stamp("request", type(request).__name__)
         try:
             response = await self.request_handler(request)
         except Exception as error:  # noqa: BLE001 - a bad request must not take the node down
             logger.exception("request %s from %s failed", type(request).__name__, connection.peer)
             response = ErrorFrame(code=ErrorCode.INVALID_REQUEST, message=str(error)[:200], correlation_id=correlation_id)
-        await self._answer(connection, response, correlation_id)
+        connection.send(response, correlation_id)
+        if _trace.enabled:
+            _trace.stamp("answered", getattr(response, "offset", None))
 
-    async def _answer(self, connection: _Connection, message: Any, correlation_id: int) -> None:
+    def _handle_fast(self, connection: _Connection, request: Any, correlation_id: int) -> bool:
+        assert self.fast_request_handler is not None
+
+        def reply(response: Any) -> None:
+            connection.send(response, correlation_id)
+
         try:
-            await connection.send_frames([connection.encode(message, correlation_id)])
-        except _CONNECTION_ERRORS:
-            pass  # the requester is gone
-        except LocalProtocolError as error:
-            logger.error("cannot answer %s with %s: %s", connection.peer, type(message).__name__, error)
+            return self.fast_request_handler(request, reply)
+        except Exception as error:  # noqa: BLE001 - a bad request must not take the node down
+            logger.exception("request %s from %s failed", type(request).__name__, connection.peer)
+            reply(ErrorFrame(code=ErrorCode.INVALID_REQUEST, message=str(error)[:200], correlation_id=correlation_id))
+            return True
 
     def _reject(self, connection: _Connection, error: RemoteProtocolError, *, answer: bool) -> None:
         self.frames_rejected += 1
         action = "answered with an error" if answer and error.recoverable else "closing the connection"
         logger.warning("bad frame from %s (%s): %s", connection.peer, action, error)
+
+
+def _trace_key(message: Any) -> Any:
+    records = getattr(message, "records", None)
+    if records is not None:
+        return f"{records[0].offset if records else None}/{len(records)}/hw={message.high_watermark}"
+    return getattr(message, "fetch_offset", None)

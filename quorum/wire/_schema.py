@@ -37,7 +37,7 @@ from .._messages import (
     VoteResponse,
 )
 from .._node import ReplicaDescription
-from .._types import Entry, OffsetAndEpoch, SnapshotId
+from .._types import Entry, OffsetAndEpoch, RecordKind, SnapshotId
 from ._checks import (
     INT64_MAX,
     RECORD_KINDS,
@@ -146,30 +146,36 @@ def _node_ids(value: Any, name: str, limits: WireLimits) -> tuple[int, ...]:
 def _records(raw: Any, message_epoch: int, build: bool) -> tuple[Entry, ...]:
     """Records of a FetchResponse: ``[offset, epoch, kind, data]`` each, at
     contiguous offsets, epochs never decreasing and never above the epoch of
-    the leader sending them. Anything else must not reach a log."""
+    the leader sending them. Anything else must not reach a log.
+
+    The encoder runs this on its own body (``build=False``), whose records
+    are still ``Entry`` tuples (msgpack packs them as those same arrays)."""
     if type(raw) is not list:
         raise ValueError(f"records must be an array, got {describe_value(raw)}")
     if not raw:
         return ()
     first = raw[0]
-    if type(first) is not list or len(first) != 4:
+    if type(first) not in (list, Entry) or len(first) != 4:
         raise ValueError(f"records[0] must be an array [offset, epoch, kind, data], got {describe_value(first)}")
     first_offset = next_offset = check_int64(first[0], "records[0].offset")
     previous_epoch = 0
     kinds = RECORD_KINDS
+    # A plain int off the wire; an Entry holds a RecordKind (never a bool,
+    # which would compare equal to a kind).
+    kind_types = (int,) if build else (int, RecordKind)
     entries: list[Entry] = []
     append = entries.append
     # One combined test per record on the fast path; _reject_record works
     # out which rule was broken, for the error text.
     for record in raw:
-        if type(record) is list and len(record) == 4:
+        if (type(record) is list or (not build and type(record) is Entry)) and len(record) == 4:
             offset, epoch, kind, data = record
             if (
                 offset == next_offset
                 and type(offset) is int
                 and type(epoch) is int
                 and previous_epoch <= epoch <= message_epoch
-                and type(kind) is int
+                and type(kind) in kind_types
                 and type(data) is bytes
             ):
                 record_kind = kinds.get(kind)
@@ -188,7 +194,7 @@ def _records(raw: Any, message_epoch: int, build: bool) -> tuple[Entry, ...]:
 def _reject_record(record: Any, expected_offset: int, previous_epoch: int, message_epoch: int, *, index: int) -> None:
     """Raise the ValueError saying why ``record`` failed the fast check."""
     name = f"records[{index}]"
-    if type(record) is not list or len(record) != 4:
+    if type(record) not in (list, Entry) or len(record) != 4:
         raise ValueError(f"{name} must be an array [offset, epoch, kind, data], got {describe_value(record)}")
     offset, epoch, kind, data = record
     check_int64(offset, f"{name}.offset")
@@ -199,15 +205,15 @@ def _reject_record(record: Any, expected_offset: int, previous_epoch: int, messa
         raise ValueError(f"{name}.epoch {epoch} is below the previous record's {previous_epoch}")
     if epoch > message_epoch:
         raise ValueError(f"{name}.epoch {epoch} is above the sender's epoch {message_epoch}")
-    if type(kind) is not int or kind not in RECORD_KINDS:
+    if type(kind) not in (int, RecordKind) or kind not in RECORD_KINDS:
         raise ValueError(f"{name}.kind must be a known record kind {sorted(RECORD_KINDS)}, got {describe_value(kind)}")
     raise ValueError(f"{name}.data must be bytes, got {describe_value(data)}")
 
 
 def _encode_records(records: tuple[Entry, ...]) -> list:
-    # int(kind): the decoder insists on a plain int, and so does the check
-    # the encoder runs; a RecordKind is an IntEnum.
-    return [[entry.offset, entry.epoch, int(entry.kind), entry.data] for entry in records]
+    # An Entry is a tuple in wire order, and msgpack packs a tuple as an
+    # array and a RecordKind (an IntEnum) as its int: no copy per record.
+    return list(records)
 
 
 # --------------------------------------------------------------------------

@@ -31,6 +31,13 @@ from quorum import (
 )
 
 
+def expire_long_polls(cluster: Cluster) -> None:
+    """Voters learn a new high watermark with the next records or when
+    their parked Fetch expires (Raft thesis §3.5: the commit index rides on
+    later AppendEntries), not through a Fetch round trip of its own."""
+    cluster.run(FETCH_MAX_WAIT_TICKS)
+
+
 def leader_view_of(cluster: Cluster, leader: int, replica: int) -> int | None:
     """The end offset the leader believes ``replica`` has acknowledged."""
     description = cluster.node(leader).describe()
@@ -73,6 +80,7 @@ def test_new_leader_appends_a_leader_change_record_at_the_start_of_its_epoch():
     assert leader.epoch_start_offset == 2
     first = leader.log.entry(leader.epoch_start_offset)
     assert (first.kind, first.epoch) == (RecordKind.LEADER_CHANGE, 2)
+    expire_long_polls(cluster)
     assert [(e.offset, e.kind, e.epoch) for e in cluster.replica(3).committed if e.offset == 2] == [
         (2, RecordKind.LEADER_CHANGE, 2)
     ]
@@ -166,6 +174,7 @@ def test_high_watermark_never_moves_backwards():
     cluster.elect(1)
     cluster.propose(1, b"a", b"b")
     cluster.deliver_all()
+    expire_long_polls(cluster)
     assert cluster.node(2).high_watermark == 3
     cluster.crash(3)
     cluster.restart(3)  # remembers nothing of the high watermark
@@ -181,6 +190,7 @@ def test_high_watermark_never_moves_backwards():
     assert watermarks == sorted(watermarks)
     offsets = [entry.offset for entry in cluster.replica(2).committed]
     assert offsets == sorted(set(offsets))
+    expire_long_polls(cluster)
     assert cluster.node(2).high_watermark == 4
 
 
@@ -228,6 +238,7 @@ def test_follower_never_truncates_below_its_high_watermark():
     cluster.elect(1)
     cluster.propose(1, b"a", b"b")
     cluster.deliver_all()
+    expire_long_polls(cluster)
     assert cluster.node(2).high_watermark == 3
     in_flight = cluster.sent(2, FetchRequest)[-1]
     forged = FetchResponse(
@@ -369,3 +380,31 @@ def test_healthy_cluster_keeps_its_leader():
 
     assert cluster.leaders() == [1]
     assert {n: len(cluster.replica(n).events) for n in (1, 2, 3)} == events_before
+
+
+def test_voters_learn_the_high_watermark_with_the_next_records_observers_at_once():
+    """Raft thesis §3.5: followers learn the commit index from later
+    AppendEntries. A voter's acknowledging Fetch that commits records is
+    parked like any caught-up Fetch (no extra round trip per write); its
+    next records carry the new high watermark. An observer (a broker) is
+    answered as soon as the high watermark moves."""
+    cluster = Cluster(3, observers=(4,))
+    cluster.elect(1)
+    cluster.tick(4)
+    cluster.deliver_all()
+    mark = cluster.mark()
+
+    cluster.propose(1, b"a")
+    cluster.deliver_all()
+
+    responses = [line for line in cluster.transcript_since(mark) if " FetchResp " in line]
+    assert sorted(line.split()[0] for line in responses if "records=" in line) == ["1->2", "1->3", "1->4"]
+    assert [line.split()[0] for line in responses if "records=" not in line] == ["1->4"]
+    assert cluster.node(1).high_watermark == 2
+    assert (cluster.node(2).high_watermark, cluster.node(4).high_watermark) == (1, 2)
+
+    cluster.propose(1, b"b")
+    cluster.deliver(FetchResponse, dst=2)
+
+    assert cluster.node(2).high_watermark == 2
+    assert cluster.committed_data(2) == [b"a"]

@@ -1,0 +1,103 @@
+"""Writing frames to a trio socket stream without a task hop.
+
+``trio.SocketStream.send_all`` must be awaited, so a synchronous caller (the
+core task handing a message to the transport) would have to wake a sender
+task and wait for the scheduler to run it: a hop on every message of the
+replication round. A ``StreamWriter`` instead hands the bytes to the kernel
+at once with a non-blocking ``write`` on the socket; only what the kernel
+does not take (a full send buffer) is kept, in order, for ``run()`` to send
+with ``send_all`` once the socket is writable again. Bytes never overtake
+each other: while anything is kept back, later writes queue behind it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import trio
+
+WRITE_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+class StreamWriter:
+    """The only writer of ``stream`` (nothing else may send on it)."""
+
+    __slots__ = ("stream", "_pending", "_pending_bytes", "_flushing", "_wakeup", "error", "closed")
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._flushing = False
+        self._wakeup = trio.Event()
+        self.error: BaseException | None = None
+        self.closed = False
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes accepted by ``write`` that the kernel has not taken yet."""
+        return self._pending_bytes
+
+    def write(self, data: bytes) -> None:
+        """Send ``data`` now, or as soon as the socket takes it; never blocks.
+
+        Raises ``trio.ClosedResourceError`` after ``close()``, or the error
+        that broke the stream (an ``OSError`` such as a reset); the caller
+        then drops the connection.
+        """
+        if self.error is not None:
+            raise self.error
+        if self.closed:
+            raise trio.ClosedResourceError("the connection is closed")
+        if self._pending or self._flushing:
+            self._keep(data)
+            return
+        # fileno() is -1 once the socket is closed, so a closed descriptor
+        # number (perhaps reused by another file) is never written to.
+        fd = self.stream.socket.fileno()
+        if fd < 0:
+            self.closed = True
+            raise trio.ClosedResourceError("the socket is closed")
+        try:
+            sent = os.write(fd, data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as error:
+            self.error = error
+            self._wakeup.set()
+            raise
+        if sent < len(data):
+            self._keep(data[sent:] if sent else data)
+
+    def _keep(self, data: bytes) -> None:
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        self._wakeup.set()
+
+    def close(self) -> None:
+        """Refuse further writes and stop ``run()``."""
+        self.closed = True
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        """Send what ``write`` kept back; returns after ``close()``, raises
+        the stream's error when it breaks."""
+        while True:
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            if self.error is not None:
+                raise self.error
+            while self._pending and not self.closed:
+                data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+                self._pending = []
+                self._pending_bytes = 0
+                self._flushing = True
+                try:
+                    await self.stream.send_all(data)
+                except WRITE_ERRORS as error:
+                    self.error = error
+                    raise
+                finally:
+                    self._flushing = False
+            if self.closed:
+                return

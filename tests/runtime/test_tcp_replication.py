@@ -1,0 +1,134 @@
+"""Three voters in one trio run, on real sockets and files: the replication
+path as a process runs it (frames written without a task hop, a follower
+persisting inline, the leader's disk thread, proposals answered from the
+core task), and the client's pipelining across a change of node."""
+
+import socket
+
+import trio
+
+from quorum.client import QuorumClient
+from quorum.runtime import KeyValueStateMachine, NodeConfig, open_quorum_node
+from quorum.runtime._writer import StreamWriter
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def voter_configs(tmp_path) -> list[NodeConfig]:
+    ports = free_ports(3)
+    voters = {node_id: ("127.0.0.1", port) for node_id, port in zip((1, 2, 3), ports)}
+    return [
+        NodeConfig(
+            node_id=node_id,
+            voters=voters,
+            data_dir=tmp_path / f"node{node_id}",
+            quorum={"election_timeout_ms": 200, "fetch_timeout_ms": 1000},
+        )
+        for node_id in voters
+    ]
+
+
+async def three_voters(nursery: trio.Nursery, tmp_path) -> list:
+    configs = voter_configs(tmp_path)
+    handles: list = [None] * 3
+    stop = trio.Event()
+
+    async def run(index: int, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with open_quorum_node(configs[index]) as node:
+            handles[index] = node
+            task_status.started()
+            await stop.wait()
+
+    for index in range(3):
+        await nursery.start(run, index)
+    with trio.fail_after(20):
+        leader_id = await handles[0].wait_for_leader()
+        while not handles[leader_id - 1].is_leader:
+            await trio.sleep(0.01)
+    return [handles, configs, stop]
+
+
+def bootstrap(configs: list[NodeConfig], first: int) -> list[str]:
+    """Client bootstrap entries, starting with node ``first``."""
+    ordered = sorted(configs, key=lambda config: config.node_id != first)
+    return [f"{config.node_id}@127.0.0.1:{config.listen[1]}" for config in ordered]
+
+
+async def test_pipelined_proposals_sent_to_a_follower_all_commit_at_the_leader(tmp_path):
+    """64 proposals in flight on one connection to a follower: each is
+    turned away with NOT_LEADER, and the first such answer must not cut the
+    connection under the 63 others (they would become indeterminate)."""
+    async with trio.open_nursery() as nursery:
+        handles, configs, stop = await three_voters(nursery, tmp_path)
+        leader = next(handle for handle in handles if handle.is_leader)
+        follower = next(handle for handle in handles if not handle.is_leader)
+        offsets: list[int] = []
+        async with QuorumClient(bootstrap(configs, follower.node_id)) as client:
+
+            async def one(index: int) -> None:
+                offsets.append(await client.propose([KeyValueStateMachine.encode_put(b"k%d" % index, b"v")]))
+
+            with trio.fail_after(30):
+                async with trio.open_nursery() as writers:
+                    for index in range(64):
+                        writers.start_soon(one, index)
+        assert len(set(offsets)) == 64
+        # Every voter holds every record: replication reached both
+        # followers, and a follower learns the high watermark with the next
+        # records or its long poll's expiry.
+        last = max(offsets)
+        with trio.fail_after(10):
+            while any(handle.runtime.applied_offset <= last for handle in handles):
+                await trio.sleep(0.05)
+        for handle in handles:
+            assert handle.state_machine.get(b"k63")[0] == b"v"
+        assert leader.is_leader
+        stop.set()
+
+
+async def test_a_batch_commits_and_every_voter_stores_the_same_records(tmp_path):
+    async with trio.open_nursery() as nursery:
+        handles, configs, stop = await three_voters(nursery, tmp_path)
+        leader = next(handle for handle in handles if handle.is_leader)
+        records = [KeyValueStateMachine.encode_put(b"b%03d" % index, b"x" * 100) for index in range(100)]
+        async with QuorumClient(bootstrap(configs, leader.node_id)) as client:
+            with trio.fail_after(20):
+                first = await client.propose(records)
+                await client.propose([KeyValueStateMachine.encode_put(b"after", b"1")])
+        with trio.fail_after(10):
+            while any(handle.runtime.applied_offset <= first + 100 for handle in handles):
+                await trio.sleep(0.05)
+        logs = [list(handle.runtime.storage.entries_from(first)) for handle in handles]
+        assert [entry.data for entry in logs[0][:100]] == records
+        assert logs[0] == logs[1] == logs[2]
+        stop.set()
+
+
+async def test_stream_writer_keeps_bytes_in_order_when_the_kernel_buffer_fills():
+    """What the kernel does not take at once is queued and sent by ``run``;
+    writes made meanwhile go behind it, never ahead."""
+    left, right = trio.socket.socketpair()
+    sender, receiver = trio.SocketStream(left), trio.SocketStream(right)
+    writer = StreamWriter(sender)
+    chunks = [bytes([index % 251]) * 50_000 for index in range(200)]  # 10 MB: far over a socket buffer
+    for chunk in chunks:
+        writer.write(chunk)
+    assert writer.pending_bytes > 0
+    received = bytearray()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        with trio.fail_after(20):
+            while len(received) < sum(map(len, chunks)):
+                received += await receiver.receive_some(1 << 20)
+        writer.close()
+    assert bytes(received) == b"".join(chunks)
+    await sender.aclose()
+    await receiver.aclose()
