@@ -71,6 +71,9 @@ class SimOptions:
     client_timeout_ms: int = 5000
     faults: LinkFaults = field(default_factory=LinkFaults)
     snapshot_every_records: int = 0  # 0: never
+    # An observer of the run, not an option of it (never in ``describe()``):
+    # the visual replay's ``Recording`` (``_recorder.py``). None: no cost.
+    recorder: Any = None
 
     def quorum_config(self, node_id: int) -> QuorumConfig:
         return QuorumConfig(
@@ -227,6 +230,7 @@ class Simulation:
         self.now_us = 0
         self._trace = trace
         self._full_trace = full_trace
+        self._recorder = self.options.recorder
         self.nodes: dict[int, SimNode] = {i: SimNode(i, self.options) for i in range(1, self.options.voters + 1)}
         self.events_processed = 0
         # invariant bookkeeping
@@ -278,6 +282,8 @@ class Simulation:
         return predicate()
 
     def _step_event(self, event: _Event) -> None:
+        if self._recorder is not None:
+            self._record_network()  # scenario code changes it between events
         self.now_us = event.time_us
         self.events_processed += 1
         kind = event.kind
@@ -285,6 +291,9 @@ class Simulation:
             event.payload()
             return
         node = self.nodes.get(event.node)
+        if kind == "deliver" and self._recorder is not None:
+            alive = node is not None and node.core is not None and node.incarnation == event.incarnation
+            self._recorder.message_arrived(self.now_us, event.payload, alive)
         if node is None or node.core is None or node.incarnation != event.incarnation:
             if kind == "deliver" and node is not None and node.core is None:
                 self._say_full(f"n{event.node} down, dropped {describe_message(event.payload)}")
@@ -321,7 +330,7 @@ class Simulation:
         )
         node.pipeline.clear()
         node.disk_busy = False
-        node.machine = KeyValueMachine()
+        node.machine = self._new_machine(node_id)
         if disk.snapshot is not None:
             node.machine.restore(disk.snapshot.data)
         node.last_hw = node.core.high_watermark
@@ -330,9 +339,19 @@ class Simulation:
         durable_epoch = disk.election_state.epoch if disk.election_state else 0
         self.max_epoch_seen[node_id] = durable_epoch
         self._check_epoch(node)
+        if self._recorder is not None:
+            log = node.core.log
+            self._recorder.node_started(self.now_us, node_id, log.slice(log.start_offset), log.start_offset, node.core.high_watermark)
         self._handle(node, node.core.initial_output())
         phase_us = self._rng.randrange(self.options.tick_ms * US_PER_MS)
         self._push(phase_us, "tick", node_id, node.incarnation)
+
+    def _new_machine(self, node_id: int) -> Any:
+        """The state machine a (re)starting process replays the log into;
+        anything with ``KeyValueMachine``'s apply / snapshot / restore /
+        applied_offset. Simulations of other machines override it."""
+        del node_id
+        return KeyValueMachine()
 
     def crash(self, node_id: int) -> None:
         """kill -9: the process and its unfinished disk writes are gone."""
@@ -355,6 +374,8 @@ class Simulation:
             callback(ReadFailed(read_id, None, "crashed"))
         node.pending_reads.clear()
         self._say(f"n{node_id} CRASH")
+        if self._recorder is not None:
+            self._recorder.node_crashed(self.now_us, node_id)
 
     def restart(self, node_id: int) -> None:
         if self.nodes[node_id].core is not None:
@@ -379,6 +400,8 @@ class Simulation:
             return
         core = node.core
         assert core is not None
+        if self._recorder is not None:
+            self._recorder.node_output(self.now_us, node.node_id, output, core.high_watermark)
         for event in output.events:
             self._on_role_change(node, event)
         if output.snapshot_loaded is not None:
@@ -425,12 +448,32 @@ class Simulation:
             delays = self.network.deliveries(message.src, message.dst)
             if not delays:
                 self._say_full(f"net dropped {describe_message(message)}")
+            if self._recorder is not None:
+                self._record_send(message, target, delays)
             for delay_ms in delays:
                 if target is not None and target.core is None and not self.network.is_blocked(message.src, message.dst):
                     # Connection refused: the sender's transport notices.
                     self._push(int(2 * delay_ms * US_PER_MS), "unreachable", message.src, self.nodes[message.src].incarnation, message.dst)
                 else:
                     self._push(int(delay_ms * US_PER_MS), "deliver", message.dst, target.incarnation if target else 0, message)
+
+    def _record_send(self, message: Message, target: SimNode | None, delays: list[float]) -> None:
+        """Tell the recorder what became of each copy (as _send_all decides)."""
+        recorder = self._recorder
+        if not delays:
+            outcome = "partitioned" if self.network.is_blocked(message.src, message.dst) else "lost"
+            recorder.message_sent(self.now_us, message, None, outcome)
+        for delay_ms in delays:
+            if target is not None and target.core is None and not self.network.is_blocked(message.src, message.dst):
+                recorder.message_sent(self.now_us, message, self.now_us + max(0, int(delay_ms * US_PER_MS)), "refused")
+            else:
+                recorder.message_sent(self.now_us, message, self.now_us + max(0, int(delay_ms * US_PER_MS)))
+
+    def _record_network(self) -> None:
+        faults = self.network.faults
+        self._recorder.network_changed(self.now_us, self.network.blocked_links)
+        rates = {"drop_rate": faults.drop_rate, "duplicate_rate": faults.duplicate_rate, "reorder_rate": faults.reorder_rate}
+        self._recorder.link_faults_changed(self.now_us, rates)
 
     def _maybe_snapshot(self, node: SimNode) -> None:
         every = self.options.snapshot_every_records
@@ -453,6 +496,8 @@ class Simulation:
 
     def _on_role_change(self, node: SimNode, event: RoleChange) -> None:
         self.role_log.append(event)
+        if self._recorder is not None:
+            self._recorder.role_changed(self.now_us, event)
         leader = f" leader=n{event.leader_id}" if event.leader_id is not None else ""
         self._say(f"n{node.node_id} {event.role.value} e{event.epoch}{leader} ({event.reason})")
         if event.role is Role.RESIGNED:
@@ -577,6 +622,8 @@ class Simulation:
         }
         event.update({k: v for k, v in extra.items() if v is not None})
         self.history.append(event)
+        if self._recorder is not None:
+            self._recorder.client_event(event)
         return event
 
     def _client_delay_us(self) -> int:
@@ -681,6 +728,8 @@ class Simulation:
     # =====================================================================
 
     def _say(self, line: str) -> None:
+        if self._recorder is not None:
+            self._recorder.story_line(self.now_us, line)
         if self._trace is not None:
             self._trace(f"{self.now_ms:10.3f} {line}")
 

@@ -69,13 +69,25 @@ class ScenarioResult:
 # =========================================================================
 
 
-def find_stale_reads(history: list[dict[str, Any]], leader_local_bound_ms: float) -> list[dict[str, Any]]:
+#: Operations that write a version (``offset``: the last record written) and
+#: that read one (``offset``: the last record reflected), per key.
+WRITE_OPS = frozenset({"write", "create_topic"})
+READ_OPS = frozenset({"read", "cluster_metadata", "list_topics", "describe_topic", "find_leader"})
+
+
+def find_stale_reads(
+    history: list[dict[str, Any]], leader_local_bound_ms: float, broker_bound_ms: float | None = None
+) -> list[dict[str, Any]]:
     """Reads that broke their contract (``../shared/design.md``).
 
     A linearizable read is stale if it misses a write acknowledged before
     the read was invoked; a leader-local read, if it misses one acknowledged
-    more than ``leader_local_bound_ms`` before. "Misses" compares versions:
-    the offset of the write a read saw against the acknowledged write's.
+    more than ``leader_local_bound_ms`` before; a read from a broker (mode
+    ``broker``), one acknowledged more than ``broker_bound_ms`` before (the
+    broker staleness bound). "Misses" compares versions: the offset of the
+    write a read saw against the acknowledged write's.
+
+    Raises ``ValueError`` for a broker read when ``broker_bound_ms`` is None.
     """
     invoked: dict[int, dict[str, Any]] = {}
     writes: dict[str, list[tuple[int, int]]] = {}
@@ -87,14 +99,19 @@ def find_stale_reads(history: list[dict[str, Any]], leader_local_bound_ms: float
         start = invoked.pop(event["process"], None)
         if start is None or event["type"] != "ok":
             continue
-        if event["f"] == "write":
+        if event["f"] in WRITE_OPS:
             writes.setdefault(event["key"], []).append((event["time"], event["offset"]))
-        elif event["f"] == "read":
+        elif event["f"] in READ_OPS:
             reads.append((start, event))
-    bound_ns = int(leader_local_bound_ms * 1_000_000)
+    bounds_ns = {"leader-local": int(leader_local_bound_ms * 1_000_000)}
+    if broker_bound_ms is not None:
+        bounds_ns["broker"] = int(broker_bound_ms * 1_000_000)
     stale = []
     for start, done in reads:
-        threshold = start["time"] - (bound_ns if start.get("mode") == "leader-local" else 0)
+        mode = start.get("mode")
+        if mode == "broker" and broker_bound_ms is None:
+            raise ValueError("a history with broker reads needs broker_bound_ms")
+        threshold = start["time"] - bounds_ns.get(mode, 0)
         seen = done.get("offset", -1)
         missed = [offset for acked_at, offset in writes.get(done["key"], []) if acked_at < threshold and offset > seen]
         if missed:
@@ -447,6 +464,16 @@ def random_options(seed: int) -> SimOptions:
     )
 
 
+def default_options(name: str, seed: int) -> SimOptions:
+    """The options scenario ``name`` runs with when none are given: drawn
+    from the seed for ``random`` and for scenarios that carry an
+    ``options_factory``; the defaults otherwise."""
+    factory = getattr(SCENARIOS.get(name), "options_factory", None)
+    if factory is not None:
+        return factory(seed)
+    return random_options(seed) if name == "random" else SimOptions()
+
+
 def run_scenario(
     name: str,
     seed: int,
@@ -460,9 +487,11 @@ def run_scenario(
     if name not in SCENARIOS:
         raise KeyError(f"unknown scenario {name!r}; known: {', '.join(sorted(SCENARIOS))}")
     if options is None:
-        options = random_options(seed) if name == "random" else SimOptions()
-    sim = Simulation(seed, options, trace=trace, full_trace=full_trace)
-    result = ScenarioResult(scenario=name, seed=seed, options=options.describe())
+        options = default_options(name, seed)
+    # A scenario may run on a Simulation of its own (``simulation_factory``).
+    factory = getattr(SCENARIOS[name], "simulation_factory", Simulation)
+    sim = factory(seed, options, trace=trace, full_trace=full_trace)
+    result = ScenarioResult(scenario=name, seed=seed, options=sim.options.describe())
     try:
         SCENARIOS[name](sim, result)
         sim.check_final()
@@ -479,7 +508,7 @@ def run_scenario(
         result.failure_class = "crash"
         result.violation = f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
     bound_ms = options.check_quorum_factor * options.fetch_timeout_ms
-    stale = find_stale_reads(sim.history, bound_ms)
+    stale = find_stale_reads(sim.history, bound_ms, getattr(sim.options, "staleness_bound_ms", None))
     result.stale_reads = len(stale)
     result.stale_examples = stale[:5]
     if stale and result.valid:
@@ -492,3 +521,10 @@ def run_scenario(
     result.extra.setdefault("history_events", len(sim.history))
     result.simulation = sim
     return result
+
+
+# Scenarios with brokers and the controller; imported last, since they build
+# on the shared pieces above.
+from ._broker_scenarios import BROKER_SCENARIOS  # noqa: E402
+
+SCENARIOS.update(BROKER_SCENARIOS)

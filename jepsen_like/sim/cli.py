@@ -9,6 +9,21 @@ Trace legend (one line per event; the first column is virtual time in ms):
   ``NEMESIS``, ``HEAL`` — network faults;
 - with ``--trace full`` also every delivered message (``nN <- A->B Type eE ...``),
   every dropped one, and every commit.
+
+In the broker scenarios (``fast-bounce``, ``broker-cut-from-controller``,
+``controlled-shutdown``) brokers are ``bNNN`` and also:
+
+- ``nN CONTROLLER active|inactive`` — the controller on voter N;
+- ``bN REGISTER attempt K -> nM`` / ``bN registration refused: ERROR`` —
+  RegisterBroker;
+- ``bN eE Old -> New (event: reason)`` — the broker's own lifecycle;
+  ``bN STOP`` / ``bN EXIT`` — it stopped and its process ended;
+- ``committed@O: bN eE Old -> New`` — its registration in the committed log;
+- ``admin pP create_topic T via nN: ok|fail`` — the admin client's writes;
+- ``client pP OP via bN (epoch E): fail STALE_BROKER_EPOCH`` — a request
+  for an earlier incarnation, refused (other client reads with ``--trace full``);
+- ``SHUTDOWN``, ``NEMESIS kill -9``, ``NEMESIS replay``, ``PARTITION bN |
+  controllers`` — the scenario's faults.
 """
 
 from __future__ import annotations
@@ -20,8 +35,7 @@ import time
 
 import click
 
-from ._cluster import SimOptions
-from ._scenarios import SCENARIOS, random_options, run_scenario
+from ._scenarios import SCENARIOS, default_options, run_scenario
 
 
 def _replay_command(scenario: str, seed: int, check_quorum: bool, pre_vote: bool) -> str:
@@ -42,11 +56,24 @@ def _replay_command(scenario: str, seed: int, check_quorum: bool, pre_vote: bool
     show_default=True,
     help="story: role changes, faults, client ops; full: also every message.",
 )
-def sim_command(scenario: str, seed: int, check_quorum: bool, pre_vote: bool, as_json: bool, trace: str) -> None:
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write a self-contained visual replay of the run to this HTML file.",
+)
+def sim_command(
+    scenario: str, seed: int, check_quorum: bool, pre_vote: bool, as_json: bool, trace: str, html_path: str | None
+) -> None:
     """Run one simulated scenario with one seed; exit 1 if it is invalid."""
-    options = random_options(seed) if scenario == "random" else SimOptions()
+    options = default_options(scenario, seed)
     options.check_quorum = check_quorum
     options.pre_vote = pre_vote
+    if html_path is not None:
+        from ._recorder import Recording
+
+        options.recorder = Recording()
     click.echo(f"SEED={seed} scenario={scenario} options={json.dumps(options.describe(), sort_keys=True)}")
     sink = None if trace == "none" else click.echo
     result = run_scenario(scenario, seed, options, trace=sink, full_trace=trace == "full")
@@ -60,6 +87,11 @@ def sim_command(scenario: str, seed: int, check_quorum: bool, pre_vote: bool, as
         click.echo(f"    stale: {json.dumps(example, sort_keys=True)}")
     if not result.valid:
         click.echo(f"    replay: {_replay_command(scenario, seed, check_quorum, pre_vote)}")
+    if html_path is not None:
+        from ._replay_html import write_replay
+
+        command = f"{_replay_command(scenario, seed, check_quorum, pre_vote)} --html {html_path}"
+        click.echo(f"    replay page: {write_replay(result, html_path, command=command)}")
     if as_json:
         click.echo(json.dumps(result.summary(), sort_keys=True, default=str))
     sys.exit(0 if result.valid else 1)
@@ -82,8 +114,10 @@ def sweep_command(seeds: int, start: int, scenario: str, check_quorum: bool, pre
     failures: list[str] = []
     resign_ms: list[float] = []
     failover_ms: list[float] = []
+    # The scenario's own figures (ScenarioResult.extra), where it names them.
+    figures: dict[str, list[float]] = {name: [] for name in getattr(SCENARIOS[scenario], "figures", ())}
     for seed in range(start, start + seeds):
-        options = random_options(seed) if scenario == "random" else SimOptions()
+        options = default_options(scenario, seed)
         options.check_quorum = check_quorum
         options.pre_vote = pre_vote
         result = run_scenario(scenario, seed, options)
@@ -91,6 +125,10 @@ def sweep_command(seeds: int, start: int, scenario: str, check_quorum: bool, pre
             resign_ms.append(result.leader_resign_ms)
         if result.failover_ms is not None:
             failover_ms.append(result.failover_ms)
+        for name, values in figures.items():
+            value = result.extra.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                values.append(value)
         if not result.valid:
             first_line = (result.violation or "").splitlines()[0] if result.violation else ""
             failures.append(f"seed {seed}: {result.failure_class}: {first_line}")
@@ -105,10 +143,13 @@ def sweep_command(seeds: int, start: int, scenario: str, check_quorum: bool, pre
         "leader_resign_ms": _distribution(resign_ms),
         "failover_ms": _distribution(failover_ms),
     }
+    summary.update({name: _distribution(values) for name, values in figures.items()})
     click.echo(
         f"{scenario}: {seeds} seeds, {len(failures)} failures, {summary['seeds_per_s']} seeds/s;"
         f" resign {summary['leader_resign_ms']}; failover {summary['failover_ms']}"
     )
+    for name in figures:
+        click.echo(f"    {name}: {summary[name]}")
     if as_json:
         click.echo(json.dumps(summary, sort_keys=True))
     sys.exit(1 if failures else 0)
