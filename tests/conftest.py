@@ -7,7 +7,9 @@ timing on a loaded 2-core machine is not a property of the code.
 """
 
 import os
+import sys
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -24,3 +26,17 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A local[2] Spark session shared by every test that needs one (the
+    checker's tests and the docs' example histories): one per test run."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from jepsen_like.checker import spark_session
+
+    session = spark_session("local[2]")
+    yield session
+    session.stop()

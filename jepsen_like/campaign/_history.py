@@ -8,6 +8,7 @@ before the request leaves, a completion after the answer arrives.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -26,6 +27,14 @@ class HistoryRecorder:
         self._file: TextIO = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by close()
         self._index = 0
         self._start_s = trio.current_time()
+        # The wall clock at the same instant: node event logs are stamped
+        # with time.time_ns() and become history-relative with it.
+        self.start_wall_ns = time.time_ns()
+        # key -> the type of the last completion recorded on it.
+        self.last_completion: dict[Any, str] = {}
+        # process -> its invoke still waiting for a completion.
+        self.pending: dict[Any, dict[str, Any]] = {}
+        # Client operations' events by type (nemesis events are not counted).
         self.counts: dict[str, int] = {"invoke": 0, "ok": 0, "fail": 0, "info": 0}
         self.recent_ok_times_s: list[float] = []
 
@@ -46,9 +55,15 @@ class HistoryRecorder:
             if field_value is not None:
                 event[name] = field_value
         self._index += 1
-        self.counts[type_] = self.counts.get(type_, 0) + 1
-        if type_ == "ok" and process != NEMESIS:
-            self.recent_ok_times_s.append(trio.current_time())
+        if process != NEMESIS:
+            self.counts[type_] = self.counts.get(type_, 0) + 1
+            if type_ == "ok":
+                self.recent_ok_times_s.append(trio.current_time())
+            if type_ == "invoke":
+                self.pending[process] = event
+            else:
+                self.last_completion[key] = type_
+                self.pending.pop(process, None)
         self._file.write(json.dumps(event, separators=(",", ":")) + "\n")
         return event
 

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import trio
+
 logger = logging.getLogger("pykraft.campaign")
 
 
@@ -67,6 +69,32 @@ class NodeProcess:
             self._signal(signal.SIGKILL)
         self._reap()
 
+    def send_sigterm(self) -> None:
+        """SIGTERM, and nothing else: a controller resigns and exits, a
+        broker starts its controlled shutdown (and exits when the
+        controller says so)."""
+        if self.process is None:
+            return
+        if self.paused:
+            self.resume()
+        self._signal(signal.SIGTERM)
+
+    async def stop_gracefully(self, timeout_s: float) -> bool:
+        """SIGTERM and wait (without blocking the event loop) for the exit;
+        SIGKILL after ``timeout_s``. Returns True when it exited by itself."""
+        if not self.running:
+            self.process = None
+            return True
+        self.send_sigterm()
+        with trio.move_on_after(timeout_s):
+            while self.process is not None and self.process.poll() is None:
+                await trio.sleep(0.05)
+        clean = self.process is None or self.process.poll() is not None
+        if not clean:
+            logger.warning("node %d ignored SIGTERM for %.0f s; killing it", self.node_id, timeout_s)
+        self.kill()
+        return clean
+
     def pause(self) -> None:
         """SIGSTOP: the process freezes (a long GC pause), its sockets stay open."""
         if self.running and not self.paused:
@@ -107,6 +135,9 @@ class ProcessGroup:
 
     def of_role(self, role: str) -> list[NodeProcess]:
         return [node for _, node in sorted(self.nodes.items()) if node.role == role]
+
+    def ids(self, role: str | None = None) -> list[int]:
+        return [node_id for node_id, node in sorted(self.nodes.items()) if role is None or node.role == role]
 
     def stop_all(self) -> None:
         for node in self.nodes.values():

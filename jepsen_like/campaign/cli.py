@@ -6,33 +6,46 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import trio
 
-from ._runner import NEMESIS_SCENARIOS, Campaign, CampaignOptions
+from ._progress import LiveProgress, PlainProgress
+from ._runner import NEMESIS_SCENARIOS, Campaign, CampaignOptions, CampaignResult
+from ._workloads import WORKLOADS
 
 
 @click.command("campaign")
 @click.option("--scenario", type=click.Choice(sorted(NEMESIS_SCENARIOS)), default="chaos", show_default=True)
 @click.option("--time-limit", "time_limit_s", type=float, default=60.0, show_default=True, help="Seconds of workload and faults.")
-@click.option("--controllers", type=int, default=3, show_default=True)
-@click.option("--read-mode", type=click.Choice(["linearizable", "leader-local"]), default=None, help="Default: leader-local for zombie-leader, else linearizable.")
+@click.option("--controllers", type=click.IntRange(1, 9), default=3, show_default=True, help="kraft-controller voters.")
+@click.option("--brokers", type=click.IntRange(0, 20), default=3, show_default=True, help="kraft-broker processes (0: none).")
+@click.option("--workload", type=click.Choice(WORKLOADS), default="mixed", show_default=True)
+@click.option("--clients", type=click.IntRange(1, 64), default=6, show_default=True, help="Concurrent client tasks.")
+@click.option("--read-mode", type=click.Choice(["linearizable", "leader-local"]), default=None, help="Register reads. Default: leader-local for zombie-leader, else linearizable.")
 @click.option("--check-quorum/--no-check-quorum", default=True, help="KAFKA-15489 leader progress timeout.")
 @click.option("--net", type=click.Choice(["proxy", "netns"]), default="proxy", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--store", type=click.Path(file_okay=False, path_type=Path), default=Path("store"), show_default=True)
-@click.option("--no-check", is_flag=True, help="Record only; do not run the Spark checker.")
+@click.option("--no-check", is_flag=True, help="Record only; do not run the checker.")
+@click.option("--checker", type=click.Choice(["spark", "reference"]), default="spark", show_default=True, help="reference: the checker's pure-Python twin (short runs only).")
+@click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal.")
 def campaign_command(
     scenario: str,
     time_limit_s: float,
     controllers: int,
+    brokers: int,
+    workload: str,
+    clients: int,
     read_mode: str | None,
     check_quorum: bool,
     net: str,
     seed: int,
     store: Path,
     no_check: bool,
+    checker: str,
+    plain: bool,
 ) -> None:
     """Run a cluster of real processes under faults, record the history and
     check it. Exits 0 only when the history is valid."""
@@ -41,23 +54,23 @@ def campaign_command(
         scenario=scenario,
         time_limit_s=time_limit_s,
         controllers=controllers,
+        brokers=brokers,
+        workload=workload,
+        clients=clients,
         read_mode=read_mode or ("leader-local" if scenario == "zombie-leader" else "linearizable"),
         check_quorum=check_quorum,
         net=net,
         seed=seed,
         store=store,
         check=not no_check,
+        checker=checker,
     )
-    on_terminal = sys.stdout.isatty()
+    display: Any = LiveProgress() if sys.stdout.isatty() and not plain else PlainProgress()
+    campaign = Campaign(options, status=display.status)
 
-    def status(line: str) -> None:
-        click.echo(("\r\x1b[K" if on_terminal else "") + f"[campaign] {line}", nl=not on_terminal)
-
-    campaign = Campaign(options, status=status)
-
-    async def main() -> object:
+    async def main() -> CampaignResult:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_progress, campaign, status)
+            nursery.start_soon(display.run, campaign)
             result = await campaign.run()
             nursery.cancel_scope.cancel()
         return result
@@ -65,33 +78,44 @@ def campaign_command(
     # SIGTERM unwinds like Ctrl-C, so every process and network device the
     # run created is removed on the way out.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    result = trio.run(main)
-    if on_terminal:
-        click.echo("")
-    verdict = {True: "VALID", False: "INVALID", None: "NOT CHECKED"}.get(result.valid, str(result.valid).upper())
-    click.echo(f"--- {scenario}: {verdict}")
-    click.echo(f"    ops: {result.ops}   faults: {result.faults}")
-    if result.anomalies:
-        click.echo(f"    anomalies: {result.anomalies}")
-    if result.checker_error:
-        click.echo(f"    checker error: {result.checker_error}")
-    click.echo(f"    run directory: {result.run_dir}")
-    if result.report is not None:
-        click.echo(f"    report: {result.report}")
+    try:
+        result = trio.run(main)
+    except BaseException as error:
+        if not _interrupted(error):
+            raise
+        click.echo(f"\n--- {scenario}: INTERRUPTED; every node process and network device of the run was removed")
+        click.echo(f"    run directory (partial): {campaign.run_dir}")
+        sys.exit(130)
+    for line in verdict_lines(scenario, result):
+        click.echo(line)
     sys.exit(0 if result.valid is True else 1)
 
 
-async def _progress(campaign: Campaign, status: object) -> None:
-    """A line every few seconds: elapsed, ops/s, ok/fail/info, faults."""
-    started = trio.current_time()
-    while True:
-        await trio.sleep(5)
-        history = campaign.history
-        if history is None:
-            continue
-        counts = history.counts
-        campaign.status(
-            f"{trio.current_time() - started:5.0f} s  {history.ops_per_second():6.0f} ops/s  "
-            f"ok {counts.get('ok', 0)} fail {counts.get('fail', 0)} info {counts.get('info', 0)}  "
-            f"faults {campaign.faults_injected}"
-        )
+def _interrupted(error: BaseException) -> bool:
+    """Ctrl-C (or SIGTERM), also when trio delivers it inside an exception
+    group from the run's nurseries."""
+    if isinstance(error, KeyboardInterrupt):
+        return True
+    return isinstance(error, BaseExceptionGroup) and error.subgroup(KeyboardInterrupt) is not None
+
+
+def verdict_lines(scenario: str, result: CampaignResult) -> list[str]:
+    """The end of a run, in a few lines: the verdict, anomalies by kind,
+    operations and faults counted, where the report is."""
+    verdict = {True: "VALID", False: "INVALID", None: "NOT CHECKED"}.get(result.valid, str(result.valid).upper())  # type: ignore[arg-type]
+    ops = result.ops
+    lines = [
+        f"--- {scenario}: {verdict}",
+        f"    operations: {result.operations} (ok {ops.get('ok', 0)}, fail {ops.get('fail', 0)}, info {ops.get('info', 0)})",
+        f"    faults: {result.faults}" + (f" ({', '.join(f'{k} {v}' for k, v in sorted(result.faults_by_kind.items()))})" if result.faults_by_kind else ""),
+    ]
+    if result.anomalies:
+        lines.append("    anomalies: " + ", ".join(f"{name} x{count}" for name, count in sorted(result.anomalies.items())))
+    elif result.valid is not None:
+        lines.append("    anomalies: none")
+    if result.checker_error:
+        lines.append(f"    checker error: {result.checker_error}")
+    lines.append(f"    run directory: {result.run_dir}")
+    if result.report is not None:
+        lines.append(f"    report: {result.report}")
+    return lines

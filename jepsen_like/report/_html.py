@@ -76,6 +76,12 @@ ROLE_STYLE = {  # fill, text colour, vertical inset (px), short label
     "unattached": ("#e2e8f0", "#334155", 7, "U"),
     "resigned": ("#a8a29e", "#ffffff", 5, "R"),
 }
+BROKER_STATE_STYLE = {  # a broker's lane: its lifecycle state (seed 001)
+    "online": ("#0d9488", "#ffffff", 2, "On"),
+    "fenced": ("#fca5a5", "#7f1d1d", 5, "Fe"),
+    "stopping": ("#c4b5fd", "#3b0764", 5, "St"),
+    "offline": ("#e7e5e4", "#44403c", 7, "Off"),
+}
 OTHER_ROLE = ("#cbd5e1", "#1f2937", 7, "?")
 OP_COLOURS = ["#60a5fa", "#34d399", "#a78bfa", "#f472b6", "#2dd4bf", "#94a3b8", "#fb923c"]
 WITNESS = "#c026d3"
@@ -446,23 +452,29 @@ def _timeline_section(data: RunData, scale: TimeScale, witnesses: Sequence[Check
     for position, node in enumerate(data.nodes):
         y = lanes_top + position * (LANE_H + LANE_GAP)
         node_spans = spans.get(node, [])
-        led = sorted({str(s.epoch) for s in node_spans if s.role == "leader"}, key=lambda e: (len(e), e))
-        sub = ("led e" + ",".join(led)) if led else "never led"
+        is_broker = node in data.broker_nodes
+        if is_broker:
+            epochs = sorted({str(s.epoch) for s in node_spans if s.epoch is not None}, key=lambda e: (len(e), e))
+            sub = ("epochs " + ",".join(epochs)) if epochs else "never registered"
+        else:
+            led = sorted({str(s.epoch) for s in node_spans if s.role == "leader"}, key=lambda e: (len(e), e))
+            sub = ("led e" + ",".join(led)) if led else "never led"
         if len(sub) > 17:
             sub = sub[:16] + "…"
         parts.append(f"<g class=\"lane\" data-node=\"{esc(node)}\">")
         parts.append(f"<rect class=\"lane-bg\" x=\"{num(scale.left)}\" y=\"{num(y)}\" width=\"{num(PLOT_W)}\" height=\"{LANE_H}\"/>")
-        parts.append(f"<text class=\"lane-label\" x=\"{num(scale.left - 10)}\" y=\"{num(y + 17)}\" text-anchor=\"end\">node {esc(node if len(node) <= 10 else node[:9] + '…')}</text>")
+        parts.append(f"<text class=\"lane-label\" x=\"{num(scale.left - 10)}\" y=\"{num(y + 17)}\" text-anchor=\"end\">{'broker' if is_broker else 'node'} {esc(node if len(node) <= 10 else node[:9] + '…')}</text>")
         parts.append(f"<text class=\"lane-sub\" x=\"{num(scale.left - 10)}\" y=\"{num(y + 31)}\" text-anchor=\"end\">{esc(sub)}</text>")
         for fault in targeted.get(node, []):
             parts.append(_target_overlay(fault, scale, y, data.end_ns, under=True))
         for span in node_spans:
-            parts.append(_role_rect(span, scale, y))
+            parts.append(_broker_state_rect(span, scale, y) if is_broker else _role_rect(span, scale, y))
         for fault in targeted.get(node, []):
             parts.append(_target_overlay(fault, scale, y, data.end_ns, under=False))
         if not node_spans:
             parts.append(
-                f"<text class=\"lane-empty\" x=\"{num(scale.left + 8)}\" y=\"{num(y + 21)}\">no role events from this node</text>"
+                f"<text class=\"lane-empty\" x=\"{num(scale.left + 8)}\" y=\"{num(y + 21)}\">"
+                f"{'no state events from this broker' if is_broker else 'no role events from this node'}</text>"
             )
         parts.append("</g>")
     # Fault windows across every lane, with their names above.
@@ -514,6 +526,11 @@ def _timeline_section(data: RunData, scale: TimeScale, witnesses: Sequence[Check
     legend = "".join(
         f"<span class=\"key\"><i style=\"background:{fill}\"></i>{esc(role)}</span>" for role, (fill, _, _, _) in ROLE_STYLE.items()
     )
+    if data.broker_nodes:
+        legend += "".join(
+            f"<span class=\"key\"><i style=\"background:{fill}\"></i>broker {esc(state)}</span>"
+            for state, (fill, _, _, _) in BROKER_STATE_STYLE.items()
+        )
     legend += "<span class=\"key\"><i class=\"k-fault\"></i>fault window</span>"
     legend += "<span class=\"key\"><i class=\"k-net\"></i>the node a network fault is about</span>"
     legend += "<span class=\"key\"><i class=\"k-down\"></i>node killed / paused</span>"
@@ -521,7 +538,7 @@ def _timeline_section(data: RunData, scale: TimeScale, witnesses: Sequence[Check
         legend += f"<span class=\"key\"><i style=\"background:{WITNESS}\"></i>anomaly witness</span>"
     return f"""<section class="card" id="timeline">
 <h2>Node timeline</h2>
-<p class="lede">One lane per node: its Raft role over time, labelled with the epoch (a follower also names its leader: <code>→n3</code>).
+<p class="lede">One lane per node: a controller's Raft role over time, labelled with the epoch (a follower also names its leader: <code>→n3</code>); a broker's state (online, fenced, stopping, offline) with its broker epoch.
 Shaded columns are fault windows, named above the lanes; a hatched strip under a lane marks the node a fault is about (cut off, killed or paused).</p>
 <div class="legend">{legend}</div>
 <div class="scroll">{''.join(parts)}</div>
@@ -548,7 +565,7 @@ def _target_overlay(fault: Fault, scale: TimeScale, y: float, end_ns: int, *, un
     x1 = scale.x(fault.end_ns if fault.end_ns is not None else end_ns)
     w = max(1.5, x1 - x0)
     tip = f"<title>{esc(_fault_tip(fault, end_ns))}</title>"
-    pattern = {"kill": "hatch-down", "pause": "hatch-down"}.get(fault.f, "hatch-net")
+    pattern = "hatch-down" if fault.f in PROCESS_FAULTS else "hatch-net"
     strip_y = y + LANE_H - STRIP_H
     if under:
         if fault.f != "kill":
@@ -575,6 +592,10 @@ def _fit_text(text: str, x: float, width: float, y: float, css: str, *shorter: s
     return ""
 
 
+# Faults that stop or restart a process (the rest are network faults).
+PROCESS_FAULTS = ("kill", "pause", "fast-bounce", "controlled-shutdown", "restart")
+
+
 def _role_rect(span: Any, scale: TimeScale, y: float) -> str:
     fill, ink, inset, letter = ROLE_STYLE.get(span.role, OTHER_ROLE)
     x0 = scale.x(span.start_ns)
@@ -595,6 +616,25 @@ def _role_rect(span: Any, scale: TimeScale, y: float) -> str:
     return (
         f"<g class=\"{css}\" data-role=\"{esc(span.role)}\"><rect x=\"{num(x0)}\" y=\"{num(y + BAND_TOP + inset)}\" width=\"{num(w)}\" "
         f"height=\"{num(BAND_H - 2 * inset)}\" rx=\"2\" fill=\"{fill}\"/>{text}<title>{esc(tip)}</title></g>"
+    )
+
+
+def _broker_state_rect(span: Any, scale: TimeScale, y: float) -> str:
+    """A broker's state band: online (teal, nearly full height), fenced
+    (red), stopping (violet), offline (grey), labelled with its epoch."""
+    fill, ink, inset, letter = BROKER_STATE_STYLE.get(span.role, OTHER_ROLE)
+    x0 = scale.x(span.start_ns)
+    x1 = scale.x(span.end_ns)
+    w = max(1.0, x1 - x0 - 0.8)
+    epoch = f"epoch {span.epoch}" if span.epoch is not None else ""
+    tip = (
+        f"broker {span.node}: {span.role}, broker epoch {span.epoch}\n"
+        f"{seconds(span.start_ns)} s – {seconds(span.end_ns)} s ({duration_text(span.end_ns - span.start_ns)})"
+    )
+    text = _fit_text(f"{span.role} {epoch}".strip(), x0, w, y + BAND_TOP + BAND_H / 2 + 4, "role-text", span.role, letter, fill=ink)
+    return (
+        f"<g class=\"role broker-state\" data-role=\"{esc(span.role)}\"><rect x=\"{num(x0)}\" y=\"{num(y + BAND_TOP + inset)}\" "
+        f"width=\"{num(w)}\" height=\"{num(BAND_H - 2 * inset)}\" rx=\"2\" fill=\"{fill}\"/>{text}<title>{esc(tip)}</title></g>"
     )
 
 
@@ -642,9 +682,12 @@ def _latency_section(data: RunData, scale: TimeScale, witnesses: Sequence[CheckW
         return "<section class=\"card\" id=\"latency\"><h2>Latency</h2><p class=\"muted\">no client operations</p></section>"
     latencies = [op.latency_ms for op in data.ops if op.latency_ms is not None]
     marks_by_f: dict[str, list[Mark]] = defaultdict(list)
+    # A witness names the checker's f (read/write/cas); a metadata
+    # operation is drawn in its own panel (create_topic...): find it by index.
+    panel_of = {op.index: op.f for op in data.ops}
     for c in witnesses:
         for mark in c.marks:
-            marks_by_f[str(mark.op.get("f"))].append(mark)
+            marks_by_f[panel_of.get(mark.op.get("index"), str(mark.op.get("f")))].append(mark)
             start, end = _mark_times(mark.op)
             if start is not None and end is not None:
                 latencies.append((end - start) / 1e6)

@@ -17,7 +17,16 @@ NEMESIS = "nemesis"
 CLIENT_TYPES = ("invoke", "ok", "fail", "info")
 OUTCOMES = ("ok", "fail", "info")
 # The order op types are listed and drawn in; others follow alphabetically.
-OP_ORDER = ("read", "write", "cas")
+# Metadata operations (an ``op`` field beside the register ``f``) are drawn
+# under their own names.
+OP_ORDER = (
+    "read", "write", "cas",
+    "create_topic", "delete_topic", "describe_topic", "describe_topic (broker)",
+    "register_broker", "unregister_broker", "describe_cluster",
+)  # fmt: skip
+# A broker's lane shows its state (from broker_state node events) the way a
+# controller's shows its Raft role.
+BROKER_STATES = ("online", "fenced", "stopping", "offline")
 
 
 @dataclass(slots=True)
@@ -77,8 +86,9 @@ class RunData:
     ops: list[Op] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     instants: list[tuple[int, str, Any]] = field(default_factory=list)  # (time, f, value): heal-all and the like
-    role_events: list[dict[str, Any]] = field(default_factory=list)
+    role_events: list[dict[str, Any]] = field(default_factory=list)  # roles, and brokers' states
     nodes: list[str] = field(default_factory=list)
+    broker_nodes: set[str] = field(default_factory=set)
     results: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
@@ -175,9 +185,17 @@ def load_run(run_dir: Path) -> RunData:
     if "node-events.jsonl" in data.files:
         for event in _json_lines(data.files["node-events.jsonl"], warnings):
             time_ns = _as_int(event.get("time"))
-            if event.get("kind") != "role" or time_ns is None or event.get("node") is None:
+            kind = event.get("kind")
+            if kind not in ("role", "broker_state") or time_ns is None or event.get("node") is None:
                 continue
-            event = dict(event, node=str(event["node"]), time=time_ns)
+            if kind == "broker_state":
+                # A broker's state drawn as its "role"; the epoch is its broker epoch.
+                node = str(event.get("broker_id", event["node"]))
+                data.broker_nodes.add(node)
+                event = {"kind": kind, "node": node, "time": time_ns, "role": str(event.get("state")),
+                         "epoch": event.get("broker_epoch"), "leader": None, "reason": event.get("reason")}  # fmt: skip
+            else:
+                event = dict(event, node=str(event["node"]), time=time_ns)
             data.role_events.append(event)
             end_ns = max(end_ns, time_ns)
     data.role_events.sort(key=lambda e: (e["time"], e["node"]))
@@ -186,6 +204,11 @@ def load_run(run_dir: Path) -> RunData:
     controllers = _as_int(data.options.get("controllers"))
     if controllers is not None and 0 < controllers <= 64:
         nodes.update(str(n) for n in range(1, controllers + 1))
+    brokers = _as_int(data.options.get("brokers"))
+    if brokers is not None and 0 < brokers <= 64:
+        # The campaign numbers its brokers from 101.
+        data.broker_nodes.update(str(n) for n in range(101, 101 + brokers))
+        nodes.update(data.broker_nodes)
     data.nodes = sorted(nodes, key=_node_order)
     for fault in data.faults:
         end_ns = max(end_ns, fault.end_ns or fault.start_ns)
@@ -229,7 +252,7 @@ def _read_history(path: Path, data: RunData) -> int:
             if process in pending:  # a second invoke: the first never completed
                 data.ops.append(pending.pop(process))
             pending[process] = Op(
-                index=index, process=process, f=str(event.get("f")), key=event.get("key"),
+                index=index, process=process, f=_op_name(event), key=event.get("key"),
                 invoke_value=event.get("value"), time_ns=time_ns, extra=extra,
             )
             continue
@@ -251,6 +274,16 @@ def _read_history(path: Path, data: RunData) -> int:
     if orphans:
         data.warnings.append(f"history.jsonl: {orphans} completion(s) without an invoke skipped")
     return end_ns
+
+
+def _op_name(event: Mapping[str, Any]) -> str:
+    """What an operation is drawn as: the metadata operation (``op``) when
+    the history names one (its ``f`` is then the register model's
+    read/write/cas), a broker read marked as such; else ``f``."""
+    op = event.get("op")
+    if isinstance(op, str) and op:
+        return f"{op} (broker)" if event.get("mode") == "broker" else op
+    return str(event.get("f"))
 
 
 def _fault_key(f: str, fault: Any) -> Any:
@@ -314,6 +347,10 @@ def describe_fault(f: str, fault: Any) -> str:
         return f"{f} n{_nodes_text(fault['node'])}"
     if "nodes" in fault:
         return f"{f} n{_nodes_text(fault['nodes'])}"
+    if "zone" in fault:
+        nodes = [v for v in fault.get("inside", ()) if isinstance(v, int) and not isinstance(v, bool)] if isinstance(fault.get("inside"), list) else []
+        inside = f" (n{_nodes_text(nodes)})" if nodes else ""
+        return f"{f} {fault['zone']}{inside}"
     return f
 
 
@@ -334,6 +371,8 @@ def fault_targets(fault: Any) -> list[str]:
         return listed(fault["node"])
     if "nodes" in fault:
         return listed(fault["nodes"])
+    if "inside" in fault:  # a zone: its nodes (the clients in it are not lanes)
+        return [node for node in listed(fault["inside"]) if node.isdigit()]
     if "src" in fault:
         return listed(fault["src"])
     if "side_a" in fault and "side_b" in fault:

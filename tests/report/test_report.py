@@ -304,3 +304,77 @@ def test_witnesses_of_other_shapes_are_tabled_and_marked(tmp_path):
     assert "claims" in text and "event.node" in text and "records" in text and "bbbb" in text
     assert str(read["index"]) in text and "minimal" in text
     assert "no witnesses listed" in text  # the unknown check
+
+
+# =========================================================================
+# Brokers and metadata operations (campaigns with kraft-broker processes)
+# =========================================================================
+
+
+def add_brokers(run_dir: Path) -> None:
+    """Two brokers in the options; broker 101 goes online, is fenced during
+    a cut, comes back; broker 102 reports nothing. Metadata operations as
+    the campaign's workload records them: the register model's f with the
+    operation's name in ``op`` (a broker read in mode ``broker``)."""
+    options = json.loads((run_dir / "options.json").read_text())
+    (run_dir / "options.json").write_text(json.dumps(dict(options, brokers=2)))
+    s = 1_000_000_000
+    states = [(1.0, "fenced", 3), (1.5, "online", 3), (6.0, "fenced", 3), (9.0, "online", 3), (15.2, "stopping", 3),
+              (15.4, "offline", 3), (16.0, "fenced", 120), (16.6, "online", 120)]
+    with open(run_dir / "node-events.jsonl", "a", encoding="utf-8") as out:
+        for time_s, state, epoch in states:
+            out.write(json.dumps({"time": int(time_s * s), "node": "101", "kind": "broker_state", "broker_id": "101",
+                                  "state": state, "broker_epoch": epoch}) + "\n")
+    cut = {"fault_id": 9, "shape": "isolate-from", "node": 101, "group": [1, 2, 3], "how": "drop"}
+    history = run_dir / "history.jsonl"
+    events = [json.loads(line) for line in history.read_text().splitlines()]
+    index = max(e["index"] for e in events) + 1
+    extra = [
+        {"process": "nemesis", "type": "info", "f": "broker-cut-both-ways", "key": None, "time": int(5.5 * s), "value": {"phase": "start", "fault": cut}},
+        {"process": "nemesis", "type": "info", "f": "broker-cut-both-ways", "key": None, "time": int(8.5 * s), "value": {"phase": "end", "fault": cut}},
+    ]
+    descriptor = {"partitions": 2, "replication_factor": 1}
+    for n in range(40):
+        t = int((2 + n * 0.3) * s)
+        extra += [
+            {"process": 100, "type": "invoke", "f": "cas", "key": f"topic/t{n}", "value": [None, descriptor], "op": "create_topic", "time": t},
+            {"process": 100, "type": "ok", "f": "cas", "key": f"topic/t{n}", "value": [None, descriptor], "op": "create_topic", "time": t + 9_000_000},
+            {"process": 101, "type": "invoke", "f": "read", "key": f"topic/t{n}", "value": None, "op": "describe_topic",
+             "mode": "broker", "node": "101", "time": t + 20_000_000},
+            {"process": 101, "type": "ok" if n % 5 else "fail", "f": "read", "key": f"topic/t{n}", "value": descriptor if n % 5 else None,
+             "op": "describe_topic", "mode": "broker", "node": "101", "offset": 100 + n, "time": t + 23_000_000},
+        ]
+    for event in extra:
+        event["index"] = index
+        index += 1
+    history.write_text("".join(json.dumps(e) + "\n" for e in events + extra))
+
+
+def test_brokers_get_lanes_with_their_states_and_metadata_operations_their_panels(tmp_path):
+    run_dir = build_run(tmp_path, duration_s=20)
+    add_brokers(run_dir)
+    data = load_run(run_dir)
+    assert data.nodes == ["1", "2", "3", "101", "102"] and data.broker_nodes == {"101", "102"}
+    page = Page(write_report(run_dir).read_text(encoding="utf-8"))
+    assert [lane["data-node"] for lane in page.with_class("lane", "g")] == ["1", "2", "3", "101", "102"]
+    bands = page.with_class("broker-state", "g")
+    assert [b["data-role"] for b in bands] == ["fenced", "online", "fenced", "online", "stopping", "offline", "fenced", "online"]
+    text = page.all_text()
+    assert "broker 101" in text and "epochs 3,120" in text and "no state events from this broker" in text
+    assert "online epoch 3" in text and "broker-cut-both-ways n101" in text
+    panels = [p["data-f"] for p in page.with_class("panel", "g")]
+    assert panels[:3] == ["read", "write", "cas"] and panels[3:] == ["create_topic", "describe_topic (broker)"]
+
+
+def test_chromium_draws_the_broker_lanes(tmp_path):
+    run_dir = build_run(tmp_path, duration_s=20)
+    add_brokers(run_dir)
+    out = write_report(run_dir)
+    png = tmp_path / "brokers.png"
+    done = chromium(tmp_path, f"--screenshot={png}", "--window-size=1400,1000", out.resolve().as_uri())
+    assert png.is_file(), done.stderr[-2000:]
+    assert not console_errors(done.stderr)
+    image = decode(png.read_bytes())
+    pixels = [image.pixel(x, y) for y in range(0, image.height, 5) for x in range(0, image.width, 5)]
+    assert any(near(p, "#0d9488") for p in pixels), "no online broker band"
+    assert any(near(p, "#fca5a5") for p in pixels), "no fenced broker band"
