@@ -1,0 +1,54 @@
+"""The embedding examples run as scripts and print what docs/embedding.md
+says they print. (examples/partition_leader_service.py is run by
+tests/broker_agent/test_example.py.)"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+pytestmark = pytest.mark.processes
+
+
+def run_example(name: str, *args: str, timeout_s: float = 60) -> str:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True, timeout=timeout_s
+    )
+    assert result.returncode == 0, f"{name} failed:\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def test_single_voter_quorum_commits_reads_snapshots_and_recovers():
+    out = run_example("single_voter_quorum.py", "--transfers", "60")
+    assert "leader: 1" in out
+    # The ledger's answers come back to the proposer: alice and bob run dry.
+    refused = int(re.search(r"60 transfers committed, (\d+) refused", out).group(1))
+    assert 0 < refused < 60
+    linearizable = re.search(r"linearizable read at offset (\d+): (\{.*\})", out)
+    assert int(linearizable.group(1)) == 63  # two deposits, 60 transfers, the leader's epoch record
+    assert "leader-local read at offset 63: total 120" in out  # transfers never create money
+    # Snapshots every 25 records, 5 kept behind: the log no longer starts at 0.
+    stats = re.search(r"log_start_offset=(\d+), log_end_offset=(\d+)", out)
+    assert 0 < int(stats.group(1)) < int(stats.group(2)) == 63
+    reopened = re.search(r"reopened: epoch (\d+), log (\d+)\.\.(\d+), (\d+) records replayed", out)
+    assert int(reopened.group(1)) == 2  # a restarted leader never leads its old epoch again
+    assert 0 < int(reopened.group(4)) < 63  # from the snapshot on, not the whole log
+    assert f"balances after restart match: {linearizable.group(2)}" in out
+
+
+def test_three_voter_quorum_elects_redirects_fails_over_and_catches_up():
+    out = run_example("three_voter_quorum.py", "--writes", "20")
+    first_leader = int(re.search(r"node (\d) leads epoch 1 after", out).group(1))
+    assert "20 writes committed; high watermark 21" in out
+    assert re.search(rf"a write to follower \d: NotLeaderError, leader hint {first_leader}", out)
+    assert "linearizable read on the leader at offset 21: color=blue-19 (written at offset 20)" in out
+    assert len(re.findall(r"  voter \d: log end offset \d+", out)) == 3
+    handover = re.search(rf"node {first_leader} stopped; node (\d) leads epoch (\d+) after", out)
+    assert handover and int(handover.group(1)) != first_leader and int(handover.group(2)) >= 2
+    assert re.search(rf"node {first_leader} restarted as follower of epoch \d+, caught up: color=green", out)
