@@ -80,6 +80,7 @@ class ReplicaState:
     last_fetch_tick: int | None = None
     acked_read_token: int = 0
     high_watermark_sent: int = -1  # in the last Fetch response to it
+    fetch_session: int | None = None  # of its latest Fetch (its process)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +146,7 @@ class QuorumNode:
         log: MemoryLog | None = None,
         snapshot: Snapshot | None = None,
         fetch_extension_handler: FetchExtensionHandler | None = None,
+        fetch_session: int = 0,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -187,7 +189,15 @@ class QuorumNode:
         self._election_retries = 0
 
         # follower / observer
-        self._fetch_request_id = 0
+        # Fetch request ids are ``fetch_session << 32 | sequence``. The
+        # session tells one process of a node from the next: a restarted
+        # node's sequence starts again at 1, and without it the leader would
+        # take every fetch of the new process for a network duplicate of the
+        # old process's parked one (see _on_fetch). The runtime draws it at
+        # random per process start, the simulator uses the incarnation.
+        if not 0 <= fetch_session < 1 << 31:
+            raise ValueError("fetch_session must be in [0, 2**31)")
+        self._fetch_request_id = fetch_session << 32
         self._fetch_in_flight: tuple[int, int, int] | None = None  # (request id, target, deadline)
         self._next_fetch_tick = 0
         self._fetched_from_leader = False
@@ -777,6 +787,11 @@ class QuorumNode:
             replica = ReplicaState(request.src, is_voter=request.src in self.config.voter_set)
             self._replicas[request.src] = replica
         replica.last_fetch_tick = self._tick
+        fetch_session = request.request_id >> 32
+        if replica.fetch_session != fetch_session:
+            # A new process of this fetcher: it knows no high watermark yet.
+            replica.fetch_session = fetch_session
+            replica.high_watermark_sent = -1
         replica.acked_read_token = max(replica.acked_read_token, request.read_token)
         if replica.is_voter:
             self._record_voter_fetch(request.src)
@@ -810,8 +825,16 @@ class QuorumNode:
         self._check_pending_reads()
         parked = _ParkedFetch(request, self._tick + self.config.ticks(self.config.fetch_max_wait_ms), extension)
         previous = self._parked.get(request.src)
-        # A request older than the one already parked is a network duplicate:
-        # answer it, but keep waiting on the newer one.
+        if previous is not None and previous.request.request_id >> 32 != fetch_session:
+            # Another process of this fetcher (a restart, or a late copy of
+            # an old process's request): which one is alive is unknown, so
+            # the parked one is answered now rather than left to wait out
+            # its sender's request timeout. The sender that is gone ignores
+            # the answer (its request id is not in flight anywhere).
+            self._answer_fetch(self._parked.pop(request.src))
+            previous = None
+        # A request older than the one already parked (same process) is a
+        # network duplicate: answer it, but keep waiting on the newer one.
         stale = previous is not None and previous.request.request_id > request.request_id
         # Park a fetch that has nothing new to carry (KIP-595 long poll),
         # unless a read is waiting on this fetcher's next round trip.

@@ -327,6 +327,8 @@ class Simulation:
             election_state=disk.election_state,
             log=disk.recovered_log(),
             snapshot=disk.snapshot,
+            # Each restart is a new process: a new fetch session.
+            fetch_session=node.incarnation - 1,
         )
         node.pipeline.clear()
         node.disk_busy = False

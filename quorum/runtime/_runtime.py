@@ -17,8 +17,15 @@ Three tasks share the work:
   thread, so that the leader keeps appending and answering fetches
   meanwhile; a node that does not lead persists inline, in the core task,
   since its next Fetch (the acknowledgement) waits for that fsync anyway;
-- the **ticker** feeds the core one tick every ``tick_ms`` of trio's clock
-  (so ``MockClock`` drives it in tests).
+- the **ticker** wakes every ``tick_ms`` of trio's clock (so ``MockClock``
+  drives it in tests). Logical time follows that clock, not the number of
+  wake-ups: before any input is handled, the core is fed every tick that
+  fell due since the last one (``_feed_due_ticks``). A process that was
+  paused (SIGSTOP, a long GC pause: seed 004) or starved of CPU therefore
+  sees its timers expire as soon as it runs again, before it answers
+  anything; had it counted wake-ups, an isolated leader would have kept
+  serving leader-local reads for a whole check-quorum window after the
+  pause, far past the staleness bound (KAFKA-15489).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import abc
 import logging
 import queue
 import random
+import secrets
 import threading
 import time
 from collections import deque
@@ -278,6 +286,19 @@ class QuorumRuntime:
         # hop); one that arrives while the core is busy, or behind others,
         # waits here for the core task.
         self._inbox: deque[tuple] = deque()
+        # Logical time: ticks fed to the core since trio's clock read
+        # ``_clock_origin_s`` (set in ``run``). See ``_feed_due_ticks``.
+        self._clock_origin_s: float | None = None
+        self._ticks_fed = 0
+        longest_timeout_ms = max(
+            2 * config.election_timeout_ms,
+            config.fetch_timeout_ms * config.check_quorum_factor,
+            config.request_timeout_ms,
+            config.election_backoff_max_ms,
+        )
+        # Past every timeout (and a minute, for the application's session
+        # timers), more ticks change nothing: a longer pause is cut to this.
+        self._max_catch_up_ticks = int(max(60_000, 2 * longest_timeout_ms) // config.tick_ms)
         self._inbox_wakeup = trio.Event()
         self._core_busy = True  # until run() has handled the initial output
         self._core_error: BaseException | None = None
@@ -325,6 +346,9 @@ class QuorumRuntime:
             election_state=recovered.election_state,
             log=log,
             snapshot=snapshot,
+            # A new one per process start, not from the injected RNG: tests
+            # restart nodes with the same seed (see QuorumNode).
+            fetch_session=secrets.randbits(31),
         )
         logger.info(
             "node %d recovered: epoch %d, log [%d, %d), snapshot %s",
@@ -344,6 +368,7 @@ class QuorumRuntime:
         """Serve until cancelled."""
         if self._io_in_thread:
             self._disk_thread = _DiskThread(self._write_batch, trio.lowlevel.current_trio_token())
+        self._clock_origin_s = trio.current_time()
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.transport.run, self._deliver, self._unreachable)
@@ -373,6 +398,7 @@ class QuorumRuntime:
         self._core_busy = True
         try:
             while self._inbox and self._core_error is None:
+                self._feed_due_ticks()
                 self._process(self._inbox.popleft())
         except BaseException as error:  # noqa: BLE001 - re-raised by the core task
             # A bug in the core or the runtime: the node stops, as it would
@@ -381,6 +407,29 @@ class QuorumRuntime:
             self._inbox_wakeup.set()
         finally:
             self._core_busy = False
+
+    def _feed_due_ticks(self) -> None:
+        """Feed the core every tick due by trio's clock that it has not had
+        yet, so that its timers (check quorum above all) are current before
+        it handles the next input. Called with the core held."""
+        if self._clock_origin_s is None:
+            return
+        elapsed_ms = (trio.current_time() - self._clock_origin_s) * 1000
+        # The epsilon keeps a wake-up exactly on a tick boundary from being
+        # rounded down to the tick before.
+        due = int((elapsed_ms + 1e-6) // self.config.tick_ms)
+        behind = due - self._ticks_fed
+        if behind > self._max_catch_up_ticks:
+            logger.warning(
+                "node %d: %d ms behind trio's clock (paused or starved); catching up %d ticks",
+                self.config.node_id,
+                behind * self.config.tick_ms,
+                self._max_catch_up_ticks,
+            )
+            self._ticks_fed = due - self._max_catch_up_ticks
+        while self._ticks_fed < due and self._core_error is None:
+            self._ticks_fed += 1
+            self._process(("tick",))
 
     async def _core_task(self) -> None:
         self._core_busy = False
@@ -407,6 +456,8 @@ class QuorumRuntime:
             output = node.peer_unreachable(item[1])
         elif kind == "call":
             output = self._local_call(item[1], item[2])
+        elif kind == "clock":
+            return  # the ticks due were fed before it (_drain_inbox)
         else:  # pragma: no cover - a runtime bug
             raise AssertionError(f"unknown inbox item {kind!r}")
         self._handle(output)
@@ -419,7 +470,8 @@ class QuorumRuntime:
         period_s = self.config.tick_ms / 1000
         while True:
             await trio.sleep(period_s)
-            self._submit(("tick",))
+            # Whatever ticks fell due are fed before this (empty) input.
+            self._submit(("clock",))
 
     async def _persister(self) -> None:
         """Group commit for a leader whose storage is in memory (tests): the
@@ -829,6 +881,10 @@ class QuorumRuntime:
 
         Raises ``NotLeaderError`` otherwise.
         """
+        # After a pause, check quorum must get its say before this node
+        # answers as the leader: handling any input feeds the ticks due
+        # (see the module docstring).
+        self._submit(("clock",))
         if not self.node.leader_has_committed_own_epoch:
             raise NotLeaderError(self.node.leader_id, self.node.epoch)
         return self._applied_offset

@@ -386,8 +386,10 @@ class Cluster:
         replica.pipeline.clear()
         replica.disk_held = False
 
-    def restart(self, node_id: int) -> Output:
-        """Start ``node_id`` from what its disk holds; returns its initial output."""
+    def restart(self, node_id: int, *, fetch_session: int | None = None) -> Output:
+        """Start ``node_id`` from what its disk holds; returns its initial
+        output. The fetch session defaults to the restart count (0 for the
+        first process), as in the simulator."""
         replica = self.replicas[node_id]
         assert replica.node is None, f"node {node_id} is already up"
         replica.incarnation += 1
@@ -398,6 +400,7 @@ class Cluster:
             election_state=disk.election_state,
             log=disk.recovered_log(),
             snapshot=disk.snapshot,
+            fetch_session=replica.incarnation - 1 if fetch_session is None else fetch_session,
         )
         return self.handle(node_id, replica.node.initial_output())
 

@@ -125,3 +125,37 @@ def test_end_quorum_epoch_answer_from_an_earlier_epoch_is_not_an_acknowledgement
 
     assert (late_answer.epoch, cluster.node(1).epoch, cluster.role(1)) == (1, 2, Role.RESIGNED)
     assert sorted(m.dst for m in cluster.pending(EndQuorumEpochRequest, src=1)) == [2, 3]
+
+
+def test_a_restarted_fetcher_is_not_taken_for_a_duplicate_of_its_former_self():
+    """Found by the broker simulator: a restarted node's fetch sequence starts
+    again at 1, below the id of its previous process's parked Fetch. Taken
+    for network duplicates, every fetch of the new process was answered at
+    once (a fetch storm), and an answer meant for the old process could meet
+    a new fetch with the same id. The fetch session in the request id tells
+    the two processes apart: the parked one is answered (it may be the live
+    one: a late copy of an old process's Fetch looks just the same) and the
+    new one waits."""
+    cluster = Cluster(3)
+    cluster.elect(1)
+    cluster.crash(2)
+    cluster.restart(2, fetch_session=7)
+    cluster.run(200)  # a few long polls: the parked Fetch's sequence is past 1
+    parked_id = cluster.sent(2, FetchRequest)[-1].request_id
+    assert (parked_id >> 32, parked_id & 0xFFFF_FFFF > 1) == (7, True)
+
+    cluster.crash(2)
+    # Sessions are random per process start: this one happens to be lower.
+    cluster.restart(2, fetch_session=3)
+    cluster.tick_until(2, lambda node: node.leader_id == 1 or bool(cluster.pending(FetchRequest, src=2)))
+    cluster.deliver_all(FetchRequest, src=2, dst=1)
+
+    fresh = cluster.sent(2, FetchRequest)[-1]
+    assert fresh.request_id >> 32 != parked_id >> 32
+    answered = {response.request_id for response in cluster.pending(FetchResponse, src=1, dst=2)}
+    # The old process's parked Fetch is answered (nobody is left to hear
+    # it); the new one, with nothing new to carry, is parked.
+    assert answered == {parked_id}
+    cluster.propose(1, b"after-restart")
+    cluster.deliver_all()
+    assert [entry.data for entry in cluster.log_entries(2)][-1:] == [b"after-restart"]

@@ -140,6 +140,21 @@ async def test_isolated_leader_resigns_by_check_quorum(cluster, autojump_clock):
     assert trio.current_time() - started <= 1.5 * 2.0 + 0.01 + 0.01
 
 
+async def test_a_leader_paused_past_check_quorum_refuses_leader_local_reads_at_once(cluster, autojump_clock):
+    """Seed 004 §3 (a long pause) meets KAFKA-15489: the clock jumps 10 s
+    while no task runs, as after SIGSTOP/SIGCONT. The very first thing the
+    leader is asked must already see check quorum expired; counting ticker
+    wake-ups instead of the clock would answer as the leader for another
+    3 s of stale state."""
+    leader = await cluster.leader()
+    assert leader.leader_local_offset() >= 0
+    cluster.network.isolate(leader.config.node_id, list(VOTERS))
+    autojump_clock.jump(10)  # no task has run since: the ticker is asleep
+    with pytest.raises(NotLeaderError):
+        leader.leader_local_offset()
+    assert leader.role is not Role.LEADER
+
+
 async def test_resign_hands_leadership_over_quickly(cluster, autojump_clock):
     leader = await cluster.leader()
     await leader.resign()
