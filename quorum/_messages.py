@@ -209,6 +209,14 @@ def message_type_name(message: Message) -> str:
     return _SHORT_NAMES[type(message)]
 
 
+def _request_number(request_id: int) -> str:
+    """A Fetch request id is ``session << 32 | sequence`` (see QuorumNode):
+    the first process of a node shows its plain sequence, a restarted one
+    ``session:sequence``."""
+    session, sequence = request_id >> 32, request_id & 0xFFFF_FFFF
+    return f"{session}:{sequence}" if session else str(sequence)
+
+
 def describe_message(message: Message) -> str:
     """One deterministic line describing ``message``, for traces and logs."""
     name = message_type_name(message)
@@ -227,11 +235,11 @@ def describe_message(message: Message) -> str:
             return f"{head} successors={list(message.preferred_successors)}"
         case FetchRequest():
             return (
-                f"{head} #{message.request_id} offset={message.fetch_offset}"
+                f"{head} #{_request_number(message.request_id)} offset={message.fetch_offset}"
                 f" last=e{message.last_fetched_epoch} token={message.read_token}"
             )
         case FetchResponse():
-            parts = [f"{head} #{message.request_id}"]
+            parts = [f"{head} #{_request_number(message.request_id)}"]
             if message.error:
                 parts.append(f"{message.error.name} leader={message.leader_id}")
             else:
@@ -245,11 +253,11 @@ def describe_message(message: Message) -> str:
                 parts.append(f"hw={message.high_watermark} token={message.read_token}")
             return " ".join(parts)
         case FetchSnapshotRequest():
-            return f"{head} #{message.request_id} snapshot={message.snapshot_id.end_offset} pos={message.position}"
+            return f"{head} #{_request_number(message.request_id)} snapshot={message.snapshot_id.end_offset} pos={message.position}"
         case FetchSnapshotResponse():
             if message.error:
-                return f"{head} #{message.request_id} {message.error.name}"
-            return f"{head} #{message.request_id} pos={message.position} +{len(message.chunk)}/{message.size}"
+                return f"{head} #{_request_number(message.request_id)} {message.error.name}"
+            return f"{head} #{_request_number(message.request_id)} pos={message.position} +{len(message.chunk)}/{message.size}"
     raise TypeError(f"not a quorum message: {message!r}")
 
 

@@ -91,7 +91,21 @@ def node_command(config_file: str | None, log_level: str, **options: Any) -> Non
     trio.run(serve_until_signalled, config, lambda config: open_quorum_node(config, KeyValueStateMachine()))
 
 
+# Keys a node's TOML file (or its flags) may set; anything else is a typo
+# that would otherwise be ignored without a word.
+_SETTINGS_KEYS = frozenset(
+    {
+        "node_id", "voters", "cluster_id", "listen", "data_dir", "fsync", "metrics_listen", "event_log",
+        "snapshot_every_records", "retention_bytes", "retention_ms", "quorum",
+        "election_timeout_ms", "fetch_timeout_ms", "check_quorum", "pre_vote",
+    }
+)  # fmt: skip
+
+
 def _node_config(settings: dict[str, Any]) -> NodeConfig:
+    unknown = sorted(set(settings) - _SETTINGS_KEYS)
+    if unknown:
+        raise ValueError(f"unknown settings: {', '.join(unknown)} (known: {', '.join(sorted(_SETTINGS_KEYS))})")
     if "node_id" not in settings or "voters" not in settings:
         raise ValueError("--node-id and --voters are required (or give them in --config)")
     voters = settings["voters"]
@@ -111,6 +125,7 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
         metrics_listen=_address(settings["metrics_listen"]) if "metrics_listen" in settings else None,
         event_log=settings.get("event_log"),
         snapshot_every_records=int(settings.get("snapshot_every_records", 10_000)),
+        **{key: settings[key] for key in ("retention_bytes", "retention_ms") if key in settings},
         quorum=quorum,
     )
 

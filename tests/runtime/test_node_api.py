@@ -90,3 +90,16 @@ async def test_dump_log_decodes_what_a_node_wrote(tmp_path):
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.output.splitlines() if line.strip()]
     assert any(line.get("kind") in ("LEADER_CHANGE", 1, "leader_change") or "LEADER" in json.dumps(line) for line in lines)
+
+
+def test_a_typo_in_the_toml_file_is_refused_by_name(tmp_path):
+    toml = tmp_path / "node.toml"
+    toml.write_text('node_id = 1\nvoters = "1@127.0.0.1:9091"\nretention_byte = 1024\n')
+    result = CliRunner().invoke(main, ["node", "--config", str(toml)])
+    assert result.exit_code == 2
+    assert "unknown settings: retention_byte" in result.output
+
+
+def test_retention_settings_reach_the_node_config():
+    config = _node_config({"node_id": 1, "voters": "1@127.0.0.1:9091", "retention_bytes": 4096, "retention_ms": None})
+    assert (config.retention_bytes, config.retention_ms) == (4096, None)

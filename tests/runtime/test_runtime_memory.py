@@ -195,3 +195,52 @@ async def test_compare_and_set_answers_reach_the_proposer(cluster, autojump_cloc
     _, [refused] = await leader.propose_with_answers([KeyValueStateMachine.encode_cas(b"k", b"1", b"3")])
     assert (applied, refused) == (KeyValueStateMachine.CAS_APPLIED, KeyValueStateMachine.CAS_REFUSED)
     assert cluster.machines[leader.config.node_id].get(b"k")[0] == b"2"
+
+
+async def test_snapshots_let_the_retention_policy_delete_old_segments(tmp_path, autojump_clock):
+    """KIP-630 / metadata.max.retention.bytes: once a snapshot covers them,
+    whole segments beyond the size budget are deleted, and the node still
+    restarts from snapshot + log with every write."""
+    from quorum.storage import FileStorage, RetentionPolicy
+
+    def open_storage():
+        return FileStorage.open(
+            tmp_path,
+            node_id=1,
+            cluster_id="retention",
+            segment_bytes_max=4096,
+            retention=RetentionPolicy(retention_bytes=8192, retention_ms=None),
+        )
+
+    async def run_node(storage, body):
+        machine = KeyValueStateMachine()
+        runtime = QuorumRuntime(
+            QuorumConfig(node_id=1, voters=(1,)),
+            machine,
+            storage=storage,
+            transport=MemoryNetwork().transport(1),
+            rng=random.Random(1),
+            io_in_thread=False,
+            snapshot_every_records=50,
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runtime.run)
+            await runtime.wait_until(lambda: runtime.node.leader_has_committed_own_epoch)
+            await body(runtime, machine)
+            nursery.cancel_scope.cancel()
+
+    async def write(runtime, machine):
+        for index in range(400):
+            await runtime.propose([KeyValueStateMachine.encode_put(b"k%d" % (index % 7), b"v" * 100 + b"%d" % index)])
+
+    storage = open_storage()
+    await run_node(storage, write)
+    infos = storage.log.segment_infos()
+    assert storage.log.log_start_offset > 0, "nothing was deleted"
+    assert sum(info.size_bytes for info in infos[:-1]) <= 8192 + 4096
+    storage.close()
+
+    async def check(runtime, machine):
+        assert [machine.get(b"k%d" % key)[0] for key in (0, 6)] == [b"v" * 100 + b"399", b"v" * 100 + b"398"]
+
+    await run_node(open_storage(), check)
