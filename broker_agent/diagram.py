@@ -8,7 +8,7 @@ The docs embed this output verbatim; a test fails when they drift apart.
 
 from __future__ import annotations
 
-from registration.diagram import END_MARKER, begin_marker, generated_section
+from quorum.diagram import END_MARKER, begin_marker, generated_section
 
 from ._lifecycle import state_diagram_mermaid, transition_table_markdown
 
