@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from headless_chromium import chromium, console_errors
 
 from jepsen_like.report import load_run, write_report
 from jepsen_like.report.__main__ import main as report_main
@@ -20,8 +19,6 @@ from jepsen_like.report.__main__ import main as report_main
 from _report_png import decode
 from _report_run import HOSTILE, build_run
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_TIMEOUT_S = 60
 
 
 class Page(HTMLParser):
@@ -208,26 +205,6 @@ def test_the_module_entry_point_writes_where_told(tmp_path, capsys):
 # =========================================================================
 # Headless Chromium
 # =========================================================================
-
-
-def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    if not CHROMIUM.exists():
-        pytest.skip("no /usr/bin/chromium (Debian package 'chromium'): only the HTML structure is checked")
-    profile = tmp_path / "chromium-profile"
-    argv = [
-        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={profile}", "--hide-scrollbars", "--enable-logging=stderr", "--v=0", *args,
-    ]
-    env = dict(os.environ, HOME=str(tmp_path))
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=CHROMIUM_TIMEOUT_S, env=env, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"chromium did not finish within {CHROMIUM_TIMEOUT_S} s")
-
-
-def console_errors(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if "CONSOLE" in line and "Uncaught" in line]
 
 
 def near(pixel: tuple[int, int, int], colour: str, tolerance: int = 12) -> bool:

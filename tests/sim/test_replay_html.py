@@ -9,14 +9,13 @@ from __future__ import annotations
 import html
 import importlib.util
 import json
-import os
 import re
-import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from headless_chromium import chromium, console_errors
 from click.testing import CliRunner
 
 from jepsen_like.sim import SimOptions, run_scenario
@@ -25,8 +24,6 @@ from jepsen_like.sim._recorder import Recording
 from jepsen_like.sim._replay_html import render_replay, write_replay
 from jepsen_like.sim.cli import sim_command
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_TIMEOUT_S = 60
 SEED = 7
 
 
@@ -223,26 +220,6 @@ def test_the_cli_writes_the_page_and_prints_its_path(tmp_path):
 # =========================================================================
 # Headless Chromium
 # =========================================================================
-
-
-def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    if not CHROMIUM.exists():
-        pytest.skip("no /usr/bin/chromium (Debian package 'chromium'): only the HTML structure is checked")
-    profile = tmp_path / "chromium-profile"
-    argv = [
-        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={profile}", "--hide-scrollbars", "--enable-logging=stderr", "--v=0", *args,
-    ]
-    env = dict(os.environ, HOME=str(tmp_path))
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=CHROMIUM_TIMEOUT_S, env=env, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"chromium did not finish within {CHROMIUM_TIMEOUT_S} s")
-
-
-def console_errors(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if "CONSOLE" in line and "Uncaught" in line]
 
 
 def test_chromium_builds_the_view_and_steps_through_it(zombie, tmp_path):
