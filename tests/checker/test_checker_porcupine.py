@@ -30,7 +30,7 @@ def expected_valid(name: str) -> bool:
 
 @pytest.fixture(scope="module")
 def spark_results(spark, porcupine_dir):
-    return {result.history: result for result in check([str(porcupine_dir)], spark=spark, budget_s=60.0)}
+    return {result.history: result for result in check([str(porcupine_dir)], spark=spark, budget_s=300.0)}
 
 
 def test_all_109_histories_get_porcupines_verdict(spark_results):
