@@ -9,14 +9,17 @@ Bootstrap entries are ``ID@HOST:PORT`` (so a NOT_LEADER hint leads straight
 to the leader) or ``HOST:PORT`` (the client then tries the next one).
 Requests are pipelined on one connection. Only errors that prove the
 request did not happen (NOT_LEADER) are retried; a connection lost while a
-proposal was in flight raises ``IndeterminateError``: it may have happened.
+proposal was in flight raises ``IndeterminateError``: it may have happened
+(``NoAnswerError``, a subclass, when the request was sent and no answer came
+within ``request_timeout_s``). ``last_answered_by`` names the server whose
+answer ended the last successful request.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 
@@ -45,7 +48,8 @@ logger = logging.getLogger("pykraft.client")
 
 class QuorumClientError(Exception):
     """A request failed for good (no node could take it within the retry
-    timeout, or the cluster refused it)."""
+    timeout, or the cluster refused it). When the retry timeout ran out,
+    ``__cause__`` is the last failure."""
 
 
 class WrongClusterError(QuorumClientError):
@@ -58,7 +62,24 @@ class IndeterminateError(QuorumClientError):
     not have taken effect."""
 
 
-def _parse_bootstrap(entries: list[str]) -> list[tuple[int | None, str, int]]:
+class NoAnswerError(IndeterminateError):
+    """The request was sent and no answer came within the request timeout
+    (the connection stayed up): the server may still act on it."""
+
+
+class Server(NamedTuple):
+    """One bootstrap entry; ``node_id`` is None for a ``HOST:PORT`` entry."""
+
+    node_id: int | None
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        address = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return address if self.node_id is None else f"{self.node_id}@{address}"
+
+
+def _parse_bootstrap(entries: list[str]) -> list[Server]:
     parsed = []
     for entry in entries:
         node_id: int | None = None
@@ -67,17 +88,18 @@ def _parse_bootstrap(entries: list[str]) -> list[tuple[int | None, str, int]]:
             node, address = address.split("@", 1)
             node_id = int(node)
         host, port = address.rsplit(":", 1)
-        parsed.append((node_id, host.strip("[]"), int(port)))
+        parsed.append(Server(node_id, host.strip("[]"), int(port)))
     if not parsed:
         raise ValueError("no bootstrap servers given")
     return parsed
 
 
 class _Connection:
-    def __init__(self, stream: trio.SocketStream, cluster_id: str, address: str) -> None:
+    def __init__(self, stream: trio.SocketStream, cluster_id: str, server: Server) -> None:
         self.stream = stream
         self.cluster_id = cluster_id
-        self.address = address
+        self.server = server
+        self.address = f"{server.host}:{server.port}"
         self.waiting: dict[int, tuple[trio.Event, list[Any]]] = {}
         self.correlation = itertools.count(1)
         self.broken: BaseException | None = None
@@ -149,7 +171,7 @@ class _Connection:
                 raise self.broken
             if self.broken is not None:
                 raise IndeterminateError(f"connection to {self.address} failed with the request in flight: {self.broken}")
-            raise IndeterminateError(f"no answer from {self.address} within {timeout_s} s")
+            raise NoAnswerError(f"no answer from {self.address} within {timeout_s} s")
         return holder[0]
 
 
@@ -170,9 +192,18 @@ class QuorumClient:
         self.retry_timeout_s = retry_timeout_s
         self._index = 0
         self._connection: _Connection | None = None
+        self._last_answered_by: Server | None = None
         self._connect_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
         self._nursery_manager: Any = None
+
+    @property
+    def last_answered_by(self) -> Server | None:
+        """The server whose answer ended the last request that returned
+        (None before the first). With several tasks sharing the client,
+        read it right after your own request returns, before awaiting
+        anything else."""
+        return self._last_answered_by
 
     async def __aenter__(self) -> QuorumClient:
         self._nursery_manager = trio.open_nursery()
@@ -199,9 +230,9 @@ class QuorumClient:
             if self._connection is not None and self._connection.broken is None:
                 return self._connection
             await self._close_connection()
-            _, host, port = self._servers[self._index % len(self._servers)]
-            stream = await trio.open_tcp_stream(host, port)
-            connection = _Connection(stream, self.cluster_id, f"{host}:{port}")
+            server = self._servers[self._index % len(self._servers)]
+            stream = await trio.open_tcp_stream(server.host, server.port)
+            connection = _Connection(stream, self.cluster_id, server)
             assert self._nursery is not None
             self._nursery.start_soon(connection.read_loop)
             self._nursery.start_soon(connection.write_loop)
@@ -277,8 +308,11 @@ class QuorumClient:
                 continue
             if error_code is not ErrorCode.NONE:
                 raise QuorumClientError(f"{connection.address} answered {error_code.name}")
+            self._last_answered_by = connection.server
             return response
-        raise QuorumClientError(f"no node served the request within {self.retry_timeout_s} s: {last_error}")
+        # The last failure is the cause: a NoAnswerError or other
+        # IndeterminateError there means a retried request was in flight.
+        raise QuorumClientError(f"no node served the request within {self.retry_timeout_s} s: {last_error}") from last_error
 
     async def propose(self, records: list[bytes]) -> int:
         """Commit ``records``; returns the offset of the first. Raises

@@ -7,7 +7,9 @@ runs.
   first element.
 - ``ControllerApplication``: adapts the sans-IO ``Controller`` to the quorum
   runtime's ``LeaderApplication``: requests arrive as msgpack payloads
-  (``[wire_name, [fields]]``) and answers leave the same way.
+  (``[wire_name, [fields]]``) and answers leave the same way. While active
+  it writes node events for the broker-state decisions its committed image
+  applies (``broker_registration``, ``controller_broker_state``).
 - ``open_controller_node``: a quorum voter running all of it.
 """
 
@@ -25,12 +27,19 @@ import msgpack
 from quorum import Entry
 from quorum.runtime import KeyValueStateMachine, NodeConfig, QuorumNodeHandle, open_quorum_node
 from quorum.runtime._metrics import FINE_BUCKETS_S
+from quorum.runtime._node_api import EventLog
 
 from ._controller import Controller, ControllerConfig, Proposal
 from ._errors import ErrorCode, RecordDecodeError
-from ._image import ClusterImage
+from ._image import BrokerRegistration, ClusterImage
 from ._lifecycle import BrokerState
-from ._records import FLAG_SET, BrokerRegistrationChangeRecord, decode_record
+from ._records import (
+    FLAG_SET,
+    BrokerRegistrationChangeRecord,
+    RegisterBrokerRecord,
+    UnregisterBrokerRecord,
+    decode_record,
+)
 from ._requests import message_from_wire
 
 logger = logging.getLogger("pykraft.controller")
@@ -42,19 +51,63 @@ def _is_registration_record(data: bytes) -> bool:
     return len(data) >= 2 and 0x90 <= data[0] <= 0x9F and data[1] <= 0x7F
 
 
+# Records that change a broker's registration (its type code is the byte
+# after the array header; see _is_registration_record).
+_BROKER_RECORD_TYPES = frozenset(
+    (RegisterBrokerRecord.TYPE_CODE, UnregisterBrokerRecord.TYPE_CODE, BrokerRegistrationChangeRecord.TYPE_CODE)
+)
+
+#: ``(offset, before, after)``: the registration record at ``offset``
+#: changed a broker's registration from ``before`` to ``after`` (None:
+#: not registered).
+BrokerChangeObserver = Callable[[int, BrokerRegistration | None, BrokerRegistration | None], None]
+
+
 class ControllerStateMachine:
-    """The cluster image and the register map, as one quorum state machine."""
+    """The cluster image and the register map, as one quorum state machine.
+
+    ``broker_observer``, when set, is told every broker registration change
+    the committed image applies, one record at a time."""
 
     def __init__(self) -> None:
         self.image = ClusterImage()
         self.registers = KeyValueStateMachine()
+        self.broker_observer: BrokerChangeObserver | None = None
 
     def apply(self, entries: Sequence[Entry]) -> dict[int, bytes]:
         metadata = [entry for entry in entries if _is_registration_record(entry.data)]
         registers = [entry for entry in entries if not _is_registration_record(entry.data)]
         if metadata:
-            self.image.apply(metadata)
+            if self.broker_observer is None:
+                self.image.apply(metadata)
+            else:
+                self._apply_observed(metadata, self.broker_observer)
         return self.registers.apply(registers) if registers else {}
+
+    def _apply_observed(self, metadata: list[Entry], observer: BrokerChangeObserver) -> None:
+        """``image.apply``, but each broker record alone, so its before and
+        after are known; runs of other records (partition changes: most of
+        a big batch) go through in one call."""
+        run: list[Entry] = []
+        for entry in metadata:
+            if entry.data[1] not in _BROKER_RECORD_TYPES:
+                run.append(entry)
+                continue
+            if run:
+                self.image.apply(run)
+                run = []
+            try:
+                broker_id = decode_record(entry.data).broker_id  # type: ignore[union-attr]
+            except RecordDecodeError:
+                self.image.apply([entry])  # logged and skipped there
+                continue
+            before = self.image.broker(broker_id)
+            self.image.apply([entry])
+            after = self.image.broker(broker_id)
+            if after is not before:  # unchanged: already applied, or refused
+                observer(entry.offset, before, after)
+        if run:
+            self.image.apply(run)
 
     def query(self, query: bytes) -> bytes | None:
         return self.registers.query(query)
@@ -92,22 +145,65 @@ def decode_message(payload: bytes) -> Any:
 
 
 class ControllerApplication:
-    """``LeaderApplication`` for the quorum runtime, around ``Controller``."""
+    """``LeaderApplication`` for the quorum runtime, around ``Controller``.
 
-    def __init__(self, controller: Controller, image: ClusterImage) -> None:
+    Given ``state_machine`` and ``emit`` (a node event sink), it reports,
+    while active, each broker-state decision as its committed image applies
+    it: one event per state change, none per heartbeat. Standby
+    controllers stay silent (a restarted one replays old records)."""
+
+    def __init__(
+        self,
+        controller: Controller,
+        image: ClusterImage,
+        *,
+        state_machine: ControllerStateMachine | None = None,
+        emit: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.controller = controller
         self.image = image
         self.metrics: Any = None  # the runtime's Metrics, once the node is open
+        self._state_machine = state_machine
+        self._emit = emit if state_machine is not None else None
         # Which decision the next fence records come from, for the metric.
         self._fence_causes = "session expired"
+        # Fence records proposed, by predicted offset -> cause: the applied
+        # record says "fenced", not why.
+        self._fence_cause_at: dict[int, str] = {}
 
     def activate(self, now_ms: int, next_write_offset: int) -> None:
         self.controller.activate(now_ms, next_write_offset)
+        if self._emit is not None:
+            assert self._state_machine is not None
+            self._state_machine.broker_observer = self._broker_changed
         logger.info("controller active at offset %d", next_write_offset)
 
     def deactivate(self) -> None:
         self.controller.deactivate()
+        if self._state_machine is not None:
+            self._state_machine.broker_observer = None
+        self._fence_cause_at.clear()
         logger.info("controller inactive")
+
+    def _note_fences(self, records: Sequence[bytes], first_offset: int, cause: str) -> int:
+        """Count the fence records of a batch predicted at ``first_offset``;
+        remember their cause for the events."""
+        fences = 0
+        for index, data in enumerate(records):
+            if len(data) >= 2 and data[1] == BrokerRegistrationChangeRecord.TYPE_CODE and _is_fence(data):
+                fences += 1
+                if self._emit is not None and first_offset >= 0:
+                    self._fence_cause_at[first_offset + index] = cause
+        return fences
+
+    def _broker_changed(self, offset: int, before: BrokerRegistration | None, after: BrokerRegistration | None) -> None:
+        cause = self._fence_cause_at.pop(offset, None)
+        try:
+            for event in broker_change_events(offset, before, after, fence_cause=cause):
+                assert self._emit is not None
+                self._emit(event)
+        except Exception:  # noqa: BLE001 - the event log must never stop the controller
+            logger.exception("cannot write the event for the record at offset %d", offset)
 
     def note_log_end(self, end_offset: int) -> None:
         self.controller.note_log_end(end_offset)
@@ -136,10 +232,10 @@ class ControllerApplication:
 
     def take_proposals(self) -> list[Proposal]:
         proposals = self.controller.take_proposals()
-        if self.metrics is not None:
+        if self.metrics is not None or self._emit is not None:
             for proposal in proposals:
-                fences = sum(1 for data in proposal.records if _is_fence(data))
-                if fences:
+                fences = self._note_fences(proposal.records, proposal.expected_first_offset, self._fence_causes)
+                if fences and self.metrics is not None:
                     self.metrics.add_to_counter(
                         "pykraft_controller_fence_events_total", fences, "Brokers fenced, by cause.", cause=self._fence_causes
                     )
@@ -156,7 +252,7 @@ class ControllerApplication:
         except TypeError as error:  # a response type sent as a request, say
             return _Reply(response=_error_payload(str(error)))
         if reply.on_committed is not None:
-            fences = sum(1 for data in reply.records if _is_fence(data))
+            fences = self._note_fences(reply.records, reply.expected_first_offset, "bounce or unregistration")
             if fences and self.metrics is not None:
                 self.metrics.add_to_counter(
                     "pykraft_controller_fence_events_total", fences, "Brokers fenced, by cause.", cause="bounce or unregistration"
@@ -168,6 +264,63 @@ class ControllerApplication:
             return _Reply(on_read_confirmed=lambda: encode_message(on_read()))
         assert reply.response is not None
         return _Reply(response=encode_message(reply.response))
+
+
+def broker_change_events(
+    offset: int, before: BrokerRegistration | None, after: BrokerRegistration | None, *, fence_cause: str | None = None
+) -> list[dict[str, Any]]:
+    """The node events (before the sink stamps them) for one applied record
+    that changed a broker's registration: a ``broker_registration`` for a
+    new registration, then a ``controller_broker_state`` when the state (as
+    the controller sees it) or the epoch changed. ``fence_cause`` says why a
+    fence record was written, when the caller knows.
+
+    ``controller_broker_state`` is not ``broker_state``: that kind is the
+    broker's own view, and the checker's fenced-broker-read check holds a
+    broker to it; the controller decides earlier than the broker learns."""
+    old = before.state if before is not None else BrokerState.OFFLINE
+    new = after.state if after is not None else BrokerState.OFFLINE
+    current = after if after is not None else before
+    assert current is not None
+    events: list[dict[str, Any]] = []
+    registered = after is not None and (before is None or before.broker_epoch != after.broker_epoch)
+    if registered:
+        assert after is not None
+        events.append(
+            {
+                "event": "broker_registration",
+                "broker_id": after.broker_id,
+                "broker_epoch": after.broker_epoch,
+                "offset": offset,
+                "incarnation_id": after.incarnation_id,
+            }
+        )
+    if old is new and not registered:
+        return events  # a flag that does not change the state
+    if registered:
+        cause = "registered" if before is None else f"registered a new incarnation (epoch {before.broker_epoch} replaced)"
+    elif after is None:
+        cause = "unregistered"
+    elif new is BrokerState.ONLINE:
+        cause = "unfenced"
+    elif new is BrokerState.STOPPING:
+        cause = "controlled shutdown started"
+    elif new is BrokerState.OFFLINE:
+        cause = "controlled shutdown completed" if old is BrokerState.STOPPING else "shut down while fenced"
+    else:
+        cause = f"fenced: {fence_cause}" if fence_cause else "fenced"
+    events.append(
+        {
+            "event": "controller_broker_state",
+            "broker_id": current.broker_id,
+            "broker_epoch": current.broker_epoch,
+            "state": new.value.lower(),
+            "previous_state": old.value.lower(),
+            "cause": cause,
+            "offset": offset,
+        }
+    )
+    return events
 
 
 def _is_fence(data: bytes) -> bool:
@@ -194,7 +347,13 @@ async def open_controller_node(
     ``open_quorum_node``."""
     machine = ControllerStateMachine()
     controller = Controller(controller_config or ControllerConfig(cluster_id=config.cluster_id), machine.image)
-    application = ControllerApplication(controller, machine.image)
-    async with open_quorum_node(config, machine, leader_application=application) as node:
-        application.metrics = node.runtime.metrics
-        yield node
+    events = EventLog(config.event_log)
+    application = ControllerApplication(
+        controller, machine.image, state_machine=machine, emit=events.emit if events.enabled else None
+    )
+    try:
+        async with open_quorum_node(config, machine, leader_application=application, event_log=events) as node:
+            application.metrics = node.runtime.metrics
+            yield node
+    finally:
+        events.close()

@@ -48,6 +48,12 @@ class AdminClient:
         await self._client.__aenter__()
         return self
 
+    @property
+    def quorum_client(self) -> QuorumClient:
+        """The underlying quorum client: who answered last
+        (``last_answered_by``), retry settings."""
+        return self._client
+
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         return await self._client.__aexit__(*exc_info)
 

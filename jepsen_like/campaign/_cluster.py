@@ -408,6 +408,18 @@ def node_event(event: dict[str, Any], node_id: int, start_wall_ns: int) -> dict[
             "offset": event.get("offset"),
             "incarnation_id": event.get("incarnation_id"),
         }
+    if kind == "controller_broker_state":
+        # The active controller's decision, committed: kept apart from the
+        # broker's own broker_state (the checker does not use it).
+        return {
+            **base,
+            "broker_id": str(event["broker_id"]),
+            "broker_epoch": event["broker_epoch"],
+            "state": event["state"],
+            "previous_state": event.get("previous_state"),
+            "cause": event.get("cause"),
+            "offset": event.get("offset"),
+        }
     if kind == "broker_request":
         return {
             **base,

@@ -207,25 +207,19 @@ class _Session:
 
 
 def serving_node(client: QuorumClient) -> str | None:
-    """The node a ``QuorumClient`` sent its last request to (it stays on a
-    node that answers), from its bootstrap entry; None when unknown.
-
-    QuorumClient does not say who answered, so this reads its current
-    server slot (its only state about it)."""
-    servers = getattr(client, "_servers", None)
-    index = getattr(client, "_index", None)
-    if not servers or not isinstance(index, int):
-        return None
-    node_id = servers[index % len(servers)][0]
-    return None if node_id is None else str(node_id)
+    """The node whose answer ended ``client``'s last request, from its
+    bootstrap entry; None when unknown (no answer yet, or a ``HOST:PORT``
+    entry without a node id)."""
+    server = client.last_answered_by
+    return None if server is None or server.node_id is None else str(server.node_id)
 
 
 def _in_flight(error: QuorumClientError) -> bool:
     """Whether a request the client gave up on had left without an answer
-    (a timeout or a connection lost while waiting): QuorumClient retries
+    (a timeout or a connection lost while waiting). QuorumClient retries
     idempotent requests after such a failure and, when time runs out,
-    names the last failure in its message."""
-    return isinstance(error, IndeterminateError) or "no answer from" in str(error)
+    raises a QuorumClientError caused by the last one."""
+    return isinstance(error, IndeterminateError) or isinstance(error.__cause__, IndeterminateError)
 
 
 def topic_descriptor(partitions: int, replication_factor: int) -> dict[str, int]:
@@ -459,7 +453,7 @@ class Workload:
                 self._indeterminate(process, "cas", key, value, error, op="create_topic")
             record(process, "fail", "cas", key, value, error=str(error)[:200], op="create_topic")
             return
-        node = serving_node(session.admin._client)  # noqa: SLF001 - who answered, for the record
+        node = serving_node(session.admin.quorum_client)
         if response.error:
             record(process, "fail", "cas", key, value, error=f"{response.error.name}: {response.message}"[:200], op="create_topic", node=node)
             return
@@ -485,7 +479,7 @@ class Workload:
                 self._indeterminate(process, "write", key, None, error, op="delete_topic")
             record(process, "fail", "write", key, None, error=str(error)[:200], op="delete_topic")
             return
-        node = serving_node(session.admin._client)  # noqa: SLF001
+        node = serving_node(session.admin.quorum_client)
         if response.error:
             record(process, "fail", "write", key, None, error=f"{response.error.name}: {response.message}"[:200], op="delete_topic", node=node)
             return
@@ -510,7 +504,7 @@ class Workload:
                 self._indeterminate(process, "read", key, None, error, **extra)
             record(process, "fail", "read", key, None, error=str(error)[:200], **extra)
             return
-        node = serving_node(session.admin._client)  # noqa: SLF001
+        node = serving_node(session.admin.quorum_client)
         if response.error:
             record(process, "fail", "read", key, None, error=f"{response.error.name}: {response.message}"[:200], node=node, **extra)
             return
@@ -604,7 +598,7 @@ class Workload:
                 self._indeterminate(process, "write", key, incarnation, error, **extra)
             record(process, "fail", "write", key, incarnation, error=str(error)[:200], **extra)
             return
-        node = serving_node(session.admin._client)  # noqa: SLF001
+        node = serving_node(session.admin.quorum_client)
         if response.error is ErrorCode.NONE:
             # The broker epoch is the offset of its RegisterBrokerRecord.
             record(process, "ok", "write", key, incarnation, offset=response.broker_epoch, node=node, **extra)
@@ -626,7 +620,7 @@ class Workload:
                 self._indeterminate(process, "write", key, None, error, op="unregister_broker")
             record(process, "fail", "write", key, None, error=str(error)[:200], op="unregister_broker")
             return
-        node = serving_node(session.admin._client)  # noqa: SLF001
+        node = serving_node(session.admin.quorum_client)
         if response.error is ErrorCode.NONE:
             record(process, "ok", "write", key, None, op="unregister_broker", node=node)
         else:
@@ -647,7 +641,7 @@ class Workload:
                 self._indeterminate(process, "read", key, None, error, **extra)
             record(process, "fail", "read", key, None, error=str(error)[:200], **extra)
             return
-        node = serving_node(session.admin._client)  # noqa: SLF001
+        node = serving_node(session.admin.quorum_client)
         if response.error:
             record(process, "fail", "read", key, None, error=f"{response.error.name}: {response.message}"[:200], node=node, **extra)
             return
@@ -671,7 +665,7 @@ class Workload:
                     process = next(process_ids)
                     async with _Session(process, endpoints, self.options, self.cluster_id) as session:
                         session.quorum.retry_timeout_s = 10.0
-                        session.admin._client.retry_timeout_s = 10.0  # noqa: SLF001 - a patient last look
+                        session.admin.quorum_client.retry_timeout_s = 10.0  # a patient last look
                         try:
                             await self._final_read(session, key)
                         except _Retired:

@@ -14,8 +14,10 @@ processes) with the same ``voters`` map.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, fields
@@ -240,6 +242,30 @@ def open_storage(config: NodeConfig) -> FileStorage | MemoryStorage:
     )
 
 
+class EventLog:
+    """A node's event log: one JSON object per line, stamped with
+    ``wall_ns``, flushed per line (the harness reads it after a kill -9).
+    ``path`` None makes ``emit`` a no-op. Shared by the quorum runtime and
+    an application beside it (the controller), so both write one file."""
+
+    def __init__(self, path: Path | str | None) -> None:
+        self._file = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115
+
+    @property
+    def enabled(self) -> bool:
+        return self._file is not None
+
+    def emit(self, event: dict[str, Any]) -> None:
+        if self._file is not None:
+            self._file.write(json.dumps({"wall_ns": time.time_ns(), **event}) + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
 @asynccontextmanager
 async def open_quorum_node(
     config: NodeConfig,
@@ -248,6 +274,7 @@ async def open_quorum_node(
     rng: random.Random | None = None,
     leader_application: LeaderApplication | None = None,
     request_handler: Callable[[QuorumRuntime, Any], Awaitable[Any]] | None = None,
+    event_log: EventLog | None = None,
 ) -> AsyncIterator[QuorumNodeHandle]:
     """Run a quorum node for the duration of the ``async with`` block.
 
@@ -256,19 +283,14 @@ async def open_quorum_node(
     the storage errors of ``FileStorage.open`` (another node's directory, a
     corrupt election state). ``request_handler(runtime, request)`` replaces
     the default answers to clients' wire requests (a broker serves its own).
+    ``event_log`` replaces the one opened from ``config.event_log`` (the
+    caller then closes it).
     """
     machine = state_machine if state_machine is not None else KeyValueStateMachine()
     storage = open_storage(config)
     metrics = Metrics()
-    event_file = open(config.event_log, "a", encoding="utf-8") if config.event_log else None  # noqa: SIM115
-
-    def sink(event: dict[str, Any]) -> None:
-        if event_file is not None:
-            import json
-            import time
-
-            event_file.write(json.dumps({"wall_ns": time.time_ns(), **event}) + "\n")
-            event_file.flush()
+    own_event_log = event_log is None
+    events = EventLog(config.event_log) if event_log is None else event_log
 
     runtime_ref: list[QuorumRuntime] = []
 
@@ -297,7 +319,7 @@ async def open_quorum_node(
         rng=rng,
         snapshot_every_records=config.snapshot_every_records,
         metrics=metrics,
-        event_sink=sink,
+        event_sink=events.emit,
         io_in_thread=config.data_dir is not None,
         leader_application=leader_application,
     )
@@ -321,5 +343,5 @@ async def open_quorum_node(
                 nursery.cancel_scope.cancel()
     finally:
         storage.close()
-        if event_file is not None:
-            event_file.close()
+        if own_event_log:
+            events.close()

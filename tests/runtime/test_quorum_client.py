@@ -1,0 +1,93 @@
+"""QuorumClient's public answers to "who answered?" and "did it time out?":
+``last_answered_by`` and ``NoAnswerError`` (an ``IndeterminateError``)."""
+
+import functools
+import socket
+
+import pytest
+import trio
+
+from quorum.client import IndeterminateError, NoAnswerError, QuorumClient, QuorumClientError
+from quorum.runtime import KeyValueStateMachine, NodeConfig, open_quorum_node
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def silent_server(nursery: trio.Nursery, received: list[bytes]) -> int:
+    """A TCP server that reads whatever comes and never answers."""
+
+    async def swallow(stream: trio.SocketStream) -> None:
+        async with stream:
+            while data := await stream.receive_some(65536):
+                received.append(data)
+
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, swallow, 0, host="127.0.0.1"))
+    return listeners[0].socket.getsockname()[1]
+
+
+async def test_a_proposal_without_an_answer_raises_no_answer_error(autojump_clock):
+    received: list[bytes] = []
+    async with trio.open_nursery() as nursery:
+        port = await silent_server(nursery, received)
+        async with QuorumClient([f"7@127.0.0.1:{port}"], request_timeout_s=2.0, retry_timeout_s=30.0) as client:
+            started = trio.current_time()
+            with pytest.raises(NoAnswerError) as caught:
+                await client.propose([KeyValueStateMachine.encode_put(b"k", b"v")])
+            # Raised at the request timeout, not the retry timeout: a sent
+            # proposal is never retried.
+            assert trio.current_time() - started == pytest.approx(2.0, abs=0.1)
+            assert isinstance(caught.value, IndeterminateError)  # existing callers still catch it
+            assert received, "the request left the client"
+            assert client.last_answered_by is None
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_read_retried_until_the_retry_timeout_names_the_timeout_as_its_cause(autojump_clock):
+    received: list[bytes] = []
+    async with trio.open_nursery() as nursery:
+        port = await silent_server(nursery, received)
+        async with QuorumClient([f"127.0.0.1:{port}"], request_timeout_s=1.0, retry_timeout_s=3.5) as client:
+            with pytest.raises(QuorumClientError) as caught:
+                await client.read(b"k")
+        # Reads are retried after a timeout; the give-up error is not itself
+        # indeterminate, but its cause says a request was left in flight.
+        assert not isinstance(caught.value, IndeterminateError)
+        assert isinstance(caught.value.__cause__, NoAnswerError)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_refused_connection_is_not_a_no_answer_error(autojump_clock):
+    async with QuorumClient([f"127.0.0.1:{closed_port()}"], retry_timeout_s=1.0) as client:
+        with pytest.raises(QuorumClientError) as caught:
+            await client.read(b"k")
+    assert not isinstance(caught.value, IndeterminateError)
+    assert not isinstance(caught.value.__cause__, IndeterminateError)
+
+
+async def test_last_answered_by_names_the_node_that_answered(tmp_path):
+    node_port, dead_port = closed_port(), closed_port()
+    config = NodeConfig(
+        node_id=1,
+        voters={1: ("127.0.0.1", node_port)},
+        data_dir=tmp_path / "node1",
+        quorum={"election_timeout_ms": 100},
+    )
+    async with open_quorum_node(config) as node:
+        with trio.fail_after(20):
+            await node.wait_for_leader()
+            # The first entry refuses connections: the client moves on to
+            # node 1, and says so.
+            async with QuorumClient([f"9@127.0.0.1:{dead_port}", f"1@127.0.0.1:{node_port}"]) as client:
+                assert client.last_answered_by is None
+                await client.propose([KeyValueStateMachine.encode_put(b"k", b"v")])
+                answered = client.last_answered_by
+                assert answered is not None
+                assert (answered.node_id, answered.host, answered.port) == (1, "127.0.0.1", node_port)
+                assert str(answered) == f"1@127.0.0.1:{node_port}"
+                await client.read(b"k")
+                assert client.last_answered_by == answered
