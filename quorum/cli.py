@@ -49,7 +49,11 @@ _NODE_OPTIONS = [
     click.option("--data-dir", type=click.Path(file_okay=False), help="Where the log lives (default: in memory)."),
     click.option("--cluster-id", default=None, help="Refuse peers of other clusters.  [default: pykraft]"),
     click.option("--metrics", "metrics_listen", help="HOST:PORT for Prometheus /metrics."),
-    click.option("--event-log", type=click.Path(dir_okay=False), help="Append role changes here as JSON lines."),
+    click.option(
+        "--event-log",
+        type=click.Path(dir_okay=False),
+        help="Append role changes (on a controller, also broker registrations and state changes) here as JSON lines.",
+    ),
     click.option("--fsync/--no-fsync", default=None, help="fsync before acknowledging (default on; off only for experiments)."),
     click.option("--election-timeout-ms", type=int),
     click.option("--fetch-timeout-ms", type=int),

@@ -588,11 +588,10 @@ class QuorumRuntime:
         storage.flush()
         if any(output.snapshot is not None for output in outputs):
             # The size/age policy (NodeConfig.retention_bytes/_ms, like
-            # Kafka's metadata.max.retention.*) may drop whole segments
-            # behind the new snapshot; in-memory storage has no segments.
-            apply_retention = getattr(storage, "apply_retention", None)
-            if apply_retention is not None:
-                apply_retention(int(time.time() * 1000))
+            # Kafka's metadata.max.retention.*) may drop what lies behind
+            # the new snapshot. The core need not hear of it: its own log
+            # starts at a snapshot after a restart anyway.
+            storage.apply_retention(int(time.time() * 1000))
 
     # =====================================================================
     # Transport callbacks (run in transport tasks; never block)
