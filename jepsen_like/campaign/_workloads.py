@@ -45,7 +45,7 @@ import contextlib
 import itertools
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -375,6 +375,27 @@ class Workload:
         self.history.record(process, "info", f, key, value, error=f"indeterminate: {error}"[:200], **extra)
         raise _Retired
 
+    async def _controller_call(
+        self, session: _Session, f: str, key: str, value: Any, call: Callable[[], Awaitable[Any]], **extra: Any
+    ) -> tuple[Any, str | None] | None:
+        """One controller request as operation ``f`` on ``key``: records the
+        invoke, then ``info`` (and retires the process) when the request may
+        have happened, ``fail`` when it certainly did not. Returns the
+        response and the node that answered, for the caller to record the
+        outcome; None after a recorded failure."""
+        process, record = session.process, self.history.record
+        record(process, "invoke", f, key, value, **extra)
+        try:
+            response = await call()
+        except AdminClientError as error:  # an answer it could not read: it may have happened
+            self._indeterminate(process, f, key, value, error, **extra)
+        except QuorumClientError as error:
+            if _in_flight(error):
+                self._indeterminate(process, f, key, value, error, **extra)
+            record(process, "fail", f, key, value, error=str(error)[:200], **extra)
+            return None
+        return response, serving_node(session.admin.quorum_client)
+
     # ------------------------------------------------------------------
     # Registers
     # ------------------------------------------------------------------
@@ -441,19 +462,16 @@ class Workload:
         key, descriptor = f"topic/{name}", self._topics[name]
         value = [None, descriptor]
         process, record = session.process, self.history.record
-        record(process, "invoke", "cas", key, value, op="create_topic")
-        try:
-            response = await session.admin.create_topic(
+        answered = await self._controller_call(
+            session, "cas", key, value,
+            lambda: session.admin.create_topic(
                 name, partitions=descriptor["partitions"], replication_factor=descriptor["replication_factor"]
-            )
-        except AdminClientError as error:  # an answer it could not read: it may have happened
-            self._indeterminate(process, "cas", key, value, error, op="create_topic")
-        except QuorumClientError as error:
-            if _in_flight(error):
-                self._indeterminate(process, "cas", key, value, error, op="create_topic")
-            record(process, "fail", "cas", key, value, error=str(error)[:200], op="create_topic")
+            ),
+            op="create_topic",
+        )  # fmt: skip
+        if answered is None:
             return
-        node = serving_node(session.admin.quorum_client)
+        response, node = answered
         if response.error:
             record(process, "fail", "cas", key, value, error=f"{response.error.name}: {response.message}"[:200], op="create_topic", node=node)
             return
@@ -469,17 +487,12 @@ class Workload:
     async def _delete_topic(self, session: _Session, name: str) -> None:
         key = f"topic/{name}"
         process, record = session.process, self.history.record
-        record(process, "invoke", "write", key, None, op="delete_topic")
-        try:
-            response = await session.admin.delete_topics([name])
-        except AdminClientError as error:
-            self._indeterminate(process, "write", key, None, error, op="delete_topic")
-        except QuorumClientError as error:
-            if _in_flight(error):
-                self._indeterminate(process, "write", key, None, error, op="delete_topic")
-            record(process, "fail", "write", key, None, error=str(error)[:200], op="delete_topic")
+        answered = await self._controller_call(
+            session, "write", key, None, lambda: session.admin.delete_topics([name]), op="delete_topic"
+        )
+        if answered is None:
             return
-        node = serving_node(session.admin.quorum_client)
+        response, node = answered
         if response.error:
             record(process, "fail", "write", key, None, error=f"{response.error.name}: {response.message}"[:200], op="delete_topic", node=node)
             return
@@ -496,15 +509,13 @@ class Workload:
         extra: dict[str, Any] = {"mode": mode, "op": "describe_topic"}
         if final:
             extra["final"] = True
-        record(process, "invoke", "read", key, None, **extra)
-        try:
-            response = await session.admin.describe_topics([name], linearizable=mode == "linearizable")
-        except (AdminClientError, QuorumClientError) as error:
-            if isinstance(error, AdminClientError) or _in_flight(error):
-                self._indeterminate(process, "read", key, None, error, **extra)
-            record(process, "fail", "read", key, None, error=str(error)[:200], **extra)
+        answered = await self._controller_call(
+            session, "read", key, None,
+            lambda: session.admin.describe_topics([name], linearizable=mode == "linearizable"), **extra
+        )  # fmt: skip
+        if answered is None:
             return
-        node = serving_node(session.admin.quorum_client)
+        response, node = answered
         if response.error:
             record(process, "fail", "read", key, None, error=f"{response.error.name}: {response.message}"[:200], node=node, **extra)
             return
@@ -585,20 +596,15 @@ class Workload:
         incarnation = f"inc{next(self._incarnations)}"
         process, record = session.process, self.history.record
         extra = {"op": "register_broker", "write_id": f"{key}={incarnation}"}
-        record(process, "invoke", "write", key, incarnation, **extra)
         request = RegisterBrokerRequest(
             broker_id=broker_id, incarnation_id=incarnation, cluster_id=self.cluster_id, listeners=SYNTHETIC_LISTENERS
         )
-        try:
-            response = await session.admin.register_broker(request)
-        except AdminClientError as error:
-            self._indeterminate(process, "write", key, incarnation, error, **extra)
-        except QuorumClientError as error:
-            if _in_flight(error):
-                self._indeterminate(process, "write", key, incarnation, error, **extra)
-            record(process, "fail", "write", key, incarnation, error=str(error)[:200], **extra)
+        answered = await self._controller_call(
+            session, "write", key, incarnation, lambda: session.admin.register_broker(request), **extra
+        )
+        if answered is None:
             return
-        node = serving_node(session.admin.quorum_client)
+        response, node = answered
         if response.error is ErrorCode.NONE:
             # The broker epoch is the offset of its RegisterBrokerRecord.
             record(process, "ok", "write", key, incarnation, offset=response.broker_epoch, node=node, **extra)
@@ -610,17 +616,12 @@ class Workload:
     async def _unregister_synthetic(self, session: _Session, broker_id: int) -> None:
         key = f"broker/{broker_id}"
         process, record = session.process, self.history.record
-        record(process, "invoke", "write", key, None, op="unregister_broker")
-        try:
-            response = await session.admin.unregister_broker(broker_id)
-        except AdminClientError as error:
-            self._indeterminate(process, "write", key, None, error, op="unregister_broker")
-        except QuorumClientError as error:
-            if _in_flight(error):
-                self._indeterminate(process, "write", key, None, error, op="unregister_broker")
-            record(process, "fail", "write", key, None, error=str(error)[:200], op="unregister_broker")
+        answered = await self._controller_call(
+            session, "write", key, None, lambda: session.admin.unregister_broker(broker_id), op="unregister_broker"
+        )
+        if answered is None:
             return
-        node = serving_node(session.admin.quorum_client)
+        response, node = answered
         if response.error is ErrorCode.NONE:
             record(process, "ok", "write", key, None, op="unregister_broker", node=node)
         else:
@@ -633,15 +634,12 @@ class Workload:
         extra: dict[str, Any] = {"mode": mode, "op": "describe_cluster"}
         if final:
             extra["final"] = True
-        record(process, "invoke", "read", key, None, **extra)
-        try:
-            response = await session.admin.describe_cluster(linearizable=mode == "linearizable")
-        except (AdminClientError, QuorumClientError) as error:
-            if isinstance(error, AdminClientError) or _in_flight(error):
-                self._indeterminate(process, "read", key, None, error, **extra)
-            record(process, "fail", "read", key, None, error=str(error)[:200], **extra)
+        answered = await self._controller_call(
+            session, "read", key, None, lambda: session.admin.describe_cluster(linearizable=mode == "linearizable"), **extra
+        )
+        if answered is None:
             return
-        node = serving_node(session.admin.quorum_client)
+        response, node = answered
         if response.error:
             record(process, "fail", "read", key, None, error=f"{response.error.name}: {response.message}"[:200], node=node, **extra)
             return
