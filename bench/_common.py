@@ -545,6 +545,39 @@ class Cluster(abc.ABC):
         return None
 
 
+async def timed_requests_on_connections(
+    port: int,
+    count: int,
+    connections: int,
+    deadline: float,
+    one_request: Callable[[int, asyncio.StreamReader, asyncio.StreamWriter], Any],
+) -> list[float]:
+    """Requests ``0 .. count-1`` over ``connections`` TCP connections to
+    ``LOOPBACK:port``, each connection taking the next index as soon as its
+    previous request is answered, until all are sent or ``time.monotonic()``
+    passes ``deadline``. ``await one_request(i, reader, writer)`` sends
+    request ``i`` and waits for (and checks) its answer. Returns each
+    request's latency in seconds."""
+    latencies_s: list[float] = []
+    next_index = 0
+
+    async def connection_worker() -> None:
+        nonlocal next_index
+        reader, writer = await asyncio.open_connection(LOOPBACK, port)
+        try:
+            while next_index < count and time.monotonic() < deadline:
+                i = next_index
+                next_index += 1
+                started = time.perf_counter()
+                await one_request(i, reader, writer)
+                latencies_s.append(time.perf_counter() - started)
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(connection_worker() for _ in range(connections)))
+    return latencies_s
+
+
 async def hedged_first_success(
     attempt: Callable[[int], Any],
     killed_at: float,

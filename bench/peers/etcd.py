@@ -42,6 +42,7 @@ from .._common import (
     make_temp_dir,
     remove_temp_dir,
     run_version_command,
+    timed_requests_on_connections,
     wait_for,
     wait_for_leader,
 )
@@ -64,6 +65,15 @@ def _txn_body(first: int, values: Sequence[bytes]) -> bytes:
             ]
         }
     ).encode()
+
+
+def _post_request(port: int, path: str, body: bytes) -> bytes:
+    """The bytes of one keep-alive HTTP/1.1 POST of a JSON body."""
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {LOOPBACK}:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
 
 
 def _put_body(key: str, value: bytes) -> bytes:
@@ -276,32 +286,13 @@ class EtcdCluster(Cluster):
     async def _write_many_async(
         self, port: int, values: Sequence[bytes], base: int, in_flight: int, deadline: float
     ) -> list[float]:
-        latencies_s: list[float] = []
-        next_index = 0
+        async def put(i: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(_post_request(port, "/v3/kv/put", _put_body(key_for(base + i, KEY_SPACE), values[i])))
+            status, payload = await asyncio.wait_for(_read_http_response(reader), 30.0)
+            if status != 200:
+                raise RuntimeError(f"etcd put: HTTP {status} {payload[:200]!r}")
 
-        async def connection_worker() -> None:
-            nonlocal next_index
-            reader, writer = await asyncio.open_connection(LOOPBACK, port)
-            try:
-                while next_index < len(values) and time.monotonic() < deadline:
-                    i = next_index
-                    next_index += 1
-                    body = _put_body(key_for(base + i, KEY_SPACE), values[i])
-                    request = (
-                        f"POST /v3/kv/put HTTP/1.1\r\nHost: {LOOPBACK}:{port}\r\n"
-                        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-                    ).encode() + body
-                    started = time.perf_counter()
-                    writer.write(request)
-                    status, payload = await asyncio.wait_for(_read_http_response(reader), 30.0)
-                    if status != 200:
-                        raise RuntimeError(f"etcd put: HTTP {status} {payload[:200]!r}")
-                    latencies_s.append(time.perf_counter() - started)
-            finally:
-                writer.close()
-
-        await asyncio.gather(*(connection_worker() for _ in range(in_flight)))
-        return latencies_s
+        return await timed_requests_on_connections(port, len(values), in_flight, deadline, put)
 
     def write_batches_concurrently(
         self, batches: Sequence[Sequence[bytes]], clients: int, deadline: float
@@ -314,35 +305,15 @@ class EtcdCluster(Cluster):
     async def _write_batches_async(
         self, port: int, batches: Sequence[Sequence[bytes]], base: int, clients: int, deadline: float
     ) -> list[float]:
-        latencies_s: list[float] = []
-        next_index = 0
+        async def txn(i: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(_post_request(port, "/v3/kv/txn", _txn_body(base + i * len(batches[i]), batches[i])))
+            status, payload = await asyncio.wait_for(_read_http_response(reader), 30.0)
+            if status != 200:
+                raise RuntimeError(f"etcd txn: HTTP {status} {payload[:200]!r}")
+            if len(json.loads(payload).get("responses", [])) != len(batches[i]):
+                raise RuntimeError("etcd txn answered the wrong number of responses")
 
-        async def connection_worker() -> None:
-            nonlocal next_index
-            reader, writer = await asyncio.open_connection(LOOPBACK, port)
-            try:
-                while next_index < len(batches) and time.monotonic() < deadline:
-                    i = next_index
-                    next_index += 1
-                    first = base + i * len(batches[i])
-                    body = _txn_body(first, batches[i])
-                    request = (
-                        f"POST /v3/kv/txn HTTP/1.1\r\nHost: {LOOPBACK}:{port}\r\n"
-                        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-                    ).encode() + body
-                    started = time.perf_counter()
-                    writer.write(request)
-                    status, payload = await asyncio.wait_for(_read_http_response(reader), 30.0)
-                    if status != 200:
-                        raise RuntimeError(f"etcd txn: HTTP {status} {payload[:200]!r}")
-                    if len(json.loads(payload).get("responses", [])) != len(batches[i]):
-                        raise RuntimeError("etcd txn answered the wrong number of responses")
-                    latencies_s.append(time.perf_counter() - started)
-            finally:
-                writer.close()
-
-        await asyncio.gather(*(connection_worker() for _ in range(clients)))
-        return latencies_s
+        return await timed_requests_on_connections(port, len(batches), clients, deadline, txn)
 
     def try_write(self, value: bytes, timeout_s: float) -> bool:
         alive = [i for i in range(self.voters) if self.processes[i].is_alive()]

@@ -45,6 +45,7 @@ from .._common import (
     make_value,
     package_version,
     remove_temp_dir,
+    timed_requests_on_connections,
     wait_for,
     wait_for_leader,
     wait_for_port,
@@ -303,29 +304,15 @@ class PySyncObjCluster(Cluster):
     async def _write_batches_async(
         self, port: int, batches: Sequence[Sequence[bytes]], base: int, clients: int, deadline: float
     ) -> list[float]:
-        latencies_s: list[float] = []
-        next_index = 0
+        async def put_batch(i: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            first = base + i * len(batches[i])
+            items = [(key_for(first + j, KEY_SPACE), value) for j, value in enumerate(batches[i])]
+            writer.write(_frame(i + 1, OP_BATCH, _batch_payload(items)))
+            _request_id, status, payload = await asyncio.wait_for(_read_frame(reader), 30.0)
+            if status != 0:
+                raise RuntimeError(f"pysyncobj put_batch failed: {payload.decode(errors='replace')}")
 
-        async def connection_worker() -> None:
-            nonlocal next_index
-            reader, writer = await asyncio.open_connection(LOOPBACK, port)
-            try:
-                while next_index < len(batches) and time.monotonic() < deadline:
-                    i = next_index
-                    next_index += 1
-                    first = base + i * len(batches[i])
-                    items = [(key_for(first + j, KEY_SPACE), value) for j, value in enumerate(batches[i])]
-                    started = time.perf_counter()
-                    writer.write(_frame(i + 1, OP_BATCH, _batch_payload(items)))
-                    _request_id, status, payload = await asyncio.wait_for(_read_frame(reader), 30.0)
-                    if status != 0:
-                        raise RuntimeError(f"pysyncobj put_batch failed: {payload.decode(errors='replace')}")
-                    latencies_s.append(time.perf_counter() - started)
-            finally:
-                writer.close()
-
-        await asyncio.gather(*(connection_worker() for _ in range(clients)))
-        return latencies_s
+        return await timed_requests_on_connections(port, len(batches), clients, deadline, put_batch)
 
     def first_write_after_kill(self, killed_at: float, deadline: float) -> float | None:
         alive_ports = [self.front_ports[i] for i in range(self.voters) if self.processes[i].is_alive()]

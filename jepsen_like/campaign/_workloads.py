@@ -214,6 +214,12 @@ def serving_node(client: QuorumClient) -> str | None:
     return None if server is None or server.node_id is None else str(server.node_id)
 
 
+def _refusal(answer: Any) -> str:
+    """The error of a definite refusal (an error code in an answer), for
+    the history."""
+    return f"{answer.error.name}: {answer.message}"[:200]
+
+
 def _in_flight(error: QuorumClientError) -> bool:
     """Whether a request the client gave up on had left without an answer
     (a timeout or a connection lost while waiting). QuorumClient retries
@@ -473,7 +479,7 @@ class Workload:
             return
         response, node = answered
         if response.error:
-            record(process, "fail", "cas", key, value, error=f"{response.error.name}: {response.message}"[:200], op="create_topic", node=node)
+            record(process, "fail", "cas", key, value, error=_refusal(response), op="create_topic", node=node)
             return
         [result] = response.results
         if result.error is ErrorCode.NONE:
@@ -482,7 +488,7 @@ class Workload:
         else:
             # TOPIC_ALREADY_EXISTS (the precondition), or the request was
             # refused (not enough Online brokers): no record was written.
-            record(process, "fail", "cas", key, value, error=f"{result.error.name}: {result.message}"[:200], op="create_topic", node=node)
+            record(process, "fail", "cas", key, value, error=_refusal(result), op="create_topic", node=node)
 
     async def _delete_topic(self, session: _Session, name: str) -> None:
         key = f"topic/{name}"
@@ -494,14 +500,14 @@ class Workload:
             return
         response, node = answered
         if response.error:
-            record(process, "fail", "write", key, None, error=f"{response.error.name}: {response.message}"[:200], op="delete_topic", node=node)
+            record(process, "fail", "write", key, None, error=_refusal(response), op="delete_topic", node=node)
             return
         [result] = response.results
         if result.error is ErrorCode.NONE:
             record(process, "ok", "write", key, None, op="delete_topic", node=node)
         else:
             # UNKNOWN_TOPIC_OR_PARTITION: nothing to delete, nothing written.
-            record(process, "fail", "write", key, None, error=f"{result.error.name}: {result.message}"[:200], op="delete_topic", node=node)
+            record(process, "fail", "write", key, None, error=_refusal(result), op="delete_topic", node=node)
 
     async def _describe_topic_at_controller(self, session: _Session, name: str, mode: str, *, final: bool = False) -> None:
         key = f"topic/{name}"
@@ -517,7 +523,7 @@ class Workload:
             return
         response, node = answered
         if response.error:
-            record(process, "fail", "read", key, None, error=f"{response.error.name}: {response.message}"[:200], node=node, **extra)
+            record(process, "fail", "read", key, None, error=_refusal(response), node=node, **extra)
             return
         [topic] = response.topics
         if topic.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
@@ -573,7 +579,7 @@ class Workload:
             record(process, "ok", "read", key, shown, node=node, offset=answer.image_offset - 1, state=answer.state, **completion)
         else:
             record(
-                process, "fail", "read", key, None, node=node, error=f"{answer.error.name}: {answer.message}"[:200],
+                process, "fail", "read", key, None, node=node, error=_refusal(answer),
                 state=answer.state, **completion,
             )  # fmt: skip
 
@@ -611,7 +617,7 @@ class Workload:
         else:
             # DUPLICATE_BROKER_REGISTRATION (the previous incarnation was
             # registered within a heartbeat interval), NOT_LEADER: nothing written.
-            record(process, "fail", "write", key, incarnation, error=f"{response.error.name}: {response.message}"[:200], node=node, **extra)
+            record(process, "fail", "write", key, incarnation, error=_refusal(response), node=node, **extra)
 
     async def _unregister_synthetic(self, session: _Session, broker_id: int) -> None:
         key = f"broker/{broker_id}"
@@ -626,7 +632,7 @@ class Workload:
             record(process, "ok", "write", key, None, op="unregister_broker", node=node)
         else:
             # BROKER_ID_NOT_REGISTERED: nothing to remove, nothing written.
-            record(process, "fail", "write", key, None, error=f"{response.error.name}: {response.message}"[:200], op="unregister_broker", node=node)
+            record(process, "fail", "write", key, None, error=_refusal(response), op="unregister_broker", node=node)
 
     async def _describe_synthetic(self, session: _Session, broker_id: int, mode: str, *, final: bool = False) -> None:
         key = f"broker/{broker_id}"
@@ -641,7 +647,7 @@ class Workload:
             return
         response, node = answered
         if response.error:
-            record(process, "fail", "read", key, None, error=f"{response.error.name}: {response.message}"[:200], node=node, **extra)
+            record(process, "fail", "read", key, None, error=_refusal(response), node=node, **extra)
             return
         shown = next((b.incarnation_id for b in response.brokers if b.broker_id == broker_id), None)
         # The image offset counts registration records, which are what
