@@ -212,9 +212,7 @@ class BrokerAgent:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until the lifecycle stops (or cancelled)."""
-        node = self.runtime.node
-        node.fetch_extension_provider = self._provide_heartbeat
-        node.fetch_extension_consumer = self._consume_reply
+        self.runtime.attach_fetch_extension(self._provide_heartbeat, self._consume_reply)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._registration_task)
@@ -231,8 +229,7 @@ class BrokerAgent:
                     self._step()
                 nursery.cancel_scope.cancel()
         finally:
-            node.fetch_extension_provider = None
-            node.fetch_extension_consumer = None
+            self.runtime.detach_fetch_extension()
             self._mark_stopped(self.stop_reason or "agent task ended", self.stop_error)
 
     def _step(self) -> None:

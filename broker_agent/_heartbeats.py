@@ -3,7 +3,7 @@ hooks into lifecycle inputs (seed 001: "the normal metadata fetches act
 both as heartbeats and a way to propagate information").
 
 The driver (the trio agent, or a simulator) installs ``provide`` and
-``consume`` as the core's ``fetch_extension_provider`` /
+``consume`` as the core's ``CoreHooks.fetch_extension_provider`` /
 ``fetch_extension_consumer`` (binding its clock), calls ``settle`` once the
 core step that called ``consume`` is over, and performs the lifecycle
 actions it collects (``take_actions``).

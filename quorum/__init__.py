@@ -24,6 +24,7 @@ from ._messages import (
     message_type_name,
 )
 from ._node import (
+    CoreHooks,
     NotLeaderError,
     QuorumDescription,
     QuorumError,
@@ -39,6 +40,7 @@ __all__ = [
     "MESSAGE_TYPES",
     "BeginQuorumEpochRequest",
     "BeginQuorumEpochResponse",
+    "CoreHooks",
     "ElectionState",
     "EndQuorumEpochRequest",
     "EndQuorumEpochResponse",

@@ -130,6 +130,31 @@ class _SnapshotDownload:
 FetchExtensionHandler = Callable[[FetchRequest], Any]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CoreHooks:
+    """The host's hooks into a ``QuorumNode``, given once at construction.
+
+    Each is optional, must be deterministic and must do no IO: the core calls
+    them in the middle of a step, and a replayed seed must call them with the
+    same arguments in the same order.
+
+    - ``fetch_extension_handler`` — on the leader, for every valid Fetch that
+      carries an ``extension`` (a broker's heartbeat); its
+      result goes back in the response's ``extension``.
+    - ``fetch_extension_provider`` — on a follower or observer, for the
+      ``extension`` of each Fetch it sends.
+    - ``fetch_extension_consumer`` — on a follower or observer, with the
+      ``extension`` of each answer to its Fetch.
+    """
+
+    fetch_extension_handler: FetchExtensionHandler | None = None
+    fetch_extension_provider: Callable[[], Any] | None = None
+    fetch_extension_consumer: Callable[[Any], None] | None = None
+
+
+_NO_HOOKS = CoreHooks()
+
+
 class QuorumNode:
     """One replica of the metadata log. See the module docstring.
 
@@ -145,7 +170,7 @@ class QuorumNode:
         election_state: ElectionState | None = None,
         log: MemoryLog | None = None,
         snapshot: Snapshot | None = None,
-        fetch_extension_handler: FetchExtensionHandler | None = None,
+        hooks: CoreHooks = _NO_HOOKS,
         fetch_session: int = 0,
     ) -> None:
         self.config = config
@@ -153,13 +178,7 @@ class QuorumNode:
         self._rng = rng
         self._snapshot = snapshot
         self._log = log if log is not None else MemoryLog(snapshot.snapshot_id if snapshot else None)
-        self.fetch_extension_handler = fetch_extension_handler
-        # Called by a follower or observer for the ``extension`` of each
-        # Fetch it sends (a broker's heartbeat fields), and with the
-        # ``extension`` of each answer to it (the controller's heartbeat
-        # reply). Deterministic, no IO.
-        self.fetch_extension_provider: Callable[[], Any] | None = None
-        self.fetch_extension_consumer: Callable[[Any], None] | None = None
+        self._hooks = hooks
         self._tick = 0
         self._out = Output()
         self._persist_seq = 0
@@ -796,8 +815,9 @@ class QuorumNode:
         if replica.is_voter:
             self._record_voter_fetch(request.src)
         extension = None
-        if request.extension is not None and self.fetch_extension_handler is not None:
-            extension = self.fetch_extension_handler(request)
+        handler = self._hooks.fetch_extension_handler
+        if request.extension is not None and handler is not None:
+            extension = handler(request)
 
         diverging, snapshot_id = self._validate_fetch_position(request)
         if diverging is not None or snapshot_id is not None:
@@ -1093,7 +1113,7 @@ class QuorumNode:
         )
 
     def _fetch_extension(self) -> Any:
-        provider = self.fetch_extension_provider
+        provider = self._hooks.fetch_extension_provider
         return provider() if provider is not None else None
 
     def _accept_response(self, response: FetchResponse | FetchSnapshotResponse) -> bool:
@@ -1107,8 +1127,9 @@ class QuorumNode:
     def _on_fetch_response(self, response: FetchResponse) -> None:
         if not self._accept_response(response):
             return
-        if response.extension is not None and self.fetch_extension_consumer is not None:
-            self.fetch_extension_consumer(response.extension)
+        consumer = self._hooks.fetch_extension_consumer
+        if response.extension is not None and consumer is not None:
+            consumer(response.extension)
         if self._handle_response_epoch(response.epoch, response.leader_id, response.src, response.error):
             return
         if response.error:

@@ -64,7 +64,7 @@ from broker_agent import (
     serve_request,
 )
 from broker_agent import ErrorCode as BrokerErrorCode
-from quorum import Entry, FetchRequest, NotLeaderError, ReadReady, RecordKind
+from quorum import CoreHooks, Entry, FetchRequest, NotLeaderError, ReadReady, RecordKind
 from quorum import ErrorCode as QuorumErrorCode
 from registration import (
     BrokerHeartbeat,
@@ -393,13 +393,34 @@ class BrokerSimulation(Simulation):
             return MetadataReplica()
         return ControllerReplica(self.broker_options.controller_config())
 
+    def _core_hooks(self, node: SimNode) -> CoreHooks:
+        if not self.is_broker(node.node_id):
+            return CoreHooks(fetch_extension_handler=lambda request: self._on_heartbeat(node, request))
+        incarnation = node.incarnation
+
+        def this_process() -> BrokerProcess | None:
+            # None until _start has made this incarnation's process (the
+            # core's first output is handled before that).
+            process = self.processes.get(node.node_id)
+            return process if process is not None and process.incarnation == incarnation else None
+
+        def provide() -> Any:
+            process = this_process()
+            return self._provide_heartbeat(process) if process is not None else None
+
+        def consume(extension: Any) -> None:
+            process = this_process()
+            if process is not None:
+                self._consume_reply(process, extension)
+
+        return CoreHooks(fetch_extension_provider=provide, fetch_extension_consumer=consume)
+
     def _start(self, node_id: int) -> None:
         super()._start(node_id)
         node = self.nodes[node_id]
         core = node.core
         assert core is not None
         if not self.is_broker(node_id):
-            core.fetch_extension_handler = lambda request, node=node: self._on_heartbeat(node, request)
             return
         lifecycle = BrokerLifecycle(self.broker_options.lifecycle_config(node_id))
         process = BrokerProcess(
@@ -412,8 +433,6 @@ class BrokerSimulation(Simulation):
         )
         self.processes[node_id] = process
         self.exited.pop(node_id, None)
-        core.fetch_extension_provider = lambda process=process: self._provide_heartbeat(process)
-        core.fetch_extension_consumer = lambda extension, process=process: self._consume_reply(process, extension)
         self._perform(process, lifecycle.tick(self.now_ms_int()))
 
     def crash(self, node_id: int) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quorum import (
+    CoreHooks,
     ElectionState,
     Entry,
     MemoryLog,
@@ -327,6 +328,7 @@ class Simulation:
             election_state=disk.election_state,
             log=disk.recovered_log(),
             snapshot=disk.snapshot,
+            hooks=self._core_hooks(node),
             # Each restart is a new process: a new fetch session.
             fetch_session=node.incarnation - 1,
         )
@@ -347,6 +349,11 @@ class Simulation:
         self._handle(node, node.core.initial_output())
         phase_us = self._rng.randrange(self.options.tick_ms * US_PER_MS)
         self._push(phase_us, "tick", node_id, node.incarnation)
+
+    def _core_hooks(self, node: SimNode) -> CoreHooks:
+        """The hooks a (re)starting process gives its core: none for a bare
+        quorum (the broker simulation adds heartbeats)."""
+        return CoreHooks()
 
     def _new_machine(self, node_id: int) -> Any:
         """The state machine a (re)starting process replays the log into;

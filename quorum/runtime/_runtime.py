@@ -47,7 +47,7 @@ import trio
 from .._config import QuorumConfig
 from .._log import MemoryLog
 from .._messages import ErrorCode, Message
-from .._node import NotLeaderError, QuorumDescription, QuorumNode, Snapshot
+from .._node import CoreHooks, NotLeaderError, QuorumDescription, QuorumNode, Snapshot
 from .._output import Output, ReadFailed, ReadReady, Role, RoleChange
 from .._types import Entry, RecordKind, SnapshotId
 from ._metrics import Metrics
@@ -319,9 +319,12 @@ class QuorumRuntime:
         self._stopping = False
         self.application = leader_application
         self._application_active = False
+        # What this node adds to its own Fetches and does with the answers'
+        # extensions (a broker agent's heartbeats): attached and detached at
+        # run time, while the core's hooks stay the ones it was built with.
+        self._fetch_extension_provider: Callable[[], Any] | None = None
+        self._fetch_extension_consumer: Callable[[Any], None] | None = None
         self.node = self._recover()
-        if leader_application is not None:
-            self.node.fetch_extension_handler = self._on_fetch_extension
 
     # =====================================================================
     # Startup
@@ -346,6 +349,11 @@ class QuorumRuntime:
             election_state=recovered.election_state,
             log=log,
             snapshot=snapshot,
+            hooks=CoreHooks(
+                fetch_extension_handler=self._on_fetch_extension if self.application is not None else None,
+                fetch_extension_provider=self._provide_fetch_extension,
+                fetch_extension_consumer=self._consume_fetch_extension,
+            ),
             # A new one per process start, not from the injected RNG: tests
             # restart nodes with the same seed (see QuorumNode).
             fetch_session=secrets.randbits(31),
@@ -652,6 +660,28 @@ class QuorumRuntime:
             return {"error": int(ErrorCode.NOT_LEADER)}  # leader, but not caught up yet
         self.application.note_log_end(self.node.log.end_offset)
         return self.application.on_fetch(request.src, request.extension, request.fetch_offset, self._now_ms())
+
+    def attach_fetch_extension(self, provider: Callable[[], Any], consumer: Callable[[Any], None]) -> None:
+        """Add ``provider()`` to every Fetch this node sends, and hand each
+        answer's extension to ``consumer`` (a broker agent's heartbeats and
+        the controller's replies). Both run inside a core step: they must be
+        quick and must not raise."""
+        self._fetch_extension_provider = provider
+        self._fetch_extension_consumer = consumer
+
+    def detach_fetch_extension(self) -> None:
+        """Stop adding an extension to this node's Fetches."""
+        self._fetch_extension_provider = None
+        self._fetch_extension_consumer = None
+
+    def _provide_fetch_extension(self) -> Any:
+        provider = self._fetch_extension_provider
+        return provider() if provider is not None else None
+
+    def _consume_fetch_extension(self, extension: Any) -> None:
+        consumer = self._fetch_extension_consumer
+        if consumer is not None:
+            consumer(extension)
 
     def _drive_application(self, ticked: bool) -> None:
         application = self.application

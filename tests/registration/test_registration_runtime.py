@@ -76,9 +76,10 @@ async def test_controller_drives_registration_and_heartbeats_through_the_runtime
         assert leader.state_machine.broker(BROKER).broker_epoch == epoch
 
         broker = runtimes[BROKER]
-        broker.node.fetch_extension_provider = lambda: BrokerHeartbeat(
-            broker_id=BROKER, broker_epoch=epoch
-        ).to_extension()
+        broker.attach_fetch_extension(
+            lambda: BrokerHeartbeat(broker_id=BROKER, broker_epoch=epoch).to_extension(),
+            lambda _reply: None,
+        )
         while broker.state_machine.broker_state(BROKER) is not BrokerState.ONLINE:
             await trio.sleep(0.05)
 
