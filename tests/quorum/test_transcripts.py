@@ -608,7 +608,9 @@ def follower_behind_log_start_installs_the_snapshot(run: TranscriptRun) -> None:
     assert not [line for line in lines_between(run, held, released) if re.search(r"n1: commit 1:", line)]
     assert any(line.endswith("n1: commit 1:e1=a 2:e1=b 3:e1=c") for line in lines_between(run, released))
     require(run, r"^  send 1->3 FetchResp e1 #1:\d+ snapshot=4 ")
-    assert len(lines_matching(run, r"^  send 1->3 FetchSnapResp ")) == 2
+    assert lines_matching(run, r"^dropped 1->3 FetchSnapResp e1 #1:\d+ pos=0 ", "drop")
+    assert len(lines_matching(run, r"send 3->1 FetchSnap e1 #1:\d+ snapshot=4 pos=0$")) == 2, "no retry of the lost chunk"
+    assert len(lines_matching(run, r"^  send 1->3 FetchSnapResp ")) == 3
     require(run, r"n3: load snapshot end=4 e1")
     require(run, r"n3: persist snapshot end=4 e1, log reset")
     assert run.outputs[-1][1][2] == "n3: start=4 committed [4:e1=d] uncommitted []"
