@@ -40,7 +40,8 @@ such as ``Fetch``, ``VoteResp``, ``EndEpoch``; times are in ticks of
 - ``crash node=N`` (kill -9: what was not durable is lost);
   ``restart node=N`` (from what its disk holds);
 - ``hold-disk node=N``: N's writes stop completing, so ``persisted(seq)``
-  is not called and the messages behind them wait; ``release-disk node=N``;
+  is not called and the messages behind them wait; ``release-disk
+  [node=N]`` (every held disk if no node is named);
 - ``propose node=N p1 p2 ..``, ``read node=N mode=leader-local|linearizable``,
   ``resign node=N``, ``snapshot node=N [end=OFFSET]``;
 - ``status [nodes=..]`` (role, epoch, leader, vote, high watermark, log
@@ -219,6 +220,33 @@ SWITCHES = ("check_quorum", "pre_vote", "fast_failover")
 COUNTS = {"snapshot_retained_records": "snapshot_retained_records", "snapshot_chunk_bytes": "snapshot_chunk_bytes_max"}
 
 
+# The arguments each command takes, and whether it takes plain words.
+ANY = frozenset({"*"})
+FILTERS = frozenset({"from", "to", "type"})
+NODE = frozenset({"node"})
+ARGUMENTS: dict[str, tuple[frozenset[str], bool]] = {
+    "cluster": (ANY, False),  # checked by do_cluster
+    "tick": (frozenset({"n", "nodes"}), False),
+    "campaign": (NODE, False),
+    "deliver": (FILTERS, False),
+    "stabilize": (FILTERS, False),
+    "run": (frozenset({"n", "nodes"}), False),
+    "drop": (FILTERS, False),
+    "partition": (frozenset(), True),
+    "heal": (frozenset(), False),
+    "crash": (NODE, False),
+    "restart": (NODE, False),
+    "hold-disk": (NODE, False),
+    "release-disk": (NODE, False),
+    "propose": (NODE, True),
+    "read": (frozenset({"node", "mode"}), False),
+    "resign": (NODE, False),
+    "snapshot": (frozenset({"node", "end"}), False),
+    "status": (frozenset({"nodes"}), False),
+    "logs": (frozenset({"nodes"}), False),
+}
+
+
 @dataclass
 class TranscriptRun:
     """Runs the commands of one transcript and renders their effects."""
@@ -279,13 +307,21 @@ class TranscriptRun:
 
     def execute(self, line: str) -> list[str]:
         """Run one command line; returns its rendered output ("ok" if none).
-        Raises ``ValueError`` for an unknown command."""
+        Raises ``ValueError`` for an unknown command, an argument the
+        command does not take, or a missing one."""
         self.lines, self.indent = [], ""
         command = Command.parse(line)
-        handler = getattr(self, "do_" + command.name.replace("-", "_"), None)
-        if handler is None:
+        if command.name not in ARGUMENTS:
             raise ValueError(f"unknown transcript command {command.name!r}")
-        handler(command)
+        keys, takes_words = ARGUMENTS[command.name]
+        unknown = sorted(set(command.args) - keys) if keys is not ANY else []
+        if unknown or (command.words and not takes_words):
+            raise ValueError(f"{command.name} does not take {unknown or command.words}")
+        handler = getattr(self, "do_" + command.name.replace("-", "_"))
+        try:
+            handler(command)
+        except KeyError as missing:
+            raise ValueError(f"{command.name} needs the argument {missing}") from None
         self.check_invariants(line)
         output = self.lines or ["ok"]
         self.outputs.append((line, output))
@@ -401,7 +437,10 @@ class TranscriptRun:
         self.require_cluster().hold_disk(command.node())
 
     def do_release_disk(self, command: Command) -> None:
-        self.require_cluster().release_disk(command.node())
+        cluster = self.require_cluster()
+        held = [node_id for node_id in sorted(cluster.replicas) if cluster.replica(node_id).disk_held]
+        for node_id in [command.node()] if "node" in command.args else held:
+            cluster.release_disk(node_id)
 
     def do_propose(self, command: Command) -> None:
         cluster, node_id = self.require_cluster(), command.node()
@@ -659,6 +698,25 @@ def test_every_transcript_names_its_key_events():
     assert sorted(KEY_EVENTS) == names
 
 
+def transcript_diff(path: Path, expected: str, actual: str) -> str | None:
+    """None when the run matches the file; else an explanation ending in a
+    unified diff of the file against the run."""
+    if actual == expected:
+        return None
+    diff = "".join(
+        difflib.unified_diff(
+            expected.splitlines(keepends=True),
+            actual.splitlines(keepends=True),
+            fromfile=f"{path.name} (expected)",
+            tofile=f"{path.name} (actual)",
+        )
+    )
+    return (
+        f"transcript {path.name} differs from the run; if the change is intended, rewrite it with\n"
+        f"PYKRAFT_REWRITE_TRANSCRIPTS=1 .venv/bin/python -m pytest tests/quorum/test_transcripts.py\n\n{diff}"
+    )
+
+
 @pytest.mark.parametrize("path", transcript_files(), ids=lambda path: path.stem)
 def test_transcript(path: Path):
     expected, actual, run = run_transcript(path)
@@ -668,20 +726,20 @@ def test_transcript(path: Path):
         if actual != expected:
             path.write_text(actual)
         return
-    if actual != expected:
-        diff = "".join(
-            difflib.unified_diff(
-                expected.splitlines(keepends=True),
-                actual.splitlines(keepends=True),
-                fromfile=f"{path.name} (expected)",
-                tofile=f"{path.name} (actual)",
-            )
-        )
-        pytest.fail(
-            f"transcript {path.name} differs from the run; if the change is intended, rewrite it with\n"
-            f"PYKRAFT_REWRITE_TRANSCRIPTS=1 .venv/bin/python -m pytest tests/quorum/test_transcripts.py\n\n{diff}",
-            pytrace=False,
-        )
+    if (mismatch := transcript_diff(path, expected, actual)) is not None:
+        pytest.fail(mismatch, pytrace=False)
+
+
+def test_a_wrong_expectation_fails_with_a_diff_and_a_rewrite_fixes_it(tmp_path):
+    path = tmp_path / "story.txt"
+    path.write_text("# one node\ncluster voters=1\n----\nvoters=[1]\n\nstatus\n----\nn1: leader\n")
+    expected, actual, _ = run_transcript(path)
+    mismatch = transcript_diff(path, expected, actual)
+    assert mismatch is not None
+    assert "-n1: leader\n+n1: unattached e0 leader=None voted=None hw=0 log=[0,0) tick=0\n" in mismatch
+    assert "+n1: role=unattached epoch=0 leader=None tick=0 (started)\n" in mismatch
+    path.write_text(actual)  # what the rewrite flag does
+    assert transcript_diff(path, *run_transcript(path)[:2]) is None
 
 
 def test_parse_and_render_round_trip():
@@ -694,3 +752,22 @@ def test_parse_and_render_round_trip():
 def test_a_command_without_separator_is_rejected():
     with pytest.raises(ValueError, match="example:1: command 'status' is not followed"):
         parse_transcript("status\nn1: down\n", "example")
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("frobnicate", "unknown transcript command 'frobnicate'"),
+        ("tick n=3 node=1", r"tick does not take \['node'\]"),
+        ("heal now", r"heal does not take \['now'\]"),
+        ("read node=1", "read needs the argument 'mode'"),
+        ("cluster voters=3 chek_quorum=off", "unknown cluster setting 'chek_quorum'"),
+        ("cluster voters=3 pre_vote=no", "pre_vote is on or off"),
+    ],
+)
+def test_a_mistyped_command_is_an_error_not_an_output(line, message):
+    """A typo must fail loudly, not be rewritten into the expected output."""
+    run = TranscriptRun()
+    run.execute("cluster voters=3")
+    with pytest.raises(ValueError, match=message):
+        run.execute(line)
