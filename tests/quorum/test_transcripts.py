@@ -54,7 +54,7 @@ change (with the tick of the node's own clock); ``nN: persist ..`` a write
 that became durable; ``send ..`` a message put on the network; ``nN:
 commit ..`` records reported committed; ``nN: read ..`` a read's answer.
 Records are written ``offset:eEPOCH=payload`` (``LC`` is a new leader's
-LEADER_CHANGE record). Nothing is printed as ``ok``.
+LEADER_CHANGE record). A command that did nothing visible prints ``ok``.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ import pytest
 from harness import TICK_MS, Cluster, assert_committed_agree, matching
 
 from quorum import (
+    MESSAGE_TYPES,
     Entry,
     Message,
     NotLeaderError,
@@ -164,6 +165,11 @@ def describe_persistence(output: Output) -> str:
     return "; ".join(parts)
 
 
+# The short names of describe_message ("Fetch", "VoteResp", ...); the name
+# depends on the class only, so an instance without fields will do.
+TYPE_NAMES = frozenset(message_type_name(kind.__new__(kind)) for kind in MESSAGE_TYPES)
+
+
 def parse_nodes(value: str) -> list[int]:
     return [int(part) for part in value.split(",") if part]
 
@@ -197,6 +203,8 @@ class Command:
         sources = set(parse_nodes(self.args["from"])) if "from" in self.args else None
         targets = set(parse_nodes(self.args["to"])) if "to" in self.args else None
         kinds = set(self.args["type"].split(",")) if "type" in self.args else None
+        if kinds is not None and kinds - TYPE_NAMES:
+            raise ValueError(f"unknown message type(s) {sorted(kinds - TYPE_NAMES)}; known: {sorted(TYPE_NAMES)}")
         return matching(
             where=lambda message: (
                 (sources is None or message.src in sources)
@@ -761,6 +769,7 @@ def test_a_command_without_separator_is_rejected():
         ("tick n=3 node=1", r"tick does not take \['node'\]"),
         ("heal now", r"heal does not take \['now'\]"),
         ("read node=1", "read needs the argument 'mode'"),
+        ("deliver type=Fetchh", r"unknown message type\(s\) \['Fetchh'\]"),
         ("cluster voters=3 chek_quorum=off", "unknown cluster setting 'chek_quorum'"),
         ("cluster voters=3 pre_vote=no", "pre_vote is on or off"),
     ],
