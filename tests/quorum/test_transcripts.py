@@ -36,7 +36,8 @@ such as ``Fetch``, ``VoteResp``, ``EndEpoch``; times are in ticks of
   is in flight;
 - ``run n=R [nodes=..]``: R rounds of one tick each, then ``stabilize``;
 - ``drop [from=..] [to=..] [type=..]``: lose the matching messages in flight;
-- ``partition 1 | 2 3``: cut every link between the groups; ``heal``;
+- ``partition 1 | 2 3``: cut every link between the groups (cuts add up);
+  ``heal`` restores every link;
 - ``crash node=N`` (kill -9: what was not durable is lost);
   ``restart node=N`` (from what its disk holds);
 - ``hold-disk node=N``: N's writes stop completing, so ``persisted(seq)``
