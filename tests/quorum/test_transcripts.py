@@ -665,6 +665,21 @@ def follower_behind_log_start_installs_the_snapshot(run: TranscriptRun) -> None:
     assert run.outputs[-1][1][2] == "n3: start=4 committed [4:e1=d] uncommitted []"
 
 
+@key_events("leader_disk_stall_and_crash.txt")
+def records_committed_without_the_leaders_disk_survive_its_crash(run: TranscriptRun) -> None:
+    """Raft thesis §10.2.1: the followers' acknowledgements alone commit
+    while the leader's write stalls; the leader's crash then loses its copy,
+    and it restarts Resigned, never Leader, and recovers the records."""
+    held, crash = index_of(run, "hold-disk node=1"), index_of(run, "crash node=1")
+    before_crash = lines_between(run, held, crash)
+    assert not [line for line in before_crash if "n1: persist" in line]
+    assert any(line.endswith("n1: commit 1:e1=a 2:e1=b") for line in before_crash)
+    assert run.outputs[crash + 1][1] == ["n1: role=resigned epoch=1 leader=None tick=0 (restarted after leading)"]
+    assert re.match(r"n1: resigned e1 .* log=\[0,1\)", run.outputs[crash + 2][1][0])
+    require(run, r"n2: role=leader epoch=2 ")
+    assert run.outputs[-1][1][0].startswith("n1: start=0 committed [0:e1=LC 1:e1=a 2:e1=b 3:e2=LC]")
+
+
 @key_events("resign_hand_over.txt")
 def resigning_leader_hands_over_to_the_most_up_to_date_voter(run: TranscriptRun) -> None:
     """KIP-595 EndQuorumEpoch: successors ordered by acknowledged offset;
