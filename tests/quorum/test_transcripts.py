@@ -587,7 +587,7 @@ def zombie_leader_keeps_serving_stale_reads(run: TranscriptRun) -> None:
     stale = numbers(r"n1: read leader-local ok offset=(\d+)", after)
     fresh = numbers(r"n3: read leader-local ok offset=(\d+)", after)
     assert stale and fresh and max(stale) < min(fresh), (stale, fresh)
-    assert numbers(r"n3: commit .*(\d+):e3=b", after), "the write the stale reads miss was committed"
+    assert any(re.search(r"n3: commit .*:e3=b$", line) for line in after), "the write the reads miss is committed"
     assert not lines_matching(run, r"n1: read r\d+ ready"), "a linearizable read was confirmed by a minority"
     assert lines_matching(run, r"n3: read r\d+ ready offset=4")
 
@@ -638,14 +638,16 @@ def deposed_leader_truncates_to_the_diverging_offset(run: TranscriptRun) -> None
     deposed leader truncates its uncommitted records there, never below its
     high watermark."""
     heal = index_of(run, "heal")
+    [logs_before_heal] = [output for line, output in run.outputs[:heal] if line == "logs"]
+    assert logs_before_heal[0] == "n1: start=0 committed [0:e1=LC 1:e1=a] uncommitted [2:e1=b 3:e1=c]"
     after = lines_between(run, heal)
-    require(run, r"^  send 3->1 FetchResp e3 #\d+ diverging=e1@2 ")
-    require(run, r"^  n1: persist truncate to 2$")
+    assert any(re.search(r"^  send 3->1 FetchResp e3 #\d+ diverging=e1@2 ", line) for line in after)
+    # Truncated to 2: exactly its high watermark, nothing committed removed.
+    assert "  n1: persist truncate to 2" in after
     assert not [line for line in lines_matching(run, r"commit ") if re.search(r"e1=[bc]\b", line)]
     final_logs = run.outputs[-1][1]
     assert len({line.split(": ", 1)[1] for line in final_logs}) == 1, final_logs
     assert "2:e3=LC 3:e3=d" in final_logs[0]
-    assert after
 
 
 @key_events("snapshot_catch_up.txt")
@@ -685,9 +687,7 @@ def resigning_leader_hands_over_to_the_most_up_to_date_voter(run: TranscriptRun)
     """KIP-595 EndQuorumEpoch: successors ordered by acknowledged offset;
     the first stands at once, wins, and commits what only it had."""
     resign = index_of(run, "resign node=1")
-    assert lines_matching(run, r"^send 1->\d EndEpoch e1 successors=\[4, 2, 5, 3\]$", "resign") and len(
-        lines_matching(run, r"EndEpoch e1 successors=\[4, 2, 5, 3\]$", "resign")
-    ) == 4
+    assert len(lines_matching(run, r"^send 1->\d EndEpoch e1 successors=\[4, 2, 5, 3\]$", "resign")) == 4
     stood = [line for line in lines_between(run, resign) if re.search(r"role=(prospective|candidate)", line)]
     assert stood and all(line.lstrip().startswith("n4: ") for line in stood), stood
     require(run, r"n4: role=leader epoch=2 ")
