@@ -21,6 +21,13 @@ test says so (``deliver``, ``deliver_all``, ``run``); ``drop`` loses messages,
 ``inject`` hands any message (a duplicate, a stale or forged one) to its
 receiver. Every delivered message is written to ``transcript`` as rendered by
 ``quorum.describe_message``.
+
+An ``observer`` (the transcript runner of ``test_transcripts.py``) is told of
+everything as it happens, in order: ``observer(kind, node_id, item)`` with
+kind ``"output"`` (an ``Output`` was handed back), ``"persist"`` (an output's
+persistence became durable), ``"send"`` (messages went on the network),
+``"deliver"`` (a message reached ``node_id``) and ``"lost"`` (a message
+across a cut link, or to a node that is down, vanished).
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ FETCH_MAX_WAIT_TICKS = 50
 CHECK_QUORUM_TICKS = 300  # check_quorum_factor 1.5 * fetch timeout
 
 Matcher = Callable[[Message], bool]
+Observer = Callable[[str, int, Any], None]
 ELECTION_MESSAGES = (VoteRequest, VoteResponse, BeginQuorumEpochRequest, BeginQuorumEpochResponse)
 
 
@@ -146,9 +154,11 @@ class Cluster:
         seed: int = 0,
         disks: dict[int, Disk] | None = None,
         down: Sequence[int] = (),
+        observer: Observer | None = None,
         **overrides: Any,
     ) -> None:
         self.seed = seed
+        self.observer = observer
         self.voter_ids = tuple(range(1, voters + 1))
         self.in_flight: list[Message] = []
         self.transcript: list[str] = []
@@ -223,7 +233,8 @@ class Cluster:
             replica.loaded_snapshots.append(output.snapshot_loaded)
         replica.committed.extend(output.committed)
         replica.reads.extend(output.reads)
-        self.in_flight.extend(output.early_messages)
+        self._notify("output", node_id, output)
+        self._send(node_id, output.early_messages)
         assert replica.node is not None
         replica.high_watermarks.append(replica.node.high_watermark)
         replica.pipeline.append(output)
@@ -240,10 +251,20 @@ class Cluster:
                 if head.has_persistence:
                     assert head.persist_seq is not None
                     replica.disk.apply(head)
+                    self._notify("persist", replica.node_id, head)
                     self.handle(replica.node_id, replica.node.persisted(head.persist_seq))
-                self.in_flight.extend(head.messages)
+                self._send(replica.node_id, head.messages)
         finally:
             replica.pumping = False
+
+    def _notify(self, kind: str, node_id: int, item: Any) -> None:
+        if self.observer is not None:
+            self.observer(kind, node_id, item)
+
+    def _send(self, node_id: int, messages: list[Message]) -> None:
+        if messages:
+            self.in_flight.extend(messages)
+            self._notify("send", node_id, messages)
 
     def hold_disk(self, node_id: int) -> None:
         """The disk of ``node_id`` stalls: no write completes, and no message
@@ -328,6 +349,8 @@ class Cluster:
             if self.replicas[message.dst].up and (message.src, message.dst) not in self._blocked:
                 self.inject(message)
                 delivered.append(message)
+            else:
+                self._notify("lost", message.dst, message)
         return delivered
 
     def deliver_all(self, kind: Any = None, *, src: int | None = None, dst: int | None = None, where: Matcher | None = None, limit: int = 10_000) -> int:
@@ -354,6 +377,7 @@ class Cluster:
     def inject(self, message: Message) -> Output:
         """Hand ``message`` to its receiver now, whatever the network says."""
         self.transcript.append(describe_message(message))
+        self._notify("deliver", message.dst, message)
         return self.handle(message.dst, self.node(message.dst).step(message))
 
     def cut(self, src: int, dst: int) -> None:
