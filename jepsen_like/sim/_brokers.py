@@ -84,10 +84,11 @@ from registration import (
     Request,
     Response,
     UnregisterBrokerRecord,
+    decode_message,
     decode_record,
+    encode_message,
     error_response,
 )
-from registration._service import decode_message, encode_message
 
 from ._cluster import US_PER_MS, InvariantViolation, SimNode, SimOptions, Simulation
 
