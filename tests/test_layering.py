@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The layers, lowest first: a package may import only from its own layer
@@ -185,7 +187,9 @@ def within(name: str, package: str) -> bool:
 
 
 def report(problems: list[str], rule: str, advice: str) -> None:
-    assert not problems, f"{rule}:\n  " + "\n  ".join(problems) + "\n" + textwrap.fill(advice, 88)
+    """Fail with one line per problem (file:line: what), then what to do."""
+    if problems:
+        pytest.fail(f"{rule}:\n  " + "\n  ".join(problems) + "\n" + textwrap.fill(advice, 88), pytrace=False)
 
 
 # --- (a) layering ----------------------------------------------------------
@@ -215,9 +219,12 @@ def test_the_checker_imports_nothing_of_the_system():
     for imported in all_imports():
         if not within(imported.module.name, CHECKER):
             continue
-        for target in [imported.target, *project_targets(imported)]:
-            if layer_of(target) is not None and not within(target, CHECKER) and target != "jepsen_like":
-                problems.append(f"{imported.module.where}:{imported.line}: {imported.module.name} imports {target}")
+        outside = [
+            target
+            for target in dict.fromkeys([imported.target, *project_targets(imported)])
+            if layer_of(target) is not None and not within(target, CHECKER) and target != "jepsen_like"
+        ]
+        problems.extend(f"{imported.module.where}:{imported.line}: {imported.module.name} imports {target}" for target in outside)
     report(
         problems,
         f"rule (a), the checker ({CHECKER}) imports nothing of the system it checks",
@@ -373,9 +380,34 @@ def strongly_connected(graph: dict[str, dict[str, tuple[str, int]]]) -> list[lis
     return components
 
 
+def shortest_cycle(graph: dict[str, dict[str, tuple[str, int]]], component: list[str]) -> list[str]:
+    """A shortest cycle through ``component[0]`` inside the component
+    (breadth first), as the list of modules along it, first one repeated."""
+    members, start = set(component), component[0]
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for successor in sorted(graph[node]):
+                if successor == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [start, *reversed(path[:-1]), start]
+                if successor in members and successor not in came_from:
+                    came_from[successor] = node
+                    following.append(successor)
+        frontier = following
+    raise AssertionError(f"{component} is not a cycle")
+
+
 def test_strongly_connected_finds_a_cycle_and_only_cycles():
     graph = {"a": {"b": ("a.py", 1)}, "b": {"c": ("b.py", 1)}, "c": {"a": ("c.py", 1)}, "d": {"a": ("d.py", 1)}}
     assert strongly_connected(graph) == [["a", "b", "c"]]
+    assert shortest_cycle(graph, ["a", "b", "c"]) == ["a", "b", "c", "a"]
+    graph["a"]["c"] = ("a.py", 2)
+    assert shortest_cycle(graph, ["a", "b", "c"]) == ["a", "c", "a"]
     del graph["c"]["a"]
     assert strongly_connected(graph) == []
 
@@ -384,14 +416,12 @@ def test_no_import_cycles():
     graph = import_graph()
     problems = []
     for component in strongly_connected(graph):
-        members = set(component)
-        edges = [
-            f"{where}:{line}: {source} imports {target}"
-            for source in component
-            for target, (where, line) in sorted(graph[source].items())
-            if target in members
+        cycle = shortest_cycle(graph, component)
+        steps = [
+            "{}:{}: {} imports {}".format(*graph[source][target], source, target)
+            for source, target in zip(cycle, cycle[1:])
         ]
-        problems.append("cycle among " + ", ".join(component) + "\n    " + "\n    ".join(edges))
+        problems.append(f"a cycle (one of {len(component)} modules that reach each other):\n    " + "\n    ".join(steps))
     report(
         problems,
         "rule (d), no import cycles (function-local imports count)",
@@ -449,14 +479,11 @@ def test_the_simulator_imports_without_trio_fcntl_sockets_or_threads():
         layers=LAYERS,
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert result.returncode == 0, (
-        "rule (e), the simulator runs in a browser: `import jepsen_like.sim` needs what Pyodide lacks:\n  "
-        + (result.stdout.strip() or result.stderr.strip())
-        + "\n"
-        + textwrap.fill(
+    if result.returncode != 0:
+        report(
+            [result.stdout.strip() or result.stderr.strip()],
+            "rule (e), the simulator runs in a browser: `import jepsen_like.sim` needs what Pyodide lacks",
             "Keep trio, fcntl, sockets and threads out of every module the simulator imports: import the "
             "sans-IO piece from the module that holds it rather than through a package whose __init__ "
             "pulls in its host, or move the IO import into the host module.",
-            88,
         )
-    )
