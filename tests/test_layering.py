@@ -12,7 +12,7 @@ The rules (docs/architecture.md, "Layers"):
 (b) every module is sans-IO unless ``HOSTS`` below names it or a package
     above it: it imports none of ``IO_MODULES`` and calls no function of the
     global ``random`` (a seeded ``random.Random(seed)`` is how a core gets
-    randomness);
+    randomness; ``random.Random()`` without a seed is refused too);
 (c) a private module (``_x``) is imported only from inside the package that
     holds it; a subpackage counts as a package of its own, so its parent
     and its siblings go through its ``__init__`` like everyone else, while
@@ -273,17 +273,18 @@ def test_sans_io_modules_import_no_io_and_use_no_global_random():
         aliases, random_problems = _random_names(module)
         problems.extend(random_problems)
         for node in ast.walk(syntax_tree(module)):
-            if (
+            if not (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 and isinstance(node.func.value, ast.Name)
                 and node.func.value.id in aliases
-                and node.func.attr not in SEEDED_RANDOM
             ):
-                problems.append(
-                    f"{module.where}:{node.lineno}: {module.name} calls {node.func.value.id}.{node.func.attr}() "
-                    "(the global generator)"
-                )
+                continue
+            call = f"{module.where}:{node.lineno}: {module.name} calls {node.func.value.id}.{node.func.attr}()"
+            if node.func.attr not in SEEDED_RANDOM:
+                problems.append(f"{call} (the global generator)")
+            elif not node.args and not node.keywords:
+                problems.append(f"{call} without a seed (seeded from the OS)")
     report(
         problems,
         "rule (b), sans-IO: a core imports no IO, clock, thread or entropy module and uses no global random",
