@@ -17,26 +17,18 @@ membership, liveness and partition leadership from the quorum.
   retriable errors, keep a monotonic view.
 
 The public names are re-exported here once; the modules behind them are
-private (``client`` and ``cli`` excepted).
+private (``client`` and ``cli`` excepted). The trio agent's names are
+imported on first use, so that importing the package needs no trio.
 """
 
-from ._agent import (
-    Broker,
-    BrokerAgent,
-    BrokerEvent,
-    BrokerStateNotice,
-    BrokerStoppedError,
-    LeadershipChange,
-    PartitionRole,
-    open_broker,
-)
-from ._config import BrokerConfig
+from registration import InvalidTransitionError
+
+from ._errors import BrokerStoppedError
 from ._heartbeats import FetchAnswered, HeartbeatChannel
 from ._lifecycle import (
     TRANSITIONS,
     Action,
     BrokerLifecycle,
-    InvalidTransitionError,
     LifecycleConfig,
     LifecycleEvent,
     Register,
@@ -47,8 +39,27 @@ from ._lifecycle import (
     state_diagram_mermaid,
     transition_table_markdown,
 )
+from ._notices import BrokerNotice, BrokerStateNotice, LeadershipChange, PartitionRole
 from ._protocol import OPS, RETRIABLE, ErrorCode, MetadataRequest, MetadataResponse, ProtocolError
 from ._serving import Served, serve_request
+
+
+
+def __getattr__(name: str) -> object:
+    """The trio agent's names (``open_broker``, ``Broker``, ``BrokerAgent``,
+    ``BrokerConfig``), imported on first use (PEP 562): ``import
+    broker_agent`` brings in only the sans-IO parts, which the simulator
+    drives without trio (it is meant to run in a browser)."""
+    if name in ("Broker", "BrokerAgent", "open_broker"):
+        from . import _agent
+
+        return getattr(_agent, name)
+    if name == "BrokerConfig":
+        from . import _config
+
+        return _config.BrokerConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "OPS",
@@ -58,7 +69,7 @@ __all__ = [
     "Broker",
     "BrokerAgent",
     "BrokerConfig",
-    "BrokerEvent",
+    "BrokerNotice",
     "BrokerLifecycle",
     "BrokerStateNotice",
     "BrokerStoppedError",

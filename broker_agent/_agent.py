@@ -24,7 +24,6 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -37,6 +36,7 @@ from registration import ControllerStateMachine
 from registration.client import AdminClient
 
 from ._config import BrokerConfig
+from ._errors import BrokerStoppedError
 from ._lifecycle import (
     Action,
     BrokerLifecycle,
@@ -47,6 +47,7 @@ from ._lifecycle import (
     Stop,
 )
 from ._heartbeats import HeartbeatChannel
+from ._notices import BrokerNotice, BrokerStateNotice, LeadershipChange, PartitionRole
 from ._protocol import ErrorCode, MetadataRequest, MetadataResponse
 from ._serving import serve_request
 
@@ -59,55 +60,13 @@ EventSink = Callable[[dict[str, Any]], None]
 _AGENT_WAKE_S = 0.1
 
 
-class BrokerStoppedError(Exception):
-    """The broker stopped (shut down, or refused by the cluster for good)
-    while something waited for it."""
-
-
-# ---------------------------------------------------------------------------
-# What the leadership iterator yields
-# ---------------------------------------------------------------------------
-
-
-class PartitionRole:
-    LEADER = "leader"
-    FOLLOWER = "follower"
-    NONE = "none"  # not a replica any more, or the broker is not Online
-
-
-@dataclass(frozen=True, slots=True)
-class LeadershipChange:
-    """This broker's role for one partition changed. ``leader_epoch`` is the
-    fencing token a leader stamps on what it writes: a store that refuses
-    any epoch below the highest it has seen refuses a deposed leader."""
-
-    topic: str
-    partition: int
-    role: str  # PartitionRole
-    leader_epoch: int
-    leader_id: int
-    image_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerStateNotice:
-    """The broker's own state changed (Fenced: stop acting as a leader now)."""
-
-    state: BrokerState
-    broker_epoch: int | None
-    reason: str
-
-
-BrokerEvent = LeadershipChange | BrokerStateNotice
-
-
 class _Subscription:
     def __init__(self) -> None:
-        self.queue: deque[BrokerEvent] = deque()
+        self.queue: deque[BrokerNotice] = deque()
         self.wakeup = trio.Event()
         self.closed = False
 
-    def push(self, event: BrokerEvent) -> None:
+    def push(self, event: BrokerNotice) -> None:
         self.queue.append(event)
         self.wakeup.set()
 
@@ -440,7 +399,7 @@ class BrokerAgent:
             for change in changes:
                 subscription.push(change)
 
-    async def leadership_changes(self) -> AsyncIterator[BrokerEvent]:
+    async def leadership_changes(self) -> AsyncIterator[BrokerNotice]:
         """This broker's state notices and partition role changes, starting
         with the current state and roles; ends when the broker stops."""
         subscription = _Subscription()
@@ -635,7 +594,7 @@ class Broker:
         """Raises ``BrokerStoppedError`` if the broker stops first."""
         return await self._agent.wait_for_state(predicate)
 
-    def leadership_changes(self) -> AsyncIterator[BrokerEvent]:
+    def leadership_changes(self) -> AsyncIterator[BrokerNotice]:
         """An async iterator of ``BrokerStateNotice`` (starting with the
         current state) and ``LeadershipChange`` (this broker's role per
         partition, with the leader epoch to use as a fencing token). When the

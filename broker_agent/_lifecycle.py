@@ -20,7 +20,8 @@ the caller's ``now_ms``; it returns a list of actions (``Register``,
 ``SetHeartbeat``, ``StateChanged``, ``Stop``). It reads no clock, does no IO
 and draws no randomness (the incarnation id is the driver's). Every state
 change is looked up in ``TRANSITIONS``; a missing entry raises
-``InvalidTransitionError`` (a bug in this module, never a remote's fault).
+``InvalidTransitionError`` (registration's, shared with the controller's
+table: a bug in this module, never a remote's fault).
 The docs' diagram is drawn from the same table (``python -m
 broker_agent.diagram``).
 
@@ -34,11 +35,14 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from registration import BrokerHeartbeat, BrokerState, ErrorCode, HeartbeatReply, RegisterBrokerResponse
-
-
-class InvalidTransitionError(RuntimeError):
-    """The lifecycle tried a transition its table does not have (a bug here)."""
+from registration import (
+    BrokerHeartbeat,
+    BrokerState,
+    ErrorCode,
+    HeartbeatReply,
+    InvalidTransitionError,
+    RegisterBrokerResponse,
+)
 
 
 class LifecycleEvent(enum.Enum):

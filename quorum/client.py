@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import trio
 
 from ._messages import ErrorCode
+from ._node import QuorumError
 from .wire import (
     ClusterIdMismatchError,
     ApplicationRequest,
@@ -41,12 +42,12 @@ from .wire import (
     encode_message,
 )
 
-from .runtime._writer import WRITE_ERRORS, StreamWriter
+from .runtime import WRITE_ERRORS, StreamWriter
 
 logger = logging.getLogger("pykraft.client")
 
 
-class QuorumClientError(Exception):
+class QuorumClientError(QuorumError):
     """A request failed for good (no node could take it within the retry
     timeout, or the cluster refused it). When the retry timeout ran out,
     ``__cause__`` is the last failure."""

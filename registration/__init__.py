@@ -22,6 +22,7 @@ from ._errors import (
     InvalidTransitionError,
     NotActiveError,
     RecordDecodeError,
+    RegistrationInvariantError,
     SnapshotDecodeError,
 )
 from ._image import BrokerRegistration, ClusterImage, PartitionKey, PartitionState, TopicInfo
@@ -81,6 +82,8 @@ from ._requests import (
     TopicDescription,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
+    decode_message,
+    encode_message,
     error_response,
     message_from_wire,
 )
@@ -132,6 +135,7 @@ __all__ = [
     "Proposal",
     "Record",
     "RecordDecodeError",
+    "RegistrationInvariantError",
     "RegisterBrokerRecord",
     "RegisterBrokerRequest",
     "RegisterBrokerResponse",
@@ -146,9 +150,11 @@ __all__ = [
     "UnregisterBrokerRecord",
     "UnregisterBrokerRequest",
     "UnregisterBrokerResponse",
+    "decode_message",
     "decode_record",
     "describe_record",
     "elect_leader",
+    "encode_message",
     "encode_record",
     "error_response",
     "message_from_wire",

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._election import elect_leader
-from ._errors import ErrorCode, NotActiveError
+from ._errors import ErrorCode, NotActiveError, RegistrationInvariantError
 from ._image import BrokerRegistration, ClusterImage
 from ._lifecycle import BrokerEvent, BrokerState, next_state
 from ._placement import place_replicas
@@ -458,7 +458,9 @@ class Controller:
     def _check_state(self, broker_id: int, expected: BrokerState) -> None:
         actual = self.working_image.broker_state(broker_id)
         if actual is not expected:
-            raise RuntimeError(f"controller bug: broker {broker_id} is {actual.value}, the table says {expected.value}")
+            raise RegistrationInvariantError(
+                f"controller bug: broker {broker_id} is {actual.value}, the table says {expected.value}"
+            )
 
     def _sync_expiry(self, broker_id: int) -> None:
         if self.working_image.broker_state(broker_id) in _UNFENCED:

@@ -45,9 +45,17 @@ class SnapshotDecodeError(ValueError):
     """Bytes that are not a snapshot this version of ``ClusterImage`` wrote."""
 
 
-class InvalidTransitionError(ValueError):
-    """A broker-lifecycle event that the transition table does not allow in
-    the broker's current state (a controller bug, not a remote fault)."""
+class RegistrationInvariantError(RuntimeError):
+    """A bug in the registration layer, never a remote's fault: the
+    controller's own bookkeeping disagrees with itself. Never caught: the
+    controller must stop rather than write records from a wrong view."""
+
+
+class InvalidTransitionError(RegistrationInvariantError):
+    """A broker-lifecycle event that a transition table does not allow in
+    the current state. The controller's table (``registration``) and the
+    broker agent's own (``broker_agent``) both raise it: either way it is a
+    bug in the code that fed the event, never a remote's fault."""
 
 
 class NotActiveError(RuntimeError):

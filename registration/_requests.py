@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+import msgpack
+
 from ._errors import ErrorCode
 from ._records import check_bool, check_int, check_listeners, check_text
 
@@ -551,6 +553,24 @@ def message_from_wire(data: Any) -> Request | Response:
     if cls is None:
         raise ValueError(f"unknown message type {data[0]!r}")
     return cls.from_wire(data)
+
+
+def encode_message(message: Request | Response) -> bytes:
+    """A request or response as an application payload: msgpack of its
+    ``to_wire()`` list."""
+    return msgpack.packb(message.to_wire(), use_bin_type=True)
+
+
+def decode_message(payload: bytes) -> Request | Response:
+    """The request or response in an application payload.
+
+    Raises ``ValueError`` for anything that is not a registration message.
+    """
+    try:
+        data = msgpack.unpackb(payload, raw=False)
+    except Exception as error:  # noqa: BLE001 - msgpack raises many kinds on bad input
+        raise ValueError(f"not msgpack: {error}") from error
+    return message_from_wire(data)
 
 
 def error_response(request: Request, error: ErrorCode, message: str) -> Response:

@@ -25,9 +25,14 @@ from typing import Any
 import msgpack
 
 from quorum import Entry
-from quorum.runtime import KeyValueStateMachine, NodeConfig, QuorumNodeHandle, open_quorum_node
-from quorum.runtime._metrics import FINE_BUCKETS_S
-from quorum.runtime._node_api import EventLog
+from quorum.runtime import (
+    FINE_BUCKETS_S,
+    EventLog,
+    KeyValueStateMachine,
+    NodeConfig,
+    QuorumNodeHandle,
+    open_quorum_node,
+)
 
 from ._controller import Controller, ControllerConfig, Proposal
 from ._errors import ErrorCode, RecordDecodeError
@@ -40,7 +45,7 @@ from ._records import (
     UnregisterBrokerRecord,
     decode_record,
 )
-from ._requests import message_from_wire
+from ._requests import decode_message, encode_message
 
 logger = logging.getLogger("pykraft.controller")
 
@@ -129,19 +134,6 @@ class _Reply:
     records: list[bytes] = field(default_factory=list)
     on_committed: Callable[[int], bytes] | None = None
     on_read_confirmed: Callable[[], bytes] | None = None
-
-
-def encode_message(message: Any) -> bytes:
-    return msgpack.packb(message.to_wire(), use_bin_type=True)
-
-
-def decode_message(payload: bytes) -> Any:
-    """Raises ``ValueError`` for anything that is not a registration message."""
-    try:
-        data = msgpack.unpackb(payload, raw=False)
-    except Exception as error:  # noqa: BLE001 - msgpack raises many kinds on bad input
-        raise ValueError(f"not msgpack: {error}") from error
-    return message_from_wire(data)
 
 
 class ControllerApplication:

@@ -28,7 +28,7 @@ from ._requests import (
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
 )
-from ._service import decode_message, encode_message
+from ._requests import decode_message, encode_message
 
 
 class AdminClientError(Exception):

@@ -3,7 +3,9 @@
 from ._cluster import CLUSTER_ID, Cluster, ClusterSettings, QuorumView, node_event, record_write_id
 from ._history import HistoryRecorder
 from ._processes import NodeProcess, ProcessGroup
-from ._runner import NEMESIS_SCENARIOS, Campaign, CampaignOptions, CampaignResult
+from ._options import CampaignOptions
+from ._runner import Campaign, CampaignResult
+from ._scenarios import NEMESIS_SCENARIOS
 from ._workloads import WORKLOADS, ClientEndpoints, Workload, WorkloadOptions
 
 __all__ = [

@@ -17,7 +17,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,55 +25,14 @@ import trio
 
 from jepsen_like.nemesis import NetFault, NetworkTopology, open_network
 
-from ._cluster import CLUSTER_ID, Cluster, ClusterSettings, QuorumView
+from ._cluster import CLUSTER_ID, Cluster, QuorumView
 from ._history import HistoryRecorder
+from ._options import CampaignOptions
 from ._processes import NodeProcess, ProcessGroup
 from ._scenarios import NEMESIS_SCENARIOS
 from ._workloads import ClientEndpoints, Workload, WorkloadOptions
 
 logger = logging.getLogger("pykraft.campaign")
-
-
-@dataclass(slots=True)
-class CampaignOptions:
-    scenario: str = "chaos"
-    time_limit_s: float = 60.0
-    controllers: int = 3
-    brokers: int = 3
-    workload: str = "mixed"
-    read_mode: str = "linearizable"
-    check_quorum: bool = True
-    net: str = "proxy"
-    seed: int = 0
-    store: Path = Path("store")
-    clients: int = 6
-    election_timeout_ms: int = 1000
-    fetch_timeout_ms: int = 2000
-    session_timeout_ms: int = 3000
-    heartbeat_interval_ms: int = 1000
-    quiesce_s: float = 5.0
-    check: bool = True
-    # "spark" (the checker's job) or "reference" (its pure-Python twin,
-    # quadratic: seconds for a short run, no JVM; held to the same verdicts
-    # by tests/checker).
-    checker: str = "spark"
-
-    def describe(self) -> dict[str, Any]:
-        described = asdict(self)
-        described["store"] = str(self.store)
-        return described
-
-    def cluster_settings(self) -> ClusterSettings:
-        return ClusterSettings(
-            controllers=self.controllers,
-            brokers=self.brokers,
-            clients=self.clients,
-            election_timeout_ms=self.election_timeout_ms,
-            fetch_timeout_ms=self.fetch_timeout_ms,
-            check_quorum=self.check_quorum,
-            session_timeout_ms=self.session_timeout_ms,
-            heartbeat_interval_ms=self.heartbeat_interval_ms,
-        )
 
 
 @dataclass(slots=True)
@@ -406,4 +365,4 @@ def _rotated(bootstrap: list[str], index: int) -> list[str]:
     shift = index % len(bootstrap)
     return bootstrap[shift:] + bootstrap[:shift]
 
-__all__ = ["NEMESIS_SCENARIOS", "Campaign", "CampaignOptions", "CampaignResult", "NodeProcess"]
+__all__ = ["Campaign", "CampaignResult"]

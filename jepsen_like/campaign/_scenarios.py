@@ -16,22 +16,52 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
-if TYPE_CHECKING:
-    from ._runner import Campaign
+from jepsen_like.nemesis import NetFault, NetworkTopology
 
-Scenario = Callable[["Campaign", float], Awaitable[None]]
+from ._cluster import Cluster, ClusterSettings
+from ._options import CampaignOptions
+from ._processes import ProcessGroup
 
 
-def check_quorum_s(campaign: Campaign) -> float:
+class RunningCampaign(Protocol):
+    """What a scenario uses of the run it drives. ``Campaign`` (``_runner``)
+    is the one implementation; the scenarios name this protocol instead of
+    importing it, because the runner imports them to look one up."""
+
+    options: CampaignOptions
+    settings: ClusterSettings
+    rng: random.Random
+    status: Callable[[str], None]
+    network: NetworkTopology | None
+    cluster: Cluster | None
+
+    @property
+    def processes(self) -> ProcessGroup: ...
+
+    async def fault(self, name: str, start: Callable[[], Any], stop: Callable[[], Any], duration_s: float) -> None: ...
+
+    async def net_fault(self, name: str, make: Callable[[], NetFault], duration_s: float) -> None: ...
+
+    async def fault_with(
+        self, name: str, start: Callable[[], Awaitable[Any]], body: Callable[[Any], Awaitable[None]]
+    ) -> None: ...
+
+    async def current_leader(self) -> int | None: ...
+
+
+Scenario = Callable[[RunningCampaign, float], Awaitable[None]]
+
+
+def check_quorum_s(campaign: RunningCampaign) -> float:
     """check_quorum_factor x fetch_timeout, in seconds."""
     return 1.5 * campaign.options.fetch_timeout_ms / 1000
 
 
-def session_s(campaign: Campaign) -> float:
+def session_s(campaign: RunningCampaign) -> float:
     return campaign.options.session_timeout_ms / 1000
 
 
@@ -39,7 +69,7 @@ def _left(deadline_s: float) -> float:
     return deadline_s - trio.current_time()
 
 
-def _rng(campaign: Campaign) -> random.Random:
+def _rng(campaign: RunningCampaign) -> random.Random:
     return random.Random(campaign.rng.getrandbits(64))
 
 
@@ -48,25 +78,25 @@ def _rng(campaign: Campaign) -> random.Random:
 # =========================================================================
 
 
-async def kill_and_restart(campaign: Campaign, node_id: int, down_s: float) -> None:
+async def kill_and_restart(campaign: RunningCampaign, node_id: int, down_s: float) -> None:
     """kill -9, down for ``down_s``, start again."""
     node = campaign.processes.nodes[node_id]
     await campaign.fault("kill", lambda: (node.kill(), {"node": node_id, "role": node.role})[1], node.start, down_s)
 
 
-async def pause_node(campaign: Campaign, node_id: int, paused_s: float) -> None:
+async def pause_node(campaign: RunningCampaign, node_id: int, paused_s: float) -> None:
     """SIGSTOP for ``paused_s``, then SIGCONT (a long GC pause, seed 004 §3)."""
     node = campaign.processes.nodes[node_id]
     await campaign.fault("pause", lambda: (node.pause(), {"node": node_id, "role": node.role})[1], node.resume, paused_s)
 
 
-async def broker_epoch_now(campaign: Campaign, broker_id: int) -> int | None:
+async def broker_epoch_now(campaign: RunningCampaign, broker_id: int) -> int | None:
     """The broker's epoch in the active controller's image (None: unknown)."""
     assert campaign.cluster is not None
     return (await campaign.cluster.broker_states()).get(broker_id, ("", None))[1]
 
 
-async def wait_until_back(campaign: Campaign, node_id: int, timeout_s: float, *, old_epoch: int | None = None) -> bool:
+async def wait_until_back(campaign: RunningCampaign, node_id: int, timeout_s: float, *, old_epoch: int | None = None) -> bool:
     """A controller: it answers and knows a leader. A broker: the active
     controller's image shows it Online (with another epoch than
     ``old_epoch``: a restarted broker is a new incarnation)."""
@@ -85,7 +115,7 @@ async def wait_until_back(campaign: Campaign, node_id: int, timeout_s: float, *,
     return False
 
 
-async def fast_bounce(campaign: Campaign, broker_id: int, *, during_shutdown: bool, rng: random.Random) -> None:
+async def fast_bounce(campaign: RunningCampaign, broker_id: int, *, during_shutdown: bool, rng: random.Random) -> None:
     """Seed 000: the broker comes back before its session expires. With
     ``during_shutdown``, SIGTERM first (a controlled shutdown starts:
     Stopping), then kill -9 part way through it; else kill -9 at once. The
@@ -110,7 +140,7 @@ async def fast_bounce(campaign: Campaign, broker_id: int, *, during_shutdown: bo
     await campaign.fault_with("fast-bounce", start, body)
 
 
-async def controlled_shutdown(campaign: Campaign, broker_id: int, down_s: float) -> None:
+async def controlled_shutdown(campaign: RunningCampaign, broker_id: int, down_s: float) -> None:
     """SIGTERM a broker (its leaderships move off, then the controller says
     shut down), keep it down for ``down_s``, start it again."""
     node = campaign.processes.nodes[broker_id]
@@ -126,7 +156,7 @@ async def controlled_shutdown(campaign: Campaign, broker_id: int, down_s: float)
     await campaign.fault_with("controlled-shutdown", start, body)
 
 
-async def graceful_restart(campaign: Campaign, node_id: int) -> None:
+async def graceful_restart(campaign: RunningCampaign, node_id: int) -> None:
     """SIGTERM (a controller resigns with EndQuorumEpoch; a broker shuts
     down under control), start again, wait until it is back."""
     node = campaign.processes.nodes[node_id]
@@ -149,7 +179,7 @@ async def graceful_restart(campaign: Campaign, node_id: int) -> None:
 # =========================================================================
 
 
-async def zombie_leader(campaign: Campaign, deadline_s: float) -> None:
+async def zombie_leader(campaign: RunningCampaign, deadline_s: float) -> None:
     """KAFKA-15489: cut the leader from the other nodes (not from its
     clients) for longer than the check-quorum timeout, again and again."""
     network = campaign.network
@@ -165,7 +195,7 @@ async def zombie_leader(campaign: Campaign, deadline_s: float) -> None:
         await campaign.net_fault("isolate-leader", lambda: network.isolate(leader), isolation_s)
 
 
-async def az_isolation(campaign: Campaign, deadline_s: float) -> None:
+async def az_isolation(campaign: RunningCampaign, deadline_s: float) -> None:
     """Seed 003 cases 3 and 4: a zone (one controller, its brokers, its
     clients) cut from the others for longer than the broker session and the
     check-quorum window. Alternately the controller leader's zone (case 4:
@@ -192,7 +222,7 @@ async def az_isolation(campaign: Campaign, deadline_s: float) -> None:
         await campaign.net_fault("isolate-zone", lambda: network.isolate_zone(zone, clients=True), rng.uniform(outage_s, outage_s + 2))
 
 
-async def fast_bounces(campaign: Campaign, deadline_s: float) -> None:
+async def fast_bounces(campaign: RunningCampaign, deadline_s: float) -> None:
     """Seed 000: bounce each broker in turn within its session timeout,
     mostly in the middle of a controlled shutdown."""
     cluster = campaign.cluster
@@ -209,7 +239,7 @@ async def fast_bounces(campaign: Campaign, deadline_s: float) -> None:
         await fast_bounce(campaign, broker_id, during_shutdown=rng.random() < 0.7, rng=rng)
 
 
-async def broker_cut_from_controller(campaign: Campaign, deadline_s: float) -> None:
+async def broker_cut_from_controller(campaign: RunningCampaign, deadline_s: float) -> None:
     """Seed 003 case 2 and seed 001: a broker loses the controllers but
     keeps its clients. Cut both ways (the broker self-fences within its
     session and refuses reads; the controller fences it and moves its
@@ -240,7 +270,7 @@ async def broker_cut_from_controller(campaign: Campaign, deadline_s: float) -> N
         await wait_until_back(campaign, broker_id, timeout_s=15)
 
 
-async def rolling_restart(campaign: Campaign, deadline_s: float) -> None:
+async def rolling_restart(campaign: RunningCampaign, deadline_s: float) -> None:
     """SIGTERM and restart every node in turn, controllers first, then the
     brokers, waiting for each to be back before the next; again from the
     start while time is left."""
@@ -254,7 +284,7 @@ async def rolling_restart(campaign: Campaign, deadline_s: float) -> None:
         turn += 1
 
 
-async def chaos(campaign: Campaign, deadline_s: float) -> None:
+async def chaos(campaign: RunningCampaign, deadline_s: float) -> None:
     """Everything at random, one fault at a time: network shapes of every
     kind (the leader isolated, random halves, a bridge, one-way cuts, a zone,
     a broker cut from the controllers, delays below the fetch timeout in

@@ -12,7 +12,9 @@ import click
 import trio
 
 from ._progress import LiveProgress, PlainProgress
-from ._runner import NEMESIS_SCENARIOS, Campaign, CampaignOptions, CampaignResult
+from ._options import CampaignOptions
+from ._runner import Campaign, CampaignResult
+from ._scenarios import NEMESIS_SCENARIOS
 from ._workloads import WORKLOADS
 
 

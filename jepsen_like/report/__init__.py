@@ -5,9 +5,24 @@ offline (see docs/report.md).
     write_report(run_dir)            # -> run_dir / "report.html"
 
 or ``python -m jepsen_like.report RUN_DIR [--out FILE]``.
+
+The role colours and the SVG helpers are exported too: the simulator's
+replay page (``jepsen_like.sim``) draws with them.
 """
 
-from ._html import render_report, write_report
+from ._html import ROLE_STYLE, render_report, write_report
 from ._load import RunData, load_run
+from ._svg import esc, linear_ticks, num, script_json, tick_label
 
-__all__ = ["RunData", "load_run", "render_report", "write_report"]
+__all__ = [
+    "ROLE_STYLE",
+    "RunData",
+    "esc",
+    "linear_ticks",
+    "load_run",
+    "num",
+    "render_report",
+    "script_json",
+    "tick_label",
+    "write_report",
+]

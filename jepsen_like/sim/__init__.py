@@ -3,7 +3,8 @@ and disk, one seed. See ``docs/architecture.md``."""
 
 from ._cluster import InvariantViolation, KeyValueMachine, SimDisk, SimNode, SimOptions, Simulation
 from ._network import LinkFaults, Network
-from ._scenarios import SCENARIOS, ScenarioResult, find_stale_reads, random_options, run_scenario
+from ._result import ScenarioResult
+from ._scenarios import SCENARIOS, find_stale_reads, random_options, run_scenario
 
 __all__ = [
     "SCENARIOS",

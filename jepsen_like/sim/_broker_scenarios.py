@@ -36,7 +36,7 @@ from registration import BrokerHeartbeat, BrokerState
 from ._brokers import BrokerSimOptions, BrokerSimulation, MetadataReader
 from ._cluster import InvariantViolation, Simulation
 from ._network import LinkFaults
-from ._scenarios import ScenarioResult
+from ._result import ScenarioResult
 
 BROKER_LIVENESS_BOUND_MS = 30_000
 READ_PERIOD_MS = 50

@@ -64,6 +64,7 @@ from broker_agent import (
     serve_request,
 )
 from broker_agent import ErrorCode as BrokerErrorCode
+from jepsen_like import HarnessInvariantError
 from quorum import CoreHooks, Entry, FetchRequest, NotLeaderError, ReadReady, RecordKind
 from quorum import ErrorCode as QuorumErrorCode
 from registration import (
@@ -84,10 +85,11 @@ from registration import (
     Request,
     Response,
     UnregisterBrokerRecord,
+    decode_message,
     decode_record,
+    encode_message,
     error_response,
 )
-from registration._service import decode_message, encode_message
 
 from ._cluster import US_PER_MS, InvariantViolation, SimNode, SimOptions, Simulation
 
@@ -939,7 +941,7 @@ class BrokerSimulation(Simulation):
             if entry.offset < self._truth_offset:
                 continue
             if entry.offset > self._truth_offset:  # pragma: no cover - a simulator bug
-                raise AssertionError(f"offset {entry.offset} committed before offset {self._truth_offset} was seen")
+                raise HarnessInvariantError(f"offset {entry.offset} committed before offset {self._truth_offset} was seen")
             self._truth_offset = entry.offset + 1
             if entry.kind is not RecordKind.DATA:
                 continue

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from jepsen_like import HarnessInvariantError
 from quorum import (
     CoreHooks,
     ElectionState,
@@ -312,7 +313,7 @@ class Simulation:
         elif kind == "client":
             event.payload(node)
         else:  # pragma: no cover - a simulator bug
-            raise AssertionError(f"unknown event {kind}")
+            raise HarnessInvariantError(f"unknown event {kind}")
 
     # =====================================================================
     # Processes

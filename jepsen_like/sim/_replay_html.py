@@ -32,11 +32,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from jepsen_like.report._html import ROLE_STYLE
-from jepsen_like.report._svg import esc, linear_ticks, num, script_json, tick_label
+from jepsen_like.report import ROLE_STYLE, esc, linear_ticks, num, script_json, tick_label
 
 from ._recorder import Recording
-from ._scenarios import ScenarioResult, find_stale_reads
+from ._result import ScenarioResult
+from ._scenarios import find_stale_reads
 
 # At most this many message copies go into the page; past it, Fetch and
 # FetchResp (the bulk of any run) are thinned evenly, everything else kept.

@@ -14,54 +14,17 @@ from __future__ import annotations
 import random
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from quorum import QuorumInvariantError, Role
 
+from ._broker_scenarios import BROKER_SCENARIOS
 from ._cluster import InvariantViolation, Simulation, SimOptions
 from ._network import LinkFaults
+from ._result import ScenarioResult
 
 # After healing, a leader must be elected and a write committed within this.
 LIVENESS_BOUND_MS = 20_000
-
-
-@dataclass(slots=True)
-class ScenarioResult:
-    scenario: str
-    seed: int
-    options: dict[str, Any]
-    valid: bool = True
-    failure_class: str | None = None  # crash | correctness | liveness
-    violation: str | None = None
-    stale_reads: int = 0
-    stale_examples: list[dict[str, Any]] = field(default_factory=list)
-    leader_resign_ms: float | None = None
-    failover_ms: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    ops: dict[str, int] = field(default_factory=dict)
-    virtual_ms: float = 0.0
-    events: int = 0
-    # The finished simulation, for tests and the visual replay; not in the summary.
-    simulation: Any = None
-
-    def summary(self) -> dict[str, Any]:
-        result = {
-            "scenario": self.scenario,
-            "seed": self.seed,
-            "valid": self.valid,
-            "failure_class": self.failure_class,
-            "violation": self.violation,
-            "stale_reads": self.stale_reads,
-            "leader_resign_ms": self.leader_resign_ms,
-            "failover_ms": self.failover_ms,
-            "ops": self.ops,
-            "virtual_ms": round(self.virtual_ms, 3),
-            "events": self.events,
-            "options": self.options,
-        }
-        result.update(self.extra)
-        return result
 
 
 # =========================================================================
@@ -451,6 +414,7 @@ SCENARIOS: dict[str, Callable[[Simulation, ScenarioResult], None]] = {
     "minority-partition": minority_partition,
     "flapping-network": flapping_network,
     "random": random_faults,
+    **BROKER_SCENARIOS,
 }
 
 
@@ -521,10 +485,3 @@ def run_scenario(
     result.extra.setdefault("history_events", len(sim.history))
     result.simulation = sim
     return result
-
-
-# Scenarios with brokers and the controller; imported last, since they build
-# on the shared pieces above.
-from ._broker_scenarios import BROKER_SCENARIOS  # noqa: E402
-
-SCENARIOS.update(BROKER_SCENARIOS)

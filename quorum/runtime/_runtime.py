@@ -47,7 +47,7 @@ import trio
 from .._config import QuorumConfig
 from .._log import MemoryLog
 from .._messages import ErrorCode, Message
-from .._node import CoreHooks, NotLeaderError, QuorumDescription, QuorumNode, Snapshot
+from .._node import CoreHooks, NotLeaderError, QuorumDescription, QuorumError, QuorumNode, Snapshot
 from .._output import Output, ReadFailed, ReadReady, Role, RoleChange
 from .._types import Entry, RecordKind, SnapshotId
 from ._metrics import Metrics
@@ -57,7 +57,7 @@ from . import _trace
 logger = logging.getLogger("pykraft.quorum")
 
 
-class ProposalLostError(Exception):
+class ProposalLostError(QuorumError):
     """The proposal's offset was committed with another record: it did not
     happen (a definite failure; safe to retry)."""
 
@@ -66,7 +66,7 @@ class ProposalLostError(Exception):
         self.offset = offset
 
 
-class ReadNotConfirmedError(Exception):
+class ReadNotConfirmedError(QuorumError):
     """A linearizable read could not be confirmed: this node lost its
     leadership first (retriable, at the leader hint)."""
 

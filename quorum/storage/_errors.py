@@ -8,8 +8,10 @@ read failed" (a record that failed its CRC after startup).
 
 from __future__ import annotations
 
+from .._node import QuorumError
 
-class StorageError(Exception):
+
+class StorageError(QuorumError):
     """Base class of every storage failure."""
 
 

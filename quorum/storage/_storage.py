@@ -19,8 +19,6 @@ startup (``load``).
 from __future__ import annotations
 
 import abc
-
-import fcntl
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -487,6 +485,11 @@ class MemoryStorage(_Facade):
 
 
 def _lock(data_dir: Path) -> int:
+    # Imported here, not at the top: ``fcntl`` is POSIX-only (absent under
+    # Pyodide), and only a FileStorage takes the lock; importing the package
+    # for MemoryStorage or the formats must not need it.
+    import fcntl
+
     path = data_dir / LOCK_FILE_NAME
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:

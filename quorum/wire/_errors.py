@@ -2,7 +2,7 @@
 
 ``RemoteProtocolError`` is the peer's fault (it sent something invalid);
 ``LocalProtocolError`` is ours (we tried to encode something invalid). Both
-are ``ValueError``s. A ``RemoteProtocolError`` tells the runtime what to do
+are ``ValueError``s (and ``QuorumError``s). A ``RemoteProtocolError`` tells the runtime what to do
 about it:
 
 - ``error_code`` — the ``ErrorCode`` to put in the ``ErrorFrame`` answer;
@@ -17,13 +17,14 @@ about it:
 from __future__ import annotations
 
 from .._messages import ErrorCode
+from .._node import QuorumError
 from ._connection_messages import ErrorFrame
 
 # An error text travels in an ErrorFrame and in log lines: keep it short.
 ERROR_TEXT_CHARS_MAX = 1024
 
 
-class ProtocolError(ValueError):
+class ProtocolError(QuorumError, ValueError):
     """Base class of the wire protocol's errors."""
 
 

@@ -18,8 +18,16 @@ from broker_agent._agent import _WatchedMetadata
 from quorum import NotLeaderError, QuorumConfig
 from quorum.runtime import MemoryNetwork, QuorumRuntime
 from quorum.storage import MemoryStorage
-from registration import Controller, ControllerConfig, RegisterBrokerRequest, RegisterBrokerResponse
-from registration._service import ControllerApplication, ControllerStateMachine, decode_message, encode_message
+from registration import (
+    Controller,
+    ControllerApplication,
+    ControllerConfig,
+    ControllerStateMachine,
+    RegisterBrokerRequest,
+    RegisterBrokerResponse,
+    decode_message,
+    encode_message,
+)
 
 VOTERS = (1, 2, 3)
 CLUSTER_ID = "pykraft"

@@ -15,16 +15,14 @@ from registration import (
     BrokerHeartbeat,
     BrokerRegistrationChangeRecord,
     Controller,
+    ControllerApplication,
     ControllerConfig,
+    ControllerStateMachine,
     ErrorCode,
     RegisterBrokerRequest,
-    encode_record,
-)
-from registration._service import (
-    ControllerApplication,
-    ControllerStateMachine,
     decode_message,
     encode_message,
+    encode_record,
     open_controller_node,
 )
 from registration.client import AdminClient

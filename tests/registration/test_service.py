@@ -4,8 +4,7 @@ real sockets, driven through the admin client."""
 import trio
 
 from quorum.runtime import KeyValueStateMachine, NodeConfig, scrape_metrics
-from registration import ErrorCode, RegisterBrokerRequest
-from registration._service import ControllerStateMachine, open_controller_node
+from registration import ControllerStateMachine, ErrorCode, RegisterBrokerRequest, open_controller_node
 from registration.client import AdminClient
 
 

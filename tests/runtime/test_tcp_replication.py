@@ -8,8 +8,7 @@ import socket
 import trio
 
 from quorum.client import QuorumClient
-from quorum.runtime import KeyValueStateMachine, NodeConfig, open_quorum_node
-from quorum.runtime._writer import StreamWriter
+from quorum.runtime import KeyValueStateMachine, NodeConfig, StreamWriter, open_quorum_node
 
 
 def free_ports(count: int) -> list[int]:

@@ -1,0 +1,53 @@
+"""What a campaign run is told: the scenario, the cluster's shape and
+timeouts, the workload and the checker. Its own module because both the
+runner and the scenarios read it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ._cluster import ClusterSettings
+
+
+@dataclass(slots=True)
+class CampaignOptions:
+    scenario: str = "chaos"
+    time_limit_s: float = 60.0
+    controllers: int = 3
+    brokers: int = 3
+    workload: str = "mixed"
+    read_mode: str = "linearizable"
+    check_quorum: bool = True
+    net: str = "proxy"
+    seed: int = 0
+    store: Path = Path("store")
+    clients: int = 6
+    election_timeout_ms: int = 1000
+    fetch_timeout_ms: int = 2000
+    session_timeout_ms: int = 3000
+    heartbeat_interval_ms: int = 1000
+    quiesce_s: float = 5.0
+    check: bool = True
+    # "spark" (the checker's job) or "reference" (its pure-Python twin,
+    # quadratic: seconds for a short run, no JVM; held to the same verdicts
+    # by tests/checker).
+    checker: str = "spark"
+
+    def describe(self) -> dict[str, Any]:
+        described = asdict(self)
+        described["store"] = str(self.store)
+        return described
+
+    def cluster_settings(self) -> ClusterSettings:
+        return ClusterSettings(
+            controllers=self.controllers,
+            brokers=self.brokers,
+            clients=self.clients,
+            election_timeout_ms=self.election_timeout_ms,
+            fetch_timeout_ms=self.fetch_timeout_ms,
+            check_quorum=self.check_quorum,
+            session_timeout_ms=self.session_timeout_ms,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+        )
