@@ -460,7 +460,7 @@ def test_corrupt_checkpoint_refuses_to_open(tmp_path):
     log.close()
     checkpoint = tmp_path / "log-start-offset.json"
     checkpoint.write_bytes(checkpoint.read_bytes().replace(b"log_start", b"log_Start"))
-    with pytest.raises(CorruptLogMetadataError, match="Refusing to open"):
+    with pytest.raises(CorruptLogMetadataError, match="refuses to start rather than guess where its log begins"):
         open_log(tmp_path)
 
 
