@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._types import SnapshotId
 from ._election import ELECTION_STATE_FILE_NAME, decode_election_state
 from ._errors import CorruptElectionStateError
 from ._files import decode_checked_json, is_plain_int
@@ -95,9 +96,15 @@ def check_storage(data_dir: Path | str) -> StorageCheck:
         result.lines.append(f"{root} is in use: a running process holds {root / LOCK_FILE_NAME}; stop it first")
         return result
     try:
-        holds_records = _check_log(root / LOG_DIR_NAME, result)
-        has_snapshot = _check_snapshots(root / SNAPSHOT_DIR_NAME, result)
-        _check_small_files(root, result, holds_data=holds_records or has_snapshot)
+        holds_records, log_start = _check_log(root / LOG_DIR_NAME, result)
+        latest = _check_snapshots(root / SNAPSHOT_DIR_NAME, result)
+        if log_start > 0 and (latest is None or log_start > latest.end_offset):
+            # What FileStorage.load refuses (a hole before the log start).
+            result.damaged(
+                f"{root / LOG_DIR_NAME}: the log starts at offset {log_start} and no snapshot covers the records "
+                f"below it (a segment is missing)"
+            )
+        _check_small_files(root, result, holds_data=holds_records or latest is not None)
     finally:
         if lock_fd >= 0:
             os.close(lock_fd)
@@ -146,11 +153,12 @@ def _check_small_files(root: Path, result: StorageCheck, *, holds_data: bool) ->
     result.sound(f"{state}: epoch {decoded.epoch}, voted for {decoded.voted_for}, leader {decoded.leader_id}")
 
 
-def _check_log(log_dir: Path, result: StorageCheck) -> bool:
-    """Returns whether the log holds records (or starts above 0)."""
+def _check_log(log_dir: Path, result: StorageCheck) -> tuple[bool, int]:
+    """Returns whether the log holds records (or starts above 0), and
+    where it starts."""
     if not log_dir.is_dir():
         result.sound(f"{log_dir}: no log yet")
-        return False
+        return False, 0
     checkpoint: int | None = None
     checkpoint_path = log_dir / CHECKPOINT_FILE_NAME
     if checkpoint_path.exists():
@@ -163,7 +171,7 @@ def _check_log(log_dir: Path, result: StorageCheck) -> bool:
             result.sound(f"{checkpoint_path}: the log starts at offset {offset}")
         except ValueError as error:
             result.damaged(f"{checkpoint_path}: {error}")
-            return True
+            return True, 0
     names = sorted(os.listdir(log_dir))
     bases = sorted(
         int(name[:20]) for name in names if name.endswith(LOG_SUFFIX) and len(name) == 24 and is_decimal(name[:20])
@@ -183,7 +191,7 @@ def _check_log(log_dir: Path, result: StorageCheck) -> bool:
                 f"{log_dir / segment_file_name(bases[0])}: the log should start at offset {checkpoint} but its first "
                 f"segment starts at offset {bases[0]} (a segment is missing)"
             )
-            return True
+            return True, checkpoint
 
     def read_segment(base: int) -> bytes:
         data = (log_dir / segment_file_name(base)).read_bytes()
@@ -203,14 +211,14 @@ def _check_log(log_dir: Path, result: StorageCheck) -> bool:
     elif scan.verdict.torn:
         result.torn(scan.verdict.describe())
     start = bases[0] if bases else (checkpoint or 0)
-    return scan.verdict.end_offset > start or start > 0
+    return scan.verdict.end_offset > start or start > 0, start
 
 
-def _check_snapshots(snapshot_dir: Path, result: StorageCheck) -> bool:
-    """Returns whether a published snapshot exists."""
+def _check_snapshots(snapshot_dir: Path, result: StorageCheck) -> SnapshotId | None:
+    """Returns the latest published snapshot's id, if any."""
     if not snapshot_dir.is_dir():
-        return False
-    found = False
+        return None
+    found: SnapshotId | None = None
     for name in sorted(os.listdir(snapshot_dir)):
         path = snapshot_dir / name
         if name.endswith(PART_SUFFIX):
@@ -219,7 +227,8 @@ def _check_snapshots(snapshot_dir: Path, result: StorageCheck) -> bool:
         snapshot_id = parse_snapshot_file_name(name)
         if snapshot_id is None:
             continue
-        found = True
+        found = snapshot_id if found is None or (snapshot_id.end_offset, snapshot_id.epoch) > (
+            found.end_offset, found.epoch) else found
         try:
             found_id, payload = decode_snapshot(path.read_bytes())
             if found_id != snapshot_id:

@@ -119,7 +119,7 @@ def test_load_refuses_a_hole_without_a_snapshot(make_storage):
     storage = make_storage()
     storage.persist(election_state=ElectionState(1), append=make_entries(0, 10, epoch=1))
     storage.log.delete_before(10)  # behind the facade's back: no snapshot covers it
-    with pytest.raises(StorageError, match="no snapshot covers"):
+    with pytest.raises(StorageError, match="no snapshot covers the records below it, so this node refuses to start"):
         make_storage().load()
 
 
