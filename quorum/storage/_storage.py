@@ -254,17 +254,18 @@ class _Facade(abc.ABC):
 
     def _reconcile(self, snapshot_id: SnapshotId | None) -> None:
         log = self.log
+        where = getattr(log, "directory", "memory")  # MemoryLogStore has no directory
         if snapshot_id is None:
             if log.log_start_offset > 0:
                 raise StorageError(
-                    f"the log in {log.directory} starts at offset {log.log_start_offset} but no snapshot covers "
+                    f"the log in {where} starts at offset {log.log_start_offset} but no snapshot covers "
                     f"the records below it, so this node refuses to start with a hole in its history: "
                     f"{REPAIR_ADVICE}."
                 )
             return
         if log.log_start_offset > snapshot_id.end_offset:
             raise StorageError(
-                f"the log in {log.directory} starts at offset {log.log_start_offset}, after the end of the latest "
+                f"the log in {where} starts at offset {log.log_start_offset}, after the end of the latest "
                 f"snapshot {snapshot_id}, so this node refuses to start with a hole in its history: {REPAIR_ADVICE}."
             )
         if log.end_offset < snapshot_id.end_offset:
