@@ -24,8 +24,10 @@ from ._format import decode_snapshot, is_decimal, parse_snapshot_file_name
 from ._segments import (
     CHECKPOINT_FILE_NAME,
     DEFAULT_INDEX_INTERVAL_BYTES,
+    INDEX_SUFFIX,
     LOG_SUFFIX,
     REWRITE_SUFFIX,
+    lost_segment,
     parse_rewrite,
     scan_segments,
     segment_file_name,
@@ -201,6 +203,13 @@ def _check_log(log_dir: Path, result: StorageCheck) -> tuple[bool, int]:
                 data = data[:position] + batch
         return data
 
+    index_bases = {
+        int(name[:20]) for name in names if name.endswith(INDEX_SUFFIX) and len(name) == 26 and is_decimal(name[:20])
+    }
+    lost = lost_segment(log_dir, bases, index_bases, checkpoint)
+    if lost is not None:
+        result.damaged(f"{lost.path} at byte {lost.position}: {lost.what}")
+        return True, bases[0] if bases else (checkpoint or 0)
     scan = scan_segments(log_dir, bases, DEFAULT_INDEX_INTERVAL_BYTES, read_segment)
     for segment in scan.segments:
         result.sound(f"{segment.path}: offsets {segment.base_offset}..{segment.end_offset - 1}, checksums ok"

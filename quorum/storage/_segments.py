@@ -364,6 +364,9 @@ class SegmentedLog:
                 str(first), 0, f"the log start checkpoint says offset {checkpoint} but the first segment starts at "
                 f"offset {log_bases[0]}: a segment is missing"
             )
+        lost = lost_segment(directory, log_bases, index_bases, checkpoint)
+        if lost is not None:
+            raise lost
         scan = scan_segments(directory, log_bases, self._index_interval_bytes)
         if scan.damage is not None:
             raise scan.damage
@@ -818,7 +821,11 @@ class SegmentedLog:
         shorter log with no gap, so a gap found at recovery is always damage
         (a lost file), never an interrupted truncation. Raises ``OSError``."""
         for later in reversed(self._segments[index + 1 :]):
+            # The index goes first and durably: a non-empty index without
+            # its segment then always means a lost file (``lost_segment``).
             self._unlink(later.index_path)
+            if self._fsync:
+                os.fsync(self._dir_fd)
             self._unlink(later.path)
             if self._fsync:
                 os.fsync(self._dir_fd)
@@ -1084,8 +1091,10 @@ class SegmentedLog:
             raise LogFailedError(f"the log in {self._directory} has failed and must be reopened: {self._failure}")
 
     def _remove_files(self, segment: _Segment) -> None:
-        self._unlink(segment.path)
+        # Only segments below the log start checkpoint go this way, where a
+        # leftover index is ignored at recovery; index first all the same.
         self._unlink(segment.index_path)
+        self._unlink(segment.path)
         self._dir_dirty = True
 
     @staticmethod
@@ -1204,6 +1213,28 @@ def scan_segments(
         )
         return SegmentScan(segments, verdict, None)
     return SegmentScan(segments, LogVerdict(expected if expected is not None else 0), None)
+
+
+def lost_segment(
+    directory: Path, log_bases: Sequence[int], index_bases: set[int] | Sequence[int], checkpoint: int | None
+) -> DamagedLogError | None:
+    """Damage if a segment file is gone but its non-empty index remains at
+    or above the log start: segments are only removed index first (and
+    durably, when above the log start), so that is a lost file, not an
+    interrupted removal. An *empty* index is not evidence: a crash right
+    after a segment was created may keep the index's directory entry and
+    not the segment's. Reads only."""
+    floor = checkpoint if checkpoint is not None else 0
+    present = set(log_bases)
+    for base in sorted(set(index_bases) - present):
+        index_path = directory / f"{base:020d}{INDEX_SUFFIX}"
+        if base >= floor and index_path.stat().st_size > 0:
+            return DamagedLogError(
+                str(directory / segment_file_name(base)),
+                0,
+                f"the segment file is missing but its index {index_path.name} remains: records from offset {base} on are lost",
+            )
+    return None
 
 
 def _scan_batches(

@@ -34,7 +34,9 @@ from quorum.storage import (
 def _node_dir(path, *, records=40, segment_bytes_max=400, snapshot=False):
     """A node-1 directory of cluster "c" holding ``records`` records in
     batches of 4 (several segments), as a running node leaves it."""
-    with FileStorage.open(path, node_id=1, cluster_id="c", fsync=False, segment_bytes_max=segment_bytes_max) as s:
+    with FileStorage.open(
+        path, node_id=1, cluster_id="c", fsync=False, segment_bytes_max=segment_bytes_max, index_interval_bytes=100
+    ) as s:
         s.persist(election_state=ElectionState(3, voted_for=2, leader_id=2))
         for base in range(0, records, 4):
             s.persist(append=make_entries(base, 4, epoch=3, size=9))
@@ -46,6 +48,7 @@ def _node_dir(path, *, records=40, segment_bytes_max=400, snapshot=False):
 def _open(path, **options):
     options.setdefault("fsync", False)
     options.setdefault("segment_bytes_max", 400)
+    options.setdefault("index_interval_bytes", 100)
     return FileStorage.open(path, node_id=1, cluster_id="c", **options)
 
 
@@ -198,6 +201,7 @@ def pristine(tmp_path_factory):
     with _open(data_dir) as storage:
         entries = storage.load().entries
     assert len(entries) == 60 and len(list((data_dir / "log").glob("*.log"))) >= 3
+    assert all(index.stat().st_size > 0 for index in (data_dir / "log").glob("*.index"))
     return data_dir, entries
 
 
@@ -211,7 +215,8 @@ def test_any_damage_gives_the_valid_prefix_and_a_verdict(pristine, tmp_path_fact
     shutil.copytree(source, data_dir)
     files = sorted(p for p in data_dir.rglob("*") if p.is_file() and p.name != ".lock")
     target = data.draw(st.sampled_from(files), label="file")
-    raw = bytearray(target.read_bytes())
+    original = target.read_bytes()
+    raw = bytearray(original)
     if damage == "delete" or not raw:
         target.unlink()
     elif damage == "flip":
@@ -240,11 +245,74 @@ def test_any_damage_gives_the_valid_prefix_and_a_verdict(pristine, tmp_path_fact
     # Never a wrong record: what loads is a prefix of what was written.
     assert loaded == entries[: len(loaded)], (target.name, damage)
     if len(loaded) < len(entries):
-        # Lost records come with a torn-tail verdict, except when the whole
-        # active segment file is gone or cut before its first batch, which
-        # no storage-level check can tell from a shorter log (docs/storage.md).
+        # Lost records come with a torn-tail verdict, except when the active
+        # segment is cut exactly at a batch boundary, which no check at the
+        # storage level can tell from a shorter log (docs/storage.md).
         active = sorted((source / "log").glob("*.log"))[-1].name
-        assert torn or target.name == active, (target.name, damage, check.lines)
-        assert check.verdict in ("torn tail", "sound"), check.lines
+        assert torn or (target.name == active and damage == "truncate"), (target.name, damage, check.lines)
+        assert check.verdict == ("torn tail" if torn else "sound"), check.lines
     else:
-        assert check.verdict != "damaged" or target.suffix != ".log", check.lines
+        # Everything survived: the damage hit an index file (the derived
+        # cache) or changed nothing (zeros over zeros); check-storage agrees.
+        unchanged = target.exists() and target.read_bytes() == original
+        assert check.verdict == "sound" and (target.suffix == ".index" or unchanged), (target.name, damage, check.lines)
+
+
+# -- crash paths that must never look like damage --------------------------------
+
+
+def _segmented(path, segment_bytes_max=150, **options):
+    from _storage_helpers import open_log
+
+    log = open_log(path, segment_bytes_max=segment_bytes_max, **options)
+    for base in range(0, 24, 4):
+        log.append(make_entries(base, 4, epoch=1 + base // 8, size=9))
+    log.flush()
+    return log
+
+
+@pytest.mark.parametrize("crash_at_log_unlink", [1, 2, 3])
+def test_truncation_across_segments_interrupted_leaves_no_gap(tmp_path, monkeypatch, crash_at_log_unlink):
+    from _storage_helpers import all_entries, open_log, segment_files
+
+    from quorum.storage import SegmentedLog
+
+    log = _segmented(tmp_path)
+    entries = all_entries(log)
+    files = segment_files(tmp_path)
+    assert len(files) >= 4
+    unlinked = []
+    real_unlink = SegmentedLog._unlink
+
+    def crashing_unlink(path):
+        if path.suffix == ".log":
+            unlinked.append(path.name)
+            if len(unlinked) == crash_at_log_unlink:
+                raise KeyboardInterrupt("power loss")  # not an OSError: nothing handles it
+        real_unlink(path)
+
+    monkeypatch.setattr(SegmentedLog, "_unlink", staticmethod(crashing_unlink))
+    with pytest.raises(KeyboardInterrupt):
+        log.truncate_to(int(files[1].stem) + 1)
+    monkeypatch.undo()
+    assert unlinked[0] == files[-1].name  # newest first
+    with open_log(tmp_path) as reopened:  # a shorter log, never a gap: no DamagedLogError
+        assert all_entries(reopened) == entries[: reopened.end_offset]
+        assert not reopened.recovery.torn
+
+
+def test_a_segment_is_synced_before_the_next_exists(tmp_path, monkeypatch):
+    import quorum.storage._segments as segments_module
+    from quorum.storage import SegmentedLog
+
+    events = []
+    real_sync = segments_module.data_sync
+    real_create = SegmentedLog._create_segment
+    monkeypatch.setattr(segments_module, "data_sync", lambda fd: (events.append("sync"), real_sync(fd))[1])
+    monkeypatch.setattr(
+        SegmentedLog, "_create_segment", lambda self, base: (events.append(f"create {base}"), real_create(self, base))[1]
+    )
+    log = _segmented(tmp_path, fsync=True)
+    log.close()
+    creates = [i for i, event in enumerate(events) if event.startswith("create") and event != "create 0"]
+    assert creates and all(events[i - 1] == "sync" for i in creates), events
