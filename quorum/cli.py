@@ -159,8 +159,7 @@ async def serve_until_signalled(config: NodeConfig, open_node: Any) -> None:
         except StorageError as error:
             # Raised bare only while opening storage (later failures come
             # wrapped by the node's nursery): the operator gets the one
-            # sentence, not a traceback.
-            log.critical("node %d refused to start: %s", config.node_id, error)
+            # sentence, as "Error: ...", not a traceback.
             raise StorageRefused(str(error)) from None
     log.info("node %d stopped", config.node_id)
 

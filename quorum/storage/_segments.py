@@ -81,6 +81,7 @@ from ._format import (
     MIN_BATCH_LENGTH,
     RECORD_HEADER_BYTES,
     U32_MAX,
+    U64_MAX,
     BatchHeader,
     BatchProblem,
     decode_records,
@@ -103,6 +104,7 @@ DEFAULT_READ_BYTES_MAX = 1024 * 1024
 
 _INDEX_ENTRY = struct.Struct(">QQ")
 _U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
 _REWRITE_HEAD = struct.Struct(">IQ")  # crc32 of the rest, byte position
 _READ_CHUNK_BYTES = 256 * 1024
 
@@ -1291,10 +1293,18 @@ def find_valid_batch(data: bytes, start: int, min_base_offset: int, min_epoch: i
     size = len(data)
     # Every record takes at least RECORD_HEADER_BYTES, which bounds the
     # offsets the rest of the segment can hold.
-    max_base_offset = min_base_offset + (size - start) // RECORD_HEADER_BYTES
+    max_base_offset = min(min_base_offset + (size - start) // RECORD_HEADER_BYTES, U64_MAX)
+    # Any such batch has the version byte followed by the leading bytes that
+    # every offset in the range shares (big-endian): a needle that long data
+    # of repeated bytes or zeros cannot match at every position.
+    low, high = _U64.pack(min_base_offset), _U64.pack(max_base_offset)
+    shared = 0
+    while shared < 8 and low[shared] == high[shared]:
+        shared += 1
+    needle = _VERSION_BYTE + low[:shared]
     search = start + 8
     while True:
-        hit = data.find(_VERSION_BYTE, search)
+        hit = data.find(needle, search)
         if hit < 0:
             return None
         search = hit + 1
