@@ -315,3 +315,17 @@ def test_a_segment_is_synced_before_the_next_exists(tmp_path, monkeypatch):
     log.close()
     creates = [i for i, event in enumerate(events) if event.startswith("create") and event != "create 0"]
     assert creates and all(events[i - 1] == "sync" for i in creates), events
+
+
+@pytest.mark.parametrize("base", [0, 250, 2**32 - 3, 2**40 + 17])
+def test_find_valid_batch_after_garbage_at_any_offset(base):
+    from quorum.storage._format import encode_batch
+    from quorum.storage._segments import find_valid_batch
+
+    first = encode_batch(base, 7, make_entries(base, 3, epoch=7, size=9))
+    second = encode_batch(base + 3, 7, make_entries(base + 3, 2, epoch=7, size=9))
+    damaged = bytearray(first + second)
+    damaged[10] ^= 0x01  # inside the first batch's header
+    assert find_valid_batch(bytes(damaged), 1, base + 1, 7) == len(first)
+    assert find_valid_batch(bytes(damaged), 1, base + 1, 8) is None  # epoch below the floor: not a candidate
+    assert find_valid_batch(bytes(b"\x01" * 4096 + damaged[: len(first)]), 1, base + 1, 0) is None
