@@ -211,9 +211,13 @@ def _check_log(log_dir: Path, result: StorageCheck) -> tuple[bool, int]:
         result.damaged(f"{lost.path} at byte {lost.position}: {lost.what}")
         return True, bases[0] if bases else (checkpoint or 0)
     scan = scan_segments(log_dir, bases, DEFAULT_INDEX_INTERVAL_BYTES, read_segment)
-    for segment in scan.segments:
-        result.sound(f"{segment.path}: offsets {segment.base_offset}..{segment.end_offset - 1}, checksums ok"
-                     if segment.end_offset > segment.base_offset else f"{segment.path}: no valid batch")
+    problem_found = scan.damage is not None or scan.verdict.torn
+    for i, segment in enumerate(scan.segments):
+        prefix = "valid prefix: " if problem_found and i == len(scan.segments) - 1 else ""
+        if segment.end_offset > segment.base_offset:
+            result.sound(f"{segment.path}: {prefix}offsets {segment.base_offset}..{segment.end_offset - 1}, checksums ok")
+        else:
+            result.sound(f"{segment.path}: no valid batch")
     if scan.damage is not None:
         damage = scan.damage
         result.damaged(f"{damage.path} at byte {damage.position}: {damage.what}")

@@ -1200,7 +1200,7 @@ def scan_segments(
         else:
             later = find_valid_batch(data, position + 1, expected + 1, epoch_floor)
             if later is not None:
-                what = f"{problem.reason}, followed by a valid batch at byte {later}"
+                what = f"bad batch ({problem.reason}), followed by a valid batch at byte {later}: not a torn write"
         if what is not None:
             return SegmentScan(segments, LogVerdict(expected), DamagedLogError(str(path), position, what))
         verdict = LogVerdict(
