@@ -64,3 +64,67 @@ def test_node_refuses_a_damaged_data_dir_with_one_sentence(tmp_path, damage, sen
         [str(BIN / "kraft-quorum"), "check-storage", str(data_dir)], capture_output=True, text=True, timeout=60
     )
     assert check.returncode == 3 and check.stdout.strip().endswith("verdict: damaged"), check.stdout
+
+
+async def test_kill_9_under_load_leaves_a_sound_or_torn_log_never_damage(process_cluster):
+    """What held before issue 14 and must keep holding: kill -9 of a busy
+    node (leader, then a follower) leaves a directory that check-storage
+    calls sound or torn, never damaged; the node restarts on it, and every
+    acknowledged write is still there."""
+    import signal
+
+    import trio
+
+    from quorum.client import IndeterminateError
+    from quorum.runtime import KeyValueStateMachine
+
+    cluster = process_cluster
+    acknowledged: dict[str, str] = {}
+    milestones = {150: trio.Event(), 300: trio.Event(), 450: trio.Event()}
+
+    async def writer(client, name, stop):
+        sequence = 0
+        while not stop.is_set():
+            key, value = f"{name}-{sequence}", str(sequence)
+            sequence += 1
+            try:
+                await client.propose([KeyValueStateMachine.encode_put(key.encode(), value.encode())])
+            except IndeterminateError:
+                continue  # may or may not have happened: not counted
+            acknowledged[key] = value
+            for count, event in milestones.items():
+                if len(acknowledged) >= count:
+                    event.set()
+
+    def check(node_id):
+        return subprocess.run(
+            [str(BIN / "kraft-quorum"), "check-storage", str(cluster.data_dir(node_id))],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    async with cluster.client(retry_timeout_s=30) as client:
+        stop = trio.Event()
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                for name in ("a", "b", "c"):
+                    nursery.start_soon(writer, client, name, stop)
+                await milestones[150].wait()
+                leader = await cluster.leader()
+                cluster.kill(leader, signal.SIGKILL)
+                result = check(leader)
+                assert result.returncode in (0, 1), result.stdout
+                cluster.start(leader)
+                await milestones[300].wait()
+                current_leader = await cluster.leader()
+                follower = next(node for node in sorted(cluster.ports) if node != current_leader)
+                cluster.kill(follower, signal.SIGKILL)
+                result = check(follower)
+                assert result.returncode in (0, 1), result.stdout
+                cluster.start(follower)
+                await milestones[450].wait()
+                stop.set()
+        for key, value in sorted(acknowledged.items()):
+            _, answer = await client.read(key.encode())
+            assert KeyValueStateMachine.decode_answer(answer)[0] == value.encode(), key
