@@ -18,17 +18,17 @@ from pathlib import Path
 
 from .._types import SnapshotId
 from ._election import ELECTION_STATE_FILE_NAME, decode_election_state
-from ._errors import CorruptElectionStateError
-from ._files import decode_checked_json, is_plain_int
-from ._format import decode_snapshot, is_decimal, parse_snapshot_file_name
+from ._errors import CorruptElectionStateError, CorruptLogMetadataError
+from ._files import decode_checked_json
+from ._format import decode_snapshot, parse_snapshot_file_name
 from ._segments import (
     CHECKPOINT_FILE_NAME,
     DEFAULT_INDEX_INTERVAL_BYTES,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
     REWRITE_SUFFIX,
+    list_log_directory,
     lost_segment,
     parse_rewrite,
+    read_log_start_checkpoint,
     scan_segments,
     segment_file_name,
 )
@@ -150,7 +150,7 @@ def _check_small_files(root: Path, result: StorageCheck, *, holds_data: bool) ->
     try:
         decoded = decode_election_state(state.read_bytes(), state)
     except CorruptElectionStateError as error:
-        result.damaged(f"{state}: {str(error).split(', so this node')[0]}")
+        result.damaged(f"{state}: {error.reason}")
         return
     result.sound(f"{state}: epoch {decoded.epoch}, voted for {decoded.voted_for}, leader {decoded.leader_id}")
 
@@ -161,30 +161,23 @@ def _check_log(log_dir: Path, result: StorageCheck) -> tuple[bool, int]:
     if not log_dir.is_dir():
         result.sound(f"{log_dir}: no log yet")
         return False, 0
-    checkpoint: int | None = None
     checkpoint_path = log_dir / CHECKPOINT_FILE_NAME
-    if checkpoint_path.exists():
-        try:
-            document = decode_checked_json(checkpoint_path.read_bytes())
-            offset = document.get("log_start_offset")
-            if document.get("version") != 1 or not is_plain_int(offset) or offset < 0:
-                raise ValueError(f"bad content {document!r}")
-            checkpoint = offset
-            result.sound(f"{checkpoint_path}: the log starts at offset {offset}")
-        except ValueError as error:
-            result.damaged(f"{checkpoint_path}: {error}")
-            return True, 0
-    names = sorted(os.listdir(log_dir))
-    bases = sorted(
-        int(name[:20]) for name in names if name.endswith(LOG_SUFFIX) and len(name) == 24 and is_decimal(name[:20])
-    )
+    try:
+        checkpoint = read_log_start_checkpoint(log_dir)
+    except CorruptLogMetadataError as error:
+        result.damaged(f"{checkpoint_path}: {error.reason}")
+        return True, 0
+    if checkpoint is not None:
+        result.sound(f"{checkpoint_path}: the log starts at offset {checkpoint}")
+    listing = list_log_directory(log_dir)
+    bases = listing.log_bases
     redo: dict[int, tuple[int, bytes]] = {}
-    for name in names:
-        if name.endswith(REWRITE_SUFFIX) and len(name) == 20 + len(REWRITE_SUFFIX) and is_decimal(name[:20]):
-            parsed = parse_rewrite((log_dir / name).read_bytes())
-            if parsed is not None and int(name[:20]) in bases:
-                redo[int(name[:20])] = parsed
-                result.sound(f"{log_dir / name}: an interrupted truncation, completed at the next start")
+    for base in listing.rewrites:
+        path = log_dir / f"{base:020d}{REWRITE_SUFFIX}"
+        parsed = parse_rewrite(path.read_bytes())
+        if parsed is not None and base in bases:
+            redo[base] = parsed
+            result.sound(f"{path}: an interrupted truncation, completed at the next start")
     if checkpoint is not None:
         while len(bases) >= 2 and bases[1] <= checkpoint:
             result.sound(f"{log_dir / segment_file_name(bases.pop(0))}: below the log start, removed at the next start")
@@ -203,10 +196,7 @@ def _check_log(log_dir: Path, result: StorageCheck) -> tuple[bool, int]:
                 data = data[:position] + batch
         return data
 
-    index_bases = {
-        int(name[:20]) for name in names if name.endswith(INDEX_SUFFIX) and len(name) == 26 and is_decimal(name[:20])
-    }
-    lost = lost_segment(log_dir, bases, index_bases, checkpoint)
+    lost = lost_segment(log_dir, bases, listing.index_bases, checkpoint)
     if lost is not None:
         result.damaged(f"{lost.path} at byte {lost.position}: {lost.what}")
         return True, bases[0] if bases else (checkpoint or 0)

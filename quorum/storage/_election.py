@@ -127,6 +127,7 @@ def decode_election_state(raw: bytes, path: Path | str = ELECTION_STATE_FILE_NAM
     except ValueError as error:
         raise CorruptElectionStateError(
             f"the election state file {path} is damaged ({error}), so this node refuses to start rather than "
-            f"risk voting twice in one epoch: {REPAIR_ADVICE}."
+            f"risk voting twice in one epoch: {REPAIR_ADVICE}.",
+            reason=str(error),
         ) from None
     return ElectionState(epoch=epoch, voted_for=voted_for, leader_id=leader_id)

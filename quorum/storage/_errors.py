@@ -63,7 +63,12 @@ class CorruptElectionStateError(StorageError):
 
     Fatal by design: guessing an epoch or a vote could let a voter vote twice
     in one epoch (Raft thesis §3.8). An operator must inspect the file.
+    ``reason`` is what is wrong with it, without the advice.
     """
+
+    def __init__(self, message: str, *, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class MissingElectionStateError(CorruptElectionStateError):
@@ -88,8 +93,12 @@ class CorruptLogMetadataError(StorageError):
     """A small metadata file of the log (the log-start checkpoint) is damaged.
 
     Fatal: without it, segments deleted behind a snapshot could come back and
-    be mistaken for live records.
+    be mistaken for live records. ``reason`` is what is wrong with it.
     """
+
+    def __init__(self, message: str, *, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class StorageOwnershipError(StorageError):

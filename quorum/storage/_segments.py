@@ -320,30 +320,17 @@ class SegmentedLog:
         self._dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         self._base_epoch = base.epoch if base is not None else 0
 
-        log_bases: list[int] = []
-        index_bases: set[int] = set()
-        rewrites: list[int] = []
-        for name in sorted(os.listdir(directory)):
-            if name == CHECKPOINT_FILE_NAME:
-                continue
-            if name == CHECKPOINT_FILE_NAME + ".tmp":
-                self._logger.info("%s: removing the leftover temporary file %s", directory, name)
-                self._unlink(directory / name)
-                continue
-            stem, dot, suffix = name.partition(".")
-            if len(stem) == 20 and is_decimal(stem) and dot:
-                if "." + suffix == LOG_SUFFIX:
-                    log_bases.append(int(stem))
-                    continue
-                if "." + suffix == INDEX_SUFFIX:
-                    index_bases.add(int(stem))
-                    continue
-                if "." + suffix == REWRITE_SUFFIX:
-                    rewrites.append(int(stem))
-                    continue
+        listing = list_log_directory(directory)
+        for name in listing.temporary:
+            self._logger.info("%s: removing the leftover temporary file %s", directory, name)
+            self._unlink(directory / name)
+        for name in listing.unexpected:
             self._logger.warning("%s: ignoring unexpected file %s", directory, name)
+        log_bases = list(listing.log_bases)
+        index_bases = set(listing.index_bases)
+        rewrites = listing.rewrites
 
-        checkpoint = self._read_checkpoint()
+        checkpoint = read_log_start_checkpoint(directory)
         for segment_base in rewrites:
             self._replay_rewrite(segment_base, segment_base in log_bases)
         log_bases.sort()
@@ -423,26 +410,6 @@ class SegmentedLog:
             flags = os.O_RDWR | os.O_APPEND
             self._active_fd = os.open(active.path, flags)
             self._active_index_fd = os.open(active.index_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-    def _read_checkpoint(self) -> int | None:
-        path = self._directory / CHECKPOINT_FILE_NAME
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        try:
-            document = decode_checked_json(raw)
-            if document.get("version") != 1:
-                raise ValueError(f"unknown version {document.get('version')!r}")
-            offset = document.get("log_start_offset")
-            if not is_plain_int(offset) or offset < 0:
-                raise ValueError(f"bad log_start_offset {offset!r}")
-        except ValueError as error:
-            raise CorruptLogMetadataError(
-                f"the log start checkpoint {path} is damaged ({error}), so this node refuses to start rather "
-                f"than guess where its log begins: {REPAIR_ADVICE}."
-            ) from None
-        return offset
 
     def _write_checkpoint(self, log_start_offset: int) -> None:
         atomic_write(
@@ -1215,6 +1182,64 @@ def scan_segments(
         )
         return SegmentScan(segments, verdict, None)
     return SegmentScan(segments, LogVerdict(expected if expected is not None else 0), None)
+
+
+@dataclass(frozen=True, slots=True)
+class LogListing:
+    """The files of a log directory, by role (see ``list_log_directory``)."""
+
+    log_bases: list[int]
+    index_bases: list[int]
+    rewrites: list[int]
+    temporary: list[str]
+    unexpected: list[str]
+
+
+def list_log_directory(directory: Path) -> LogListing:
+    """Sort the names in a log directory: segment bases, index bases and
+    redo records (each sorted), leftover temporary files of the checkpoint,
+    and anything else. Reads only. Raises ``OSError``."""
+    listing = LogListing([], [], [], [], [])
+    for name in sorted(os.listdir(directory)):
+        if name == CHECKPOINT_FILE_NAME:
+            continue
+        if name == CHECKPOINT_FILE_NAME + ".tmp":
+            listing.temporary.append(name)
+            continue
+        stem, dot, suffix = name.partition(".")
+        if len(stem) == 20 and is_decimal(stem) and dot:
+            kinds = {LOG_SUFFIX: listing.log_bases, INDEX_SUFFIX: listing.index_bases, REWRITE_SUFFIX: listing.rewrites}
+            bucket = kinds.get("." + suffix)
+            if bucket is not None:
+                bucket.append(int(stem))
+                continue
+        listing.unexpected.append(name)
+    return listing
+
+
+def read_log_start_checkpoint(directory: Path) -> int | None:
+    """The log start offset recorded in ``log-start-offset.json``, or None
+    if there is none. Raises ``CorruptLogMetadataError`` if it is damaged,
+    ``OSError``."""
+    path = directory / CHECKPOINT_FILE_NAME
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        document = decode_checked_json(raw)
+        if document.get("version") != 1:
+            raise ValueError(f"unknown version {document.get('version')!r}")
+        offset = document.get("log_start_offset")
+        if not is_plain_int(offset) or offset < 0:
+            raise ValueError(f"bad log_start_offset {offset!r}")
+    except ValueError as error:
+        raise CorruptLogMetadataError(
+            f"the log start checkpoint {path} is damaged ({error}), so this node refuses to start rather "
+            f"than guess where its log begins: {REPAIR_ADVICE}.",
+            reason=str(error),
+        ) from None
+    return offset
 
 
 def lost_segment(
