@@ -5,6 +5,7 @@
     kraft-quorum write --bootstrap 1@127.0.0.1:9091 KEY VALUE
     kraft-quorum read --bootstrap 1@127.0.0.1:9091 KEY
     kraft-quorum dump-log data/1
+    kraft-quorum check-storage data/1
 """
 
 from __future__ import annotations
@@ -21,7 +22,18 @@ import click
 import trio
 
 from .runtime import KeyValueStateMachine, NodeConfig, open_quorum_node, parse_voters
-from .storage import dump_log_command
+from .storage import StorageError, check_storage_report, dump_log_command
+
+# Exit status of a node that refused its data directory (damaged log, lost
+# election state, another node's directory, in use): see docs/operations.md.
+EXIT_STORAGE_REFUSED = 3
+
+
+class StorageRefused(click.ClickException):
+    """The node refused to start on its data directory; the message is the
+    storage error's one sentence."""
+
+    exit_code = EXIT_STORAGE_REFUSED
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -138,11 +150,17 @@ async def serve_until_signalled(config: NodeConfig, open_node: Any) -> None:
     """Run the node ``open_node(config)`` opens until SIGTERM or SIGINT."""
     log = logging.getLogger("pykraft.node")
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with open_node(config) as node:
-            log.info("node %d serving on port %s", node.node_id, node.listen_port)
-            async for signum in signals:
-                log.info("node %d got %s: shutting down", node.node_id, signal.Signals(signum).name)
-                break
+        try:
+            async with open_node(config) as node:
+                log.info("node %d serving on port %s", node.node_id, node.listen_port)
+                async for signum in signals:
+                    log.info("node %d got %s: shutting down", node.node_id, signal.Signals(signum).name)
+                    break
+        except StorageError as error:
+            # Raised bare only while opening storage (later failures come
+            # wrapped by the node's nursery): the operator gets the one
+            # sentence, as "Error: ...", not a traceback.
+            raise StorageRefused(str(error)) from None
     log.info("node %d stopped", config.node_id)
 
 
@@ -250,6 +268,19 @@ def read_command(bootstrap: str, cluster_id: str, timeout_s: float, mode: str, k
 
 
 main.add_command(dump_log_command, "dump-log")
+
+
+@main.command("check-storage")
+@click.argument("data_dir", type=click.Path(path_type=Path))
+def check_storage_command(data_dir: Path) -> None:
+    """Verify every checksum of a stopped node's DATA_DIR, read-only.
+
+    Exit status: 0 sound, 1 torn tail (the next start cuts it), 3 damaged
+    (the node refuses to start), 4 not a data directory, 5 in use.
+    """
+    report, exit_code = check_storage_report(data_dir)
+    click.echo(report)
+    raise click.exceptions.Exit(exit_code)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

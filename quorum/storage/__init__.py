@@ -6,6 +6,16 @@ The runtime talks to ``FileStorage`` (or the simulator to
 for the on-disk formats, recovery rules and fsync policy.
 """
 
+from ._check import (
+    EXIT_DAMAGED,
+    EXIT_IN_USE,
+    EXIT_NOT_A_DATA_DIR,
+    EXIT_SOUND,
+    EXIT_TORN_TAIL,
+    StorageCheck,
+    check_storage,
+    check_storage_report,
+)
 from ._dump import dump_log, dump_log_command, format_item, main
 from ._election import ELECTION_STATE_FILE_NAME, ElectionStateFile
 from ._errors import (
@@ -13,7 +23,9 @@ from ._errors import (
     CorruptLogMetadataError,
     CorruptRecordError,
     CorruptSnapshotError,
+    DamagedLogError,
     LogFailedError,
+    MissingElectionStateError,
     SnapshotNotFoundError,
     StorageError,
     StorageOwnershipError,
@@ -22,6 +34,7 @@ from ._memory import MemoryElectionState, MemoryLogStore, MemorySnapshotStore, M
 from ._segments import (
     DEFAULT_INDEX_INTERVAL_BYTES,
     DEFAULT_SEGMENT_BYTES_MAX,
+    LogVerdict,
     SegmentedLog,
     SegmentInfo,
 )
@@ -32,17 +45,25 @@ __all__ = [
     "DEFAULT_INDEX_INTERVAL_BYTES",
     "DEFAULT_SEGMENT_BYTES_MAX",
     "ELECTION_STATE_FILE_NAME",
+    "EXIT_DAMAGED",
+    "EXIT_IN_USE",
+    "EXIT_NOT_A_DATA_DIR",
+    "EXIT_SOUND",
+    "EXIT_TORN_TAIL",
     "CorruptElectionStateError",
     "CorruptLogMetadataError",
     "CorruptRecordError",
     "CorruptSnapshotError",
+    "DamagedLogError",
     "ElectionStateFile",
     "FileStorage",
     "LogFailedError",
+    "LogVerdict",
     "MemoryElectionState",
     "MemoryLogStore",
     "MemorySnapshotStore",
     "MemorySnapshotWriter",
+    "MissingElectionStateError",
     "MemoryStorage",
     "RecoveredState",
     "RetentionPolicy",
@@ -51,8 +72,11 @@ __all__ = [
     "SnapshotNotFoundError",
     "SnapshotStore",
     "SnapshotWriter",
+    "StorageCheck",
     "StorageError",
     "StorageOwnershipError",
+    "check_storage",
+    "check_storage_report",
     "dump_log",
     "dump_log_command",
     "format_item",

@@ -4,7 +4,8 @@ Read-only, unlike recovery: nothing is truncated, rebuilt or removed, so
 the damage stays in place for inspection. Every batch is CRC-checked and a
 bad one is flagged with the reason; after a bad batch whose length field
 still looks plausible the dump carries on, so that an operator sees what
-follows (recovery would cut all of it).
+follows. Whether recovery would cut a bad batch as a torn tail or refuse it
+as damage is ``check-storage``'s verdict, not this dump's.
 
 ``DIR`` may be a data directory (with ``log/`` and ``snapshots/``), or a
 directory holding segment and/or snapshot files directly.
@@ -274,10 +275,10 @@ def format_item(item: dict[str, Any]) -> list[str]:
             claim = (f" (header claims base offset {item['claimed_base_offset']}, epoch {item['claimed_epoch']}, "
                      f"{item['claimed_record_count']} record(s))")
         return [f"  BAD BATCH @{item['position']} in {file_name}: {item['problem']}: {item['reason']}{claim}"
-                " -- recovery cuts the log here"]
+                " -- a torn tail if nothing valid follows at the end of the last segment, else damage"]
     if kind == "inconsistency":
         where = f" @{item['position']}" if "position" in item else ""
-        return [f"  INCONSISTENT{where} in {file_name}: {item['reason']} -- recovery cuts the log here"]
+        return [f"  INCONSISTENT{where} in {file_name}: {item['reason']} -- damage: the node refuses to start"]
     if kind == "error":
         where = f" @{item['position']}" if "position" in item else ""
         return [f"ERROR {file_name}{where}: {item['reason']}"]

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 from .._types import ElectionState
-from ._errors import CorruptElectionStateError
+from ._errors import REPAIR_ADVICE, CorruptElectionStateError
 from ._files import atomic_write, decode_checked_json, encode_checked_json, is_plain_int
 
 ELECTION_STATE_FILE_NAME = "quorum-state.json"
@@ -126,9 +126,8 @@ def decode_election_state(raw: bytes, path: Path | str = ELECTION_STATE_FILE_NAM
                 raise ValueError(f"bad {name} {value!r}")
     except ValueError as error:
         raise CorruptElectionStateError(
-            f"the election state file {path} is damaged ({error}). Refusing to start: without the "
-            f"epoch and the vote it records, this voter could vote twice in one epoch. Inspect the "
-            f"file; if the node's data must be discarded, remove the whole data directory and "
-            f"re-add the node, rather than this file alone."
+            f"the election state file {path} is damaged ({error}), so this node refuses to start rather than "
+            f"risk voting twice in one epoch: {REPAIR_ADVICE}.",
+            reason=str(error),
         ) from None
     return ElectionState(epoch=epoch, voted_for=voted_for, leader_id=leader_id)

@@ -15,12 +15,21 @@ class StorageError(QuorumError):
     """Base class of every storage failure."""
 
 
+# What every refusal to open damaged storage tells the operator to do next.
+# Automatic repair from a leader is planned (issue 14); until then a node
+# whose storage is damaged rejoins from nothing, safely, as an observer first.
+REPAIR_ADVICE = (
+    "keep the directory for inspection (kraft-quorum check-storage shows the damage), move it aside and "
+    "rejoin the node as docs/operations.md, 'A node that lost its disk', describes"
+)
+
+
 class CorruptRecordError(StorageError):
     """A log batch failed validation (CRC, framing, version) when read.
 
-    Raised instead of ever returning a record that failed its CRC. At startup
-    the same damage is repaired by truncation; this error means the damage
-    appeared (or was reached) after the log was opened.
+    Raised instead of ever returning a record that failed its CRC. This
+    error means the damage appeared (or was reached) after the log was
+    opened; at open, damage is ``DamagedLogError`` and a torn tail is cut.
     """
 
     def __init__(self, message: str, *, path: str | None = None, position: int | None = None) -> None:
@@ -29,11 +38,48 @@ class CorruptRecordError(StorageError):
         self.position = position
 
 
+class DamagedLogError(StorageError):
+    """The log is damaged, not merely torn: a bad batch followed by valid
+    data, a bad batch in a sealed segment, a batch whose CRC holds but which
+    does not continue the log, or a missing segment.
+
+    Raised by ``SegmentedLog.open`` before anything is modified: damaged data
+    is never truncated, since what follows it may be acknowledged records
+    (Protocol-Aware Recovery, FAST '18). ``path``, ``position`` (bytes) and
+    ``what`` say where and what; the message is one sentence for the
+    operator.
+    """
+
+    def __init__(self, path: str, position: int, what: str) -> None:
+        super().__init__(
+            f"the log file {path} is damaged at byte {position} ({what}), so this node refuses to start "
+            f"rather than cut acknowledged records: {REPAIR_ADVICE}."
+        )
+        self.path = path
+        self.position = position
+        self.what = what
+
+
 class CorruptElectionStateError(StorageError):
     """The election state file exists but cannot be trusted.
 
     Fatal by design: guessing an epoch or a vote could let a voter vote twice
     in one epoch (Raft thesis §3.8). An operator must inspect the file.
+    ``reason`` is what is wrong with it, without the advice.
+    """
+
+    def __init__(self, message: str, *, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class MissingElectionStateError(CorruptElectionStateError):
+    """The election state file is missing although the directory holds log
+    records or snapshots: the vote this voter may have cast is lost.
+
+    Starting at epoch 0 (or at the log's last epoch) could let it vote a
+    second time in an epoch it already voted in, so the node refuses to
+    start; see docs/storage.md.
     """
 
 
@@ -49,8 +95,12 @@ class CorruptLogMetadataError(StorageError):
     """A small metadata file of the log (the log-start checkpoint) is damaged.
 
     Fatal: without it, segments deleted behind a snapshot could come back and
-    be mistaken for live records.
+    be mistaken for live records. ``reason`` is what is wrong with it.
     """
+
+    def __init__(self, message: str, *, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class StorageOwnershipError(StorageError):

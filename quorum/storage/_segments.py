@@ -24,19 +24,22 @@ match the batches it scanned.
 
 Recovery (``SegmentedLog.open``) validates every batch of every segment:
 frame, CRC, format version, record framing, offsets contiguous within and
-across segments, epochs never decreasing. At the first batch that fails, the
-segment is truncated there (ftruncate + fsync) and every later segment is
-removed, with a WARNING naming the file, the byte position, the offsets cut
-and the reason. Nothing after a damaged batch is ever served, even if it
-looks intact: the log must stay a gap-free prefix.
+across segments, epochs never decreasing. It tells a torn tail from damage
+(``scan_segments``; docs/storage.md, "Torn tail or damage"): only a bad
+batch in the active segment with no valid batch after it is a torn write,
+which is cut (ftruncate + fsync) with a WARNING. Anything else is damage:
+``DamagedLogError`` is raised before anything is modified, since what
+follows damaged data may be acknowledged records (Protocol-Aware Recovery,
+Alagappan et al., FAST '18). ``SegmentedLog.recovery`` says what was found.
 
 Crash-safety of the mutations:
 
 * ``append`` writes whole batches with one ``write`` per segment touched;
-  a crash leaves a torn tail, which recovery cuts.
-* ``truncate_to`` cuts the segment holding the new end *first* and durably,
-  then removes later segments: if it crashes in between, the later segments
-  no longer continue the cut one, and recovery removes them as a gap.
+  a crash leaves a torn tail, which recovery cuts. A segment is fsynced
+  before the next one is created, so only the active segment can be torn.
+* ``truncate_to`` removes the later segments first, newest first, each
+  removal durable before the next, then cuts the segment holding the new
+  end: a crash part-way leaves a shorter log, never a gap.
   Cutting in the middle of a batch rewrites the surviving prefix of that
   batch with a fresh CRC; so that a crash cannot lose that prefix (which may
   be acknowledged), the new batch is first written durably to a
@@ -55,12 +58,12 @@ import os
 import struct
 import threading
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .._types import Entry, SnapshotId
-from ._errors import CorruptLogMetadataError, CorruptRecordError, LogFailedError
+from ._errors import REPAIR_ADVICE, CorruptLogMetadataError, CorruptRecordError, DamagedLogError, LogFailedError
 from ._files import (
     atomic_write,
     data_sync,
@@ -73,10 +76,12 @@ from ._files import (
 from ._format import (
     BATCH_HEADER_BYTES,
     CORRUPT,
+    FORMAT_VERSION,
     KINDS,
     MIN_BATCH_LENGTH,
     RECORD_HEADER_BYTES,
     U32_MAX,
+    U64_MAX,
     BatchHeader,
     BatchProblem,
     decode_records,
@@ -99,6 +104,7 @@ DEFAULT_READ_BYTES_MAX = 1024 * 1024
 
 _INDEX_ENTRY = struct.Struct(">QQ")
 _U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
 _REWRITE_HEAD = struct.Struct(">IQ")  # crc32 of the rest, byte position
 _READ_CHUNK_BYTES = 256 * 1024
 
@@ -132,7 +138,6 @@ class _Segment:
         "path",
         "index_path",
         "rewrite_path",
-        "unsynced_fd",
     )
 
     def __init__(self, directory: Path, base_offset: int) -> None:
@@ -146,8 +151,6 @@ class _Segment:
         self.path = directory / (stem + LOG_SUFFIX)
         self.index_path = directory / (stem + INDEX_SUFFIX)
         self.rewrite_path = directory / (stem + REWRITE_SUFFIX)
-        # A rolled segment whose last writes still await fsync at flush().
-        self.unsynced_fd: int | None = None
 
     def note_batch(self, position: int, base_offset: int, interval_bytes: int) -> bool:
         """Index the batch at ``position`` if the policy says so (the first
@@ -253,7 +256,6 @@ class SegmentedLog:
         self._logger = logger or _default_logger
         self._segments: list[_Segment] = []
         self._bases: list[int] = []
-        self._unsynced: list[_Segment] = []
         self._active_fd = -1
         self._active_index_fd = -1
         self._dir_fd = -1
@@ -263,6 +265,8 @@ class SegmentedLog:
         self._failure: str | None = None
         self._closed = False
         self._lock = threading.RLock()
+        # What recovery found at open: sound, or a torn tail it cut.
+        self.recovery = LogVerdict(0)
 
     # -- opening and recovery -------------------------------------------------
 
@@ -280,15 +284,17 @@ class SegmentedLog:
     ) -> SegmentedLog:
         """Open (creating if needed) the log in ``directory`` and recover it.
 
-        Every batch is validated; a torn or damaged batch and everything
-        after it are cut, with a WARNING (see the module docstring). ``base``
+        Every batch is validated; a torn tail is cut with a WARNING, and
+        ``recovery`` says what was found (see the module docstring). ``base``
         is the latest snapshot, if any: it gives ``last_epoch`` for an empty
         log, and the start offset of a log directory with no segment at all.
         ``fsync=False`` skips every fsync (benchmarks, tests): nothing is
         then durable across a power loss.
 
-        Raises ``CorruptLogMetadataError`` if the log-start checkpoint is
-        damaged, ``OSError`` on I/O failure, ``ValueError`` on bad sizes.
+        Raises ``DamagedLogError`` if the log is damaged rather than torn
+        (nothing is modified then), ``CorruptLogMetadataError`` if the
+        log-start checkpoint is damaged, ``OSError`` on I/O failure,
+        ``ValueError`` on bad sizes.
         """
         log = cls(
             Path(directory),
@@ -314,35 +320,19 @@ class SegmentedLog:
         self._dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         self._base_epoch = base.epoch if base is not None else 0
 
-        log_bases: list[int] = []
-        index_bases: set[int] = set()
-        rewrites: list[int] = []
-        for name in sorted(os.listdir(directory)):
-            if name == CHECKPOINT_FILE_NAME:
-                continue
-            if name == CHECKPOINT_FILE_NAME + ".tmp":
-                self._logger.info("%s: removing the leftover temporary file %s", directory, name)
-                self._unlink(directory / name)
-                continue
-            stem, dot, suffix = name.partition(".")
-            if len(stem) == 20 and is_decimal(stem) and dot:
-                if "." + suffix == LOG_SUFFIX:
-                    log_bases.append(int(stem))
-                    continue
-                if "." + suffix == INDEX_SUFFIX:
-                    index_bases.add(int(stem))
-                    continue
-                if "." + suffix == REWRITE_SUFFIX:
-                    rewrites.append(int(stem))
-                    continue
+        listing = list_log_directory(directory)
+        for name in listing.temporary:
+            self._logger.info("%s: removing the leftover temporary file %s", directory, name)
+            self._unlink(directory / name)
+        for name in listing.unexpected:
             self._logger.warning("%s: ignoring unexpected file %s", directory, name)
+        log_bases = list(listing.log_bases)
+        index_bases = set(listing.index_bases)
+        rewrites = listing.rewrites
 
-        checkpoint = self._read_checkpoint()
+        checkpoint = read_log_start_checkpoint(directory)
         for segment_base in rewrites:
             self._replay_rewrite(segment_base, segment_base in log_bases)
-        for orphan in sorted(index_bases - set(log_bases)):
-            self._unlink(directory / f"{orphan:020d}{INDEX_SUFFIX}")
-
         log_bases.sort()
         if checkpoint is not None:
             # Finish an interrupted delete_before: everything wholly below the
@@ -357,25 +347,44 @@ class SegmentedLog:
                 )
                 self._remove_files(_Segment(directory, doomed))
 
-        expected: int | None = None
-        epoch_floor = 0
-        for i, segment_base in enumerate(log_bases):
-            if expected is not None and segment_base != expected:
-                self._remove_after_damage(
-                    log_bases[i:],
-                    f"segment {segment_file_name(segment_base)} starts at offset {segment_base} "
-                    f"but the log before it ends at offset {expected}",
-                )
-                break
-            segment, damaged = self._scan_segment(segment_base, epoch_floor)
-            self._segments.append(segment)
-            self._bases.append(segment_base)
-            expected = segment.end_offset
-            if segment.last_epoch is not None:
-                epoch_floor = segment.last_epoch
-            if damaged:
-                self._remove_after_damage(log_bases[i + 1 :], f"it follows the damaged batch in {segment.path.name}")
-                break
+        if checkpoint is not None and log_bases and log_bases[0] > checkpoint:
+            first = self._directory / segment_file_name(log_bases[0])
+            raise DamagedLogError(
+                str(first), 0, f"the log start checkpoint says offset {checkpoint} but the first segment starts at "
+                f"offset {log_bases[0]}: a segment is missing"
+            )
+        lost = lost_segment(directory, log_bases, index_bases, checkpoint)
+        if lost is not None:
+            raise lost
+        scan = scan_segments(directory, log_bases, self._index_interval_bytes)
+        if scan.damage is not None:
+            raise scan.damage
+        self._segments = scan.segments
+        self._bases = [segment.base_offset for segment in scan.segments]
+        self.recovery = scan.verdict
+        if scan.verdict.torn:
+            torn = scan.verdict
+            self._logger.warning(
+                "%s: torn tail: truncating at byte %d of %d (%s); offsets from %d on are cut (%d bytes%s)",
+                torn.path,
+                torn.position,
+                torn.file_bytes,
+                torn.reason,
+                torn.first_offset_cut,
+                torn.file_bytes - torn.position,
+                torn.claimed,
+            )
+            fd = os.open(torn.path, os.O_RDWR)
+            try:
+                os.ftruncate(fd, torn.position)
+                if self._fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        for orphan in sorted(index_bases - set(log_bases)):
+            self._unlink(directory / f"{orphan:020d}{INDEX_SUFFIX}")
+        for segment in self._segments:
+            self._check_index(segment)
 
         if checkpoint is not None and self._segments:
             last = self._segments[-1]
@@ -395,43 +404,12 @@ class SegmentedLog:
         if not self._segments:
             start = checkpoint if checkpoint is not None else (base.end_offset if base is not None else 0)
             self._create_segment(start)
+            self.recovery = LogVerdict(start)
         else:
-            if checkpoint is not None and self._segments[0].base_offset > checkpoint:
-                self._logger.error(
-                    "%s: the log starts at offset %d but %s says %d: records %d..%d are missing",
-                    directory,
-                    self._segments[0].base_offset,
-                    CHECKPOINT_FILE_NAME,
-                    checkpoint,
-                    checkpoint,
-                    self._segments[0].base_offset - 1,
-                )
             active = self._segments[-1]
             flags = os.O_RDWR | os.O_APPEND
             self._active_fd = os.open(active.path, flags)
             self._active_index_fd = os.open(active.index_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-    def _read_checkpoint(self) -> int | None:
-        path = self._directory / CHECKPOINT_FILE_NAME
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        try:
-            document = decode_checked_json(raw)
-            if document.get("version") != 1:
-                raise ValueError(f"unknown version {document.get('version')!r}")
-            offset = document.get("log_start_offset")
-            if not is_plain_int(offset) or offset < 0:
-                raise ValueError(f"bad log_start_offset {offset!r}")
-        except ValueError as error:
-            raise CorruptLogMetadataError(
-                f"{path} is damaged ({error}). It records where the log starts after deletions "
-                f"behind a snapshot; without it, deleted segments could be mistaken for live records. "
-                f"Refusing to open the log: restore the file, or remove it if every segment in "
-                f"{self._directory} is known to be live."
-            ) from None
-        return offset
 
     def _write_checkpoint(self, log_start_offset: int) -> None:
         atomic_write(
@@ -439,76 +417,6 @@ class SegmentedLog:
             encode_checked_json({"version": 1, "log_start_offset": log_start_offset}),
             fsync=self._fsync,
         )
-
-    def _scan_segment(self, segment_base: int, epoch_floor: int) -> tuple[_Segment, bool]:
-        """Validate one segment; cut it at the first bad batch. Returns the
-        segment and whether it was damaged."""
-        segment = _Segment(self._directory, segment_base)
-        data = segment.path.read_bytes()
-        size = len(data)
-        position = 0
-        expected = segment_base
-        interval = self._index_interval_bytes
-        problem: BatchProblem | None = None
-        while position < size:
-            try:
-                header = parse_batch(data, position, size)
-                if header.base_offset != expected:
-                    raise BatchProblem(
-                        CORRUPT, f"batch base offset {header.base_offset} where offset {expected} was expected"
-                    )
-                if header.epoch < epoch_floor:
-                    raise BatchProblem(CORRUPT, f"epoch {header.epoch} after epoch {epoch_floor}")
-                decode_records(data, position, header, build=False)
-            except BatchProblem as found:
-                problem = found
-                break
-            segment.note_batch(position, expected, interval)
-            expected = header.next_offset
-            epoch_floor = header.epoch
-            segment.last_epoch = header.epoch
-            position += header.size
-        segment.end_offset = expected
-        segment.size_bytes = position
-        if problem is not None:
-            self._logger.warning(
-                "%s: truncating at byte %d of %d (%s); offsets from %d on are cut (%d bytes%s)",
-                segment.path,
-                position,
-                size,
-                problem.reason,
-                expected,
-                size - position,
-                _claimed(data, position, size),
-            )
-            fd = os.open(segment.path, os.O_RDWR)
-            try:
-                os.ftruncate(fd, position)
-                if self._fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-        self._check_index(segment)
-        return segment, problem is not None
-
-    def _remove_after_damage(self, doomed_bases: Sequence[int], why: str) -> None:
-        for doomed in doomed_bases:
-            segment = _Segment(self._directory, doomed)
-            try:
-                size = segment.path.stat().st_size
-            except FileNotFoundError:
-                size = 0
-            self._logger.warning(
-                "%s: removing %s (offsets from %d on, %d bytes): %s",
-                self._directory,
-                segment.path.name,
-                doomed,
-                size,
-                why,
-            )
-            self._remove_files(segment)
-        if doomed_bases and self._fsync:
-            os.fsync(self._dir_fd)
 
     def _check_index(self, segment: _Segment) -> None:
         wanted = segment.index_bytes()
@@ -532,21 +440,9 @@ class SegmentedLog:
 
     def _replay_rewrite(self, segment_base: int, segment_exists: bool) -> None:
         segment = _Segment(self._directory, segment_base)
-        raw = segment.rewrite_path.read_bytes()
-        batch = b""
-        position = -1
-        valid = len(raw) >= _REWRITE_HEAD.size
-        if valid:
-            crc, position = _REWRITE_HEAD.unpack_from(raw, 0)
-            valid = zlib.crc32(memoryview(raw)[4:]) == crc
-            batch = raw[_REWRITE_HEAD.size :]
-        if valid:
-            try:
-                header = parse_batch(batch, 0, len(batch))
-                decode_records(batch, 0, header, build=False)
-                valid = header.size == len(batch)
-            except BatchProblem:
-                valid = False
+        redo = parse_rewrite(segment.rewrite_path.read_bytes())
+        valid = redo is not None
+        position, batch = redo if redo is not None else (-1, b"")
         if not valid or not segment_exists:
             # The redo record itself was torn: the segment was not touched yet.
             self._logger.info("%s: discarding an incomplete truncation record", segment.rewrite_path)
@@ -756,13 +652,18 @@ class SegmentedLog:
     def _roll(self) -> None:
         old = self._segments[-1]
         old_fd, old_index_fd, old_dirty = self._active_fd, self._active_index_fd, self._active_dirty
+        if old_dirty and self._fsync:
+            # A segment is sealed durably before the next one exists, so
+            # after any crash every sealed segment is whole: a bad batch in a
+            # sealed segment is damage, never a torn write.
+            try:
+                data_sync(old_fd)
+            except OSError as error:
+                self._failure = f"fsync of {old.path} failed: {error}"
+                raise
         # Create first: if that fails, the old segment simply stays active.
         self._create_segment(old.end_offset)
-        if old_dirty and self._fsync:
-            old.unsynced_fd = old_fd  # fsynced (and closed) by the next flush
-            self._unsynced.append(old)
-        else:
-            os.close(old_fd)
+        os.close(old_fd)
         os.close(old_index_fd)
         self._logger.debug("%s: rolled to %s", self._directory, self._segments[-1].path.name)
 
@@ -789,13 +690,6 @@ class SegmentedLog:
 
     def _sync_data(self) -> None:
         try:
-            for segment in self._unsynced:
-                fd = segment.unsynced_fd
-                assert fd is not None
-                data_sync(fd)
-                os.close(fd)
-                segment.unsynced_fd = None
-            self._unsynced.clear()
             if self._active_dirty:
                 if self._fsync:
                     data_sync(self._active_fd)
@@ -836,6 +730,8 @@ class SegmentedLog:
         fd = self._active_fd if index == last_index else os.open(segment.path, os.O_RDWR | os.O_APPEND)
         try:
             cut_position, replacement = self._plan_cut(segment, fd, end_offset)
+            if index != last_index:
+                self._remove_later_segments(index)
             if replacement is None:
                 os.ftruncate(fd, cut_position)
                 if self._fsync:
@@ -864,14 +760,11 @@ class SegmentedLog:
         replacement: tuple[bytes, int] | None,
     ) -> None:
         if index != len(self._segments) - 1:
-            # The cut segment no longer reaches the later ones: a crash from
-            # here on leaves a gap that recovery removes.
+            # The later segments' files are already gone (_remove_later_segments).
             os.close(self._active_fd)
             os.close(self._active_index_fd)
             self._active_fd = fd
             self._active_index_fd = os.open(segment.index_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            for later in self._segments[index + 1 :]:
-                self._remove_files(later)
             del self._segments[index + 1 :]
             del self._bases[index + 1 :]
         segment.drop_index_from(cut_position)
@@ -890,6 +783,21 @@ class SegmentedLog:
         if self._fsync:
             os.fsync(self._dir_fd)
         self._dir_dirty = False
+
+    def _remove_later_segments(self, index: int) -> None:
+        """Unlink the files of every segment after ``index``, newest first,
+        each removal durable before the next: a crash part-way leaves a
+        shorter log with no gap, so a gap found at recovery is always damage
+        (a lost file), never an interrupted truncation. Raises ``OSError``."""
+        for later in reversed(self._segments[index + 1 :]):
+            # The index goes first and durably: a non-empty index without
+            # its segment then always means a lost file (``lost_segment``).
+            self._unlink(later.index_path)
+            if self._fsync:
+                os.fsync(self._dir_fd)
+            self._unlink(later.path)
+            if self._fsync:
+                os.fsync(self._dir_fd)
 
     def _plan_cut(self, segment: _Segment, fd: int, end_offset: int) -> tuple[int, tuple[bytes, int] | None]:
         """Byte position to cut at, and the replacement batch (with its
@@ -979,10 +887,6 @@ class SegmentedLog:
             else:
                 new_base_epoch = self.last_epoch if offset == self.end_offset else 0
             self._write_checkpoint(offset)
-            for segment in self._unsynced:
-                os.close(segment.unsynced_fd)  # type: ignore[arg-type]
-                segment.unsynced_fd = None
-            self._unsynced.clear()
             os.close(self._active_fd)
             os.close(self._active_index_fd)
             self._active_fd = self._active_index_fd = -1
@@ -1001,10 +905,6 @@ class SegmentedLog:
             return
         self._write_checkpoint(self._bases[keep])
         for segment in self._segments[:keep]:
-            if segment.unsynced_fd is not None:
-                os.close(segment.unsynced_fd)
-                segment.unsynced_fd = None
-                self._unsynced.remove(segment)
             self._remove_files(segment)
         del self._segments[:keep]
         del self._bases[:keep]
@@ -1141,11 +1041,6 @@ class SegmentedLog:
                 self._close_fds()
 
     def _close_fds(self) -> None:
-        for segment in self._unsynced:
-            if segment.unsynced_fd is not None:
-                os.close(segment.unsynced_fd)
-                segment.unsynced_fd = None
-        self._unsynced.clear()
         for attribute in ("_active_fd", "_active_index_fd", "_dir_fd"):
             fd = getattr(self, attribute)
             if fd >= 0:
@@ -1165,8 +1060,10 @@ class SegmentedLog:
             raise LogFailedError(f"the log in {self._directory} has failed and must be reopened: {self._failure}")
 
     def _remove_files(self, segment: _Segment) -> None:
-        self._unlink(segment.path)
+        # Only segments below the log start checkpoint go this way, where a
+        # leftover index is ignored at recovery; index first all the same.
         self._unlink(segment.index_path)
+        self._unlink(segment.path)
         self._dir_dirty = True
 
     @staticmethod
@@ -1184,6 +1081,289 @@ class SegmentedLog:
             f"SegmentedLog({str(self._directory)!r}, start={self._segments[0].base_offset if self._segments else None}, "
             f"end={self._segments[-1].end_offset if self._segments else None}, segments={len(self._segments)})"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class LogVerdict:
+    """What recovery (or ``check-storage``) found in a log directory that is
+    not damaged: ``torn`` False means every batch is sound; True means the
+    active segment ``path`` ends in a torn write from byte ``position``
+    (``file_bytes`` long before the cut), holding offsets from
+    ``first_offset_cut`` on, for ``reason``. ``end_offset`` is where the
+    valid log ends."""
+
+    end_offset: int
+    torn: bool = False
+    path: Path | None = None
+    position: int = 0
+    file_bytes: int = 0
+    first_offset_cut: int = 0
+    reason: str = ""
+    claimed: str = ""
+
+    def describe(self) -> str:
+        """One line for logs and ``check-storage``."""
+        if not self.torn:
+            return f"sound: the log ends at offset {self.end_offset}"
+        return (
+            f"torn tail: {self.path} from byte {self.position} of {self.file_bytes} ({self.reason}); "
+            f"the valid log ends at offset {self.end_offset}, and the next start cuts the rest"
+        )
+
+
+@dataclass(slots=True)
+class SegmentScan:
+    """The result of ``scan_segments``: the valid segments (the torn one
+    already sized to its cut), and either a verdict or the damage."""
+
+    segments: list[_Segment]
+    verdict: LogVerdict
+    damage: DamagedLogError | None
+
+
+def scan_segments(
+    directory: Path,
+    bases: Sequence[int],
+    index_interval_bytes: int,
+    read_segment: Callable[[int], bytes] | None = None,
+) -> SegmentScan:
+    """Validate every batch of the segments ``bases`` (sorted) of the log in
+    ``directory`` without modifying anything, and tell a torn tail from
+    damage (see docs/storage.md, "Torn tail or damage").
+
+    Only a bad batch in the *last* segment with no valid batch anywhere after
+    it is a torn tail: a crash can leave garbage only after the last write
+    that was made durable. Anything else is damage, reported in
+    ``SegmentScan.damage`` (never raised here): a bad batch followed by a
+    valid one, a bad batch in a sealed segment, a batch whose CRC holds but
+    whose offset or epoch does not continue the log, a gap between segments.
+    ``read_segment(base)`` returns a segment's bytes (default: read the
+    file). Raises ``OSError``.
+    """
+    read = read_segment or (lambda base: (directory / segment_file_name(base)).read_bytes())
+    segments: list[_Segment] = []
+    expected: int | None = None
+    epoch_floor = 0
+    for i, base in enumerate(bases):
+        path = directory / segment_file_name(base)
+        if expected is not None and base != expected:
+            what = f"it starts at offset {base} but the segment before it ends at offset {expected}: records are missing"
+            return SegmentScan(segments, LogVerdict(expected), DamagedLogError(str(path), 0, what))
+        data = read(base)
+        segment = _Segment(directory, base)
+        position, problem, crc_ok = _scan_batches(segment, data, epoch_floor, index_interval_bytes)
+        segments.append(segment)
+        expected = segment.end_offset
+        if segment.last_epoch is not None:
+            epoch_floor = segment.last_epoch
+        if problem is None:
+            continue
+        is_last = i == len(bases) - 1
+        what: str | None = None
+        if crc_ok:
+            what = f"{problem.reason}, in a batch whose CRC holds: not a torn write"
+        elif not is_last:
+            what = f"{problem.reason}, in a sealed segment (offsets from {expected} on)"
+        else:
+            later = find_valid_batch(data, position + 1, expected + 1, epoch_floor)
+            if later is not None:
+                what = f"bad batch ({problem.reason}), followed by a valid batch at byte {later}: not a torn write"
+        if what is not None:
+            return SegmentScan(segments, LogVerdict(expected), DamagedLogError(str(path), position, what))
+        verdict = LogVerdict(
+            expected,
+            torn=True,
+            path=path,
+            position=position,
+            file_bytes=len(data),
+            first_offset_cut=expected,
+            reason=problem.reason,
+            claimed=_claimed(data, position, len(data)),
+        )
+        return SegmentScan(segments, verdict, None)
+    return SegmentScan(segments, LogVerdict(expected if expected is not None else 0), None)
+
+
+@dataclass(frozen=True, slots=True)
+class LogListing:
+    """The files of a log directory, by role (see ``list_log_directory``)."""
+
+    log_bases: list[int]
+    index_bases: list[int]
+    rewrites: list[int]
+    temporary: list[str]
+    unexpected: list[str]
+
+
+def list_log_directory(directory: Path) -> LogListing:
+    """Sort the names in a log directory: segment bases, index bases and
+    redo records (each sorted), leftover temporary files of the checkpoint,
+    and anything else. Reads only. Raises ``OSError``."""
+    listing = LogListing([], [], [], [], [])
+    for name in sorted(os.listdir(directory)):
+        if name == CHECKPOINT_FILE_NAME:
+            continue
+        if name == CHECKPOINT_FILE_NAME + ".tmp":
+            listing.temporary.append(name)
+            continue
+        stem, dot, suffix = name.partition(".")
+        if len(stem) == 20 and is_decimal(stem) and dot:
+            kinds = {LOG_SUFFIX: listing.log_bases, INDEX_SUFFIX: listing.index_bases, REWRITE_SUFFIX: listing.rewrites}
+            bucket = kinds.get("." + suffix)
+            if bucket is not None:
+                bucket.append(int(stem))
+                continue
+        listing.unexpected.append(name)
+    return listing
+
+
+def read_log_start_checkpoint(directory: Path) -> int | None:
+    """The log start offset recorded in ``log-start-offset.json``, or None
+    if there is none. Raises ``CorruptLogMetadataError`` if it is damaged,
+    ``OSError``."""
+    path = directory / CHECKPOINT_FILE_NAME
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        document = decode_checked_json(raw)
+        if document.get("version") != 1:
+            raise ValueError(f"unknown version {document.get('version')!r}")
+        offset = document.get("log_start_offset")
+        if not is_plain_int(offset) or offset < 0:
+            raise ValueError(f"bad log_start_offset {offset!r}")
+    except ValueError as error:
+        raise CorruptLogMetadataError(
+            f"the log start checkpoint {path} is damaged ({error}), so this node refuses to start rather "
+            f"than guess where its log begins: {REPAIR_ADVICE}.",
+            reason=str(error),
+        ) from None
+    return offset
+
+
+def lost_segment(
+    directory: Path, log_bases: Sequence[int], index_bases: set[int] | Sequence[int], checkpoint: int | None
+) -> DamagedLogError | None:
+    """Damage if a segment file is gone but its non-empty index remains at
+    or above the log start: segments are only removed index first (and
+    durably, when above the log start), so that is a lost file, not an
+    interrupted removal. An *empty* index is not evidence: a crash right
+    after a segment was created may keep the index's directory entry and
+    not the segment's. Reads only."""
+    floor = checkpoint if checkpoint is not None else 0
+    present = set(log_bases)
+    for base in sorted(set(index_bases) - present):
+        index_path = directory / f"{base:020d}{INDEX_SUFFIX}"
+        if base >= floor and index_path.stat().st_size > 0:
+            return DamagedLogError(
+                str(directory / segment_file_name(base)),
+                0,
+                f"the segment file is missing but its index {index_path.name} remains: records from offset {base} on are lost",
+            )
+    return None
+
+
+def _scan_batches(
+    segment: _Segment, data: bytes, epoch_floor: int, interval: int
+) -> tuple[int, BatchProblem | None, bool]:
+    """Walk the batches of one segment's ``data`` up to the first bad one,
+    filling ``segment`` (end offset, size, last epoch, index). Returns the
+    position of the bad batch, the problem (None if every batch is good),
+    and whether the bad batch's CRC held (then it is damage, never torn)."""
+    size = len(data)
+    position = 0
+    expected = segment.base_offset
+    problem: BatchProblem | None = None
+    crc_ok = False
+    while position < size:
+        try:
+            header = parse_batch(data, position, size)
+        except BatchProblem as found:
+            problem = found
+            break
+        crc_ok = True
+        try:
+            if header.base_offset != expected:
+                raise BatchProblem(
+                    CORRUPT, f"batch base offset {header.base_offset} where offset {expected} was expected"
+                )
+            if header.epoch < epoch_floor:
+                raise BatchProblem(CORRUPT, f"epoch {header.epoch} after epoch {epoch_floor}")
+            decode_records(data, position, header, build=False)
+        except BatchProblem as found:
+            problem = found
+            break
+        crc_ok = False
+        segment.note_batch(position, expected, interval)
+        expected = header.next_offset
+        epoch_floor = header.epoch
+        segment.last_epoch = header.epoch
+        position += header.size
+    segment.end_offset = expected
+    segment.size_bytes = position
+    return position, problem, crc_ok and problem is not None
+
+
+_VERSION_BYTE = bytes([FORMAT_VERSION])
+
+
+def find_valid_batch(data: bytes, start: int, min_base_offset: int, min_epoch: int) -> int | None:
+    """Byte position of the first batch at or after ``start`` that passes
+    its CRC, with a base offset in the range a later batch of this segment
+    could hold and an epoch no lower than ``min_epoch``; None if there is
+    none. Finding one after a bad batch proves the bad batch is damage, not
+    a torn write. Candidates are found by the version byte and filtered by
+    their header before any CRC is computed, so the cost stays linear."""
+    size = len(data)
+    # Every record takes at least RECORD_HEADER_BYTES, which bounds the
+    # offsets the rest of the segment can hold.
+    max_base_offset = min(min_base_offset + (size - start) // RECORD_HEADER_BYTES, U64_MAX)
+    # Any such batch has the version byte followed by the leading bytes that
+    # every offset in the range shares (big-endian): a needle that long data
+    # of repeated bytes or zeros cannot match at every position.
+    low, high = _U64.pack(min_base_offset), _U64.pack(max_base_offset)
+    shared = 0
+    while shared < 8 and low[shared] == high[shared]:
+        shared += 1
+    needle = _VERSION_BYTE + low[:shared]
+    search = start + 8
+    while True:
+        hit = data.find(needle, search)
+        if hit < 0:
+            return None
+        search = hit + 1
+        position = hit - 8
+        if position + BATCH_HEADER_BYTES + RECORD_HEADER_BYTES > size:
+            return None
+        length, _, _, base_offset, epoch, count = struct.unpack_from(">IIBQII", data, position)
+        if not min_base_offset <= base_offset <= max_base_offset or epoch < min_epoch:
+            continue
+        if length < MIN_BATCH_LENGTH or position + 4 + length > size or count == 0:
+            continue
+        try:
+            header = parse_batch(data, position, size)
+            decode_records(data, position, header, build=False)
+        except BatchProblem:
+            continue
+        return position
+
+
+def parse_rewrite(raw: bytes) -> tuple[int, bytes] | None:
+    """(byte position, batch) of a ``.rewrite`` redo record, or None if the
+    record is incomplete (torn: the segment was not touched yet)."""
+    if len(raw) < _REWRITE_HEAD.size:
+        return None
+    crc, position = _REWRITE_HEAD.unpack_from(raw, 0)
+    if zlib.crc32(memoryview(raw)[4:]) != crc:
+        return None
+    batch = raw[_REWRITE_HEAD.size :]
+    try:
+        header = parse_batch(batch, 0, len(batch))
+        decode_records(batch, 0, header, build=False)
+    except BatchProblem:
+        return None
+    return (position, batch) if header.size == len(batch) else None
 
 
 def segment_base_of(batch: bytes) -> int:

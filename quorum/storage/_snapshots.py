@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 
 from .._types import SnapshotId
-from ._errors import CorruptSnapshotError, SnapshotNotFoundError
+from ._errors import REPAIR_ADVICE, CorruptSnapshotError, SnapshotNotFoundError
 from ._files import data_sync, fsync_directory, write_all
 from ._format import (
     SNAPSHOT_HEADER_BYTES,
@@ -124,7 +124,7 @@ class SnapshotStore:
             if found != snapshot_id:
                 raise ValueError(f"the header says {found}")
         except ValueError as error:
-            raise CorruptSnapshotError(f"snapshot {path} is damaged: {error}") from None
+            raise CorruptSnapshotError(f"the snapshot file {path} is damaged ({error}): {REPAIR_ADVICE}.") from None
         self._verified.add(snapshot_id)
         return payload
 

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from .._types import ElectionState, Entry, SnapshotId
-from ._election import ElectionStateFile
-from ._errors import StorageError, StorageOwnershipError
+from ._election import ELECTION_STATE_FILE_NAME, ElectionStateFile
+from ._errors import REPAIR_ADVICE, MissingElectionStateError, StorageError, StorageOwnershipError
 from ._files import atomic_write, decode_checked_json, encode_checked_json, fsync_directory, is_plain_int
 from ._memory import MemoryElectionState, MemoryLogStore, MemorySnapshotStore, MemorySnapshotWriter
 from ._segments import (
@@ -252,17 +252,19 @@ class _Facade(abc.ABC):
 
     def _reconcile(self, snapshot_id: SnapshotId | None) -> None:
         log = self.log
+        where = getattr(log, "directory", "memory")  # MemoryLogStore has no directory
         if snapshot_id is None:
             if log.log_start_offset > 0:
                 raise StorageError(
-                    f"the log starts at offset {log.log_start_offset} but no snapshot covers the records "
-                    f"below it; refusing to start with a hole in the history"
+                    f"the log in {where} starts at offset {log.log_start_offset} but no snapshot covers "
+                    f"the records below it, so this node refuses to start with a hole in its history: "
+                    f"{REPAIR_ADVICE}."
                 )
             return
         if log.log_start_offset > snapshot_id.end_offset:
             raise StorageError(
-                f"the log starts at offset {log.log_start_offset}, after the end of the latest snapshot "
-                f"{snapshot_id}; refusing to start with a hole in the history"
+                f"the log in {where} starts at offset {log.log_start_offset}, after the end of the latest "
+                f"snapshot {snapshot_id}, so this node refuses to start with a hole in its history: {REPAIR_ADVICE}."
             )
         if log.end_offset < snapshot_id.end_offset:
             self._logger.warning(
@@ -343,8 +345,12 @@ class FileStorage(_Facade):
         ``meta.json`` is written on first open when ``node_id`` and
         ``cluster_id`` are given; later opens must name the same ones (or
         none). Raises ``StorageOwnershipError`` if the directory belongs to
-        another node or cluster, or another process has it open;
-        ``CorruptLogMetadataError``, ``OSError``.
+        another node or cluster, another process has it open, or ids are
+        given and it holds data but no ``meta.json``; ``MissingElectionStateError`` if it holds
+        log records or snapshots but no election state;
+        ``DamagedLogError`` if the log is damaged (not merely torn);
+        ``CorruptLogMetadataError``, ``OSError``. Nothing damaged is
+        modified before these are raised.
         """
         data_dir = Path(data_dir)
         log_ = logger or _default_logger
@@ -355,6 +361,7 @@ class FileStorage(_Facade):
         lock_fd = _lock(data_dir)
         try:
             node_id, cluster_id = _check_meta(data_dir, node_id, cluster_id, fsync)
+            holds_state = (data_dir / ELECTION_STATE_FILE_NAME).exists()
             election = ElectionStateFile(data_dir, fsync=fsync, logger=log_)
             snapshots = SnapshotStore(data_dir / SNAPSHOT_DIR_NAME, fsync=fsync, logger=log_)
             log = SegmentedLog.open(
@@ -366,6 +373,11 @@ class FileStorage(_Facade):
                 base=snapshots.latest(),
                 logger=log_,
             )
+            try:
+                _check_election_state_present(holds_state, election.path, log, snapshots)
+            except BaseException:
+                log.close()
+                raise
         except BaseException:
             os.close(lock_fd)
             raise
@@ -506,6 +518,38 @@ def _lock(data_dir: Path) -> int:
     return fd
 
 
+def _check_election_state_present(
+    holds_state: bool, path: Path, log: SegmentedLog, snapshots: SnapshotStore
+) -> None:
+    """A directory with log records or a snapshot but no election state lost
+    its vote: refuse rather than start at epoch 0 (or at the log's last
+    epoch), which could vote twice in one epoch (Raft thesis §3.8; the
+    reasoning is in docs/storage.md)."""
+    if holds_state:
+        return
+    holds_records = log.end_offset > log.log_start_offset or log.log_start_offset > 0
+    latest = snapshots.latest()
+    if not holds_records and latest is None:
+        return
+    what = f"the log holds offsets up to {log.end_offset}" if holds_records else f"it holds snapshot {latest}"
+    raise MissingElectionStateError(
+        f"the election state file {path} is missing although {what}, so this node refuses to start rather than "
+        f"risk voting twice in one epoch: {REPAIR_ADVICE}."
+    )
+
+
+def _holds_data(data_dir: Path) -> bool:
+    """True if ``data_dir`` holds an election state, a log segment with
+    bytes in it, or a snapshot: the marks of a node that has run."""
+    if (data_dir / ELECTION_STATE_FILE_NAME).exists():
+        return True
+    log_dir = data_dir / LOG_DIR_NAME
+    if log_dir.is_dir() and any(path.stat().st_size > 0 for path in log_dir.glob("*.log")):
+        return True
+    snapshot_dir = data_dir / SNAPSHOT_DIR_NAME
+    return snapshot_dir.is_dir() and any(snapshot_dir.glob("*.snapshot"))
+
+
 def _check_meta(
     data_dir: Path, node_id: int | None, cluster_id: str | None, fsync: bool
 ) -> tuple[int | None, str | None]:
@@ -515,6 +559,14 @@ def _check_meta(
     except FileNotFoundError:
         raw = None
     if raw is None:
+        if (node_id is not None or cluster_id is not None) and _holds_data(data_dir):
+            # A node process always names its ids, and meta.json is written
+            # at the first open, before anything else: data without it was
+            # copied or damaged, and could be another node's or cluster's.
+            raise StorageOwnershipError(
+                f"{data_dir} holds a node's data but no {META_FILE_NAME}, so this node refuses to start: it cannot "
+                f"tell which node and cluster the data belongs to; {REPAIR_ADVICE}."
+            )
         if node_id is None and cluster_id is None:
             return None, None
         if node_id is None or cluster_id is None:
@@ -533,14 +585,17 @@ def _check_meta(
         stored_cluster = document["cluster_id"]
     except (ValueError, KeyError) as error:
         raise StorageOwnershipError(
-            f"{path} is damaged ({error}); cannot tell which node and cluster {data_dir} belongs to"
+            f"{path} is damaged ({error}), so this node refuses to start: it cannot tell which node and cluster "
+            f"{data_dir} belongs to; {REPAIR_ADVICE}."
         ) from None
     if node_id is not None and node_id != stored_node:
         raise StorageOwnershipError(
-            f"{data_dir} belongs to node {stored_node} of cluster {stored_cluster!r}, not node {node_id}"
+            f"{data_dir} belongs to node {stored_node} of cluster {stored_cluster!r}, not node {node_id}: "
+            f"give this node its own data directory"
         )
     if cluster_id is not None and cluster_id != stored_cluster:
         raise StorageOwnershipError(
-            f"{data_dir} belongs to cluster {stored_cluster!r} (node {stored_node}), not cluster {cluster_id!r}"
+            f"{data_dir} belongs to cluster {stored_cluster!r} (node {stored_node}), not cluster {cluster_id!r}: "
+            f"check --cluster-id, or give this node its own data directory"
         )
     return stored_node, stored_cluster

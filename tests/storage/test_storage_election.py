@@ -76,7 +76,7 @@ def test_damaged_file_is_fatal(tmp_path, damage):
     ElectionStateFile(tmp_path).write(ElectionState(7, voted_for=2))
     path = tmp_path / "quorum-state.json"
     path.write_bytes(damage(path.read_bytes()))
-    with pytest.raises(CorruptElectionStateError, match="Refusing to start.*vote twice"):
+    with pytest.raises(CorruptElectionStateError, match="refuses to start rather than risk voting twice in one epoch: keep the directory"):
         ElectionStateFile(tmp_path).read()
 
 

@@ -69,7 +69,7 @@ def test_persist_then_load(make_storage):
 
 def test_follower_installs_a_snapshot_past_its_log(make_storage):
     storage = make_storage()
-    storage.persist(append=make_entries(0, 10, epoch=1))
+    storage.persist(election_state=ElectionState(1), append=make_entries(0, 10, epoch=1))
     storage.persist(snapshot=(SnapshotId(100, 4), b"s"), delete_before=100)
     assert (storage.log_start_offset, storage.end_offset, storage.last_epoch) == (100, 100, 4)
     storage.persist(append=make_entries(100, 2, epoch=4))
@@ -80,7 +80,7 @@ def test_follower_installs_a_snapshot_past_its_log(make_storage):
 
 def test_reset_to_snapshot(make_storage):
     storage = make_storage()
-    storage.persist(append=make_entries(0, 10, epoch=1))
+    storage.persist(election_state=ElectionState(1), append=make_entries(0, 10, epoch=1))
     storage.write_snapshot(SnapshotId(5, 1), b"s")
     storage.reset_to_snapshot(SnapshotId(5, 1))
     assert (storage.log_start_offset, storage.end_offset, storage.last_epoch) == (5, 5, 1)
@@ -90,7 +90,7 @@ def test_reset_to_snapshot(make_storage):
 
 def test_load_discards_a_log_that_ends_before_the_snapshot(make_storage, caplog):
     storage = make_storage()
-    storage.persist(append=make_entries(0, 10, epoch=1))
+    storage.persist(election_state=ElectionState(1), append=make_entries(0, 10, epoch=1))
     storage.write_snapshot(SnapshotId(50, 3), b"s")  # crash before the log was reset
     state = make_storage().load()
     assert (state.log_start_offset, state.entries, state.snapshot_id) == (50, [], SnapshotId(50, 3))
@@ -100,7 +100,7 @@ def test_load_discards_a_log_that_ends_before_the_snapshot(make_storage, caplog)
 
 def test_load_discards_a_log_that_disagrees_with_the_snapshot(make_storage, caplog):
     storage = make_storage()
-    storage.persist(append=make_entries(0, 10, epoch=1))
+    storage.persist(election_state=ElectionState(1), append=make_entries(0, 10, epoch=1))
     storage.write_snapshot(SnapshotId(8, 2), b"s")  # the committed record 7 has epoch 2
     state = make_storage().load()
     assert (state.log_start_offset, state.entries) == (8, [])
@@ -109,15 +109,17 @@ def test_load_discards_a_log_that_disagrees_with_the_snapshot(make_storage, capl
 
 def test_load_keeps_a_log_that_agrees_with_the_snapshot(make_storage):
     storage = make_storage()
-    storage.persist(append=make_entries(0, 10, epoch=1), snapshot=(SnapshotId(8, 1), b"s"))
+    storage.persist(
+        election_state=ElectionState(1), append=make_entries(0, 10, epoch=1), snapshot=(SnapshotId(8, 1), b"s")
+    )
     assert make_storage().load().entries == make_entries(0, 10, epoch=1)
 
 
 def test_load_refuses_a_hole_without_a_snapshot(make_storage):
     storage = make_storage()
-    storage.persist(append=make_entries(0, 10, epoch=1))
+    storage.persist(election_state=ElectionState(1), append=make_entries(0, 10, epoch=1))
     storage.log.delete_before(10)  # behind the facade's back: no snapshot covers it
-    with pytest.raises(StorageError, match="no snapshot covers"):
+    with pytest.raises(StorageError, match="no snapshot covers the records below it, so this node refuses to start"):
         make_storage().load()
 
 

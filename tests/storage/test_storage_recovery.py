@@ -1,5 +1,7 @@
-"""Recovery at open: torn tails, bit flips, gaps and epoch regressions are
-cut back to the last good batch, and nothing after damage is ever served."""
+"""Recovery at open: a torn tail (a bad batch at the end of the active
+segment with nothing valid after it) is cut back to the last good batch;
+anything else is damage, refused with ``DamagedLogError`` before a single
+byte is modified (docs/storage.md, "Torn tail or damage")."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import shutil
 import pytest
 from _storage_helpers import all_entries, batch_spans, flip_bit, make_entries, open_log, segment_files
 
-from quorum.storage import CorruptRecordError
+from quorum.storage import CorruptRecordError, DamagedLogError
 from quorum.storage._format import encode_batch
 
 
@@ -74,47 +76,71 @@ def test_bit_flip_anywhere_in_the_last_batch(tmp_path, template, caplog):
     assert "CRC mismatch" in caplog.text
 
 
-def test_bit_flip_in_an_earlier_batch_cuts_everything_after_it(tmp_path, template):
+def _refused(directory, **options):
+    """Open must refuse with DamagedLogError and leave every file as it was."""
+    before = {path.name: path.read_bytes() for path in sorted(directory.iterdir())}
+    with pytest.raises(DamagedLogError) as caught:
+        open_log(directory, **options)
+    after = {path.name: path.read_bytes() for path in sorted(directory.iterdir())}
+    assert after == before
+    return caught.value
+
+
+def test_bit_flip_in_an_earlier_batch_is_damage_not_a_torn_tail(tmp_path, template):
+    # Issue 14: a flipped byte mid-log used to be cut like a torn tail,
+    # dropping every acknowledged record after it.
     entries, name, data, spans = template
     start, end = spans[1]
     for position in range(start, end):
         damaged = bytearray(data)
         damaged[position] ^= 0x10
-        log = _reopen_with(tmp_path / "d", name, bytes(damaged))
-        # batches 3..5 are intact, but they follow the damage: never served
-        assert all_entries(log) == entries[:4], position
-        assert log.end_offset == 4
-        log.append(make_entries(4, 1, epoch=9))  # and the log goes on from there
-        log.close()
+        directory = tmp_path / f"d{position}"
+        directory.mkdir()
+        (directory / name).write_bytes(bytes(damaged))
+        error = _refused(directory)
+        assert (error.path, error.position) == (str(directory / name), start), position
+        assert "followed by a valid batch" in error.what
+        assert str(error).count(". ") == 0 and str(error).endswith("describes.")
 
 
-def test_damage_in_an_earlier_segment_removes_later_segments(tmp_path, caplog):
+def test_damage_in_a_sealed_segment_is_refused(tmp_path):
     entries = _build(tmp_path, segment_bytes_max=150)
     files = segment_files(tmp_path)
     assert len(files) >= 3
-    first_spans = batch_spans(files[0])
-    flip_bit(files[0], first_spans[-1][0] + 30)
-    with caplog.at_level(logging.WARNING, logger="pykraft.storage"):
-        log = open_log(tmp_path, segment_bytes_max=150)
-    lost_from = int(files[0].stem) + 4 * (len(first_spans) - 1)
-    assert all_entries(log) == entries[:lost_from]
-    assert [f.name for f in segment_files(tmp_path)] == [files[0].name]
-    for later in files[1:]:
-        assert f"removing {later.name}" in caplog.text
-    assert "follows the damaged batch" in caplog.text
-    log.close()
+    flip_bit(files[0], batch_spans(files[0])[-1][0] + 30)
+    error = _refused(tmp_path, segment_bytes_max=150)
+    assert error.path == str(files[0]) and "in a sealed segment" in error.what
 
 
-def test_missing_middle_segment_is_a_gap(tmp_path, caplog):
-    entries = _build(tmp_path, segment_bytes_max=150)
+def test_torn_last_batch_of_a_sealed_segment_is_damage(tmp_path):
+    _build(tmp_path, segment_bytes_max=150)
+    files = segment_files(tmp_path)
+    sealed = files[-2]
+    sealed.write_bytes(sealed.read_bytes()[:-3])  # segments are fsynced before the next exists
+    error = _refused(tmp_path, segment_bytes_max=150)
+    assert error.path == str(sealed) and "short write" in error.what
+
+
+def test_missing_middle_segment_is_damage(tmp_path):
+    _build(tmp_path, segment_bytes_max=150)
     files = segment_files(tmp_path)
     files[1].unlink()
-    with caplog.at_level(logging.WARNING, logger="pykraft.storage"):
-        log = open_log(tmp_path)
-    assert all_entries(log) == entries[: int(files[1].stem)]
-    assert "but the log before it ends at offset" in caplog.text
-    assert [f.name for f in segment_files(tmp_path)] == [files[0].name]
+    error = _refused(tmp_path)
+    assert error.path == str(files[2]) and error.position == 0
+    assert f"the segment before it ends at offset {int(files[1].stem)}" in error.what
+
+
+def test_missing_first_segment_after_a_deletion_is_damage(tmp_path):
+    log = open_log(tmp_path, segment_bytes_max=150)
+    for base in range(0, 20, 4):
+        log.append(make_entries(base, 4, epoch=1, size=9))
+    log.delete_before(5)
+    start = log.log_start_offset
+    assert 0 < start < 20 and len(segment_files(tmp_path)) >= 2
     log.close()
+    (tmp_path / f"{start:020d}.log").unlink()
+    error = _refused(tmp_path)
+    assert f"checkpoint says offset {start}" in error.what
 
 
 @pytest.mark.parametrize("tail", [b"\0" * 4096, b"\0\0\0\x05garbage", b"\xff" * 40])
@@ -122,28 +148,45 @@ def test_garbage_after_the_last_batch(tmp_path, template, tail):
     entries, name, data, spans = template
     log = _reopen_with(tmp_path / "d", name, data + tail)
     assert all_entries(log) == entries
+    assert log.recovery.torn and log.recovery.position == len(data) and log.recovery.end_offset == 20
     log.close()
     assert (tmp_path / "d" / name).stat().st_size == len(data)
 
 
-def test_offset_gap_inside_a_segment(tmp_path, template, caplog):
+def test_a_sound_log_says_so(tmp_path, template):
+    entries, name, data, spans = template
+    with _reopen_with(tmp_path / "d", name, data) as log:
+        assert not log.recovery.torn and log.recovery.end_offset == 20
+        assert log.recovery.describe() == "sound: the log ends at offset 20"
+
+
+def test_crc_valid_batch_with_the_wrong_offset_is_damage(tmp_path, template):
     entries, name, data, spans = template
     wrong = encode_batch(21, 3, make_entries(21, 2, epoch=3))  # should start at 20
-    with caplog.at_level(logging.WARNING, logger="pykraft.storage"):
-        log = _reopen_with(tmp_path / "d", name, data + wrong)
-    assert all_entries(log) == entries
-    assert "batch base offset 21 where offset 20 was expected" in caplog.text
-    log.close()
+    directory = tmp_path / "d"
+    directory.mkdir()
+    (directory / name).write_bytes(data + wrong)
+    error = _refused(directory)
+    assert "batch base offset 21 where offset 20 was expected" in error.what and "CRC holds" in error.what
 
 
-def test_epoch_going_backwards(tmp_path, template, caplog):
+def test_epoch_going_backwards_is_damage(tmp_path, template):
     entries, name, data, spans = template
     regress = encode_batch(20, 2, make_entries(20, 2, epoch=2))  # after epoch 3
-    with caplog.at_level(logging.WARNING, logger="pykraft.storage"):
-        log = _reopen_with(tmp_path / "d", name, data + regress)
-    assert all_entries(log) == entries
-    assert "epoch 2 after epoch 3" in caplog.text
-    log.close()
+    directory = tmp_path / "d"
+    directory.mkdir()
+    (directory / name).write_bytes(data + regress)
+    assert "epoch 2 after epoch 3" in _refused(directory).what
+
+
+def test_torn_tail_after_a_zeroed_unsynced_region(tmp_path, template):
+    # What a power loss leaves when the file size reached the disk but the
+    # data did not: zeros to the end. Nothing valid follows: a torn tail.
+    entries, name, data, spans = template
+    start, end = spans[-1]
+    damaged = data[:start] + b"\0" * (end - start)
+    with _reopen_with(tmp_path / "d", name, damaged) as log:
+        assert all_entries(log) == entries[:16] and log.recovery.torn
 
 
 def test_read_never_returns_a_record_that_fails_its_crc(tmp_path, template):
@@ -165,9 +208,10 @@ def test_read_never_returns_a_record_that_fails_its_crc(tmp_path, template):
     with pytest.raises(CorruptRecordError):
         log.read(12)  # located by scanning from the segment start, through the damage
     log.close()
-    # At the next start, recovery cuts at the damage.
-    with open_log(tmp_path / "d") as log:
-        assert all_entries(log) == entries[:8]
+    # At the next start, recovery refuses: valid batches follow the damage.
+    with pytest.raises(DamagedLogError) as caught:
+        open_log(tmp_path / "d")
+    assert caught.value.position == start
 
 
 def test_truncating_at_damaged_data_is_refused(tmp_path, template):

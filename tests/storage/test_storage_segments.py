@@ -12,7 +12,7 @@ import pytest
 from _storage_helpers import all_entries, batch_spans, make_entries, open_log, segment_files
 
 from quorum._types import Entry, RecordKind, SnapshotId
-from quorum.storage import CorruptLogMetadataError, LogFailedError, SegmentedLog, dump_log
+from quorum.storage import CorruptLogMetadataError, DamagedLogError, LogFailedError, SegmentedLog, dump_log
 from quorum.storage import _segments
 from quorum.storage._format import BATCH_HEADER_BYTES, encode_batch
 
@@ -204,13 +204,23 @@ def test_index_rebuilt_on_recovery(tmp_path, damage, caplog):
 
 def test_orphan_index_and_stray_files(tmp_path, caplog):
     open_log(tmp_path).close()
-    (tmp_path / f"{500:020d}.index").write_bytes(b"x" * 16)
+    # An empty index without its segment: a crash just after a roll may keep
+    # only the index's directory entry. Removed.
+    (tmp_path / f"{500:020d}.index").write_bytes(b"")
     (tmp_path / "notes.txt").write_text("hello")
     with caplog.at_level(logging.WARNING, logger="pykraft.storage"):
         log = open_log(tmp_path)
     assert not (tmp_path / f"{500:020d}.index").exists()
     assert "ignoring unexpected file notes.txt" in caplog.text
     log.close()
+
+
+def test_a_non_empty_index_without_its_segment_is_a_lost_file(tmp_path):
+    open_log(tmp_path).close()
+    (tmp_path / f"{500:020d}.index").write_bytes(b"x" * 16)
+    with pytest.raises(DamagedLogError, match="the segment file is missing but its index"):
+        open_log(tmp_path)
+    assert (tmp_path / f"{500:020d}.index").exists()
 
 
 # -- reads ----------------------------------------------------------------------------
@@ -460,7 +470,7 @@ def test_corrupt_checkpoint_refuses_to_open(tmp_path):
     log.close()
     checkpoint = tmp_path / "log-start-offset.json"
     checkpoint.write_bytes(checkpoint.read_bytes().replace(b"log_start", b"log_Start"))
-    with pytest.raises(CorruptLogMetadataError, match="Refusing to open"):
+    with pytest.raises(CorruptLogMetadataError, match="refuses to start rather than guess where its log begins"):
         open_log(tmp_path)
 
 
