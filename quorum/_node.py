@@ -22,7 +22,7 @@ import random
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from ._config import QuorumConfig
 from ._log import MemoryLog
@@ -41,6 +41,22 @@ from ._messages import (
     VoteResponse,
 )
 from ._output import Output, ReadFailed, ReadReady, Role, RoleChange
+from ._quorum_math import check_quorum_met, next_high_watermark, read_confirmed
+from ._role_state import (
+    CandidacyState,
+    FetcherState,
+    FetchInFlight,
+    FollowerState,
+    LeaderState,
+    ParkedFetch,
+    PendingPersist,
+    PendingRead,
+    ReplicaState,
+    ResignedState,
+    RoleState,
+    SnapshotDownload,
+    UnattachedState,
+)
 from ._roles import Trigger, describe_transition, transition_allowed
 from ._types import ElectionState, Entry, OffsetAndEpoch, RecordKind, SnapshotId
 
@@ -70,19 +86,6 @@ class Snapshot:
     data: bytes
 
 
-@dataclass(slots=True)
-class ReplicaState:
-    """The leader's view of one replica (voter or observer)."""
-
-    node_id: int
-    is_voter: bool
-    end_offset: int | None = None  # acknowledged (durable) log end offset
-    last_fetch_tick: int | None = None
-    acked_read_token: int = 0
-    high_watermark_sent: int = -1  # in the last Fetch response to it
-    fetch_session: int | None = None  # of its latest Fetch (its process)
-
-
 @dataclass(frozen=True, slots=True)
 class ReplicaDescription:
     node_id: int
@@ -103,25 +106,6 @@ class QuorumDescription:
     log_end_offset: int
     voters: tuple[ReplicaDescription, ...]
     observers: tuple[ReplicaDescription, ...]
-
-
-@dataclass(slots=True)
-class _PendingRead:
-    read_id: Any
-    token_needed: int  # a fetch echoing a token >= this was sent after the read arrived
-
-
-@dataclass(slots=True)
-class _ParkedFetch:
-    request: FetchRequest
-    expire_tick: int
-    response_extension: Any
-
-
-@dataclass(slots=True)
-class _SnapshotDownload:
-    snapshot_id: SnapshotId
-    buffer: bytearray
 
 
 # The fetch-extension hook: called by the leader for every valid Fetch that
@@ -154,6 +138,8 @@ class CoreHooks:
 
 _NO_HOOKS = CoreHooks()
 
+_S = TypeVar("_S", UnattachedState, FollowerState, CandidacyState, LeaderState, ResignedState, FetcherState)
+
 
 class QuorumNode:
     """One replica of the metadata log. See the module docstring.
@@ -182,67 +168,52 @@ class QuorumNode:
         self._tick = 0
         self._out = Output()
         self._persist_seq = 0
-        # (persist seq, log end offset it makes durable); clamped on truncation.
-        self._unpersisted: deque[list[int]] = deque()
+        # Outputs handed to the driver whose persistence it has not yet
+        # reported durable, oldest first (see ``persisted``).
+        self._unpersisted: deque[PendingPersist] = deque()
+        # The log end the driver has made durable: all the leader may count
+        # of itself toward the high watermark (Raft thesis §10.2.1).
         self._durable_end = self._log.end_offset
         # The high watermark: every record below it is committed. Per-node
         # monotonic. After a restart it is only known up to the snapshot.
         self._hw = self._log.start_offset if snapshot else 0
         self._hw = max(self._hw, snapshot.snapshot_id.end_offset if snapshot else 0)
 
-        # election state (durable) and role (derived)
+        # The durable election state (KIP-595 quorum-state) and the role
+        # derived from it. ``_persisted_election`` is the last record handed
+        # to the driver, so that an unchanged record is not rewritten.
         stored = election_state or ElectionState(epoch=0)
         self._epoch = stored.epoch
         self._voted_for = stored.voted_for
         self._leader_id = stored.leader_id
         self._persisted_election = stored
         self._role = Role.UNATTACHED
+        # The role's own state; replaced on every change of role. This
+        # placeholder is never used: _initialize enters the recovered role.
+        self._state: RoleState = UnattachedState(election_deadline=0)
         # True until _initialize has picked the role recovered from disk: the
         # transition table (_roles.py) knows that first change as a start.
         self._starting = True
 
-        # timers, in ticks
-        self._election_deadline = 0
-        self._fetch_deadline = 0
-        self._backing_off = False
+        # Node-wide state that outlives roles on purpose (each says why).
+        # Consecutive candidacies without hearing of a leader: they span
+        # Candidate -> Prospective -> Candidate rounds, so the election
+        # backoff keeps growing until someone wins (KIP-595 backoff); reset
+        # when a later epoch or a leader is learned.
         self._election_retries = 0
-
-        # follower / observer
         # Fetch request ids are ``fetch_session << 32 | sequence``. The
         # session tells one process of a node from the next: a restarted
         # node's sequence starts again at 1, and without it the leader would
         # take every fetch of the new process for a network duplicate of the
-        # old process's parked one (see _on_fetch). The runtime draws it at
-        # random per process start, the simulator uses the incarnation.
+        # old process's parked one (see _on_fetch_request). The runtime draws
+        # it at random per process start, the simulator uses the incarnation.
         if not 0 <= fetch_session < 1 << 31:
             raise ValueError("fetch_session must be in [0, 2**31)")
         self._fetch_request_id = fetch_session << 32
-        self._fetch_in_flight: tuple[int, int, int] | None = None  # (request id, target, deadline)
-        self._next_fetch_tick = 0
-        self._fetched_from_leader = False
-        self._leader_unreachable = False
-        self._read_token = 0
-        self._download: _SnapshotDownload | None = None
+        # An observer without a leader asks the voters in turn; it resumes
+        # the rotation where it stopped, rather than asking the same
+        # (possibly dead) voter first every time it loses its leader.
         self._bootstrap_index = 0
-
-        # prospective / candidate
-        self._granted: set[int] = set()
-        self._rejected: set[int] = set()
-
-        # leader
-        self._replicas: dict[int, ReplicaState] = {}
-        self._epoch_start_offset = 0
-        self._check_quorum_deadline = 0
-        self._fetched_voters: set[int] = set()
-        self._parked: dict[int, _ParkedFetch] = {}
-        self._next_read_token = 1
-        self._pending_reads: list[_PendingRead] = []
-        self._begin_epoch_deadline = 0
-
-        # resigned
-        self._end_epoch_acked: set[int] = set()
-        self._end_epoch_deadline = 0
-        self._successors: tuple[int, ...] = ()
 
         self._initialize(stored)
 
@@ -292,24 +263,30 @@ class QuorumNode:
 
     @property
     def epoch_start_offset(self) -> int:
-        """Offset of this leader's LEADER_CHANGE record (leaders only)."""
-        return self._epoch_start_offset
+        """Offset of this leader's LEADER_CHANGE record (leaders only: 0
+        when this node does not lead)."""
+        state = self._state
+        return state.epoch_start_offset if isinstance(state, LeaderState) else 0
 
     @property
     def leader_has_committed_own_epoch(self) -> bool:
         """True when this node leads and a record of its own epoch is
         committed: only then is its high watermark the cluster's."""
-        return self._role is Role.LEADER and self._hw > self._epoch_start_offset
+        state = self._state
+        return isinstance(state, LeaderState) and self._hw > state.epoch_start_offset
 
     def describe(self) -> QuorumDescription:
         """DescribeQuorum, answered from this node's own view."""
         voters: list[ReplicaDescription] = []
         observers: list[ReplicaDescription] = []
-        for node_id in sorted(set(self.config.voters) | set(self._replicas)):
+        # Only a leader hears from replicas; any other role knows itself.
+        state = self._state
+        replicas = state.replicas if isinstance(state, LeaderState) else {}
+        for node_id in sorted(set(self.config.voters) | set(replicas)):
             if self._role is Role.LEADER and node_id == self.node_id:
                 description = ReplicaDescription(node_id, self._log.end_offset, self._tick * self.config.tick_ms)
-            elif self._role is Role.LEADER and node_id in self._replicas:
-                replica = self._replicas[node_id]
+            elif self._role is Role.LEADER and node_id in replicas:
+                replica = replicas[node_id]
                 last_ms = None if replica.last_fetch_tick is None else replica.last_fetch_tick * self.config.tick_ms
                 description = ReplicaDescription(node_id, replica.end_offset, last_ms)
             elif node_id == self.node_id:
@@ -337,33 +314,39 @@ class QuorumNode:
         """Advance logical time by one tick and fire any due timer."""
         self._tick += 1
         now = self._tick
-        role = self._role
-        if role is Role.LEADER:
-            self._tick_leader(now)
-        elif role is Role.FOLLOWER:
-            self._tick_follower(now)
-        elif role is Role.UNATTACHED:
-            if self.config.is_voter and now >= self._election_deadline:
-                self._stand("election timeout", Trigger.ELECTION_TIMEOUT)
-            elif not self.config.is_voter:
-                if self._fetch_in_flight is not None and now >= self._fetch_in_flight[2]:
-                    self._fetch_in_flight = None
+        # Each role fires only the timers it owns (_role_state.py).
+        state = self._state
+        if isinstance(state, LeaderState):
+            self._tick_leader(now, state)
+        elif isinstance(state, FollowerState):
+            self._tick_follower(now, state)
+        elif isinstance(state, UnattachedState):
+            if state.fetcher is None:
+                if now >= state.election_deadline:
+                    self._stand("election timeout", Trigger.ELECTION_TIMEOUT)
+            else:
+                # An observer: a request unanswered by its deadline is
+                # presumed lost, and the next voter is asked.
+                fetcher = state.fetcher
+                if fetcher.in_flight is not None and now >= fetcher.in_flight.deadline_tick:
+                    fetcher.in_flight = None
                     self._bootstrap_index += 1
                 self._maybe_send_fetch(now)
-        elif role is Role.PROSPECTIVE:
-            if now >= self._election_deadline:
-                self._lose_pre_vote("pre-vote timed out")
-        elif role is Role.CANDIDATE:
-            if now >= self._election_deadline:
-                if self._backing_off:
+        elif isinstance(state, CandidacyState):
+            if now >= state.election_deadline:
+                if self._role is Role.PROSPECTIVE:
+                    # KIP-996: a pre-vote that no majority answered is lost.
+                    self._lose_pre_vote("pre-vote timed out")
+                elif state.backing_off:
                     self._stand("election backoff over", Trigger.ELECTION_TIMEOUT)
                 else:
-                    self._start_backoff()
-        elif role is Role.RESIGNED:
-            if now >= self._election_deadline:
+                    self._start_backoff(state)
+        elif isinstance(state, ResignedState):
+            if now >= state.election_deadline:
+                # Nobody took over: stand ourselves, in a later epoch.
                 self._stand("resigned leader's election timeout", Trigger.ELECTION_TIMEOUT)
-            elif now >= self._end_epoch_deadline:
-                self._send_end_quorum_epoch()
+            elif now >= state.end_epoch_deadline:
+                self._send_end_quorum_epoch(state)
         return self._flush()
 
     def step(self, message: Message) -> Output:
@@ -422,11 +405,14 @@ class QuorumNode:
         """
         if self._role is not Role.LEADER:
             raise NotLeaderError(self._leader_id if self._role is not Role.RESIGNED else None, self._epoch)
-        self._pending_reads.append(_PendingRead(read_id, self._next_read_token))
+        leader = self._leading
+        # Only a Fetch echoing a token handed out from now on proves that
+        # this node still led after the read arrived (Raft thesis §6.4).
+        leader.pending_reads.append(PendingRead(read_id, leader.next_read_token))
         # Fetches parked now were sent before the read arrived and prove
         # nothing about it; answer them so that fresh ones come back.
-        self._complete_parked_fetches()
-        self._check_pending_reads()
+        self._complete_parked_fetches(leader)
+        self._check_pending_reads(leader)
         return self._flush()
 
     def resign(self) -> Output:
@@ -438,9 +424,8 @@ class QuorumNode:
 
     def persisted(self, persist_seq: int) -> Output:
         """The driver made output ``persist_seq`` (and all before it) durable."""
-        while self._unpersisted and self._unpersisted[0][0] <= persist_seq:
-            _, end = self._unpersisted.popleft()
-            self._durable_end = end
+        while self._unpersisted and self._unpersisted[0].persist_seq <= persist_seq:
+            self._durable_end = self._unpersisted.popleft().end_offset
         if self._role is Role.LEADER:
             self._maybe_advance_high_watermark()
         return self._flush()
@@ -449,24 +434,27 @@ class QuorumNode:
         """The transport could not reach ``peer`` (connection refused or
         reset). A follower whose leader is gone stands soon instead of
         waiting out the whole fetch timeout."""
-        if self._fetch_in_flight is not None and self._fetch_in_flight[1] == peer:
-            self._fetch_in_flight = None
-            self._next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
+        fetcher = self._fetcher
+        if fetcher is not None and fetcher.in_flight is not None and fetcher.in_flight.target == peer:
+            # No answer will come: retry after the backoff, not the deadline.
+            fetcher.in_flight = None
+            fetcher.next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
+        state = self._state
         if (
             self.config.fast_failover
             and self.config.is_voter
-            and self._role is Role.FOLLOWER
+            and isinstance(state, FollowerState)
             and peer == self._leader_id
-            and not self._leader_unreachable
+            and not state.leader_unreachable
         ):
             # One random wait per loss of the leader (not one per report:
             # the minimum of many draws would bunch the followers together).
-            self._leader_unreachable = True
+            state.leader_unreachable = True
             soon = self._tick + self._rng.randrange(self.config.ticks(self.config.election_timeout_ms))
-            self._fetch_deadline = min(self._fetch_deadline, soon)
+            state.fetch_deadline = min(state.fetch_deadline, soon)
             # Our leader's process is gone: grant pre-votes again (KIP-996
             # refuses them only while the leader is known to be alive).
-            self._fetched_from_leader = False
+            state.fetched_from_leader = False
         return self._flush()
 
     def snapshot_taken(self, snapshot_id: SnapshotId, data: bytes) -> Output:
@@ -489,7 +477,8 @@ class QuorumNode:
         keep_from = end - self.config.snapshot_retained_records
         if keep_from > self._log.start_offset:
             epoch_before = self._log.epoch_at(keep_from - 1)
-            assert epoch_before is not None
+            if epoch_before is None:
+                raise QuorumInvariantError(f"node {self.node_id}: no record at {keep_from - 1}, inside its own log")
             self._log.delete_before(keep_from, epoch_before)
             self._out.delete_before = keep_from
         return self._flush()
@@ -513,11 +502,11 @@ class QuorumNode:
             )
         elif stored.leader_id == self.node_id and self.config.is_voter:
             # A leader that restarts must not lead or vote again in the same
-            # epoch: it may have lost unflushed records of that epoch.
-            self._enter_role(Role.RESIGNED, Trigger.START)
-            self._end_epoch_acked = set()
-            self._reset_election_timer()
-            self._end_epoch_deadline = self._tick
+            # epoch: it may have lost unflushed records of that epoch. It
+            # resigns at once (the first tick sends EndQuorumEpoch), with no
+            # successor ranking: the replica table died with the process.
+            resigned = ResignedState(election_deadline=self._draw_election_deadline(), end_epoch_deadline=self._tick)
+            self._enter_role(Role.RESIGNED, Trigger.START, resigned)
             self._event("restarted after leading")
         elif stored.leader_id is not None and stored.leader_id != self.node_id:
             self._become_follower(self._epoch, stored.leader_id, reason="restarted", trigger=Trigger.START)
@@ -533,17 +522,21 @@ class QuorumNode:
         return self._flush()
 
     def _set_election_state(self, epoch: int, voted_for: int | None, leader_id: int | None) -> None:
+        # Raft thesis §3.8: a vote or an epoch must be durable before any
+        # message that depends on it leaves; the Output contract orders the
+        # write before the sends (_output.py).
         self._epoch, self._voted_for, self._leader_id = epoch, voted_for, leader_id
         state = ElectionState(epoch=epoch, voted_for=voted_for, leader_id=leader_id)
         if state != self._persisted_election:
             self._persisted_election = state
             self._out.election_state = state
 
-    def _enter_role(self, role: Role, trigger: Trigger) -> None:
+    def _enter_role(self, role: Role, trigger: Trigger, state: RoleState) -> None:
         """Every change of role goes through here: checked against the
         transition table (``_roles.py``, which also draws the diagram in
-        docs/raft.md), then the old role's state is undone. Raises
-        ``QuorumInvariantError`` for a change the table does not have."""
+        docs/raft.md), then the old role's state is dropped and ``state``
+        takes its place. Raises ``QuorumInvariantError`` for a change the
+        table does not have."""
         source = None if self._starting else self._role
         if not transition_allowed(source, role, trigger):
             raise QuorumInvariantError(
@@ -551,20 +544,19 @@ class QuorumNode:
             )
         self._leave_role()
         self._role = role
+        self._state = state
 
     def _leave_role(self) -> None:
-        """Undo role-specific state before any transition."""
-        if self._role is Role.LEADER:
-            self._fail_pending_reads("leadership lost")
-            for replica_id in sorted(self._parked):
-                self._send_fetch_error(self._parked[replica_id].request, ErrorCode.NOT_LEADER, leader_hint=None)
-            self._parked.clear()
-            self._replicas.clear()
-        self._fetch_in_flight = None
-        self._download = None
-        self._backing_off = False
-        self._granted = set()
-        self._rejected = set()
+        """The one duty a role has on leaving: a leader answers whoever
+        waits on it, so that nobody waits out a timeout on a node that can
+        no longer answer (reads fail, parked fetches hear NOT_LEADER). Every
+        other field is dropped with the role's object."""
+        state = self._state
+        if isinstance(state, LeaderState):
+            self._fail_pending_reads(state, "leadership lost")
+            for replica_id in sorted(state.parked):
+                self._send_fetch_error(state.parked[replica_id].request, ErrorCode.NOT_LEADER, leader_hint=None)
+            state.parked.clear()
 
     def _become_unattached(
         self,
@@ -586,18 +578,26 @@ class QuorumNode:
             raise QuorumInvariantError(f"node {self.node_id}: a later epoch was claimed, but {epoch} is its own")
         if epoch > self._epoch:
             self._election_retries = 0
+        old = self._state
         running_deadline = None
         if keep_timer:
-            if self._role is Role.FOLLOWER:
-                running_deadline = self._fetch_deadline
-            elif self._role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE):
-                running_deadline = self._election_deadline
-        self._enter_role(Role.UNATTACHED, trigger)
-        self._set_election_state(epoch, voted_for, None)
-        self._reset_election_timer()
+            if isinstance(old, FollowerState):
+                running_deadline = old.fetch_deadline
+            elif isinstance(old, (UnattachedState, CandidacyState)):
+                running_deadline = old.election_deadline
+        # The timer is drawn even when it is kept, so that the node's random
+        # sequence does not depend on who asked for its vote.
+        deadline = self._draw_election_deadline()
         if running_deadline is not None:
-            self._election_deadline = running_deadline
-        self._next_fetch_tick = self._tick
+            deadline = running_deadline
+        fetcher = None
+        if not self.config.is_voter:
+            # An observer keeps echoing the last read token it had: no leader
+            # counts an observer's token (only voters confirm reads).
+            previous = self._fetcher
+            fetcher = FetcherState(next_fetch_tick=self._tick, read_token=previous.read_token if previous else 0)
+        self._enter_role(Role.UNATTACHED, trigger, UnattachedState(election_deadline=deadline, fetcher=fetcher))
+        self._set_election_state(epoch, voted_for, None)
         self._event(reason)
 
     def _become_follower(
@@ -608,17 +608,22 @@ class QuorumNode:
         if epoch < self._epoch:
             raise QuorumInvariantError(f"epoch would go backwards: {self._epoch} -> {epoch}")
         if self._role is Role.LEADER and epoch == self._epoch:
+            # Raft thesis §3.4 election safety: at most one leader per epoch.
             raise QuorumInvariantError(f"two leaders in epoch {epoch}: {self.node_id} and {leader_id}")
         if epoch > self._epoch:
             self._election_retries = 0
-        self._enter_role(Role.FOLLOWER, trigger)
+        # A follower of a new leader starts with read token 0: tokens are
+        # per leadership, and echoing another leader's would confirm reads
+        # that this fetch proves nothing about (Raft thesis §6.4).
+        follower = FollowerState(
+            fetcher=FetcherState(next_fetch_tick=self._tick),
+            fetch_deadline=self._tick + self.config.ticks(self.config.fetch_timeout_ms),
+        )
+        self._enter_role(Role.FOLLOWER, trigger, follower)
+        # Keep our vote if the epoch is the one we voted in (§3.8: one vote
+        # per epoch, even after learning who won).
         voted = self._voted_for if epoch == self._epoch else None
         self._set_election_state(epoch, voted, leader_id)
-        self._fetched_from_leader = False
-        self._leader_unreachable = False
-        self._read_token = 0
-        self._fetch_deadline = self._tick + self.config.ticks(self.config.fetch_timeout_ms)
-        self._next_fetch_tick = self._tick
         self._event(reason)
         self._maybe_send_fetch(self._tick)
 
@@ -633,55 +638,54 @@ class QuorumNode:
 
     def _become_prospective(self, reason: str, trigger: Trigger) -> None:
         leader = self._leader_id if self._leader_id != self.node_id else None
-        self._enter_role(Role.PROSPECTIVE, trigger)
-        # Keep the last known leader: losing the pre-vote returns to it.
+        candidacy = CandidacyState(election_deadline=self._draw_election_deadline(), granted={self.node_id})
+        self._enter_role(Role.PROSPECTIVE, trigger, candidacy)
+        # Keep the last known leader (in memory only: the epoch is not
+        # bumped, KIP-996): losing the pre-vote returns to it.
         self._leader_id = leader
-        self._granted = {self.node_id}
-        self._rejected = set()
-        self._reset_election_timer()
         self._event(reason)
         self._request_votes(pre_vote=True)
 
     def _become_candidate(self, reason: str, trigger: Trigger) -> None:
-        self._enter_role(Role.CANDIDATE, trigger)
+        candidacy = CandidacyState(election_deadline=0, granted={self.node_id})
+        self._enter_role(Role.CANDIDATE, trigger, candidacy)
         self._election_retries += 1
+        # Raft thesis §3.4: a new epoch and a vote for ourselves, both
+        # durable before any VoteRequest leaves (§3.8).
         self._set_election_state(self._epoch + 1, self.node_id, None)
-        self._granted = {self.node_id}
-        self._rejected = set()
-        self._reset_election_timer()
+        candidacy.election_deadline = self._draw_election_deadline()
         self._event(reason)
-        if len(self._granted) >= self.config.majority:
+        if len(candidacy.granted) >= self.config.majority:
             self._become_leader()
         else:
             self._request_votes(pre_vote=False)
 
     def _become_leader(self) -> None:
-        self._enter_role(Role.LEADER, Trigger.WON_ELECTION)
+        replicas = {voter: ReplicaState(voter, is_voter=True) for voter in self.config.voters if voter != self.node_id}
+        leader = LeaderState(
+            epoch_start_offset=self._log.end_offset,
+            replicas=replicas,
+            # KAFKA-15489: the first window starts with the leadership.
+            check_quorum_deadline=self._tick + self._check_quorum_ticks(),
+            begin_epoch_deadline=self._tick,
+        )
+        self._enter_role(Role.LEADER, Trigger.WON_ELECTION, leader)
         self._election_retries = 0
         self._set_election_state(self._epoch, self._voted_for, self.node_id)
-        self._replicas = {
-            voter: ReplicaState(voter, is_voter=True) for voter in self.config.voters if voter != self.node_id
-        }
-        self._fetched_voters = set()
-        self._check_quorum_deadline = self._tick + self._check_quorum_ticks()
-        self._next_read_token = 1
-        self._pending_reads = []
-        self._epoch_start_offset = self._log.end_offset
         self._event("won the election")
         # A record of the new epoch, so the high watermark can advance
         # (Raft thesis §3.6.2: commit only records of the current term).
         self._append_as_leader(RecordKind.LEADER_CHANGE, [f"leader={self.node_id} epoch={self._epoch}".encode()])
-        self._begin_epoch_deadline = self._tick
-        self._send_begin_quorum_epoch(force=True)
+        self._send_begin_quorum_epoch(leader, force=True)
 
     def _become_resigned(self, reason: str, trigger: Trigger) -> None:
-        successors = self._preferred_successors()
-        self._enter_role(Role.RESIGNED, trigger)
-        self._end_epoch_acked = set()
-        self._successors = successors
-        self._reset_election_timer()
+        successors = self._preferred_successors(self._leading)
+        resigned = ResignedState(
+            election_deadline=self._draw_election_deadline(), end_epoch_deadline=self._tick, successors=successors
+        )
+        self._enter_role(Role.RESIGNED, trigger, resigned)
         self._event(reason)
-        self._send_end_quorum_epoch()
+        self._send_end_quorum_epoch(resigned)
 
     def _lose_pre_vote(self, reason: str) -> None:
         """KIP-996: a lost pre-vote returns to the known leader, or to
@@ -694,21 +698,47 @@ class QuorumNode:
                 self._epoch, voted_for=self._voted_for, reason=reason, trigger=Trigger.LOST_PRE_VOTE
             )
 
-    def _start_backoff(self) -> None:
+    def _start_backoff(self, candidacy: CandidacyState) -> None:
         """Candidate lost or timed out: wait a random time below
         min(base * 2^retries, max). The cap bounds the range, not the draw,
         so competing candidates keep drawing different waits."""
-        self._backing_off = True
+        candidacy.backing_off = True
         exponent = min(self._election_retries, 20)
         window_ms = min(self.config.election_backoff_base_ms * 2**exponent, self.config.election_backoff_max_ms)
-        self._election_deadline = self._tick + 1 + self._rng.randrange(self.config.ticks(window_ms))
+        candidacy.election_deadline = self._tick + 1 + self._rng.randrange(self.config.ticks(window_ms))
 
-    def _reset_election_timer(self) -> None:
+    def _draw_election_deadline(self) -> int:
+        """A fresh election timeout, random in [base, 2 * base) (Raft thesis
+        §3.4: randomised timeouts make split votes rare). The only source of
+        randomness is the injected ``random.Random``."""
         base = self.config.ticks(self.config.election_timeout_ms)
-        self._election_deadline = self._tick + base + self._rng.randrange(base)
+        return self._tick + base + self._rng.randrange(base)
 
     def _check_quorum_ticks(self) -> int:
         return self.config.ticks(self.config.check_quorum_ms)
+
+    def _role_state(self, kind: type[_S]) -> _S:
+        """The current role's state, which must be a ``kind`` (or, for
+        ``FetcherState``, hold one). Raises ``QuorumInvariantError``
+        otherwise: role-specific code reached from another role is a bug."""
+        state = self._fetcher if kind is FetcherState else self._state
+        if not isinstance(state, kind):
+            raise QuorumInvariantError(f"node {self.node_id} has no {kind.__name__} as {self._role.value}")
+        return state
+
+    @property
+    def _leading(self) -> LeaderState:
+        """This leader's state (raises as ``_role_state`` does)."""
+        return self._role_state(LeaderState)
+
+    @property
+    def _fetcher(self) -> FetcherState | None:
+        """The fetch loop of a follower or of an observer looking for its
+        leader; None in every role that does not pull records."""
+        state = self._state
+        if isinstance(state, (FollowerState, UnattachedState)):
+            return state.fetcher
+        return None
 
     def _event(self, reason: str) -> None:
         self._out.events.append(
@@ -719,32 +749,36 @@ class QuorumNode:
     # Timers
     # =====================================================================
 
-    def _tick_leader(self, now: int) -> None:
+    def _tick_leader(self, now: int, leader: LeaderState) -> None:
         # KAFKA-15489 check quorum: resign when a majority of voters has not
         # fetched within check_quorum_factor * fetch_timeout. A single voter
         # is its own majority (KAFKA-16144).
-        if self.config.check_quorum and len(self.config.voters) > 1 and now >= self._check_quorum_deadline:
+        if self.config.check_quorum and len(self.config.voters) > 1 and now >= leader.check_quorum_deadline:
             self._become_resigned("check quorum: no fetch from a majority of voters", Trigger.CHECK_QUORUM)
             return
-        expired = [rid for rid, parked in self._parked.items() if now >= parked.expire_tick]
+        # KIP-595 long poll over: answer with whatever there is (at least
+        # the high watermark), so the fetcher's request does not time out.
+        expired = [rid for rid, parked in leader.parked.items() if now >= parked.expire_tick]
         for replica_id in expired:
-            self._answer_fetch(self._parked.pop(replica_id))
-        if now >= self._begin_epoch_deadline:
-            self._send_begin_quorum_epoch(force=False)
+            self._answer_fetch(leader, leader.parked.pop(replica_id))
+        if now >= leader.begin_epoch_deadline:
+            self._send_begin_quorum_epoch(leader, force=False)
 
-    def _tick_follower(self, now: int) -> None:
-        if self.config.is_voter and now >= self._fetch_deadline:
-            if self._leader_unreachable:
+    def _tick_follower(self, now: int, follower: FollowerState) -> None:
+        if self.config.is_voter and now >= follower.fetch_deadline:
+            # KIP-595 fetch timeout: the leader is presumed gone.
+            if follower.leader_unreachable:
                 self._stand("leader unreachable: its connection was reset", Trigger.FETCH_TIMEOUT)
             else:
                 self._stand("fetch timeout: no fetch from the leader", Trigger.FETCH_TIMEOUT)
             return
-        if not self.config.is_voter and now >= self._fetch_deadline:
+        if not self.config.is_voter and now >= follower.fetch_deadline:
             # An observer that lost its leader goes looking for the new one.
             self._become_unattached(self._epoch, reason="fetch timeout", trigger=Trigger.FETCH_TIMEOUT)
             return
-        if self._fetch_in_flight is not None and now >= self._fetch_in_flight[2]:
-            self._fetch_in_flight = None  # lost; send another
+        fetcher = follower.fetcher
+        if fetcher.in_flight is not None and now >= fetcher.in_flight.deadline_tick:
+            fetcher.in_flight = None  # lost; send another
         self._maybe_send_fetch(now)
 
     # =====================================================================
@@ -752,24 +786,26 @@ class QuorumNode:
     # =====================================================================
 
     def _append_as_leader(self, kind: RecordKind, payloads: Sequence[bytes]) -> None:
+        # Records go out to parked fetchers before they are durable here
+        # (Raft thesis §10.2.1: the leader writes in parallel with
+        # replicating); the leader counts itself only once ``persisted``
+        # says so (_maybe_advance_high_watermark).
         offset = self._log.end_offset
         entries = [Entry(offset + i, self._epoch, kind, payload) for i, payload in enumerate(payloads)]
         self._log.append(entries)
         self._out.append.extend(entries)
-        self._complete_parked_fetches()
+        self._complete_parked_fetches(self._leading)
 
     def _maybe_advance_high_watermark(self) -> None:
-        offsets = [self._durable_end if self.node_id in self.config.voter_set else -1]
-        offsets += [
-            replica.end_offset if replica.end_offset is not None else -1
-            for replica in self._replicas.values()
-            if replica.is_voter
-        ]
-        offsets.sort(reverse=True)
-        candidate = offsets[self.config.majority - 1]
-        # Only once a record of this epoch is committed (Raft thesis §3.6.2).
-        if candidate > self._epoch_start_offset and candidate > self._hw:
-            self._advance_high_watermark(candidate)
+        leader = self._leading
+        # The leader's own acknowledgement is its *durable* end (§10.2.1);
+        # a replica's is its fetch offset, which it sends only once the
+        # records below it are durable (_output.py).
+        acknowledged = [self._durable_end if self.node_id in self.config.voter_set else None]
+        acknowledged += [replica.end_offset for replica in leader.replicas.values() if replica.is_voter]
+        new_hw = next_high_watermark(self._hw, acknowledged, self.config.majority, leader.epoch_start_offset)
+        if new_hw > self._hw:
+            self._advance_high_watermark(new_hw)
 
     def _advance_high_watermark(self, new_hw: int) -> None:
         if new_hw <= self._hw:
@@ -777,14 +813,15 @@ class QuorumNode:
         old = self._hw
         self._hw = new_hw
         self._out.committed.extend(self._log.slice(max(old, self._log.start_offset), new_hw))
-        if self._role is Role.LEADER:
+        state = self._state
+        if isinstance(state, LeaderState):
             # Observers (brokers) learn the new high watermark at once.
             # Voters learn it with the next records or when their long poll
             # expires, as Raft followers learn the commit index from later
             # AppendEntries (Raft thesis §3.5): answering them now would add
             # a Fetch round trip to every write, on every node.
-            self._complete_parked_fetches(observers_only=True)
-            self._check_pending_reads()
+            self._complete_parked_fetches(state, observers_only=True)
+            self._check_pending_reads(state)
 
     def _on_fetch_request(self, request: FetchRequest) -> None:
         # KIP-595: the epoch is checked before anything else.
@@ -798,22 +835,31 @@ class QuorumNode:
                 self._become_unattached(request.epoch, reason="fetch from a later epoch")
             self._send_fetch_error(request, code)
             return
+        self._serve_fetch(self._leading, request)
+
+    def _serve_fetch(self, leader: LeaderState, request: FetchRequest) -> None:
+        """A Fetch in this leader's epoch (the prologue checked it)."""
+        # KIP-595: a position no log can have is refused before it can be
+        # counted as an acknowledgement.
         if request.fetch_offset < 0 or request.last_fetched_epoch < 0 or request.last_fetched_epoch > self._epoch:
             self._send_fetch_error(request, ErrorCode.INVALID_REQUEST)
             return
-        replica = self._replicas.get(request.src)
+        replica = leader.replicas.get(request.src)
         if replica is None:
+            # An observer's first Fetch this leadership.
             replica = ReplicaState(request.src, is_voter=request.src in self.config.voter_set)
-            self._replicas[request.src] = replica
+            leader.replicas[request.src] = replica
         replica.last_fetch_tick = self._tick
         fetch_session = request.request_id >> 32
         if replica.fetch_session != fetch_session:
             # A new process of this fetcher: it knows no high watermark yet.
             replica.fetch_session = fetch_session
             replica.high_watermark_sent = -1
+        # Tokens only grow: a reordered older Fetch must not withdraw a
+        # confirmation already given (Raft thesis §6.4).
         replica.acked_read_token = max(replica.acked_read_token, request.read_token)
         if replica.is_voter:
-            self._record_voter_fetch(request.src)
+            self._record_voter_fetch(leader, request.src)
         extension = None
         handler = self._hooks.fetch_extension_handler
         if request.extension is not None and handler is not None:
@@ -821,7 +867,10 @@ class QuorumNode:
 
         diverging, snapshot_id = self._validate_fetch_position(request)
         if diverging is not None or snapshot_id is not None:
-            self._parked.pop(request.src, None)
+            # KIP-595: the fetcher's log is not a prefix of ours, so its
+            # fetch offset acknowledges nothing: it must not be counted
+            # toward the high watermark until it has truncated.
+            leader.parked.pop(request.src, None)
             self._send(
                 FetchResponse(
                     src=self.node_id,
@@ -833,25 +882,27 @@ class QuorumNode:
                     log_start_offset=self._log.start_offset,
                     diverging=diverging,
                     snapshot_id=snapshot_id,
-                    read_token=self._take_read_token(),
+                    read_token=self._take_read_token(leader),
                     extension=extension,
                 )
             )
-            self._check_pending_reads()
+            self._check_pending_reads(leader)
             return
+        # A validated fetch offset is the replica's acknowledgement that
+        # everything below it is durable there (_output.py).
         replica.end_offset = request.fetch_offset
         if replica.is_voter:
             self._maybe_advance_high_watermark()
-        self._check_pending_reads()
-        parked = _ParkedFetch(request, self._tick + self.config.ticks(self.config.fetch_max_wait_ms), extension)
-        previous = self._parked.get(request.src)
+        self._check_pending_reads(leader)
+        parked = ParkedFetch(request, self._tick + self.config.ticks(self.config.fetch_max_wait_ms), extension)
+        previous = leader.parked.get(request.src)
         if previous is not None and previous.request.request_id >> 32 != fetch_session:
             # Another process of this fetcher (a restart, or a late copy of
             # an old process's request): which one is alive is unknown, so
             # the parked one is answered now rather than left to wait out
             # its sender's request timeout. The sender that is gone ignores
             # the answer (its request id is not in flight anywhere).
-            self._answer_fetch(self._parked.pop(request.src))
+            self._answer_fetch(leader, leader.parked.pop(request.src))
             previous = None
         # A request older than the one already parked (same process) is a
         # network duplicate: answer it, but keep waiting on the newer one.
@@ -863,12 +914,12 @@ class QuorumNode:
         has_news = request.fetch_offset < self._log.end_offset or (
             not replica.is_voter and self._hw > replica.high_watermark_sent
         )
-        if stale or has_news or self._pending_reads_need(replica):
+        if stale or has_news or self._pending_reads_need(leader, replica):
             if not stale:
-                self._parked.pop(request.src, None)
-            self._answer_fetch(parked)
+                leader.parked.pop(request.src, None)
+            self._answer_fetch(leader, parked)
         else:
-            self._parked[request.src] = parked
+            leader.parked[request.src] = parked
 
     def _validate_fetch_position(self, request: FetchRequest) -> tuple[OffsetAndEpoch | None, SnapshotId | None]:
         """KIP-595 offset validation: is the fetcher's log a prefix of ours?"""
@@ -890,12 +941,14 @@ class QuorumNode:
             # request; send the fetcher back to the start.
             return OffsetAndEpoch(log.start_epoch, log.start_offset), None
         if found.epoch != epoch or offset > found.offset:
+            # KIP-595 DivergingEpoch: where our log of that epoch ends (or
+            # the next epoch we have begins); the fetcher truncates there.
             return found, None
         return None, None
 
-    def _answer_fetch(self, parked: _ParkedFetch) -> None:
+    def _answer_fetch(self, leader: LeaderState, parked: ParkedFetch) -> None:
         request = parked.request
-        replica = self._replicas.get(request.src)
+        replica = leader.replicas.get(request.src)
         if replica is not None:
             replica.high_watermark_sent = self._hw
         records = tuple(self._log.slice(request.fetch_offset, bytes_max=self.config.fetch_bytes_max))
@@ -909,63 +962,63 @@ class QuorumNode:
                 high_watermark=self._hw,
                 log_start_offset=self._log.start_offset,
                 records=records,
-                read_token=self._take_read_token(),
+                read_token=self._take_read_token(leader),
                 extension=parked.response_extension,
             )
         )
 
-    def _complete_parked_fetches(self, *, observers_only: bool = False) -> None:
-        if not self._parked:
+    def _complete_parked_fetches(self, leader: LeaderState, *, observers_only: bool = False) -> None:
+        # Answered in replica id order: the order of messages must depend
+        # on nothing but the inputs, so that a seed replays exactly.
+        if not leader.parked:
             return
         if observers_only:
             voters = self.config.voter_set
-            for replica_id in sorted(self._parked):
+            for replica_id in sorted(leader.parked):
                 if replica_id not in voters:
-                    self._answer_fetch(self._parked.pop(replica_id))
+                    self._answer_fetch(leader, leader.parked.pop(replica_id))
             return
-        parked, self._parked = self._parked, {}
+        parked, leader.parked = leader.parked, {}
         for replica_id in sorted(parked):
-            self._answer_fetch(parked[replica_id])
+            self._answer_fetch(leader, parked[replica_id])
 
-    def _take_read_token(self) -> int:
-        token = self._next_read_token
-        self._next_read_token += 1
+    def _take_read_token(self, leader: LeaderState) -> int:
+        # Every response carries a fresh token, so that an echo of it proves
+        # a Fetch sent after this response left (Raft thesis §6.4).
+        token = leader.next_read_token
+        leader.next_read_token += 1
         return token
 
-    def _record_voter_fetch(self, voter: int) -> None:
-        self._fetched_voters.add(voter)
-        # The leader counts itself: it never fetches from itself.
-        if len(self._fetched_voters) + (1 if self.config.is_voter else 0) >= self.config.majority:
-            self._fetched_voters.clear()
-            self._check_quorum_deadline = self._tick + self._check_quorum_ticks()
+    def _record_voter_fetch(self, leader: LeaderState, voter: int) -> None:
+        # KAFKA-15489: a window ends as soon as a majority has fetched in
+        # it; the deadline then moves a whole check-quorum period ahead.
+        leader.fetched_voters.add(voter)
+        if check_quorum_met(len(leader.fetched_voters), self.config.is_voter, self.config.majority):
+            leader.fetched_voters.clear()
+            leader.check_quorum_deadline = self._tick + self._check_quorum_ticks()
 
-    def _pending_reads_need(self, replica: ReplicaState) -> bool:
-        return replica.is_voter and any(
-            replica.acked_read_token < read.token_needed for read in self._pending_reads
-        )
+    def _pending_reads_need(self, leader: LeaderState, replica: ReplicaState) -> bool:
+        return replica.is_voter and any(replica.acked_read_token < read.token_needed for read in leader.pending_reads)
 
-    def _check_pending_reads(self) -> None:
+    def _check_pending_reads(self, leader: LeaderState) -> None:
         """Serve every read a majority has confirmed (Raft thesis §6.4)."""
-        if not self._pending_reads or not self.leader_has_committed_own_epoch:
+        # Until a record of its own epoch is committed, a new leader's high
+        # watermark may be behind the cluster's: reads wait (§6.4 step 1).
+        if not leader.pending_reads or not self.leader_has_committed_own_epoch:
             return
-        still_waiting: list[_PendingRead] = []
-        for read in self._pending_reads:
-            confirmations = 1 if self.config.is_voter else 0
-            confirmations += sum(
-                1
-                for replica in self._replicas.values()
-                if replica.is_voter and replica.acked_read_token >= read.token_needed
-            )
-            if confirmations >= self.config.majority:
+        voter_tokens = [replica.acked_read_token for replica in leader.replicas.values() if replica.is_voter]
+        still_waiting: list[PendingRead] = []
+        for read in leader.pending_reads:
+            if read_confirmed(read.token_needed, voter_tokens, self.config.is_voter, self.config.majority):
                 self._out.reads.append(ReadReady(read.read_id, self._hw))
             else:
                 still_waiting.append(read)
-        self._pending_reads = still_waiting
+        leader.pending_reads = still_waiting
 
-    def _fail_pending_reads(self, reason: str) -> None:
-        for read in self._pending_reads:
+    def _fail_pending_reads(self, leader: LeaderState, reason: str) -> None:
+        for read in leader.pending_reads:
             self._out.reads.append(ReadFailed(read.read_id, None, reason))
-        self._pending_reads = []
+        leader.pending_reads = []
 
     def _send_fetch_error(self, request: FetchRequest, code: ErrorCode, *, leader_hint: Any = "current") -> None:
         if leader_hint == "current":
@@ -1008,12 +1061,16 @@ class QuorumNode:
         if self._role is not Role.LEADER:
             reply(ErrorCode.NOT_LEADER)
             return
-        replica = self._replicas.setdefault(
+        leader = self._leading
+        replica = leader.replicas.setdefault(
             request.src, ReplicaState(request.src, is_voter=request.src in self.config.voter_set)
         )
+        # A snapshot fetch is a fetch: it counts for check quorum
+        # (KAFKA-15489), or a leader would resign while feeding a snapshot
+        # to a majority that is catching up.
         replica.last_fetch_tick = self._tick
         if replica.is_voter:
-            self._record_voter_fetch(request.src)
+            self._record_voter_fetch(leader, request.src)
         snapshot = self._snapshot
         if snapshot is None or snapshot.snapshot_id != request.snapshot_id:
             reply(ErrorCode.SNAPSHOT_NOT_FOUND)
@@ -1031,38 +1088,43 @@ class QuorumNode:
             chunk=bytes(chunk),
         )
 
-    def _send_begin_quorum_epoch(self, *, force: bool) -> None:
+    def _send_begin_quorum_epoch(self, leader: LeaderState, *, force: bool) -> None:
         """Announce the epoch to voters that have not fetched lately (the
         announcement doubles as a heartbeat for voters that missed it)."""
         half_fetch = self.config.ticks(self.config.fetch_timeout_ms / 2)
         for voter in self.config.voters:
             if voter == self.node_id:
                 continue
-            replica = self._replicas[voter]
+            replica = leader.replicas[voter]
             recent = replica.last_fetch_tick is not None and self._tick - replica.last_fetch_tick < half_fetch
             if force or not recent:
                 self._send(BeginQuorumEpochRequest(src=self.node_id, dst=voter, epoch=self._epoch))
-        self._begin_epoch_deadline = self._tick + half_fetch
+        leader.begin_epoch_deadline = self._tick + half_fetch
 
-    def _preferred_successors(self) -> tuple[int, ...]:
+    def _preferred_successors(self, leader: LeaderState) -> tuple[int, ...]:
+        # KIP-595: the most up-to-date voter first, since only a voter whose
+        # log is at least as up to date as a majority's can win (Raft thesis
+        # §3.6.1); ties by node id so the ranking depends on nothing else.
         ranked = sorted(
-            (replica for replica in self._replicas.values() if replica.is_voter),
+            (replica for replica in leader.replicas.values() if replica.is_voter),
             key=lambda replica: (-(replica.end_offset if replica.end_offset is not None else -1), replica.node_id),
         )
         return tuple(replica.node_id for replica in ranked)
 
-    def _send_end_quorum_epoch(self) -> None:
-        successors = self._successors
+    def _send_end_quorum_epoch(self, resigned: ResignedState) -> None:
+        # Resent to every voter that has not acknowledged, until one stands
+        # (our own election timer is the backstop if none does).
+        successors = resigned.successors
         if not successors:
             successors = tuple(voter for voter in self.config.voters if voter != self.node_id)
         for voter in self.config.voters:
-            if voter != self.node_id and voter not in self._end_epoch_acked:
+            if voter != self.node_id and voter not in resigned.end_epoch_acked:
                 self._send(
                     EndQuorumEpochRequest(
                         src=self.node_id, dst=voter, epoch=self._epoch, preferred_successors=successors
                     )
                 )
-        self._end_epoch_deadline = self._tick + self.config.ticks(self.config.request_timeout_ms)
+        resigned.end_epoch_deadline = self._tick + self.config.ticks(self.config.request_timeout_ms)
 
     # =====================================================================
     # Follower and observer: fetching
@@ -1079,26 +1141,33 @@ class QuorumNode:
         return None
 
     def _maybe_send_fetch(self, now: int) -> None:
-        if self._fetch_in_flight is not None or now < self._next_fetch_tick:
+        # One request in flight at a time: the fetch offset is the
+        # acknowledgement, and two in flight could acknowledge out of order.
+        fetcher = self._fetcher
+        if fetcher is None or fetcher.in_flight is not None or now < fetcher.next_fetch_tick:
             return
         target = self._fetch_target()
         if target is None:
             return
         self._fetch_request_id += 1
         deadline = now + self.config.ticks(self.config.fetch_max_wait_ms + self.config.request_timeout_ms)
-        self._fetch_in_flight = (self._fetch_request_id, target, deadline)
-        if self._download is not None:
+        fetcher.in_flight = FetchInFlight(self._fetch_request_id, target, deadline)
+        download = fetcher.download
+        if download is not None:
+            # KIP-630: resume the snapshot where the last chunk ended.
             self._send(
                 FetchSnapshotRequest(
                     src=self.node_id,
                     dst=target,
                     epoch=self._epoch,
-                    snapshot_id=self._download.snapshot_id,
-                    position=len(self._download.buffer),
+                    snapshot_id=download.snapshot_id,
+                    position=len(download.buffer),
                     request_id=self._fetch_request_id,
                 )
             )
             return
+        # The fetch offset is our log end, which the Output contract holds
+        # back until it is durable: leaving, it acknowledges those records.
         self._send(
             FetchRequest(
                 src=self.node_id,
@@ -1107,7 +1176,7 @@ class QuorumNode:
                 fetch_offset=self._log.end_offset,
                 last_fetched_epoch=self._log.last_epoch,
                 request_id=self._fetch_request_id,
-                read_token=self._read_token,
+                read_token=fetcher.read_token,
                 extension=self._fetch_extension(),
             )
         )
@@ -1117,11 +1186,14 @@ class QuorumNode:
         return provider() if provider is not None else None
 
     def _accept_response(self, response: FetchResponse | FetchSnapshotResponse) -> bool:
-        """Is this the answer to the fetch in flight? Clears it if so."""
-        in_flight = self._fetch_in_flight
-        if in_flight is None or in_flight[0] != response.request_id or in_flight[1] != response.src:
+        """Is this the answer to the fetch in flight? Clears it if so. Any
+        other answer is late or duplicated, and must not move the log: its
+        records were chosen for a position we may no longer be at."""
+        fetcher = self._fetcher
+        in_flight = fetcher.in_flight if fetcher is not None else None
+        if fetcher is None or in_flight is None or in_flight.request_id != response.request_id or in_flight.target != response.src:
             return False
-        self._fetch_in_flight = None
+        fetcher.in_flight = None
         return True
 
     def _on_fetch_response(self, response: FetchResponse) -> None:
@@ -1132,28 +1204,33 @@ class QuorumNode:
             consumer(response.extension)
         if self._handle_response_epoch(response.epoch, response.leader_id, response.src, response.error):
             return
+        # Accepted, and no change of role since: the fetch loop still exists.
+        fetcher = self._role_state(FetcherState)
         if response.error:
             # NOT_LEADER in our epoch with no leader named: the leader
             # resigned. Wait a little and ask again (an observer asks the
             # next voter).
             if self._role is Role.UNATTACHED:
                 self._bootstrap_index += 1
-            self._next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
+            fetcher.next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
             return
-        if self._role is not Role.FOLLOWER or response.src != self._leader_id:
+        state = self._state
+        if not isinstance(state, FollowerState) or response.src != self._leader_id:
             return
-        self._fetched_from_leader = True
-        self._leader_unreachable = False
-        self._fetch_deadline = self._tick + self.config.ticks(self.config.fetch_timeout_ms)
-        self._read_token = max(self._read_token, response.read_token)
-        self._next_fetch_tick = self._tick
+        # KIP-595: a successful answer from the leader restarts the fetch
+        # timeout, and proves it alive to the pre-vote rule (KIP-996).
+        state.fetched_from_leader = True
+        state.leader_unreachable = False
+        state.fetch_deadline = self._tick + self.config.ticks(self.config.fetch_timeout_ms)
+        fetcher.read_token = max(fetcher.read_token, response.read_token)
+        fetcher.next_fetch_tick = self._tick
         if response.diverging is not None:
             # Our log is not a prefix of the leader's: truncate and ask again.
             # The high watermark must not move on such a response: it is
             # only meaningful for a log the leader has validated (KIP-595).
             self._truncate_diverging(response.diverging)
         elif response.snapshot_id is not None:
-            self._download = _SnapshotDownload(response.snapshot_id, bytearray())
+            fetcher.download = SnapshotDownload(response.snapshot_id, bytearray())
         elif not response.records or response.records[0].offset == self._log.end_offset:
             # The leader validated our log up to the fetch offset; the
             # records extend it. Learn the high watermark, bounded by our log.
@@ -1188,34 +1265,39 @@ class QuorumNode:
         out = self._out
         out.append = [entry for entry in out.append if entry.offset < end_offset]
         out.truncate_to = end_offset if out.truncate_to is None else min(out.truncate_to, end_offset)
+        # Truncated records are durable nowhere here any more: the leader
+        # (after a later election) must not count them (Raft thesis §10.2.1).
         self._durable_end = min(self._durable_end, end_offset)
         for pending in self._unpersisted:
-            pending[1] = min(pending[1], end_offset)
+            pending.end_offset = min(pending.end_offset, end_offset)
 
     def _on_fetch_snapshot_response(self, response: FetchSnapshotResponse) -> None:
         if not self._accept_response(response):
             return
         if self._handle_response_epoch(response.epoch, response.leader_id, response.src, response.error):
             return
-        download = self._download
-        if download is None or self._role is not Role.FOLLOWER:
+        state = self._state
+        if not isinstance(state, FollowerState) or state.fetcher.download is None:
             return
+        fetcher = state.fetcher
+        download = fetcher.download
         if response.error or response.snapshot_id != download.snapshot_id or response.position != len(download.buffer):
             # The leader moved on (a newer snapshot) or we lost our place:
             # start over from a plain Fetch.
-            self._download = None
-            self._next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
+            fetcher.download = None
+            fetcher.next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
             return
-        self._fetched_from_leader = True
-        self._fetch_deadline = self._tick + self.config.ticks(self.config.fetch_timeout_ms)
+        # A chunk from the leader is a successful fetch (KIP-595 timeout).
+        state.fetched_from_leader = True
+        state.fetch_deadline = self._tick + self.config.ticks(self.config.fetch_timeout_ms)
         download.buffer += response.chunk
         if len(download.buffer) >= response.size:
+            fetcher.download = None
             self._install_snapshot(Snapshot(download.snapshot_id, bytes(download.buffer)))
         self._maybe_send_fetch(self._tick)
 
     def _install_snapshot(self, snapshot: Snapshot) -> None:
         """KIP-630: replace the whole log with a snapshot from the leader."""
-        self._download = None
         snapshot_id = snapshot.snapshot_id
         self._snapshot = snapshot
         self._log.reset(snapshot_id)
@@ -1228,7 +1310,7 @@ class QuorumNode:
         out.committed = []
         self._durable_end = min(self._durable_end, snapshot_id.end_offset)
         for pending in self._unpersisted:
-            pending[1] = snapshot_id.end_offset
+            pending.end_offset = snapshot_id.end_offset
         self._hw = max(self._hw, snapshot_id.end_offset)
 
     # =====================================================================
@@ -1275,11 +1357,17 @@ class QuorumNode:
             and self._log_is_up_to_date(request)
         ):
             granted = True
+            # Raft thesis §3.4: granting a vote restarts the election timer,
+            # so that we do not stand against the candidate we just chose.
+            deadline = self._draw_election_deadline()
             if self._role is Role.PROSPECTIVE or self._voted_for is None:
-                self._enter_role(Role.UNATTACHED, Trigger.GRANTED_VOTE)
+                # §3.8: the vote is recorded, and durable before the
+                # response leaves (the Output contract orders it).
+                self._enter_role(Role.UNATTACHED, Trigger.GRANTED_VOTE, UnattachedState(election_deadline=deadline))
                 self._set_election_state(self._epoch, request.src, None)
                 self._event(f"voted for {request.src}")
-            self._reset_election_timer()
+            else:
+                self._role_state(UnattachedState).election_deadline = deadline
         self._send(
             VoteResponse(
                 src=self.node_id,
@@ -1303,7 +1391,7 @@ class QuorumNode:
             request.epoch > self._epoch
             and self.config.is_voter
             and self._role is not Role.LEADER
-            and not (self._role is Role.FOLLOWER and self._fetched_from_leader)
+            and not (isinstance(self._state, FollowerState) and self._state.fetched_from_leader)
             and self._log_is_up_to_date(request)
         )
         self._send(
@@ -1340,18 +1428,19 @@ class QuorumNode:
             if names_another_leader and not response.granted:
                 self._become_follower(self._epoch, response.leader_id, reason="vote response named a leader")
                 return
-        (self._granted if response.granted else self._rejected).add(response.src)
+        candidacy = self._role_state(CandidacyState)
+        (candidacy.granted if response.granted else candidacy.rejected).add(response.src)
         majority = self.config.majority
-        if len(self._granted) >= majority:
+        if len(candidacy.granted) >= majority:
             if response.pre_vote:
                 self._become_candidate("won the pre-vote", Trigger.WON_PRE_VOTE)
             else:
                 self._become_leader()
-        elif len(self._rejected) > len(self.config.voters) - majority:
+        elif len(candidacy.rejected) > len(self.config.voters) - majority:
             if response.pre_vote:
                 self._lose_pre_vote("lost the pre-vote")
-            elif not self._backing_off:
-                self._start_backoff()
+            elif not candidacy.backing_off:
+                self._start_backoff(candidacy)
 
     def _on_begin_quorum_epoch(self, request: BeginQuorumEpochRequest) -> None:
         if request.epoch < self._epoch:
@@ -1390,15 +1479,17 @@ class QuorumNode:
                             self.config.election_backoff_base_ms * 2 ** (position - 1),
                         )
                         delay_ticks = self.config.ticks(delay_ms)
-                    self._election_deadline = min(self._election_deadline, self._tick + delay_ticks)
+                    unattached = self._role_state(UnattachedState)
+                    unattached.election_deadline = min(unattached.election_deadline, self._tick + delay_ticks)
         self._send(EndQuorumEpochResponse(src=self.node_id, dst=request.src, epoch=self._epoch, error=code))
 
     def _on_ack_response(self, response: BeginQuorumEpochResponse | EndQuorumEpochResponse) -> None:
         if response.epoch > self._epoch:
             self._handle_response_epoch(response.epoch, None, response.src, response.error)
             return
-        if isinstance(response, EndQuorumEpochResponse) and self._role is Role.RESIGNED and response.epoch == self._epoch:
-            self._end_epoch_acked.add(response.src)
+        state = self._state
+        if isinstance(response, EndQuorumEpochResponse) and isinstance(state, ResignedState) and response.epoch == self._epoch:
+            state.end_epoch_acked.add(response.src)
 
     def _handle_response_epoch(self, epoch: int, leader_id: int | None, src: int, error: ErrorCode) -> bool:
         """KIP-595 common response handling. Returns True if the response
@@ -1434,5 +1525,5 @@ class QuorumNode:
         if out.has_persistence:
             self._persist_seq += 1
             out.persist_seq = self._persist_seq
-            self._unpersisted.append([self._persist_seq, self._log.end_offset])
+            self._unpersisted.append(PendingPersist(self._persist_seq, self._log.end_offset))
         return out
