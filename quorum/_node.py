@@ -22,6 +22,7 @@ import random
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, TypeVar
 
 from ._config import QuorumConfig
@@ -137,6 +138,24 @@ class CoreHooks:
 
 
 _NO_HOOKS = CoreHooks()
+
+_Request = FetchRequest | FetchSnapshotRequest | VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest
+_Response = FetchResponse | FetchSnapshotResponse | VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse
+
+
+def _later_epoch_reason(request: _Request) -> str:
+    """The RoleChange reason when ``request`` brings news of a later epoch."""
+    match request:
+        case FetchRequest():
+            return "fetch from a later epoch"
+        case FetchSnapshotRequest():
+            return "snapshot fetch from a later epoch"
+        case VoteRequest():
+            return f"vote request from {request.src} in a later epoch"
+        case BeginQuorumEpochRequest():
+            return f"{request.src} began epoch {request.epoch}"
+        case EndQuorumEpochRequest():
+            return f"{request.src} ended epoch {request.epoch}"
 
 _S = TypeVar("_S", UnattachedState, FollowerState, CandidacyState, LeaderState, ResignedState, FetcherState)
 
@@ -351,28 +370,17 @@ class QuorumNode:
 
     def step(self, message: Message) -> Output:
         """Handle a message from a peer. Messages not addressed to this node
-        are a driver bug (``ValueError``)."""
+        are a driver bug (``ValueError``); anything but a quorum message is
+        a ``TypeError``."""
         if message.dst != self.node_id:
             raise ValueError(f"message for node {message.dst} delivered to node {self.node_id}")
         match message:
-            case FetchRequest():
-                self._on_fetch_request(message)
-            case FetchResponse():
-                self._on_fetch_response(message)
-            case VoteRequest():
-                self._on_vote_request(message)
-            case VoteResponse():
-                self._on_vote_response(message)
-            case BeginQuorumEpochRequest():
-                self._on_begin_quorum_epoch(message)
-            case EndQuorumEpochRequest():
-                self._on_end_quorum_epoch(message)
-            case FetchSnapshotRequest():
-                self._on_fetch_snapshot_request(message)
-            case FetchSnapshotResponse():
-                self._on_fetch_snapshot_response(message)
-            case BeginQuorumEpochResponse() | EndQuorumEpochResponse():
-                self._on_ack_response(message)
+            case FetchRequest() | FetchSnapshotRequest() | VoteRequest() | BeginQuorumEpochRequest() | EndQuorumEpochRequest():
+                if self._request_prologue(message):
+                    self._dispatch_request(message)
+            case FetchResponse() | FetchSnapshotResponse() | VoteResponse() | BeginQuorumEpochResponse() | EndQuorumEpochResponse():
+                if self._response_prologue(message):
+                    self._dispatch_response(message)
             case _:
                 raise TypeError(f"not a quorum message: {message!r}")
         return self._flush()
@@ -482,6 +490,130 @@ class QuorumNode:
             self._log.delete_before(keep_from, epoch_before)
             self._out.delete_before = keep_from
         return self._flush()
+
+    # =====================================================================
+    # The epoch prologue: every message passes here first
+    # =====================================================================
+    #
+    # KIP-595 common epoch handling (Raft thesis §3.3: "if one server's
+    # current term is smaller than the other's, it updates its current term
+    # to the larger value ... if a server receives a request with a stale
+    # term number, it rejects the request"), in one place for every message:
+    #
+    # - a later epoch is adopted before anything else: as a follower of the
+    #   leader the message names (BeginQuorumEpoch names its sender, a
+    #   response its ``leader_id``), else Unattached;
+    # - a request from an earlier epoch is refused with FENCED_LEADER_EPOCH,
+    #   so its sender learns our epoch; a response from an earlier epoch
+    #   answers a question we no longer ask, and is dropped;
+    # - a message of our own epoch goes to its handler, which dispatches on
+    #   the role (the leader-only requests are refused NOT_LEADER here).
+    #
+    # One exception: a pre-vote (KIP-996) claims no epoch. It asks whether
+    # we *would* vote in the next one, so it never moves our epoch; only a
+    # stale one is refused.
+
+    def _request_prologue(self, request: _Request) -> bool:
+        """Epoch handling of a request; True when its handler should run."""
+        pre_vote = isinstance(request, VoteRequest) and request.pre_vote
+        if request.epoch < self._epoch:
+            self._refuse(request, ErrorCode.FENCED_LEADER_EPOCH)
+            return False
+        if request.epoch > self._epoch and not pre_vote:
+            # Even a leader steps down for a later epoch's Vote: the
+            # disruption pre-vote exists to prevent. A Vote keeps our
+            # running timer (see _become_unattached's ``keep_timer``).
+            leader = request.src if isinstance(request, BeginQuorumEpochRequest) else None
+            self._adopt_later_epoch(
+                request.epoch, leader, _later_epoch_reason(request), keep_timer=isinstance(request, VoteRequest)
+            )
+            if isinstance(request, (FetchRequest, FetchSnapshotRequest)):
+                # We have only just learned of the epoch: we do not lead it,
+                # and do not know who does.
+                self._refuse(request, ErrorCode.UNKNOWN_LEADER_EPOCH)
+                return False
+        if isinstance(request, (FetchRequest, FetchSnapshotRequest)) and self._role is not Role.LEADER:
+            # KIP-595: only the leader serves fetches; the error names the
+            # leader we know, so the fetcher can go there.
+            self._refuse(request, ErrorCode.NOT_LEADER)
+            return False
+        return True
+
+    def _response_prologue(self, response: _Response) -> bool:
+        """Epoch handling of a response; True when its handler should run."""
+        if isinstance(response, (FetchResponse, FetchSnapshotResponse)):
+            if not self._accept_response(response):
+                return False
+            consumer = self._hooks.fetch_extension_consumer
+            if isinstance(response, FetchResponse) and response.extension is not None and consumer is not None:
+                # The host hears every answer to its Fetch, whatever its
+                # epoch (a broker's heartbeat result rides on it).
+                consumer(response.extension)
+        if response.epoch > self._epoch:
+            # BeginQuorumEpoch and EndQuorumEpoch answers name no leader.
+            acknowledgement = isinstance(response, (BeginQuorumEpochResponse, EndQuorumEpochResponse))
+            leader = None if acknowledgement else response.leader_id
+            self._adopt_later_epoch(response.epoch, leader, f"learned of epoch {response.epoch} from {response.src}")
+            return False
+        # A late answer from an earlier epoch (say, a grant from an earlier
+        # round) must not count now.
+        return response.epoch == self._epoch
+
+    def _adopt_later_epoch(self, epoch: int, leader: int | None, reason: str, *, keep_timer: bool = False) -> None:
+        if leader is not None and leader != self.node_id:
+            self._become_follower(epoch, leader, reason=reason)
+        else:
+            self._become_unattached(epoch, reason=reason, keep_timer=keep_timer)
+
+    def _dispatch_request(self, request: _Request) -> None:
+        match request:
+            case FetchRequest():
+                self._serve_fetch(self._leading, request)
+            case FetchSnapshotRequest():
+                self._serve_fetch_snapshot(self._leading, request)
+            case VoteRequest() if request.pre_vote:
+                self._on_pre_vote_request(request)
+            case VoteRequest():
+                self._on_vote_request(request)
+            case BeginQuorumEpochRequest():
+                self._on_begin_quorum_epoch(request)
+            case EndQuorumEpochRequest():
+                self._on_end_quorum_epoch(request)
+
+    def _dispatch_response(self, response: _Response) -> None:
+        match response:
+            case FetchResponse():
+                self._on_fetch_response(response)
+            case FetchSnapshotResponse():
+                self._on_fetch_snapshot_response(response)
+            case VoteResponse():
+                self._on_vote_response(response)
+            case EndQuorumEpochResponse():
+                state = self._state
+                if isinstance(state, ResignedState):
+                    state.end_epoch_acked.add(response.src)
+            case BeginQuorumEpochResponse():
+                pass  # the Fetch that follows is the acknowledgement that counts
+
+    def _refuse(self, request: _Request, code: ErrorCode) -> None:
+        """Answer ``request`` with error ``code`` and nothing else. The
+        leader hint is the leader we know, except as Resigned (we are
+        recorded as leader, but lead no more) and, for a pre-vote, unless
+        we lead or follow (KIP-996: only a live leader is named)."""
+        match request:
+            case FetchRequest():
+                self._send_fetch_error(request, code)
+            case FetchSnapshotRequest():
+                self._reply_fetch_snapshot(request, code)
+            case VoteRequest():
+                self._reply_vote(request, granted=False, error=code)
+            case BeginQuorumEpochRequest():
+                self._send(BeginQuorumEpochResponse(src=self.node_id, dst=request.src, epoch=self._epoch, error=code))
+            case EndQuorumEpochRequest():
+                self._send(EndQuorumEpochResponse(src=self.node_id, dst=request.src, epoch=self._epoch, error=code))
+
+    def _leader_hint(self) -> int | None:
+        return self._leader_id if self._role is not Role.RESIGNED else None
 
     # =====================================================================
     # Initialisation and role transitions
@@ -823,22 +955,8 @@ class QuorumNode:
             self._complete_parked_fetches(state, observers_only=True)
             self._check_pending_reads(state)
 
-    def _on_fetch_request(self, request: FetchRequest) -> None:
-        # KIP-595: the epoch is checked before anything else.
-        if request.epoch < self._epoch:
-            self._send_fetch_error(request, ErrorCode.FENCED_LEADER_EPOCH)
-            return
-        if self._role is not Role.LEADER or request.epoch > self._epoch:
-            code = ErrorCode.NOT_LEADER if request.epoch <= self._epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
-            if request.epoch > self._epoch:
-                # A fetcher knows of a later epoch than ours: learn it.
-                self._become_unattached(request.epoch, reason="fetch from a later epoch")
-            self._send_fetch_error(request, code)
-            return
-        self._serve_fetch(self._leading, request)
-
     def _serve_fetch(self, leader: LeaderState, request: FetchRequest) -> None:
-        """A Fetch in this leader's epoch (the prologue checked it)."""
+        """A Fetch in this leader's epoch (the prologue checked both)."""
         # KIP-595: a position no log can have is refused before it can be
         # counted as an acknowledgement.
         if request.fetch_offset < 0 or request.last_fetched_epoch < 0 or request.last_fetched_epoch > self._epoch:
@@ -1022,7 +1140,7 @@ class QuorumNode:
 
     def _send_fetch_error(self, request: FetchRequest, code: ErrorCode, *, leader_hint: Any = "current") -> None:
         if leader_hint == "current":
-            leader_hint = self._leader_id if self._role is not Role.RESIGNED else None
+            leader_hint = self._leader_hint()
         self._send(
             FetchResponse(
                 src=self.node_id,
@@ -1036,32 +1154,22 @@ class QuorumNode:
             )
         )
 
-    def _on_fetch_snapshot_request(self, request: FetchSnapshotRequest) -> None:
-        def reply(code: ErrorCode, **fields: Any) -> None:
-            self._send(
-                FetchSnapshotResponse(
-                    src=self.node_id,
-                    dst=request.src,
-                    epoch=self._epoch,
-                    request_id=request.request_id,
-                    leader_id=self._leader_id if self._role is not Role.RESIGNED else None,
-                    error=code,
-                    **fields,
-                )
+    def _reply_fetch_snapshot(self, request: FetchSnapshotRequest, code: ErrorCode, **fields: Any) -> None:
+        self._send(
+            FetchSnapshotResponse(
+                src=self.node_id,
+                dst=request.src,
+                epoch=self._epoch,
+                request_id=request.request_id,
+                leader_id=self._leader_hint(),
+                error=code,
+                **fields,
             )
+        )
 
-        if request.epoch < self._epoch:
-            reply(ErrorCode.FENCED_LEADER_EPOCH)
-            return
-        if request.epoch > self._epoch:
-            # A fetcher knows of a later epoch than ours: learn it (as Fetch does).
-            self._become_unattached(request.epoch, reason="snapshot fetch from a later epoch")
-            reply(ErrorCode.UNKNOWN_LEADER_EPOCH)
-            return
-        if self._role is not Role.LEADER:
-            reply(ErrorCode.NOT_LEADER)
-            return
-        leader = self._leading
+    def _serve_fetch_snapshot(self, leader: LeaderState, request: FetchSnapshotRequest) -> None:
+        """KIP-630 FetchSnapshot in this leader's epoch: one chunk."""
+        reply = partial(self._reply_fetch_snapshot, request)
         replica = leader.replicas.setdefault(
             request.src, ReplicaState(request.src, is_voter=request.src in self.config.voter_set)
         )
@@ -1196,13 +1304,26 @@ class QuorumNode:
         fetcher.in_flight = None
         return True
 
+    def _learn_leader(self, response: FetchResponse | FetchSnapshotResponse) -> bool:
+        """An answer in our epoch that names its leader: an observer (or a
+        voter) that knew no leader follows it. True if the node did."""
+        named = response.leader_id
+        if named is None or named == self.node_id:
+            return False
+        if self._leader_id is None and self._role in (Role.UNATTACHED, Role.PROSPECTIVE):
+            self._become_follower(response.epoch, named, reason=f"{response.src} named leader {named}")
+            return True
+        if self._role is Role.LEADER:
+            # Raft thesis §3.4 election safety: one leader per epoch.
+            raise QuorumInvariantError(
+                f"{response.src} names {named} leader of epoch {response.epoch}, which this node leads"
+            )
+        return False
+
     def _on_fetch_response(self, response: FetchResponse) -> None:
-        if not self._accept_response(response):
-            return
-        consumer = self._hooks.fetch_extension_consumer
-        if response.extension is not None and consumer is not None:
-            consumer(response.extension)
-        if self._handle_response_epoch(response.epoch, response.leader_id, response.src, response.error):
+        """The answer to our Fetch, in our epoch (the prologue checked it
+        answers the request in flight)."""
+        if self._learn_leader(response):
             return
         # Accepted, and no change of role since: the fetch loop still exists.
         fetcher = self._role_state(FetcherState)
@@ -1272,9 +1393,8 @@ class QuorumNode:
             pending.end_offset = min(pending.end_offset, end_offset)
 
     def _on_fetch_snapshot_response(self, response: FetchSnapshotResponse) -> None:
-        if not self._accept_response(response):
-            return
-        if self._handle_response_epoch(response.epoch, response.leader_id, response.src, response.error):
+        """A chunk of the snapshot we are downloading (KIP-630)."""
+        if self._learn_leader(response):
             return
         state = self._state
         if not isinstance(state, FollowerState) or state.fetcher.download is None:
@@ -1337,20 +1457,28 @@ class QuorumNode:
         # Raft thesis §3.6.1: compare the last epochs, then the log lengths.
         return OffsetAndEpoch(request.last_epoch, request.end_offset) >= self._log.last
 
-    def _on_vote_request(self, request: VoteRequest) -> None:
+    def _reply_vote(self, request: VoteRequest, *, granted: bool, error: ErrorCode = ErrorCode.NONE) -> None:
         if request.pre_vote:
-            self._on_pre_vote_request(request)
-            return
-        if request.epoch > self._epoch:
-            # Even a leader steps down for a higher-epoch Vote: the
-            # disruption pre-vote exists to prevent.
-            self._become_unattached(
-                request.epoch, reason=f"vote request from {request.src} in a later epoch", keep_timer=True
+            hint = self._leader_id if self._role in (Role.LEADER, Role.FOLLOWER) else None
+        else:
+            hint = self._leader_hint()
+        self._send(
+            VoteResponse(
+                src=self.node_id,
+                dst=request.src,
+                epoch=self._epoch,
+                granted=granted,
+                pre_vote=request.pre_vote,
+                leader_id=hint,
+                error=error,
             )
+        )
+
+    def _on_vote_request(self, request: VoteRequest) -> None:
+        """A Vote in our epoch (Raft thesis §3.4, §3.6.1)."""
         granted = False
         if (
-            request.epoch == self._epoch
-            and self.config.is_voter
+            self.config.is_voter
             and self._role in (Role.UNATTACHED, Role.PROSPECTIVE)
             and self._leader_id is None
             and self._voted_for in (None, request.src)
@@ -1368,17 +1496,7 @@ class QuorumNode:
                 self._event(f"voted for {request.src}")
             else:
                 self._role_state(UnattachedState).election_deadline = deadline
-        self._send(
-            VoteResponse(
-                src=self.node_id,
-                dst=request.src,
-                epoch=self._epoch,
-                granted=granted,
-                pre_vote=False,
-                leader_id=self._leader_id if self._role is not Role.RESIGNED else None,
-                error=ErrorCode.FENCED_LEADER_EPOCH if request.epoch < self._epoch else ErrorCode.NONE,
-            )
-        )
+        self._reply_vote(request, granted=granted)
 
     def _on_pre_vote_request(self, request: VoteRequest) -> None:
         """KIP-996: grant iff we would vote in that epoch; change nothing.
@@ -1394,26 +1512,11 @@ class QuorumNode:
             and not (isinstance(self._state, FollowerState) and self._state.fetched_from_leader)
             and self._log_is_up_to_date(request)
         )
-        self._send(
-            VoteResponse(
-                src=self.node_id,
-                dst=request.src,
-                epoch=self._epoch,
-                granted=granted,
-                pre_vote=True,
-                leader_id=self._leader_id if self._role in (Role.LEADER, Role.FOLLOWER) else None,
-                error=ErrorCode.FENCED_LEADER_EPOCH if request.epoch < self._epoch else ErrorCode.NONE,
-            )
-        )
+        self._reply_vote(request, granted=granted)
 
     def _on_vote_response(self, response: VoteResponse) -> None:
-        if response.epoch > self._epoch:
-            self._handle_response_epoch(response.epoch, response.leader_id, response.src, response.error)
-            return
-        # Only answers from our own epoch count: a late grant from an earlier
-        # round must not make a candidate of us now.
-        if response.epoch != self._epoch:
-            return
+        """An answer in our epoch; it counts only toward the round of the
+        same kind (pre-vote or vote) that is running."""
         names_another_leader = response.leader_id is not None and response.leader_id != self.node_id
         if response.pre_vote:
             if self._role is not Role.PROSPECTIVE:
@@ -1443,70 +1546,37 @@ class QuorumNode:
                 self._start_backoff(candidacy)
 
     def _on_begin_quorum_epoch(self, request: BeginQuorumEpochRequest) -> None:
-        if request.epoch < self._epoch:
-            code = ErrorCode.FENCED_LEADER_EPOCH
-        else:
-            code = ErrorCode.NONE
-            if request.epoch > self._epoch or self._leader_id != request.src or self._role is not Role.FOLLOWER:
-                self._become_follower(request.epoch, request.src, reason=f"{request.src} began epoch {request.epoch}")
-        self._send(BeginQuorumEpochResponse(src=self.node_id, dst=request.src, epoch=self._epoch, error=code))
+        """KIP-595 BeginQuorumEpoch in our epoch: its sender won it."""
+        if self._leader_id != request.src or self._role is not Role.FOLLOWER:
+            self._become_follower(request.epoch, request.src, reason=f"{request.src} began epoch {request.epoch}")
+        self._send(BeginQuorumEpochResponse(src=self.node_id, dst=request.src, epoch=self._epoch, error=ErrorCode.NONE))
 
     def _on_end_quorum_epoch(self, request: EndQuorumEpochRequest) -> None:
-        if request.epoch < self._epoch:
-            code = ErrorCode.FENCED_LEADER_EPOCH
-        else:
-            code = ErrorCode.NONE
-            if request.epoch > self._epoch:
-                self._become_unattached(request.epoch, reason=f"{request.src} ended epoch {request.epoch}")
-            elif self._role is Role.FOLLOWER and self._leader_id == request.src:
-                self._become_unattached(
-                    self._epoch,
-                    voted_for=self._voted_for,
-                    reason=f"leader {request.src} resigned",
-                    trigger=Trigger.LEADER_RESIGNED,
-                )
-            if self._role is Role.UNATTACHED and self.config.is_voter:
-                # The most up-to-date successor stands at once, the next
-                # after a short wait, and so on (KIP-595 EndQuorumEpoch).
-                successors = request.preferred_successors
-                if self.node_id in successors:
-                    position = successors.index(self.node_id)
-                    if position == 0:
-                        delay_ticks = 0  # stand on the next tick
-                    else:
-                        delay_ms = min(
-                            self.config.election_backoff_max_ms,
-                            self.config.election_backoff_base_ms * 2 ** (position - 1),
-                        )
-                        delay_ticks = self.config.ticks(delay_ms)
-                    unattached = self._role_state(UnattachedState)
-                    unattached.election_deadline = min(unattached.election_deadline, self._tick + delay_ticks)
-        self._send(EndQuorumEpochResponse(src=self.node_id, dst=request.src, epoch=self._epoch, error=code))
-
-    def _on_ack_response(self, response: BeginQuorumEpochResponse | EndQuorumEpochResponse) -> None:
-        if response.epoch > self._epoch:
-            self._handle_response_epoch(response.epoch, None, response.src, response.error)
-            return
-        state = self._state
-        if isinstance(response, EndQuorumEpochResponse) and isinstance(state, ResignedState) and response.epoch == self._epoch:
-            state.end_epoch_acked.add(response.src)
-
-    def _handle_response_epoch(self, epoch: int, leader_id: int | None, src: int, error: ErrorCode) -> bool:
-        """KIP-595 common response handling. Returns True if the response
-        was consumed by an epoch or leader change."""
-        if epoch > self._epoch:
-            if leader_id is not None and leader_id != self.node_id:
-                self._become_follower(epoch, leader_id, reason=f"learned of epoch {epoch} from {src}")
-            else:
-                self._become_unattached(epoch, reason=f"learned of epoch {epoch} from {src}")
-            return True
-        if epoch == self._epoch and leader_id is not None and leader_id != self.node_id:
-            if self._leader_id is None and self._role in (Role.UNATTACHED, Role.PROSPECTIVE):
-                self._become_follower(epoch, leader_id, reason=f"{src} named leader {leader_id}")
-                return True
-            if self._role is Role.LEADER:
-                raise QuorumInvariantError(f"{src} names {leader_id} leader of epoch {epoch}, which this node leads")
-        return False
+        """KIP-595 EndQuorumEpoch in our epoch: its sender resigned."""
+        if self._role is Role.FOLLOWER and self._leader_id == request.src:
+            self._become_unattached(
+                self._epoch,
+                voted_for=self._voted_for,
+                reason=f"leader {request.src} resigned",
+                trigger=Trigger.LEADER_RESIGNED,
+            )
+        if self._role is Role.UNATTACHED and self.config.is_voter:
+            # The most up-to-date successor stands at once, the next
+            # after a short wait, and so on (KIP-595 EndQuorumEpoch).
+            successors = request.preferred_successors
+            if self.node_id in successors:
+                position = successors.index(self.node_id)
+                if position == 0:
+                    delay_ticks = 0  # stand on the next tick
+                else:
+                    delay_ms = min(
+                        self.config.election_backoff_max_ms,
+                        self.config.election_backoff_base_ms * 2 ** (position - 1),
+                    )
+                    delay_ticks = self.config.ticks(delay_ms)
+                unattached = self._role_state(UnattachedState)
+                unattached.election_deadline = min(unattached.election_deadline, self._tick + delay_ticks)
+        self._send(EndQuorumEpochResponse(src=self.node_id, dst=request.src, epoch=self._epoch, error=ErrorCode.NONE))
 
     # =====================================================================
     # Output assembly
