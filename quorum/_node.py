@@ -141,6 +141,8 @@ _NO_HOOKS = CoreHooks()
 
 _Request = FetchRequest | FetchSnapshotRequest | VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest
 _Response = FetchResponse | FetchSnapshotResponse | VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse
+_REQUEST_TYPES = (FetchRequest, FetchSnapshotRequest, VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest)
+_RESPONSE_TYPES = (FetchResponse, FetchSnapshotResponse, VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse)
 
 
 def _later_epoch_reason(request: _Request) -> str:
@@ -156,6 +158,44 @@ def _later_epoch_reason(request: _Request) -> str:
             return f"{request.src} began epoch {request.epoch}"
         case EndQuorumEpochRequest():
             return f"{request.src} ended epoch {request.epoch}"
+
+
+def _log_up_to_date(request: VoteRequest, log: MemoryLog) -> bool:
+    """Raft thesis §3.6.1 election restriction: grant only to a candidate
+    whose log is at least as up to date as ours (last epoch first, then
+    length), so that the winner holds every committed record."""
+    return OffsetAndEpoch(request.last_epoch, request.end_offset) >= log.last
+
+
+def _check_fetch_position(
+    log: MemoryLog, snapshot: Snapshot | None, request: FetchRequest
+) -> tuple[OffsetAndEpoch | None, SnapshotId | None]:
+    """KIP-595 offset validation: is the fetcher's log a prefix of ours?
+    Returns (None, None) if so; else where it diverges (it truncates
+    there), or the snapshot it must load because we no longer hold the
+    records it lacks (KIP-630)."""
+    offset, epoch = request.fetch_offset, request.last_fetched_epoch
+    if snapshot is not None:
+        # KIP-630: behind our log start, or at it with another epoch, or
+        # with an epoch older than anything we hold: only the snapshot
+        # can bring this fetcher back onto the committed history.
+        if (
+            offset < log.start_offset
+            or (offset == log.start_offset and epoch != log.start_epoch)
+            or epoch < log.start_epoch
+        ):
+            return None, snapshot.snapshot_id
+    found = log.end_offset_for_epoch(epoch)
+    if found is None:
+        # No snapshot and an epoch below our start epoch (0): a malformed
+        # request; send the fetcher back to the start.
+        return OffsetAndEpoch(log.start_epoch, log.start_offset), None
+    if found.epoch != epoch or offset > found.offset:
+        # KIP-595 DivergingEpoch: where our log of that epoch ends (or
+        # the next epoch we have begins); the fetcher truncates there.
+        return found, None
+    return None, None
+
 
 _S = TypeVar("_S", UnattachedState, FollowerState, CandidacyState, LeaderState, ResignedState, FetcherState)
 
@@ -374,15 +414,36 @@ class QuorumNode:
         a ``TypeError``."""
         if message.dst != self.node_id:
             raise ValueError(f"message for node {message.dst} delivered to node {self.node_id}")
+        if not isinstance(message, _REQUEST_TYPES + _RESPONSE_TYPES):
+            raise TypeError(f"not a quorum message: {message!r}")
+        if not self._epoch_prologue(message):
+            return self._flush()
+        # Same epoch: each handler dispatches on the role.
         match message:
-            case FetchRequest() | FetchSnapshotRequest() | VoteRequest() | BeginQuorumEpochRequest() | EndQuorumEpochRequest():
-                if self._request_prologue(message):
-                    self._dispatch_request(message)
-            case FetchResponse() | FetchSnapshotResponse() | VoteResponse() | BeginQuorumEpochResponse() | EndQuorumEpochResponse():
-                if self._response_prologue(message):
-                    self._dispatch_response(message)
-            case _:
-                raise TypeError(f"not a quorum message: {message!r}")
+            case FetchRequest():
+                self._serve_fetch(self._leading, message)
+            case FetchSnapshotRequest():
+                self._serve_fetch_snapshot(self._leading, message)
+            case VoteRequest() if message.pre_vote:
+                self._on_pre_vote_request(message)
+            case VoteRequest():
+                self._on_vote_request(message)
+            case BeginQuorumEpochRequest():
+                self._on_begin_quorum_epoch(message)
+            case EndQuorumEpochRequest():
+                self._on_end_quorum_epoch(message)
+            case FetchResponse():
+                self._on_fetch_response(message)
+            case FetchSnapshotResponse():
+                self._on_fetch_snapshot_response(message)
+            case VoteResponse():
+                self._on_vote_response(message)
+            case EndQuorumEpochResponse():
+                if isinstance(self._state, ResignedState):
+                    # Acknowledged: stop resending EndQuorumEpoch to it.
+                    self._state.end_epoch_acked.add(message.src)
+            case BeginQuorumEpochResponse():
+                pass  # the Fetch that follows is the acknowledgement that counts
         return self._flush()
 
     def propose(self, payloads: Sequence[bytes]) -> tuple[int, Output]:
@@ -513,36 +574,39 @@ class QuorumNode:
     # we *would* vote in the next one, so it never moves our epoch; only a
     # stale one is refused.
 
-    def _request_prologue(self, request: _Request) -> bool:
-        """Epoch handling of a request; True when its handler should run."""
-        pre_vote = isinstance(request, VoteRequest) and request.pre_vote
-        if request.epoch < self._epoch:
-            self._refuse(request, ErrorCode.FENCED_LEADER_EPOCH)
+    def _epoch_prologue(self, message: _Request | _Response) -> bool:
+        """Epoch handling of any message; True when its handler should run."""
+        if isinstance(message, _RESPONSE_TYPES):
+            return self._response_prologue(message)
+        pre_vote = isinstance(message, VoteRequest) and message.pre_vote
+        if message.epoch < self._epoch:
+            self._refuse(message, ErrorCode.FENCED_LEADER_EPOCH)
             return False
-        if request.epoch > self._epoch and not pre_vote:
+        if message.epoch > self._epoch and not pre_vote:
             # Even a leader steps down for a later epoch's Vote: the
             # disruption pre-vote exists to prevent. A Vote keeps our
             # running timer (see _become_unattached's ``keep_timer``).
-            leader = request.src if isinstance(request, BeginQuorumEpochRequest) else None
+            leader = message.src if isinstance(message, BeginQuorumEpochRequest) else None
             self._adopt_later_epoch(
-                request.epoch, leader, _later_epoch_reason(request), keep_timer=isinstance(request, VoteRequest)
+                message.epoch, leader, _later_epoch_reason(message), keep_timer=isinstance(message, VoteRequest)
             )
-            if isinstance(request, (FetchRequest, FetchSnapshotRequest)):
+            if isinstance(message, (FetchRequest, FetchSnapshotRequest)):
                 # We have only just learned of the epoch: we do not lead it,
                 # and do not know who does.
-                self._refuse(request, ErrorCode.UNKNOWN_LEADER_EPOCH)
+                self._refuse(message, ErrorCode.UNKNOWN_LEADER_EPOCH)
                 return False
-        if isinstance(request, (FetchRequest, FetchSnapshotRequest)) and self._role is not Role.LEADER:
+        if isinstance(message, (FetchRequest, FetchSnapshotRequest)) and self._role is not Role.LEADER:
             # KIP-595: only the leader serves fetches; the error names the
             # leader we know, so the fetcher can go there.
-            self._refuse(request, ErrorCode.NOT_LEADER)
+            self._refuse(message, ErrorCode.NOT_LEADER)
             return False
         return True
 
     def _response_prologue(self, response: _Response) -> bool:
         """Epoch handling of a response; True when its handler should run."""
         if isinstance(response, (FetchResponse, FetchSnapshotResponse)):
-            if not self._accept_response(response):
+            fetcher = self._fetcher
+            if fetcher is None or not fetcher.accept(response.request_id, response.src):
                 return False
             consumer = self._hooks.fetch_extension_consumer
             if isinstance(response, FetchResponse) and response.extension is not None and consumer is not None:
@@ -564,36 +628,6 @@ class QuorumNode:
             self._become_follower(epoch, leader, reason=reason)
         else:
             self._become_unattached(epoch, reason=reason, keep_timer=keep_timer)
-
-    def _dispatch_request(self, request: _Request) -> None:
-        match request:
-            case FetchRequest():
-                self._serve_fetch(self._leading, request)
-            case FetchSnapshotRequest():
-                self._serve_fetch_snapshot(self._leading, request)
-            case VoteRequest() if request.pre_vote:
-                self._on_pre_vote_request(request)
-            case VoteRequest():
-                self._on_vote_request(request)
-            case BeginQuorumEpochRequest():
-                self._on_begin_quorum_epoch(request)
-            case EndQuorumEpochRequest():
-                self._on_end_quorum_epoch(request)
-
-    def _dispatch_response(self, response: _Response) -> None:
-        match response:
-            case FetchResponse():
-                self._on_fetch_response(response)
-            case FetchSnapshotResponse():
-                self._on_fetch_snapshot_response(response)
-            case VoteResponse():
-                self._on_vote_response(response)
-            case EndQuorumEpochResponse():
-                state = self._state
-                if isinstance(state, ResignedState):
-                    state.end_epoch_acked.add(response.src)
-            case BeginQuorumEpochResponse():
-                pass  # the Fetch that follows is the acknowledgement that counts
 
     def _refuse(self, request: _Request, code: ErrorCode) -> None:
         """Answer ``request`` with error ``code`` and nothing else. The
@@ -685,7 +719,8 @@ class QuorumNode:
         other field is dropped with the role's object."""
         state = self._state
         if isinstance(state, LeaderState):
-            self._fail_pending_reads(state, "leadership lost")
+            for read in state.pending_reads:
+                self._out.reads.append(ReadFailed(read.read_id, None, "leadership lost"))
             for replica_id in sorted(state.parked):
                 self._send_fetch_error(state.parked[replica_id].request, ErrorCode.NOT_LEADER, leader_hint=None)
             state.parked.clear()
@@ -798,7 +833,7 @@ class QuorumNode:
             epoch_start_offset=self._log.end_offset,
             replicas=replicas,
             # KAFKA-15489: the first window starts with the leadership.
-            check_quorum_deadline=self._tick + self._check_quorum_ticks(),
+            check_quorum_deadline=self._tick + self.config.ticks(self.config.check_quorum_ms),
             begin_epoch_deadline=self._tick,
         )
         self._enter_role(Role.LEADER, Trigger.WON_ELECTION, leader)
@@ -811,7 +846,7 @@ class QuorumNode:
         self._send_begin_quorum_epoch(leader, force=True)
 
     def _become_resigned(self, reason: str, trigger: Trigger) -> None:
-        successors = self._preferred_successors(self._leading)
+        successors = self._leading.preferred_successors()
         resigned = ResignedState(
             election_deadline=self._draw_election_deadline(), end_epoch_deadline=self._tick, successors=successors
         )
@@ -845,9 +880,6 @@ class QuorumNode:
         randomness is the injected ``random.Random``."""
         base = self.config.ticks(self.config.election_timeout_ms)
         return self._tick + base + self._rng.randrange(base)
-
-    def _check_quorum_ticks(self) -> int:
-        return self.config.ticks(self.config.check_quorum_ms)
 
     def _role_state(self, kind: type[_S]) -> _S:
         """The current role's state, which must be a ``kind`` (or, for
@@ -977,13 +1009,18 @@ class QuorumNode:
         # confirmation already given (Raft thesis §6.4).
         replica.acked_read_token = max(replica.acked_read_token, request.read_token)
         if replica.is_voter:
-            self._record_voter_fetch(leader, request.src)
+            leader.record_voter_fetch(
+                request.src,
+                leader_is_voter=self.config.is_voter,
+                majority_size=self.config.majority,
+                next_deadline=self._tick + self.config.ticks(self.config.check_quorum_ms),
+            )
         extension = None
         handler = self._hooks.fetch_extension_handler
         if request.extension is not None and handler is not None:
             extension = handler(request)
 
-        diverging, snapshot_id = self._validate_fetch_position(request)
+        diverging, snapshot_id = _check_fetch_position(self._log, self._snapshot, request)
         if diverging is not None or snapshot_id is not None:
             # KIP-595: the fetcher's log is not a prefix of ours, so its
             # fetch offset acknowledges nothing: it must not be counted
@@ -1000,7 +1037,7 @@ class QuorumNode:
                     log_start_offset=self._log.start_offset,
                     diverging=diverging,
                     snapshot_id=snapshot_id,
-                    read_token=self._take_read_token(leader),
+                    read_token=leader.take_read_token(),
                     extension=extension,
                 )
             )
@@ -1032,37 +1069,12 @@ class QuorumNode:
         has_news = request.fetch_offset < self._log.end_offset or (
             not replica.is_voter and self._hw > replica.high_watermark_sent
         )
-        if stale or has_news or self._pending_reads_need(leader, replica):
+        if stale or has_news or leader.reads_wait_on(replica):
             if not stale:
                 leader.parked.pop(request.src, None)
             self._answer_fetch(leader, parked)
         else:
             leader.parked[request.src] = parked
-
-    def _validate_fetch_position(self, request: FetchRequest) -> tuple[OffsetAndEpoch | None, SnapshotId | None]:
-        """KIP-595 offset validation: is the fetcher's log a prefix of ours?"""
-        log = self._log
-        offset, epoch = request.fetch_offset, request.last_fetched_epoch
-        if self._snapshot is not None:
-            # KIP-630: behind our log start, or at it with another epoch, or
-            # with an epoch older than anything we hold: only the snapshot
-            # can bring this fetcher back onto the committed history.
-            if (
-                offset < log.start_offset
-                or (offset == log.start_offset and epoch != log.start_epoch)
-                or epoch < log.start_epoch
-            ):
-                return None, self._snapshot.snapshot_id
-        found = log.end_offset_for_epoch(epoch)
-        if found is None:
-            # No snapshot and an epoch below our start epoch (0): a malformed
-            # request; send the fetcher back to the start.
-            return OffsetAndEpoch(log.start_epoch, log.start_offset), None
-        if found.epoch != epoch or offset > found.offset:
-            # KIP-595 DivergingEpoch: where our log of that epoch ends (or
-            # the next epoch we have begins); the fetcher truncates there.
-            return found, None
-        return None, None
 
     def _answer_fetch(self, leader: LeaderState, parked: ParkedFetch) -> None:
         request = parked.request
@@ -1080,7 +1092,7 @@ class QuorumNode:
                 high_watermark=self._hw,
                 log_start_offset=self._log.start_offset,
                 records=records,
-                read_token=self._take_read_token(leader),
+                read_token=leader.take_read_token(),
                 extension=parked.response_extension,
             )
         )
@@ -1100,24 +1112,6 @@ class QuorumNode:
         for replica_id in sorted(parked):
             self._answer_fetch(leader, parked[replica_id])
 
-    def _take_read_token(self, leader: LeaderState) -> int:
-        # Every response carries a fresh token, so that an echo of it proves
-        # a Fetch sent after this response left (Raft thesis §6.4).
-        token = leader.next_read_token
-        leader.next_read_token += 1
-        return token
-
-    def _record_voter_fetch(self, leader: LeaderState, voter: int) -> None:
-        # KAFKA-15489: a window ends as soon as a majority has fetched in
-        # it; the deadline then moves a whole check-quorum period ahead.
-        leader.fetched_voters.add(voter)
-        if check_quorum_met(len(leader.fetched_voters), self.config.is_voter, self.config.majority):
-            leader.fetched_voters.clear()
-            leader.check_quorum_deadline = self._tick + self._check_quorum_ticks()
-
-    def _pending_reads_need(self, leader: LeaderState, replica: ReplicaState) -> bool:
-        return replica.is_voter and any(replica.acked_read_token < read.token_needed for read in leader.pending_reads)
-
     def _check_pending_reads(self, leader: LeaderState) -> None:
         """Serve every read a majority has confirmed (Raft thesis §6.4)."""
         # Until a record of its own epoch is committed, a new leader's high
@@ -1132,11 +1126,6 @@ class QuorumNode:
             else:
                 still_waiting.append(read)
         leader.pending_reads = still_waiting
-
-    def _fail_pending_reads(self, leader: LeaderState, reason: str) -> None:
-        for read in leader.pending_reads:
-            self._out.reads.append(ReadFailed(read.read_id, None, reason))
-        leader.pending_reads = []
 
     def _send_fetch_error(self, request: FetchRequest, code: ErrorCode, *, leader_hint: Any = "current") -> None:
         if leader_hint == "current":
@@ -1178,7 +1167,12 @@ class QuorumNode:
         # to a majority that is catching up.
         replica.last_fetch_tick = self._tick
         if replica.is_voter:
-            self._record_voter_fetch(leader, request.src)
+            leader.record_voter_fetch(
+                request.src,
+                leader_is_voter=self.config.is_voter,
+                majority_size=self.config.majority,
+                next_deadline=self._tick + self.config.ticks(self.config.check_quorum_ms),
+            )
         snapshot = self._snapshot
         if snapshot is None or snapshot.snapshot_id != request.snapshot_id:
             reply(ErrorCode.SNAPSHOT_NOT_FOUND)
@@ -1209,16 +1203,6 @@ class QuorumNode:
                 self._send(BeginQuorumEpochRequest(src=self.node_id, dst=voter, epoch=self._epoch))
         leader.begin_epoch_deadline = self._tick + half_fetch
 
-    def _preferred_successors(self, leader: LeaderState) -> tuple[int, ...]:
-        # KIP-595: the most up-to-date voter first, since only a voter whose
-        # log is at least as up to date as a majority's can win (Raft thesis
-        # §3.6.1); ties by node id so the ranking depends on nothing else.
-        ranked = sorted(
-            (replica for replica in leader.replicas.values() if replica.is_voter),
-            key=lambda replica: (-(replica.end_offset if replica.end_offset is not None else -1), replica.node_id),
-        )
-        return tuple(replica.node_id for replica in ranked)
-
     def _send_end_quorum_epoch(self, resigned: ResignedState) -> None:
         # Resent to every voter that has not acknowledged, until one stands
         # (our own election timer is the backstop if none does).
@@ -1238,23 +1222,19 @@ class QuorumNode:
     # Follower and observer: fetching
     # =====================================================================
 
-    def _fetch_target(self) -> int | None:
-        if self._role is Role.FOLLOWER:
-            return self._leader_id
-        if self._role is Role.UNATTACHED and not self.config.is_voter:
-            # An observer without a leader asks the voters in turn; a
-            # non-leader answers NOT_LEADER with the leader it knows.
-            voters = self.config.voters
-            return voters[self._bootstrap_index % len(voters)]
-        return None
-
     def _maybe_send_fetch(self, now: int) -> None:
         # One request in flight at a time: the fetch offset is the
         # acknowledgement, and two in flight could acknowledge out of order.
         fetcher = self._fetcher
         if fetcher is None or fetcher.in_flight is not None or now < fetcher.next_fetch_tick:
             return
-        target = self._fetch_target()
+        if self._role is Role.FOLLOWER:
+            target = self._leader_id
+        else:
+            # An observer without a leader asks the voters in turn; a
+            # non-leader answers NOT_LEADER with the leader it knows.
+            voters = self.config.voters
+            target = voters[self._bootstrap_index % len(voters)]
         if target is None:
             return
         self._fetch_request_id += 1
@@ -1285,24 +1265,9 @@ class QuorumNode:
                 last_fetched_epoch=self._log.last_epoch,
                 request_id=self._fetch_request_id,
                 read_token=fetcher.read_token,
-                extension=self._fetch_extension(),
+                extension=provider() if (provider := self._hooks.fetch_extension_provider) is not None else None,
             )
         )
-
-    def _fetch_extension(self) -> Any:
-        provider = self._hooks.fetch_extension_provider
-        return provider() if provider is not None else None
-
-    def _accept_response(self, response: FetchResponse | FetchSnapshotResponse) -> bool:
-        """Is this the answer to the fetch in flight? Clears it if so. Any
-        other answer is late or duplicated, and must not move the log: its
-        records were chosen for a position we may no longer be at."""
-        fetcher = self._fetcher
-        in_flight = fetcher.in_flight if fetcher is not None else None
-        if fetcher is None or in_flight is None or in_flight.request_id != response.request_id or in_flight.target != response.src:
-            return False
-        fetcher.in_flight = None
-        return True
 
     def _learn_leader(self, response: FetchResponse | FetchSnapshotResponse) -> bool:
         """An answer in our epoch that names its leader: an observer (or a
@@ -1453,10 +1418,6 @@ class QuorumNode:
                     )
                 )
 
-    def _log_is_up_to_date(self, request: VoteRequest) -> bool:
-        # Raft thesis §3.6.1: compare the last epochs, then the log lengths.
-        return OffsetAndEpoch(request.last_epoch, request.end_offset) >= self._log.last
-
     def _reply_vote(self, request: VoteRequest, *, granted: bool, error: ErrorCode = ErrorCode.NONE) -> None:
         if request.pre_vote:
             hint = self._leader_id if self._role in (Role.LEADER, Role.FOLLOWER) else None
@@ -1482,7 +1443,7 @@ class QuorumNode:
             and self._role in (Role.UNATTACHED, Role.PROSPECTIVE)
             and self._leader_id is None
             and self._voted_for in (None, request.src)
-            and self._log_is_up_to_date(request)
+            and _log_up_to_date(request, self._log)
         ):
             granted = True
             # Raft thesis §3.4: granting a vote restarts the election timer,
@@ -1510,7 +1471,7 @@ class QuorumNode:
             and self.config.is_voter
             and self._role is not Role.LEADER
             and not (isinstance(self._state, FollowerState) and self._state.fetched_from_leader)
-            and self._log_is_up_to_date(request)
+            and _log_up_to_date(request, self._log)
         )
         self._reply_vote(request, granted=granted)
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._messages import FetchRequest
+from ._quorum_math import check_quorum_met
 from ._types import SnapshotId
 
 
@@ -142,6 +143,17 @@ class FetcherState:
     in_flight: FetchInFlight | None = None
     download: SnapshotDownload | None = None
 
+    def accept(self, request_id: int, src: int) -> bool:
+        """Is a response with ``request_id`` from ``src`` the answer to the
+        request in flight? Clears it if so. Any other answer is late or
+        duplicated and must not move the log: its records were chosen for a
+        position the fetcher may no longer be at."""
+        in_flight = self.in_flight
+        if in_flight is None or in_flight.request_id != request_id or in_flight.target != src:
+            return False
+        self.in_flight = None
+        return True
+
 
 @dataclass(slots=True)
 class UnattachedState:
@@ -209,6 +221,38 @@ class LeaderState:
     # tokens can never reach this object.
     next_read_token: int = 1
     pending_reads: list[PendingRead] = field(default_factory=list)
+
+    def take_read_token(self) -> int:
+        """A fresh token for the next Fetch response: an echo of it proves a
+        Fetch sent after this response left (Raft thesis §6.4)."""
+        token = self.next_read_token
+        self.next_read_token += 1
+        return token
+
+    def reads_wait_on(self, replica: ReplicaState) -> bool:
+        """Whether a pending read still needs this voter's next round trip
+        (then its Fetch is answered at once instead of parked)."""
+        return replica.is_voter and any(replica.acked_read_token < read.token_needed for read in self.pending_reads)
+
+    def record_voter_fetch(self, voter: int, *, leader_is_voter: bool, majority_size: int, next_deadline: int) -> None:
+        """KAFKA-15489: a check-quorum window ends as soon as a majority
+        (the leader included) has fetched in it; the deadline then moves to
+        ``next_deadline``, a whole check-quorum period ahead."""
+        self.fetched_voters.add(voter)
+        if check_quorum_met(len(self.fetched_voters), leader_is_voter, majority_size):
+            self.fetched_voters.clear()
+            self.check_quorum_deadline = next_deadline
+
+    def preferred_successors(self) -> tuple[int, ...]:
+        """Voters ranked for EndQuorumEpoch (KIP-595): the most up to date
+        first, since only a voter whose log is at least as up to date as a
+        majority's can win (Raft thesis §3.6.1); ties by node id, so the
+        ranking depends on nothing but the acknowledgements."""
+        ranked = sorted(
+            (replica for replica in self.replicas.values() if replica.is_voter),
+            key=lambda replica: (-(replica.end_offset if replica.end_offset is not None else -1), replica.node_id),
+        )
+        return tuple(replica.node_id for replica in ranked)
 
 
 @dataclass(slots=True)
