@@ -14,6 +14,69 @@ It never does IO, never reads a clock and draws randomness only from the
 injected ``random.Random``. The protocol is KIP-595 (pull-based Raft with
 epochs), with KIP-996 pre-vote, KAFKA-15489 check quorum, KIP-630 snapshots,
 and ReadIndex reads (Raft thesis §6.4), which Kafka does not have.
+
+Theory of operation
+===================
+
+State. A node holds three kinds of state, and each lives in one place:
+
+- *Durable* state, which the driver writes before anything that depends on
+  it leaves (``Output``): the election record (epoch, vote, leader;
+  ``_set_election_state``), the log and the snapshot.
+- *Node* state that outlives roles: the high watermark (monotonic per
+  node), the durable log end and the outputs not yet durable, the logical
+  clock, the fetch request counter, the election retry count and an
+  observer's rotation through the voters (each says at its definition why
+  it must survive a change of role).
+- *Role* state, one object per role (``_role_state.py``, as Kafka's
+  ``EpochState`` family): ``UnattachedState``, ``FollowerState``,
+  ``CandidacyState`` (Prospective and Candidate), ``LeaderState``,
+  ``ResignedState``. ``_enter_role`` is the only way to change role: it
+  checks the change against the transition table (``_roles.py``), lets a
+  leader answer whoever waits on it, and replaces the object. A follower
+  or an observer without a leader also holds a ``FetcherState``.
+
+Time. Timers are absolute tick numbers, owned by the role that uses them
+and fired by ``tick()`` through the role: an election deadline
+(Unattached voters, Prospective, Candidate, Resigned), the fetch timeout
+(Follower), the check-quorum deadline and BeginQuorumEpoch resend and
+parked-fetch expiries (Leader), the EndQuorumEpoch resend (Resigned), and a
+fetcher's request deadline. Election timeouts are random (Raft thesis §3.4)
+from the injected generator, drawn in a fixed order, so that one seed
+replays one history.
+
+Messages. Every message passes the epoch prologue first
+(``_epoch_prologue``): a later epoch is adopted, an earlier one refused
+(request) or dropped (response); only then does the handler look at the
+role. Every change of epoch is a change of role, so no role object ever
+sees two epochs.
+
+Acknowledgements. Replication is pull-based (KIP-595): the leader learns a
+replica's progress only from that replica's Fetch. Its ``fetch_offset``
+*is* the acknowledgement of every record below it, which is why a
+fetcher's Fetch may leave only after its log is durable (the ``Output``
+contract). The leader counts itself through ``persisted`` only (Raft
+thesis §10.2.1: it replicates in parallel with its own write). A voter's
+Fetch also echoes the last read token it received, which confirms
+ReadIndex reads (§6.4), and counts toward check quorum (KAFKA-15489).
+Votes are acknowledged by VoteResponse, leadership announcements by the
+first Fetch that follows them, resignations by EndQuorumEpochResponse.
+
+Commitment. The high watermark is the largest offset a majority of voters
+has acknowledged, once that passes the leader's LEADER_CHANGE record
+(Raft thesis §3.6.2); the arithmetic is in ``_quorum_math.py``. Followers
+learn it from Fetch responses, bounded by their own validated log.
+
+Errors. ``QuorumInvariantError`` is the one "bug in us" error: a safety
+rule would be broken, and the node must stop rather than go on with a
+corrupt view. ``NotLeaderError`` is the caller's, and retriable elsewhere.
+Misuse by the driver (a message for another node, a snapshot of
+uncommitted records) is a ``ValueError`` or ``TypeError``, as for any
+Python API. A peer's malformed message is stopped at the edge
+(``quorum/wire`` validates every field, records included); a well-formed one
+the core disagrees with is refused with an error code, or dropped. Only one
+that would break a safety rule (truncate below the high watermark, a second
+leader in one epoch) raises ``QuorumInvariantError``: one side has a bug.
 """
 
 from __future__ import annotations
@@ -83,12 +146,20 @@ class QuorumInvariantError(QuorumError):
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
+    """A state-machine snapshot of every record below
+    ``snapshot_id.end_offset`` (KIP-630). The core never looks inside
+    ``data``: it stores it, serves it in chunks and hands it back."""
+
     snapshot_id: SnapshotId
     data: bytes
 
 
 @dataclass(frozen=True, slots=True)
 class ReplicaDescription:
+    """One replica as DescribeQuorum reports it. Only a leader knows other
+    replicas' progress (it learns it from their Fetches); any other node
+    reports its own log end and nothing for the rest."""
+
     node_id: int
     log_end_offset: int | None
     last_fetch_ms: int | None  # logical ms since this node started
@@ -139,6 +210,9 @@ class CoreHooks:
 
 _NO_HOOKS = CoreHooks()
 
+# The two halves of the protocol, as the epoch prologue sees them: a request
+# from an earlier epoch is refused (its sender must learn ours), a response
+# from one is dropped (it answers a question we no longer ask).
 _Request = FetchRequest | FetchSnapshotRequest | VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest
 _Response = FetchResponse | FetchSnapshotResponse | VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse
 _REQUEST_TYPES = (FetchRequest, FetchSnapshotRequest, VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest)
@@ -197,6 +271,7 @@ def _check_fetch_position(
     return None, None
 
 
+# A role-state class, for _role_state's typed lookup.
 _S = TypeVar("_S", UnattachedState, FollowerState, CandidacyState, LeaderState, ResignedState, FetcherState)
 
 
@@ -264,7 +339,7 @@ class QuorumNode:
         # session tells one process of a node from the next: a restarted
         # node's sequence starts again at 1, and without it the leader would
         # take every fetch of the new process for a network duplicate of the
-        # old process's parked one (see _on_fetch_request). The runtime draws
+        # old process's parked one (see _serve_fetch). The runtime draws
         # it at random per process start, the simulator uses the incarnation.
         if not 0 <= fetch_session < 1 << 31:
             raise ValueError("fetch_session must be in [0, 2**31)")
@@ -282,10 +357,13 @@ class QuorumNode:
 
     @property
     def role(self) -> Role:
+        """The role (KIP-595, KIP-996 names); it changes only through the
+        transition table in ``_roles.py``."""
         return self._role
 
     @property
     def epoch(self) -> int:
+        """The latest epoch this node knows; never decreases (KIP-595)."""
         return self._epoch
 
     @property
@@ -297,10 +375,15 @@ class QuorumNode:
 
     @property
     def voted_for(self) -> int | None:
+        """Whom this node voted for in ``epoch`` (Raft thesis §3.4: at most
+        one vote per epoch, kept across restarts)."""
         return self._voted_for
 
     @property
     def high_watermark(self) -> int:
+        """Every record below this offset is committed. Monotonic on each
+        node; on a new leader it may lag the cluster's until
+        ``leader_has_committed_own_epoch`` (Raft thesis §3.6.2)."""
         return self._hw
 
     @property
@@ -310,14 +393,17 @@ class QuorumNode:
 
     @property
     def snapshot(self) -> Snapshot | None:
+        """The latest snapshot, taken here or fetched from the leader."""
         return self._snapshot
 
     @property
     def current_tick(self) -> int:
+        """Ticks since this node started: its only notion of time."""
         return self._tick
 
     @property
     def is_leader(self) -> bool:
+        """True while this node leads its epoch."""
         return self._role is Role.LEADER
 
     @property
@@ -343,6 +429,7 @@ class QuorumNode:
         replicas = state.replicas if isinstance(state, LeaderState) else {}
         for node_id in sorted(set(self.config.voters) | set(replicas)):
             if self._role is Role.LEADER and node_id == self.node_id:
+                # A leader is current with itself at every tick.
                 description = ReplicaDescription(node_id, self._log.end_offset, self._tick * self.config.tick_ms)
             elif self._role is Role.LEADER and node_id in replicas:
                 replica = replicas[node_id]
@@ -457,7 +544,9 @@ class QuorumNode:
         Raises ``NotLeaderError`` when this node is not the leader.
         """
         if self._role is not Role.LEADER:
-            raise NotLeaderError(self._leader_id if self._role is not Role.RESIGNED else None, self._epoch)
+            raise NotLeaderError(self._leader_hint(), self._epoch)
+        # Only a leader appends (Raft thesis §3.5: the leader's log is the
+        # one every other log converges to); the records carry its epoch.
         first = self._log.end_offset
         if payloads:
             self._append_as_leader(RecordKind.DATA, payloads)
@@ -473,7 +562,7 @@ class QuorumNode:
         Raises ``NotLeaderError`` when this node is not the leader.
         """
         if self._role is not Role.LEADER:
-            raise NotLeaderError(self._leader_id if self._role is not Role.RESIGNED else None, self._epoch)
+            raise NotLeaderError(self._leader_hint(), self._epoch)
         leader = self._leading
         # Only a Fetch echoing a token handed out from now on proves that
         # this node still led after the read arrived (Raft thesis §6.4).
@@ -493,9 +582,13 @@ class QuorumNode:
 
     def persisted(self, persist_seq: int) -> Output:
         """The driver made output ``persist_seq`` (and all before it) durable."""
+        # Outputs are made durable in order (_output.py), so one sequence
+        # number settles every earlier output too.
         while self._unpersisted and self._unpersisted[0].persist_seq <= persist_seq:
             self._durable_end = self._unpersisted.popleft().end_offset
         if self._role is Role.LEADER:
+            # The leader's own write now counts toward the majority
+            # (Raft thesis §10.2.1).
             self._maybe_advance_high_watermark()
         return self._flush()
 
@@ -535,14 +628,18 @@ class QuorumNode:
         its epoch does not match the log.
         """
         end = snapshot_id.end_offset
+        # KIP-630: a snapshot may only cover committed records, or a
+        # follower could load state that a later leader overwrites.
         if end > self._hw:
             raise ValueError(f"snapshot end {end} is beyond the high watermark {self._hw}")
         if self._snapshot is not None and end <= self._snapshot.snapshot_id.end_offset:
-            return self._flush()
+            return self._flush()  # not newer than ours: nothing to gain
         if self._log.epoch_at(end - 1) not in (snapshot_id.epoch, None) and end > 0:
             raise ValueError(f"snapshot epoch {snapshot_id.epoch} does not match the log at {end - 1}")
         self._snapshot = Snapshot(snapshot_id, data)
         self._out.snapshot = (snapshot_id, data)
+        # Keep a tail of records behind the snapshot, so that a follower a
+        # little behind catches up with records, not a whole snapshot.
         keep_from = end - self.config.snapshot_retained_records
         if keep_from > self._log.start_offset:
             epoch_before = self._log.epoch_at(keep_from - 1)
@@ -575,7 +672,8 @@ class QuorumNode:
     # stale one is refused.
 
     def _epoch_prologue(self, message: _Request | _Response) -> bool:
-        """Epoch handling of any message; True when its handler should run."""
+        """Epoch handling of any message; True when its handler should run.
+        See the comment above for the rules and where they come from."""
         if isinstance(message, _RESPONSE_TYPES):
             return self._response_prologue(message)
         pre_vote = isinstance(message, VoteRequest) and message.pre_vote
@@ -624,6 +722,10 @@ class QuorumNode:
         return response.epoch == self._epoch
 
     def _adopt_later_epoch(self, epoch: int, leader: int | None, reason: str, *, keep_timer: bool = False) -> None:
+        """Move into ``epoch`` (Raft thesis §3.3): as a follower when the
+        message names its leader (any other node: a message naming us as
+        the leader of an epoch we never stood in is not believed), else
+        Unattached, to learn the leader or stand."""
         if leader is not None and leader != self.node_id:
             self._become_follower(epoch, leader, reason=reason)
         else:
@@ -647,6 +749,9 @@ class QuorumNode:
                 self._send(EndQuorumEpochResponse(src=self.node_id, dst=request.src, epoch=self._epoch, error=code))
 
     def _leader_hint(self) -> int | None:
+        """The leader to name to others: a Resigned node still records
+        itself as leader (so that a restart keeps it Resigned) but must not
+        send anyone to itself."""
         return self._leader_id if self._role is not Role.RESIGNED else None
 
     # =====================================================================
@@ -662,7 +767,9 @@ class QuorumNode:
         epoch twice and overwrite records it lost in the crash. It stands in
         the next epoch when its timer fires."""
         if self._log.last_epoch > self._epoch:
-            # The log saw a later epoch than the election state recorded.
+            # The log saw a later epoch than the election state recorded
+            # (its records were written first): epochs never go back, so
+            # the log's wins (KIP-595 QuorumState.initialize).
             self._become_unattached(
                 self._log.last_epoch, reason="log is ahead of the election state", trigger=Trigger.START
             )
@@ -675,8 +782,11 @@ class QuorumNode:
             self._enter_role(Role.RESIGNED, Trigger.START, resigned)
             self._event("restarted after leading")
         elif stored.leader_id is not None and stored.leader_id != self.node_id:
+            # Resume following; the fetch timeout finds out if it is gone.
             self._become_follower(self._epoch, stored.leader_id, reason="restarted", trigger=Trigger.START)
         else:
+            # Keep the recorded vote: a second vote in the same epoch could
+            # elect two leaders in it (Raft thesis §3.8).
             self._become_unattached(self._epoch, voted_for=stored.voted_for, reason="started", trigger=Trigger.START)
         self._starting = False
         # Anything sent during construction is discarded by the first
@@ -739,11 +849,14 @@ class QuorumNode:
         the timer restarts only on hearing from a leader or granting a vote).
         Otherwise a node with a stale log that keeps standing would hold
         every up-to-date voter back forever."""
+        # Raft thesis §3.3: a node's term (epoch) never decreases; going
+        # back would let it vote twice in an epoch it already voted in.
         if epoch < self._epoch:
             raise QuorumInvariantError(f"epoch would go backwards: {self._epoch} -> {epoch}")
         if trigger is Trigger.LATER_EPOCH and epoch == self._epoch and not self._starting:
             raise QuorumInvariantError(f"node {self.node_id}: a later epoch was claimed, but {epoch} is its own")
         if epoch > self._epoch:
+            # Someone else's epoch: our streak of failed candidacies ends.
             self._election_retries = 0
         old = self._state
         running_deadline = None
@@ -752,8 +865,8 @@ class QuorumNode:
                 running_deadline = old.fetch_deadline
             elif isinstance(old, (UnattachedState, CandidacyState)):
                 running_deadline = old.election_deadline
-        # The timer is drawn even when it is kept, so that the node's random
-        # sequence does not depend on who asked for its vote.
+        # Drawn even when the running timer is kept: the order of draws is
+        # part of what a seed replays, so it does not depend on the branch.
         deadline = self._draw_election_deadline()
         if running_deadline is not None:
             deadline = running_deadline
@@ -764,15 +877,20 @@ class QuorumNode:
             previous = self._fetcher
             fetcher = FetcherState(next_fetch_tick=self._tick, read_token=previous.read_token if previous else 0)
         self._enter_role(Role.UNATTACHED, trigger, UnattachedState(election_deadline=deadline, fetcher=fetcher))
+        # Unattached knows no leader; a vote is kept only in its own epoch
+        # (callers pass ``voted_for`` only when the epoch does not change).
         self._set_election_state(epoch, voted_for, None)
         self._event(reason)
 
     def _become_follower(
         self, epoch: int, leader_id: int, *, reason: str, trigger: Trigger = Trigger.LEADER_FOUND
     ) -> None:
+        """Follow ``leader_id`` in ``epoch`` and send the first Fetch at
+        once: that Fetch is what tells the leader we accepted it."""
         if leader_id == self.node_id:
             raise QuorumInvariantError(f"node {self.node_id} cannot follow itself (epoch {epoch})")
         if epoch < self._epoch:
+            # Raft thesis §3.3: epochs never decrease.
             raise QuorumInvariantError(f"epoch would go backwards: {self._epoch} -> {epoch}")
         if self._role is Role.LEADER and epoch == self._epoch:
             # Raft thesis §3.4 election safety: at most one leader per epoch.
@@ -798,12 +916,16 @@ class QuorumNode:
         """An election timer fired: pre-vote first (KIP-996) unless disabled."""
         if not self.config.is_voter:
             return
+        # A lone voter has nobody to disrupt, so it skips the pre-vote.
         if self.config.pre_vote and len(self.config.voters) > 1:
             self._become_prospective(reason, trigger)
         else:
             self._become_candidate(reason, trigger)
 
     def _become_prospective(self, reason: str, trigger: Trigger) -> None:
+        """KIP-996: ask whether a majority would vote for us in the next
+        epoch, without bumping ours, so that a node that cannot win (a
+        stale log, or a partition's minority) disrupts nobody."""
         leader = self._leader_id if self._leader_id != self.node_id else None
         candidacy = CandidacyState(election_deadline=self._draw_election_deadline(), granted={self.node_id})
         self._enter_role(Role.PROSPECTIVE, trigger, candidacy)
@@ -814,6 +936,7 @@ class QuorumNode:
         self._request_votes(pre_vote=True)
 
     def _become_candidate(self, reason: str, trigger: Trigger) -> None:
+        """Raft thesis §3.4: stand in the next epoch, voting for ourselves."""
         candidacy = CandidacyState(election_deadline=0, granted={self.node_id})
         self._enter_role(Role.CANDIDATE, trigger, candidacy)
         self._election_retries += 1
@@ -823,11 +946,13 @@ class QuorumNode:
         candidacy.election_deadline = self._draw_election_deadline()
         self._event(reason)
         if len(candidacy.granted) >= self.config.majority:
-            self._become_leader()
+            self._become_leader()  # a single voter is its own majority
         else:
             self._request_votes(pre_vote=False)
 
     def _become_leader(self) -> None:
+        """Raft thesis §3.4: a majority voted for us. Every voter starts
+        unacknowledged: nothing learned in another role is trusted."""
         replicas = {voter: ReplicaState(voter, is_voter=True) for voter in self.config.voters if voter != self.node_id}
         leader = LeaderState(
             epoch_start_offset=self._log.end_offset,
@@ -838,14 +963,21 @@ class QuorumNode:
         )
         self._enter_role(Role.LEADER, Trigger.WON_ELECTION, leader)
         self._election_retries = 0
+        # Recorded durably, so that a restart knows it led this epoch and
+        # never leads it again (_initialize).
         self._set_election_state(self._epoch, self._voted_for, self.node_id)
         self._event("won the election")
         # A record of the new epoch, so the high watermark can advance
         # (Raft thesis §3.6.2: commit only records of the current term).
         self._append_as_leader(RecordKind.LEADER_CHANGE, [f"leader={self.node_id} epoch={self._epoch}".encode()])
+        # KIP-595 BeginQuorumEpoch: voters learn of us without waiting for
+        # their fetch timeout to find us.
         self._send_begin_quorum_epoch(leader, force=True)
 
     def _become_resigned(self, reason: str, trigger: Trigger) -> None:
+        """Stop leading this epoch (check quorum or a requested shutdown)
+        and hand over with EndQuorumEpoch (KIP-595). The ranking is taken
+        before the leader state is dropped with the role."""
         successors = self._leading.preferred_successors()
         resigned = ResignedState(
             election_deadline=self._draw_election_deadline(), end_epoch_deadline=self._tick, successors=successors
@@ -905,6 +1037,9 @@ class QuorumNode:
         return None
 
     def _event(self, reason: str) -> None:
+        # Recorded after the change, so the event shows the new role and
+        # epoch; the simulator's invariant checks (one leader per epoch)
+        # read these.
         self._out.events.append(
             RoleChange(self._tick, self.node_id, self._role, self._epoch, self.leader_id, reason)
         )
@@ -926,6 +1061,8 @@ class QuorumNode:
         for replica_id in expired:
             self._answer_fetch(leader, leader.parked.pop(replica_id))
         if now >= leader.begin_epoch_deadline:
+            # A voter that missed BeginQuorumEpoch and has not fetched would
+            # otherwise stand and depose us (KIP-595 resends it).
             self._send_begin_quorum_epoch(leader, force=False)
 
     def _tick_follower(self, now: int, follower: FollowerState) -> None:
@@ -972,10 +1109,13 @@ class QuorumNode:
             self._advance_high_watermark(new_hw)
 
     def _advance_high_watermark(self, new_hw: int) -> None:
+        # Monotonic on every node: a committed record is never uncommitted,
+        # so the state machine never applies a record twice or unapplies one.
         if new_hw <= self._hw:
             return
         old = self._hw
         self._hw = new_hw
+        # Records below the log start are in the snapshot, applied already.
         self._out.committed.extend(self._log.slice(max(old, self._log.start_offset), new_hw))
         state = self._state
         if isinstance(state, LeaderState):
@@ -1077,10 +1217,14 @@ class QuorumNode:
             leader.parked[request.src] = parked
 
     def _answer_fetch(self, leader: LeaderState, parked: ParkedFetch) -> None:
+        """Answer a validated Fetch with the records after its offset (up to
+        ``fetch_bytes_max``), our high watermark and a fresh read token."""
         request = parked.request
         replica = leader.replicas.get(request.src)
         if replica is not None:
             replica.high_watermark_sent = self._hw
+        # Records not yet durable here may go out (Raft thesis §10.2.1):
+        # they count toward commitment only through acknowledgements.
         records = tuple(self._log.slice(request.fetch_offset, bytes_max=self.config.fetch_bytes_max))
         self._send(
             FetchResponse(
@@ -1175,9 +1319,12 @@ class QuorumNode:
             )
         snapshot = self._snapshot
         if snapshot is None or snapshot.snapshot_id != request.snapshot_id:
+            # We took a newer snapshot since: the fetcher starts over from a
+            # Fetch, which names the new one (KIP-630).
             reply(ErrorCode.SNAPSHOT_NOT_FOUND)
             return
         size = len(snapshot.data)
+        # An untrusted position is checked before it is used as an index.
         if request.position < 0 or request.position > size:
             reply(ErrorCode.POSITION_OUT_OF_RANGE)
             return
@@ -1193,6 +1340,8 @@ class QuorumNode:
     def _send_begin_quorum_epoch(self, leader: LeaderState, *, force: bool) -> None:
         """Announce the epoch to voters that have not fetched lately (the
         announcement doubles as a heartbeat for voters that missed it)."""
+        # Half the fetch timeout: a voter hears from us at least twice
+        # before its own fetch timeout could make it stand.
         half_fetch = self.config.ticks(self.config.fetch_timeout_ms / 2)
         for voter in self.config.voters:
             if voter == self.node_id:
@@ -1208,6 +1357,7 @@ class QuorumNode:
         # (our own election timer is the backstop if none does).
         successors = resigned.successors
         if not successors:
+            # After a restart the ranking is lost: name every other voter.
             successors = tuple(voter for voter in self.config.voters if voter != self.node_id)
         for voter in self.config.voters:
             if voter != self.node_id and voter not in resigned.end_epoch_acked:
@@ -1229,7 +1379,7 @@ class QuorumNode:
         if fetcher is None or fetcher.in_flight is not None or now < fetcher.next_fetch_tick:
             return
         if self._role is Role.FOLLOWER:
-            target = self._leader_id
+            target = self._leader_id  # KIP-595: fetch only from the leader
         else:
             # An observer without a leader asks the voters in turn; a
             # non-leader answers NOT_LEADER with the leader it knows.
@@ -1237,7 +1387,11 @@ class QuorumNode:
             target = voters[self._bootstrap_index % len(voters)]
         if target is None:
             return
+        # Unique per process (the session is in the high bits), so the
+        # leader can tell a retry from a duplicate (_serve_fetch).
         self._fetch_request_id += 1
+        # The leader may hold the request for its long poll, then answer:
+        # give it that long plus a request timeout before presuming it lost.
         deadline = now + self.config.ticks(self.config.fetch_max_wait_ms + self.config.request_timeout_ms)
         fetcher.in_flight = FetchInFlight(self._fetch_request_id, target, deadline)
         download = fetcher.download
@@ -1256,6 +1410,7 @@ class QuorumNode:
             return
         # The fetch offset is our log end, which the Output contract holds
         # back until it is durable: leaving, it acknowledges those records.
+        provider = self._hooks.fetch_extension_provider
         self._send(
             FetchRequest(
                 src=self.node_id,
@@ -1265,7 +1420,7 @@ class QuorumNode:
                 last_fetched_epoch=self._log.last_epoch,
                 request_id=self._fetch_request_id,
                 read_token=fetcher.read_token,
-                extension=provider() if (provider := self._hooks.fetch_extension_provider) is not None else None,
+                extension=provider() if provider is not None else None,
             )
         )
 
@@ -1302,12 +1457,16 @@ class QuorumNode:
             return
         state = self._state
         if not isinstance(state, FollowerState) or response.src != self._leader_id:
+            # Only the leader's log is copied (KIP-595): an answer from a
+            # voter that is not our leader carries nothing to take.
             return
         # KIP-595: a successful answer from the leader restarts the fetch
         # timeout, and proves it alive to the pre-vote rule (KIP-996).
         state.fetched_from_leader = True
         state.leader_unreachable = False
         state.fetch_deadline = self._tick + self.config.ticks(self.config.fetch_timeout_ms)
+        # Echoed in the next Fetch, which proves to the leader that we
+        # heard it after it handed out this token (Raft thesis §6.4).
         fetcher.read_token = max(fetcher.read_token, response.read_token)
         fetcher.next_fetch_tick = self._tick
         if response.diverging is not None:
@@ -1316,6 +1475,7 @@ class QuorumNode:
             # only meaningful for a log the leader has validated (KIP-595).
             self._truncate_diverging(response.diverging)
         elif response.snapshot_id is not None:
+            # KIP-630: the leader no longer has the records we need.
             fetcher.download = SnapshotDownload(response.snapshot_id, bytearray())
         elif not response.records or response.records[0].offset == self._log.end_offset:
             # The leader validated our log up to the fetch offset; the
@@ -1323,13 +1483,16 @@ class QuorumNode:
             if response.records:
                 self._log.append(response.records)
                 self._out.append.extend(response.records)
+            # Bounded by our own log: a follower cannot commit records it
+            # does not hold yet (the high watermark may run ahead of them).
             self._advance_high_watermark(min(response.high_watermark, self._log.end_offset))
         self._maybe_send_fetch(self._tick)
 
     def _truncate_diverging(self, diverging: OffsetAndEpoch) -> None:
         # KIP-595: keep our records of the diverging epoch only up to where
-        # the leader's end; if we have no records of that epoch, keep what
-        # precedes our next epoch. Repeated rounds converge on the fork point.
+        # the leader's records of it end; if we have no records of that
+        # epoch, keep what precedes our next epoch. Repeated rounds converge
+        # on the fork point.
         ours = self._log.end_offset_for_epoch(diverging.epoch)
         if ours is None:
             target = self._log.start_offset
@@ -1338,6 +1501,8 @@ class QuorumNode:
         else:
             target = ours.offset
         target = max(target, self._log.start_offset)
+        # Never truncate what might be committed (Raft thesis §3.6: Leader
+        # Completeness). A leader asking us to is a bug on one side.
         if target < self._hw:
             raise QuorumInvariantError(
                 f"node {self.node_id} told to truncate to {target}, below its high watermark {self._hw}"
@@ -1345,6 +1510,9 @@ class QuorumNode:
         self._truncate_log(target)
 
     def _truncate_log(self, end_offset: int) -> None:
+        """Drop our records from ``end_offset`` on, from the log and from
+        the output not yet handed out, so the driver writes a consistent
+        tail (truncate first, then append: _output.py)."""
         if end_offset >= self._log.end_offset:
             return
         self._log.truncate_to(end_offset)
@@ -1382,7 +1550,9 @@ class QuorumNode:
         self._maybe_send_fetch(self._tick)
 
     def _install_snapshot(self, snapshot: Snapshot) -> None:
-        """KIP-630: replace the whole log with a snapshot from the leader."""
+        """KIP-630: replace the whole log with a snapshot from the leader.
+        Records already in this output are dropped with the old log: the
+        driver resets the log to the snapshot instead of writing them."""
         snapshot_id = snapshot.snapshot_id
         self._snapshot = snapshot
         self._log.reset(snapshot_id)
@@ -1396,6 +1566,8 @@ class QuorumNode:
         self._durable_end = min(self._durable_end, snapshot_id.end_offset)
         for pending in self._unpersisted:
             pending.end_offset = snapshot_id.end_offset
+        # A snapshot from the leader covers committed records only (it
+        # takes none beyond its high watermark, snapshot_taken).
         self._hw = max(self._hw, snapshot_id.end_offset)
 
     # =====================================================================
@@ -1403,7 +1575,11 @@ class QuorumNode:
     # =====================================================================
 
     def _request_votes(self, *, pre_vote: bool) -> None:
+        """Ask every other voter. The request carries our last epoch and
+        log end, which voters compare with theirs (Raft thesis §3.6.1)."""
         last = self._log.last
+        # A pre-vote asks about the epoch we would stand in, without
+        # moving to it (KIP-996); a vote is in the epoch we already took.
         epoch = self._epoch + 1 if pre_vote else self._epoch
         for voter in self.config.voters:
             if voter != self.node_id:
@@ -1419,6 +1595,9 @@ class QuorumNode:
                 )
 
     def _reply_vote(self, request: VoteRequest, *, granted: bool, error: ErrorCode = ErrorCode.NONE) -> None:
+        # A pre-vote answer names a leader only when it is known alive (we
+        # lead or follow it): the prospective node then joins it instead of
+        # standing (KIP-996).
         if request.pre_vote:
             hint = self._leader_id if self._role in (Role.LEADER, Role.FOLLOWER) else None
         else:
@@ -1437,6 +1616,11 @@ class QuorumNode:
 
     def _on_vote_request(self, request: VoteRequest) -> None:
         """A Vote in our epoch (Raft thesis §3.4, §3.6.1)."""
+        # Grant only if: we are a voter; we neither lead, follow nor stand
+        # in this epoch (a candidate has voted for itself); no leader is
+        # known for it; we have not voted for anyone else in it (§3.4: one
+        # vote per epoch); and the candidate's log is as up to date as ours
+        # (§3.6.1), so that the winner holds every committed record.
         granted = False
         if (
             self.config.is_voter
@@ -1490,17 +1674,22 @@ class QuorumNode:
             if self._role is not Role.CANDIDATE:
                 return
             if names_another_leader and not response.granted:
+                # Someone else already won this epoch (§3.4: one leader).
                 self._become_follower(self._epoch, response.leader_id, reason="vote response named a leader")
                 return
+        # Sets, not counters: a duplicated answer is counted once.
         candidacy = self._role_state(CandidacyState)
         (candidacy.granted if response.granted else candidacy.rejected).add(response.src)
         majority = self.config.majority
         if len(candidacy.granted) >= majority:
+            # Raft thesis §3.4: a majority of the voters, ourselves included.
             if response.pre_vote:
                 self._become_candidate("won the pre-vote", Trigger.WON_PRE_VOTE)
             else:
                 self._become_leader()
         elif len(candidacy.rejected) > len(self.config.voters) - majority:
+            # Too many refusals for any majority to remain: lost already, so
+            # do not wait out the timer.
             if response.pre_vote:
                 self._lose_pre_vote("lost the pre-vote")
             elif not candidacy.backing_off:
@@ -1508,12 +1697,16 @@ class QuorumNode:
 
     def _on_begin_quorum_epoch(self, request: BeginQuorumEpochRequest) -> None:
         """KIP-595 BeginQuorumEpoch in our epoch: its sender won it."""
+        # Only a candidate that won sends it, and at most one wins an epoch
+        # (§3.4), so following it is safe in any role but its own.
         if self._leader_id != request.src or self._role is not Role.FOLLOWER:
             self._become_follower(request.epoch, request.src, reason=f"{request.src} began epoch {request.epoch}")
         self._send(BeginQuorumEpochResponse(src=self.node_id, dst=request.src, epoch=self._epoch, error=ErrorCode.NONE))
 
     def _on_end_quorum_epoch(self, request: EndQuorumEpochRequest) -> None:
         """KIP-595 EndQuorumEpoch in our epoch: its sender resigned."""
+        # Keep our vote: the epoch does not change, and a second vote in it
+        # could elect a second leader (§3.8).
         if self._role is Role.FOLLOWER and self._leader_id == request.src:
             self._become_unattached(
                 self._epoch,
@@ -1545,12 +1738,19 @@ class QuorumNode:
 
     def _send(self, message: Message) -> None:
         if isinstance(message, (FetchResponse, FetchSnapshotResponse)):
-            # Depends on nothing being durable here (see _output.py).
+            # Depends on nothing being durable here (see _output.py): the
+            # leader's records count only through acknowledgements, and an
+            # error only repeats the epoch the request itself carried.
             self._out.early_messages.append(message)
         else:
+            # Votes, fetches (acknowledgements) and epoch announcements wait
+            # until this output's persistence is durable (Raft thesis §3.8).
             self._out.messages.append(message)
 
     def _flush(self) -> Output:
+        """Hand the output of one input to the driver. An output with
+        persistence work gets the next sequence number; ``persisted`` with
+        that number later tells us how far the log is durable."""
         out = self._out
         self._out = Output()
         if out.has_persistence:
