@@ -67,16 +67,17 @@ has acknowledged, once that passes the leader's LEADER_CHANGE record
 (Raft thesis §3.6.2); the arithmetic is in ``_quorum_math.py``. Followers
 learn it from Fetch responses, bounded by their own validated log.
 
-Errors. ``QuorumInvariantError`` is the one "bug in us" error: a safety
-rule would be broken, and the node must stop rather than go on with a
-corrupt view. ``NotLeaderError`` is the caller's, and retriable elsewhere.
-Misuse by the driver (a message for another node, a snapshot of
+Errors (``_errors.py``). ``QuorumInvariantError`` is the one "bug in us"
+error: a safety rule would be broken, and the node must stop rather than go
+on with a corrupt view. ``NotLeaderError`` is the caller's, and retriable
+elsewhere. Misuse by the driver (a message for another node, a snapshot of
 uncommitted records) is a ``ValueError`` or ``TypeError``, as for any
 Python API. A peer's malformed message is stopped at the edge
-(``quorum/wire`` validates every field, records included); a well-formed one
-the core disagrees with is refused with an error code, or dropped. Only one
-that would break a safety rule (truncate below the high watermark, a second
-leader in one epoch) raises ``QuorumInvariantError``: one side has a bug.
+(``quorum/wire`` validates every field, records included); a well-formed
+one the core disagrees with is refused with an error code, or dropped.
+Only one that would break a safety rule (truncate below the high
+watermark, a second leader in one epoch) raises ``QuorumInvariantError``:
+one side has a bug.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ from functools import partial
 from typing import Any, Callable, TypeVar
 
 from ._config import QuorumConfig
+from ._errors import NotLeaderError, QuorumError, QuorumInvariantError
 from ._log import MemoryLog
 from ._messages import (
     BeginQuorumEpochRequest,
@@ -124,24 +126,17 @@ from ._role_state import (
 from ._roles import Trigger, describe_transition, transition_allowed
 from ._types import ElectionState, Entry, OffsetAndEpoch, RecordKind, SnapshotId
 
-
-class QuorumError(Exception):
-    """Base class of the errors the core raises."""
-
-
-class NotLeaderError(QuorumError):
-    """A local action needs the leader, and this node is not it (caller's
-    fault, retriable elsewhere). ``leader_id`` is a hint, possibly None."""
-
-    def __init__(self, leader_id: int | None, epoch: int) -> None:
-        super().__init__(f"not the leader (leader hint {leader_id}, epoch {epoch})")
-        self.leader_id = leader_id
-        self.epoch = epoch
-
-
-class QuorumInvariantError(QuorumError):
-    """A safety invariant would be broken. Never caught inside the core: the
-    node must stop rather than continue with a corrupt view."""
+# The errors live in _errors.py; ``quorum/__init__.py`` imports them from here.
+__all__ = [
+    "CoreHooks",
+    "NotLeaderError",
+    "QuorumDescription",
+    "QuorumError",
+    "QuorumInvariantError",
+    "QuorumNode",
+    "ReplicaDescription",
+    "Snapshot",
+]
 
 
 @dataclass(frozen=True, slots=True)

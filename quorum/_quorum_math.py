@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ._errors import QuorumInvariantError
+
 
 def majority(voter_count: int) -> int:
     """The smallest number of voters any two groups of which overlap: more
@@ -33,11 +35,11 @@ def quorum_end_offset(acknowledged_end_offsets: Iterable[int | None], majority_s
 
     The leader includes its own durable end (never its unflushed end: it
     counts itself only once ``persisted`` says so, Raft thesis §10.2.1).
-    Raises ``ValueError`` when fewer voters than a majority are given, which
-    would be a miscount of the voter set by the caller."""
+    Raises ``QuorumInvariantError`` when fewer voters than a majority are
+    given: the caller miscounted the voter set, a bug in us."""
     offsets = sorted((-1 if offset is None else offset for offset in acknowledged_end_offsets), reverse=True)
     if len(offsets) < majority_size:
-        raise ValueError(f"{len(offsets)} acknowledgements cannot make a majority of {majority_size}")
+        raise QuorumInvariantError(f"{len(offsets)} acknowledgements cannot make a majority of {majority_size}")
     return offsets[majority_size - 1]
 
 

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from quorum import QuorumInvariantError
 from quorum._quorum_math import (
     check_quorum_met,
     majority,
@@ -72,7 +73,7 @@ def test_quorum_end_offset_matches_enumeration(data: st.DataObject, voter_count:
 
 
 def test_quorum_end_offset_refuses_too_few_voters() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(QuorumInvariantError):
         quorum_end_offset([3], 2)
 
 
