@@ -107,7 +107,7 @@ from ._messages import (
     VoteResponse,
 )
 from ._output import Output, ReadFailed, ReadReady, Role, RoleChange
-from ._quorum_math import check_quorum_met, next_high_watermark, read_confirmed
+from ._quorum_math import next_high_watermark, read_confirmed
 from ._role_state import (
     CandidacyState,
     FetcherState,
