@@ -670,7 +670,27 @@ class QuorumNode:
         """Epoch handling of any message; True when its handler should run.
         See the comment above for the rules and where they come from."""
         if isinstance(message, _RESPONSE_TYPES):
-            return self._response_prologue(message)
+            if isinstance(message, (FetchResponse, FetchSnapshotResponse)):
+                # Only the answer to the request in flight is an answer at
+                # all; any other is a duplicate or comes too late.
+                fetcher = self._fetcher
+                if fetcher is None or not fetcher.accept(message.request_id, message.src):
+                    return False
+                consumer = self._hooks.fetch_extension_consumer
+                if isinstance(message, FetchResponse) and message.extension is not None and consumer is not None:
+                    # The host hears every answer to its Fetch, whatever its
+                    # epoch (a broker's heartbeat result rides on it).
+                    consumer(message.extension)
+            if message.epoch > self._epoch:
+                # BeginQuorumEpoch and EndQuorumEpoch answers name no leader.
+                acknowledgement = isinstance(message, (BeginQuorumEpochResponse, EndQuorumEpochResponse))
+                leader = None if acknowledgement else message.leader_id
+                self._adopt_later_epoch(message.epoch, leader, f"learned of epoch {message.epoch} from {message.src}")
+                return False
+            # A late answer from an earlier epoch (say, a grant from an earlier
+            # round) must not count now.
+            return message.epoch == self._epoch
+        # A request.
         pre_vote = isinstance(message, VoteRequest) and message.pre_vote
         if message.epoch < self._epoch:
             self._refuse(message, ErrorCode.FENCED_LEADER_EPOCH)
@@ -694,27 +714,6 @@ class QuorumNode:
             self._refuse(message, ErrorCode.NOT_LEADER)
             return False
         return True
-
-    def _response_prologue(self, response: _Response) -> bool:
-        """Epoch handling of a response; True when its handler should run."""
-        if isinstance(response, (FetchResponse, FetchSnapshotResponse)):
-            fetcher = self._fetcher
-            if fetcher is None or not fetcher.accept(response.request_id, response.src):
-                return False
-            consumer = self._hooks.fetch_extension_consumer
-            if isinstance(response, FetchResponse) and response.extension is not None and consumer is not None:
-                # The host hears every answer to its Fetch, whatever its
-                # epoch (a broker's heartbeat result rides on it).
-                consumer(response.extension)
-        if response.epoch > self._epoch:
-            # BeginQuorumEpoch and EndQuorumEpoch answers name no leader.
-            acknowledgement = isinstance(response, (BeginQuorumEpochResponse, EndQuorumEpochResponse))
-            leader = None if acknowledgement else response.leader_id
-            self._adopt_later_epoch(response.epoch, leader, f"learned of epoch {response.epoch} from {response.src}")
-            return False
-        # A late answer from an earlier epoch (say, a grant from an earlier
-        # round) must not count now.
-        return response.epoch == self._epoch
 
     def _adopt_later_epoch(self, epoch: int, leader: int | None, reason: str, *, keep_timer: bool = False) -> None:
         """Move into ``epoch`` (Raft thesis §3.3): as a follower when the
@@ -810,9 +809,8 @@ class QuorumNode:
         table does not have."""
         source = None if self._starting else self._role
         if not transition_allowed(source, role, trigger):
-            raise QuorumInvariantError(
-                f"node {self.node_id}: no role transition {describe_transition(source, role, trigger)} (epoch {self._epoch})"
-            )
+            transition = describe_transition(source, role, trigger)
+            raise QuorumInvariantError(f"node {self.node_id}: no role transition {transition} (epoch {self._epoch})")
         self._leave_role()
         self._role = role
         self._state = state
