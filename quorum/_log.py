@@ -4,6 +4,11 @@ The core holds the records from the log start offset (just behind the latest
 snapshot, or 0) to the end. Durable storage mirrors it through the
 persistence instructions in each ``Output``; on restart the runtime loads the
 durable copy back into a ``MemoryLog``.
+
+It enforces the two shapes every Raft log has (Raft thesis §3.5, Log
+Matching): offsets are contiguous, and epochs never decrease along the log.
+A violation is a ``ValueError``: the core only appends its own records or a
+leader's records that ``quorum/wire`` has already checked for both.
 """
 
 from __future__ import annotations
@@ -37,18 +42,24 @@ class MemoryLog:
 
     @property
     def start_offset(self) -> int:
+        """The first offset held; everything below is in the snapshot."""
         return self._start_offset
 
     @property
     def start_epoch(self) -> int:
+        """Epoch of the record just before ``start_offset`` (the snapshot's
+        last), so that a fetcher at the log start can still be validated."""
         return self._start_epoch
 
     @property
     def end_offset(self) -> int:
+        """One past the last record, as in Kafka."""
         return self._start_offset + len(self._entries)
 
     @property
     def last_epoch(self) -> int:
+        """Epoch of the last record (the snapshot's, for an empty log): the
+        first half of Raft's up-to-dateness comparison (§3.6.1)."""
         return self._entries[-1].epoch if self._entries else self._start_epoch
 
     @property
@@ -69,6 +80,7 @@ class MemoryLog:
         return None
 
     def entry(self, offset: int) -> Entry | None:
+        """The record at ``offset``; None when not held."""
         index = offset - self._start_offset
         if 0 <= index < len(self._entries):
             return self._entries[index]
@@ -84,7 +96,11 @@ class MemoryLog:
         result: list[Entry] = []
         total = 0
         for entry in self._entries[lo:hi]:
+            # Payload plus a rough per-record overhead, so that a flood of
+            # empty records is bounded too.
             total += len(entry.data) + 16
+            # At least one record, or a record larger than the limit would
+            # stop replication for good.
             if result and total > bytes_max:
                 break
             result.append(entry)
@@ -99,10 +115,13 @@ class MemoryLog:
         """
         if epoch < self._start_epoch:
             return None
+        # A fetcher at or beyond our last epoch diverges, if at all, only by
+        # being longer than us: our end is where its records must stop.
         if epoch >= self.last_epoch:
             return OffsetAndEpoch(self.last_epoch, self.end_offset)
         position = bisect.bisect_right(self._epoch_starts, epoch)
         if position == 0:
+            # Older than every epoch we hold records of: the snapshot's.
             return OffsetAndEpoch(self._start_epoch, self._start_offset)
         found_epoch = self._epoch_starts[position - 1]
         # The records of found_epoch end where the next epoch begins.
@@ -120,6 +139,7 @@ class MemoryLog:
                 raise ValueError(f"append at offset {entry.offset}, log ends at {expected}")
             if entry.epoch < last_epoch:
                 raise ValueError(f"epoch {entry.epoch} after epoch {last_epoch} at offset {entry.offset}")
+            # A new epoch starts here: index it for divergence checks.
             if not self._epoch_starts or self._epoch_starts[-1] != entry.epoch:
                 self._epoch_starts.append(entry.epoch)
                 self._epoch_offsets.append(entry.offset)
@@ -128,10 +148,13 @@ class MemoryLog:
             last_epoch = entry.epoch
 
     def truncate_to(self, end_offset: int) -> None:
-        """Drop every record at or after ``end_offset``."""
+        """Drop every record at or after ``end_offset``. Raises
+        ``ValueError`` below the log start: those records are in the
+        snapshot, hence committed, and must never be truncated."""
         if end_offset < self._start_offset:
             raise ValueError(f"cannot truncate to {end_offset}, below the log start {self._start_offset}")
         del self._entries[end_offset - self._start_offset :]
+        # Epochs that began at or after the cut no longer exist here.
         while self._epoch_offsets and self._epoch_offsets[-1] >= end_offset:
             self._epoch_offsets.pop()
             self._epoch_starts.pop()
@@ -156,6 +179,8 @@ class MemoryLog:
         self._epoch_offsets.clear()
 
     def _rebuild_epoch_index(self) -> None:
+        # After records are dropped from the front, an epoch's first record
+        # may be gone: rebuild rather than patch, it is rare (snapshots).
         self._epoch_starts.clear()
         self._epoch_offsets.clear()
         for entry in self._entries:

@@ -9,7 +9,13 @@ Epoch rules common to every message (KIP-595 "common epoch handling"): a
 message from a higher epoch moves the receiver into that epoch before
 anything else; a request from a lower epoch is answered with
 ``FENCED_LEADER_EPOCH`` and the receiver's epoch; a response from a lower
-epoch is ignored.
+epoch is ignored. A pre-vote is the one exception: its epoch is the one its
+sender *would* stand in, so it never moves the receiver's epoch (KIP-996).
+The core applies these rules in one place, ``QuorumNode._epoch_prologue``.
+
+Every message is also untrusted input: ``quorum/wire`` checks each field's
+type and range before a message is built, so the core only sees messages
+that are well formed (not necessarily truthful).
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from ._types import Entry, OffsetAndEpoch, SnapshotId
 
 
 class ErrorCode(enum.IntEnum):
-    """Error codes, numbered as in Kafka where Kafka has the same error."""
+    """Error codes, numbered as in Kafka where Kafka has the same error, so
+    that a Kafka-literate reader (and a trace) reads them the same way."""
 
     NONE = 0
     NOT_LEADER = 6  # NOT_LEADER_OR_FOLLOWER: the response names the leader if known
@@ -57,18 +64,26 @@ class VoteRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VoteResponse:
+    """The answer to a vote or pre-vote. ``leader_id`` names a leader of
+    the responder's epoch if it knows one: a candidate that hears of one
+    follows it instead of standing on (KIP-595); a pre-vote answer names
+    one only if the responder leads or follows it, i.e. knows it alive
+    (KIP-996)."""
+
     src: int
     dst: int
     epoch: int  # the responder's epoch after handling the request
     granted: bool
-    pre_vote: bool
+    pre_vote: bool  # echoed, so a pre-vote grant never counts as a vote
     leader_id: int | None = None
     error: ErrorCode = ErrorCode.NONE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BeginQuorumEpochRequest:
-    """The leader (``src``) announces its epoch to a voter."""
+    """The leader (``src``) announces its epoch to a voter, which follows
+    it at once instead of waiting for its own fetch timeout to find it
+    (KIP-595). Resent to voters that have not fetched lately."""
 
     src: int
     dst: int
@@ -77,6 +92,9 @@ class BeginQuorumEpochRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BeginQuorumEpochResponse:
+    """Carries only the responder's epoch: the leader learns that a voter
+    follows it from the voter's next Fetch, not from this."""
+
     src: int
     dst: int
     epoch: int
@@ -96,6 +114,9 @@ class EndQuorumEpochRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EndQuorumEpochResponse:
+    """Acknowledges an EndQuorumEpoch, so the resigned leader stops
+    resending it to this voter."""
+
     src: int
     dst: int
     epoch: int
@@ -122,6 +143,12 @@ class FetchRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchResponse:
+    """The leader's answer to a Fetch: records after ``fetch_offset``, or
+    where the fetcher's log diverges, or the snapshot it must load; and the
+    high watermark, which the fetcher adopts only up to its own log end.
+    ``read_token`` is fresh in every response (ReadIndex, Raft thesis
+    §6.4). An error names the leader the responder knows, if any."""
+
     src: int
     dst: int
     epoch: int
@@ -142,6 +169,9 @@ class FetchResponse:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchSnapshotRequest:
+    """KIP-630: the next chunk of ``snapshot_id`` from byte ``position``.
+    Sent by a follower that a Fetch response told to load the snapshot."""
+
     src: int
     dst: int
     epoch: int
@@ -152,6 +182,10 @@ class FetchSnapshotRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchSnapshotResponse:
+    """One chunk of a snapshot, with its total ``size`` so the follower
+    knows when it has all of it. ``SNAPSHOT_NOT_FOUND`` means the leader
+    took a newer one: the follower starts over with a Fetch."""
+
     src: int
     dst: int
     epoch: int
@@ -262,4 +296,5 @@ def describe_message(message: Message) -> str:
 
 
 def _error(code: ErrorCode) -> str:
+    # Nothing for NONE, so that the common case stays short in traces.
     return f" {code.name}" if code else ""

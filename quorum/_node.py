@@ -14,6 +14,70 @@ It never does IO, never reads a clock and draws randomness only from the
 injected ``random.Random``. The protocol is KIP-595 (pull-based Raft with
 epochs), with KIP-996 pre-vote, KAFKA-15489 check quorum, KIP-630 snapshots,
 and ReadIndex reads (Raft thesis §6.4), which Kafka does not have.
+
+Theory of operation
+===================
+
+State. A node holds three kinds of state, and each lives in one place:
+
+- *Durable* state, which the driver writes before anything that depends on
+  it leaves (``Output``): the election record (epoch, vote, leader;
+  ``_set_election_state``), the log and the snapshot.
+- *Node* state that outlives roles: the high watermark (monotonic per
+  node), the durable log end and the outputs not yet durable, the logical
+  clock, the fetch request counter, the election retry count and an
+  observer's rotation through the voters (each says at its definition why
+  it must survive a change of role).
+- *Role* state, one object per role (``_role_state.py``, as Kafka's
+  ``EpochState`` family): ``UnattachedState``, ``FollowerState``,
+  ``CandidacyState`` (Prospective and Candidate), ``LeaderState``,
+  ``ResignedState``. ``_enter_role`` is the only way to change role: it
+  checks the change against the transition table (``_roles.py``), lets a
+  leader answer whoever waits on it, and replaces the object. A follower
+  or an observer without a leader also holds a ``FetcherState``.
+
+Time. Timers are absolute tick numbers, owned by the role that uses them
+and fired by ``tick()`` through the role: an election deadline
+(Unattached voters, Prospective, Candidate, Resigned), the fetch timeout
+(Follower), the check-quorum deadline and BeginQuorumEpoch resend and
+parked-fetch expiries (Leader), the EndQuorumEpoch resend (Resigned), and a
+fetcher's request deadline. Election timeouts are random (Raft thesis §3.4)
+from the injected generator, drawn in a fixed order, so that one seed
+replays one history.
+
+Messages. Every message passes the epoch prologue first
+(``_epoch_prologue``): a later epoch is adopted, an earlier one refused
+(request) or dropped (response); only then does the handler look at the
+role. Every change of epoch is a change of role, so no role object ever
+sees two epochs.
+
+Acknowledgements. Replication is pull-based (KIP-595): the leader learns a
+replica's progress only from that replica's Fetch. Its ``fetch_offset``
+*is* the acknowledgement of every record below it, which is why a
+fetcher's Fetch may leave only after its log is durable (the ``Output``
+contract). The leader counts itself through ``persisted`` only (Raft
+thesis §10.2.1: it replicates in parallel with its own write). A voter's
+Fetch also echoes the last read token it received, which confirms
+ReadIndex reads (§6.4), and counts toward check quorum (KAFKA-15489).
+Votes are acknowledged by VoteResponse, leadership announcements by the
+first Fetch that follows them, resignations by EndQuorumEpochResponse.
+
+Commitment. The high watermark is the largest offset a majority of voters
+has acknowledged, once that passes the leader's LEADER_CHANGE record
+(Raft thesis §3.6.2); the arithmetic is in ``_quorum_math.py``. Followers
+learn it from Fetch responses, bounded by their own validated log.
+
+Errors (``_errors.py``). ``QuorumInvariantError`` is the one "bug in us"
+error: a safety rule would be broken, and the node must stop rather than go
+on with a corrupt view. ``NotLeaderError`` is the caller's, and retriable
+elsewhere. Misuse by the driver (a message for another node, a snapshot of
+uncommitted records) is a ``ValueError`` or ``TypeError``, as for any
+Python API. A peer's malformed message is stopped at the edge
+(``quorum/wire`` validates every field, records included); a well-formed
+one the core disagrees with is refused with an error code, or dropped.
+Only one that would break a safety rule (truncate below the high
+watermark, a second leader in one epoch) raises ``QuorumInvariantError``:
+one side has a bug.
 """
 
 from __future__ import annotations
@@ -22,9 +86,11 @@ import random
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from functools import partial
+from typing import Any, Callable, TypeVar
 
 from ._config import QuorumConfig
+from ._errors import NotLeaderError, QuorumError, QuorumInvariantError
 from ._log import MemoryLog
 from ._messages import (
     BeginQuorumEpochRequest,
@@ -41,50 +107,54 @@ from ._messages import (
     VoteResponse,
 )
 from ._output import Output, ReadFailed, ReadReady, Role, RoleChange
+from ._quorum_math import next_high_watermark, read_confirmed
+from ._role_state import (
+    CandidacyState,
+    FetcherState,
+    FetchInFlight,
+    FollowerState,
+    LeaderState,
+    ParkedFetch,
+    PendingPersist,
+    PendingRead,
+    ReplicaState,
+    ResignedState,
+    RoleState,
+    SnapshotDownload,
+    UnattachedState,
+)
 from ._roles import Trigger, describe_transition, transition_allowed
 from ._types import ElectionState, Entry, OffsetAndEpoch, RecordKind, SnapshotId
 
-
-class QuorumError(Exception):
-    """Base class of the errors the core raises."""
-
-
-class NotLeaderError(QuorumError):
-    """A local action needs the leader, and this node is not it (caller's
-    fault, retriable elsewhere). ``leader_id`` is a hint, possibly None."""
-
-    def __init__(self, leader_id: int | None, epoch: int) -> None:
-        super().__init__(f"not the leader (leader hint {leader_id}, epoch {epoch})")
-        self.leader_id = leader_id
-        self.epoch = epoch
-
-
-class QuorumInvariantError(QuorumError):
-    """A safety invariant would be broken. Never caught inside the core: the
-    node must stop rather than continue with a corrupt view."""
+# The errors live in _errors.py; ``quorum/__init__.py`` imports them from here.
+__all__ = [
+    "CoreHooks",
+    "NotLeaderError",
+    "QuorumDescription",
+    "QuorumError",
+    "QuorumInvariantError",
+    "QuorumNode",
+    "ReplicaDescription",
+    "Snapshot",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
+    """A state-machine snapshot of every record below
+    ``snapshot_id.end_offset`` (KIP-630). The core never looks inside
+    ``data``: it stores it, serves it in chunks and hands it back."""
+
     snapshot_id: SnapshotId
     data: bytes
 
 
-@dataclass(slots=True)
-class ReplicaState:
-    """The leader's view of one replica (voter or observer)."""
-
-    node_id: int
-    is_voter: bool
-    end_offset: int | None = None  # acknowledged (durable) log end offset
-    last_fetch_tick: int | None = None
-    acked_read_token: int = 0
-    high_watermark_sent: int = -1  # in the last Fetch response to it
-    fetch_session: int | None = None  # of its latest Fetch (its process)
-
-
 @dataclass(frozen=True, slots=True)
 class ReplicaDescription:
+    """One replica as DescribeQuorum reports it. Only a leader knows other
+    replicas' progress (it learns it from their Fetches); any other node
+    reports its own log end and nothing for the rest."""
+
     node_id: int
     log_end_offset: int | None
     last_fetch_ms: int | None  # logical ms since this node started
@@ -103,25 +173,6 @@ class QuorumDescription:
     log_end_offset: int
     voters: tuple[ReplicaDescription, ...]
     observers: tuple[ReplicaDescription, ...]
-
-
-@dataclass(slots=True)
-class _PendingRead:
-    read_id: Any
-    token_needed: int  # a fetch echoing a token >= this was sent after the read arrived
-
-
-@dataclass(slots=True)
-class _ParkedFetch:
-    request: FetchRequest
-    expire_tick: int
-    response_extension: Any
-
-
-@dataclass(slots=True)
-class _SnapshotDownload:
-    snapshot_id: SnapshotId
-    buffer: bytearray
 
 
 # The fetch-extension hook: called by the leader for every valid Fetch that
@@ -154,6 +205,70 @@ class CoreHooks:
 
 _NO_HOOKS = CoreHooks()
 
+# The two halves of the protocol, as the epoch prologue sees them: a request
+# from an earlier epoch is refused (its sender must learn ours), a response
+# from one is dropped (it answers a question we no longer ask).
+_Request = FetchRequest | FetchSnapshotRequest | VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest
+_Response = FetchResponse | FetchSnapshotResponse | VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse
+_REQUEST_TYPES = (FetchRequest, FetchSnapshotRequest, VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest)
+_RESPONSE_TYPES = (FetchResponse, FetchSnapshotResponse, VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse)
+
+
+def _later_epoch_reason(request: _Request) -> str:
+    """The RoleChange reason when ``request`` brings news of a later epoch."""
+    match request:
+        case FetchRequest():
+            return "fetch from a later epoch"
+        case FetchSnapshotRequest():
+            return "snapshot fetch from a later epoch"
+        case VoteRequest():
+            return f"vote request from {request.src} in a later epoch"
+        case BeginQuorumEpochRequest():
+            return f"{request.src} began epoch {request.epoch}"
+        case EndQuorumEpochRequest():
+            return f"{request.src} ended epoch {request.epoch}"
+
+
+def _log_up_to_date(request: VoteRequest, log: MemoryLog) -> bool:
+    """Raft thesis §3.6.1 election restriction: grant only to a candidate
+    whose log is at least as up to date as ours (last epoch first, then
+    length), so that the winner holds every committed record."""
+    return OffsetAndEpoch(request.last_epoch, request.end_offset) >= log.last
+
+
+def _check_fetch_position(
+    log: MemoryLog, snapshot: Snapshot | None, request: FetchRequest
+) -> tuple[OffsetAndEpoch | None, SnapshotId | None]:
+    """KIP-595 offset validation: is the fetcher's log a prefix of ours?
+    Returns (None, None) if so; else where it diverges (it truncates
+    there), or the snapshot it must load because we no longer hold the
+    records it lacks (KIP-630)."""
+    offset, epoch = request.fetch_offset, request.last_fetched_epoch
+    if snapshot is not None:
+        # KIP-630: behind our log start, or at it with another epoch, or
+        # with an epoch older than anything we hold: only the snapshot
+        # can bring this fetcher back onto the committed history.
+        if (
+            offset < log.start_offset
+            or (offset == log.start_offset and epoch != log.start_epoch)
+            or epoch < log.start_epoch
+        ):
+            return None, snapshot.snapshot_id
+    found = log.end_offset_for_epoch(epoch)
+    if found is None:
+        # No snapshot and an epoch below our start epoch (0): a malformed
+        # request; send the fetcher back to the start.
+        return OffsetAndEpoch(log.start_epoch, log.start_offset), None
+    if found.epoch != epoch or offset > found.offset:
+        # KIP-595 DivergingEpoch: where our log of that epoch ends (or
+        # the next epoch we have begins); the fetcher truncates there.
+        return found, None
+    return None, None
+
+
+# A role-state class, for _role_state's typed lookup.
+_S = TypeVar("_S", UnattachedState, FollowerState, CandidacyState, LeaderState, ResignedState, FetcherState)
+
 
 class QuorumNode:
     """One replica of the metadata log. See the module docstring.
@@ -182,67 +297,52 @@ class QuorumNode:
         self._tick = 0
         self._out = Output()
         self._persist_seq = 0
-        # (persist seq, log end offset it makes durable); clamped on truncation.
-        self._unpersisted: deque[list[int]] = deque()
+        # Outputs handed to the driver whose persistence it has not yet
+        # reported durable, oldest first (see ``persisted``).
+        self._unpersisted: deque[PendingPersist] = deque()
+        # The log end the driver has made durable: all the leader may count
+        # of itself toward the high watermark (Raft thesis §10.2.1).
         self._durable_end = self._log.end_offset
         # The high watermark: every record below it is committed. Per-node
         # monotonic. After a restart it is only known up to the snapshot.
         self._hw = self._log.start_offset if snapshot else 0
         self._hw = max(self._hw, snapshot.snapshot_id.end_offset if snapshot else 0)
 
-        # election state (durable) and role (derived)
+        # The durable election state (KIP-595 quorum-state) and the role
+        # derived from it. ``_persisted_election`` is the last record handed
+        # to the driver, so that an unchanged record is not rewritten.
         stored = election_state or ElectionState(epoch=0)
         self._epoch = stored.epoch
         self._voted_for = stored.voted_for
         self._leader_id = stored.leader_id
         self._persisted_election = stored
         self._role = Role.UNATTACHED
+        # The role's own state; replaced on every change of role. This
+        # placeholder is never used: _initialize enters the recovered role.
+        self._state: RoleState = UnattachedState(election_deadline=0)
         # True until _initialize has picked the role recovered from disk: the
         # transition table (_roles.py) knows that first change as a start.
         self._starting = True
 
-        # timers, in ticks
-        self._election_deadline = 0
-        self._fetch_deadline = 0
-        self._backing_off = False
+        # Node-wide state that outlives roles on purpose (each says why).
+        # Consecutive candidacies without hearing of a leader: they span
+        # Candidate -> Prospective -> Candidate rounds, so the election
+        # backoff keeps growing until someone wins (KIP-595 backoff); reset
+        # when a later epoch or a leader is learned.
         self._election_retries = 0
-
-        # follower / observer
         # Fetch request ids are ``fetch_session << 32 | sequence``. The
         # session tells one process of a node from the next: a restarted
         # node's sequence starts again at 1, and without it the leader would
         # take every fetch of the new process for a network duplicate of the
-        # old process's parked one (see _on_fetch). The runtime draws it at
-        # random per process start, the simulator uses the incarnation.
+        # old process's parked one (see _serve_fetch). The runtime draws
+        # it at random per process start, the simulator uses the incarnation.
         if not 0 <= fetch_session < 1 << 31:
             raise ValueError("fetch_session must be in [0, 2**31)")
         self._fetch_request_id = fetch_session << 32
-        self._fetch_in_flight: tuple[int, int, int] | None = None  # (request id, target, deadline)
-        self._next_fetch_tick = 0
-        self._fetched_from_leader = False
-        self._leader_unreachable = False
-        self._read_token = 0
-        self._download: _SnapshotDownload | None = None
+        # An observer without a leader asks the voters in turn; it resumes
+        # the rotation where it stopped, rather than asking the same
+        # (possibly dead) voter first every time it loses its leader.
         self._bootstrap_index = 0
-
-        # prospective / candidate
-        self._granted: set[int] = set()
-        self._rejected: set[int] = set()
-
-        # leader
-        self._replicas: dict[int, ReplicaState] = {}
-        self._epoch_start_offset = 0
-        self._check_quorum_deadline = 0
-        self._fetched_voters: set[int] = set()
-        self._parked: dict[int, _ParkedFetch] = {}
-        self._next_read_token = 1
-        self._pending_reads: list[_PendingRead] = []
-        self._begin_epoch_deadline = 0
-
-        # resigned
-        self._end_epoch_acked: set[int] = set()
-        self._end_epoch_deadline = 0
-        self._successors: tuple[int, ...] = ()
 
         self._initialize(stored)
 
@@ -252,10 +352,13 @@ class QuorumNode:
 
     @property
     def role(self) -> Role:
+        """The role (KIP-595, KIP-996 names); it changes only through the
+        transition table in ``_roles.py``."""
         return self._role
 
     @property
     def epoch(self) -> int:
+        """The latest epoch this node knows; never decreases (KIP-595)."""
         return self._epoch
 
     @property
@@ -267,10 +370,15 @@ class QuorumNode:
 
     @property
     def voted_for(self) -> int | None:
+        """Whom this node voted for in ``epoch`` (Raft thesis §3.4: at most
+        one vote per epoch, kept across restarts)."""
         return self._voted_for
 
     @property
     def high_watermark(self) -> int:
+        """Every record below this offset is committed. Monotonic on each
+        node; on a new leader it may lag the cluster's until
+        ``leader_has_committed_own_epoch`` (Raft thesis §3.6.2)."""
         return self._hw
 
     @property
@@ -280,36 +388,46 @@ class QuorumNode:
 
     @property
     def snapshot(self) -> Snapshot | None:
+        """The latest snapshot, taken here or fetched from the leader."""
         return self._snapshot
 
     @property
     def current_tick(self) -> int:
+        """Ticks since this node started: its only notion of time."""
         return self._tick
 
     @property
     def is_leader(self) -> bool:
+        """True while this node leads its epoch."""
         return self._role is Role.LEADER
 
     @property
     def epoch_start_offset(self) -> int:
-        """Offset of this leader's LEADER_CHANGE record (leaders only)."""
-        return self._epoch_start_offset
+        """Offset of this leader's LEADER_CHANGE record (leaders only: 0
+        when this node does not lead)."""
+        state = self._state
+        return state.epoch_start_offset if isinstance(state, LeaderState) else 0
 
     @property
     def leader_has_committed_own_epoch(self) -> bool:
         """True when this node leads and a record of its own epoch is
         committed: only then is its high watermark the cluster's."""
-        return self._role is Role.LEADER and self._hw > self._epoch_start_offset
+        state = self._state
+        return isinstance(state, LeaderState) and self._hw > state.epoch_start_offset
 
     def describe(self) -> QuorumDescription:
         """DescribeQuorum, answered from this node's own view."""
         voters: list[ReplicaDescription] = []
         observers: list[ReplicaDescription] = []
-        for node_id in sorted(set(self.config.voters) | set(self._replicas)):
+        # Only a leader hears from replicas; any other role knows itself.
+        state = self._state
+        replicas = state.replicas if isinstance(state, LeaderState) else {}
+        for node_id in sorted(set(self.config.voters) | set(replicas)):
             if self._role is Role.LEADER and node_id == self.node_id:
+                # A leader is current with itself at every tick.
                 description = ReplicaDescription(node_id, self._log.end_offset, self._tick * self.config.tick_ms)
-            elif self._role is Role.LEADER and node_id in self._replicas:
-                replica = self._replicas[node_id]
+            elif self._role is Role.LEADER and node_id in replicas:
+                replica = replicas[node_id]
                 last_ms = None if replica.last_fetch_tick is None else replica.last_fetch_tick * self.config.tick_ms
                 description = ReplicaDescription(node_id, replica.end_offset, last_ms)
             elif node_id == self.node_id:
@@ -337,61 +455,77 @@ class QuorumNode:
         """Advance logical time by one tick and fire any due timer."""
         self._tick += 1
         now = self._tick
-        role = self._role
-        if role is Role.LEADER:
-            self._tick_leader(now)
-        elif role is Role.FOLLOWER:
-            self._tick_follower(now)
-        elif role is Role.UNATTACHED:
-            if self.config.is_voter and now >= self._election_deadline:
-                self._stand("election timeout", Trigger.ELECTION_TIMEOUT)
-            elif not self.config.is_voter:
-                if self._fetch_in_flight is not None and now >= self._fetch_in_flight[2]:
-                    self._fetch_in_flight = None
+        # Each role fires only the timers it owns (_role_state.py).
+        state = self._state
+        if isinstance(state, LeaderState):
+            self._tick_leader(now, state)
+        elif isinstance(state, FollowerState):
+            self._tick_follower(now, state)
+        elif isinstance(state, UnattachedState):
+            if state.fetcher is None:
+                if now >= state.election_deadline:
+                    self._stand("election timeout", Trigger.ELECTION_TIMEOUT)
+            else:
+                # An observer: a request unanswered by its deadline is
+                # presumed lost, and the next voter is asked.
+                fetcher = state.fetcher
+                if fetcher.in_flight is not None and now >= fetcher.in_flight.deadline_tick:
+                    fetcher.in_flight = None
                     self._bootstrap_index += 1
                 self._maybe_send_fetch(now)
-        elif role is Role.PROSPECTIVE:
-            if now >= self._election_deadline:
-                self._lose_pre_vote("pre-vote timed out")
-        elif role is Role.CANDIDATE:
-            if now >= self._election_deadline:
-                if self._backing_off:
+        elif isinstance(state, CandidacyState):
+            if now >= state.election_deadline:
+                if self._role is Role.PROSPECTIVE:
+                    # KIP-996: a pre-vote that no majority answered is lost.
+                    self._lose_pre_vote("pre-vote timed out")
+                elif state.backing_off:
                     self._stand("election backoff over", Trigger.ELECTION_TIMEOUT)
                 else:
-                    self._start_backoff()
-        elif role is Role.RESIGNED:
-            if now >= self._election_deadline:
+                    self._start_backoff(state)
+        elif isinstance(state, ResignedState):
+            if now >= state.election_deadline:
+                # Nobody took over: stand ourselves, in a later epoch.
                 self._stand("resigned leader's election timeout", Trigger.ELECTION_TIMEOUT)
-            elif now >= self._end_epoch_deadline:
-                self._send_end_quorum_epoch()
+            elif now >= state.end_epoch_deadline:
+                self._send_end_quorum_epoch(state)
         return self._flush()
 
     def step(self, message: Message) -> Output:
         """Handle a message from a peer. Messages not addressed to this node
-        are a driver bug (``ValueError``)."""
+        are a driver bug (``ValueError``); anything but a quorum message is
+        a ``TypeError``."""
         if message.dst != self.node_id:
             raise ValueError(f"message for node {message.dst} delivered to node {self.node_id}")
+        if not isinstance(message, _REQUEST_TYPES + _RESPONSE_TYPES):
+            raise TypeError(f"not a quorum message: {message!r}")
+        if not self._epoch_prologue(message):
+            return self._flush()
+        # Same epoch: each handler dispatches on the role.
         match message:
             case FetchRequest():
-                self._on_fetch_request(message)
-            case FetchResponse():
-                self._on_fetch_response(message)
+                self._serve_fetch(self._leading, message)
+            case FetchSnapshotRequest():
+                self._serve_fetch_snapshot(self._leading, message)
+            case VoteRequest() if message.pre_vote:
+                self._on_pre_vote_request(message)
             case VoteRequest():
                 self._on_vote_request(message)
-            case VoteResponse():
-                self._on_vote_response(message)
             case BeginQuorumEpochRequest():
                 self._on_begin_quorum_epoch(message)
             case EndQuorumEpochRequest():
                 self._on_end_quorum_epoch(message)
-            case FetchSnapshotRequest():
-                self._on_fetch_snapshot_request(message)
+            case FetchResponse():
+                self._on_fetch_response(message)
             case FetchSnapshotResponse():
                 self._on_fetch_snapshot_response(message)
-            case BeginQuorumEpochResponse() | EndQuorumEpochResponse():
-                self._on_ack_response(message)
-            case _:
-                raise TypeError(f"not a quorum message: {message!r}")
+            case VoteResponse():
+                self._on_vote_response(message)
+            case EndQuorumEpochResponse():
+                if isinstance(self._state, ResignedState):
+                    # Acknowledged: stop resending EndQuorumEpoch to it.
+                    self._state.end_epoch_acked.add(message.src)
+            case BeginQuorumEpochResponse():
+                pass  # the Fetch that follows is the acknowledgement that counts
         return self._flush()
 
     def propose(self, payloads: Sequence[bytes]) -> tuple[int, Output]:
@@ -405,7 +539,9 @@ class QuorumNode:
         Raises ``NotLeaderError`` when this node is not the leader.
         """
         if self._role is not Role.LEADER:
-            raise NotLeaderError(self._leader_id if self._role is not Role.RESIGNED else None, self._epoch)
+            raise NotLeaderError(self._leader_hint(), self._epoch)
+        # Only a leader appends (Raft thesis §3.5: the leader's log is the
+        # one every other log converges to); the records carry its epoch.
         first = self._log.end_offset
         if payloads:
             self._append_as_leader(RecordKind.DATA, payloads)
@@ -421,12 +557,15 @@ class QuorumNode:
         Raises ``NotLeaderError`` when this node is not the leader.
         """
         if self._role is not Role.LEADER:
-            raise NotLeaderError(self._leader_id if self._role is not Role.RESIGNED else None, self._epoch)
-        self._pending_reads.append(_PendingRead(read_id, self._next_read_token))
+            raise NotLeaderError(self._leader_hint(), self._epoch)
+        leader = self._leading
+        # Only a Fetch echoing a token handed out from now on proves that
+        # this node still led after the read arrived (Raft thesis §6.4).
+        leader.pending_reads.append(PendingRead(read_id, leader.next_read_token))
         # Fetches parked now were sent before the read arrived and prove
         # nothing about it; answer them so that fresh ones come back.
-        self._complete_parked_fetches()
-        self._check_pending_reads()
+        self._complete_parked_fetches(leader)
+        self._check_pending_reads(leader)
         return self._flush()
 
     def resign(self) -> Output:
@@ -438,10 +577,13 @@ class QuorumNode:
 
     def persisted(self, persist_seq: int) -> Output:
         """The driver made output ``persist_seq`` (and all before it) durable."""
-        while self._unpersisted and self._unpersisted[0][0] <= persist_seq:
-            _, end = self._unpersisted.popleft()
-            self._durable_end = end
+        # Outputs are made durable in order (_output.py), so one sequence
+        # number settles every earlier output too.
+        while self._unpersisted and self._unpersisted[0].persist_seq <= persist_seq:
+            self._durable_end = self._unpersisted.popleft().end_offset
         if self._role is Role.LEADER:
+            # The leader's own write now counts toward the majority
+            # (Raft thesis §10.2.1).
             self._maybe_advance_high_watermark()
         return self._flush()
 
@@ -449,24 +591,27 @@ class QuorumNode:
         """The transport could not reach ``peer`` (connection refused or
         reset). A follower whose leader is gone stands soon instead of
         waiting out the whole fetch timeout."""
-        if self._fetch_in_flight is not None and self._fetch_in_flight[1] == peer:
-            self._fetch_in_flight = None
-            self._next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
+        fetcher = self._fetcher
+        if fetcher is not None and fetcher.in_flight is not None and fetcher.in_flight.target == peer:
+            # No answer will come: retry after the backoff, not the deadline.
+            fetcher.in_flight = None
+            fetcher.next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
+        state = self._state
         if (
             self.config.fast_failover
             and self.config.is_voter
-            and self._role is Role.FOLLOWER
+            and isinstance(state, FollowerState)
             and peer == self._leader_id
-            and not self._leader_unreachable
+            and not state.leader_unreachable
         ):
             # One random wait per loss of the leader (not one per report:
             # the minimum of many draws would bunch the followers together).
-            self._leader_unreachable = True
+            state.leader_unreachable = True
             soon = self._tick + self._rng.randrange(self.config.ticks(self.config.election_timeout_ms))
-            self._fetch_deadline = min(self._fetch_deadline, soon)
+            state.fetch_deadline = min(state.fetch_deadline, soon)
             # Our leader's process is gone: grant pre-votes again (KIP-996
             # refuses them only while the leader is known to be alive).
-            self._fetched_from_leader = False
+            state.fetched_from_leader = False
         return self._flush()
 
     def snapshot_taken(self, snapshot_id: SnapshotId, data: bytes) -> Output:
@@ -478,21 +623,130 @@ class QuorumNode:
         its epoch does not match the log.
         """
         end = snapshot_id.end_offset
+        # KIP-630: a snapshot may only cover committed records, or a
+        # follower could load state that a later leader overwrites.
         if end > self._hw:
             raise ValueError(f"snapshot end {end} is beyond the high watermark {self._hw}")
         if self._snapshot is not None and end <= self._snapshot.snapshot_id.end_offset:
-            return self._flush()
+            return self._flush()  # not newer than ours: nothing to gain
         if self._log.epoch_at(end - 1) not in (snapshot_id.epoch, None) and end > 0:
             raise ValueError(f"snapshot epoch {snapshot_id.epoch} does not match the log at {end - 1}")
         self._snapshot = Snapshot(snapshot_id, data)
         self._out.snapshot = (snapshot_id, data)
+        # Keep a tail of records behind the snapshot, so that a follower a
+        # little behind catches up with records, not a whole snapshot.
         keep_from = end - self.config.snapshot_retained_records
         if keep_from > self._log.start_offset:
             epoch_before = self._log.epoch_at(keep_from - 1)
-            assert epoch_before is not None
+            if epoch_before is None:
+                raise QuorumInvariantError(f"node {self.node_id}: no record at {keep_from - 1}, inside its own log")
             self._log.delete_before(keep_from, epoch_before)
             self._out.delete_before = keep_from
         return self._flush()
+
+    # =====================================================================
+    # The epoch prologue: every message passes here first
+    # =====================================================================
+    #
+    # KIP-595 common epoch handling (Raft thesis §3.3: "if one server's
+    # current term is smaller than the other's, it updates its current term
+    # to the larger value ... if a server receives a request with a stale
+    # term number, it rejects the request"), in one place for every message:
+    #
+    # - a later epoch is adopted before anything else: as a follower of the
+    #   leader the message names (BeginQuorumEpoch names its sender, a
+    #   response its ``leader_id``), else Unattached;
+    # - a request from an earlier epoch is refused with FENCED_LEADER_EPOCH,
+    #   so its sender learns our epoch; a response from an earlier epoch
+    #   answers a question we no longer ask, and is dropped;
+    # - a message of our own epoch goes to its handler, which dispatches on
+    #   the role (the leader-only requests are refused NOT_LEADER here).
+    #
+    # One exception: a pre-vote (KIP-996) claims no epoch. It asks whether
+    # we *would* vote in the next one, so it never moves our epoch; only a
+    # stale one is refused.
+
+    def _epoch_prologue(self, message: _Request | _Response) -> bool:
+        """Epoch handling of any message; True when its handler should run.
+        See the comment above for the rules and where they come from."""
+        if isinstance(message, _RESPONSE_TYPES):
+            if isinstance(message, (FetchResponse, FetchSnapshotResponse)):
+                # Only the answer to the request in flight is an answer at
+                # all; any other is a duplicate or comes too late.
+                fetcher = self._fetcher
+                if fetcher is None or not fetcher.accept(message.request_id, message.src):
+                    return False
+                consumer = self._hooks.fetch_extension_consumer
+                if isinstance(message, FetchResponse) and message.extension is not None and consumer is not None:
+                    # The host hears every answer to its Fetch, whatever its
+                    # epoch (a broker's heartbeat result rides on it).
+                    consumer(message.extension)
+            if message.epoch > self._epoch:
+                # BeginQuorumEpoch and EndQuorumEpoch answers name no leader.
+                acknowledgement = isinstance(message, (BeginQuorumEpochResponse, EndQuorumEpochResponse))
+                leader = None if acknowledgement else message.leader_id
+                self._adopt_later_epoch(message.epoch, leader, f"learned of epoch {message.epoch} from {message.src}")
+                return False
+            # A late answer from an earlier epoch (say, a grant from an earlier
+            # round) must not count now.
+            return message.epoch == self._epoch
+        # A request.
+        pre_vote = isinstance(message, VoteRequest) and message.pre_vote
+        if message.epoch < self._epoch:
+            self._refuse(message, ErrorCode.FENCED_LEADER_EPOCH)
+            return False
+        if message.epoch > self._epoch and not pre_vote:
+            # Even a leader steps down for a later epoch's Vote: the
+            # disruption pre-vote exists to prevent. A Vote keeps our
+            # running timer (see _become_unattached's ``keep_timer``).
+            leader = message.src if isinstance(message, BeginQuorumEpochRequest) else None
+            self._adopt_later_epoch(
+                message.epoch, leader, _later_epoch_reason(message), keep_timer=isinstance(message, VoteRequest)
+            )
+            if isinstance(message, (FetchRequest, FetchSnapshotRequest)):
+                # We have only just learned of the epoch: we do not lead it,
+                # and do not know who does.
+                self._refuse(message, ErrorCode.UNKNOWN_LEADER_EPOCH)
+                return False
+        if isinstance(message, (FetchRequest, FetchSnapshotRequest)) and self._role is not Role.LEADER:
+            # KIP-595: only the leader serves fetches; the error names the
+            # leader we know, so the fetcher can go there.
+            self._refuse(message, ErrorCode.NOT_LEADER)
+            return False
+        return True
+
+    def _adopt_later_epoch(self, epoch: int, leader: int | None, reason: str, *, keep_timer: bool = False) -> None:
+        """Move into ``epoch`` (Raft thesis §3.3): as a follower when the
+        message names its leader (any other node: a message naming us as
+        the leader of an epoch we never stood in is not believed), else
+        Unattached, to learn the leader or stand."""
+        if leader is not None and leader != self.node_id:
+            self._become_follower(epoch, leader, reason=reason)
+        else:
+            self._become_unattached(epoch, reason=reason, keep_timer=keep_timer)
+
+    def _refuse(self, request: _Request, code: ErrorCode) -> None:
+        """Answer ``request`` with error ``code`` and nothing else. The
+        leader hint is the leader we know, except as Resigned (we are
+        recorded as leader, but lead no more) and, for a pre-vote, unless
+        we lead or follow (KIP-996: only a live leader is named)."""
+        match request:
+            case FetchRequest():
+                self._send_fetch_error(request, code)
+            case FetchSnapshotRequest():
+                self._reply_fetch_snapshot(request, code)
+            case VoteRequest():
+                self._reply_vote(request, granted=False, error=code)
+            case BeginQuorumEpochRequest():
+                self._send(BeginQuorumEpochResponse(src=self.node_id, dst=request.src, epoch=self._epoch, error=code))
+            case EndQuorumEpochRequest():
+                self._send(EndQuorumEpochResponse(src=self.node_id, dst=request.src, epoch=self._epoch, error=code))
+
+    def _leader_hint(self) -> int | None:
+        """The leader to name to others: a Resigned node still records
+        itself as leader (so that a restart keeps it Resigned) but must not
+        send anyone to itself."""
+        return self._leader_id if self._role is not Role.RESIGNED else None
 
     # =====================================================================
     # Initialisation and role transitions
@@ -507,21 +761,26 @@ class QuorumNode:
         epoch twice and overwrite records it lost in the crash. It stands in
         the next epoch when its timer fires."""
         if self._log.last_epoch > self._epoch:
-            # The log saw a later epoch than the election state recorded.
+            # The log saw a later epoch than the election state recorded
+            # (its records were written first): epochs never go back, so
+            # the log's wins (KIP-595 QuorumState.initialize).
             self._become_unattached(
                 self._log.last_epoch, reason="log is ahead of the election state", trigger=Trigger.START
             )
         elif stored.leader_id == self.node_id and self.config.is_voter:
             # A leader that restarts must not lead or vote again in the same
-            # epoch: it may have lost unflushed records of that epoch.
-            self._enter_role(Role.RESIGNED, Trigger.START)
-            self._end_epoch_acked = set()
-            self._reset_election_timer()
-            self._end_epoch_deadline = self._tick
+            # epoch: it may have lost unflushed records of that epoch. It
+            # resigns at once (the first tick sends EndQuorumEpoch), with no
+            # successor ranking: the replica table died with the process.
+            resigned = ResignedState(election_deadline=self._draw_election_deadline(), end_epoch_deadline=self._tick)
+            self._enter_role(Role.RESIGNED, Trigger.START, resigned)
             self._event("restarted after leading")
         elif stored.leader_id is not None and stored.leader_id != self.node_id:
+            # Resume following; the fetch timeout finds out if it is gone.
             self._become_follower(self._epoch, stored.leader_id, reason="restarted", trigger=Trigger.START)
         else:
+            # Keep the recorded vote: a second vote in the same epoch could
+            # elect two leaders in it (Raft thesis §3.8).
             self._become_unattached(self._epoch, voted_for=stored.voted_for, reason="started", trigger=Trigger.START)
         self._starting = False
         # Anything sent during construction is discarded by the first
@@ -533,38 +792,41 @@ class QuorumNode:
         return self._flush()
 
     def _set_election_state(self, epoch: int, voted_for: int | None, leader_id: int | None) -> None:
+        # Raft thesis §3.8: a vote or an epoch must be durable before any
+        # message that depends on it leaves; the Output contract orders the
+        # write before the sends (_output.py).
         self._epoch, self._voted_for, self._leader_id = epoch, voted_for, leader_id
         state = ElectionState(epoch=epoch, voted_for=voted_for, leader_id=leader_id)
         if state != self._persisted_election:
             self._persisted_election = state
             self._out.election_state = state
 
-    def _enter_role(self, role: Role, trigger: Trigger) -> None:
+    def _enter_role(self, role: Role, trigger: Trigger, state: RoleState) -> None:
         """Every change of role goes through here: checked against the
         transition table (``_roles.py``, which also draws the diagram in
-        docs/raft.md), then the old role's state is undone. Raises
-        ``QuorumInvariantError`` for a change the table does not have."""
+        docs/raft.md), then the old role's state is dropped and ``state``
+        takes its place. Raises ``QuorumInvariantError`` for a change the
+        table does not have."""
         source = None if self._starting else self._role
         if not transition_allowed(source, role, trigger):
-            raise QuorumInvariantError(
-                f"node {self.node_id}: no role transition {describe_transition(source, role, trigger)} (epoch {self._epoch})"
-            )
+            transition = describe_transition(source, role, trigger)
+            raise QuorumInvariantError(f"node {self.node_id}: no role transition {transition} (epoch {self._epoch})")
         self._leave_role()
         self._role = role
+        self._state = state
 
     def _leave_role(self) -> None:
-        """Undo role-specific state before any transition."""
-        if self._role is Role.LEADER:
-            self._fail_pending_reads("leadership lost")
-            for replica_id in sorted(self._parked):
-                self._send_fetch_error(self._parked[replica_id].request, ErrorCode.NOT_LEADER, leader_hint=None)
-            self._parked.clear()
-            self._replicas.clear()
-        self._fetch_in_flight = None
-        self._download = None
-        self._backing_off = False
-        self._granted = set()
-        self._rejected = set()
+        """The one duty a role has on leaving: a leader answers whoever
+        waits on it, so that nobody waits out a timeout on a node that can
+        no longer answer (reads fail, parked fetches hear NOT_LEADER). Every
+        other field is dropped with the role's object."""
+        state = self._state
+        if isinstance(state, LeaderState):
+            for read in state.pending_reads:
+                self._out.reads.append(ReadFailed(read.read_id, None, "leadership lost"))
+            for replica_id in sorted(state.parked):
+                self._send_fetch_error(state.parked[replica_id].request, ErrorCode.NOT_LEADER, leader_hint=None)
+            state.parked.clear()
 
     def _become_unattached(
         self,
@@ -580,45 +842,66 @@ class QuorumNode:
         the timer restarts only on hearing from a leader or granting a vote).
         Otherwise a node with a stale log that keeps standing would hold
         every up-to-date voter back forever."""
+        # Raft thesis §3.3: a node's term (epoch) never decreases; going
+        # back would let it vote twice in an epoch it already voted in.
         if epoch < self._epoch:
             raise QuorumInvariantError(f"epoch would go backwards: {self._epoch} -> {epoch}")
         if trigger is Trigger.LATER_EPOCH and epoch == self._epoch and not self._starting:
             raise QuorumInvariantError(f"node {self.node_id}: a later epoch was claimed, but {epoch} is its own")
         if epoch > self._epoch:
+            # Someone else's epoch: our streak of failed candidacies ends.
             self._election_retries = 0
+        old = self._state
         running_deadline = None
         if keep_timer:
-            if self._role is Role.FOLLOWER:
-                running_deadline = self._fetch_deadline
-            elif self._role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE):
-                running_deadline = self._election_deadline
-        self._enter_role(Role.UNATTACHED, trigger)
-        self._set_election_state(epoch, voted_for, None)
-        self._reset_election_timer()
+            if isinstance(old, FollowerState):
+                running_deadline = old.fetch_deadline
+            elif isinstance(old, (UnattachedState, CandidacyState)):
+                running_deadline = old.election_deadline
+        # Drawn even when the running timer is kept: the order of draws is
+        # part of what a seed replays, so it does not depend on the branch.
+        deadline = self._draw_election_deadline()
         if running_deadline is not None:
-            self._election_deadline = running_deadline
-        self._next_fetch_tick = self._tick
+            deadline = running_deadline
+        fetcher = None
+        if not self.config.is_voter:
+            # An observer keeps echoing the last read token it had: no leader
+            # counts an observer's token (only voters confirm reads).
+            previous = self._fetcher
+            fetcher = FetcherState(next_fetch_tick=self._tick, read_token=previous.read_token if previous else 0)
+        self._enter_role(Role.UNATTACHED, trigger, UnattachedState(election_deadline=deadline, fetcher=fetcher))
+        # Unattached knows no leader; a vote is kept only in its own epoch
+        # (callers pass ``voted_for`` only when the epoch does not change).
+        self._set_election_state(epoch, voted_for, None)
         self._event(reason)
 
     def _become_follower(
         self, epoch: int, leader_id: int, *, reason: str, trigger: Trigger = Trigger.LEADER_FOUND
     ) -> None:
+        """Follow ``leader_id`` in ``epoch`` and send the first Fetch at
+        once: that Fetch is what tells the leader we accepted it."""
         if leader_id == self.node_id:
             raise QuorumInvariantError(f"node {self.node_id} cannot follow itself (epoch {epoch})")
         if epoch < self._epoch:
+            # Raft thesis §3.3: epochs never decrease.
             raise QuorumInvariantError(f"epoch would go backwards: {self._epoch} -> {epoch}")
         if self._role is Role.LEADER and epoch == self._epoch:
+            # Raft thesis §3.4 election safety: at most one leader per epoch.
             raise QuorumInvariantError(f"two leaders in epoch {epoch}: {self.node_id} and {leader_id}")
         if epoch > self._epoch:
             self._election_retries = 0
-        self._enter_role(Role.FOLLOWER, trigger)
+        # A follower of a new leader starts with read token 0: tokens are
+        # per leadership, and echoing another leader's would confirm reads
+        # that this fetch proves nothing about (Raft thesis §6.4).
+        follower = FollowerState(
+            fetcher=FetcherState(next_fetch_tick=self._tick),
+            fetch_deadline=self._tick + self.config.ticks(self.config.fetch_timeout_ms),
+        )
+        self._enter_role(Role.FOLLOWER, trigger, follower)
+        # Keep our vote if the epoch is the one we voted in (§3.8: one vote
+        # per epoch, even after learning who won).
         voted = self._voted_for if epoch == self._epoch else None
         self._set_election_state(epoch, voted, leader_id)
-        self._fetched_from_leader = False
-        self._leader_unreachable = False
-        self._read_token = 0
-        self._fetch_deadline = self._tick + self.config.ticks(self.config.fetch_timeout_ms)
-        self._next_fetch_tick = self._tick
         self._event(reason)
         self._maybe_send_fetch(self._tick)
 
@@ -626,62 +909,75 @@ class QuorumNode:
         """An election timer fired: pre-vote first (KIP-996) unless disabled."""
         if not self.config.is_voter:
             return
+        # A lone voter has nobody to disrupt, so it skips the pre-vote.
         if self.config.pre_vote and len(self.config.voters) > 1:
             self._become_prospective(reason, trigger)
         else:
             self._become_candidate(reason, trigger)
 
     def _become_prospective(self, reason: str, trigger: Trigger) -> None:
+        """KIP-996: ask whether a majority would vote for us in the next
+        epoch, without bumping ours, so that a node that cannot win (a
+        stale log, or a partition's minority) disrupts nobody."""
         leader = self._leader_id if self._leader_id != self.node_id else None
-        self._enter_role(Role.PROSPECTIVE, trigger)
-        # Keep the last known leader: losing the pre-vote returns to it.
+        candidacy = CandidacyState(election_deadline=self._draw_election_deadline(), granted={self.node_id})
+        self._enter_role(Role.PROSPECTIVE, trigger, candidacy)
+        # Keep the last known leader (in memory only: the epoch is not
+        # bumped, KIP-996): losing the pre-vote returns to it.
         self._leader_id = leader
-        self._granted = {self.node_id}
-        self._rejected = set()
-        self._reset_election_timer()
         self._event(reason)
         self._request_votes(pre_vote=True)
 
     def _become_candidate(self, reason: str, trigger: Trigger) -> None:
-        self._enter_role(Role.CANDIDATE, trigger)
+        """Raft thesis §3.4: stand in the next epoch, voting for ourselves."""
+        candidacy = CandidacyState(election_deadline=0, granted={self.node_id})
+        self._enter_role(Role.CANDIDATE, trigger, candidacy)
         self._election_retries += 1
+        # Raft thesis §3.4: a new epoch and a vote for ourselves, both
+        # durable before any VoteRequest leaves (§3.8).
         self._set_election_state(self._epoch + 1, self.node_id, None)
-        self._granted = {self.node_id}
-        self._rejected = set()
-        self._reset_election_timer()
+        candidacy.election_deadline = self._draw_election_deadline()
         self._event(reason)
-        if len(self._granted) >= self.config.majority:
-            self._become_leader()
+        if len(candidacy.granted) >= self.config.majority:
+            self._become_leader()  # a single voter is its own majority
         else:
             self._request_votes(pre_vote=False)
 
     def _become_leader(self) -> None:
-        self._enter_role(Role.LEADER, Trigger.WON_ELECTION)
+        """Raft thesis §3.4: a majority voted for us. Every voter starts
+        unacknowledged: nothing learned in another role is trusted."""
+        replicas = {voter: ReplicaState(voter, is_voter=True) for voter in self.config.voters if voter != self.node_id}
+        leader = LeaderState(
+            epoch_start_offset=self._log.end_offset,
+            replicas=replicas,
+            # KAFKA-15489: the first window starts with the leadership.
+            check_quorum_deadline=self._tick + self.config.ticks(self.config.check_quorum_ms),
+            begin_epoch_deadline=self._tick,
+        )
+        self._enter_role(Role.LEADER, Trigger.WON_ELECTION, leader)
         self._election_retries = 0
+        # Recorded durably, so that a restart knows it led this epoch and
+        # never leads it again (_initialize).
         self._set_election_state(self._epoch, self._voted_for, self.node_id)
-        self._replicas = {
-            voter: ReplicaState(voter, is_voter=True) for voter in self.config.voters if voter != self.node_id
-        }
-        self._fetched_voters = set()
-        self._check_quorum_deadline = self._tick + self._check_quorum_ticks()
-        self._next_read_token = 1
-        self._pending_reads = []
-        self._epoch_start_offset = self._log.end_offset
         self._event("won the election")
         # A record of the new epoch, so the high watermark can advance
         # (Raft thesis §3.6.2: commit only records of the current term).
         self._append_as_leader(RecordKind.LEADER_CHANGE, [f"leader={self.node_id} epoch={self._epoch}".encode()])
-        self._begin_epoch_deadline = self._tick
-        self._send_begin_quorum_epoch(force=True)
+        # KIP-595 BeginQuorumEpoch: voters learn of us without waiting for
+        # their fetch timeout to find us.
+        self._send_begin_quorum_epoch(leader, force=True)
 
     def _become_resigned(self, reason: str, trigger: Trigger) -> None:
-        successors = self._preferred_successors()
-        self._enter_role(Role.RESIGNED, trigger)
-        self._end_epoch_acked = set()
-        self._successors = successors
-        self._reset_election_timer()
+        """Stop leading this epoch (check quorum or a requested shutdown)
+        and hand over with EndQuorumEpoch (KIP-595). The ranking is taken
+        before the leader state is dropped with the role."""
+        successors = self._leading.preferred_successors()
+        resigned = ResignedState(
+            election_deadline=self._draw_election_deadline(), end_epoch_deadline=self._tick, successors=successors
+        )
+        self._enter_role(Role.RESIGNED, trigger, resigned)
         self._event(reason)
-        self._send_end_quorum_epoch()
+        self._send_end_quorum_epoch(resigned)
 
     def _lose_pre_vote(self, reason: str) -> None:
         """KIP-996: a lost pre-vote returns to the known leader, or to
@@ -694,23 +990,49 @@ class QuorumNode:
                 self._epoch, voted_for=self._voted_for, reason=reason, trigger=Trigger.LOST_PRE_VOTE
             )
 
-    def _start_backoff(self) -> None:
+    def _start_backoff(self, candidacy: CandidacyState) -> None:
         """Candidate lost or timed out: wait a random time below
         min(base * 2^retries, max). The cap bounds the range, not the draw,
         so competing candidates keep drawing different waits."""
-        self._backing_off = True
+        candidacy.backing_off = True
         exponent = min(self._election_retries, 20)
         window_ms = min(self.config.election_backoff_base_ms * 2**exponent, self.config.election_backoff_max_ms)
-        self._election_deadline = self._tick + 1 + self._rng.randrange(self.config.ticks(window_ms))
+        candidacy.election_deadline = self._tick + 1 + self._rng.randrange(self.config.ticks(window_ms))
 
-    def _reset_election_timer(self) -> None:
+    def _draw_election_deadline(self) -> int:
+        """A fresh election timeout, random in [base, 2 * base) (Raft thesis
+        §3.4: randomised timeouts make split votes rare). The only source of
+        randomness is the injected ``random.Random``."""
         base = self.config.ticks(self.config.election_timeout_ms)
-        self._election_deadline = self._tick + base + self._rng.randrange(base)
+        return self._tick + base + self._rng.randrange(base)
 
-    def _check_quorum_ticks(self) -> int:
-        return self.config.ticks(self.config.check_quorum_ms)
+    def _role_state(self, kind: type[_S]) -> _S:
+        """The current role's state, which must be a ``kind`` (or, for
+        ``FetcherState``, hold one). Raises ``QuorumInvariantError``
+        otherwise: role-specific code reached from another role is a bug."""
+        state = self._fetcher if kind is FetcherState else self._state
+        if not isinstance(state, kind):
+            raise QuorumInvariantError(f"node {self.node_id} has no {kind.__name__} as {self._role.value}")
+        return state
+
+    @property
+    def _leading(self) -> LeaderState:
+        """This leader's state (raises as ``_role_state`` does)."""
+        return self._role_state(LeaderState)
+
+    @property
+    def _fetcher(self) -> FetcherState | None:
+        """The fetch loop of a follower or of an observer looking for its
+        leader; None in every role that does not pull records."""
+        state = self._state
+        if isinstance(state, (FollowerState, UnattachedState)):
+            return state.fetcher
+        return None
 
     def _event(self, reason: str) -> None:
+        # Recorded after the change, so the event shows the new role and
+        # epoch; the simulator's invariant checks (one leader per epoch)
+        # read these.
         self._out.events.append(
             RoleChange(self._tick, self.node_id, self._role, self._epoch, self.leader_id, reason)
         )
@@ -719,32 +1041,38 @@ class QuorumNode:
     # Timers
     # =====================================================================
 
-    def _tick_leader(self, now: int) -> None:
+    def _tick_leader(self, now: int, leader: LeaderState) -> None:
         # KAFKA-15489 check quorum: resign when a majority of voters has not
         # fetched within check_quorum_factor * fetch_timeout. A single voter
         # is its own majority (KAFKA-16144).
-        if self.config.check_quorum and len(self.config.voters) > 1 and now >= self._check_quorum_deadline:
+        if self.config.check_quorum and len(self.config.voters) > 1 and now >= leader.check_quorum_deadline:
             self._become_resigned("check quorum: no fetch from a majority of voters", Trigger.CHECK_QUORUM)
             return
-        expired = [rid for rid, parked in self._parked.items() if now >= parked.expire_tick]
+        # KIP-595 long poll over: answer with whatever there is (at least
+        # the high watermark), so the fetcher's request does not time out.
+        expired = [rid for rid, parked in leader.parked.items() if now >= parked.expire_tick]
         for replica_id in expired:
-            self._answer_fetch(self._parked.pop(replica_id))
-        if now >= self._begin_epoch_deadline:
-            self._send_begin_quorum_epoch(force=False)
+            self._answer_fetch(leader, leader.parked.pop(replica_id))
+        if now >= leader.begin_epoch_deadline:
+            # A voter that missed BeginQuorumEpoch and has not fetched would
+            # otherwise stand and depose us (KIP-595 resends it).
+            self._send_begin_quorum_epoch(leader, force=False)
 
-    def _tick_follower(self, now: int) -> None:
-        if self.config.is_voter and now >= self._fetch_deadline:
-            if self._leader_unreachable:
+    def _tick_follower(self, now: int, follower: FollowerState) -> None:
+        if self.config.is_voter and now >= follower.fetch_deadline:
+            # KIP-595 fetch timeout: the leader is presumed gone.
+            if follower.leader_unreachable:
                 self._stand("leader unreachable: its connection was reset", Trigger.FETCH_TIMEOUT)
             else:
                 self._stand("fetch timeout: no fetch from the leader", Trigger.FETCH_TIMEOUT)
             return
-        if not self.config.is_voter and now >= self._fetch_deadline:
+        if not self.config.is_voter and now >= follower.fetch_deadline:
             # An observer that lost its leader goes looking for the new one.
             self._become_unattached(self._epoch, reason="fetch timeout", trigger=Trigger.FETCH_TIMEOUT)
             return
-        if self._fetch_in_flight is not None and now >= self._fetch_in_flight[2]:
-            self._fetch_in_flight = None  # lost; send another
+        fetcher = follower.fetcher
+        if fetcher.in_flight is not None and now >= fetcher.in_flight.deadline_tick:
+            fetcher.in_flight = None  # lost; send another
         self._maybe_send_fetch(now)
 
     # =====================================================================
@@ -752,76 +1080,85 @@ class QuorumNode:
     # =====================================================================
 
     def _append_as_leader(self, kind: RecordKind, payloads: Sequence[bytes]) -> None:
+        # Records go out to parked fetchers before they are durable here
+        # (Raft thesis §10.2.1: the leader writes in parallel with
+        # replicating); the leader counts itself only once ``persisted``
+        # says so (_maybe_advance_high_watermark).
         offset = self._log.end_offset
         entries = [Entry(offset + i, self._epoch, kind, payload) for i, payload in enumerate(payloads)]
         self._log.append(entries)
         self._out.append.extend(entries)
-        self._complete_parked_fetches()
+        self._complete_parked_fetches(self._leading)
 
     def _maybe_advance_high_watermark(self) -> None:
-        offsets = [self._durable_end if self.node_id in self.config.voter_set else -1]
-        offsets += [
-            replica.end_offset if replica.end_offset is not None else -1
-            for replica in self._replicas.values()
-            if replica.is_voter
-        ]
-        offsets.sort(reverse=True)
-        candidate = offsets[self.config.majority - 1]
-        # Only once a record of this epoch is committed (Raft thesis §3.6.2).
-        if candidate > self._epoch_start_offset and candidate > self._hw:
-            self._advance_high_watermark(candidate)
+        leader = self._leading
+        # The leader's own acknowledgement is its *durable* end (§10.2.1);
+        # a replica's is its fetch offset, which it sends only once the
+        # records below it are durable (_output.py).
+        acknowledged = [self._durable_end if self.node_id in self.config.voter_set else None]
+        acknowledged += [replica.end_offset for replica in leader.replicas.values() if replica.is_voter]
+        new_hw = next_high_watermark(self._hw, acknowledged, self.config.majority, leader.epoch_start_offset)
+        if new_hw > self._hw:
+            self._advance_high_watermark(new_hw)
 
     def _advance_high_watermark(self, new_hw: int) -> None:
+        # Monotonic on every node: a committed record is never uncommitted,
+        # so the state machine never applies a record twice or unapplies one.
         if new_hw <= self._hw:
             return
         old = self._hw
         self._hw = new_hw
+        # Records below the log start are in the snapshot, applied already.
         self._out.committed.extend(self._log.slice(max(old, self._log.start_offset), new_hw))
-        if self._role is Role.LEADER:
+        state = self._state
+        if isinstance(state, LeaderState):
             # Observers (brokers) learn the new high watermark at once.
             # Voters learn it with the next records or when their long poll
             # expires, as Raft followers learn the commit index from later
             # AppendEntries (Raft thesis §3.5): answering them now would add
             # a Fetch round trip to every write, on every node.
-            self._complete_parked_fetches(observers_only=True)
-            self._check_pending_reads()
+            self._complete_parked_fetches(state, observers_only=True)
+            self._check_pending_reads(state)
 
-    def _on_fetch_request(self, request: FetchRequest) -> None:
-        # KIP-595: the epoch is checked before anything else.
-        if request.epoch < self._epoch:
-            self._send_fetch_error(request, ErrorCode.FENCED_LEADER_EPOCH)
-            return
-        if self._role is not Role.LEADER or request.epoch > self._epoch:
-            code = ErrorCode.NOT_LEADER if request.epoch <= self._epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
-            if request.epoch > self._epoch:
-                # A fetcher knows of a later epoch than ours: learn it.
-                self._become_unattached(request.epoch, reason="fetch from a later epoch")
-            self._send_fetch_error(request, code)
-            return
+    def _serve_fetch(self, leader: LeaderState, request: FetchRequest) -> None:
+        """A Fetch in this leader's epoch (the prologue checked both)."""
+        # KIP-595: a position no log can have is refused before it can be
+        # counted as an acknowledgement.
         if request.fetch_offset < 0 or request.last_fetched_epoch < 0 or request.last_fetched_epoch > self._epoch:
             self._send_fetch_error(request, ErrorCode.INVALID_REQUEST)
             return
-        replica = self._replicas.get(request.src)
+        replica = leader.replicas.get(request.src)
         if replica is None:
+            # An observer's first Fetch this leadership.
             replica = ReplicaState(request.src, is_voter=request.src in self.config.voter_set)
-            self._replicas[request.src] = replica
+            leader.replicas[request.src] = replica
         replica.last_fetch_tick = self._tick
         fetch_session = request.request_id >> 32
         if replica.fetch_session != fetch_session:
             # A new process of this fetcher: it knows no high watermark yet.
             replica.fetch_session = fetch_session
             replica.high_watermark_sent = -1
+        # Tokens only grow: a reordered older Fetch must not withdraw a
+        # confirmation already given (Raft thesis §6.4).
         replica.acked_read_token = max(replica.acked_read_token, request.read_token)
         if replica.is_voter:
-            self._record_voter_fetch(request.src)
+            leader.record_voter_fetch(
+                request.src,
+                leader_is_voter=self.config.is_voter,
+                majority_size=self.config.majority,
+                next_deadline=self._tick + self.config.ticks(self.config.check_quorum_ms),
+            )
         extension = None
         handler = self._hooks.fetch_extension_handler
         if request.extension is not None and handler is not None:
             extension = handler(request)
 
-        diverging, snapshot_id = self._validate_fetch_position(request)
+        diverging, snapshot_id = _check_fetch_position(self._log, self._snapshot, request)
         if diverging is not None or snapshot_id is not None:
-            self._parked.pop(request.src, None)
+            # KIP-595: the fetcher's log is not a prefix of ours, so its
+            # fetch offset acknowledges nothing: it must not be counted
+            # toward the high watermark until it has truncated.
+            leader.parked.pop(request.src, None)
             self._send(
                 FetchResponse(
                     src=self.node_id,
@@ -833,25 +1170,27 @@ class QuorumNode:
                     log_start_offset=self._log.start_offset,
                     diverging=diverging,
                     snapshot_id=snapshot_id,
-                    read_token=self._take_read_token(),
+                    read_token=leader.take_read_token(),
                     extension=extension,
                 )
             )
-            self._check_pending_reads()
+            self._check_pending_reads(leader)
             return
+        # A validated fetch offset is the replica's acknowledgement that
+        # everything below it is durable there (_output.py).
         replica.end_offset = request.fetch_offset
         if replica.is_voter:
             self._maybe_advance_high_watermark()
-        self._check_pending_reads()
-        parked = _ParkedFetch(request, self._tick + self.config.ticks(self.config.fetch_max_wait_ms), extension)
-        previous = self._parked.get(request.src)
+        self._check_pending_reads(leader)
+        parked = ParkedFetch(request, self._tick + self.config.ticks(self.config.fetch_max_wait_ms), extension)
+        previous = leader.parked.get(request.src)
         if previous is not None and previous.request.request_id >> 32 != fetch_session:
             # Another process of this fetcher (a restart, or a late copy of
             # an old process's request): which one is alive is unknown, so
             # the parked one is answered now rather than left to wait out
             # its sender's request timeout. The sender that is gone ignores
             # the answer (its request id is not in flight anywhere).
-            self._answer_fetch(self._parked.pop(request.src))
+            self._answer_fetch(leader, leader.parked.pop(request.src))
             previous = None
         # A request older than the one already parked (same process) is a
         # network duplicate: answer it, but keep waiting on the newer one.
@@ -863,41 +1202,22 @@ class QuorumNode:
         has_news = request.fetch_offset < self._log.end_offset or (
             not replica.is_voter and self._hw > replica.high_watermark_sent
         )
-        if stale or has_news or self._pending_reads_need(replica):
+        if stale or has_news or leader.reads_wait_on(replica):
             if not stale:
-                self._parked.pop(request.src, None)
-            self._answer_fetch(parked)
+                leader.parked.pop(request.src, None)
+            self._answer_fetch(leader, parked)
         else:
-            self._parked[request.src] = parked
+            leader.parked[request.src] = parked
 
-    def _validate_fetch_position(self, request: FetchRequest) -> tuple[OffsetAndEpoch | None, SnapshotId | None]:
-        """KIP-595 offset validation: is the fetcher's log a prefix of ours?"""
-        log = self._log
-        offset, epoch = request.fetch_offset, request.last_fetched_epoch
-        if self._snapshot is not None:
-            # KIP-630: behind our log start, or at it with another epoch, or
-            # with an epoch older than anything we hold: only the snapshot
-            # can bring this fetcher back onto the committed history.
-            if (
-                offset < log.start_offset
-                or (offset == log.start_offset and epoch != log.start_epoch)
-                or epoch < log.start_epoch
-            ):
-                return None, self._snapshot.snapshot_id
-        found = log.end_offset_for_epoch(epoch)
-        if found is None:
-            # No snapshot and an epoch below our start epoch (0): a malformed
-            # request; send the fetcher back to the start.
-            return OffsetAndEpoch(log.start_epoch, log.start_offset), None
-        if found.epoch != epoch or offset > found.offset:
-            return found, None
-        return None, None
-
-    def _answer_fetch(self, parked: _ParkedFetch) -> None:
+    def _answer_fetch(self, leader: LeaderState, parked: ParkedFetch) -> None:
+        """Answer a validated Fetch with the records after its offset (up to
+        ``fetch_bytes_max``), our high watermark and a fresh read token."""
         request = parked.request
-        replica = self._replicas.get(request.src)
+        replica = leader.replicas.get(request.src)
         if replica is not None:
             replica.high_watermark_sent = self._hw
+        # Records not yet durable here may go out (Raft thesis §10.2.1):
+        # they count toward commitment only through acknowledgements.
         records = tuple(self._log.slice(request.fetch_offset, bytes_max=self.config.fetch_bytes_max))
         self._send(
             FetchResponse(
@@ -909,67 +1229,44 @@ class QuorumNode:
                 high_watermark=self._hw,
                 log_start_offset=self._log.start_offset,
                 records=records,
-                read_token=self._take_read_token(),
+                read_token=leader.take_read_token(),
                 extension=parked.response_extension,
             )
         )
 
-    def _complete_parked_fetches(self, *, observers_only: bool = False) -> None:
-        if not self._parked:
+    def _complete_parked_fetches(self, leader: LeaderState, *, observers_only: bool = False) -> None:
+        # Answered in replica id order: the order of messages must depend
+        # on nothing but the inputs, so that a seed replays exactly.
+        if not leader.parked:
             return
         if observers_only:
             voters = self.config.voter_set
-            for replica_id in sorted(self._parked):
+            for replica_id in sorted(leader.parked):
                 if replica_id not in voters:
-                    self._answer_fetch(self._parked.pop(replica_id))
+                    self._answer_fetch(leader, leader.parked.pop(replica_id))
             return
-        parked, self._parked = self._parked, {}
+        parked, leader.parked = leader.parked, {}
         for replica_id in sorted(parked):
-            self._answer_fetch(parked[replica_id])
+            self._answer_fetch(leader, parked[replica_id])
 
-    def _take_read_token(self) -> int:
-        token = self._next_read_token
-        self._next_read_token += 1
-        return token
-
-    def _record_voter_fetch(self, voter: int) -> None:
-        self._fetched_voters.add(voter)
-        # The leader counts itself: it never fetches from itself.
-        if len(self._fetched_voters) + (1 if self.config.is_voter else 0) >= self.config.majority:
-            self._fetched_voters.clear()
-            self._check_quorum_deadline = self._tick + self._check_quorum_ticks()
-
-    def _pending_reads_need(self, replica: ReplicaState) -> bool:
-        return replica.is_voter and any(
-            replica.acked_read_token < read.token_needed for read in self._pending_reads
-        )
-
-    def _check_pending_reads(self) -> None:
+    def _check_pending_reads(self, leader: LeaderState) -> None:
         """Serve every read a majority has confirmed (Raft thesis §6.4)."""
-        if not self._pending_reads or not self.leader_has_committed_own_epoch:
+        # Until a record of its own epoch is committed, a new leader's high
+        # watermark may be behind the cluster's: reads wait (§6.4 step 1).
+        if not leader.pending_reads or not self.leader_has_committed_own_epoch:
             return
-        still_waiting: list[_PendingRead] = []
-        for read in self._pending_reads:
-            confirmations = 1 if self.config.is_voter else 0
-            confirmations += sum(
-                1
-                for replica in self._replicas.values()
-                if replica.is_voter and replica.acked_read_token >= read.token_needed
-            )
-            if confirmations >= self.config.majority:
+        voter_tokens = [replica.acked_read_token for replica in leader.replicas.values() if replica.is_voter]
+        still_waiting: list[PendingRead] = []
+        for read in leader.pending_reads:
+            if read_confirmed(read.token_needed, voter_tokens, self.config.is_voter, self.config.majority):
                 self._out.reads.append(ReadReady(read.read_id, self._hw))
             else:
                 still_waiting.append(read)
-        self._pending_reads = still_waiting
-
-    def _fail_pending_reads(self, reason: str) -> None:
-        for read in self._pending_reads:
-            self._out.reads.append(ReadFailed(read.read_id, None, reason))
-        self._pending_reads = []
+        leader.pending_reads = still_waiting
 
     def _send_fetch_error(self, request: FetchRequest, code: ErrorCode, *, leader_hint: Any = "current") -> None:
         if leader_hint == "current":
-            leader_hint = self._leader_id if self._role is not Role.RESIGNED else None
+            leader_hint = self._leader_hint()
         self._send(
             FetchResponse(
                 src=self.node_id,
@@ -983,42 +1280,44 @@ class QuorumNode:
             )
         )
 
-    def _on_fetch_snapshot_request(self, request: FetchSnapshotRequest) -> None:
-        def reply(code: ErrorCode, **fields: Any) -> None:
-            self._send(
-                FetchSnapshotResponse(
-                    src=self.node_id,
-                    dst=request.src,
-                    epoch=self._epoch,
-                    request_id=request.request_id,
-                    leader_id=self._leader_id if self._role is not Role.RESIGNED else None,
-                    error=code,
-                    **fields,
-                )
+    def _reply_fetch_snapshot(self, request: FetchSnapshotRequest, code: ErrorCode, **fields: Any) -> None:
+        self._send(
+            FetchSnapshotResponse(
+                src=self.node_id,
+                dst=request.src,
+                epoch=self._epoch,
+                request_id=request.request_id,
+                leader_id=self._leader_hint(),
+                error=code,
+                **fields,
             )
+        )
 
-        if request.epoch < self._epoch:
-            reply(ErrorCode.FENCED_LEADER_EPOCH)
-            return
-        if request.epoch > self._epoch:
-            # A fetcher knows of a later epoch than ours: learn it (as Fetch does).
-            self._become_unattached(request.epoch, reason="snapshot fetch from a later epoch")
-            reply(ErrorCode.UNKNOWN_LEADER_EPOCH)
-            return
-        if self._role is not Role.LEADER:
-            reply(ErrorCode.NOT_LEADER)
-            return
-        replica = self._replicas.setdefault(
+    def _serve_fetch_snapshot(self, leader: LeaderState, request: FetchSnapshotRequest) -> None:
+        """KIP-630 FetchSnapshot in this leader's epoch: one chunk."""
+        reply = partial(self._reply_fetch_snapshot, request)
+        replica = leader.replicas.setdefault(
             request.src, ReplicaState(request.src, is_voter=request.src in self.config.voter_set)
         )
+        # A snapshot fetch is a fetch: it counts for check quorum
+        # (KAFKA-15489), or a leader would resign while feeding a snapshot
+        # to a majority that is catching up.
         replica.last_fetch_tick = self._tick
         if replica.is_voter:
-            self._record_voter_fetch(request.src)
+            leader.record_voter_fetch(
+                request.src,
+                leader_is_voter=self.config.is_voter,
+                majority_size=self.config.majority,
+                next_deadline=self._tick + self.config.ticks(self.config.check_quorum_ms),
+            )
         snapshot = self._snapshot
         if snapshot is None or snapshot.snapshot_id != request.snapshot_id:
+            # We took a newer snapshot since: the fetcher starts over from a
+            # Fetch, which names the new one (KIP-630).
             reply(ErrorCode.SNAPSHOT_NOT_FOUND)
             return
         size = len(snapshot.data)
+        # An untrusted position is checked before it is used as an index.
         if request.position < 0 or request.position > size:
             reply(ErrorCode.POSITION_OUT_OF_RANGE)
             return
@@ -1031,74 +1330,80 @@ class QuorumNode:
             chunk=bytes(chunk),
         )
 
-    def _send_begin_quorum_epoch(self, *, force: bool) -> None:
+    def _send_begin_quorum_epoch(self, leader: LeaderState, *, force: bool) -> None:
         """Announce the epoch to voters that have not fetched lately (the
         announcement doubles as a heartbeat for voters that missed it)."""
+        # Half the fetch timeout: a voter hears from us at least twice
+        # before its own fetch timeout could make it stand.
         half_fetch = self.config.ticks(self.config.fetch_timeout_ms / 2)
         for voter in self.config.voters:
             if voter == self.node_id:
                 continue
-            replica = self._replicas[voter]
+            replica = leader.replicas[voter]
             recent = replica.last_fetch_tick is not None and self._tick - replica.last_fetch_tick < half_fetch
             if force or not recent:
                 self._send(BeginQuorumEpochRequest(src=self.node_id, dst=voter, epoch=self._epoch))
-        self._begin_epoch_deadline = self._tick + half_fetch
+        leader.begin_epoch_deadline = self._tick + half_fetch
 
-    def _preferred_successors(self) -> tuple[int, ...]:
-        ranked = sorted(
-            (replica for replica in self._replicas.values() if replica.is_voter),
-            key=lambda replica: (-(replica.end_offset if replica.end_offset is not None else -1), replica.node_id),
-        )
-        return tuple(replica.node_id for replica in ranked)
-
-    def _send_end_quorum_epoch(self) -> None:
-        successors = self._successors
+    def _send_end_quorum_epoch(self, resigned: ResignedState) -> None:
+        # Resent to every voter that has not acknowledged, until one stands
+        # (our own election timer is the backstop if none does).
+        successors = resigned.successors
         if not successors:
+            # After a restart the ranking is lost: name every other voter.
             successors = tuple(voter for voter in self.config.voters if voter != self.node_id)
         for voter in self.config.voters:
-            if voter != self.node_id and voter not in self._end_epoch_acked:
+            if voter != self.node_id and voter not in resigned.end_epoch_acked:
                 self._send(
                     EndQuorumEpochRequest(
                         src=self.node_id, dst=voter, epoch=self._epoch, preferred_successors=successors
                     )
                 )
-        self._end_epoch_deadline = self._tick + self.config.ticks(self.config.request_timeout_ms)
+        resigned.end_epoch_deadline = self._tick + self.config.ticks(self.config.request_timeout_ms)
 
     # =====================================================================
     # Follower and observer: fetching
     # =====================================================================
 
-    def _fetch_target(self) -> int | None:
+    def _maybe_send_fetch(self, now: int) -> None:
+        # One request in flight at a time: the fetch offset is the
+        # acknowledgement, and two in flight could acknowledge out of order.
+        fetcher = self._fetcher
+        if fetcher is None or fetcher.in_flight is not None or now < fetcher.next_fetch_tick:
+            return
         if self._role is Role.FOLLOWER:
-            return self._leader_id
-        if self._role is Role.UNATTACHED and not self.config.is_voter:
+            target = self._leader_id  # KIP-595: fetch only from the leader
+        else:
             # An observer without a leader asks the voters in turn; a
             # non-leader answers NOT_LEADER with the leader it knows.
             voters = self.config.voters
-            return voters[self._bootstrap_index % len(voters)]
-        return None
-
-    def _maybe_send_fetch(self, now: int) -> None:
-        if self._fetch_in_flight is not None or now < self._next_fetch_tick:
-            return
-        target = self._fetch_target()
+            target = voters[self._bootstrap_index % len(voters)]
         if target is None:
             return
+        # Unique per process (the session is in the high bits), so the
+        # leader can tell a retry from a duplicate (_serve_fetch).
         self._fetch_request_id += 1
+        # The leader may hold the request for its long poll, then answer:
+        # give it that long plus a request timeout before presuming it lost.
         deadline = now + self.config.ticks(self.config.fetch_max_wait_ms + self.config.request_timeout_ms)
-        self._fetch_in_flight = (self._fetch_request_id, target, deadline)
-        if self._download is not None:
+        fetcher.in_flight = FetchInFlight(self._fetch_request_id, target, deadline)
+        download = fetcher.download
+        if download is not None:
+            # KIP-630: resume the snapshot where the last chunk ended.
             self._send(
                 FetchSnapshotRequest(
                     src=self.node_id,
                     dst=target,
                     epoch=self._epoch,
-                    snapshot_id=self._download.snapshot_id,
-                    position=len(self._download.buffer),
+                    snapshot_id=download.snapshot_id,
+                    position=len(download.buffer),
                     request_id=self._fetch_request_id,
                 )
             )
             return
+        # The fetch offset is our log end, which the Output contract holds
+        # back until it is durable: leaving, it acknowledges those records.
+        provider = self._hooks.fetch_extension_provider
         self._send(
             FetchRequest(
                 src=self.node_id,
@@ -1107,66 +1412,80 @@ class QuorumNode:
                 fetch_offset=self._log.end_offset,
                 last_fetched_epoch=self._log.last_epoch,
                 request_id=self._fetch_request_id,
-                read_token=self._read_token,
-                extension=self._fetch_extension(),
+                read_token=fetcher.read_token,
+                extension=provider() if provider is not None else None,
             )
         )
 
-    def _fetch_extension(self) -> Any:
-        provider = self._hooks.fetch_extension_provider
-        return provider() if provider is not None else None
-
-    def _accept_response(self, response: FetchResponse | FetchSnapshotResponse) -> bool:
-        """Is this the answer to the fetch in flight? Clears it if so."""
-        in_flight = self._fetch_in_flight
-        if in_flight is None or in_flight[0] != response.request_id or in_flight[1] != response.src:
+    def _learn_leader(self, response: FetchResponse | FetchSnapshotResponse) -> bool:
+        """An answer in our epoch that names its leader: an observer (or a
+        voter) that knew no leader follows it. True if the node did."""
+        named = response.leader_id
+        if named is None or named == self.node_id:
             return False
-        self._fetch_in_flight = None
-        return True
+        if self._leader_id is None and self._role in (Role.UNATTACHED, Role.PROSPECTIVE):
+            self._become_follower(response.epoch, named, reason=f"{response.src} named leader {named}")
+            return True
+        if self._role is Role.LEADER:
+            # Raft thesis §3.4 election safety: one leader per epoch.
+            raise QuorumInvariantError(
+                f"{response.src} names {named} leader of epoch {response.epoch}, which this node leads"
+            )
+        return False
 
     def _on_fetch_response(self, response: FetchResponse) -> None:
-        if not self._accept_response(response):
+        """The answer to our Fetch, in our epoch (the prologue checked it
+        answers the request in flight)."""
+        if self._learn_leader(response):
             return
-        consumer = self._hooks.fetch_extension_consumer
-        if response.extension is not None and consumer is not None:
-            consumer(response.extension)
-        if self._handle_response_epoch(response.epoch, response.leader_id, response.src, response.error):
-            return
+        # Accepted, and no change of role since: the fetch loop still exists.
+        fetcher = self._role_state(FetcherState)
         if response.error:
             # NOT_LEADER in our epoch with no leader named: the leader
             # resigned. Wait a little and ask again (an observer asks the
             # next voter).
             if self._role is Role.UNATTACHED:
                 self._bootstrap_index += 1
-            self._next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
+            fetcher.next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
             return
-        if self._role is not Role.FOLLOWER or response.src != self._leader_id:
+        state = self._state
+        if not isinstance(state, FollowerState) or response.src != self._leader_id:
+            # Only the leader's log is copied (KIP-595): an answer from a
+            # voter that is not our leader carries nothing to take.
             return
-        self._fetched_from_leader = True
-        self._leader_unreachable = False
-        self._fetch_deadline = self._tick + self.config.ticks(self.config.fetch_timeout_ms)
-        self._read_token = max(self._read_token, response.read_token)
-        self._next_fetch_tick = self._tick
+        # KIP-595: a successful answer from the leader restarts the fetch
+        # timeout, and proves it alive to the pre-vote rule (KIP-996).
+        state.fetched_from_leader = True
+        state.leader_unreachable = False
+        state.fetch_deadline = self._tick + self.config.ticks(self.config.fetch_timeout_ms)
+        # Echoed in the next Fetch, which proves to the leader that we
+        # heard it after it handed out this token (Raft thesis §6.4).
+        fetcher.read_token = max(fetcher.read_token, response.read_token)
+        fetcher.next_fetch_tick = self._tick
         if response.diverging is not None:
             # Our log is not a prefix of the leader's: truncate and ask again.
             # The high watermark must not move on such a response: it is
             # only meaningful for a log the leader has validated (KIP-595).
             self._truncate_diverging(response.diverging)
         elif response.snapshot_id is not None:
-            self._download = _SnapshotDownload(response.snapshot_id, bytearray())
+            # KIP-630: the leader no longer has the records we need.
+            fetcher.download = SnapshotDownload(response.snapshot_id, bytearray())
         elif not response.records or response.records[0].offset == self._log.end_offset:
             # The leader validated our log up to the fetch offset; the
             # records extend it. Learn the high watermark, bounded by our log.
             if response.records:
                 self._log.append(response.records)
                 self._out.append.extend(response.records)
+            # Bounded by our own log: a follower cannot commit records it
+            # does not hold yet (the high watermark may run ahead of them).
             self._advance_high_watermark(min(response.high_watermark, self._log.end_offset))
         self._maybe_send_fetch(self._tick)
 
     def _truncate_diverging(self, diverging: OffsetAndEpoch) -> None:
         # KIP-595: keep our records of the diverging epoch only up to where
-        # the leader's end; if we have no records of that epoch, keep what
-        # precedes our next epoch. Repeated rounds converge on the fork point.
+        # the leader's records of it end; if we have no records of that
+        # epoch, keep what precedes our next epoch. Repeated rounds converge
+        # on the fork point.
         ours = self._log.end_offset_for_epoch(diverging.epoch)
         if ours is None:
             target = self._log.start_offset
@@ -1175,6 +1494,8 @@ class QuorumNode:
         else:
             target = ours.offset
         target = max(target, self._log.start_offset)
+        # Never truncate what might be committed (Raft thesis §3.6: Leader
+        # Completeness). A leader asking us to is a bug on one side.
         if target < self._hw:
             raise QuorumInvariantError(
                 f"node {self.node_id} told to truncate to {target}, below its high watermark {self._hw}"
@@ -1182,40 +1503,49 @@ class QuorumNode:
         self._truncate_log(target)
 
     def _truncate_log(self, end_offset: int) -> None:
+        """Drop our records from ``end_offset`` on, from the log and from
+        the output not yet handed out, so the driver writes a consistent
+        tail (truncate first, then append: _output.py)."""
         if end_offset >= self._log.end_offset:
             return
         self._log.truncate_to(end_offset)
         out = self._out
         out.append = [entry for entry in out.append if entry.offset < end_offset]
         out.truncate_to = end_offset if out.truncate_to is None else min(out.truncate_to, end_offset)
+        # Truncated records are durable nowhere here any more: the leader
+        # (after a later election) must not count them (Raft thesis §10.2.1).
         self._durable_end = min(self._durable_end, end_offset)
         for pending in self._unpersisted:
-            pending[1] = min(pending[1], end_offset)
+            pending.end_offset = min(pending.end_offset, end_offset)
 
     def _on_fetch_snapshot_response(self, response: FetchSnapshotResponse) -> None:
-        if not self._accept_response(response):
+        """A chunk of the snapshot we are downloading (KIP-630)."""
+        if self._learn_leader(response):
             return
-        if self._handle_response_epoch(response.epoch, response.leader_id, response.src, response.error):
+        state = self._state
+        if not isinstance(state, FollowerState) or state.fetcher.download is None:
             return
-        download = self._download
-        if download is None or self._role is not Role.FOLLOWER:
-            return
+        fetcher = state.fetcher
+        download = fetcher.download
         if response.error or response.snapshot_id != download.snapshot_id or response.position != len(download.buffer):
             # The leader moved on (a newer snapshot) or we lost our place:
             # start over from a plain Fetch.
-            self._download = None
-            self._next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
+            fetcher.download = None
+            fetcher.next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
             return
-        self._fetched_from_leader = True
-        self._fetch_deadline = self._tick + self.config.ticks(self.config.fetch_timeout_ms)
+        # A chunk from the leader is a successful fetch (KIP-595 timeout).
+        state.fetched_from_leader = True
+        state.fetch_deadline = self._tick + self.config.ticks(self.config.fetch_timeout_ms)
         download.buffer += response.chunk
         if len(download.buffer) >= response.size:
+            fetcher.download = None
             self._install_snapshot(Snapshot(download.snapshot_id, bytes(download.buffer)))
         self._maybe_send_fetch(self._tick)
 
     def _install_snapshot(self, snapshot: Snapshot) -> None:
-        """KIP-630: replace the whole log with a snapshot from the leader."""
-        self._download = None
+        """KIP-630: replace the whole log with a snapshot from the leader.
+        Records already in this output are dropped with the old log: the
+        driver resets the log to the snapshot instead of writing them."""
         snapshot_id = snapshot.snapshot_id
         self._snapshot = snapshot
         self._log.reset(snapshot_id)
@@ -1228,7 +1558,9 @@ class QuorumNode:
         out.committed = []
         self._durable_end = min(self._durable_end, snapshot_id.end_offset)
         for pending in self._unpersisted:
-            pending[1] = snapshot_id.end_offset
+            pending.end_offset = snapshot_id.end_offset
+        # A snapshot from the leader covers committed records only (it
+        # takes none beyond its high watermark, snapshot_taken).
         self._hw = max(self._hw, snapshot_id.end_offset)
 
     # =====================================================================
@@ -1236,7 +1568,11 @@ class QuorumNode:
     # =====================================================================
 
     def _request_votes(self, *, pre_vote: bool) -> None:
+        """Ask every other voter. The request carries our last epoch and
+        log end, which voters compare with theirs (Raft thesis §3.6.1)."""
         last = self._log.last
+        # A pre-vote asks about the epoch we would stand in, without
+        # moving to it (KIP-996); a vote is in the epoch we already took.
         epoch = self._epoch + 1 if pre_vote else self._epoch
         for voter in self.config.voters:
             if voter != self.node_id:
@@ -1251,46 +1587,54 @@ class QuorumNode:
                     )
                 )
 
-    def _log_is_up_to_date(self, request: VoteRequest) -> bool:
-        # Raft thesis §3.6.1: compare the last epochs, then the log lengths.
-        return OffsetAndEpoch(request.last_epoch, request.end_offset) >= self._log.last
-
-    def _on_vote_request(self, request: VoteRequest) -> None:
+    def _reply_vote(self, request: VoteRequest, *, granted: bool, error: ErrorCode = ErrorCode.NONE) -> None:
+        # A pre-vote answer names a leader only when it is known alive (we
+        # lead or follow it): the prospective node then joins it instead of
+        # standing (KIP-996).
         if request.pre_vote:
-            self._on_pre_vote_request(request)
-            return
-        if request.epoch > self._epoch:
-            # Even a leader steps down for a higher-epoch Vote: the
-            # disruption pre-vote exists to prevent.
-            self._become_unattached(
-                request.epoch, reason=f"vote request from {request.src} in a later epoch", keep_timer=True
-            )
-        granted = False
-        if (
-            request.epoch == self._epoch
-            and self.config.is_voter
-            and self._role in (Role.UNATTACHED, Role.PROSPECTIVE)
-            and self._leader_id is None
-            and self._voted_for in (None, request.src)
-            and self._log_is_up_to_date(request)
-        ):
-            granted = True
-            if self._role is Role.PROSPECTIVE or self._voted_for is None:
-                self._enter_role(Role.UNATTACHED, Trigger.GRANTED_VOTE)
-                self._set_election_state(self._epoch, request.src, None)
-                self._event(f"voted for {request.src}")
-            self._reset_election_timer()
+            hint = self._leader_id if self._role in (Role.LEADER, Role.FOLLOWER) else None
+        else:
+            hint = self._leader_hint()
         self._send(
             VoteResponse(
                 src=self.node_id,
                 dst=request.src,
                 epoch=self._epoch,
                 granted=granted,
-                pre_vote=False,
-                leader_id=self._leader_id if self._role is not Role.RESIGNED else None,
-                error=ErrorCode.FENCED_LEADER_EPOCH if request.epoch < self._epoch else ErrorCode.NONE,
+                pre_vote=request.pre_vote,
+                leader_id=hint,
+                error=error,
             )
         )
+
+    def _on_vote_request(self, request: VoteRequest) -> None:
+        """A Vote in our epoch (Raft thesis §3.4, §3.6.1)."""
+        # Grant only if: we are a voter; we neither lead, follow nor stand
+        # in this epoch (a candidate has voted for itself); no leader is
+        # known for it; we have not voted for anyone else in it (§3.4: one
+        # vote per epoch); and the candidate's log is as up to date as ours
+        # (§3.6.1), so that the winner holds every committed record.
+        granted = False
+        if (
+            self.config.is_voter
+            and self._role in (Role.UNATTACHED, Role.PROSPECTIVE)
+            and self._leader_id is None
+            and self._voted_for in (None, request.src)
+            and _log_up_to_date(request, self._log)
+        ):
+            granted = True
+            # Raft thesis §3.4: granting a vote restarts the election timer,
+            # so that we do not stand against the candidate we just chose.
+            deadline = self._draw_election_deadline()
+            if self._role is Role.PROSPECTIVE or self._voted_for is None:
+                # §3.8: the vote is recorded, and durable before the
+                # response leaves (the Output contract orders it).
+                self._enter_role(Role.UNATTACHED, Trigger.GRANTED_VOTE, UnattachedState(election_deadline=deadline))
+                self._set_election_state(self._epoch, request.src, None)
+                self._event(f"voted for {request.src}")
+            else:
+                self._role_state(UnattachedState).election_deadline = deadline
+        self._reply_vote(request, granted=granted)
 
     def _on_pre_vote_request(self, request: VoteRequest) -> None:
         """KIP-996: grant iff we would vote in that epoch; change nothing.
@@ -1303,29 +1647,14 @@ class QuorumNode:
             request.epoch > self._epoch
             and self.config.is_voter
             and self._role is not Role.LEADER
-            and not (self._role is Role.FOLLOWER and self._fetched_from_leader)
-            and self._log_is_up_to_date(request)
+            and not (isinstance(self._state, FollowerState) and self._state.fetched_from_leader)
+            and _log_up_to_date(request, self._log)
         )
-        self._send(
-            VoteResponse(
-                src=self.node_id,
-                dst=request.src,
-                epoch=self._epoch,
-                granted=granted,
-                pre_vote=True,
-                leader_id=self._leader_id if self._role in (Role.LEADER, Role.FOLLOWER) else None,
-                error=ErrorCode.FENCED_LEADER_EPOCH if request.epoch < self._epoch else ErrorCode.NONE,
-            )
-        )
+        self._reply_vote(request, granted=granted)
 
     def _on_vote_response(self, response: VoteResponse) -> None:
-        if response.epoch > self._epoch:
-            self._handle_response_epoch(response.epoch, response.leader_id, response.src, response.error)
-            return
-        # Only answers from our own epoch count: a late grant from an earlier
-        # round must not make a candidate of us now.
-        if response.epoch != self._epoch:
-            return
+        """An answer in our epoch; it counts only toward the round of the
+        same kind (pre-vote or vote) that is running."""
         names_another_leader = response.leader_id is not None and response.leader_id != self.node_id
         if response.pre_vote:
             if self._role is not Role.PROSPECTIVE:
@@ -1338,84 +1667,63 @@ class QuorumNode:
             if self._role is not Role.CANDIDATE:
                 return
             if names_another_leader and not response.granted:
+                # Someone else already won this epoch (§3.4: one leader).
                 self._become_follower(self._epoch, response.leader_id, reason="vote response named a leader")
                 return
-        (self._granted if response.granted else self._rejected).add(response.src)
+        # Sets, not counters: a duplicated answer is counted once.
+        candidacy = self._role_state(CandidacyState)
+        (candidacy.granted if response.granted else candidacy.rejected).add(response.src)
         majority = self.config.majority
-        if len(self._granted) >= majority:
+        if len(candidacy.granted) >= majority:
+            # Raft thesis §3.4: a majority of the voters, ourselves included.
             if response.pre_vote:
                 self._become_candidate("won the pre-vote", Trigger.WON_PRE_VOTE)
             else:
                 self._become_leader()
-        elif len(self._rejected) > len(self.config.voters) - majority:
+        elif len(candidacy.rejected) > len(self.config.voters) - majority:
+            # Too many refusals for any majority to remain: lost already, so
+            # do not wait out the timer.
             if response.pre_vote:
                 self._lose_pre_vote("lost the pre-vote")
-            elif not self._backing_off:
-                self._start_backoff()
+            elif not candidacy.backing_off:
+                self._start_backoff(candidacy)
 
     def _on_begin_quorum_epoch(self, request: BeginQuorumEpochRequest) -> None:
-        if request.epoch < self._epoch:
-            code = ErrorCode.FENCED_LEADER_EPOCH
-        else:
-            code = ErrorCode.NONE
-            if request.epoch > self._epoch or self._leader_id != request.src or self._role is not Role.FOLLOWER:
-                self._become_follower(request.epoch, request.src, reason=f"{request.src} began epoch {request.epoch}")
-        self._send(BeginQuorumEpochResponse(src=self.node_id, dst=request.src, epoch=self._epoch, error=code))
+        """KIP-595 BeginQuorumEpoch in our epoch: its sender won it."""
+        # Only a candidate that won sends it, and at most one wins an epoch
+        # (§3.4), so following it is safe in any role but its own.
+        if self._leader_id != request.src or self._role is not Role.FOLLOWER:
+            self._become_follower(request.epoch, request.src, reason=f"{request.src} began epoch {request.epoch}")
+        self._send(BeginQuorumEpochResponse(src=self.node_id, dst=request.src, epoch=self._epoch, error=ErrorCode.NONE))
 
     def _on_end_quorum_epoch(self, request: EndQuorumEpochRequest) -> None:
-        if request.epoch < self._epoch:
-            code = ErrorCode.FENCED_LEADER_EPOCH
-        else:
-            code = ErrorCode.NONE
-            if request.epoch > self._epoch:
-                self._become_unattached(request.epoch, reason=f"{request.src} ended epoch {request.epoch}")
-            elif self._role is Role.FOLLOWER and self._leader_id == request.src:
-                self._become_unattached(
-                    self._epoch,
-                    voted_for=self._voted_for,
-                    reason=f"leader {request.src} resigned",
-                    trigger=Trigger.LEADER_RESIGNED,
-                )
-            if self._role is Role.UNATTACHED and self.config.is_voter:
-                # The most up-to-date successor stands at once, the next
-                # after a short wait, and so on (KIP-595 EndQuorumEpoch).
-                successors = request.preferred_successors
-                if self.node_id in successors:
-                    position = successors.index(self.node_id)
-                    if position == 0:
-                        delay_ticks = 0  # stand on the next tick
-                    else:
-                        delay_ms = min(
-                            self.config.election_backoff_max_ms,
-                            self.config.election_backoff_base_ms * 2 ** (position - 1),
-                        )
-                        delay_ticks = self.config.ticks(delay_ms)
-                    self._election_deadline = min(self._election_deadline, self._tick + delay_ticks)
-        self._send(EndQuorumEpochResponse(src=self.node_id, dst=request.src, epoch=self._epoch, error=code))
-
-    def _on_ack_response(self, response: BeginQuorumEpochResponse | EndQuorumEpochResponse) -> None:
-        if response.epoch > self._epoch:
-            self._handle_response_epoch(response.epoch, None, response.src, response.error)
-            return
-        if isinstance(response, EndQuorumEpochResponse) and self._role is Role.RESIGNED and response.epoch == self._epoch:
-            self._end_epoch_acked.add(response.src)
-
-    def _handle_response_epoch(self, epoch: int, leader_id: int | None, src: int, error: ErrorCode) -> bool:
-        """KIP-595 common response handling. Returns True if the response
-        was consumed by an epoch or leader change."""
-        if epoch > self._epoch:
-            if leader_id is not None and leader_id != self.node_id:
-                self._become_follower(epoch, leader_id, reason=f"learned of epoch {epoch} from {src}")
-            else:
-                self._become_unattached(epoch, reason=f"learned of epoch {epoch} from {src}")
-            return True
-        if epoch == self._epoch and leader_id is not None and leader_id != self.node_id:
-            if self._leader_id is None and self._role in (Role.UNATTACHED, Role.PROSPECTIVE):
-                self._become_follower(epoch, leader_id, reason=f"{src} named leader {leader_id}")
-                return True
-            if self._role is Role.LEADER:
-                raise QuorumInvariantError(f"{src} names {leader_id} leader of epoch {epoch}, which this node leads")
-        return False
+        """KIP-595 EndQuorumEpoch in our epoch: its sender resigned."""
+        # Keep our vote: the epoch does not change, and a second vote in it
+        # could elect a second leader (§3.8).
+        if self._role is Role.FOLLOWER and self._leader_id == request.src:
+            self._become_unattached(
+                self._epoch,
+                voted_for=self._voted_for,
+                reason=f"leader {request.src} resigned",
+                trigger=Trigger.LEADER_RESIGNED,
+            )
+        if self._role is Role.UNATTACHED and self.config.is_voter:
+            # The most up-to-date successor stands at once, the next
+            # after a short wait, and so on (KIP-595 EndQuorumEpoch).
+            successors = request.preferred_successors
+            if self.node_id in successors:
+                position = successors.index(self.node_id)
+                if position == 0:
+                    delay_ticks = 0  # stand on the next tick
+                else:
+                    delay_ms = min(
+                        self.config.election_backoff_max_ms,
+                        self.config.election_backoff_base_ms * 2 ** (position - 1),
+                    )
+                    delay_ticks = self.config.ticks(delay_ms)
+                unattached = self._role_state(UnattachedState)
+                unattached.election_deadline = min(unattached.election_deadline, self._tick + delay_ticks)
+        self._send(EndQuorumEpochResponse(src=self.node_id, dst=request.src, epoch=self._epoch, error=ErrorCode.NONE))
 
     # =====================================================================
     # Output assembly
@@ -1423,16 +1731,23 @@ class QuorumNode:
 
     def _send(self, message: Message) -> None:
         if isinstance(message, (FetchResponse, FetchSnapshotResponse)):
-            # Depends on nothing being durable here (see _output.py).
+            # Depends on nothing being durable here (see _output.py): the
+            # leader's records count only through acknowledgements, and an
+            # error only repeats the epoch the request itself carried.
             self._out.early_messages.append(message)
         else:
+            # Votes, fetches (acknowledgements) and epoch announcements wait
+            # until this output's persistence is durable (Raft thesis §3.8).
             self._out.messages.append(message)
 
     def _flush(self) -> Output:
+        """Hand the output of one input to the driver. An output with
+        persistence work gets the next sequence number; ``persisted`` with
+        that number later tells us how far the log is durable."""
         out = self._out
         self._out = Output()
         if out.has_persistence:
             self._persist_seq += 1
             out.persist_seq = self._persist_seq
-            self._unpersisted.append([self._persist_seq, self._log.end_offset])
+            self._unpersisted.append(PendingPersist(self._persist_seq, self._log.end_offset))
         return out

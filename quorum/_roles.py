@@ -10,6 +10,14 @@ quorum.diagram``), so the diagram cannot drift from the code.
 The rows follow KIP-595's state machine, with KIP-996's Prospective role and
 KAFKA-15489's check quorum. ``None`` as the source is the process starting
 (the role it recovers into from its durable election state).
+
+What the table guarantees, by omission: no row enters Leader except from
+Candidate on a won election (a leader is always elected, Raft thesis §3.4);
+no row leaves Resigned for Leader (a resigned leader leads again only after
+a new election, in a later epoch); an observer, which never times out into
+an election (``QuorumNode._stand``), only ever takes rows into Unattached
+and Follower. Each role's state object (``_role_state.py``) is made on the
+row's target and dropped on the next row taken.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ class RoleTransition:
     rule: str
 
 
+# Short names keep each row on one line, so the table reads as a table.
 _U, _P, _C, _L, _F, _R = Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE, Role.LEADER, Role.FOLLOWER, Role.RESIGNED
 _ALL_ROLES = (_U, _P, _C, _L, _F, _R)
 
@@ -86,6 +95,7 @@ ROLE_TRANSITIONS: tuple[RoleTransition, ...] = (
     *(RoleTransition(role, _F, Trigger.LEADER_FOUND, "KIP-595 BeginQuorumEpoch or a response naming the leader") for role in _ALL_ROLES),
 )
 
+# Looked up on every change of role: a set, not a scan of the rows.
 _ALLOWED: frozenset[tuple[Role | None, Role, Trigger]] = frozenset(
     (row.source, row.target, row.trigger) for row in ROLE_TRANSITIONS
 )
@@ -97,6 +107,7 @@ def transition_allowed(source: Role | None, target: Role, trigger: Trigger) -> b
 
 
 def _name(role: Role | None) -> str:
+    # "[*]" is mermaid's start state; the same name serves error messages.
     return "[*]" if role is None else role.value.capitalize()
 
 

@@ -1,0 +1,41 @@
+"""The errors the quorum core raises, and whose fault each one is.
+
+In the manner of h11's ``LocalProtocolError`` / ``RemoteProtocolError``, an
+error says who must act:
+
+- ``NotLeaderError``: the caller asked a non-leader to do a leader's work.
+  Nothing is wrong; retry at the leader it names, if any.
+- ``QuorumInvariantError``: a safety rule would be broken (an epoch going
+  back, two leaders in one epoch, a truncation below the high watermark).
+  It is the only "bug in us" error: either this node or a peer does not
+  follow the protocol. Never caught inside the core; the node must stop
+  rather than go on with a view it can no longer trust.
+
+Misuse of the API by the driver (a message delivered to the wrong node, a
+snapshot of uncommitted records) raises ``ValueError`` or ``TypeError`` as
+any Python API would. A peer's malformed message never reaches the core:
+``quorum/wire`` refuses it at the edge.
+
+These names are public (``from quorum import QuorumError``) and stable.
+"""
+
+from __future__ import annotations
+
+
+class QuorumError(Exception):
+    """Base class of the errors the core raises."""
+
+
+class NotLeaderError(QuorumError):
+    """A local action needs the leader, and this node is not it (caller's
+    fault, retriable elsewhere). ``leader_id`` is a hint, possibly None."""
+
+    def __init__(self, leader_id: int | None, epoch: int) -> None:
+        super().__init__(f"not the leader (leader hint {leader_id}, epoch {epoch})")
+        self.leader_id = leader_id
+        self.epoch = epoch
+
+
+class QuorumInvariantError(QuorumError):
+    """A safety invariant would be broken. Never caught inside the core: the
+    node must stop rather than continue with a corrupt view."""
