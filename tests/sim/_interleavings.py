@@ -40,10 +40,10 @@ def parse(lines: Sequence[str]) -> Events:
 
 
 def _restarted_leader_refused_a_local_read(events: Events, options, *, from_snapshot: bool) -> list[str]:
-    # A client's request reaches the node, and the refusal the client, each
-    # after a delay in [delay_min, delay_max]: the refusal at t left the node
-    # at a time in [t - delay_max, t - delay_min].
-    delay_min_ms, delay_max_ms = options.faults.delay_min_ms, options.faults.delay_max_ms
+    # The refusal reaches the client at most delay_max after it left the
+    # node, so a refusal seen at t was decided after t - delay_max; a
+    # refusal seen before the leader's first commit was decided before it.
+    delay_max_ms = options.faults.delay_max_ms
     snapshot_taken: set[int] = set()
     restarted: dict[int, bool] = {}  # node -> it restarted holding a snapshot
     windows: dict[int, tuple[int, float]] = {}  # restarted leader -> (epoch, since ms), until its first commit
