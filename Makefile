@@ -29,6 +29,7 @@ venv: $(STAMP)
 # The whole suite; kept under 15 minutes on 2 cores.
 test: $(STAMP)
 	@tools/net-tools.sh
+	@tools/browser-tools.sh
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The project's main job: a fault-injection campaign against real processes

@@ -83,7 +83,7 @@ def _case_synth(case: dict[str, Any]) -> dict[str, Any]:
 
 
 def _case_spark(case: dict[str, Any]) -> dict[str, Any]:
-    from jepsen_like.checker import check, spark_session
+    from jepsen_like.checker import DEFAULT_BUDGET_STEPS, check, spark_session
 
     started = time.monotonic()
     spark = spark_session(MASTER)
@@ -92,7 +92,7 @@ def _case_spark(case: dict[str, Any]) -> dict[str, Any]:
     check_started = time.monotonic()
     results = check(
         case["paths"], spark=spark, timings=timings, linearizability=case.get("linearizability", True),
-        budget_s=case.get("budget_s", 30.0),
+        budget_steps=case.get("budget_steps", DEFAULT_BUDGET_STEPS),
     )
     check_s = time.monotonic() - check_started
     _stop_spark(spark)
@@ -149,7 +149,7 @@ def _case_wgl(case: dict[str, Any]) -> dict[str, Any]:
         started = time.monotonic()
         history_verdict = "linearizable"
         for key_ops in sorted(by_key.values(), key=len):
-            verdict = check_operations(key_ops, model, budget_s=30.0).verdict
+            verdict = check_operations(key_ops, model).verdict
             if verdict != "linearizable":
                 history_verdict = verdict
                 break

@@ -40,3 +40,15 @@ def spark():
     session = spark_session("local[2]")
     yield session
     session.stop()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One loud line when the browser tests skipped for want of Chromium:
+    a skip among hundreds of passes is otherwise easy to miss (it shows even
+    with -q)."""
+    headless_chromium = sys.modules.get("headless_chromium")
+    skipped = getattr(headless_chromium, "SKIPPED", [])
+    if skipped:
+        terminalreporter.write_line(
+            f"BROWSER TESTS SKIPPED ({len(skipped)}): {headless_chromium.MISSING_REASON}", red=True, bold=True
+        )

@@ -1,7 +1,13 @@
 """Headless Chromium for the tests that render a page (the campaign report,
-the simulator's replay): Debian's ``chromium`` package when present, else
-the caller skips just the rendering part. The flags keep it off this
-machine's closed network (see the env notes)."""
+the simulator's replay): Debian's ``chromium`` package, which ``make test``
+installs when it can (tools/browser-tools.sh, as root with apt). Without it
+the caller skips just the rendering part, and the run ends with one loud
+line saying so (``tests/conftest.py`` prints :data:`SKIPPED`), so that a CI
+machine that never renders a page does not look green by accident. The
+flags keep it off this machine's closed network (see the env notes);
+``--no-sandbox`` because the tests may run as root, where Chromium's sandbox
+refuses to start.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +21,22 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_TIMEOUT_S = 60
 
 
+MISSING_REASON = (
+    f"no {CHROMIUM} (Debian package 'chromium'; tools/browser-tools.sh installs it as root): "
+    "only the HTML structure is checked"
+)
+# The ids of the tests that skipped for want of Chromium, for the summary line.
+SKIPPED: list[str] = []
+
+
 def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """Run headless Chromium on ``args`` with a fresh profile under
+    ``tmp_path``; the finished process (its exit code is the caller's to
+    judge). Skips the calling test when Chromium is not installed; fails it
+    when Chromium runs past :data:`CHROMIUM_TIMEOUT_S`."""
     if not CHROMIUM.exists():
-        pytest.skip("no /usr/bin/chromium (Debian package 'chromium'): only the HTML structure is checked")
+        SKIPPED.append(os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0])
+        pytest.skip(MISSING_REASON)
     profile = tmp_path / "chromium-profile"
     argv = [
         str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

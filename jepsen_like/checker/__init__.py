@@ -7,7 +7,7 @@ from other systems in the same format can be checked too.
 """
 
 from jepsen_like.checker._errors import HistoryFormatError
-from jepsen_like.checker._job import DEFAULT_BUDGET_S, check, check_sources
+from jepsen_like.checker._job import check, check_sources
 from jepsen_like.checker._load import HistoryMeta, HistorySource, discover_histories, read_meta
 from jepsen_like.checker._models import KV, METADATA, MODELS, REGISTER, Model, Operation, get_model
 from jepsen_like.checker._reference import check_reference, check_source_reference
@@ -20,13 +20,13 @@ from jepsen_like.checker._report import (
 )
 from jepsen_like.checker._synth import ANOMALY_KINDS, SynthesisResult, synthesize
 from jepsen_like.checker._spark import DEFAULT_MASTER, spark_session
-from jepsen_like.checker._wgl import KeyVerdict, check_operations
+from jepsen_like.checker._wgl import DEFAULT_BUDGET_STEPS, KeyVerdict, check_operations
 
 
 __all__ = [
     "ANOMALY_KINDS",
     "CHECK_NAMES",
-    "DEFAULT_BUDGET_S",
+    "DEFAULT_BUDGET_STEPS",
     "DEFAULT_MASTER",
     "HistoryFormatError",
     "HistoryMeta",

@@ -3,7 +3,7 @@
 Phases (each a handful of Spark actions, whatever the number of histories):
 load and validate (``_frames``), operations and their counts, tier 1
 (``_tier1``: one job for every anomaly of every history, then one small one to
-fetch the operations its witnesses name), tier 2 (``_tier2``: a short-budget
+fetch the operations its witnesses name), tier 2 (``_tier2``: a small-budget
 pass over every key, then a full-budget pass over the keys it could not
 decide, in histories no key has refuted yet).
 """
@@ -34,13 +34,15 @@ from jepsen_like.checker._report import (
     tier1_check,
 )
 from jepsen_like.checker._spark import DEFAULT_MASTER, spark_session
-from jepsen_like.checker._wgl import NOT_LINEARIZABLE, UNKNOWN
+from jepsen_like.checker._wgl import DEFAULT_BUDGET_STEPS, NOT_LINEARIZABLE, UNKNOWN
 
-DEFAULT_BUDGET_S = 30.0
-# The first tier-2 pass gives each key at most this much: most keys decide in
-# milliseconds, and one refuted key decides its history, so the expensive
-# keys only get their full budget when nothing else has decided.
-FIRST_PASS_BUDGET_S = 0.25
+# The first tier-2 pass gives each key at most this many search steps (about
+# half a second): most keys decide in a few thousand, and one refuted key
+# decides its history, so the expensive keys only get their full budget when
+# nothing else has decided. Large enough that the Porcupine histories' refuted
+# keys (the costliest: 0.7 million steps, search and shrinking) get a minimal
+# witness in the first pass.
+FIRST_PASS_BUDGET_STEPS = 1_000_000
 
 
 def check(
@@ -48,7 +50,7 @@ def check(
     *,
     model: str | None = None,
     spark_master: str = DEFAULT_MASTER,
-    budget_s: float = DEFAULT_BUDGET_S,
+    budget_steps: int = DEFAULT_BUDGET_STEPS,
     max_witnesses: int = DEFAULT_MAX_WITNESSES,
     all_keys: bool = False,
     linearizability: bool = True,
@@ -61,9 +63,11 @@ def check(
     ``paths``: history files (JSON lines or Parquet), directories of them, or
     campaign directories (docs/checker.md). ``model``: ``register``, ``kv`` or
     ``metadata`` for every history; by default each history's meta, else
-    ``kv`` if it has get/put/append, else ``register``. ``budget_s``: CPU
-    seconds each key's linearizability search may use in its final pass;
-    out of budget, the key is ``unknown``. ``all_keys``: search every key
+    ``kv`` if it has get/put/append, else ``register``. ``budget_steps``:
+    search steps each key's linearizability search (and the shrinking of its
+    witness) may use in its final pass; out of budget, the key is
+    ``unknown``. A count of steps, not seconds, so that the verdicts and
+    witnesses do not depend on the machine or its load. ``all_keys``: search every key
     even in histories another key has already refuted. ``linearizability``:
     False skips tier 2 (reported as skipped). ``spark``: a session
     to use (else one is started on ``spark_master``). ``timings``, if given,
@@ -76,15 +80,15 @@ def check(
     """
     if model is not None:
         get_model(model)
-    if not budget_s > 0:
-        raise ValueError(f"budget_s must be positive, got {budget_s}")
+    if budget_steps < 1:
+        raise ValueError(f"budget_steps must be positive, got {budget_steps}")
     sources = discover_histories([paths] if isinstance(paths, str) else paths)
     started = time.monotonic()
     session = spark if spark is not None else spark_session(spark_master, conf=spark_conf)
     if timings is not None:
         timings["session_s"] = time.monotonic() - started
     return check_sources(
-        session, sources, model=model, budget_s=budget_s, max_witnesses=max_witnesses, all_keys=all_keys,
+        session, sources, model=model, budget_steps=budget_steps, max_witnesses=max_witnesses, all_keys=all_keys,
         linearizability=linearizability, timings=timings,
     )
 
@@ -94,7 +98,7 @@ def check_sources(
     sources: Sequence[HistorySource],
     *,
     model: str | None = None,
-    budget_s: float = DEFAULT_BUDGET_S,
+    budget_steps: int = DEFAULT_BUDGET_STEPS,
     max_witnesses: int = DEFAULT_MAX_WITNESSES,
     all_keys: bool = False,
     linearizability: bool = True,
@@ -138,7 +142,7 @@ def check_sources(
         lap("tier1_s")
         tier2: dict[int, list[dict[str, Any]]] = {}
         if linearizability:
-            tier2 = _tier2_findings(spark, ops, model_names, budget_s=budget_s, all_keys=all_keys)
+            tier2 = _tier2_findings(spark, ops, model_names, budget_steps=budget_steps, all_keys=all_keys)
             lap("tier2_s")
     finally:
         release(ops)
@@ -157,7 +161,7 @@ def check_sources(
             elif reasons[name] is not None:
                 checks[name] = skipped(reasons[name])
             elif name == "linearizability":
-                checks[name] = linearizability_check(tier2.get(hid, []), budget_s, max_witnesses)
+                checks[name] = linearizability_check(tier2.get(hid, []), budget_steps, max_witnesses)
             else:
                 total, witnesses = tier1.get((hid, name), (0, []))
                 checks[name] = tier1_check(witnesses, total, max_witnesses)
@@ -374,12 +378,12 @@ def _resolve(evidence: Mapping[str, Any], hid: int, rendered: Mapping[tuple[int,
 
 
 def _tier2_findings(
-    spark: SparkSession, ops: DataFrame, model_names: Mapping[int, str], *, budget_s: float, all_keys: bool
+    spark: SparkSession, ops: DataFrame, model_names: Mapping[int, str], *, budget_steps: int, all_keys: bool
 ) -> dict[int, list[dict[str, Any]]]:
     candidates = _tier2.candidates(ops)
     partitions = max(2, spark.sparkContext.defaultParallelism * 2)
-    first_budget_s = min(budget_s, FIRST_PASS_BUDGET_S)
-    first_pass = _tier2.run(candidates, model_names, budget_s=first_budget_s, all_keys=all_keys, partitions=partitions)
+    first_budget_steps = min(budget_steps, FIRST_PASS_BUDGET_STEPS)
+    first_pass = _tier2.run(candidates, model_names, budget_steps=first_budget_steps, all_keys=all_keys, partitions=partitions)
     results = {(r["hid"], r["key"]): r for r in first_pass}
     refuted = {hid for (hid, _), r in results.items() if r["verdict"] == NOT_LINEARIZABLE}
     retry = sorted(
@@ -390,12 +394,12 @@ def _tier2_findings(
         ),
         key=lambda pair: (pair[0], pair[1] is not None, pair[1] or ""),
     )
-    if retry and budget_s > first_budget_s:
+    if retry and budget_steps > first_budget_steps:
         wanted = spark.createDataFrame(retry, "hid int, key string")
         again = candidates.join(
             F.broadcast(wanted), on=(candidates["hid"] == wanted["hid"]) & candidates["key"].eqNullSafe(wanted["key"])
         ).select(candidates["*"])
-        for r in _tier2.run(again, model_names, budget_s=budget_s, all_keys=all_keys, partitions=partitions):
+        for r in _tier2.run(again, model_names, budget_steps=budget_steps, all_keys=all_keys, partitions=partitions):
             results[(r["hid"], r["key"])] = r
     by_history: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for (hid, _), r in results.items():

@@ -573,7 +573,7 @@ def linearizability_naive(history: _History, max_witnesses: int) -> dict[str, An
                 "witness": {"op": render_operation(failing), "minimal": True} if failing is not None else None,
             }
         )
-    return linearizability_check(key_results, budget_s=None, max_witnesses=max_witnesses)
+    return linearizability_check(key_results, budget_steps=None, max_witnesses=max_witnesses)
 
 
 # ---------------------------------------------------------------------------

@@ -8,7 +8,7 @@ A results file is one JSON object per history::
      "checks": {"stale-read": {"status": "pass", "count": 0, "witnesses": []},
                 ...,
                 "linearizability": {"status": "fail", "count": 1, "witnesses": [...],
-                                    "keys": {...}, "unknown_keys": [...], "budget_s": 30.0}}}
+                                    "keys": {...}, "unknown_keys": [...], "budget_steps": 50000000}}}
 
 ``status`` is ``pass`` (looked, found nothing), ``fail`` (found ``count``
 anomalies; ``witnesses`` lists the first ones by history index, with the exact
@@ -116,7 +116,7 @@ def tier1_check(anomalies: Sequence[tuple[int, dict[str, Any]]], total: int | No
 
 
 def linearizability_check(
-    key_results: Sequence[Mapping[str, Any]], budget_s: float | None, max_witnesses: int
+    key_results: Sequence[Mapping[str, Any]], budget_steps: int | None, max_witnesses: int
 ) -> dict[str, Any]:
     """The linearizability entry from per-key results (dicts with ``key``,
     ``verdict``, ``ops``, ``steps``, ``seconds``, ``witness``, ``reason``)."""
@@ -142,7 +142,7 @@ def linearizability_check(
         "witnesses": witnesses[:max_witnesses],
         "keys": counts,
         "unknown_keys": unknown_keys[:max_witnesses],
-        "budget_s": budget_s,
+        "budget_steps": budget_steps,
     }
 
 

@@ -50,12 +50,12 @@ def candidates(ops: DataFrame) -> DataFrame:
     ).select(*_INPUT_COLUMNS)
 
 
-def _check_group(rows: list[dict[str, Any]], model_name: str, budget_s: float, skip: bool) -> dict[str, Any]:
+def _check_group(rows: list[dict[str, Any]], model_name: str, budget_steps: int, skip: bool) -> dict[str, Any]:
     hid, key = rows[0]["hid"], rows[0]["key"]
     if skip:
         return {"hid": hid, "key": key, "verdict": UNKNOWN, "ops": len(rows), "steps": 0, "seconds": 0.0,
                 "witness": None, "reason": NOT_CHECKED_REASON}
-    verdict = check_operations([operation_from_row(row) for row in rows], get_model(model_name), budget_s=budget_s)
+    verdict = check_operations([operation_from_row(row) for row in rows], get_model(model_name), budget_steps=budget_steps)
     return {
         "hid": hid,
         "key": key,
@@ -69,7 +69,7 @@ def _check_group(rows: list[dict[str, Any]], model_name: str, budget_s: float, s
 
 
 def _check_partition(
-    batches: Iterator[pa.RecordBatch], *, models: Mapping[int, str], budget_s: float, all_keys: bool
+    batches: Iterator[pa.RecordBatch], *, models: Mapping[int, str], budget_steps: int, all_keys: bool
 ) -> Iterator[pa.RecordBatch]:
     refuted: set[int] = set()
     results: list[dict[str, Any]] = []
@@ -77,7 +77,7 @@ def _check_partition(
 
     def finish() -> None:
         hid = group[0]["hid"]
-        result = _check_group(group, models[hid], budget_s, skip=(hid in refuted and not all_keys))
+        result = _check_group(group, models[hid], budget_steps, skip=(hid in refuted and not all_keys))
         if result["verdict"] == NOT_LINEARIZABLE:
             refuted.add(hid)
         results.append(result)
@@ -101,7 +101,7 @@ def run(
     operations: DataFrame,
     models: Mapping[int, str],
     *,
-    budget_s: float,
+    budget_steps: int,
     all_keys: bool,
     partitions: int,
 ) -> list[dict[str, Any]]:
@@ -115,7 +115,7 @@ def run(
         .sortWithinPartitions("key_ops", "hid", "key", "t_inv", "index")
         .drop("key_ops")
     )
-    checker = partial(_check_partition, models=dict(models), budget_s=budget_s, all_keys=all_keys)
+    checker = partial(_check_partition, models=dict(models), budget_steps=budget_steps, all_keys=all_keys)
     rows = ordered.mapInArrow(checker, RESULT_SCHEMA).collect()
     results = []
     for row in rows:

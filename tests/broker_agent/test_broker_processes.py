@@ -1,14 +1,15 @@
 """Three `kraft-controller` and three `kraft-broker` processes on loopback:
 kill -9, SIGSTOP beyond the session timeout, and an immediate restart.
 
-The figures measured here (detection, bounce → online, pause recovery) are
-printed at the end of the run (``FIGURES``) and reported in the PR note;
-assertions use generous bounds because this machine is loaded.
+The figures measured here (detection, bounce → online, pause recovery) go in
+``FIGURES``, which tests/broker_agent/conftest.py prints in pytest's terminal
+summary (even without ``-s``, and when one test runs alone); the tests
+assert the protocol's bounds on them, with generous slack because this
+machine is loaded.
 """
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import time
@@ -148,7 +149,6 @@ async def test_kill_9_a_broker_is_fenced_within_the_session_and_its_leaderships_
     FIGURES["kill -9 → fenced by the controller (s)"] = detection_s
     counts = await leaders_by_broker(cluster)
     assert victim not in counts, counts
-    print(f"\nkill -9 detection: {detection_s:.2f} s (session {SESSION_TIMEOUT_MS} ms, heartbeat {HEARTBEAT_INTERVAL_MS} ms)")
     cluster.start_broker(victim)
     await wait_all_online(cluster)
 
@@ -201,7 +201,6 @@ async def test_sigstop_beyond_the_session_then_sigcont_answers_nothing_stale_and
     assert ("fenced", "session lost") in states, states
     FIGURES["SIGSTOP (paused s)"] = paused_s
     FIGURES["SIGCONT → serving again (s)"] = recovery_s
-    print(f"\nSIGSTOP {paused_s:.2f} s; first answer after SIGCONT: {first.error.name} ({first.state}); serving again after {recovery_s:.2f} s")
     await wait_all_online(cluster)
 
 
@@ -244,10 +243,6 @@ async def test_restart_immediately_gets_a_new_epoch_and_the_old_epoch_is_refused
     FIGURES["restart: first RegisterBroker → new epoch (ms)"] = registration_ms
     FIGURES["restart: kill → new epoch in the controller (s)"] = new_epoch_s
     FIGURES["restart: kill → serving again (s)"] = bounce_to_online_s
-    print(
-        f"\nbounce: new epoch {old_epoch} → {new_epoch}; registration took {registration_ms} ms "
-        f"({registrations[-1]['attempts']} attempts); kill → serving {bounce_to_online_s:.2f} s"
-    )
     async with cluster.metadata_client(retry_timeout_s=10) as client:
         # The client learns the new epoch, and a bounced broker's stale pin is
         # refused and relearned without surfacing an error.
@@ -276,8 +271,3 @@ async def test_sigterm_is_a_controlled_shutdown(cluster):
     with pytest.raises(MetadataClientError):
         async with cluster.metadata_client(retry_timeout_s=0.5) as client:
             await client.describe_topic("no-such-topic")
-
-
-def test_print_figures():
-    """Keeps the figures in the output even when run alone (-k)."""
-    print("\n" + json.dumps({name: round(value, 3) for name, value in FIGURES.items()}, indent=2, ensure_ascii=False))

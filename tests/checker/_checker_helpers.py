@@ -107,7 +107,7 @@ def comparable(result: Mapping[str, Any]) -> dict:
     clean = json.loads(json.dumps(result))
     clean.pop("checker", None)
     lin = clean["checks"].get("linearizability", {})
-    lin.pop("budget_s", None)
+    lin.pop("budget_steps", None)
     lin.pop("unknown_keys", None)
     lin["witnesses"] = sorted(
         [[w["key"], w["ops"], (w.get("op") or {}).get("index")] for w in lin.get("witnesses", [])],

@@ -180,7 +180,7 @@ def test_cli_several_histories_write_a_directory_and_exit_1(spark, tmp_path, por
 
 
 def test_cli_out_of_budget_is_unknown_and_exits_3(spark, porcupine_dir):
-    run = _run(["check", str(porcupine_dir / "etcd_007.jsonl"), "--budget-s", "0.0001"])
+    run = _run(["check", str(porcupine_dir / "etcd_007.jsonl"), "--budget-steps", "100"])
     assert run.exit_code == 3, run.output
     assert "1 unknown" in run.output
 

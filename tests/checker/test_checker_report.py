@@ -37,12 +37,12 @@ def test_linearizability_entry_counts_keys_and_orders_witnesses():
         {"key": "c", "verdict": "unknown", "ops": 50, "witness": None, "reason": "budget"},
         {"key": "d", "verdict": "linearizable", "ops": 2, "witness": None},
     ]
-    entry = linearizability_check(keys, budget_s=1.0, max_witnesses=1)
+    entry = linearizability_check(keys, budget_steps=1000, max_witnesses=1)
     assert entry["status"] == "fail" and entry["count"] == 2
     assert entry["keys"] == {"total": 4, "linearizable": 1, "not-linearizable": 2, "unknown": 1}
     assert [w["key"] for w in entry["witnesses"]] == ["a"]  # first by completion index, capped
     assert entry["unknown_keys"] == [{"key": "c", "ops": 50, "reason": "budget"}]
-    assert linearizability_check(keys[2:], budget_s=1.0, max_witnesses=5)["status"] == "unknown"
+    assert linearizability_check(keys[2:], budget_steps=1000, max_witnesses=5)["status"] == "unknown"
 
 
 def test_tier1_entry_keeps_the_exact_count_and_the_first_witnesses():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,8 +25,8 @@ def op(index: int, f: str, value: Any = None, *, start: int, end: int | None, ou
     )
 
 
-def verdict(operations, model=REGISTER, budget_s=10.0) -> str:
-    return check_operations(operations, model, budget_s=budget_s).verdict
+def verdict(operations, model=REGISTER) -> str:
+    return check_operations(operations, model).verdict
 
 
 def test_sequential_register_is_linearizable():
@@ -98,10 +99,61 @@ def test_out_of_budget_is_unknown_never_a_guess():
     # impossible read: refuting it means trying every order.
     appends = [op(i, "append", chr(ord("a") + i), start=0, end=None, outcome="info") for i in range(12)]
     impossible = op(99, "get", start=1, end=2, result="zzz")
-    result = check_operations(appends + [impossible], KV, budget_s=0.05)
+    result = check_operations(appends + [impossible], KV, budget_steps=5000)
     assert result.verdict == "unknown"
-    assert "budget" in result.reason
+    assert result.reason == "search budget of 5000 steps used up"
+    assert result.steps == 5000
     assert result.witness is None
+
+
+def _stale_read_history() -> list[Operation]:
+    """Six concurrent writers, then a read of a value already overwritten by
+    a write that completed before the read began, then more traffic: a
+    refutation that takes some searching and some shrinking."""
+    writers = [op(i, "write", i, start=0, end=10 + i) for i in range(6)]
+    overwrite = op(6, "write", 9, start=20, end=21)
+    stale = op(7, "read", start=22, end=23, result=3)
+    later = [op(8 + i, "write", 20 + i, start=24 + 2 * i, end=25 + 2 * i) for i in range(4)]
+    return writers + [overwrite, stale] + later
+
+
+def test_budget_is_search_steps_so_the_witness_does_not_depend_on_the_clock(monkeypatch):
+    """The same history gives the same verdict, step count and witness
+    whatever the clock does: here a clock that jumps an hour at every read
+    (a machine so loaded that any time budget would have run out)."""
+    history = _stale_read_history()
+    quiet = check_operations(history, REGISTER)
+    assert quiet.verdict == "not-linearizable" and quiet.witness["minimal"] is True
+    assert quiet.witness["op"]["index"] == 7
+
+    import jepsen_like.checker._wgl as wgl
+
+    hours = iter(range(0, 10**9, 3600))
+    monkeypatch.setattr(wgl.time, "thread_time", lambda: float(next(hours)))
+    loaded = check_operations(history, REGISTER)
+    assert (loaded.verdict, loaded.steps, loaded.witness) == (quiet.verdict, quiet.steps, quiet.witness)
+
+
+def test_a_step_budget_is_exact_search_and_shrinking_share_it():
+    """With exactly the steps the search and the shrinking need, the witness
+    is minimal; one step fewer and the shrinking runs out (the refutation
+    stands, the witness is the deepest blocked point, not minimal); with
+    fewer steps than the refutation itself needs, the key is unknown."""
+    history = _stale_read_history()
+    full = check_operations(history, REGISTER)
+    assert check_operations(history, REGISTER, budget_steps=full.steps).witness == full.witness
+
+    short = check_operations(history, REGISTER, budget_steps=full.steps - 1)
+    assert short.verdict == "not-linearizable"
+    assert short.witness["minimal"] is False and "shrinking" in short.witness["reason"]
+
+    starved = check_operations(history, REGISTER, budget_steps=3)
+    assert starved.verdict == "unknown" and starved.steps == 3
+
+
+def test_a_budget_below_one_step_is_refused():
+    with pytest.raises(ValueError, match="budget_steps must be positive"):
+        check_operations(_stale_read_history(), REGISTER, budget_steps=0)
 
 
 def test_witness_is_the_shortest_refuting_prefix():
@@ -165,7 +217,7 @@ def small_histories(draw, model_name: str):
 def test_wgl_agrees_with_the_naive_search(case):
     model_name, operations = case
     model = REGISTER if model_name == "register" else KV
-    result = check_operations(operations, model, budget_s=30.0)
+    result = check_operations(operations, model)
     assert result.verdict == ("linearizable" if linearizable_naive(operations, model) else "not-linearizable")
     failing = first_unlinearizable_naive(operations, model)
     if failing is None:

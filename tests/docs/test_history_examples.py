@@ -48,7 +48,7 @@ def spark_results(spark):
     from jepsen_like.checker import check
 
     examples = documented_examples()
-    results = check([str(path) for path, _ in examples.values()], spark=spark, budget_s=10.0)
+    results = check([str(path) for path, _ in examples.values()], spark=spark)
     return {result.history: result for result in results}
 
 

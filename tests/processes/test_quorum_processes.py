@@ -72,12 +72,14 @@ async def test_sigterm_on_the_leader_hands_over_within_a_few_round_trips(process
     async with cluster.client(retry_timeout_s=20) as client:
         await client.propose([put("k", "v")])
         leader = await cluster.leader()
-        started = trio.current_time()
         cluster.kill(leader, signal.SIGTERM)
         await propose_until_committed(client, [put("k", "after handover")])
-        handover_s = trio.current_time() - started
+        new_leader = await cluster.leader(exclude=leader)
     assert "resigned on request" in cluster.log_text(leader)
-    assert handover_s < 1.0
+    # Handed over by EndQuorumEpoch (KIP-595): the successor heard of the
+    # resignation and stood at once. The mechanism, not a wall-clock bound
+    # that a loaded machine breaks.
+    assert f"reason=leader {leader} resigned" in cluster.log_text(new_leader)
 
 
 async def test_garbage_on_the_port_is_refused_and_the_node_keeps_committing(process_cluster):

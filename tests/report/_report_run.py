@@ -153,7 +153,7 @@ def results_for(ops: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "non-monotonic-read-broker": {"status": "skipped", "count": 0, "witnesses": [], "reason": "no broker reads"},
         "split-brain": {"status": "pass", "count": 0, "witnesses": []},
         "linearizability": {"status": "pass", "count": 0, "witnesses": [], "keys": {"total": 2, "linearizable": 2,
-                            "not-linearizable": 0, "unknown": 0}, "unknown_keys": [], "budget_s": 30.0},
+                            "not-linearizable": 0, "unknown": 0}, "unknown_keys": [], "budget_steps": 50_000_000},
     }
     return {"history": "20260101T000000", "path": "history.jsonl", "model": "register", "checker": "spark",
             "valid": False, "stats": {"operations": 0}, "checks": checks}

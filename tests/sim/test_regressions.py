@@ -1,29 +1,92 @@
-"""Every failure the simulator found, replayed exactly by its seed.
+"""Every failure the simulator found, replayed by a seed whose run still
+goes through the interleaving that exposed it.
 
-Each test names the bug it pins down; the seed and options are the ones
-that exposed it.
+Each test names the bug it pins down and tells its story; the seed is one
+whose run still produces the bug's events. A seed alone does not guard a
+bug for ever: any change to the code or to the simulator's random draws
+moves the schedule, and the seed then runs a different story that passes
+whether or not the fix is there. So each test also checks a *fingerprint*
+of the interleaving in the run's full trace (tests/sim/_interleavings.py):
+the events that make up the bug, e.g. "a restarted node won an election and
+was asked for a leader-local read before a record of its own epoch
+committed". When the fingerprint is missing the test fails and says how to
+find a seed that reproduces it again (``tests/sim/_interleavings.py``
+sweeps seeds for a fingerprint).
+
+Why events and not a hash of the whole trace: a hash fails on every
+harmless change (a new trace line, a renamed message, one more client
+operation), so it would be re-recorded without a look, and it cannot say
+what was lost. The events fail only when the interleaving is gone, and the
+message names it. Each fingerprint was checked to be absent from the runs of
+neighbouring seeds, so it does fire when the schedule drifts.
+
+The seeds that first exposed these bugs (15, 105, 43, 100510, 100516) no
+longer reproduce their interleavings; the docstrings keep their stories and
+the tests run seeds that do (and, for the crash inside a disk write, a run
+that places the crash on purpose).
 """
 
-from jepsen_like.sim import SimOptions, random_options, run_scenario
+from __future__ import annotations
+
+import re
+
+import pytest
+from _interleavings import (
+    Fingerprint,
+    deposed_leader_sent_a_snapshot,
+    epoch_lost_in_a_crash,
+    healed_node_stood_again_and_again,
+    parse,
+    restarted_leader_refused_a_local_read,
+    run_with_trace,
+    snapshot_restored_leader_refused_a_local_read,
+)
+
+from jepsen_like.sim import SimOptions, Simulation, random_options
 
 
-def test_seed_15_new_leader_must_not_answer_leader_local_reads_before_committing_its_epoch():
-    """Found by the random sweep: a leader elected after a restart answered
-    leader-local reads from a state machine that had not yet replayed the
-    log (its high watermark is unknown until a record of its own epoch
-    commits). Fix: leader-local reads wait for
+def _replay(scenario: str, seed: int, options, fingerprint: Fingerprint, *, pre_vote: bool = True):
+    """Run ``seed`` with its full trace; check it still goes through the
+    interleaving (``fingerprint``) and that the run is valid."""
+    result, events = run_with_trace(scenario, seed, options)
+    found = fingerprint(events, options)
+    assert found, (
+        f"seed {seed} of {scenario!r} no longer reproduces the interleaving this test guards "
+        f"({fingerprint.__name__}: {' '.join(fingerprint.__doc__.split())}). The schedule drifted, so the test "
+        f"would pass with or without the fix. Find a seed that reproduces it: PYTHONPATH=. .venv/bin/python "
+        f"tests/sim/_interleavings.py {fingerprint.__name__} --scenario {scenario}"
+        f"{'' if pre_vote else ' --no-pre-vote'} and put it here."
+    )
+    assert result.valid, f"seed {seed}: {result.violation}"
+    return result, found
+
+
+def _random(seed: int, *, pre_vote: bool = True) -> SimOptions:
+    options = random_options(seed)
+    options.pre_vote = pre_vote
+    return options
+
+
+@pytest.mark.parametrize("seed", [77, 138])
+def test_new_leader_must_not_answer_leader_local_reads_before_committing_its_epoch(seed):
+    """Found by the random sweep (seed 15): a leader elected after a restart
+    answered leader-local reads from a state machine that had not yet
+    replayed the log (its high watermark is unknown until a record of its
+    own epoch commits). Fix: leader-local reads wait for
     ``leader_has_committed_own_epoch`` (as Kafka's controller waits,
     KAFKA-15345)."""
-    result = run_scenario("random", 15, random_options(15))
-    assert result.valid, result.violation
+    result, _ = _replay("random", seed, _random(seed), restarted_leader_refused_a_local_read)
     assert result.stale_reads == 0
 
 
-def test_seed_105_leader_restored_from_snapshot_waits_for_its_epoch_before_local_reads():
-    """Same bug, through a snapshot: the restarted leader's state machine
-    held only the snapshot."""
-    result = run_scenario("random", 105, random_options(105))
-    assert result.valid, result.violation
+@pytest.mark.parametrize("seed", [24, 1046])
+def test_leader_restored_from_snapshot_waits_for_its_epoch_before_local_reads(seed):
+    """Same bug, through a snapshot (seed 105): the restarted leader's state
+    machine held only the snapshot."""
+    options = _random(seed)
+    assert options.snapshot_every_records > 0
+    result, _ = _replay("random", seed, options, snapshot_restored_leader_refused_a_local_read)
+    assert result.stale_reads == 0
 
 
 def test_seed_3_stale_candidate_without_pre_vote_cannot_livelock_the_cluster():
@@ -33,37 +96,55 @@ def test_seed_3_stale_candidate_without_pre_vote_cannot_livelock_the_cluster():
     stood. Fixes: a refused Vote no longer restarts the voter's timer (Raft
     thesis §3.4), and the election backoff is drawn below its cap rather
     than clamped to it."""
-    result = run_scenario("partition-heal-disruption", 3, SimOptions(pre_vote=False))
-    assert result.valid, result.violation
+    result, _ = _replay(
+        "partition-heal-disruption", 3, SimOptions(pre_vote=False), healed_node_stood_again_and_again, pre_vote=False
+    )
     assert result.extra["leader_kept"] is False
 
 
-def test_seed_43_an_epoch_lost_in_a_crash_before_it_was_persisted_is_not_a_regression():
-    """Found by the no-pre-vote sweep, a simulator bug: n1 learned epoch 6
-    and granted a vote, then crashed before the disk write finished; it
-    restarted in epoch 5. The vote was never sent (persist before
-    acknowledge), so nothing was broken, but the simulator compared with
-    the lost in-memory epoch. It now compares a restarted node with its
-    durable election state."""
-    options = random_options(43)
-    options.pre_vote = False
-    result = run_scenario("random", 43, options)
-    assert result.valid, result.violation
+def test_an_epoch_lost_in_a_crash_before_it_was_persisted_is_not_a_regression():
+    """Found by the no-pre-vote sweep (seed 43), a simulator bug: n1 learned
+    epoch 6 and granted a vote, then crashed before the disk write finished;
+    it restarted in epoch 5. The vote was never sent (persist before
+    acknowledge), so nothing was broken, but the simulator compared with the
+    lost in-memory epoch. It now compares a restarted node with its durable
+    election state.
+
+    The race needs a crash within the disk write of a vote (a few ms): too
+    rare for a random seed to keep (seed 43 lost it, and a sweep of several
+    hundred no-pre-vote seeds found no other), so the crash is placed on
+    purpose: the first node to grant a vote is killed in the same instant,
+    and restarted 200 ms later. Before the fix this run fails with
+    "epoch-regress: n1 epoch 1 -> 0"."""
+    lines: list[str] = []
+    options = SimOptions(pre_vote=False, disk_latency_min_ms=5.0, disk_latency_max_ms=5.0)
+    crashed: list[int] = []
+
+    def trace(line: str) -> None:
+        lines.append(line)
+        voted = re.search(r" n(\d+) unattached e\d+ \(voted for \d+\)$", line)
+        if voted and not crashed:
+            crashed.append(int(voted[1]))
+            sim.schedule(0, lambda: sim.crash(crashed[0]))
+            sim.schedule(200, lambda: sim.restart(crashed[0]))
+
+    sim = Simulation(43, options, trace=trace, full_trace=True)
+    sim.run_for(10_000)  # raises InvariantViolation on a false "epoch regressed"
+    sim.check_final()
+    found = epoch_lost_in_a_crash(parse(lines), options)
+    assert found, f"the crash no longer fell inside the vote's disk write: {' '.join(epoch_lost_in_a_crash.__doc__.split())}"
+    assert sim.leader() is not None
 
 
-def test_seed_100510_a_diverging_follower_must_not_learn_the_high_watermark():
-    """Found by the random sweep: a deposed leader (n1, with uncommitted
-    records of epoch 1) fetched from a new leader whose log now started
-    after a snapshot, in epoch 2. Two bugs together: the leader answered
-    "diverging at epoch 2" for an epoch older than its log start (it must
-    send its snapshot), and the follower advanced its high watermark on a
-    diverging response, committing its own stale records. Fixes: a fetch
-    with an epoch older than the log start is answered with the snapshot,
-    and only a validated response moves a follower's high watermark."""
-    result = run_scenario("random", 100510, random_options(100510))
-    assert result.valid, result.violation
-
-
-def test_seed_100516_same_divergence_through_a_different_schedule():
-    result = run_scenario("random", 100516, random_options(100516))
-    assert result.valid, result.violation
+@pytest.mark.parametrize("seed", [100277, 100622])
+def test_a_diverging_follower_must_not_learn_the_high_watermark(seed):
+    """Found by the random sweep (seeds 100510, 100516): a deposed leader
+    (n1, with uncommitted records of epoch 1) fetched from a new leader whose
+    log now started after a snapshot, in epoch 2. Two bugs together: the
+    leader answered "diverging at epoch 2" for an epoch older than its log
+    start (it must send its snapshot), and the follower advanced its high
+    watermark on a diverging response, committing its own stale records.
+    Fixes: a fetch with an epoch older than the log start is answered with
+    the snapshot, and only a validated response moves a follower's high
+    watermark."""
+    _replay("random", seed, _random(seed), deposed_leader_sent_a_snapshot)

@@ -1,0 +1,216 @@
+"""Fingerprints of the interleavings the regression seeds guard, read from a
+run's full trace (``run_scenario(..., trace=lines.append, full_trace=True)``).
+
+Each fingerprint is a function ``(events, options) -> list[str]``: one line
+per place in the run where the interleaving happens, empty when it does not.
+``events`` are the trace's lines as ``(ms, text)``.
+
+A seed only guards a bug while its schedule still produces the bug's events;
+any change to the code or to the simulator's draws can move them. To find a
+new seed that reproduces one (prints the first few that do)::
+
+    PYTHONPATH=. .venv/bin/python tests/sim/_interleavings.py FINGERPRINT \\
+        [--scenario random] [--start 0] [--seeds 2000] [--no-pre-vote]
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Callable, Sequence
+
+Events = list[tuple[float, str]]
+Fingerprint = Callable[[Events, object], list[str]]
+
+_LINE = re.compile(r"^\s*(?P<ms>\d+\.\d+) (?P<text>.*)$")
+_ROLE = re.compile(r"^n(?P<node>\d+) (?P<role>unattached|prospective|candidate|leader|follower|resigned) e(?P<epoch>\d+)\b(?P<rest>.*)$")
+_LEADER_LOCAL_REFUSED = re.compile(r"^client p\d+ read \S+ via n(?P<node>\d+) \(leader-local\): fail not_leader$")
+_FETCH = re.compile(r"^n(?P<leader>\d+) <- (?P<node>\d+)->(?P=leader) Fetch e\d+ #\S+ offset=\d+ last=e(?P<last>\d+) ")
+_SNAPSHOT_ANSWER = re.compile(r"^n(?P<node>\d+) <- (?P<leader>\d+)->(?P=node) FetchResp e(?P<epoch>\d+) #\S+ .*\bsnapshot=(?P<end>\d+) ")
+
+
+def parse(lines: Sequence[str]) -> Events:
+    """The trace's timed lines as ``(ms, text)``, text stripped."""
+    events = []
+    for line in lines:
+        match = _LINE.match(line)
+        if match:
+            events.append((float(match["ms"]), match["text"].strip()))
+    return events
+
+
+def _restarted_leader_refused_a_local_read(events: Events, options, *, from_snapshot: bool) -> list[str]:
+    # The refusal reaches the client at most delay_max after it left the
+    # node, so a refusal seen at t was decided after t - delay_max; a
+    # refusal seen before the leader's first commit was decided before it.
+    delay_max_ms = options.faults.delay_max_ms
+    snapshot_taken: set[int] = set()
+    restarted: dict[int, bool] = {}  # node -> it restarted holding a snapshot
+    windows: dict[int, tuple[int, float]] = {}  # restarted leader -> (epoch, since ms), until its first commit
+    found = []
+    for ms, text in events:
+        if match := re.match(r"^n(\d+) snapshot at \d+$", text):
+            snapshot_taken.add(int(match[1]))
+        elif match := re.match(r"^n(\d+) RESTART$", text):
+            restarted[int(match[1])] = int(match[1]) in snapshot_taken
+        elif (match := _ROLE.match(text)) and int(match["node"]) in restarted:
+            node = int(match["node"])
+            if match["role"] == "leader":
+                windows[node] = (int(match["epoch"]), ms)
+            else:
+                windows.pop(node, None)
+        elif match := re.match(r"^n(\d+) commit ", text):
+            node = int(match[1])
+            if windows.pop(node, None) is not None:
+                restarted.pop(node, None)
+        elif match := _LEADER_LOCAL_REFUSED.match(text):
+            node = int(match["node"])
+            if node in windows and (restarted[node] or not from_snapshot):
+                epoch, since_ms = windows[node]
+                if ms - delay_max_ms > since_ms:  # it arrived after the election (no commit yet: still in the window)
+                    found.append(
+                        f"n{node} restarted{' from a snapshot' if restarted[node] else ''}, won epoch {epoch} at "
+                        f"{since_ms:.3f} ms and refused a leader-local read (answered at {ms:.3f} ms) before its first commit"
+                    )
+    return found
+
+
+def restarted_leader_refused_a_local_read(events: Events, options) -> list[str]:
+    """A node restarted, was elected, and was asked for a leader-local read
+    before a record of its own epoch committed (its state machine had not
+    replayed the log yet): seed 15."""
+    return _restarted_leader_refused_a_local_read(events, options, from_snapshot=False)
+
+
+def snapshot_restored_leader_refused_a_local_read(events: Events, options) -> list[str]:
+    """The same, by a node that restarted holding a snapshot: seed 105."""
+    return _restarted_leader_refused_a_local_read(events, options, from_snapshot=True)
+
+
+def epoch_lost_in_a_crash(events: Events, options) -> list[str]:
+    """A node learned a new epoch (seed 43: and granted a vote in it),
+    crashed before that election state was durable, and restarted in an
+    older epoch."""
+    epoch: dict[int, int] = {}
+    voted_in: dict[int, int] = {}  # node -> epoch of the vote it granted last
+    at_crash: dict[int, tuple[int, int | None]] = {}
+    restarting: set[int] = set()  # its next role line is the epoch it restarted in
+    found = []
+    for ms, text in events:
+        if match := re.match(r"^n(\d+) RESTART$", text):
+            restarting.add(int(match[1]))
+        elif match := _ROLE.match(text):
+            node, role_epoch = int(match["node"]), int(match["epoch"])
+            if node in restarting and node in at_crash:
+                restarting.discard(node)
+                crashed_epoch, vote_epoch = at_crash.pop(node)
+                if role_epoch < crashed_epoch:
+                    how = "voted in" if vote_epoch == crashed_epoch else "learned"
+                    found.append(f"n{node} {how} epoch {crashed_epoch}, crashed, and restarted in epoch {role_epoch} at {ms:.3f} ms")
+            epoch[node] = role_epoch
+            if "(voted for" in match["rest"]:
+                voted_in[node] = role_epoch
+        elif match := re.match(r"^n(\d+) CRASH$", text):
+            node = int(match[1])
+            at_crash[node] = (epoch.get(node, 0), voted_in.get(node))
+    return found
+
+
+def healed_node_stood_again_and_again(events: Events, options) -> list[str]:
+    """After the heal, the node with the short log stood at least twice, every
+    vote for it was refused, and then an up-to-date voter won: seed 3 of
+    partition-heal-disruption without pre-vote."""
+    healed_at = next((ms for ms, text in events if text == "HEAL network"), None)
+    if healed_at is None:
+        return []
+    stands: dict[int, list[int]] = {}
+    granted: set[tuple[int, int]] = set()
+    for ms, text in events:
+        if ms < healed_at:
+            continue
+        if (match := _ROLE.match(text)) and match["role"] == "candidate":
+            stands.setdefault(int(match["node"]), []).append(int(match["epoch"]))
+        elif match := re.match(r"^n(\d+) <- \d+->\d+ VoteResp e(\d+) vote granted", text):
+            granted.add((int(match[1]), int(match[2])))
+        elif (match := _ROLE.match(text)) and match["role"] == "leader":
+            winner = int(match["node"])
+            return [
+                f"n{node} stood in epochs {epochs} after the heal, was refused every vote, then n{winner} won epoch {match['epoch']}"
+                for node, epochs in stands.items()
+                if node != winner and len(epochs) >= 2 and not any((node, e) in granted for e in epochs)
+            ]
+    return []
+
+
+def deposed_leader_sent_a_snapshot(events: Events, options) -> list[str]:
+    """A node that had led an older epoch fetched from a newer leader with a
+    last epoch older than that leader's, and was answered with a snapshot
+    (the leader's log no longer held that epoch): seeds 100510, 100516."""
+    led: dict[int, int] = {}  # node -> last epoch it led
+    last_fetched: dict[int, int] = {}
+    found = []
+    for ms, text in events:
+        if (match := _ROLE.match(text)) and match["role"] == "leader":
+            led[int(match["node"])] = int(match["epoch"])
+        elif match := _FETCH.match(text):
+            last_fetched[int(match["node"])] = int(match["last"])
+        elif match := _SNAPSHOT_ANSWER.match(text):
+            node, epoch = int(match["node"]), int(match["epoch"])
+            if node in led and led[node] < epoch and last_fetched.get(node, epoch) < epoch:
+                found.append(
+                    f"n{node} (leader of epoch {led[node]}) fetched with last epoch {last_fetched[node]} and "
+                    f"n{match['leader']} (epoch {epoch}) answered with its snapshot at {match['end']}, at {ms:.3f} ms"
+                )
+    return found
+
+
+FINGERPRINTS: dict[str, Fingerprint] = {
+    function.__name__: function
+    for function in (
+        restarted_leader_refused_a_local_read,
+        snapshot_restored_leader_refused_a_local_read,
+        epoch_lost_in_a_crash,
+        healed_node_stood_again_and_again,
+        deposed_leader_sent_a_snapshot,
+    )
+}
+
+
+def run_with_trace(scenario: str, seed: int, options):
+    """Run a scenario with the full trace; the result and the parsed events."""
+    from jepsen_like.sim import run_scenario
+
+    lines: list[str] = []
+    result = run_scenario(scenario, seed, options, trace=lines.append, full_trace=True)
+    return result, parse(lines)
+
+
+def _find_seeds(argv: Sequence[str]) -> None:
+    import argparse
+
+    from jepsen_like.sim._scenarios import default_options
+
+    parser = argparse.ArgumentParser(description="Seeds whose run shows a fingerprint.")
+    parser.add_argument("fingerprint", choices=sorted(FINGERPRINTS))
+    parser.add_argument("--scenario", default="random")
+    parser.add_argument("--start", type=int, default=0)
+    parser.add_argument("--seeds", type=int, default=2000)
+    parser.add_argument("--no-pre-vote", action="store_true")
+    parser.add_argument("--first", type=int, default=5, help="Stop after this many.")
+    args = parser.parse_args(argv)
+    hits = 0
+    for seed in range(args.start, args.start + args.seeds):
+        options = default_options(args.scenario, seed)
+        if args.no_pre_vote:
+            options.pre_vote = False
+        result, events = run_with_trace(args.scenario, seed, options)
+        found = FINGERPRINTS[args.fingerprint](events, options)
+        if found:
+            print(f"seed {seed} valid={result.valid}: {found[0]}", flush=True)
+            hits += 1
+            if hits >= args.first:
+                return
+
+
+if __name__ == "__main__":
+    _find_seeds(sys.argv[1:])
