@@ -31,7 +31,9 @@ async def test_a_chaos_campaign_with_partitions_kills_and_pauses_is_valid(tmp_pa
     result = await run(tmp_path, spark, scenario="chaos", time_limit_s=25, seed=3)
     assert result.checker_error is None
     assert result.faults >= 3
-    assert result.ops["ok"] > 1000
+    # Work happened (about 9,000 ok operations on a quiet machine; the bound
+    # only says the workload ran, so a loaded machine passes too).
+    assert result.ops["ok"] > 100
     assert result.valid is True, result.anomalies
     results = results_of(result)
     assert results["checks"]["linearizability"]["status"] == "pass"
