@@ -6,9 +6,10 @@ from ._metrics import Metrics, scrape_metrics, serve_metrics
 from ._node_api import NodeConfig, QuorumNodeHandle, handle_client_request, open_quorum_node, parse_voters
 from ._runtime import LeaderApplication, Proposal, ProposalLostError, QuorumRuntime, ReadNotConfirmedError, Transport
 from ._state_machine import KeyValueStateMachine, StateMachine
-from ._tcp import TcpTransport
+from ._tcp import ConnectionLimits, TcpTransport
 
 __all__ = [
+    "ConnectionLimits",
     "KeyValueStateMachine",
     "LeaderApplication",
     "Proposal",
