@@ -147,6 +147,10 @@ def check_plain_value(value: Any, name: str, *, depth_max: int, items_max: int) 
         if kind is list or kind is tuple or kind is dict:
             if depth >= depth_max:
                 raise ValueError(f"{name} nests containers more than {depth_max} deep")
+            # Refused before its members are queued: the walk itself must
+            # not cost memory in proportion to a hostile container.
+            if items + len(pending) + len(item) * (2 if kind is dict else 1) > items_max:
+                raise ValueError(f"{name} has more than {items_max} values")
             if kind is dict:
                 for key, member in item.items():
                     if type(key) is not str and type(key) is not bytes:
