@@ -558,7 +558,10 @@ class TcpTransport(Transport):
         kind = type(message)
         if kind in _QUORUM_MESSAGE_TYPES:
             if message.dst != self.node_id:
-                logger.warning("%s sent a message for node %d to node %d: dropped", connection.peer, message.dst, self.node_id)
+                self._log.warning(
+                    connection.host, "wrong_node", "%s sent a message for node %d to node %d: dropped",
+                    connection.peer, message.dst, self.node_id,
+                )  # fmt: skip
                 return
             if message.src not in self.peer_addresses:
                 self._return_paths[message.src] = connection
