@@ -21,7 +21,8 @@ sends and never reads), the connection is not read until answers drain.
 
 Replication first: quorum messages (Vote, BeginQuorumEpoch, Fetch, ...) go
 to the core from the task that read them, whatever a connection's client
-requests are doing, and never count against the in-flight bound; a task
+requests are doing, and never count against the in-flight bound (only
+against their own connection's unwritten answers); a task
 reading client requests yields to the scheduler every
 ``CLIENT_FRAMES_PER_YIELD`` requests, so a burst of them read at once can
 not hold a voter's Fetch back.
@@ -43,7 +44,11 @@ import trio
 from .._messages import MESSAGE_TYPES, FetchRequest, FetchSnapshotRequest, Message
 from ..wire import (
     NODE_LIMITS,
+    ApplicationRequest,
+    DescribeQuorumRequest,
     ErrorFrame,
+    ProposeRequest,
+    ReadRequest,
     FrameDecoder,
     FrameTooLargeError,
     Hello,
@@ -62,6 +67,7 @@ from . import _trace
 logger = logging.getLogger("pykraft.transport")
 
 _QUORUM_MESSAGE_TYPES = frozenset(MESSAGE_TYPES)
+_CLIENT_REQUEST_TYPES = frozenset({ProposeRequest, ReadRequest, DescribeQuorumRequest, ApplicationRequest})
 _CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 RECONNECT_BACKOFF_MIN_S = 0.02
 RECONNECT_BACKOFF_MAX_S = 1.0
@@ -525,33 +531,33 @@ class TcpTransport(Transport):
                         return
                     continue
                 message = decoded.message
-                if type(message) in _QUORUM_MESSAGE_TYPES or nursery is None:
-                    self._dispatch(connection, message, decoded.correlation_id, nursery)
-                    continue
-                # A client request (or a connection frame): bounded in flight,
-                # and the reader yields now and then (replication first).
-                while (
-                    connection.requests_in_flight >= limits.requests_in_flight_max
-                    or connection.writer.pending_bytes > limits.write_backlog_bytes_max
+                # Not read further while this connection's answers wait to be
+                # written (the peer does not read them), nor, for client
+                # requests, past the in-flight bound. Quorum messages never
+                # wait behind client requests.
+                client_request = nursery is not None and type(message) not in _QUORUM_MESSAGE_TYPES
+                while connection.writer.pending_bytes > limits.write_backlog_bytes_max or (
+                    client_request and connection.requests_in_flight >= limits.requests_in_flight_max
                 ):
                     self.metrics.add_to_counter(
                         "pykraft_quorum_backpressure_pauses_total",
                         help_text="Times a connection was not read until its answers were written.",
                     )
-                    with trio.move_on_after(idle_timeout_s) as wait:
+                    with trio.move_on_after(idle_timeout_s if inbound else float("inf")) as wait:
                         await connection.wait_for_capacity()
                     if wait.cancelled_caught:
-                        self._close_for(
-                            connection, "stalled", "its answers were not read for %.0f s", idle_timeout_s
-                        )
+                        self._close_for(connection, "stalled", "its answers were not read for %.0f s", idle_timeout_s)
                         return
                     if connection.broken:
                         return
-                last_heard_s = trio.current_time()
+                    last_heard_s = trio.current_time()
                 self._dispatch(connection, message, decoded.correlation_id, nursery)
-                client_frames += 1
-                if client_frames % CLIENT_FRAMES_PER_YIELD == 0:
-                    await trio.lowlevel.checkpoint()
+                if client_request:
+                    # Replication first: let voters' tasks run between
+                    # bursts of client requests read in one go.
+                    client_frames += 1
+                    if client_frames % CLIENT_FRAMES_PER_YIELD == 0:
+                        await trio.lowlevel.checkpoint()
             frame_started_s = (frame_started_s or trio.current_time()) if decoder.in_frame else None
 
     def _dispatch(self, connection: _Connection, message: Any, correlation_id: int, nursery: trio.Nursery | None) -> None:
@@ -573,10 +579,28 @@ class TcpTransport(Transport):
             if message.role == "voter" and message.node_id in self.peer_addresses:
                 connection.from_voter = True
         elif kind is ErrorFrame:
-            logger.warning("%s answered with an error: %s %s", connection.peer, message.code.name, message.message)
+            self._log.warning(
+                connection.host, "error_frame", "%s answered with an error: %s %.200s",
+                connection.peer, message.code.name, message.message,
+            )  # fmt: skip
+        elif kind not in _CLIENT_REQUEST_TYPES or nursery is None:
+            # An answer sent as if it were a request, or a request on a
+            # connection this node opened: nothing to serve.
+            self._log.warning(
+                connection.host, "not_served", "%s sent a %s, which this node does not serve", connection.peer, kind.__name__
+            )
+            if nursery is not None:
+                connection.send(
+                    ErrorFrame(
+                        code=ErrorCode.INVALID_REQUEST,
+                        message=f"{kind.__name__} is not a request this node serves",
+                        correlation_id=correlation_id,
+                    ),
+                    correlation_id,
+                )
         elif self.fast_request_handler is not None and self._handle_fast(connection, message, correlation_id):
             pass
-        elif self.request_handler is not None and nursery is not None:
+        elif self.request_handler is not None:
             connection.requests_in_flight += 1
             nursery.start_soon(self._handle_request, connection, message, correlation_id)
         else:
