@@ -81,9 +81,9 @@ _LOG_KEYS_MAX = 10_000
 # A task reading client requests lets others run after this many.
 CLIENT_FRAMES_PER_YIELD = 16
 # Large frames (FetchResponse, FetchSnapshotResponse) are accepted only for
-# this long after this node last sent a Fetch or FetchSnapshot: a leader,
-# which fetches from nobody, takes none (a 16 MiB frame of msgpack can cost
-# over 1 GB to decode).
+# this long after this node last sent a Fetch or FetchSnapshot (a leader,
+# which fetches from nobody, takes none: a 16 MiB frame of msgpack can cost
+# over 1 GB to decode), and only on the connections fetch answers arrive on.
 LARGE_FRAME_WINDOW_S = 30.0
 # accept() errors that mean "out of descriptors or memory for now": retry
 # after a pause rather than give up the listener (as trio.serve_listeners).
@@ -450,8 +450,17 @@ class TcpTransport(Transport):
                 if path is connection:
                     del self._return_paths[node_id]
 
-    def _frame_bytes_max_for(self, type_code: int | None) -> int:
-        if type_code in self.limits.large_type_codes and trio.current_time() < self._large_frames_until_s:
+    def _frame_bytes_max_for(self, connection: _Connection, inbound: bool, type_code: int | None) -> int:
+        """A large frame (a FetchResponse or FetchSnapshotResponse) only while
+        this node fetches, and only where its fetch answers come from: a
+        connection it opened (an observer's answers come back on it), or one
+        on which a configured voter said Hello (the leader's link to a
+        follower). Anything else is held to the small limit."""
+        if (
+            type_code in self.limits.large_type_codes
+            and (not inbound or connection.from_voter)
+            and trio.current_time() < self._large_frames_until_s
+        ):
             return self.limits.frame_bytes_max
         return self.limits.small_frame_bytes_max
 
@@ -479,10 +488,13 @@ class TcpTransport(Transport):
         requests are served) have an idle timeout; every connection a
         deadline to finish a started frame."""
         limits = self.connection_limits
-        decoder = FrameDecoder(frame_bytes_max=self.limits.frame_bytes_max, frame_bytes_max_for=self._frame_bytes_max_for)
+        inbound = nursery is not None
+        decoder = FrameDecoder(
+            frame_bytes_max=self.limits.frame_bytes_max,
+            frame_bytes_max_for=lambda type_code: self._frame_bytes_max_for(connection, inbound, type_code),
+        )
         frame_deadline_s = limits.frame_deadline_ms / 1000
         idle_timeout_s = limits.idle_timeout_ms / 1000
-        inbound = nursery is not None
         last_heard_s = trio.current_time()
         frame_started_s: float | None = None
         client_frames = 0

@@ -225,10 +225,17 @@ async def test_a_msgpack_bomb_in_a_fetch_extension_is_refused_and_the_leader_kee
         body = msgpack.packb([99, leader.node_id, epoch, 0, 0, 1, 0])
         count = 1024 * 1024 - 100
         payload = b"\x95" + head + b"\x98" + body[1:] + b"\xdd" + count.to_bytes(4, "big") + b"\x80" * count
+        follower = next(handle for handle in cluster.handles if handle is not leader)
         with trio.fail_after(20):
             stream = await trio.open_tcp_stream(*cluster.address(leader))
             await stream.send_all(len(payload).to_bytes(4, "big") + payload)
             assert await closed_by_peer(stream)
+            # A follower fetches, so it takes large fetch answers, but only
+            # where they come from: an anonymous connection may not send one.
+            stream = await trio.open_tcp_stream(*cluster.address(follower))
+            await stream.send_all((16 * 1024 * 1024 - 1).to_bytes(4, "big") + b"\x95\x08")
+            assert await closed_by_peer(stream)
+            assert cluster.counter(follower, "pykraft_quorum_frames_rejected_total", reason="frame_too_large") == 1
             async with QuorumClient([f"{leader.node_id}@127.0.0.1:{leader.listen_port}"], retry_timeout_s=10) as client:
                 await client.propose([KeyValueStateMachine.encode_put(b"after", b"bomb")])
         assert cluster.leader is leader and leader.runtime.node.epoch == epoch
@@ -292,4 +299,25 @@ async def test_a_client_pipelining_without_reading_neither_stalls_others_nor_dep
         assert cluster.leader is leader and all(handle.runtime.node.epoch == epoch for handle in cluster.handles)
         assert leader.runtime.metrics.resignations == {}
         flood_socket.close()
+        cluster.stop.set()
+
+
+async def test_fetch_answers_over_the_small_limit_still_reach_the_followers(tmp_path):
+    """The large-frame gate lets the leader's fetch answers through: records
+    proposed faster than one small frame carries reach every voter."""
+    async with trio.open_nursery() as nursery:
+        cluster = await start_cluster(nursery, tmp_path)
+        leader = cluster.leader
+        bootstrap = [f"{leader.node_id}@127.0.0.1:{leader.listen_port}"]
+        with trio.fail_after(60):
+            async with QuorumClient(bootstrap, retry_timeout_s=30) as client, trio.open_nursery() as writers:
+                for index in range(6):
+                    record = KeyValueStateMachine.encode_put(b"big%d" % index, bytes([index]) * (900 * 1024))
+                    writers.start_soon(client.propose, [record])
+            last = leader.runtime.applied_offset
+            while any(handle.runtime.applied_offset < last for handle in cluster.handles):
+                await trio.sleep(0.02)
+        for handle in cluster.handles:
+            assert handle.state_machine.get(b"big5")[0] == bytes([5]) * (900 * 1024)
+            assert cluster.counter(handle, "pykraft_quorum_frames_rejected_total", reason="frame_too_large") == 0
         cluster.stop.set()
