@@ -524,6 +524,7 @@ class TcpTransport(Transport):
             if _trace.enabled:
                 _trace.stamp("rx", len(data))
             decoder.feed(data)
+            completed_frame = False
             while True:
                 try:
                     payload = decoder.next_frame()
@@ -532,6 +533,7 @@ class TcpTransport(Transport):
                     return
                 if payload is None:
                     break
+                completed_frame = True
                 try:
                     decoded = decode_message(payload, expected_cluster_id=self.cluster_id, limits=self.limits)
                 except RemoteProtocolError as error:
@@ -570,7 +572,14 @@ class TcpTransport(Transport):
                     client_frames += 1
                     if client_frames % CLIENT_FRAMES_PER_YIELD == 0:
                         await trio.lowlevel.checkpoint()
-            frame_started_s = (frame_started_s or trio.current_time()) if decoder.in_frame else None
+            # The frame deadline runs from the first bytes of the frame now in
+            # progress (a new one if a frame completed in this chunk; the
+            # time this node spent on the chunk, backpressure included, is
+            # not the peer's).
+            if not decoder.in_frame:
+                frame_started_s = None
+            elif completed_frame or frame_started_s is None:
+                frame_started_s = trio.current_time()
 
     def _dispatch(self, connection: _Connection, message: Any, correlation_id: int, nursery: trio.Nursery | None) -> None:
         kind = type(message)
