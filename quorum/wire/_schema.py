@@ -109,6 +109,9 @@ class WireLimits:
     extension_items_max: int = 100_000
     # Lists of node ids or replicas (preferred successors, DescribeQuorum).
     replicas_max: int = 65_536
+    # Records in one ProposeRequest: one atomic batch the leader appends
+    # and replicates whole.
+    records_per_request_max: int = 10_000
 
     def __post_init__(self) -> None:
         for name in (
@@ -118,6 +121,7 @@ class WireLimits:
             "snapshot_chunk_bytes_max",
             "extension_items_max",
             "replicas_max",
+            "records_per_request_max",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
@@ -504,8 +508,10 @@ def encode_propose_request(m: ProposeRequest) -> list:
 
 def decode_propose_request(body: Any, limits: WireLimits, build: bool) -> ProposeRequest:
     (records,) = fields(body, 1)
-    if type(records) is not list:
-        raise ValueError(f"records must be an array, got {describe_value(records)}")
+    if type(records) is not list or len(records) > limits.records_per_request_max:
+        raise ValueError(
+            f"records must be an array of at most {limits.records_per_request_max}, got {describe_value(records)}"
+        )
     return ProposeRequest(records=tuple(records))
 
 

@@ -274,3 +274,14 @@ def test_containers_past_the_budget_are_refused_while_decoding():
         decode_message(payload, expected_cluster_id=CLUSTER, limits=limits)
     ok = _fetch_request_with_extension(_array_of(990, b"\x90"))
     assert decode_message(ok, expected_cluster_id=CLUSTER, limits=limits).message.extension == [[]] * 990
+
+
+def test_a_proposal_of_more_records_than_one_request_may_carry_is_refused():
+    envelope = _envelope(ProposeRequest(records=(b"",)))
+    envelope[4] = [[b""] * (DEFAULT_LIMITS.records_per_request_max + 1)]
+    with pytest.raises(InvalidMessageError, match="at most 10000"):
+        decode_message(msgpack.packb(envelope), expected_cluster_id=CLUSTER)
+    with pytest.raises(LocalProtocolError, match="at most 10000"):
+        encode_message(ProposeRequest(records=(b"",) * 10_001), correlation_id=1, cluster_id=CLUSTER)
+    envelope[4] = [[b""] * DEFAULT_LIMITS.records_per_request_max]
+    assert len(decode_message(msgpack.packb(envelope), expected_cluster_id=CLUSTER).message.records) == 10_000
