@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import signal
@@ -21,7 +22,7 @@ from typing import Any
 import click
 import trio
 
-from .runtime import KeyValueStateMachine, NodeConfig, open_quorum_node, parse_voters
+from .runtime import ConnectionLimits, KeyValueStateMachine, NodeConfig, open_quorum_node, parse_voters
 from .storage import StorageError, check_storage_report, dump_log_command
 
 # Exit status of a node that refused its data directory (damaged log, lost
@@ -72,8 +73,20 @@ _NODE_OPTIONS = [
     click.option("--check-quorum/--no-check-quorum", default=None, help="KAFKA-15489 leader progress timeout."),
     click.option("--pre-vote/--no-pre-vote", default=None, help="KIP-996 pre-vote."),
     click.option("--snapshot-every-records", type=int),
+    # What peers and clients may cost (docs/operations.md, "Hostile peers and clients").
+    click.option("--connections-max", type=int, help="Open inbound connections on the listener."),
+    click.option("--connections-per-address-max", type=int, help="Open inbound connections from one source address."),
+    click.option("--frame-deadline-ms", type=int, help="Time to finish a started frame."),
+    click.option("--idle-timeout-ms", type=int, help="Close an inbound connection silent this long (voters excepted)."),
+    click.option("--requests-in-flight-max", type=int, help="Client requests per connection before it is not read."),
+    click.option("--write-backlog-bytes-max", type=int, help="Unwritten answers per connection before it is not read."),
+    click.option("--frame-bytes-max", type=int, help="Largest FetchResponse or FetchSnapshotResponse frame."),
+    click.option("--small-frame-bytes-max", type=int, help="Largest frame of any other message type."),
     click.option("--log-level", default="INFO", show_default=True),
 ]
+
+# Settings that fill ``ConnectionLimits``.
+_CONNECTION_LIMIT_KEYS = frozenset(field.name for field in dataclasses.fields(ConnectionLimits))
 
 
 def node_settings(config_file: str | None, log_level: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -115,6 +128,7 @@ _SETTINGS_KEYS = frozenset(
         "snapshot_every_records", "retention_bytes", "retention_ms", "quorum",
         "election_timeout_ms", "fetch_timeout_ms", "check_quorum", "pre_vote",
     }
+    | _CONNECTION_LIMIT_KEYS
 )  # fmt: skip
 
 
@@ -143,6 +157,7 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
         snapshot_every_records=int(settings.get("snapshot_every_records", 10_000)),
         **{key: settings[key] for key in ("retention_bytes", "retention_ms") if key in settings},
         quorum=quorum,
+        connection_limits=ConnectionLimits(**{key: settings[key] for key in _CONNECTION_LIMIT_KEYS if key in settings}),
     )
 
 

@@ -6,12 +6,13 @@ from ._metrics import FINE_BUCKETS_S, Metrics, scrape_metrics, serve_metrics
 from ._node_api import EventLog, NodeConfig, QuorumNodeHandle, handle_client_request, open_quorum_node, parse_voters
 from ._runtime import LeaderApplication, Proposal, ProposalLostError, QuorumRuntime, ReadNotConfirmedError, Transport
 from ._state_machine import KeyValueStateMachine, StateMachine
-from ._tcp import TcpTransport
+from ._tcp import ConnectionLimits, TcpTransport
 from ._writer import WRITE_ERRORS, StreamWriter
 
 __all__ = [
     "FINE_BUCKETS_S",
     "WRITE_ERRORS",
+    "ConnectionLimits",
     "EventLog",
     "StreamWriter",
     "KeyValueStateMachine",

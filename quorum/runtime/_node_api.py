@@ -44,7 +44,7 @@ from ..wire import (
 from ._metrics import Metrics, serve_metrics
 from ._runtime import LeaderApplication, ProposalLostError, QuorumRuntime, ReadNotConfirmedError
 from ._state_machine import KeyValueStateMachine, StateMachine
-from ._tcp import TcpTransport
+from ._tcp import ConnectionLimits, TcpTransport
 
 logger = logging.getLogger("pykraft.quorum")
 
@@ -77,6 +77,8 @@ class NodeConfig:
     among them is an observer and must give ``listen``. ``data_dir`` None
     keeps everything in memory (tests, throwaway prototypes). ``quorum``
     overrides ``QuorumConfig`` fields (``election_timeout_ms``, ...).
+    ``connection_limits`` bounds what peers and clients may cost the node
+    (docs/operations.md, "Hostile peers and clients").
     """
 
     node_id: int
@@ -91,6 +93,7 @@ class NodeConfig:
     metrics_listen: tuple[str, int] | None = None
     event_log: Path | str | None = None
     quorum: dict[str, Any] = field(default_factory=dict)
+    connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
 
     def __post_init__(self) -> None:
         unknown = set(self.quorum) - _QUORUM_FIELDS
@@ -310,6 +313,8 @@ async def open_quorum_node(
             if request_handler is None
             else None
         ),
+        connection_limits=config.connection_limits,
+        metrics=metrics,
     )
     runtime = QuorumRuntime(
         config.quorum_config(),

@@ -8,23 +8,47 @@ either path delivers.
 
 Bad input never takes the node down: a frame that cannot be decoded is
 answered with an ``ErrorFrame`` when the stream is still in sync, otherwise
-the connection is closed; either way one log line names the peer and why.
+the connection is closed; either way a log line names the peer and why (at
+most one per peer address and reason every ``LOG_INTERVAL_S``).
+
+What a peer can cost is bounded by ``ConnectionLimits`` (docs/operations.md,
+"Hostile peers and clients"): open connections per listener and per source
+address (the excess is closed at accept), frame sizes per message type, the
+time to finish a started frame, the idle time, and client requests in flight
+per connection. Past that last bound, or while more than
+``write_backlog_bytes_max`` of answers wait to be written (a client that
+sends and never reads), the connection is not read until answers drain.
+
+Replication first: quorum messages (Vote, BeginQuorumEpoch, Fetch, ...) go
+to the core from the task that read them, whatever a connection's client
+requests are doing, and never count against the in-flight bound (only
+against their own connection's unwritten answers); a task
+reading client requests yields to the scheduler every
+``CLIENT_FRAMES_PER_YIELD`` requests, so a burst of them read at once can
+not hold a voter's Fetch back.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import itertools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 
-from .._messages import MESSAGE_TYPES, Message
+from .._messages import MESSAGE_TYPES, FetchRequest, FetchSnapshotRequest, Message
 from ..wire import (
-    DEFAULT_LIMITS,
+    NODE_LIMITS,
+    ApplicationRequest,
+    DescribeQuorumRequest,
     ErrorFrame,
+    ProposeRequest,
+    ReadRequest,
     FrameDecoder,
     FrameTooLargeError,
     Hello,
@@ -35,6 +59,7 @@ from ..wire import (
     encode_message,
 )
 from .._messages import ErrorCode
+from ._metrics import Metrics
 from ._runtime import Transport
 from ._writer import StreamWriter
 from . import _trace
@@ -42,12 +67,98 @@ from . import _trace
 logger = logging.getLogger("pykraft.transport")
 
 _QUORUM_MESSAGE_TYPES = frozenset(MESSAGE_TYPES)
+_CLIENT_REQUEST_TYPES = frozenset({ProposeRequest, ReadRequest, DescribeQuorumRequest, ApplicationRequest})
 _CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 RECONNECT_BACKOFF_MIN_S = 0.02
 RECONNECT_BACKOFF_MAX_S = 1.0
 # Raft tolerates loss: when a peer is down, keep only the newest messages.
 PEER_QUEUE_MESSAGES_MAX = 10_000
 RECEIVE_BYTES = 256 * 1024
+# One log line per peer address and reason in this many seconds; the next
+# one says how many were suppressed.
+LOG_INTERVAL_S = 10.0
+_LOG_KEYS_MAX = 10_000
+# A task reading client requests lets others run after this many.
+CLIENT_FRAMES_PER_YIELD = 16
+# Large frames (FetchResponse, FetchSnapshotResponse) are accepted only for
+# this long after this node last sent a Fetch or FetchSnapshot (a leader,
+# which fetches from nobody, takes none: a 16 MiB frame of msgpack can cost
+# over 1 GB to decode), and only on the connections fetch answers arrive on.
+LARGE_FRAME_WINDOW_S = 30.0
+# accept() errors that mean "out of descriptors or memory for now": retry
+# after a pause rather than give up the listener (as trio.serve_listeners).
+_ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+_ACCEPT_RETRY_S = 0.1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionLimits:
+    """What one peer, and all of them, may cost a node's listener and
+    connections. See docs/operations.md for each setting.
+
+    Raises ``ValueError`` on construction when a value is not a positive int.
+    """
+
+    # Open inbound connections on the listener, and from one source address.
+    connections_max: int = 1024
+    connections_per_address_max: int = 256
+    # A frame whose first byte arrived must be complete within this.
+    frame_deadline_ms: int = 10_000
+    # An inbound connection that sends nothing for this long is closed (a
+    # connection from a configured voter, which may have nothing to say
+    # between elections, excepted).
+    idle_timeout_ms: int = 300_000
+    # Client requests read from one connection and not yet answered.
+    requests_in_flight_max: int = 32
+    # Bytes of answers waiting to be written to one connection, past which it
+    # is not read.
+    write_backlog_bytes_max: int = 4 * 1024 * 1024
+    # Largest frame of any type (FetchResponse, FetchSnapshotResponse), and
+    # of every other type.
+    frame_bytes_max: int = NODE_LIMITS.frame_bytes_max
+    small_frame_bytes_max: int = NODE_LIMITS.small_frame_bytes_max
+
+    def __post_init__(self) -> None:
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{item.name} must be an int >= 1, got {value!r}")
+        if self.small_frame_bytes_max > self.frame_bytes_max:
+            raise ValueError("small_frame_bytes_max must not exceed frame_bytes_max")
+        self.wire_limits()  # frame_bytes_max must fit a length prefix
+
+    def wire_limits(self) -> WireLimits:
+        """The decoder's limits for a node with these settings."""
+        return dataclasses.replace(
+            NODE_LIMITS, frame_bytes_max=self.frame_bytes_max, small_frame_bytes_max=self.small_frame_bytes_max
+        )
+
+
+DEFAULT_CONNECTION_LIMITS = ConnectionLimits()
+
+
+class _LogLimiter:
+    """At most one log line per (peer address, reason) every
+    ``LOG_INTERVAL_S``: a hostile peer must not fill the disk with them."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def warning(self, host: str, reason: str, text: str, *args: Any) -> None:
+        now = trio.current_time()
+        key = (host, reason)
+        last = self._last.get(key)
+        if last is not None and now - last[0] < LOG_INTERVAL_S:
+            self._last[key] = (last[0], last[1] + 1)
+            return
+        if len(self._last) >= _LOG_KEYS_MAX:
+            self._last = {k: v for k, v in self._last.items() if now - v[0] < LOG_INTERVAL_S}
+        suppressed = last[1] if last is not None else 0
+        self._last[key] = (now, 0)
+        if suppressed:
+            text += " (%d more like it from this address in the last %.0f s)"
+            args = (*args, suppressed, LOG_INTERVAL_S)
+        logger.warning(text, *args)
 
 # Client requests (propose, read, describe) are answered by this handler;
 # it returns the response message.
@@ -63,14 +174,32 @@ class _Connection:
     """One open stream: frames out through a ``StreamWriter`` (written at
     once, no task hop), frames in through a decoder."""
 
-    def __init__(self, stream: trio.SocketStream, peer: str, cluster_id: str, limits: WireLimits) -> None:
+    def __init__(
+        self, stream: trio.SocketStream, peer: str, cluster_id: str, limits: WireLimits, host: str = ""
+    ) -> None:
         self.stream = stream
         self.peer = peer
+        self.host = host or peer
         self.cluster_id = cluster_id
         self.limits = limits
         self.writer = StreamWriter(stream)
+        self.writer.on_drained = self.capacity_changed
         self._correlation = itertools.count(1)
         self.closed = False
+        # Client requests read and not yet answered.
+        self.requests_in_flight = 0
+        # A configured voter said Hello on this connection: no idle timeout.
+        self.from_voter = False
+        self._capacity = trio.Event()
+
+    def capacity_changed(self) -> None:
+        """An answer was written or the backlog drained: wake the reader if
+        it holds back."""
+        self._capacity.set()
+
+    async def wait_for_capacity(self) -> None:
+        self._capacity = trio.Event()
+        await self._capacity.wait()
 
     def encode(self, message: Any, correlation_id: int | None = None) -> bytes:
         return encode_message(
@@ -131,7 +260,8 @@ class TcpTransport(Transport):
         peer_addresses: dict[int, tuple[str, int]],
         request_handler: RequestHandler | None = None,
         fast_request_handler: FastRequestHandler | None = None,
-        limits: WireLimits = DEFAULT_LIMITS,
+        connection_limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
+        metrics: Metrics | None = None,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -139,7 +269,9 @@ class TcpTransport(Transport):
         self.peer_addresses = {peer: address for peer, address in peer_addresses.items() if peer != node_id}
         self.request_handler = request_handler
         self.fast_request_handler = fast_request_handler
-        self.limits = limits
+        self.connection_limits = connection_limits
+        self.limits = connection_limits.wire_limits()
+        self.metrics = metrics if metrics is not None else Metrics()
         self.bound_port: int | None = None
         self._queues: dict[int, deque[Message]] = {peer: deque() for peer in self.peer_addresses}
         self._wakeups: dict[int, trio.Event] = {peer: trio.Event() for peer in self.peer_addresses}
@@ -151,10 +283,19 @@ class TcpTransport(Transport):
         self._unreachable: Callable[[int], None] = lambda peer: None
         self._nursery: trio.Nursery | None = None
         self.frames_rejected = 0
+        self._log = _LogLimiter()
+        self._inbound_open = 0
+        self._inbound_by_host: dict[str, int] = {}
+        self._large_frames_until_s = float("-inf")
+        self.metrics.set_gauge(
+            "pykraft_quorum_connections_open", 0, "Inbound connections open on the listener."
+        )
 
     # -- Transport -----------------------------------------------------------------
 
     def send(self, message: Message) -> None:
+        if type(message) is FetchRequest or type(message) is FetchSnapshotRequest:
+            self._large_frames_until_s = trio.current_time() + LARGE_FRAME_WINDOW_S
         queue = self._queues.get(message.dst)
         if queue is not None:
             link = self._links.get(message.dst)
@@ -186,7 +327,8 @@ class TcpTransport(Transport):
                 host, port = self.listen
                 listeners = await trio.open_tcp_listeners(port, host=host)
                 self.bound_port = listeners[0].socket.getsockname()[1]
-                nursery.start_soon(trio.serve_listeners, self._serve_inbound, listeners)
+                for listener in listeners:
+                    nursery.start_soon(self._accept_loop, listener, nursery)
             for peer in sorted(self.peer_addresses):
                 nursery.start_soon(self._peer_link, peer)
             task_status.started()
@@ -208,7 +350,7 @@ class TcpTransport(Transport):
                 backoff_s = min(backoff_s * 2, RECONNECT_BACKOFF_MAX_S)
                 continue
             backoff_s = RECONNECT_BACKOFF_MIN_S
-            connection = _Connection(stream, name, self.cluster_id, self.limits)
+            connection = _Connection(stream, name, self.cluster_id, self.limits, host)
             try:
                 # trio nurseries wrap errors in exception groups: each task
                 # handles its own connection errors, so none escapes.
@@ -244,13 +386,51 @@ class TcpTransport(Transport):
 
     # -- inbound ---------------------------------------------------------------------
 
-    async def _serve_inbound(self, stream: trio.SocketStream) -> None:
-        try:
-            host, port = stream.socket.getpeername()[:2]
-            name = f"{host}:{port}"
-        except OSError:
-            name = "unknown peer"
-        connection = _Connection(stream, name, self.cluster_id, self.limits)
+    async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        """Accept connections; close at once those over the listener's or
+        their address's cap (counted, logged at most once per interval)."""
+        limits = self.connection_limits
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as error:
+                    if error.errno not in _ACCEPT_CAPACITY_ERRNOS:
+                        raise
+                    logger.error("cannot accept a connection (%s): retrying in %.1f s", error, _ACCEPT_RETRY_S)
+                    await trio.sleep(_ACCEPT_RETRY_S)
+                    continue
+                try:
+                    host, port = stream.socket.getpeername()[:2]
+                except OSError:
+                    host, port = "unknown", 0
+                refused = None
+                if self._inbound_open >= limits.connections_max:
+                    refused = "listener_full"
+                elif self._inbound_by_host.get(host, 0) >= limits.connections_per_address_max:
+                    refused = "address_full"
+                if refused is not None:
+                    self.metrics.add_to_counter(
+                        "pykraft_quorum_connections_refused_total",
+                        help_text="Inbound connections closed at accept, by the cap that refused them.",
+                        reason=refused,
+                    )
+                    self._log.warning(
+                        host, refused, "refused a connection from %s:%s: %s (%d open, %d from this address)",
+                        host, port, refused.replace("_", " "), self._inbound_open, self._inbound_by_host.get(host, 0),
+                    )  # fmt: skip
+                    stream.socket.close()
+                    continue
+                self._inbound_open += 1
+                self._inbound_by_host[host] = self._inbound_by_host.get(host, 0) + 1
+                self.metrics.set_gauge("pykraft_quorum_connections_open", self._inbound_open)
+                self.metrics.add_to_counter(
+                    "pykraft_quorum_connections_accepted_total", help_text="Inbound connections accepted."
+                )
+                nursery.start_soon(self._serve_inbound, stream, host, f"{host}:{port}")
+
+    async def _serve_inbound(self, stream: trio.SocketStream, host: str, name: str) -> None:
+        connection = _Connection(stream, name, self.cluster_id, self.limits, host)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(connection.run_writer, nursery.cancel_scope)
@@ -258,56 +438,157 @@ class TcpTransport(Transport):
         except Exception:  # noqa: BLE001 - one bad connection must not take the node down
             logger.exception("connection from %s failed unexpectedly", name)
         finally:
+            self._inbound_open -= 1
+            remaining = self._inbound_by_host[host] - 1
+            if remaining:
+                self._inbound_by_host[host] = remaining
+            else:
+                del self._inbound_by_host[host]
+            self.metrics.set_gauge("pykraft_quorum_connections_open", self._inbound_open)
             await connection.aclose()
             for node_id, path in list(self._return_paths.items()):
                 if path is connection:
                     del self._return_paths[node_id]
 
+    def _frame_bytes_max_for(self, connection: _Connection, inbound: bool, type_code: int | None) -> int:
+        """A large frame (a FetchResponse or FetchSnapshotResponse) only while
+        this node fetches, and only where its fetch answers come from: a
+        connection it opened (an observer's answers come back on it), or one
+        on which a configured voter said Hello (the leader's link to a
+        follower). Anything else is held to the small limit."""
+        if (
+            type_code in self.limits.large_type_codes
+            and (not inbound or connection.from_voter)
+            and trio.current_time() < self._large_frames_until_s
+        ):
+            return self.limits.frame_bytes_max
+        return self.limits.small_frame_bytes_max
+
     async def _read_loop(
         self, connection: _Connection, scope: trio.CancelScope, nursery: trio.Nursery | None = None
     ) -> None:
-        """Read frames until the stream ends, breaks, or breaks the protocol;
-        then cancel ``scope`` (the connection's tasks)."""
+        """Read frames until the stream ends, breaks, breaks the protocol or
+        a limit; then cancel ``scope`` (the connection's tasks)."""
         try:
-            await self._read_frames(connection, scope, nursery)
+            await self._read_frames(connection, nursery)
         except _CONNECTION_ERRORS as error:
             logger.debug("connection with %s ended: %s", connection.peer, error)
         scope.cancel()
 
-    async def _read_frames(self, connection: _Connection, scope: trio.CancelScope, nursery: trio.Nursery | None) -> None:
-        decoder = FrameDecoder(frame_bytes_max=self.limits.frame_bytes_max)
+    def _close_for(self, connection: _Connection, reason: str, text: str, *args: Any) -> None:
+        self.metrics.add_to_counter(
+            "pykraft_quorum_connections_closed_total",
+            help_text="Connections this node closed, by the limit or protocol rule the peer broke.",
+            reason=reason,
+        )
+        self._log.warning(connection.host, reason, "closing the connection with %s: " + text, connection.peer, *args)
+
+    async def _read_frames(self, connection: _Connection, nursery: trio.Nursery | None) -> None:
+        """The receive path. Inbound connections (``nursery`` given: client
+        requests are served) have an idle timeout; every connection a
+        deadline to finish a started frame."""
+        limits = self.connection_limits
+        inbound = nursery is not None
+        decoder = FrameDecoder(
+            frame_bytes_max=self.limits.frame_bytes_max,
+            frame_bytes_max_for=lambda type_code: self._frame_bytes_max_for(connection, inbound, type_code),
+        )
+        frame_deadline_s = limits.frame_deadline_ms / 1000
+        idle_timeout_s = limits.idle_timeout_ms / 1000
+        last_heard_s = trio.current_time()
+        frame_started_s: float | None = None
+        client_frames = 0
         while True:
-            data = await connection.stream.receive_some(RECEIVE_BYTES)
-            if not data:
+            if frame_started_s is not None:
+                deadline_s, reason = frame_started_s + frame_deadline_s, "frame_deadline"
+            elif inbound and not connection.from_voter:
+                deadline_s, reason = last_heard_s + idle_timeout_s, "idle"
+            else:
+                deadline_s, reason = float("inf"), ""
+            with trio.move_on_at(deadline_s) as timer:
+                data = await connection.stream.receive_some(RECEIVE_BYTES)
+                if not data:
+                    if decoder.in_frame:
+                        logger.debug("%s closed the connection %d bytes into a frame", connection.peer, decoder.buffered_bytes)
+                    return
+            if timer.cancelled_caught:
+                if reason == "idle":
+                    self._close_for(connection, reason, "nothing received for %.0f s", idle_timeout_s)
+                else:
+                    self._close_for(
+                        connection, reason, "a frame was started and not finished within %.1f s (%d bytes of it)",
+                        frame_deadline_s, decoder.buffered_bytes,
+                    )  # fmt: skip
                 return
+            last_heard_s = trio.current_time()
             if _trace.enabled:
                 _trace.stamp("rx", len(data))
             decoder.feed(data)
+            completed_frame = False
             while True:
                 try:
                     payload = decoder.next_frame()
                 except FrameTooLargeError as error:
-                    self._reject(connection, error, answer=False)
+                    self._reject(connection, error, answer=False, reason="frame_too_large")
                     return
                 if payload is None:
                     break
+                completed_frame = True
                 try:
                     decoded = decode_message(payload, expected_cluster_id=self.cluster_id, limits=self.limits)
                 except RemoteProtocolError as error:
                     answer = error.correlation_id is not None and error.message_type != "ErrorFrame"
-                    self._reject(connection, error, answer=answer)
+                    self._reject(connection, error, answer=answer, reason="protocol_error")
                     if answer:
                         connection.send(error.to_error_frame(), error.correlation_id)
                     if not error.recoverable:
                         return
                     continue
-                self._dispatch(connection, decoded.message, decoded.correlation_id, nursery)
+                message = decoded.message
+                # Not read further while this connection's answers wait to be
+                # written (the peer does not read them), nor, for client
+                # requests, past the in-flight bound. Quorum messages never
+                # wait behind client requests.
+                client_request = nursery is not None and type(message) not in _QUORUM_MESSAGE_TYPES
+                while connection.writer.pending_bytes > limits.write_backlog_bytes_max or (
+                    client_request and connection.requests_in_flight >= limits.requests_in_flight_max
+                ):
+                    self.metrics.add_to_counter(
+                        "pykraft_quorum_backpressure_pauses_total",
+                        help_text="Times a connection was not read until its answers were written.",
+                    )
+                    with trio.move_on_after(idle_timeout_s if inbound else float("inf")) as wait:
+                        await connection.wait_for_capacity()
+                    if wait.cancelled_caught:
+                        self._close_for(connection, "stalled", "its answers were not read for %.0f s", idle_timeout_s)
+                        return
+                    if connection.broken:
+                        return
+                    last_heard_s = trio.current_time()
+                self._dispatch(connection, message, decoded.correlation_id, nursery)
+                if client_request:
+                    # Replication first: let voters' tasks run between
+                    # bursts of client requests read in one go.
+                    client_frames += 1
+                    if client_frames % CLIENT_FRAMES_PER_YIELD == 0:
+                        await trio.lowlevel.checkpoint()
+            # The frame deadline runs from the first bytes of the frame now in
+            # progress (a new one if a frame completed in this chunk; the
+            # time this node spent on the chunk, backpressure included, is
+            # not the peer's).
+            if not decoder.in_frame:
+                frame_started_s = None
+            elif completed_frame or frame_started_s is None:
+                frame_started_s = trio.current_time()
 
     def _dispatch(self, connection: _Connection, message: Any, correlation_id: int, nursery: trio.Nursery | None) -> None:
         kind = type(message)
         if kind in _QUORUM_MESSAGE_TYPES:
             if message.dst != self.node_id:
-                logger.warning("%s sent a message for node %d to node %d: dropped", connection.peer, message.dst, self.node_id)
+                self._log.warning(
+                    connection.host, "wrong_node", "%s sent a message for node %d to node %d: dropped",
+                    connection.peer, message.dst, self.node_id,
+                )  # fmt: skip
                 return
             if message.src not in self.peer_addresses:
                 self._return_paths[message.src] = connection
@@ -316,14 +597,37 @@ class TcpTransport(Transport):
             self._deliver(message)
         elif kind is Hello:
             logger.debug("%s is %s %s", connection.peer, message.role, message.node_id)
+            if message.role == "voter" and message.node_id in self.peer_addresses:
+                connection.from_voter = True
         elif kind is ErrorFrame:
-            logger.warning("%s answered with an error: %s %s", connection.peer, message.code.name, message.message)
+            self._log.warning(
+                connection.host, "error_frame", "%s answered with an error: %s %.200s",
+                connection.peer, message.code.name, message.message,
+            )  # fmt: skip
+        elif kind not in _CLIENT_REQUEST_TYPES or nursery is None:
+            # An answer sent as if it were a request, or a request on a
+            # connection this node opened: nothing to serve.
+            self._log.warning(
+                connection.host, "not_served", "%s sent a %s, which this node does not serve", connection.peer, kind.__name__
+            )
+            if nursery is not None:
+                connection.send(
+                    ErrorFrame(
+                        code=ErrorCode.INVALID_REQUEST,
+                        message=f"{kind.__name__} is not a request this node serves",
+                        correlation_id=correlation_id,
+                    ),
+                    correlation_id,
+                )
         elif self.fast_request_handler is not None and self._handle_fast(connection, message, correlation_id):
             pass
-        elif self.request_handler is not None and nursery is not None:
+        elif self.request_handler is not None:
+            connection.requests_in_flight += 1
             nursery.start_soon(self._handle_request, connection, message, correlation_id)
         else:
-            logger.warning("%s sent a %s, which this node does not serve", connection.peer, kind.__name__)
+            self._log.warning(
+                connection.host, "not_served", "%s sent a %s, which this node does not serve", connection.peer, kind.__name__
+            )
 
     async def _handle_request(self, connection: _Connection, request: Any, correlation_id: int) -> None:
         assert self.request_handler is not None
@@ -335,26 +639,46 @@ class TcpTransport(Transport):
             logger.exception("request %s from %s failed", type(request).__name__, connection.peer)
             response = ErrorFrame(code=ErrorCode.INVALID_REQUEST, message=str(error)[:200], correlation_id=correlation_id)
         connection.send(response, correlation_id)
+        connection.requests_in_flight -= 1
+        connection.capacity_changed()
         if _trace.enabled:
             _trace.stamp("answered", getattr(response, "offset", None))
 
     def _handle_fast(self, connection: _Connection, request: Any, correlation_id: int) -> bool:
         assert self.fast_request_handler is not None
+        answered = False
 
         def reply(response: Any) -> None:
+            nonlocal answered
+            if answered:
+                return
+            answered = True
             connection.send(response, correlation_id)
+            connection.requests_in_flight -= 1
+            connection.capacity_changed()
 
+        connection.requests_in_flight += 1
         try:
-            return self.fast_request_handler(request, reply)
+            taken = self.fast_request_handler(request, reply)
         except Exception as error:  # noqa: BLE001 - a bad request must not take the node down
             logger.exception("request %s from %s failed", type(request).__name__, connection.peer)
             reply(ErrorFrame(code=ErrorCode.INVALID_REQUEST, message=str(error)[:200], correlation_id=correlation_id))
             return True
+        if not taken and not answered:
+            connection.requests_in_flight -= 1
+        return taken
 
-    def _reject(self, connection: _Connection, error: RemoteProtocolError, *, answer: bool) -> None:
+    def _reject(self, connection: _Connection, error: RemoteProtocolError, *, answer: bool, reason: str) -> None:
         self.frames_rejected += 1
+        self.metrics.add_to_counter(
+            "pykraft_quorum_frames_rejected_total",
+            help_text="Frames refused: over their type's size limit, or breaking the protocol.",
+            reason=reason,
+        )
+        if not error.recoverable:
+            self.metrics.add_to_counter("pykraft_quorum_connections_closed_total", reason=reason)
         action = "answered with an error" if answer and error.recoverable else "closing the connection"
-        logger.warning("bad frame from %s (%s): %s", connection.peer, action, error)
+        self._log.warning(connection.host, reason, "bad frame from %s (%s): %s", connection.peer, action, error)
 
 
 def _trace_key(message: Any) -> Any:

@@ -13,6 +13,7 @@ each other: while anything is kept back, later writes queue behind it.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import trio
 
@@ -22,10 +23,14 @@ WRITE_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 class StreamWriter:
     """The only writer of ``stream`` (nothing else may send on it)."""
 
-    __slots__ = ("stream", "_pending", "_pending_bytes", "_flushing", "_wakeup", "error", "closed")
+    __slots__ = ("stream", "_pending", "_pending_bytes", "_flushing", "_wakeup", "error", "closed", "on_drained")
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
+        # Called (no arguments) each time ``run`` has handed every kept-back
+        # byte to the kernel: a reader holding back for the backlog to drain
+        # resumes then.
+        self.on_drained: Callable[[], None] | None = None
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._flushing = False
@@ -99,5 +104,7 @@ class StreamWriter:
                     raise
                 finally:
                     self._flushing = False
+            if not self._pending and self.on_drained is not None:
+                self.on_drained()
             if self.closed:
                 return

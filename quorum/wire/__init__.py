@@ -44,14 +44,19 @@ from ._errors import (
     UnknownMessageTypeError,
     UnsupportedVersionError,
 )
-from ._frames import FRAME_BYTES_MAX, FRAME_HEADER_BYTES, FrameDecoder, encode_frame
-from ._schema import DEFAULT_LIMITS, MESSAGE_TYPE_CODES, PROTOCOL_VERSION, WireLimits
+from ._checks import EPOCH_MAX, INT64_MAX, NODE_ID_MAX
+from ._frames import FRAME_BYTES_MAX, FRAME_HEADER_BYTES, FrameDecoder, encode_frame, peek_type_code
+from ._schema import DEFAULT_LIMITS, MESSAGE_TYPE_CODES, NODE_LIMITS, PROTOCOL_VERSION, WireLimits
 
 __all__ = [
     "ApplicationRequest",
     "ApplicationResponse",
     "CLIENT_MESSAGE_TYPES",
     "DEFAULT_LIMITS",
+    "EPOCH_MAX",
+    "INT64_MAX",
+    "NODE_ID_MAX",
+    "NODE_LIMITS",
     "FRAME_BYTES_MAX",
     "FRAME_HEADER_BYTES",
     "HELLO_ROLES",
@@ -82,4 +87,5 @@ __all__ = [
     "decode_message",
     "encode_frame",
     "encode_message",
+    "peek_type_code",
 ]

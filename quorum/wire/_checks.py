@@ -16,9 +16,17 @@ from .._types import RecordKind
 
 # Node ids are Kafka int32s, non-negative.
 NODE_ID_MAX = 2**31 - 1
-# Epochs, offsets, request ids, read tokens, positions, sizes, correlation ids:
-# non-negative int64s, so that any other implementation can hold them.
+# Offsets, request ids, read tokens, positions, sizes, correlation ids:
+# non-negative int64s, so that any other implementation can hold them (the
+# log stores offsets as u64, a snapshot's name as 20 decimal digits).
 INT64_MAX = 2**63 - 1
+# Epochs are Kafka int32s, non-negative. The log stores a batch's epoch as a
+# u32 (quorum/storage/_format.py), so the storage can hold every epoch up to
+# 2**32 - 1: a node pushed to the largest epoch a peer may send still has
+# 2**31 elections of headroom before its own epoch stops fitting. An epoch
+# above this is refused at the edge, never granted, persisted or acted on
+# (issue 15: one VoteRequest at 2**32 + 1 used to brick the cluster).
+EPOCH_MAX = 2**31 - 1
 # The range msgpack itself can carry, for plain values inside an extension.
 MSGPACK_INT_MIN = -(2**63)
 MSGPACK_INT_MAX = 2**64 - 1
@@ -74,6 +82,13 @@ def check_optional_int64(value: Any, name: str) -> int | None:
     if value is None or (type(value) is int and 0 <= value <= INT64_MAX):
         return value
     raise _fail(name, f"an int 0..{INT64_MAX} or nil", value)
+
+
+def check_epoch(value: Any, name: str) -> int:
+    """A non-negative int32 epoch (see ``EPOCH_MAX``)."""
+    if type(value) is int and 0 <= value <= EPOCH_MAX:
+        return value
+    raise _fail(name, f"an epoch (int 0..{EPOCH_MAX})", value)
 
 
 def check_bool(value: Any, name: str) -> bool:
@@ -132,6 +147,10 @@ def check_plain_value(value: Any, name: str, *, depth_max: int, items_max: int) 
         if kind is list or kind is tuple or kind is dict:
             if depth >= depth_max:
                 raise ValueError(f"{name} nests containers more than {depth_max} deep")
+            # Refused before its members are queued: the walk itself must
+            # not cost memory in proportion to a hostile container.
+            if items + len(pending) + len(item) * (2 if kind is dict else 1) > items_max:
+                raise ValueError(f"{name} has more than {items_max} values")
             if kind is dict:
                 for key, member in item.items():
                     if type(key) is not str and type(key) is not bytes:

@@ -14,6 +14,7 @@ from .._messages import ErrorCode
 from .._node import ReplicaDescription
 from ._checks import (
     check_bytes,
+    check_epoch,
     check_error_code,
     check_int64,
     check_node_id,
@@ -150,7 +151,7 @@ class DescribeQuorumResponse:
     def __post_init__(self) -> None:
         _set_error(self)
         check_optional_node_id(self.leader_id, "leader_id")
-        check_int64(self.epoch, "epoch")
+        check_epoch(self.epoch, "epoch")
         check_int64(self.high_watermark, "high_watermark")
         _check_replicas(self, "voters")
         _check_replicas(self, "observers")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -28,8 +29,8 @@ from ._errors import (
     UnknownMessageTypeError,
     UnsupportedVersionError,
 )
-from ._frames import _HEADER
-from ._schema import DEFAULT_LIMITS, PROTOCOL_VERSION, SCHEMA_BY_CLASS, SCHEMA_BY_CODE, WireLimits
+from ._frames import _HEADER, peek_type_code
+from ._schema import DEFAULT_LIMITS, PROTOCOL_VERSION, REQUEST_TYPE_CODES, SCHEMA_BY_CLASS, SCHEMA_BY_CODE, WireLimits
 
 _ENVELOPE_FIELDS = 5
 
@@ -69,7 +70,8 @@ def encode_message(
     type, when a field is invalid (the text names it), when
     ``correlation_id`` is not an int in 0..2^63-1 or ``cluster_id`` not a
     non-empty str of at most 255 chars, or when the frame would exceed
-    ``limits.frame_bytes_max``.
+    ``limits.frame_bytes_max`` (``limits.small_frame_bytes_max`` for a
+    request: no peer accepts a larger one).
     """
     schema = SCHEMA_BY_CLASS.get(type(message))
     if schema is None:
@@ -95,11 +97,31 @@ def encode_message(
         # The checks leave one thing to msgpack: a str that is not valid
         # Unicode (a lone surrogate) cannot be packed as UTF-8.
         raise LocalProtocolError(f"cannot pack {schema.name}: {exc}") from exc
-    if len(payload) > limits.frame_bytes_max:
+    frame_bytes_max = limits.small_frame_bytes_max if schema.type_code in REQUEST_TYPE_CODES else limits.frame_bytes_max
+    if len(payload) > frame_bytes_max:
         raise LocalProtocolError(
-            f"{schema.name} needs a frame of {len(payload)} bytes, over the limit of {limits.frame_bytes_max}"
+            f"{schema.name} needs a frame of {len(payload)} bytes, over the limit of {frame_bytes_max}"
         )
     return _HEADER.pack(len(payload)) + payload
+
+
+class _TooManyContainersError(ValueError):
+    pass
+
+
+def _container_counter(containers_max: int) -> Callable[[Any], Any]:
+    """A msgpack hook that passes each array or map through and raises once
+    more than ``containers_max`` were built."""
+    remaining = containers_max
+
+    def count(container: Any) -> Any:
+        nonlocal remaining
+        remaining -= 1
+        if remaining < 0:
+            raise _TooManyContainersError(f"more than {containers_max} arrays and maps in one frame")
+        return container
+
+    return count
 
 
 def decode_message(
@@ -110,9 +132,11 @@ def decode_message(
     Returns a ``Decoded`` whose message has passed every check of its schema.
     Raises a ``RemoteProtocolError`` and nothing else on bad input:
 
-    - ``FrameTooLargeError`` — the payload is over ``limits.frame_bytes_max``;
+    - ``FrameTooLargeError`` — the payload is over its message type's limit
+      (``limits.frame_bytes_max_for``);
     - ``MalformedFrameError`` — not msgpack, trailing bytes, not an
-      envelope, or an unreadable correlation id (close the connection);
+      envelope, more than ``limits.containers_max`` arrays and maps in a
+      small frame, or an unreadable correlation id (close the connection);
     - ``ClusterIdMismatchError`` — another cluster's frame (answer
       INCONSISTENT_CLUSTER_ID, close);
     - ``UnknownMessageTypeError``, ``UnsupportedVersionError``,
@@ -120,24 +144,46 @@ def decode_message(
       INVALID_REQUEST, keep the connection).
     """
     size = len(payload)
-    if size > limits.frame_bytes_max:
-        raise FrameTooLargeError(size, limits.frame_bytes_max)
+    type_code = peek_type_code(payload[:2])
+    frame_bytes_max = limits.frame_bytes_max_for(type_code)
+    if size > frame_bytes_max:
+        raise FrameTooLargeError(size, frame_bytes_max, type_code=type_code)
     try:
         # Every container or string length is capped at the payload's size
-        # (each element needs at least one byte): msgpack allocates a
-        # declared array length up front, and a 5-byte frame must not get
-        # to ask for a 16M-slot list. Ext types are refused outright.
-        envelope = msgpack.unpackb(
-            payload,
-            raw=False,
-            use_list=True,
-            strict_map_key=True,
-            max_str_len=size,
-            max_bin_len=size,
-            max_array_len=size,
-            max_map_len=size,
-            max_ext_len=0,
-        )
+        # (each element needs at least one byte, each map entry two):
+        # msgpack allocates a declared array length up front, and a 5-byte
+        # frame must not get to ask for a 16M-slot list. Ext types are
+        # refused outright. A small frame also counts its containers as they
+        # are built (an empty map costs ~70 bytes for its one byte of
+        # msgpack); a large one (records, on the replication path) skips the
+        # count, which costs a Python call per record.
+        if type_code in limits.large_type_codes:
+            envelope = msgpack.unpackb(
+                payload,
+                raw=False,
+                use_list=True,
+                strict_map_key=True,
+                max_str_len=size,
+                max_bin_len=size,
+                max_array_len=size,
+                max_map_len=size // 2,
+                max_ext_len=0,
+            )
+        else:
+            count_container = _container_counter(limits.containers_max)
+            envelope = msgpack.unpackb(
+                payload,
+                raw=False,
+                use_list=True,
+                strict_map_key=True,
+                max_str_len=size,
+                max_bin_len=size,
+                max_array_len=size,
+                max_map_len=size // 2,
+                max_ext_len=0,
+                list_hook=count_container,
+                object_hook=count_container,
+            )
     except Exception as exc:
         # msgpack documents few of the exceptions its C unpacker raises on
         # bad input (ExtraData, FormatError, StackError, ValueError,

@@ -81,10 +81,12 @@ class FrameTooLargeError(RemoteProtocolError):
 
     default_recoverable = False
 
-    def __init__(self, frame_bytes: int, frame_bytes_max: int) -> None:
-        super().__init__(f"frame of {frame_bytes} bytes is over the limit of {frame_bytes_max}")
+    def __init__(self, frame_bytes: int, frame_bytes_max: int, *, type_code: int | None = None) -> None:
+        kind = "" if type_code is None else f" (type code {type_code})"
+        super().__init__(f"frame{kind} of {frame_bytes} bytes is over the limit of {frame_bytes_max}")
         self.frame_bytes = frame_bytes
         self.frame_bytes_max = frame_bytes_max
+        self.type_code = type_code
 
 
 class TruncatedFrameError(RemoteProtocolError):

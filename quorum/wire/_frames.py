@@ -4,12 +4,16 @@ of payload (one msgpack envelope; see ``_codec``).
 ``FrameDecoder`` is sans-IO, like h11: the runtime feeds it whatever bytes
 the socket produced and pulls whole frames out. A length above
 ``frame_bytes_max`` is fatal for the connection: without trusting the
-length there is no way to find the next frame.
+length there is no way to find the next frame. With a per-type limit
+(``frame_bytes_max_for``), the frame's message type is read from its first
+two payload bytes, and a frame over its type's limit is refused before the
+rest of it is buffered.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from ._errors import FrameTooLargeError, LocalProtocolError, TruncatedFrameError
 
@@ -17,6 +21,19 @@ FRAME_BYTES_MAX = 16 * 1024 * 1024
 FRAME_HEADER_BYTES = 4
 
 _HEADER = struct.Struct(">I")
+# An envelope is a 5-element array (0x95) whose first element, the type
+# code, every type below 128 packs as one positive-fixint byte.
+_ENVELOPE_ARRAY = 0x95
+TYPE_PEEK_BYTES = 2
+
+
+def peek_type_code(payload_head: bytes | bytearray | memoryview) -> int | None:
+    """The message type code of a payload from its first two bytes, or None
+    when they are not those of an envelope (the decoder refuses such a
+    payload anyway)."""
+    if len(payload_head) >= TYPE_PEEK_BYTES and payload_head[0] == _ENVELOPE_ARRAY and payload_head[1] < 0x80:
+        return payload_head[1]
+    return None
 
 
 def encode_frame(payload: bytes, *, frame_bytes_max: int = FRAME_BYTES_MAX) -> bytes:
@@ -39,19 +56,31 @@ class FrameDecoder:
 
     Once a ``FrameTooLargeError`` has been raised the decoder is spent: every
     later ``next_frame()`` raises it again, and the connection must close.
+
+    ``frame_bytes_max_for(type_code)``, when given, bounds each frame by its
+    message type (``peek_type_code``; None when unreadable): a frame over it
+    is refused as soon as its first two payload bytes arrive.
     """
 
-    __slots__ = ("frame_bytes_max", "_buffer", "_start", "_error")
+    __slots__ = ("frame_bytes_max", "frame_bytes_max_for", "_buffer", "_start", "_error")
 
-    def __init__(self, *, frame_bytes_max: int = FRAME_BYTES_MAX) -> None:
+    def __init__(
+        self, *, frame_bytes_max: int = FRAME_BYTES_MAX, frame_bytes_max_for: Callable[[int | None], int] | None = None
+    ) -> None:
         if frame_bytes_max < 0 or frame_bytes_max > 2**32 - 1:
             raise ValueError(f"frame_bytes_max must be 0..{2**32 - 1}, got {frame_bytes_max}")
         self.frame_bytes_max = frame_bytes_max
+        self.frame_bytes_max_for = frame_bytes_max_for
         self._buffer = bytearray()
         # Start of the unconsumed bytes: consuming a frame moves it rather
         # than deleting from the front of the buffer (which is O(buffer)).
         self._start = 0
         self._error: FrameTooLargeError | None = None
+
+    @property
+    def in_frame(self) -> bool:
+        """True while part of a frame has arrived and the rest has not."""
+        return len(self._buffer) > self._start
 
     @property
     def buffered_bytes(self) -> int:
@@ -87,6 +116,17 @@ class FrameDecoder:
             self._error = FrameTooLargeError(length, self.frame_bytes_max)
             raise self._error
         end = start + FRAME_HEADER_BYTES + length
+        limit_for = self.frame_bytes_max_for
+        if limit_for is not None and length:
+            head_end = start + FRAME_HEADER_BYTES + min(length, TYPE_PEEK_BYTES)
+            if len(buffer) < head_end:
+                self._compact()
+                return None
+            type_code = peek_type_code(buffer[start + FRAME_HEADER_BYTES : head_end])
+            limit = limit_for(type_code)
+            if length > limit:
+                self._error = FrameTooLargeError(length, limit, type_code=type_code)
+                raise self._error
         if len(buffer) < end:
             self._compact()
             return None

@@ -43,6 +43,7 @@ from ._checks import (
     RECORD_KINDS,
     check_bool,
     check_bytes,
+    check_epoch,
     check_error_code,
     check_int64,
     check_node_id,
@@ -67,17 +68,38 @@ from ._frames import FRAME_BYTES_MAX
 PROTOCOL_VERSION = 1
 
 
+# Type codes of the messages that may legitimately be large: responses that
+# carry records, snapshot chunks, or an answer of the application. Every
+# other message (every request, every small answer) is held to
+# ``WireLimits.small_frame_bytes_max``. A node receives no large message but
+# a FetchResponse or a FetchSnapshotResponse (see ``NODE_LARGE_TYPE_CODES``).
+LARGE_TYPE_CODES = frozenset({8, 10, 33, 35, 37, 39})
+NODE_LARGE_TYPE_CODES = frozenset({8, 10})
+# Messages sent only by whoever opens an exchange: never large anywhere, so
+# the encoder holds them to the small limit (a peer would refuse more).
+REQUEST_TYPE_CODES = frozenset({1, 3, 5, 7, 9, 32, 34, 36, 38, 65})
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WireLimits:
     """Bounds the decoder enforces (and the encoder, so both sides agree).
 
-    ``frame_bytes_max`` also bounds the memory one frame can cost while it is
-    decoded: msgpack objects take up to ~64 bytes per byte of payload (an
-    array of empty maps), so a runtime accepting many connections may want a
-    lower value than the default.
+    Frame sizes depend on the message type, read from the first bytes of a
+    frame before the rest is buffered or decoded: ``frame_bytes_max`` for the
+    types in ``large_type_codes``, ``small_frame_bytes_max`` for all others.
+    Decoding a frame costs up to ~70 bytes of Python objects per byte of
+    msgpack (a frame of empty maps), so the small limit is what bounds a
+    hostile request; containers past ``containers_max`` in a small frame are
+    refused while decoding, which holds such a frame to ~20x its size.
+    ``DEFAULT_LIMITS`` suits a client (answers may be large);
+    ``NODE_LIMITS`` a node.
     """
 
     frame_bytes_max: int = FRAME_BYTES_MAX
+    small_frame_bytes_max: int = 1024 * 1024
+    large_type_codes: frozenset[int] = LARGE_TYPE_CODES
+    # Arrays and maps in one small frame, in all.
+    containers_max: int = 100_000
     # Above QuorumConfig.snapshot_chunk_bytes_max's default (1 MiB): the
     # runtime should pass its configured value.
     snapshot_chunk_bytes_max: int = 8 * 1024 * 1024
@@ -87,19 +109,44 @@ class WireLimits:
     extension_items_max: int = 100_000
     # Lists of node ids or replicas (preferred successors, DescribeQuorum).
     replicas_max: int = 65_536
+    # Records in one ProposeRequest: one atomic batch the leader appends
+    # and replicates whole.
+    records_per_request_max: int = 10_000
 
     def __post_init__(self) -> None:
-        for name in ("frame_bytes_max", "snapshot_chunk_bytes_max", "extension_items_max", "replicas_max"):
+        for name in (
+            "frame_bytes_max",
+            "small_frame_bytes_max",
+            "containers_max",
+            "snapshot_chunk_bytes_max",
+            "extension_items_max",
+            "replicas_max",
+            "records_per_request_max",
+        ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         if self.frame_bytes_max > 2**32 - 1:
             raise ValueError("frame_bytes_max must fit the 4-byte length prefix")
+        if self.small_frame_bytes_max > self.frame_bytes_max:
+            # A lowered frame_bytes_max lowers every limit.
+            object.__setattr__(self, "small_frame_bytes_max", self.frame_bytes_max)
+        if type(self.large_type_codes) is not frozenset:
+            raise ValueError("large_type_codes must be a frozenset of type codes")
         if type(self.extension_depth_max) is not int or not 0 <= self.extension_depth_max <= 256:
             raise ValueError(f"extension_depth_max must be 0..256, got {self.extension_depth_max!r}")
 
+    def frame_bytes_max_for(self, type_code: int | None) -> int:
+        """The largest frame accepted for ``type_code`` (None: a frame whose
+        type could not be read from its first bytes, held to the small
+        limit)."""
+        if type_code in self.large_type_codes:
+            return self.frame_bytes_max
+        return self.small_frame_bytes_max
+
 
 DEFAULT_LIMITS = WireLimits()
+NODE_LIMITS = WireLimits(large_type_codes=NODE_LARGE_TYPE_CODES)
 
 
 def fields(body: Any, count: int) -> list:
@@ -119,13 +166,13 @@ def _extension(value: Any, limits: WireLimits) -> Any:
 
 def _offset_and_epoch(value: Any, name: str) -> OffsetAndEpoch:
     if type(value) is list and len(value) == 2:
-        return OffsetAndEpoch(check_int64(value[0], f"{name}.epoch"), check_int64(value[1], f"{name}.offset"))
+        return OffsetAndEpoch(check_epoch(value[0], f"{name}.epoch"), check_int64(value[1], f"{name}.offset"))
     raise ValueError(f"{name} must be an array [epoch, offset], got {describe_value(value)}")
 
 
 def _snapshot_id(value: Any, name: str) -> SnapshotId:
     if type(value) is list and len(value) == 2:
-        return SnapshotId(check_int64(value[0], f"{name}.end_offset"), check_int64(value[1], f"{name}.epoch"))
+        return SnapshotId(check_int64(value[0], f"{name}.end_offset"), check_epoch(value[1], f"{name}.epoch"))
     raise ValueError(f"{name} must be an array [end_offset, epoch], got {describe_value(value)}")
 
 
@@ -200,7 +247,7 @@ def _reject_record(record: Any, expected_offset: int, previous_epoch: int, messa
     check_int64(offset, f"{name}.offset")
     if offset != expected_offset:
         raise ValueError(f"{name}.offset is {offset}, expected {expected_offset}: records must be contiguous")
-    check_int64(epoch, f"{name}.epoch")
+    check_epoch(epoch, f"{name}.epoch")
     if epoch < previous_epoch:
         raise ValueError(f"{name}.epoch {epoch} is below the previous record's {previous_epoch}")
     if epoch > message_epoch:
@@ -230,8 +277,8 @@ def decode_vote_request(body: Any, limits: WireLimits, build: bool) -> VoteReque
     return VoteRequest(
         src=check_node_id(src, "src"),
         dst=check_node_id(dst, "dst"),
-        epoch=check_int64(epoch, "epoch"),
-        last_epoch=check_int64(last_epoch, "last_epoch"),
+        epoch=check_epoch(epoch, "epoch"),
+        last_epoch=check_epoch(last_epoch, "last_epoch"),
         end_offset=check_int64(end_offset, "end_offset"),
         pre_vote=check_bool(pre_vote, "pre_vote"),
     )
@@ -246,7 +293,7 @@ def decode_vote_response(body: Any, limits: WireLimits, build: bool) -> VoteResp
     return VoteResponse(
         src=check_node_id(src, "src"),
         dst=check_node_id(dst, "dst"),
-        epoch=check_int64(epoch, "epoch"),
+        epoch=check_epoch(epoch, "epoch"),
         granted=check_bool(granted, "granted"),
         pre_vote=check_bool(pre_vote, "pre_vote"),
         leader_id=check_optional_node_id(leader_id, "leader_id"),
@@ -261,7 +308,7 @@ def encode_begin_quorum_epoch_request(m: BeginQuorumEpochRequest) -> list:
 def decode_begin_quorum_epoch_request(body: Any, limits: WireLimits, build: bool) -> BeginQuorumEpochRequest:
     src, dst, epoch = fields(body, 3)
     return BeginQuorumEpochRequest(
-        src=check_node_id(src, "src"), dst=check_node_id(dst, "dst"), epoch=check_int64(epoch, "epoch")
+        src=check_node_id(src, "src"), dst=check_node_id(dst, "dst"), epoch=check_epoch(epoch, "epoch")
     )
 
 
@@ -274,7 +321,7 @@ def decode_begin_quorum_epoch_response(body: Any, limits: WireLimits, build: boo
     return BeginQuorumEpochResponse(
         src=check_node_id(src, "src"),
         dst=check_node_id(dst, "dst"),
-        epoch=check_int64(epoch, "epoch"),
+        epoch=check_epoch(epoch, "epoch"),
         error=check_error_code(error),
     )
 
@@ -288,7 +335,7 @@ def decode_end_quorum_epoch_request(body: Any, limits: WireLimits, build: bool) 
     return EndQuorumEpochRequest(
         src=check_node_id(src, "src"),
         dst=check_node_id(dst, "dst"),
-        epoch=check_int64(epoch, "epoch"),
+        epoch=check_epoch(epoch, "epoch"),
         preferred_successors=_node_ids(preferred_successors, "preferred_successors", limits),
     )
 
@@ -302,7 +349,7 @@ def decode_end_quorum_epoch_response(body: Any, limits: WireLimits, build: bool)
     return EndQuorumEpochResponse(
         src=check_node_id(src, "src"),
         dst=check_node_id(dst, "dst"),
-        epoch=check_int64(epoch, "epoch"),
+        epoch=check_epoch(epoch, "epoch"),
         error=check_error_code(error),
     )
 
@@ -316,9 +363,9 @@ def decode_fetch_request(body: Any, limits: WireLimits, build: bool) -> FetchReq
     return FetchRequest(
         src=check_node_id(src, "src"),
         dst=check_node_id(dst, "dst"),
-        epoch=check_int64(epoch, "epoch"),
+        epoch=check_epoch(epoch, "epoch"),
         fetch_offset=check_int64(fetch_offset, "fetch_offset"),
-        last_fetched_epoch=check_int64(last_fetched_epoch, "last_fetched_epoch"),
+        last_fetched_epoch=check_epoch(last_fetched_epoch, "last_fetched_epoch"),
         request_id=check_int64(request_id, "request_id"),
         read_token=check_int64(read_token, "read_token"),
         extension=_extension(extension, limits),
@@ -360,7 +407,7 @@ def decode_fetch_response(body: Any, limits: WireLimits, build: bool) -> FetchRe
         read_token,
         extension,
     ) = fields(body, 13)
-    epoch = check_int64(epoch, "epoch")
+    epoch = check_epoch(epoch, "epoch")
     checked = FetchResponse(
         src=check_node_id(src, "src"),
         dst=check_node_id(dst, "dst"),
@@ -388,7 +435,7 @@ def decode_fetch_snapshot_request(body: Any, limits: WireLimits, build: bool) ->
     return FetchSnapshotRequest(
         src=check_node_id(src, "src"),
         dst=check_node_id(dst, "dst"),
-        epoch=check_int64(epoch, "epoch"),
+        epoch=check_epoch(epoch, "epoch"),
         snapshot_id=_snapshot_id(snapshot_id, "snapshot_id"),
         position=check_int64(position, "position"),
         request_id=check_int64(request_id, "request_id"),
@@ -420,7 +467,7 @@ def decode_fetch_snapshot_response(body: Any, limits: WireLimits, build: bool) -
     return FetchSnapshotResponse(
         src=check_node_id(src, "src"),
         dst=check_node_id(dst, "dst"),
-        epoch=check_int64(epoch, "epoch"),
+        epoch=check_epoch(epoch, "epoch"),
         request_id=check_int64(request_id, "request_id"),
         leader_id=check_optional_node_id(leader_id, "leader_id"),
         error=check_error_code(error),
@@ -461,8 +508,10 @@ def encode_propose_request(m: ProposeRequest) -> list:
 
 def decode_propose_request(body: Any, limits: WireLimits, build: bool) -> ProposeRequest:
     (records,) = fields(body, 1)
-    if type(records) is not list:
-        raise ValueError(f"records must be an array, got {describe_value(records)}")
+    if type(records) is not list or len(records) > limits.records_per_request_max:
+        raise ValueError(
+            f"records must be an array of at most {limits.records_per_request_max}, got {describe_value(records)}"
+        )
     return ProposeRequest(records=tuple(records))
 
 
@@ -621,3 +670,5 @@ SCHEMA_BY_CLASS: dict[type, MessageSchema] = {schema.message_class: schema for s
 MESSAGE_TYPE_CODES: dict[type, int] = {schema.message_class: schema.type_code for schema in SCHEMAS}
 
 assert len(SCHEMA_BY_CODE) == len(SCHEMAS) == len(SCHEMA_BY_CLASS), "a type code or class is registered twice"
+assert LARGE_TYPE_CODES <= set(SCHEMA_BY_CODE) and REQUEST_TYPE_CODES <= set(SCHEMA_BY_CODE)
+assert not LARGE_TYPE_CODES & REQUEST_TYPE_CODES, "a request type can not be large"

@@ -46,6 +46,8 @@ INT64_MAX = 2**63 - 1
 node_ids = st.integers(0, NODE_ID_MAX) | st.sampled_from([0, 1, NODE_ID_MAX])
 optional_node_ids = st.none() | node_ids
 int64s = st.integers(0, INT64_MAX) | st.sampled_from([0, 1, 2**32, INT64_MAX])
+EPOCH_MAX = 2**31 - 1
+epochs = st.integers(0, EPOCH_MAX) | st.sampled_from([0, 1, EPOCH_MAX])
 optional_int64s = st.none() | int64s
 error_codes = st.sampled_from(list(ErrorCode))
 failure_codes = st.sampled_from([code for code in ErrorCode if code is not ErrorCode.NONE])
@@ -80,16 +82,16 @@ def records(draw, epoch_max: int) -> tuple[Entry, ...]:
     )
 
 
-snapshot_ids = st.builds(SnapshotId, int64s, int64s)
-offsets_and_epochs = st.builds(OffsetAndEpoch, int64s, int64s)
+snapshot_ids = st.builds(SnapshotId, int64s, epochs)
+offsets_and_epochs = st.builds(OffsetAndEpoch, epochs, int64s)
 
 
 def _quorum_fields(**more):
-    return dict(src=node_ids, dst=node_ids, epoch=int64s, **more)
+    return dict(src=node_ids, dst=node_ids, epoch=epochs, **more)
 
 
 vote_requests = st.builds(
-    VoteRequest, **_quorum_fields(last_epoch=int64s, end_offset=int64s, pre_vote=st.booleans())
+    VoteRequest, **_quorum_fields(last_epoch=epochs, end_offset=int64s, pre_vote=st.booleans())
 )
 vote_responses = st.builds(
     VoteResponse,
@@ -106,7 +108,7 @@ fetch_requests = st.builds(
     FetchRequest,
     **_quorum_fields(
         fetch_offset=int64s,
-        last_fetched_epoch=int64s,
+        last_fetched_epoch=epochs,
         request_id=int64s,
         read_token=int64s,
         extension=st.none() | extensions,
@@ -116,7 +118,7 @@ fetch_requests = st.builds(
 
 @st.composite
 def fetch_responses(draw) -> FetchResponse:
-    epoch = draw(int64s)
+    epoch = draw(epochs)
     return FetchResponse(
         src=draw(node_ids),
         dst=draw(node_ids),
@@ -146,7 +148,7 @@ def fetch_snapshot_responses(draw) -> FetchSnapshotResponse:
     return FetchSnapshotResponse(
         src=draw(node_ids),
         dst=draw(node_ids),
-        epoch=draw(int64s),
+        epoch=draw(epochs),
         request_id=draw(int64s),
         leader_id=draw(optional_node_ids),
         error=draw(error_codes),
@@ -202,7 +204,7 @@ describe_quorum_responses = st.builds(
     DescribeQuorumResponse,
     error=error_codes,
     leader_id=optional_node_ids,
-    epoch=int64s,
+    epoch=epochs,
     high_watermark=int64s,
     voters=_replicas(),
     observers=_replicas(),
