@@ -5,6 +5,16 @@ private (``_node``, ``_messages``, ...).
 """
 
 from ._config import QuorumConfig
+from ._host import (
+    LeaderApplication,
+    Proposal,
+    ProposalLostError,
+    ProposalOutcomeUnknownError,
+    ReadNotConfirmedError,
+    ReplicaHost,
+    ReplicaPort,
+    StateMachine,
+)
 from ._log import MemoryLog
 from ._messages import (
     MESSAGE_TYPES,
@@ -51,6 +61,7 @@ __all__ = [
     "FetchResponse",
     "FetchSnapshotRequest",
     "FetchSnapshotResponse",
+    "LeaderApplication",
     "MemoryLog",
     "Message",
     "NodeId",
@@ -58,19 +69,26 @@ __all__ = [
     "Offset",
     "OffsetAndEpoch",
     "Output",
+    "Proposal",
+    "ProposalLostError",
+    "ProposalOutcomeUnknownError",
     "QuorumConfig",
     "QuorumDescription",
     "QuorumError",
     "QuorumInvariantError",
     "QuorumNode",
     "ReadFailed",
+    "ReadNotConfirmedError",
     "ReadReady",
     "RecordKind",
     "ReplicaDescription",
+    "ReplicaHost",
+    "ReplicaPort",
     "Role",
     "RoleChange",
     "Snapshot",
     "SnapshotId",
+    "StateMachine",
     "VoteRequest",
     "VoteResponse",
     "describe_message",
