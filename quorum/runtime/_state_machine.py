@@ -4,31 +4,13 @@ used by the command-line tools and examples."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
 
 import msgpack
 
+from .._host import StateMachine
 from .._types import Entry
 
-
-@runtime_checkable
-class StateMachine(Protocol):
-    """What a replicated application gives the runtime.
-
-    ``apply`` receives committed data records in offset order, exactly once
-    per process lifetime (after a restart, from the latest snapshot on). It
-    may return a dict of answers by offset (bytes), which the runtime hands
-    back to the proposer of those records.
-    ``snapshot`` returns the state reflecting every record applied so far;
-    ``restore`` replaces the state with a snapshot's. All three must be
-    deterministic: every replica applies the same records.
-    """
-
-    def apply(self, entries: Sequence[Entry]) -> dict[int, bytes] | None: ...
-
-    def snapshot(self) -> bytes: ...
-
-    def restore(self, data: bytes) -> None: ...
+__all__ = ["KeyValueStateMachine", "StateMachine"]
 
 
 class KeyValueStateMachine:
