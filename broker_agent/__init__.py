@@ -17,20 +17,13 @@ membership, liveness and partition leadership from the quorum.
   retriable errors, keep a monotonic view.
 
 The public names are re-exported here once; the modules behind them are
-private (``client`` and ``cli`` excepted).
+private (``client`` and ``cli`` excepted). The trio side (``open_broker``
+and its types, ``BrokerConfig``) is imported on first use, so that the
+simulator imports the sans-IO parts without trio.
 """
 
-from ._agent import (
-    Broker,
-    BrokerAgent,
-    BrokerEvent,
-    BrokerStateNotice,
-    BrokerStoppedError,
-    LeadershipChange,
-    PartitionRole,
-    open_broker,
-)
-from ._config import BrokerConfig
+from typing import Any
+
 from ._heartbeats import FetchAnswered, HeartbeatChannel
 from ._lifecycle import (
     TRANSITIONS,
@@ -84,3 +77,27 @@ __all__ = [
     "state_diagram_mermaid",
     "transition_table_markdown",
 ]
+
+# Names served by the trio side, imported on first use (PEP 562).
+_TRIO_SIDE = {
+    "Broker": "._agent",
+    "BrokerAgent": "._agent",
+    "BrokerEvent": "._agent",
+    "BrokerStateNotice": "._agent",
+    "BrokerStoppedError": "._agent",
+    "LeadershipChange": "._agent",
+    "PartitionRole": "._agent",
+    "open_broker": "._agent",
+    "BrokerConfig": "._config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _TRIO_SIDE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'broker_agent' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

@@ -44,6 +44,7 @@ from ._node import (
     Snapshot,
 )
 from ._output import Output, ReadFailed, ReadReady, Role, RoleChange
+from ._state_machine import KeyValueStateMachine
 from ._types import ElectionState, Entry, Epoch, NodeId, Offset, OffsetAndEpoch, RecordKind, SnapshotId
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "FetchResponse",
     "FetchSnapshotRequest",
     "FetchSnapshotResponse",
+    "KeyValueStateMachine",
     "LeaderApplication",
     "MemoryLog",
     "Message",
