@@ -44,6 +44,7 @@ from ._node import (
     Snapshot,
 )
 from ._output import Output, ReadFailed, ReadReady, Role, RoleChange
+from ._persist import DurableTarget, apply_output
 from ._state_machine import KeyValueStateMachine
 from ._types import ElectionState, Entry, Epoch, NodeId, Offset, OffsetAndEpoch, RecordKind, SnapshotId
 
@@ -52,6 +53,7 @@ __all__ = [
     "BeginQuorumEpochRequest",
     "BeginQuorumEpochResponse",
     "CoreHooks",
+    "DurableTarget",
     "ElectionState",
     "EndQuorumEpochRequest",
     "EndQuorumEpochResponse",
@@ -93,6 +95,7 @@ __all__ = [
     "StateMachine",
     "VoteRequest",
     "VoteResponse",
+    "apply_output",
     "describe_message",
     "message_type_name",
 ]

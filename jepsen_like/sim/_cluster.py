@@ -20,7 +20,7 @@ import heapq
 import json
 import random
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ from quorum import (
     RoleChange,
     Snapshot,
     SnapshotId,
+    apply_output,
     describe_message,
 )
 
@@ -127,26 +128,35 @@ class SimDisk:
         self.writes = 0
 
     def apply(self, output: Output) -> None:
-        """Carry out an output's persistence work, in the contract's order.
-        Raises ``ValueError`` / ``AssertionError`` when the output breaks the
-        contract (an append that does not continue the log, a deletion
-        outside it)."""
+        """Carry out an output's persistence work (``quorum.apply_output``,
+        as the runtime's storage does). Raises ``ValueError`` /
+        ``AssertionError`` when the output breaks the contract (an append
+        that does not continue the log, a deletion outside it)."""
         self.writes += 1
-        if output.election_state is not None:
-            self.election_state = output.election_state
-        if output.snapshot is not None:
-            snapshot_id, data = output.snapshot
-            self.snapshot = Snapshot(snapshot_id, data)
-            if output.reset_log:
-                self.log.reset(snapshot_id)
-        if output.truncate_to is not None and output.truncate_to < self.log.end_offset:
-            self.log.truncate_to(output.truncate_to)
-        if output.append:
-            self.log.append(output.append)
-        if output.delete_before is not None:
-            epoch_before = self.log.epoch_at(output.delete_before - 1)
-            assert epoch_before is not None, "delete_before points outside the durable log"
-            self.log.delete_before(output.delete_before, epoch_before)
+        apply_output(output, self)
+
+    # -- the applier's target (quorum.DurableTarget) --------------------------
+
+    def write_election_state(self, state: ElectionState) -> None:
+        self.election_state = state
+
+    def write_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        self.snapshot = Snapshot(snapshot_id, data)
+
+    def reset_to_snapshot(self, snapshot_id: SnapshotId) -> None:
+        self.log.reset(snapshot_id)
+
+    def truncate_to(self, end_offset: int) -> None:
+        if end_offset < self.log.end_offset:
+            self.log.truncate_to(end_offset)
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        self.log.append(entries)
+
+    def delete_before(self, offset: int) -> None:
+        epoch_before = self.log.epoch_at(offset - 1)
+        assert epoch_before is not None, "delete_before points outside the durable log"
+        self.log.delete_before(offset, epoch_before)
 
     def recovered_log(self) -> MemoryLog:
         """A fresh copy of the durable log, as a restarting process reads it."""

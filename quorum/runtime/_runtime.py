@@ -59,6 +59,7 @@ from .._log import MemoryLog
 from .._messages import Message
 from .._node import NotLeaderError, QuorumDescription, Snapshot
 from .._output import Output, Role, RoleChange
+from .._persist import apply_output
 from .._types import Entry, SnapshotId
 from ._metrics import Metrics
 from ._state_machine import StateMachine
@@ -505,20 +506,7 @@ class QuorumRuntime:
         """Runs in a worker thread: all the batch's writes, one fsync."""
         storage = self.storage
         for output in outputs:
-            if output.snapshot is not None and output.reset_log:
-                storage.write_snapshot(*output.snapshot)
-                storage.reset_to_snapshot(output.snapshot[0])
-                snapshot = None
-            else:
-                snapshot = output.snapshot
-            storage.persist(
-                election_state=output.election_state,
-                snapshot=snapshot,
-                truncate_to=output.truncate_to,
-                append=output.append,
-                delete_before=output.delete_before,
-                flush=False,
-            )
+            apply_output(output, storage)
         storage.flush()
         if any(output.snapshot is not None for output in outputs):
             # The size/age policy (NodeConfig.retention_bytes/_ms, like
