@@ -24,6 +24,7 @@ simulator imports the sans-IO parts without trio.
 
 from typing import Any
 
+from ._driver import BrokerDriver, BrokerPort, WatchedMetadata
 from ._heartbeats import FetchAnswered, HeartbeatChannel
 from ._lifecycle import (
     TRANSITIONS,
@@ -51,8 +52,10 @@ __all__ = [
     "Broker",
     "BrokerAgent",
     "BrokerConfig",
+    "BrokerDriver",
     "BrokerEvent",
     "BrokerLifecycle",
+    "BrokerPort",
     "BrokerStateNotice",
     "BrokerStoppedError",
     "ErrorCode",
@@ -71,6 +74,7 @@ __all__ = [
     "SetHeartbeat",
     "StateChanged",
     "Stop",
+    "WatchedMetadata",
     "next_state",
     "open_broker",
     "serve_request",

@@ -10,13 +10,12 @@ broker lifecycle, all from one seed:
   heartbeats, batches and requests go through the very code the
   ``kraft-controller`` process runs; the simulator only watches (trace
   lines, the KIP-380 check of every heartbeat answered);
-- a **broker** is an observer ``ReplicaHost`` with a ``BrokerLifecycle``, a
-  ``HeartbeatChannel`` attached as its fetch extension, and
-  ``serve_request`` answering clients, in the order
-  ``broker_agent.BrokerAgent`` uses them. The channel is settled right after
-  the core step that consumed a reply, so catch-up is judged exactly;
-  RegisterBroker goes to a voter over the simulated network (partitions
-  apply) and times out like the agent's.
+- a **broker** is an observer ``ReplicaHost`` driven by a
+  ``broker_agent.BrokerDriver`` — the driver ``broker_agent.BrokerAgent``
+  runs: lifecycle, heartbeats through the fetch extension, image updates,
+  timers and client answers. It is stepped right after every core step, so
+  a reply's catch-up is judged exactly; RegisterBroker goes to a voter over
+  the simulated network (partitions apply) and times out like the agent's.
 
 Clients stand outside the network (like the register workload's): metadata
 readers pick brokers, carry the broker epoch they last saw (KIP-380) and the
@@ -51,8 +50,9 @@ import msgpack
 
 from broker_agent import (
     Action,
+    BrokerDriver,
     BrokerLifecycle,
-    HeartbeatChannel,
+    FetchAnswered,
     LifecycleConfig,
     MetadataRequest,
     MetadataResponse,
@@ -60,7 +60,7 @@ from broker_agent import (
     SetHeartbeat,
     StateChanged,
     Stop,
-    serve_request,
+    WatchedMetadata,
 )
 from broker_agent import ErrorCode as BrokerErrorCode
 from quorum import Entry, FetchRequest, NotLeaderError, ProposalLostError, ReadNotConfirmedError, RecordKind
@@ -176,25 +176,6 @@ class BrokerSimOptions(SimOptions):
 # =========================================================================
 
 
-class MetadataReplica(ControllerStateMachine):
-    """The controllers' state machine, as every node of the simulation
-    replays the log into it (a broker's agent uses the same one), noting
-    when the image moved for the broker driver."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.changed = False  # the image moved since the driver last looked
-
-    def apply(self, entries: Any) -> dict[int, bytes]:
-        answers = super().apply(entries)
-        self.changed = True
-        return answers
-
-    def restore(self, data: bytes) -> None:
-        super().restore(data)
-        self.changed = True
-
-
 class SimControllerApplication(ControllerApplication):
     """The controller as a voter hosts it (``registration.ControllerApplication``),
     watched by the simulation: activation and deactivation are traced, and
@@ -247,12 +228,33 @@ class BrokerProcess:
     broker_id: int
     incarnation: int
     incarnation_id: str
-    lifecycle: BrokerLifecycle
-    channel: HeartbeatChannel
     started_ms: float
+    driver: BrokerDriver | None = None  # set once built (it needs the process)
     alive: bool = True
     stopped: bool = False
     stop_reason: str | None = None
+
+    @property
+    def lifecycle(self) -> BrokerLifecycle:
+        assert self.driver is not None
+        return self.driver.lifecycle
+
+
+class _BrokerSimPort:
+    """A simulated broker process's side of its ``BrokerDriver``."""
+
+    def __init__(self, sim: BrokerSimulation, process: BrokerProcess) -> None:
+        self.sim = sim
+        self.process = process
+
+    def perform(self, actions: list[Action]) -> None:
+        self.sim._perform(self.process, actions)
+
+    def fetches_answered(self, answered: list[FetchAnswered]) -> None:
+        pass  # metrics only
+
+    def image_applied(self) -> None:
+        pass  # the agent reports partition roles; nobody subscribes here
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,7 +376,7 @@ class BrokerSimulation(Simulation):
     # =====================================================================
 
     def _new_machine(self, node_id: int) -> Any:
-        return MetadataReplica()
+        return WatchedMetadata() if self.is_broker(node_id) else ControllerStateMachine()
 
     def _new_application(self, node_id: int, machine: Any) -> Any:
         if self.is_broker(node_id):
@@ -388,22 +390,28 @@ class BrokerSimulation(Simulation):
         assert core is not None
         if not self.is_broker(node_id):
             return
-        lifecycle = BrokerLifecycle(self.broker_options.lifecycle_config(node_id))
         process = BrokerProcess(
             broker_id=node_id,
             incarnation=node.incarnation,
             incarnation_id=f"b{node_id}-incarnation-{node.incarnation}",
-            lifecycle=lifecycle,
-            channel=HeartbeatChannel(lifecycle, core),
             started_ms=self.now_ms,
         )
+        host = node.host
+        assert host is not None and isinstance(host.state_machine, WatchedMetadata)
+        driver = BrokerDriver(
+            self.broker_options.lifecycle_config(node_id),
+            host,
+            _BrokerSimPort(self, process),
+            cluster_id=self.broker_options.cluster_id,
+        )
+        process.driver = driver
+        host.state_machine.on_change = driver.note_image_changed
         self.processes[node_id] = process
         self.exited.pop(node_id, None)
-        assert node.host is not None
-        node.host.attach_fetch_extension(
-            lambda: self._provide_heartbeat(process), lambda extension: self._consume_reply(process, extension)
+        host.attach_fetch_extension(
+            lambda: driver.provide(self.now_ms_int()), lambda extension: driver.consume(self.now_ms_int(), extension)
         )
-        self._perform(process, lifecycle.tick(self.now_ms_int()))
+        driver.start(self.now_ms_int())
 
     def crash(self, node_id: int) -> None:
         process = self.processes.get(node_id)
@@ -492,43 +500,13 @@ class BrokerSimulation(Simulation):
     def _current(self, process: BrokerProcess) -> bool:
         return process.alive and self.processes.get(process.broker_id) is process
 
-    def _provide_heartbeat(self, process: BrokerProcess) -> Any:
-        extension = process.channel.provide(self.now_ms_int())
-        self._take_channel_actions(process)
-        return extension
-
-    def _consume_reply(self, process: BrokerProcess, extension: Any) -> None:
-        process.channel.consume(self.now_ms_int(), extension)
-        self._take_channel_actions(process)
-
-    def _take_channel_actions(self, process: BrokerProcess) -> None:
-        process.channel.take_answered()
-        self._perform(process, process.channel.take_actions())
-
     def _drive_broker(self, node: SimNode) -> None:
-        """BrokerAgent._step, right after every core step: settle a reply
-        that led to no Fetch, look at the image, fire due timers."""
+        """Right after every core step of a broker: ``BrokerDriver.step``."""
         process = self.processes[node.node_id]
-        if not self._current(process) or process.stopped:
+        if not self._current(process):
             return
-        now = self.now_ms_int()
-        process.channel.settle(now)
-        self._take_channel_actions(process)
-        machine = node.machine
-        assert isinstance(machine, MetadataReplica)
-        if machine.changed:
-            machine.changed = False
-            registration = machine.image.broker(node.node_id)
-            assert node.host is not None
-            self._perform(
-                process,
-                process.lifecycle.image_updated(
-                    now,
-                    image_offset=node.host.applied_offset,
-                    registered_epoch=None if registration is None else registration.broker_epoch,
-                ),
-            )
-        self._perform(process, process.lifecycle.tick(now))
+        assert process.driver is not None
+        process.driver.step(self.now_ms_int())
 
     def _perform(self, process: BrokerProcess, actions: list[Action]) -> None:
         for action in actions:
@@ -606,12 +584,13 @@ class BrokerSimulation(Simulation):
                 return
             done["flag"] = True
             now = self.now_ms_int()
+            assert process.driver is not None
             if response is None:
-                self._perform(process, process.lifecycle.registration_failed(now, "timed out"))
+                process.driver.registration_failed(now, "timed out")
             else:
                 if response.error is not ErrorCode.NONE:
                     self._say(f"b{broker_id} registration refused: {response.error.name} {response.message}")
-                self._perform(process, process.lifecycle.registration_completed(now, response))
+                process.driver.registration_completed(now, response)
 
         def at_voter(voter: SimNode) -> None:
             def respond(response: Response, _offsets: tuple[int, int] | None) -> None:
@@ -625,25 +604,12 @@ class BrokerSimulation(Simulation):
     # -- serving ------------------------------------------------------------
 
     def _serve(self, node: SimNode, request: MetadataRequest) -> MetadataResponse:
-        """BrokerAgent.answer: time-based transitions first, then
-        ``serve_request``; then the simulator's checks of the answer."""
+        """``BrokerDriver.serve`` (as ``BrokerAgent.answer``); then the
+        simulator's checks of the answer."""
         process = self.processes[node.node_id]
-        machine = node.machine
-        assert node.host is not None and isinstance(machine, MetadataReplica)
-        now = self.now_ms_int()
-        if not process.stopped:
-            self._perform(process, process.lifecycle.tick(now))
+        assert process.driver is not None
         sent = request if self.broker_options.broker_epoch_checks else dataclasses.replace(request, broker_epoch=None)
-        served = serve_request(
-            sent.to_payload(),
-            lifecycle=process.lifecycle,
-            image=machine.image,
-            image_offset=node.host.applied_offset,
-            now_ms=now,
-            cluster_id=self.broker_options.cluster_id,
-            controller_id=node.host.core.leader_id,
-        )
-        response = served.response
+        response = process.driver.serve(sent.to_payload(), self.now_ms_int()).response
         self._check_answer(process, request, response)
         return response
 
