@@ -6,6 +6,7 @@ private (``_node``, ``_messages``, ...).
 
 from ._config import QuorumConfig
 from ._host import (
+    CommitTimer,
     LeaderApplication,
     Proposal,
     ProposalLostError,
@@ -52,6 +53,7 @@ __all__ = [
     "MESSAGE_TYPES",
     "BeginQuorumEpochRequest",
     "BeginQuorumEpochResponse",
+    "CommitTimer",
     "CoreHooks",
     "DurableTarget",
     "ElectionState",

@@ -163,6 +163,16 @@ class ReplicaPort(Protocol):
     def snapshot_changed(self, snapshot_id: SnapshotId, installed: bool) -> None: ...
 
 
+class CommitTimer(Protocol):
+    """Measures proposals, for a world that keeps a clock (the runtime's
+    commit-latency metric): ``start()`` when a batch is proposed returns a
+    token, ``stop(token, last_offset)`` runs once it is committed."""
+
+    def start(self) -> Any: ...
+
+    def stop(self, token: Any, last_offset: int) -> None: ...
+
+
 #: ``done(answer, error, offsets)`` for an application request: ``offsets``
 #: is (first, last) of a committed write, None otherwise.
 ApplicationDone = Callable[[Any, BaseException | None, tuple[int, int] | None], None]
@@ -173,6 +183,7 @@ class _PendingProposal:
     epoch: int
     first_offset: int
     done: Done  # done((last_offset, answers), None) or done(None, error)
+    timer_token: Any = None
 
 
 class ReplicaHost:
@@ -183,6 +194,8 @@ class ReplicaHost:
     ``fetch_session`` go to the core. ``snapshot_every_records`` (0: never)
     is the snapshot policy: a snapshot once that many records were applied
     since the last one. ``application`` runs while this node leads.
+    ``commit_timer`` (optional) measures every proposal, the application's
+    included.
     """
 
     def __init__(
@@ -198,8 +211,10 @@ class ReplicaHost:
         snapshot: Snapshot | None = None,
         snapshot_every_records: int = 0,
         application: LeaderApplication | None = None,
+        commit_timer: CommitTimer | None = None,
     ) -> None:
         self.config = config
+        self.commit_timer = commit_timer
         self.state_machine = state_machine
         self.port = port
         self.snapshot_every_records = snapshot_every_records
@@ -392,6 +407,8 @@ class ReplicaHost:
                 if entry.epoch != pending.epoch:
                     pending.done(None, ProposalLostError(entry.offset))
                     continue
+                if pending.timer_token is not None:
+                    self.commit_timer.stop(pending.timer_token, entry.offset)  # type: ignore[union-attr]
                 pop = self._answers.pop
                 pending.done((entry.offset, [pop(offset, None) for offset in range(pending.first_offset, entry.offset + 1)]), None)
             if pending_proposals:
@@ -433,7 +450,10 @@ class ReplicaHost:
         except NotLeaderError as error:
             done(None, error)
             return False
-        self.pending_proposals[first + len(records) - 1] = _PendingProposal(core.epoch, first, done)
+        timer = self.commit_timer
+        self.pending_proposals[first + len(records) - 1] = _PendingProposal(
+            core.epoch, first, done, timer.start() if timer is not None else None
+        )
         self.handle(output)
         return True
 

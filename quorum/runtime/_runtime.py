@@ -132,6 +132,24 @@ class _CallbackWaiter:
             self.done(result, error)
 
 
+class _CommitTimer:
+    """The host's ``CommitTimer``: proposal to commit, on the leader, for
+    ``pykraft_quorum_commit_latency_seconds`` (and the trace's stamps)."""
+
+    __slots__ = ("_metrics",)
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def start(self) -> float:
+        return time.perf_counter()
+
+    def stop(self, token: float, last_offset: int) -> None:
+        self._metrics.commit_seconds.observe(time.perf_counter() - token)
+        if _trace.enabled:
+            _trace.stamp("committed", last_offset)
+
+
 class _Port:
     """The runtime's side of its ``ReplicaHost`` (``quorum.ReplicaPort``)."""
 
@@ -286,6 +304,7 @@ class QuorumRuntime:
             snapshot=snapshot,
             snapshot_every_records=self.snapshot_every_records,
             application=self.application,
+            commit_timer=_CommitTimer(self.metrics),
         )
         logger.info(
             "node %d recovered: epoch %d, log [%d, %d), snapshot %s",
@@ -594,7 +613,7 @@ class QuorumRuntime:
         name = request[0]
         host = self.host
         if name == "propose":
-            host.propose(request[1], self._timed(waiter, request[2]))
+            host.propose(request[1], waiter.resolve)
         elif name == "read":
             host.read(waiter.resolve)
         elif name == "resign":
@@ -604,19 +623,6 @@ class QuorumRuntime:
             host.application_request(request[1], lambda answer, error, _offsets: waiter.resolve(answer, error))
         else:  # pragma: no cover - a runtime bug
             raise AssertionError(f"unknown local call {name!r}")
-
-    def _timed(self, waiter: _Waiter | _CallbackWaiter, started_s: float) -> Callable[[Any, BaseException | None], None]:
-        """``waiter.resolve``, observing the commit latency (from
-        ``started_s``, ``perf_counter()`` when proposed) on success."""
-
-        def done(result: Any, error: BaseException | None) -> None:
-            if error is None:
-                self.metrics.commit_seconds.observe(time.perf_counter() - started_s)
-                if _trace.enabled:
-                    _trace.stamp("committed", result[0])
-            waiter.resolve(result, error)
-
-        return done
 
     async def _call(self, *request: Any) -> Any:
         waiter = _Waiter()
@@ -641,7 +647,7 @@ class QuorumRuntime:
         each record, None where it gave none). Raises as ``propose``."""
         if not payloads:
             raise ValueError("nothing to propose")
-        return await self._call("propose", list(payloads), time.perf_counter())
+        return await self._call("propose", list(payloads))
 
     def propose_with_callback(
         self, payloads: Sequence[bytes], done: Callable[[tuple[int, list[bytes | None]] | None, BaseException | None], None]
@@ -652,7 +658,7 @@ class QuorumRuntime:
         block or raise."""
         if not payloads:
             raise ValueError("nothing to propose")
-        self._submit(("call", ("propose", list(payloads), time.perf_counter()), _CallbackWaiter(done)))
+        self._submit(("call", ("propose", list(payloads)), _CallbackWaiter(done)))
 
     async def read_index(self) -> int:
         """Linearizable read barrier (ReadIndex): returns once the state
