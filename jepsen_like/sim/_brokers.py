@@ -46,8 +46,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
-
 from broker_agent import (
     Action,
     BrokerDriver,

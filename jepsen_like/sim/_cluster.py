@@ -35,7 +35,6 @@ from quorum import (
     ProposalLostError,
     QuorumConfig,
     QuorumNode,
-    RecordKind,
     ReplicaHost,
     Role,
     RoleChange,

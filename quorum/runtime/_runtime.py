@@ -57,7 +57,7 @@ from .._host import (
 )
 from .._log import MemoryLog
 from .._messages import Message
-from .._node import NotLeaderError, QuorumDescription, Snapshot
+from .._node import QuorumDescription, Snapshot
 from .._output import Output, Role, RoleChange
 from .._persist import apply_output
 from .._types import Entry, SnapshotId
