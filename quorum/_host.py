@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -189,8 +189,8 @@ class _PendingProposal:
 class ReplicaHost:
     """One replica's host. See the module docstring.
 
-    ``election_state``, ``log`` and ``snapshot`` are what storage recovered
-    (the core's log must start at the snapshot, if any); ``rng`` and
+    ``election_state``, ``snapshot`` and ``entries`` (the durable log's
+    records, in offset order) are what storage recovered; ``rng`` and
     ``fetch_session`` go to the core. ``snapshot_every_records`` (0: never)
     is the snapshot policy: a snapshot once that many records were applied
     since the last one. ``application`` runs while this node leads.
@@ -207,8 +207,8 @@ class ReplicaHost:
         rng: random.Random,
         fetch_session: int,
         election_state: ElectionState | None = None,
-        log: MemoryLog | None = None,
         snapshot: Snapshot | None = None,
+        entries: Iterable[Entry] = (),
         snapshot_every_records: int = 0,
         application: LeaderApplication | None = None,
         commit_timer: CommitTimer | None = None,
@@ -236,6 +236,12 @@ class ReplicaHost:
         # the core's hooks stay the ones it was built with.
         self._fetch_extension_provider: Callable[[], Any] | None = None
         self._fetch_extension_consumer: Callable[[Any], None] | None = None
+        # The core's log starts at the snapshot: records still on disk behind
+        # it are not loaded, since the epoch just before them is not known (a
+        # follower that far behind takes the snapshot instead).
+        start = snapshot.snapshot_id if snapshot is not None else None
+        first = start.end_offset if start is not None else 0
+        log = MemoryLog(start, [entry for entry in entries if entry.offset >= first])
         self.core = QuorumNode(
             config,
             rng=rng,

@@ -158,7 +158,9 @@ class SimDisk:
         self.log.delete_before(offset, epoch_before)
 
     def recovered_log(self) -> MemoryLog:
-        """A fresh copy of the durable log, as a restarting process reads it."""
+        """A fresh copy of the whole durable log, records behind the snapshot
+        included (the core rule tests' restarts; a simulated process recovers
+        as the runtime does, through ``ReplicaHost``: from the snapshot on)."""
         start = SnapshotId(self.log.start_offset, self.log.start_epoch) if self.log.start_offset else None
         return MemoryLog(start, self.log.slice(self.log.start_offset))
 
@@ -368,8 +370,8 @@ class Simulation:
             # Each restart is a new process: a new fetch session.
             fetch_session=node.incarnation - 1,
             election_state=disk.election_state,
-            log=disk.recovered_log(),
             snapshot=disk.snapshot,
+            entries=disk.log.slice(disk.log.start_offset),
             snapshot_every_records=self.options.snapshot_every_records,
             application=self._new_application(node_id, node.machine),
         )

@@ -55,7 +55,6 @@ from .._host import (
     ReadNotConfirmedError,
     ReplicaHost,
 )
-from .._log import MemoryLog
 from .._messages import Message
 from .._node import QuorumDescription, Snapshot
 from .._output import Output, Role, RoleChange
@@ -287,10 +286,6 @@ class QuorumRuntime:
         snapshot = None
         if recovered.snapshot_id is not None:
             snapshot = Snapshot(recovered.snapshot_id, recovered.snapshot_bytes)
-        # The core's log starts at the snapshot: records kept on disk behind
-        # it are not loaded, since the epoch just before them is not known
-        # (a follower that far behind takes the snapshot instead).
-        log = MemoryLog(snapshot.snapshot_id if snapshot else None, recovered.entries_after_snapshot)
         host = ReplicaHost(
             self.config,
             self.state_machine,
@@ -300,8 +295,8 @@ class QuorumRuntime:
             # restart nodes with the same seed (see QuorumNode).
             fetch_session=secrets.randbits(31),
             election_state=recovered.election_state,
-            log=log,
             snapshot=snapshot,
+            entries=recovered.entries_after_snapshot,
             snapshot_every_records=self.snapshot_every_records,
             application=self.application,
             commit_timer=_CommitTimer(self.metrics),
@@ -310,8 +305,8 @@ class QuorumRuntime:
             "node %d recovered: epoch %d, log [%d, %d), snapshot %s",
             self.config.node_id,
             host.core.epoch,
-            log.start_offset,
-            log.end_offset,
+            host.core.log.start_offset,
+            host.core.log.end_offset,
             snapshot.snapshot_id if snapshot else None,
         )
         return host
