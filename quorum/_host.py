@@ -262,26 +262,26 @@ class ReplicaHost:
 
     def start(self) -> None:
         """Hand over the core's first output (what recovery left to do)."""
-        self.handle(self.core.initial_output())
+        self._handle(self.core.initial_output())
 
     def tick(self) -> None:
         """One logical tick (``config.tick_ms``)."""
-        self.handle(self.core.tick())
+        self._handle(self.core.tick())
         self._drive_application(ticked=True)
 
     def step(self, message: Message) -> None:
         """A message from a peer, addressed to this node."""
-        self.handle(self.core.step(message))
+        self._handle(self.core.step(message))
         self._drive_application(ticked=False)
 
     def persisted(self, persist_seq: int) -> None:
         """The world made every output up to ``persist_seq`` durable."""
-        self.handle(self.core.persisted(persist_seq))
+        self._handle(self.core.persisted(persist_seq))
         self._drive_application(ticked=False)
 
     def peer_unreachable(self, peer: int) -> None:
         """The transport found ``peer`` unreachable (refused, reset)."""
-        self.handle(self.core.peer_unreachable(peer))
+        self._handle(self.core.peer_unreachable(peer))
         self._drive_application(ticked=False)
 
     # =====================================================================
@@ -312,7 +312,7 @@ class ReplicaHost:
             output = self.core.resign()
         except NotLeaderError:
             output = Output()
-        self.handle(output)
+        self._handle(output)
         self._drive_application(ticked=False)
 
     def leader_local_offset(self) -> int:
@@ -369,7 +369,7 @@ class ReplicaHost:
     # Outputs
     # =====================================================================
 
-    def handle(self, output: Output) -> None:
+    def _handle(self, output: Output) -> None:
         """Act on one core output: role changes, an installed snapshot,
         committed records, read answers; then hand it to the world
         (``port.output_ready``) and apply the snapshot policy."""
@@ -441,7 +441,7 @@ class ReplicaHost:
         snapshot_id = SnapshotId(applied, epoch)
         output = self.core.snapshot_taken(snapshot_id, self.state_machine.snapshot())
         self.port.snapshot_changed(snapshot_id, False)
-        self.handle(output)
+        self._handle(output)
 
     # =====================================================================
     # Proposals and reads
@@ -460,7 +460,7 @@ class ReplicaHost:
         self.pending_proposals[first + len(records) - 1] = _PendingProposal(
             core.epoch, first, done, timer.start() if timer is not None else None
         )
-        self.handle(output)
+        self._handle(output)
         return True
 
     def _read(self, done: Done) -> None:
@@ -472,7 +472,7 @@ class ReplicaHost:
             done(None, error)
             return
         self.pending_reads[read_id] = done
-        self.handle(output)
+        self._handle(output)
 
     # =====================================================================
     # The leader application
