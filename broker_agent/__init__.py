@@ -23,6 +23,7 @@ imported on first use, so that importing the package needs no trio.
 
 from registration import InvalidTransitionError
 
+from ._driver import BrokerDriver, BrokerPort, WatchedMetadata
 from ._errors import BrokerStoppedError
 from ._heartbeats import FetchAnswered, HeartbeatChannel
 from ._lifecycle import (
@@ -69,8 +70,10 @@ __all__ = [
     "Broker",
     "BrokerAgent",
     "BrokerConfig",
+    "BrokerDriver",
     "BrokerNotice",
     "BrokerLifecycle",
+    "BrokerPort",
     "BrokerStateNotice",
     "BrokerStoppedError",
     "ErrorCode",
@@ -89,6 +92,7 @@ __all__ = [
     "SetHeartbeat",
     "StateChanged",
     "Stop",
+    "WatchedMetadata",
     "next_state",
     "open_broker",
     "serve_request",

@@ -9,9 +9,10 @@ clients, and drives the sans-IO ``BrokerLifecycle``.
         async for change in broker.leadership_changes():
             ...
 
-How a fetch becomes a heartbeat and a freshness proof is sans-IO
-(``_heartbeats.HeartbeatChannel``), and so is answering a client
-(``_serving.serve_request``); this module binds them to trio, TCP and the clock.
+What a broker decides is sans-IO and shared with the simulator
+(``_driver.BrokerDriver``: lifecycle, heartbeats through fetches, image
+updates, timers, client answers); this module binds it to trio, TCP, the
+clock, the registration task, metrics and the leadership iterator.
 """
 
 from __future__ import annotations
@@ -32,24 +33,23 @@ from quorum.runtime import QuorumNodeHandle, QuorumRuntime, open_quorum_node
 from quorum.runtime import handle_client_request
 from quorum.wire import ApplicationRequest, ApplicationResponse
 from registration import BrokerState, RegisterBrokerRequest, RegisterBrokerResponse
-from registration import ControllerStateMachine
 from registration.client import AdminClient
 
 from ._config import BrokerConfig
+from ._driver import BrokerDriver
+from ._driver import WatchedMetadata as _WatchedMetadata
 from ._errors import BrokerStoppedError
+from ._heartbeats import FetchAnswered
 from ._lifecycle import (
     Action,
-    BrokerLifecycle,
     LifecycleEvent,
     Register,
     SetHeartbeat,
     StateChanged,
     Stop,
 )
-from ._heartbeats import HeartbeatChannel
 from ._notices import BrokerNotice, BrokerStateNotice, LeadershipChange, PartitionRole
 from ._protocol import ErrorCode, MetadataRequest, MetadataResponse
-from ._serving import serve_request
 
 logger = logging.getLogger("pykraft.broker")
 
@@ -75,28 +75,22 @@ class _Subscription:
         self.wakeup.set()
 
 
-# ---------------------------------------------------------------------------
-# The state machine: the controllers' (image + register map), watched
-# ---------------------------------------------------------------------------
+class _AgentPort:
+    """The agent's side of its ``BrokerDriver`` (``_driver.BrokerPort``)."""
 
+    __slots__ = ("_agent",)
 
-class _WatchedMetadata(ControllerStateMachine):
-    """The controllers' state machine (same records, same snapshot format, so
-    the leader's snapshots load here), calling ``on_change`` after every
-    apply or restore."""
+    def __init__(self, agent: BrokerAgent) -> None:
+        self._agent = agent
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.on_change: Callable[[], None] = lambda: None
+    def perform(self, actions: list[Action]) -> None:
+        self._agent._perform(actions)
 
-    def apply(self, entries: Any) -> dict[int, bytes]:
-        answers = super().apply(entries)
-        self.on_change()
-        return answers
+    def fetches_answered(self, answered: list[FetchAnswered]) -> None:
+        self._agent._record_fetches(answered)
 
-    def restore(self, data: bytes) -> None:
-        super().restore(data)
-        self.on_change()
+    def image_applied(self) -> None:
+        self._agent._refresh_roles()
 
 
 class BrokerAgent:
@@ -122,7 +116,6 @@ class BrokerAgent:
         self.config = config
         self.runtime = runtime
         self.metadata = metadata
-        self.lifecycle = BrokerLifecycle(config.lifecycle_config())
         self.incarnation_id = incarnation_id
         self.listeners = listeners
         self._register = register
@@ -133,11 +126,12 @@ class BrokerAgent:
         self.stop_reason: str | None = None
         self.stop_error = False
         self._registrations_send, self._registrations_receive = trio.open_memory_channel[Register](math.inf)
-        self.heartbeats = HeartbeatChannel(self.lifecycle, runtime.node)
-        self._image_dirty = True
         self._subscriptions: list[_Subscription] = []
         self._roles: dict[tuple[str, int], LeadershipChange] = {}
         self._first_registration_start_ms: int | None = None
+        self.driver = BrokerDriver(config.lifecycle_config(), runtime.host, _AgentPort(self), cluster_id=config.cluster_id)
+        self.lifecycle = self.driver.lifecycle
+        self.heartbeats = self.driver.heartbeats
         metadata.on_change = self._on_image_change
 
     # ------------------------------------------------------------------
@@ -156,7 +150,7 @@ class BrokerAgent:
     def image_offset(self) -> int:
         """Every committed metadata record below this offset is reflected in
         the image (records of other kinds are skipped, not missed)."""
-        return self.runtime.applied_offset
+        return self.driver.image_offset
 
     @property
     def stopped(self) -> bool:
@@ -175,7 +169,7 @@ class BrokerAgent:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._registration_task)
-                self._perform(self.lifecycle.tick(self.now_ms()))
+                self.driver.start(self.now_ms())
                 task_status.started()
                 while not self.lifecycle.stopped:
                     timeout_s = _AGENT_WAKE_S
@@ -193,20 +187,7 @@ class BrokerAgent:
 
     def _step(self) -> None:
         now = self.now_ms()
-        self.heartbeats.settle(now)
-        self._take_heartbeat_actions()
-        if self._image_dirty:
-            self._image_dirty = False
-            registration = self.metadata.image.broker(self.config.broker_id)
-            self._perform(
-                self.lifecycle.image_updated(
-                    now,
-                    image_offset=self.image_offset,
-                    registered_epoch=None if registration is None else registration.broker_epoch,
-                )
-            )
-            self._refresh_roles()
-        self._perform(self.lifecycle.tick(now))
+        self.driver.step(now)
         self._update_metrics(now)
 
     async def _registration_task(self) -> None:
@@ -229,7 +210,7 @@ class BrokerAgent:
                     failure = f"{type(error).__name__}: {error}"
             if response is None:
                 logger.info("broker %d: registration attempt %d failed: %s", self.config.broker_id, attempt.attempt, failure)
-                self._perform(self.lifecycle.registration_failed(self.now_ms(), failure))
+                self.driver.registration_failed(self.now_ms(), failure)
             else:
                 if response.error:
                     logger.info(
@@ -239,7 +220,7 @@ class BrokerAgent:
                         response.error.name,
                         response.message,
                     )
-                self._perform(self.lifecycle.registration_completed(self.now_ms(), response))
+                self.driver.registration_completed(self.now_ms(), response)
             self._wakeup.set()
 
     # ------------------------------------------------------------------
@@ -247,18 +228,15 @@ class BrokerAgent:
     # ------------------------------------------------------------------
 
     def _provide_heartbeat(self) -> Any:
-        extension = self.heartbeats.provide(self.now_ms())
-        self._take_heartbeat_actions()
-        return extension
+        return self.driver.provide(self.now_ms())
 
     def _consume_reply(self, extension: Any) -> None:
-        self.heartbeats.consume(self.now_ms(), extension)
-        self._take_heartbeat_actions()
+        self.driver.consume(self.now_ms(), extension)
         self._wakeup.set()  # the agent task settles it if no Fetch follows in this step
 
-    def _take_heartbeat_actions(self) -> None:
+    def _record_fetches(self, fetches: list[FetchAnswered]) -> None:
         metrics = self.runtime.metrics
-        for answered in self.heartbeats.take_answered():
+        for answered in fetches:
             # Counters, not a histogram: quorum's Metrics.render breaks on an
             # application histogram beside labelled gauges (reported).
             latency_s = max(0, answered.completed_ms - answered.sent_ms) / 1000
@@ -269,10 +247,9 @@ class BrokerAgent:
             )
             metrics.add_to_counter("pykraft_broker_fetches_total", 1, "Metadata fetches answered with a heartbeat reply.")
             metrics.set_gauge("pykraft_broker_last_fetch_latency_seconds", latency_s, "The last metadata fetch, sent to answered.")
-        self._perform(self.heartbeats.take_actions())
 
     def _on_image_change(self) -> None:
-        self._image_dirty = True
+        self.driver.note_image_changed()
         self._wakeup.set()
 
     # ------------------------------------------------------------------
@@ -438,7 +415,7 @@ class BrokerAgent:
 
     def request_shutdown(self) -> None:
         """Begin a controlled shutdown (idempotent); see ``shutdown``."""
-        self._perform(self.lifecycle.shutdown_requested(self.now_ms()))
+        self.driver.shutdown_requested(self.now_ms())
         self._wakeup.set()
 
     # ------------------------------------------------------------------
@@ -455,21 +432,9 @@ class BrokerAgent:
         return await handle_client_request(runtime, request)
 
     def answer(self, payload: bytes) -> MetadataResponse:
-        """Answer one client payload (``_serving.serve_request``). Never raises on a
-        client's input."""
-        now = self.now_ms()
-        # Time-based transitions first, so that the state we name (and the
-        # decision to serve) is the state at this instant.
-        self._perform(self.lifecycle.tick(now))
-        served = serve_request(
-            payload,
-            lifecycle=self.lifecycle,
-            image=self.metadata.image,
-            image_offset=self.image_offset,
-            now_ms=now,
-            cluster_id=self.config.cluster_id,
-            controller_id=self.runtime.node.leader_id,
-        )
+        """Answer one client payload (``BrokerDriver.serve``). Never raises on
+        a client's input."""
+        served = self.driver.serve(payload, self.now_ms())
         if served.request_event is not None:
             self._emit(served.request_event)
         self._count(served.op, served.response.error)

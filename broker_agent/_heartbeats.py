@@ -2,11 +2,10 @@
 hooks into lifecycle inputs (seed 001: "the normal metadata fetches act
 both as heartbeats and a way to propagate information").
 
-The driver (the trio agent, or a simulator) installs ``provide`` and
-``consume`` as the core's ``CoreHooks.fetch_extension_provider`` /
-``fetch_extension_consumer`` (binding its clock), calls ``settle`` once the
-core step that called ``consume`` is over, and performs the lifecycle
-actions it collects (``take_actions``).
+``_driver.BrokerDriver`` (run by the trio agent and by the simulator)
+attaches ``provide`` and ``consume`` as the observer replica's fetch
+extension, calls ``settle`` once the core step that called ``consume`` is
+over, and performs the lifecycle actions it collects (``take_actions``).
 
 - ``provide`` is called as the core builds each Fetch: it returns the
   lifecycle's heartbeat and notes the moment (``sent_ms``). The answer

@@ -5,6 +5,17 @@ private (``_node``, ``_messages``, ...).
 """
 
 from ._config import QuorumConfig
+from ._host import (
+    CommitTimer,
+    LeaderApplication,
+    Proposal,
+    ProposalLostError,
+    ProposalOutcomeUnknownError,
+    ReadNotConfirmedError,
+    ReplicaHost,
+    ReplicaPort,
+    StateMachine,
+)
 from ._log import MemoryLog
 from ._messages import (
     MESSAGE_TYPES,
@@ -34,13 +45,17 @@ from ._node import (
     Snapshot,
 )
 from ._output import Output, ReadFailed, ReadReady, Role, RoleChange
+from ._persist import DurableTarget, apply_output
+from ._state_machine import KeyValueStateMachine
 from ._types import ElectionState, Entry, Epoch, NodeId, Offset, OffsetAndEpoch, RecordKind, SnapshotId
 
 __all__ = [
     "MESSAGE_TYPES",
     "BeginQuorumEpochRequest",
     "BeginQuorumEpochResponse",
+    "CommitTimer",
     "CoreHooks",
+    "DurableTarget",
     "ElectionState",
     "EndQuorumEpochRequest",
     "EndQuorumEpochResponse",
@@ -51,6 +66,8 @@ __all__ = [
     "FetchResponse",
     "FetchSnapshotRequest",
     "FetchSnapshotResponse",
+    "KeyValueStateMachine",
+    "LeaderApplication",
     "MemoryLog",
     "Message",
     "NodeId",
@@ -58,21 +75,29 @@ __all__ = [
     "Offset",
     "OffsetAndEpoch",
     "Output",
+    "Proposal",
+    "ProposalLostError",
+    "ProposalOutcomeUnknownError",
     "QuorumConfig",
     "QuorumDescription",
     "QuorumError",
     "QuorumInvariantError",
     "QuorumNode",
     "ReadFailed",
+    "ReadNotConfirmedError",
     "ReadReady",
     "RecordKind",
     "ReplicaDescription",
+    "ReplicaHost",
+    "ReplicaPort",
     "Role",
     "RoleChange",
     "Snapshot",
     "SnapshotId",
+    "StateMachine",
     "VoteRequest",
     "VoteResponse",
+    "apply_output",
     "describe_message",
     "message_type_name",
 ]

@@ -11,6 +11,11 @@ runs.
   it writes node events for the broker-state decisions its committed image
   applies (``broker_registration``, ``controller_broker_state``).
 - ``open_controller_node``: a quorum voter running all of it.
+
+Everything but ``open_controller_node`` is sans-IO: the simulator imports
+this module (and hosts ``ControllerApplication`` in ``quorum.ReplicaHost``,
+as the runtime does) without the trio runtime, which
+``open_controller_node`` imports when called.
 """
 
 from __future__ import annotations
@@ -20,19 +25,11 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from quorum import Entry
-from quorum.runtime import (
-    FINE_BUCKETS_S,
-    EventLog,
-    KeyValueStateMachine,
-    NodeConfig,
-    QuorumNodeHandle,
-    open_quorum_node,
-)
+from quorum import Entry, KeyValueStateMachine
 
 from ._controller import Controller, ControllerConfig, Proposal
 from ._errors import ErrorCode, RecordDecodeError
@@ -46,6 +43,9 @@ from ._records import (
     decode_record,
 )
 from ._requests import decode_message, encode_message
+
+if TYPE_CHECKING:
+    from quorum.runtime import NodeConfig, QuorumNodeHandle
 
 logger = logging.getLogger("pykraft.controller")
 
@@ -155,6 +155,7 @@ class ControllerApplication:
         self.controller = controller
         self.image = image
         self.metrics: Any = None  # the runtime's Metrics, once the node is open
+        self.heartbeat_seconds: Any = None  # its heartbeat histogram, likewise
         self._state_machine = state_machine
         self._emit = emit if state_machine is not None else None
         # Which decision the next fence records come from, for the metric.
@@ -203,10 +204,8 @@ class ControllerApplication:
     def on_fetch(self, replica_id: int, extension: Any, fetch_offset: int, now_ms: int) -> Any:
         started = time.perf_counter()
         reply = self.controller.on_fetch(replica_id, extension, fetch_offset, now_ms)
-        if self.metrics is not None:
-            self.metrics.histogram(
-                "pykraft_controller_heartbeat_seconds", "Time to handle one broker heartbeat.", FINE_BUCKETS_S
-            ).observe(time.perf_counter() - started)
+        if self.heartbeat_seconds is not None:
+            self.heartbeat_seconds.observe(time.perf_counter() - started)
         self._fence_causes = "requested by the broker"
         return reply
 
@@ -337,6 +336,10 @@ async def open_controller_node(
 ) -> AsyncIterator[QuorumNodeHandle]:
     """A quorum voter that runs the controller when it leads. Raises as
     ``open_quorum_node``."""
+    # The trio runtime is imported here, on use: the rest of this module is
+    # sans-IO and the simulator imports it.
+    from quorum.runtime import FINE_BUCKETS_S, EventLog, open_quorum_node
+
     machine = ControllerStateMachine()
     controller = Controller(controller_config or ControllerConfig(cluster_id=config.cluster_id), machine.image)
     events = EventLog(config.event_log)
@@ -346,6 +349,9 @@ async def open_controller_node(
     try:
         async with open_quorum_node(config, machine, leader_application=application, event_log=events) as node:
             application.metrics = node.runtime.metrics
+            application.heartbeat_seconds = node.runtime.metrics.histogram(
+                "pykraft_controller_heartbeat_seconds", "Time to handle one broker heartbeat.", FINE_BUCKETS_S
+            )
             yield node
     finally:
         events.close()

@@ -4,20 +4,18 @@
 controller and whose brokers are observer quorum nodes driven by the real
 broker lifecycle, all from one seed:
 
-- a **voter** replays the log into a ``ControllerStateMachine`` and, while
-  it leads, drives ``Controller`` through ``ControllerApplication`` exactly
-  as ``quorum.runtime.QuorumRuntime`` does (``_drive_application``,
-  ``_on_fetch_extension``, ``_application_call``): activated once it has
-  applied a record of its own epoch (KAFKA-15345), ticked with the core's
-  logical clock, its batches proposed in the order it made them, and
-  ``on_committed`` called once a batch is committed and applied;
-- a **broker** is an observer ``QuorumNode`` with a ``BrokerLifecycle``, a
-  ``HeartbeatChannel`` installed as the core's fetch-extension provider and
-  consumer, and ``serve_request`` answering clients, in the order
-  ``broker_agent.BrokerAgent`` uses them. The channel is settled right after
-  the core step that consumed a reply, so catch-up is judged exactly;
-  RegisterBroker goes to a voter over the simulated network (partitions
-  apply) and times out like the agent's.
+- a **voter** is a ``quorum.ReplicaHost`` (the host the trio runtime
+  drives) replaying the log into a ``ControllerStateMachine`` and hosting
+  ``ControllerApplication`` as its leader application: activation, ticks,
+  heartbeats, batches and requests go through the very code the
+  ``kraft-controller`` process runs; the simulator only watches (trace
+  lines, the KIP-380 check of every heartbeat answered);
+- a **broker** is an observer ``ReplicaHost`` driven by a
+  ``broker_agent.BrokerDriver`` — the driver ``broker_agent.BrokerAgent``
+  runs: lifecycle, heartbeats through the fetch extension, image updates,
+  timers and client answers. It is stepped right after every core step, so
+  a reply's catch-up is judged exactly; RegisterBroker goes to a voter over
+  the simulated network (partitions apply) and times out like the agent's.
 
 Clients stand outside the network (like the register workload's): metadata
 readers pick brokers, carry the broker epoch they last saw (KIP-380) and the
@@ -48,12 +46,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
-
 from broker_agent import (
     Action,
+    BrokerDriver,
     BrokerLifecycle,
-    HeartbeatChannel,
+    FetchAnswered,
     LifecycleConfig,
     MetadataRequest,
     MetadataResponse,
@@ -61,12 +58,11 @@ from broker_agent import (
     SetHeartbeat,
     StateChanged,
     Stop,
-    serve_request,
+    WatchedMetadata,
 )
 from broker_agent import ErrorCode as BrokerErrorCode
 from jepsen_like import HarnessInvariantError
-from quorum import CoreHooks, Entry, FetchRequest, NotLeaderError, ReadReady, RecordKind
-from quorum import ErrorCode as QuorumErrorCode
+from quorum import Entry, FetchRequest, NotLeaderError, ProposalLostError, ReadNotConfirmedError, RecordKind
 from registration import (
     BrokerHeartbeat,
     BrokerRegistrationChangeRecord,
@@ -180,71 +176,44 @@ class BrokerSimOptions(SimOptions):
 # =========================================================================
 
 
-class MetadataReplica:
-    """What a broker's runtime applies committed records to: the
-    controllers' ``ControllerStateMachine`` and the applied offset (as
-    ``QuorumRuntime._apply`` keeps it)."""
+class SimControllerApplication(ControllerApplication):
+    """The controller as a voter hosts it (``registration.ControllerApplication``),
+    watched by the simulation: activation and deactivation are traced, and
+    every heartbeat answered is checked (KIP-380). With
+    ``broker_epoch_checks`` off it is handed the registered epoch in place
+    of the one a heartbeat carried (test-only breakage)."""
 
-    def __init__(self) -> None:
-        self.state = ControllerStateMachine()
-        self.applied_offset = 0
-        self.changed = False  # the image moved since the driver last looked
+    def __init__(self, sim: BrokerSimulation, node: SimNode, machine: ControllerStateMachine) -> None:
+        controller = Controller(sim.broker_options.controller_config(), machine.image)
+        super().__init__(controller, machine.image)
+        self._sim = sim
+        self._node = node
 
-    @property
-    def image(self) -> Any:
-        return self.state.image
+    def activate(self, now_ms: int, next_write_offset: int) -> None:
+        super().activate(now_ms, next_write_offset)
+        core = self._node.core
+        assert core is not None
+        self._sim._say(f"n{self._node.node_id} CONTROLLER active e{core.epoch} at offset {next_write_offset}")
 
-    def apply(self, entries: list[Entry]) -> None:
-        data = [entry for entry in entries if entry.kind is RecordKind.DATA and entry.offset >= self.applied_offset]
-        if data:
-            self.state.apply(data)
-            self.changed = True
-        if entries:
-            self.applied_offset = max(self.applied_offset, entries[-1].offset + 1)
+    def deactivate(self) -> None:
+        super().deactivate()
+        self._sim._say(f"n{self._node.node_id} CONTROLLER inactive")
 
-    def snapshot(self) -> bytes:
-        return msgpack.packb([self.applied_offset, self.state.snapshot()], use_bin_type=True)
+    def on_fetch(self, replica_id: int, extension: Any, fetch_offset: int, now_ms: int) -> Any:
+        sent = extension if self._sim.broker_options.broker_epoch_checks else self._with_registered_epoch(extension)
+        reply = super().on_fetch(replica_id, sent, fetch_offset, now_ms)
+        self._sim._check_heartbeat(extension, reply)
+        return reply
 
-    def restore(self, data: bytes) -> None:
-        applied, state = msgpack.unpackb(data, raw=False)
-        self.state.restore(state)
-        self.applied_offset = applied
-        self.changed = True
-
-
-@dataclass(slots=True)
-class _PendingProposal:
-    epoch: int
-    first_offset: int
-    on_committed: Callable[[int], Any]
-    on_lost: Callable[[int], Any]
-
-
-class ControllerReplica(MetadataReplica):
-    """A voter's state machine plus the controller that acts on it while
-    this voter leads (``registration.open_controller_node`` builds the same
-    three objects)."""
-
-    def __init__(self, config: ControllerConfig) -> None:
-        super().__init__()
-        self.controller = Controller(config, self.state.image)
-        self.application = ControllerApplication(self.controller, self.state.image)
-        self.active = False
-        # Proposals in flight, by the offset of their last record.
-        self.pending: dict[int, _PendingProposal] = {}
-
-    def apply(self, entries: list[Entry]) -> None:
-        super().apply(entries)
-        # As QuorumRuntime._apply: a batch is answered once its last record
-        # is committed and applied; another epoch there means it was lost.
-        for entry in entries:
-            pending = self.pending.pop(entry.offset, None)
-            if pending is None:
-                continue
-            if entry.epoch != pending.epoch:
-                pending.on_lost(entry.offset)
-            else:
-                pending.on_committed(pending.first_offset)
+    def _with_registered_epoch(self, extension: Any) -> Any:
+        try:
+            heartbeat = BrokerHeartbeat.from_extension(extension)
+        except (ValueError, TypeError):
+            return extension
+        registration = self.controller.working_image.broker(heartbeat.broker_id)
+        if registration is None:
+            return extension
+        return dataclasses.replace(heartbeat, broker_epoch=registration.broker_epoch).to_extension()
 
 
 # =========================================================================
@@ -259,12 +228,33 @@ class BrokerProcess:
     broker_id: int
     incarnation: int
     incarnation_id: str
-    lifecycle: BrokerLifecycle
-    channel: HeartbeatChannel
     started_ms: float
+    driver: BrokerDriver | None = None  # set once built (it needs the process)
     alive: bool = True
     stopped: bool = False
     stop_reason: str | None = None
+
+    @property
+    def lifecycle(self) -> BrokerLifecycle:
+        assert self.driver is not None
+        return self.driver.lifecycle
+
+
+class _BrokerSimPort:
+    """A simulated broker process's side of its ``BrokerDriver``."""
+
+    def __init__(self, sim: BrokerSimulation, process: BrokerProcess) -> None:
+        self.sim = sim
+        self.process = process
+
+    def perform(self, actions: list[Action]) -> None:
+        self.sim._perform(self.process, actions)
+
+    def fetches_answered(self, answered: list[FetchAnswered]) -> None:
+        pass  # metrics only
+
+    def image_applied(self) -> None:
+        pass  # the agent reports partition roles; nobody subscribes here
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,11 +368,6 @@ class BrokerSimulation(Simulation):
         """The brokers' clock: whole ms of virtual time."""
         return self.now_us // US_PER_MS
 
-    def _controller_now_ms(self, node: SimNode) -> int:
-        # QuorumRuntime._now_ms: the core's logical clock.
-        assert node.core is not None
-        return node.core.current_tick * self.options.tick_ms
-
     def is_broker(self, node_id: int) -> bool:
         return node_id > BROKER_ID_BASE
 
@@ -391,31 +376,12 @@ class BrokerSimulation(Simulation):
     # =====================================================================
 
     def _new_machine(self, node_id: int) -> Any:
+        return WatchedMetadata() if self.is_broker(node_id) else ControllerStateMachine()
+
+    def _new_application(self, node_id: int, machine: Any) -> Any:
         if self.is_broker(node_id):
-            return MetadataReplica()
-        return ControllerReplica(self.broker_options.controller_config())
-
-    def _core_hooks(self, node: SimNode) -> CoreHooks:
-        if not self.is_broker(node.node_id):
-            return CoreHooks(fetch_extension_handler=lambda request: self._on_heartbeat(node, request))
-        incarnation = node.incarnation
-
-        def this_process() -> BrokerProcess | None:
-            # None until _start has made this incarnation's process (the
-            # core's first output is handled before that).
-            process = self.processes.get(node.node_id)
-            return process if process is not None and process.incarnation == incarnation else None
-
-        def provide() -> Any:
-            process = this_process()
-            return self._provide_heartbeat(process) if process is not None else None
-
-        def consume(extension: Any) -> None:
-            process = this_process()
-            if process is not None:
-                self._consume_reply(process, extension)
-
-        return CoreHooks(fetch_extension_provider=provide, fetch_extension_consumer=consume)
+            return None
+        return SimControllerApplication(self, self.nodes[node_id], machine)
 
     def _start(self, node_id: int) -> None:
         super()._start(node_id)
@@ -424,18 +390,28 @@ class BrokerSimulation(Simulation):
         assert core is not None
         if not self.is_broker(node_id):
             return
-        lifecycle = BrokerLifecycle(self.broker_options.lifecycle_config(node_id))
         process = BrokerProcess(
             broker_id=node_id,
             incarnation=node.incarnation,
             incarnation_id=f"b{node_id}-incarnation-{node.incarnation}",
-            lifecycle=lifecycle,
-            channel=HeartbeatChannel(lifecycle, core),
             started_ms=self.now_ms,
         )
+        host = node.host
+        assert host is not None and isinstance(host.state_machine, WatchedMetadata)
+        driver = BrokerDriver(
+            self.broker_options.lifecycle_config(node_id),
+            host,
+            _BrokerSimPort(self, process),
+            cluster_id=self.broker_options.cluster_id,
+        )
+        process.driver = driver
+        host.state_machine.on_change = driver.note_image_changed
         self.processes[node_id] = process
         self.exited.pop(node_id, None)
-        self._perform(process, lifecycle.tick(self.now_ms_int()))
+        host.attach_fetch_extension(
+            lambda: driver.provide(self.now_ms_int()), lambda extension: driver.consume(self.now_ms_int(), extension)
+        )
+        driver.start(self.now_ms_int())
 
     def crash(self, node_id: int) -> None:
         process = self.processes.get(node_id)
@@ -463,86 +439,10 @@ class BrokerSimulation(Simulation):
             return
         if self.is_broker(node.node_id):
             self._drive_broker(node)
-        else:
-            self._drive_controller(node, ticked=event.kind == "tick")
 
     # =====================================================================
-    # The controller on the voters (QuorumRuntime's leader application)
+    # The controller on the voters (hosted by their ReplicaHost)
     # =====================================================================
-
-    def _drive_controller(self, node: SimNode, *, ticked: bool) -> None:
-        """QuorumRuntime._drive_application, after every core step."""
-        core = node.core
-        machine = node.machine
-        assert core is not None and isinstance(machine, ControllerReplica)
-        now = self._controller_now_ms(node)
-        ready = core.leader_has_committed_own_epoch and machine.applied_offset > core.epoch_start_offset
-        if ready and not machine.active:
-            machine.active = True
-            machine.application.activate(now, core.log.end_offset)
-            self._say(f"n{node.node_id} CONTROLLER active e{core.epoch} at offset {core.log.end_offset}")
-        elif not core.is_leader and machine.active:
-            machine.active = False
-            machine.application.deactivate()
-            self._say(f"n{node.node_id} CONTROLLER inactive")
-        if not machine.active:
-            return
-        if ticked:
-            machine.application.note_log_end(core.log.end_offset)
-            machine.application.tick(now)
-        self._propose_controller_batches(node)
-
-    def _propose_controller_batches(self, node: SimNode) -> None:
-        machine = node.machine
-        assert isinstance(machine, ControllerReplica)
-        for proposal in machine.application.take_proposals():
-            on_committed = proposal.on_committed or (lambda _first: None)
-            if not self._propose(node, list(proposal.records), on_committed, lambda _offset: None):
-                return  # no longer leading: deactivated at the next step
-
-    def _propose(
-        self, node: SimNode, records: list[bytes], on_committed: Callable[[int], Any], on_lost: Callable[[int], Any]
-    ) -> bool:
-        core = node.core
-        machine = node.machine
-        assert core is not None and isinstance(machine, ControllerReplica)
-        try:
-            first, output = core.propose(records)
-        except NotLeaderError:
-            return False
-        machine.pending[first + len(records) - 1] = _PendingProposal(core.epoch, first, on_committed, on_lost)
-        self._handle(node, output)
-        return True
-
-    def _on_heartbeat(self, node: SimNode, request: FetchRequest) -> Any:
-        """The leader core's fetch-extension handler
-        (QuorumRuntime._on_fetch_extension), with the KIP-380 check on what
-        the controller answered."""
-        machine = node.machine
-        core = node.core
-        assert core is not None and isinstance(machine, ControllerReplica)
-        if not machine.active:
-            return {"error": int(QuorumErrorCode.NOT_LEADER)}  # leader, but not caught up yet
-        extension = request.extension
-        if not self.broker_options.broker_epoch_checks:
-            extension = self._with_registered_epoch(machine, extension)
-        machine.application.note_log_end(core.log.end_offset)
-        reply = machine.application.on_fetch(request.src, extension, request.fetch_offset, self._controller_now_ms(node))
-        self._check_heartbeat(request.extension, reply)
-        return reply
-
-    def _with_registered_epoch(self, machine: ControllerReplica, extension: Any) -> Any:
-        """Test-only breakage (``broker_epoch_checks=False``): a controller
-        that does not check broker epochs, modelled by handing it the
-        registered epoch whatever the heartbeat carried."""
-        try:
-            heartbeat = BrokerHeartbeat.from_extension(extension)
-        except (ValueError, TypeError):
-            return extension
-        registration = machine.controller.working_image.broker(heartbeat.broker_id)
-        if registration is None:
-            return extension
-        return dataclasses.replace(heartbeat, broker_epoch=registration.broker_epoch).to_extension()
 
     def _check_heartbeat(self, extension: Any, reply: Any) -> None:
         try:
@@ -564,62 +464,31 @@ class BrokerSimulation(Simulation):
     def _controller_call(
         self, node: SimNode, request: Request, respond: Callable[[Response, tuple[int, int] | None], None]
     ) -> None:
-        """A request to the controller on voter ``node``
-        (QuorumRuntime._application_call). ``respond(response, (first, last))``
-        gets the offsets of a committed write, None otherwise."""
-        machine = node.machine
-        core = node.core
-        assert core is not None and isinstance(machine, ControllerReplica)
-        if not machine.active:
-            respond(error_response(request, ErrorCode.NOT_LEADER, "not the active controller"), None)
-            return
-        machine.application.note_log_end(core.log.end_offset)
-        reply = machine.application.handle_request(encode_message(request), self._controller_now_ms(node))
-        if reply.on_committed is not None:
-            # Batches the controller queued earlier go first: it predicted
-            # their offsets in this order.
-            self._propose_controller_batches(node)
-            build = reply.on_committed
-            count = len(reply.records)
+        """A request to the controller on voter ``node``, through its host
+        (``ReplicaHost.application_request``). ``respond(response, (first,
+        last))`` gets the offsets of a committed write, None otherwise; a
+        write whose outcome is unknown gets no answer (its client times out)."""
+        host = node.host
+        assert host is not None
 
-            def committed(first: int) -> None:
-                respond(decode_message(build(first)), (first, first + count - 1))
+        def done(answer: Any, error: BaseException | None, offsets: tuple[int, int] | None) -> None:
+            if error is None:
+                respond(decode_message(answer), offsets)
+            elif isinstance(error, NotLeaderError):
+                respond(error_response(request, ErrorCode.NOT_LEADER, "not the active controller"), None)
+            elif isinstance(error, ProposalLostError):
+                respond(error_response(request, ErrorCode.NOT_LEADER, f"the write at offset {error.offset} was lost"), None)
+            elif isinstance(error, ReadNotConfirmedError):
+                respond(error_response(request, ErrorCode.NOT_LEADER, "leadership lost before the read"), None)
 
-            def lost(offset: int) -> None:
-                respond(error_response(request, ErrorCode.NOT_LEADER, f"the write at offset {offset} was lost"), None)
-
-            if not self._propose(node, list(reply.records), committed, lost):
-                respond(error_response(request, ErrorCode.NOT_LEADER, "leadership lost"), None)
-        elif reply.on_read_confirmed is not None:
-            self._read_ids += 1
-            read_id = ("controller", self._read_ids)
-            build_read = reply.on_read_confirmed
-
-            def on_read(result: Any) -> None:
-                if isinstance(result, ReadReady) and node.core is not None:
-                    respond(decode_message(build_read()), None)
-                else:
-                    respond(error_response(request, ErrorCode.NOT_LEADER, "leadership lost before the read"), None)
-
-            node.pending_reads[read_id] = on_read
-            try:
-                output = core.read_index(read_id)
-            except NotLeaderError:
-                node.pending_reads.pop(read_id, None)
-                respond(error_response(request, ErrorCode.NOT_LEADER, "not the leader"), None)
-                return
-            self._handle(node, output)
-        else:
-            assert reply.response is not None
-            respond(decode_message(reply.response), None)
+        host.application_request(encode_message(request), done)
 
     def active_controller(self) -> int | None:
         """The voter whose controller is active, in the highest epoch."""
         best: tuple[int, int] | None = None
         for node_id in self.broker_options.voter_ids:
             node = self.nodes[node_id]
-            machine = node.machine
-            if node.core is not None and isinstance(machine, ControllerReplica) and machine.active:
+            if node.host is not None and node.host.application_active:
                 if best is None or node.core.epoch > best[0]:
                     best = (node.core.epoch, node_id)
         return best[1] if best else None
@@ -631,42 +500,13 @@ class BrokerSimulation(Simulation):
     def _current(self, process: BrokerProcess) -> bool:
         return process.alive and self.processes.get(process.broker_id) is process
 
-    def _provide_heartbeat(self, process: BrokerProcess) -> Any:
-        extension = process.channel.provide(self.now_ms_int())
-        self._take_channel_actions(process)
-        return extension
-
-    def _consume_reply(self, process: BrokerProcess, extension: Any) -> None:
-        process.channel.consume(self.now_ms_int(), extension)
-        self._take_channel_actions(process)
-
-    def _take_channel_actions(self, process: BrokerProcess) -> None:
-        process.channel.take_answered()
-        self._perform(process, process.channel.take_actions())
-
     def _drive_broker(self, node: SimNode) -> None:
-        """BrokerAgent._step, right after every core step: settle a reply
-        that led to no Fetch, look at the image, fire due timers."""
+        """Right after every core step of a broker: ``BrokerDriver.step``."""
         process = self.processes[node.node_id]
-        if not self._current(process) or process.stopped:
+        if not self._current(process):
             return
-        now = self.now_ms_int()
-        process.channel.settle(now)
-        self._take_channel_actions(process)
-        machine = node.machine
-        assert isinstance(machine, MetadataReplica)
-        if machine.changed:
-            machine.changed = False
-            registration = machine.image.broker(node.node_id)
-            self._perform(
-                process,
-                process.lifecycle.image_updated(
-                    now,
-                    image_offset=machine.applied_offset,
-                    registered_epoch=None if registration is None else registration.broker_epoch,
-                ),
-            )
-        self._perform(process, process.lifecycle.tick(now))
+        assert process.driver is not None
+        process.driver.step(self.now_ms_int())
 
     def _perform(self, process: BrokerProcess, actions: list[Action]) -> None:
         for action in actions:
@@ -744,12 +584,13 @@ class BrokerSimulation(Simulation):
                 return
             done["flag"] = True
             now = self.now_ms_int()
+            assert process.driver is not None
             if response is None:
-                self._perform(process, process.lifecycle.registration_failed(now, "timed out"))
+                process.driver.registration_failed(now, "timed out")
             else:
                 if response.error is not ErrorCode.NONE:
                     self._say(f"b{broker_id} registration refused: {response.error.name} {response.message}")
-                self._perform(process, process.lifecycle.registration_completed(now, response))
+                process.driver.registration_completed(now, response)
 
         def at_voter(voter: SimNode) -> None:
             def respond(response: Response, _offsets: tuple[int, int] | None) -> None:
@@ -763,25 +604,12 @@ class BrokerSimulation(Simulation):
     # -- serving ------------------------------------------------------------
 
     def _serve(self, node: SimNode, request: MetadataRequest) -> MetadataResponse:
-        """BrokerAgent.answer: time-based transitions first, then
-        ``serve_request``; then the simulator's checks of the answer."""
+        """``BrokerDriver.serve`` (as ``BrokerAgent.answer``); then the
+        simulator's checks of the answer."""
         process = self.processes[node.node_id]
-        machine = node.machine
-        assert node.core is not None and isinstance(machine, MetadataReplica)
-        now = self.now_ms_int()
-        if not process.stopped:
-            self._perform(process, process.lifecycle.tick(now))
+        assert process.driver is not None
         sent = request if self.broker_options.broker_epoch_checks else dataclasses.replace(request, broker_epoch=None)
-        served = serve_request(
-            sent.to_payload(),
-            lifecycle=process.lifecycle,
-            image=machine.image,
-            image_offset=machine.applied_offset,
-            now_ms=now,
-            cluster_id=self.broker_options.cluster_id,
-            controller_id=node.core.leader_id,
-        )
-        response = served.response
+        response = process.driver.serve(sent.to_payload(), self.now_ms_int()).response
         self._check_answer(process, request, response)
         return response
 

@@ -5,10 +5,13 @@ Events are ordered by (virtual time in microseconds, sequence number); every
 random choice comes from RNGs derived from the seed, and nothing iterates a
 set or dict whose order could vary, so a seed replays exactly.
 
-Each node honours the core's output contract (``quorum/_output.py``):
-outputs are handled in order, persistence goes to a simulated disk that
-takes time, and messages leave only once everything before them is
-durable. A crash loses whatever the disk had not finished writing.
+Each node is a ``quorum.ReplicaHost`` — the very host the trio runtime
+drives — plugged into a simulated network and disk: the simulator keeps
+only virtual time, the network model and disk latency. It honours the
+core's output contract (``quorum/_output.py``): outputs are handled in
+order, persistence goes to a simulated disk that takes time, and messages
+leave only once everything before them is durable. A crash loses whatever
+the disk had not finished writing.
 """
 
 from __future__ import annotations
@@ -17,28 +20,28 @@ import heapq
 import json
 import random
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from jepsen_like import HarnessInvariantError
 from quorum import (
-    CoreHooks,
     ElectionState,
     Entry,
+    LeaderApplication,
     MemoryLog,
     Message,
     NotLeaderError,
     Output,
+    ProposalLostError,
     QuorumConfig,
     QuorumNode,
-    ReadFailed,
-    ReadReady,
-    RecordKind,
+    ReplicaHost,
     Role,
     RoleChange,
     Snapshot,
     SnapshotId,
+    apply_output,
     describe_message,
 )
 
@@ -125,29 +128,40 @@ class SimDisk:
         self.writes = 0
 
     def apply(self, output: Output) -> None:
-        """Carry out an output's persistence work, in the contract's order.
-        Raises ``ValueError`` / ``AssertionError`` when the output breaks the
-        contract (an append that does not continue the log, a deletion
-        outside it)."""
+        """Carry out an output's persistence work (``quorum.apply_output``,
+        as the runtime's storage does). Raises ``ValueError`` /
+        ``AssertionError`` when the output breaks the contract (an append
+        that does not continue the log, a deletion outside it)."""
         self.writes += 1
-        if output.election_state is not None:
-            self.election_state = output.election_state
-        if output.snapshot is not None:
-            snapshot_id, data = output.snapshot
-            self.snapshot = Snapshot(snapshot_id, data)
-            if output.reset_log:
-                self.log.reset(snapshot_id)
-        if output.truncate_to is not None and output.truncate_to < self.log.end_offset:
-            self.log.truncate_to(output.truncate_to)
-        if output.append:
-            self.log.append(output.append)
-        if output.delete_before is not None:
-            epoch_before = self.log.epoch_at(output.delete_before - 1)
-            assert epoch_before is not None, "delete_before points outside the durable log"
-            self.log.delete_before(output.delete_before, epoch_before)
+        apply_output(output, self)
+
+    # -- the applier's target (quorum.DurableTarget) --------------------------
+
+    def write_election_state(self, state: ElectionState) -> None:
+        self.election_state = state
+
+    def write_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        self.snapshot = Snapshot(snapshot_id, data)
+
+    def reset_to_snapshot(self, snapshot_id: SnapshotId) -> None:
+        self.log.reset(snapshot_id)
+
+    def truncate_to(self, end_offset: int) -> None:
+        if end_offset < self.log.end_offset:
+            self.log.truncate_to(end_offset)
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        self.log.append(entries)
+
+    def delete_before(self, offset: int) -> None:
+        epoch_before = self.log.epoch_at(offset - 1)
+        assert epoch_before is not None, "delete_before points outside the durable log"
+        self.log.delete_before(offset, epoch_before)
 
     def recovered_log(self) -> MemoryLog:
-        """A fresh copy of the durable log, as a restarting process reads it."""
+        """A fresh copy of the whole durable log, records behind the snapshot
+        included (the core rule tests' restarts; a simulated process recovers
+        as the runtime does, through ``ReplicaHost``: from the snapshot on)."""
         start = SnapshotId(self.log.start_offset, self.log.start_epoch) if self.log.start_offset else None
         return MemoryLog(start, self.log.slice(self.log.start_offset))
 
@@ -155,53 +169,73 @@ class SimDisk:
 class KeyValueMachine:
     """The replicated state machine of the register workload: each data
     record is a JSON write ``{"key", "value"}``; the state maps a key to
-    (value, offset of the record that wrote it)."""
+    (value, offset of the record that wrote it). Its host hands it each
+    committed data record once (``quorum.StateMachine``)."""
 
     def __init__(self) -> None:
         self.values: dict[str, tuple[Any, int]] = {}
-        self.applied_offset = 0  # every record below this is applied
 
     def apply(self, entries: list[Entry]) -> None:
         for entry in entries:
-            if entry.offset < self.applied_offset:
-                continue
-            if entry.kind is RecordKind.DATA:
-                command = json.loads(entry.data)
-                self.values[command["key"]] = (command["value"], entry.offset)
-            self.applied_offset = entry.offset + 1
+            command = json.loads(entry.data)
+            self.values[command["key"]] = (command["value"], entry.offset)
 
     def snapshot(self) -> bytes:
-        return json.dumps({"values": self.values, "applied": self.applied_offset}, sort_keys=True).encode()
+        return json.dumps({"values": self.values}, sort_keys=True).encode()
 
     def restore(self, data: bytes) -> None:
         state = json.loads(data)
         self.values = {key: (value, offset) for key, (value, offset) in state["values"].items()}
-        self.applied_offset = state["applied"]
 
     def read(self, key: str) -> tuple[Any, int]:
         return self.values.get(key, (None, -1))
 
 
 class SimNode:
-    """One simulated process: a quorum core, its disk and its pipeline."""
+    """One simulated process: a replica host, its disk and its pipeline."""
 
     def __init__(self, node_id: int, options: SimOptions) -> None:
         self.node_id = node_id
         self.options = options
         self.disk = SimDisk()
-        self.core: QuorumNode | None = None
+        self.host: ReplicaHost | None = None  # None while the process is down
         self.incarnation = 0
         self.pipeline: deque[Output] = deque()
         self.disk_busy = False
-        self.machine = KeyValueMachine()
-        # writes proposed here and not yet resolved: offset -> (epoch, callback)
-        self.pending_writes: dict[int, tuple[int, Callable[[str, int], None]]] = {}
-        self.pending_reads: dict[Any, Callable[[ReadReady | ReadFailed], None]] = {}
+        # The last process's state machine (kept after a crash, for views).
+        self.machine: Any = KeyValueMachine()
         self.last_hw = 0
 
     @property
+    def core(self) -> QuorumNode | None:
+        return self.host.core if self.host is not None else None
+
+    @property
     def up(self) -> bool:
-        return self.core is not None
+        return self.host is not None
+
+
+class _SimPort:
+    """A simulated process's side of its ``ReplicaHost`` (``quorum.ReplicaPort``)."""
+
+    __slots__ = ("sim", "node")
+
+    def __init__(self, sim: Simulation, node: SimNode) -> None:
+        self.sim = sim
+        self.node = node
+
+    def role_changed(self, event: RoleChange) -> None:
+        self.sim._on_role_change(self.node, event)
+
+    def committed(self, entries: list[Entry]) -> None:
+        self.sim._on_commit(self.node, entries)
+
+    def output_ready(self, output: Output) -> None:
+        self.sim._output_ready(self.node, output)
+
+    def snapshot_changed(self, snapshot_id: SnapshotId, installed: bool) -> None:
+        if not installed:
+            self.sim._say(f"n{self.node.node_id} snapshot at {snapshot_id.end_offset}")
 
 
 @dataclass(order=True, slots=True)
@@ -300,16 +334,18 @@ class Simulation:
             if kind == "deliver" and node is not None and node.core is None:
                 self._say_full(f"n{event.node} down, dropped {describe_message(event.payload)}")
             return
+        host = node.host
+        assert host is not None
         if kind == "tick":
-            self._handle(node, node.core.tick())
+            host.tick()
             self._push(self.options.tick_ms * US_PER_MS, "tick", node.node_id, node.incarnation)
         elif kind == "deliver":
             self._say_full(f"n{node.node_id} <- {describe_message(event.payload)}")
-            self._handle(node, node.core.step(event.payload))
+            host.step(event.payload)
         elif kind == "disk":
             self._disk_done(node, event.payload)
         elif kind == "unreachable":
-            self._handle(node, node.core.peer_unreachable(event.payload))
+            host.peer_unreachable(event.payload)
         elif kind == "client":
             event.payload(node)
         else:  # pragma: no cover - a simulator bug
@@ -323,21 +359,24 @@ class Simulation:
         node = self.nodes[node_id]
         node.incarnation += 1
         disk = node.disk
-        node.core = QuorumNode(
-            self.options.quorum_config(node_id),
-            rng=random.Random(self._master.getrandbits(64)),
-            election_state=disk.election_state,
-            log=disk.recovered_log(),
-            snapshot=disk.snapshot,
-            hooks=self._core_hooks(node),
-            # Each restart is a new process: a new fetch session.
-            fetch_session=node.incarnation - 1,
-        )
+        rng = random.Random(self._master.getrandbits(64))
         node.pipeline.clear()
         node.disk_busy = False
         node.machine = self._new_machine(node_id)
-        if disk.snapshot is not None:
-            node.machine.restore(disk.snapshot.data)
+        node.host = ReplicaHost(
+            self.options.quorum_config(node_id),
+            node.machine,
+            _SimPort(self, node),
+            rng=rng,
+            # Each restart is a new process: a new fetch session.
+            fetch_session=node.incarnation - 1,
+            election_state=disk.election_state,
+            snapshot=disk.snapshot,
+            entries=disk.log.slice(disk.log.start_offset),
+            snapshot_every_records=self.options.snapshot_every_records,
+            application=self._new_application(node_id, node.machine),
+        )
+        assert node.core is not None
         node.last_hw = node.core.high_watermark
         # What a crash took away (an epoch learned but never persisted, so
         # never acted upon) is not a regression: compare with the disk.
@@ -347,28 +386,29 @@ class Simulation:
         if self._recorder is not None:
             log = node.core.log
             self._recorder.node_started(self.now_us, node_id, log.slice(log.start_offset), log.start_offset, node.core.high_watermark)
-        self._handle(node, node.core.initial_output())
+        node.host.start()
         phase_us = self._rng.randrange(self.options.tick_ms * US_PER_MS)
         self._push(phase_us, "tick", node_id, node.incarnation)
 
-    def _core_hooks(self, node: SimNode) -> CoreHooks:
-        """The hooks a (re)starting process gives its core: none for a bare
-        quorum (the broker simulation adds heartbeats)."""
-        return CoreHooks()
-
     def _new_machine(self, node_id: int) -> Any:
-        """The state machine a (re)starting process replays the log into;
-        anything with ``KeyValueMachine``'s apply / snapshot / restore /
-        applied_offset. Simulations of other machines override it."""
+        """The state machine a (re)starting process replays the log into
+        (a ``quorum.StateMachine``). Simulations of other machines override it."""
         del node_id
         return KeyValueMachine()
+
+    def _new_application(self, node_id: int, machine: Any) -> LeaderApplication | None:
+        """The leader application a (re)starting process hosts: none for a
+        bare quorum (the broker simulation runs the controller)."""
+        del node_id, machine
+        return None
 
     def crash(self, node_id: int) -> None:
         """kill -9: the process and its unfinished disk writes are gone."""
         node = self.nodes[node_id]
-        if node.core is None:
+        host = node.host
+        if host is None:
             return
-        node.core = None
+        node.host = None
         node.pipeline.clear()
         node.disk_busy = False
         # The kernel resets the dead process's connections: peers that can
@@ -377,12 +417,7 @@ class Simulation:
             if peer.core is not None and not self.network.is_blocked(node_id, peer_id):
                 delay_us = int(self._rng.uniform(self.options.faults.delay_min_ms, self.options.faults.delay_max_ms) * US_PER_MS)
                 self._push(delay_us, "unreachable", peer_id, peer.incarnation, node_id)
-        for offset in sorted(node.pending_writes):
-            node.pending_writes[offset][1]("info", offset)
-        node.pending_writes.clear()
-        for read_id, callback in list(node.pending_reads.items()):
-            callback(ReadFailed(read_id, None, "crashed"))
-        node.pending_reads.clear()
+        host.abandon()
         self._say(f"n{node_id} CRASH")
         if self._recorder is not None:
             self._recorder.node_crashed(self.now_us, node_id)
@@ -405,23 +440,14 @@ class Simulation:
     # The output contract
     # =====================================================================
 
-    def _handle(self, node: SimNode, output: Output) -> None:
-        if not output:
-            return
+    def _output_ready(self, node: SimNode, output: Output) -> None:
+        """The host handed over an output (its committed records and reads
+        already handled): early messages leave now, the rest waits for the
+        disk (``_pump``)."""
         core = node.core
         assert core is not None
         if self._recorder is not None:
             self._recorder.node_output(self.now_us, node.node_id, output, core.high_watermark)
-        for event in output.events:
-            self._on_role_change(node, event)
-        if output.snapshot_loaded is not None:
-            node.machine.restore(output.snapshot_loaded[1])
-        if output.committed:
-            self._on_commit(node, output.committed)
-        for read in output.reads:
-            callback = node.pending_reads.pop(read.read_id, None)
-            if callback is not None:
-                callback(read)
         if core.high_watermark < node.last_hw:
             raise InvariantViolation("hw-regress", f"n{node.node_id} high watermark {node.last_hw} -> {core.high_watermark}")
         node.last_hw = core.high_watermark
@@ -429,7 +455,6 @@ class Simulation:
         self._send_all(output.early_messages)
         node.pipeline.append(output)
         self._pump(node)
-        self._maybe_snapshot(node)
 
     def _pump(self, node: SimNode) -> None:
         while node.pipeline and not node.disk_busy:
@@ -448,8 +473,8 @@ class Simulation:
         node.disk.apply(head)
         node.disk_busy = False
         self._send_all(head.messages)
-        assert node.core is not None
-        self._handle(node, node.core.persisted(persist_seq))
+        assert node.host is not None
+        node.host.persisted(persist_seq)
         self._pump(node)
 
     def _send_all(self, messages: list[Message]) -> None:
@@ -485,21 +510,6 @@ class Simulation:
         rates = {"drop_rate": faults.drop_rate, "duplicate_rate": faults.duplicate_rate, "reorder_rate": faults.reorder_rate}
         self._recorder.link_faults_changed(self.now_us, rates)
 
-    def _maybe_snapshot(self, node: SimNode) -> None:
-        every = self.options.snapshot_every_records
-        core = node.core
-        if not every or core is None:
-            return
-        applied = node.machine.applied_offset
-        last = core.snapshot.snapshot_id.end_offset if core.snapshot else 0
-        if applied - last >= every and applied <= core.high_watermark:
-            epoch = core.log.epoch_at(applied - 1)
-            if epoch is None:
-                return
-            output = core.snapshot_taken(SnapshotId(applied, epoch), node.machine.snapshot())
-            self._say(f"n{node.node_id} snapshot at {applied}")
-            self._handle(node, output)
-
     # =====================================================================
     # Invariants, checked as events happen
     # =====================================================================
@@ -532,7 +542,8 @@ class Simulation:
         self.max_epoch_seen[node.node_id] = epoch
 
     def _on_commit(self, node: SimNode, entries: list[Entry]) -> None:
-        node.machine.apply(entries)
+        """Records ``node`` committed and applied (its host has answered the
+        proposals they decide)."""
         for entry in entries:
             record = (entry.epoch, int(entry.kind), entry.data)
             known = self.committed.setdefault(entry.offset, record)
@@ -541,17 +552,6 @@ class Simulation:
                     "log-matching",
                     f"n{node.node_id} committed e{entry.epoch} at offset {entry.offset}, another node committed e{known[0]}",
                 )
-            pending = node.pending_writes.pop(entry.offset, None)
-            if pending is not None:
-                epoch, callback = pending
-                callback("ok" if epoch == entry.epoch else "fail", entry.offset)
-        # Proposals below the high watermark that no committed record told us
-        # about were covered by an installed snapshot: their fate is unknown.
-        if node.pending_writes:
-            hw = node.core.high_watermark if node.core else 0
-            for offset in sorted(o for o in node.pending_writes if o < hw):
-                _, callback = node.pending_writes.pop(offset)
-                callback("info", offset)
         if entries:
             self._say_full(f"n{node.node_id} commit {entries[0].offset}..{entries[-1].offset}")
 
@@ -654,21 +654,21 @@ class Simulation:
             if on_done:
                 on_done(type_)
 
-        def at_node(node: SimNode) -> None:
-            core = node.core
-            assert core is not None
-            try:
-                first, output = core.propose([json.dumps({"key": key, "value": value}).encode()])
-            except NotLeaderError:
+        def resolved(result: Any, error: BaseException | None) -> None:
+            if isinstance(error, NotLeaderError):
                 self._push(self._client_delay_us(), "action", 0, 0, lambda: complete("fail", error="not_leader"))
                 return
+            if error is None:
+                outcome, offset, reason = "ok", result[0], None
+            elif isinstance(error, ProposalLostError):
+                outcome, offset, reason = "fail", error.offset, "lost"
+            else:  # ProposalOutcomeUnknownError: a snapshot covered it, or a crash
+                outcome, offset, reason = "info", getattr(error, "offset", None), "crashed"
+            self._push(self._client_delay_us(), "action", 0, 0, lambda: complete(outcome, offset, reason))
 
-            def resolved(outcome: str, offset: int) -> None:
-                error = None if outcome == "ok" else ("lost" if outcome == "fail" else "crashed")
-                self._push(self._client_delay_us(), "action", 0, 0, lambda: complete(outcome, offset, error))
-
-            node.pending_writes[first] = (core.epoch, resolved)
-            self._handle(node, output)
+        def at_node(node: SimNode) -> None:
+            assert node.host is not None
+            node.host.propose([json.dumps({"key": key, "value": value}).encode()], resolved)
 
         self._to_node(node_id, at_node, lambda: complete("fail", error="unreachable"))
         self.schedule(self.options.client_timeout_ms, lambda: complete("info", error="timeout"))
@@ -693,35 +693,31 @@ class Simulation:
             value, offset = node.machine.read(key)
             self._push(self._client_delay_us(), "action", 0, 0, lambda: complete("ok", value, offset))
 
+        def refused() -> None:
+            self._push(self._client_delay_us(), "action", 0, 0, lambda: complete("fail", error="not_leader"))
+
         def at_node(node: SimNode) -> None:
-            core = node.core
-            assert core is not None
+            host = node.host
+            assert host is not None
             if mode == "leader-local":
                 # Like Kafka's controller (KAFKA-15345), the application acts
                 # as leader only once it has applied a record of its own
                 # epoch: before that its state may predate its election.
-                if core.leader_has_committed_own_epoch:
+                try:
+                    host.leader_local_offset()
+                except NotLeaderError:
+                    refused()
+                    return
+                answer(node)
+                return
+
+            def on_read(_offset: Any, error: BaseException | None) -> None:
+                if error is None:
                     answer(node)
                 else:
-                    self._push(self._client_delay_us(), "action", 0, 0, lambda: complete("fail", error="not_leader"))
-                return
-            self._read_ids += 1
-            read_id = self._read_ids
+                    refused()
 
-            def on_read(result: ReadReady | ReadFailed) -> None:
-                if isinstance(result, ReadReady) and node.core is not None:
-                    answer(node)
-                else:
-                    self._push(self._client_delay_us(), "action", 0, 0, lambda: complete("fail", error="not_leader"))
-
-            try:
-                node.pending_reads[read_id] = on_read
-                output = core.read_index(read_id)
-            except NotLeaderError:
-                node.pending_reads.pop(read_id, None)
-                self._push(self._client_delay_us(), "action", 0, 0, lambda: complete("fail", error="not_leader"))
-                return
-            self._handle(node, output)
+            host.read(on_read)
 
         self._to_node(node_id, at_node, lambda: complete("fail", error="unreachable"))
         self.schedule(self.options.client_timeout_ms, lambda: complete("info", error="timeout"))

@@ -1,9 +1,11 @@
-"""The trio runtime: drives one sans-IO ``QuorumNode`` over a transport and
-durable storage.
+"""The trio runtime: drives one sans-IO ``quorum.ReplicaHost`` (the core,
+the state machine, proposals, reads, snapshots and the leader application,
+shared with the simulator) over a transport and durable storage. What is
+left here is tasks, sockets, files, group commit and threads.
 
 Three tasks share the work:
 
-- the **core task** owns the ``QuorumNode``: only it calls into it, one
+- the **core task** owns the ``ReplicaHost``: only it calls into it, one
   input at a time (ticks, received messages, local requests, persistence
   acknowledgements), in the order they were submitted. An input that
   arrives while the core is idle is handled on the spot by the task that
@@ -40,90 +42,31 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
 from .._config import QuorumConfig
-from .._log import MemoryLog
-from .._messages import ErrorCode, Message
-from .._node import CoreHooks, NotLeaderError, QuorumDescription, QuorumError, QuorumNode, Snapshot
-from .._output import Output, ReadFailed, ReadReady, Role, RoleChange
-from .._types import Entry, RecordKind, SnapshotId
+from .._host import (
+    LeaderApplication,
+    Proposal,
+    ProposalLostError,
+    ProposalOutcomeUnknownError,
+    ReadNotConfirmedError,
+    ReplicaHost,
+)
+from .._messages import Message
+from .._node import QuorumDescription, Snapshot
+from .._output import Output, Role, RoleChange
+from .._persist import apply_output
+from .._types import Entry, SnapshotId
 from ._metrics import Metrics
 from ._state_machine import StateMachine
 from . import _trace
 
+__all__ = ["LeaderApplication", "Proposal", "ProposalLostError", "QuorumRuntime", "ReadNotConfirmedError", "Transport"]
+
 logger = logging.getLogger("pykraft.quorum")
-
-
-class ProposalLostError(QuorumError):
-    """The proposal's offset was committed with another record: it did not
-    happen (a definite failure; safe to retry)."""
-
-    def __init__(self, offset: int) -> None:
-        super().__init__(f"the proposal at offset {offset} was replaced by another leader's record")
-        self.offset = offset
-
-
-class ReadNotConfirmedError(QuorumError):
-    """A linearizable read could not be confirmed: this node lost its
-    leadership first (retriable, at the leader hint)."""
-
-    def __init__(self, leader_id: int | None) -> None:
-        super().__init__(f"leadership lost before the read was confirmed (leader hint {leader_id})")
-        self.leader_id = leader_id
-
-
-@dataclass(slots=True)
-class Proposal:
-    """An atomic batch an application asks the leader to append.
-    ``on_committed(first_offset)`` runs once the whole batch is committed."""
-
-    records: list[bytes]
-    on_committed: Callable[[int], Any] | None = None
-
-
-class LeaderApplication(Protocol):
-    """An application that acts on the quorum leader (the controller).
-
-    The runtime calls it from the core task, synchronously; it must not
-    block. ``activate`` comes once this node leads *and* has applied every
-    record up to its own epoch's first one, so the application's view is
-    complete (KAFKA-15345); ``deactivate`` when leadership ends.
-    ``on_fetch`` answers the ``extension`` of an observer's Fetch (a
-    broker's heartbeat) and returns the response's extension.
-    ``take_proposals`` hands over the batches it wants appended.
-    """
-
-    def activate(self, now_ms: int, next_write_offset: int) -> None:
-        ...
-
-    def deactivate(self) -> None:
-        ...
-
-    def on_fetch(self, replica_id: int, extension: Any, fetch_offset: int, now_ms: int) -> Any:
-        ...
-
-    def tick(self, now_ms: int) -> None:
-        ...
-
-    def note_log_end(self, end_offset: int) -> None:
-        """Called before every decision (request, fetch, tick) with where the
-        leader's log ends: other proposers (clients of the quorum itself)
-        may have appended since the application's last batch."""
-
-    def take_proposals(self) -> list[Proposal]:
-        ...
-
-    def handle_request(self, request: Any, now_ms: int) -> Any:
-        """A client's request. Returns a reply with exactly one of:
-        ``response`` (answer now); ``records`` and ``on_committed(first)``
-        (propose the records as one batch; the callback builds the answer
-        once they are committed and applied); ``on_read_confirmed()`` (a
-        linearizable read: the callback builds the answer after a ReadIndex
-        round, once the state machine has applied up to the read offset)."""
-        ...
 
 
 class Transport(abc.ABC):
@@ -149,13 +92,18 @@ class Transport(abc.ABC):
 
 @dataclass(slots=True)
 class _Waiter:
-    """A local request waiting for the core."""
+    """A local request waiting for the core. A proposal whose outcome the
+    host cannot tell (``ProposalOutcomeUnknownError``: a snapshot from a new
+    leader covered it) stays waiting: its caller's own timeout says
+    "unknown", as it would have without the snapshot."""
 
     event: trio.Event = field(default_factory=trio.Event)
     result: Any = None
     error: BaseException | None = None
 
     def resolve(self, result: Any = None, error: BaseException | None = None) -> None:
+        if error is not None and type(error) is ProposalOutcomeUnknownError:
+            return
         if not self.event.is_set():
             self.result, self.error = result, error
             self.event.set()
@@ -176,36 +124,50 @@ class _CallbackWaiter:
     resolved: bool = False
 
     def resolve(self, result: Any = None, error: BaseException | None = None) -> None:
+        if error is not None and type(error) is ProposalOutcomeUnknownError:
+            return  # as _Waiter
         if not self.resolved:
             self.resolved = True
             self.done(result, error)
 
 
-@dataclass(slots=True)
-class _ReadThen:
-    """A linearizable application read: once confirmed, the answer is built
-    by ``then()`` (the state machine has applied up to the read offset: the
-    core emits committed records before the ReadReady)."""
+class _CommitTimer:
+    """The host's ``CommitTimer``: proposal to commit, on the leader, for
+    ``pykraft_quorum_commit_latency_seconds`` (and the trace's stamps)."""
 
-    waiter: _Waiter
-    then: Callable[[], Any]
+    __slots__ = ("_metrics",)
 
-    def resolve(self, result: Any = None, error: BaseException | None = None) -> None:
-        if error is not None:
-            self.waiter.resolve(error=error)
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def start(self) -> float:
+        return time.perf_counter()
+
+    def stop(self, token: float, last_offset: int) -> None:
+        self._metrics.commit_seconds.observe(time.perf_counter() - token)
+        if _trace.enabled:
+            _trace.stamp("committed", last_offset)
+
+
+class _Port:
+    """The runtime's side of its ``ReplicaHost`` (``quorum.ReplicaPort``)."""
+
+    __slots__ = ("role_changed", "output_ready", "_runtime")
+
+    def __init__(self, runtime: QuorumRuntime) -> None:
+        self._runtime = runtime
+        self.role_changed = runtime._on_role_change
+        self.output_ready = runtime._output_ready
+
+    def committed(self, entries: list[Entry]) -> None:
+        pass  # the host applied them; nothing else to do here
+
+    def snapshot_changed(self, snapshot_id: SnapshotId, installed: bool) -> None:
+        node_id = self._runtime.config.node_id
+        if installed:
+            logger.info("node %d installed snapshot %s from the leader", node_id, snapshot_id)
         else:
-            self.waiter.resolve(self.then())
-
-
-@dataclass(slots=True)
-class _PendingProposal:
-    epoch: int
-    last_offset: int
-    waiter: _Waiter | None
-    started_s: float  # perf_counter() when proposed, for the commit latency metric
-    first_offset: int = 0
-    on_committed: Callable[[int], Any] | None = None
-    on_lost: Callable[[int], Any] | None = None
+            logger.info("node %d took a snapshot at offset %d", node_id, snapshot_id.end_offset)
 
 
 class _DiskThread:
@@ -308,65 +270,46 @@ class QuorumRuntime:
         # meanwhile wait for it (their messages go after its fsync).
         self._persisting = False
         self._disk_thread: _DiskThread | None = None
-        self._pending_proposals: dict[int, _PendingProposal] = {}
-        self._pending_reads: dict[int, _Waiter | _ReadThen] = {}
-        self._next_read_id = 0
-        self._applied_offset = 0
-        self._last_snapshot_offset = 0
-        # Answers the state machine gave for records a local proposer waits on.
-        self._answers: dict[int, bytes] = {}
         self._role_watchers: list[trio.Event] = []
         self._stopping = False
         self.application = leader_application
-        self._application_active = False
-        # What this node adds to its own Fetches and does with the answers'
-        # extensions (a broker agent's heartbeats): attached and detached at
-        # run time, while the core's hooks stay the ones it was built with.
-        self._fetch_extension_provider: Callable[[], Any] | None = None
-        self._fetch_extension_consumer: Callable[[Any], None] | None = None
-        self.node = self._recover()
+        self.host = self._recover()
+        self.node = self.host.core
 
     # =====================================================================
     # Startup
     # =====================================================================
 
-    def _recover(self) -> QuorumNode:
-        """Rebuild the core and the state machine from durable storage."""
+    def _recover(self) -> ReplicaHost:
+        """Rebuild the host (core and state machine) from durable storage."""
         recovered = self.storage.load()
         snapshot = None
         if recovered.snapshot_id is not None:
             snapshot = Snapshot(recovered.snapshot_id, recovered.snapshot_bytes)
-            self.state_machine.restore(recovered.snapshot_bytes)
-            self._applied_offset = recovered.snapshot_id.end_offset
-            self._last_snapshot_offset = recovered.snapshot_id.end_offset
-        # The core's log starts at the snapshot: records kept on disk behind
-        # it are not loaded, since the epoch just before them is not known
-        # (a follower that far behind takes the snapshot instead).
-        log = MemoryLog(snapshot.snapshot_id if snapshot else None, recovered.entries_after_snapshot)
-        node = QuorumNode(
+        host = ReplicaHost(
             self.config,
+            self.state_machine,
+            _Port(self),
             rng=self._rng,
-            election_state=recovered.election_state,
-            log=log,
-            snapshot=snapshot,
-            hooks=CoreHooks(
-                fetch_extension_handler=self._on_fetch_extension if self.application is not None else None,
-                fetch_extension_provider=self._provide_fetch_extension,
-                fetch_extension_consumer=self._consume_fetch_extension,
-            ),
             # A new one per process start, not from the injected RNG: tests
             # restart nodes with the same seed (see QuorumNode).
             fetch_session=secrets.randbits(31),
+            election_state=recovered.election_state,
+            snapshot=snapshot,
+            entries=recovered.entries_after_snapshot,
+            snapshot_every_records=self.snapshot_every_records,
+            application=self.application,
+            commit_timer=_CommitTimer(self.metrics),
         )
         logger.info(
             "node %d recovered: epoch %d, log [%d, %d), snapshot %s",
             self.config.node_id,
-            node.epoch,
-            log.start_offset,
-            log.end_offset,
+            host.core.epoch,
+            host.core.log.start_offset,
+            host.core.log.end_offset,
             snapshot.snapshot_id if snapshot else None,
         )
-        return node
+        return host
 
     # =====================================================================
     # Tasks
@@ -382,7 +325,7 @@ class QuorumRuntime:
                 await nursery.start(self.transport.run, self._deliver, self._unreachable)
                 nursery.start_soon(self._persister)
                 nursery.start_soon(self._ticker)
-                self._handle(self.node.initial_output())
+                self.host.start()
                 task_status.started()
                 await self._core_task()
         finally:
@@ -449,30 +392,28 @@ class QuorumRuntime:
 
     def _process(self, item: tuple) -> None:
         kind = item[0]
-        node = self.node
+        host = self.host
         if _trace.enabled and kind != "tick":
             _trace.stamp("core-in-" + (type(item[1]).__name__ if kind == "message" else kind))
         if kind == "tick":
-            output = node.tick()
+            host.tick()
+            node = self.node
             if node.is_leader and node.current_tick % 50 == 0:
                 self.metrics.observe_lag(node)
         elif kind == "message":
-            output = node.step(item[1])
+            host.step(item[1])
         elif kind == "persisted":
-            output = node.persisted(item[1])
+            host.persisted(item[1])
         elif kind == "unreachable":
-            output = node.peer_unreachable(item[1])
+            host.peer_unreachable(item[1])
         elif kind == "call":
-            output = self._local_call(item[1], item[2])
+            self._local_call(item[1], item[2])
         elif kind == "clock":
             return  # the ticks due were fed before it (_drain_inbox)
         else:  # pragma: no cover - a runtime bug
             raise AssertionError(f"unknown inbox item {kind!r}")
-        self._handle(output)
         if _trace.enabled and kind != "tick":
             _trace.stamp("core-" + kind, item[1] if kind == "persisted" else None)
-        if self.application is not None:
-            self._drive_application(kind == "tick")
 
     async def _ticker(self) -> None:
         period_s = self.config.tick_ms / 1000
@@ -579,20 +520,7 @@ class QuorumRuntime:
         """Runs in a worker thread: all the batch's writes, one fsync."""
         storage = self.storage
         for output in outputs:
-            if output.snapshot is not None and output.reset_log:
-                storage.write_snapshot(*output.snapshot)
-                storage.reset_to_snapshot(output.snapshot[0])
-                snapshot = None
-            else:
-                snapshot = output.snapshot
-            storage.persist(
-                election_state=output.election_state,
-                snapshot=snapshot,
-                truncate_to=output.truncate_to,
-                append=output.append,
-                delete_before=output.delete_before,
-                flush=False,
-            )
+            apply_output(output, storage)
         storage.flush()
         if any(output.snapshot is not None for output in outputs):
             # The size/age policy (NodeConfig.retention_bytes/_ms, like
@@ -615,197 +543,37 @@ class QuorumRuntime:
         self._submit(("unreachable", peer))
 
     # =====================================================================
-    # Output handling (in the core task)
+    # The host's effects (in the core task)
     # =====================================================================
 
-    def _handle(self, output: Output) -> None:
-        if not output:
-            return
-        for event in output.events:
-            self._on_role_change(event)
-        if output.snapshot_loaded is not None:
-            snapshot_id, data = output.snapshot_loaded
-            self.state_machine.restore(data)
-            self._applied_offset = snapshot_id.end_offset
-            self._last_snapshot_offset = snapshot_id.end_offset
-            logger.info("node %d installed snapshot %s from the leader", self.config.node_id, snapshot_id)
-        if output.committed:
-            self._apply(output.committed)
-        for read in output.reads:
-            pending = self._pending_reads.pop(read.read_id, None)
-            if pending is None:
-                continue
-            if isinstance(read, ReadReady):
-                pending.resolve(read.offset)
-            else:
-                pending.resolve(error=ReadNotConfirmedError(self.node.leader_id))
+    def _output_ready(self, output: Output) -> None:
+        """An output the host has handled: early messages leave now; the
+        rest is persisted (group commit) before its messages leave."""
         for message in output.early_messages:
             self.transport.send(message)
         if output.has_persistence or output.messages:
             self._persist_queue.append(output)
             self._persist_queued()
-        self._maybe_snapshot()
         self.metrics.observe_node(self.node)
-
-    # =====================================================================
-    # The leader application (in the core task)
-    # =====================================================================
-
-    def _now_ms(self) -> int:
-        return self.node.current_tick * self.config.tick_ms
-
-    def _on_fetch_extension(self, request: Any) -> Any:
-        assert self.application is not None
-        if not self._application_active:
-            return {"error": int(ErrorCode.NOT_LEADER)}  # leader, but not caught up yet
-        self.application.note_log_end(self.node.log.end_offset)
-        return self.application.on_fetch(request.src, request.extension, request.fetch_offset, self._now_ms())
 
     def attach_fetch_extension(self, provider: Callable[[], Any], consumer: Callable[[Any], None]) -> None:
         """Add ``provider()`` to every Fetch this node sends, and hand each
         answer's extension to ``consumer`` (a broker agent's heartbeats and
         the controller's replies). Both run inside a core step: they must be
         quick and must not raise."""
-        self._fetch_extension_provider = provider
-        self._fetch_extension_consumer = consumer
+        self.host.attach_fetch_extension(provider, consumer)
 
     def detach_fetch_extension(self) -> None:
         """Stop adding an extension to this node's Fetches."""
-        self._fetch_extension_provider = None
-        self._fetch_extension_consumer = None
-
-    def _provide_fetch_extension(self) -> Any:
-        provider = self._fetch_extension_provider
-        return provider() if provider is not None else None
-
-    def _consume_fetch_extension(self, extension: Any) -> None:
-        consumer = self._fetch_extension_consumer
-        if consumer is not None:
-            consumer(extension)
-
-    def _drive_application(self, ticked: bool) -> None:
-        application = self.application
-        assert application is not None
-        ready = self.node.leader_has_committed_own_epoch and self._applied_offset > self.node.epoch_start_offset
-        if ready and not self._application_active:
-            self._application_active = True
-            application.activate(self._now_ms(), self.node.log.end_offset)
-            logger.info("node %d: leader application active at offset %d", self.config.node_id, self._applied_offset)
-        elif not self.node.is_leader and self._application_active:
-            self._application_active = False
-            application.deactivate()
-            logger.info("node %d: leader application inactive", self.config.node_id)
-        if not self._application_active:
-            return
-        if ticked:
-            application.note_log_end(self.node.log.end_offset)
-            application.tick(self._now_ms())
-        self._propose_application_batches()
-
-    def _propose_application_batches(self) -> None:
-        assert self.application is not None
-        for proposal in self.application.take_proposals():
-            if self._propose_batch(proposal.records, proposal.on_committed) is not None:
-                return  # no longer leading: the application is deactivated next
-
-    def _propose_batch(
-        self,
-        records: list[bytes],
-        on_committed: Callable[[int], Any] | None,
-        on_lost: Callable[[int], Any] | None = None,
-    ) -> NotLeaderError | None:
-        """Propose one atomic batch; returns the error if this node cannot."""
-        try:
-            first, output = self.node.propose(records)
-        except NotLeaderError as error:
-            return error
-        last = first + len(records) - 1
-        self._pending_proposals[last] = _PendingProposal(
-            self.node.epoch, last, None, time.perf_counter(), first, on_committed, on_lost
-        )
-        self._handle(output)
-        return None
-
-    def _application_call(self, request: Any, waiter: _Waiter) -> Output:
-        """An application request, in the core task (see
-        ``LeaderApplication.handle_request``)."""
-        application = self.application
-        if application is None or not self._application_active:
-            waiter.resolve(error=NotLeaderError(self.node.leader_id, self.node.epoch))
-            return Output()
-        application.note_log_end(self.node.log.end_offset)
-        reply = application.handle_request(request, self._now_ms())
-        if reply.on_committed is not None:
-            # Batches the application queued earlier go first: it predicted
-            # their offsets in this order.
-            self._propose_application_batches()
-            on_committed = reply.on_committed
-            error = self._propose_batch(
-                list(reply.records),
-                lambda first: waiter.resolve(on_committed(first)),
-                lambda offset: waiter.resolve(error=ProposalLostError(offset)),
-            )
-            if error is not None:
-                waiter.resolve(error=error)
-        elif reply.on_read_confirmed is not None:
-            self._next_read_id += 1
-            confirmed = reply.on_read_confirmed
-            self._pending_reads[self._next_read_id] = _ReadThen(waiter, confirmed)
-            return self.node.read_index(self._next_read_id)
-        else:
-            waiter.resolve(reply.response)
-        return Output()
+        self.host.detach_fetch_extension()
 
     async def application_request(self, request: Any) -> Any:
         """Hand ``request`` to the leader application; returns its answer.
         Raises ``NotLeaderError`` when this node's application is not the
         active one, ``ReadNotConfirmedError`` for a read that lost its
-        leader."""
+        leader, ``ProposalLostError`` for a write another leader's record
+        replaced."""
         return await self._call("application", request)
-
-    def _apply(self, entries: list[Entry]) -> None:
-        data = [entry for entry in entries if entry.kind is RecordKind.DATA and entry.offset >= self._applied_offset]
-        if data:
-            answers = self.state_machine.apply(data)
-            if answers and self._pending_proposals:
-                self._answers.update(answers)
-        self._applied_offset = max(self._applied_offset, entries[-1].offset + 1)
-        if self._pending_proposals:
-            for entry in entries:
-                pending = self._pending_proposals.get(entry.offset)
-                if pending is None:
-                    continue
-                del self._pending_proposals[entry.offset]
-                if entry.epoch != pending.epoch:
-                    if pending.waiter is not None:
-                        pending.waiter.resolve(error=ProposalLostError(entry.offset))
-                    if pending.on_lost is not None:
-                        pending.on_lost(entry.offset)
-                    continue
-                self.metrics.commit_seconds.observe(time.perf_counter() - pending.started_s)
-                if _trace.enabled:
-                    _trace.stamp("committed", entry.offset)
-                if pending.waiter is not None:
-                    answers = [self._answers.pop(offset, None) for offset in range(pending.first_offset, entry.offset + 1)]
-                    pending.waiter.resolve((entry.offset, answers))
-                if pending.on_committed is not None:
-                    pending.on_committed(pending.first_offset)
-        if not self._pending_proposals:
-            self._answers.clear()
-
-    def _maybe_snapshot(self) -> None:
-        if not self.snapshot_every_records:
-            return
-        applied = self._applied_offset
-        if applied - self._last_snapshot_offset < self.snapshot_every_records:
-            return
-        epoch = self.node.log.epoch_at(applied - 1)
-        if epoch is None or applied > self.node.high_watermark:
-            return
-        self._last_snapshot_offset = applied
-        output = self.node.snapshot_taken(SnapshotId(applied, epoch), self.state_machine.snapshot())
-        logger.info("node %d took a snapshot at offset %d", self.config.node_id, applied)
-        self._handle(output)
 
     def _on_role_change(self, event: RoleChange) -> None:
         logger.info(
@@ -836,30 +604,20 @@ class QuorumRuntime:
     # Local requests (called from any task; executed by the core task)
     # =====================================================================
 
-    def _local_call(self, request: tuple, waiter: _Waiter) -> Output:
+    def _local_call(self, request: tuple, waiter: _Waiter | _CallbackWaiter) -> None:
         name = request[0]
-        node = self.node
-        try:
-            if name == "propose":
-                payloads: Sequence[bytes] = request[1]
-                first, output = node.propose(payloads)
-                last = first + len(payloads) - 1
-                self._pending_proposals[last] = _PendingProposal(node.epoch, last, waiter, request[2], first)
-                return output
-            if name == "read":
-                self._next_read_id += 1
-                self._pending_reads[self._next_read_id] = waiter
-                return node.read_index(self._next_read_id)
-            if name == "resign":
-                output = node.resign()
-                waiter.resolve(None)
-                return output
-            if name == "application":
-                return self._application_call(request[1], waiter)
-        except NotLeaderError as error:
-            waiter.resolve(error=error)
-            return Output()
-        raise AssertionError(f"unknown local call {name!r}")  # pragma: no cover
+        host = self.host
+        if name == "propose":
+            host.propose(request[1], waiter.resolve)
+        elif name == "read":
+            host.read(waiter.resolve)
+        elif name == "resign":
+            host.resign()
+            waiter.resolve(None)
+        elif name == "application":
+            host.application_request(request[1], lambda answer, error, _offsets: waiter.resolve(answer, error))
+        else:  # pragma: no cover - a runtime bug
+            raise AssertionError(f"unknown local call {name!r}")
 
     async def _call(self, *request: Any) -> Any:
         waiter = _Waiter()
@@ -884,7 +642,7 @@ class QuorumRuntime:
         each record, None where it gave none). Raises as ``propose``."""
         if not payloads:
             raise ValueError("nothing to propose")
-        return await self._call("propose", list(payloads), time.perf_counter())
+        return await self._call("propose", list(payloads))
 
     def propose_with_callback(
         self, payloads: Sequence[bytes], done: Callable[[tuple[int, list[bytes | None]] | None, BaseException | None], None]
@@ -895,7 +653,7 @@ class QuorumRuntime:
         block or raise."""
         if not payloads:
             raise ValueError("nothing to propose")
-        self._submit(("call", ("propose", list(payloads), time.perf_counter()), _CallbackWaiter(done)))
+        self._submit(("call", ("propose", list(payloads)), _CallbackWaiter(done)))
 
     async def read_index(self) -> int:
         """Linearizable read barrier (ReadIndex): returns once the state
@@ -907,8 +665,9 @@ class QuorumRuntime:
         offset = await self._call("read")
         # Committed records up to the read offset were applied before the
         # ReadReady was handled (the core emits them first).
-        assert self._applied_offset >= offset
-        return self._applied_offset
+        applied = self.host.applied_offset
+        assert applied >= offset
+        return applied
 
     def leader_local_offset(self) -> int:
         """For a leader-local read (answered from this node's own state, as
@@ -921,9 +680,7 @@ class QuorumRuntime:
         # answers as the leader: handling any input feeds the ticks due
         # (see the module docstring).
         self._submit(("clock",))
-        if not self.node.leader_has_committed_own_epoch:
-            raise NotLeaderError(self.node.leader_id, self.node.epoch)
-        return self._applied_offset
+        return self.host.leader_local_offset()
 
     async def resign(self) -> None:
         """Hand leadership over (graceful shutdown)."""
@@ -947,7 +704,7 @@ class QuorumRuntime:
 
     @property
     def applied_offset(self) -> int:
-        return self._applied_offset
+        return self.host.applied_offset
 
     @property
     def role(self) -> Role:
@@ -966,7 +723,7 @@ class QuorumRuntime:
             "high_watermark": node.high_watermark,
             "log_start_offset": node.log.start_offset,
             "log_end_offset": node.log.end_offset,
-            "applied_offset": self._applied_offset,
-            "pending_proposals": len(self._pending_proposals),
-            "pending_reads": len(self._pending_reads),
+            "applied_offset": self.host.applied_offset,
+            "pending_proposals": len(self.host.pending_proposals),
+            "pending_reads": len(self.host.pending_reads),
         }

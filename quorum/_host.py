@@ -1,0 +1,575 @@
+"""The replica host: what one quorum replica does around its sans-IO core,
+written once and driven by both worlds — the trio runtime
+(``quorum.runtime.QuorumRuntime``) and the deterministic simulator
+(``jepsen_like.sim``). What the simulator proves is therefore the code that
+runs (TigerBeetle's rule: nothing the host does is written twice).
+
+``ReplicaHost`` owns the core (``QuorumNode``), the state machine, the
+applied offset, the proposals and reads waiting for an outcome, the
+snapshot policy and the leader application (the controller). It does no IO,
+reads no clock and starts nothing: the world feeds it inputs (``tick``,
+``step``, ``persisted``, ``peer_unreachable``, local calls) and it hands
+each effect to the world's ``ReplicaPort`` in the order it arises:
+
+- ``role_changed(event)`` for every role change of the core;
+- ``committed(entries)`` once committed records are applied (and the
+  proposals they decide are answered);
+- ``output_ready(output)`` for every core output, after its committed
+  records and reads were handled: the world sends ``early_messages`` at
+  once, carries out the persistence work, and only then sends ``messages``
+  (the output contract, ``quorum/_output.py``);
+- ``snapshot_changed(snapshot_id, installed)`` when the state machine was
+  snapshotted here (``installed=False``) or replaced by the leader's
+  snapshot (``installed=True``).
+
+Outcomes of local calls go to the ``done(result, error)`` given with each
+call, exactly once: inside a later input for a proposal or a read, at once
+for a refusal. Logical time is the core's: ``now_ms`` is the core's tick
+count times ``tick_ms``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from ._config import QuorumConfig
+from ._errors import QuorumError
+from ._log import MemoryLog
+from ._messages import ErrorCode, FetchRequest, Message
+from ._node import CoreHooks, NotLeaderError, QuorumNode, Snapshot
+from ._output import Output, ReadReady, RoleChange
+from ._types import ElectionState, Entry, RecordKind, SnapshotId
+
+logger = logging.getLogger("pykraft.quorum")
+
+#: ``done(result, error)``: exactly one of them is not None (a read's or a
+#: proposal's result may be falsy, never None).
+Done = Callable[[Any, BaseException | None], None]
+
+
+class ProposalLostError(QuorumError):
+    """The proposal's offset was committed with another record: it did not
+    happen (a definite failure; safe to retry)."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__(f"the proposal at offset {offset} was replaced by another leader's record")
+        self.offset = offset
+
+
+class ProposalOutcomeUnknownError(QuorumError):
+    """Whether the proposal happened cannot be told here: the records at its
+    offsets arrived inside a snapshot from a new leader (or the process went
+    away). It may or may not be committed."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__(f"the outcome of the proposal at offset {offset} is unknown")
+        self.offset = offset
+
+
+class ReadNotConfirmedError(QuorumError):
+    """A linearizable read could not be confirmed: this node lost its
+    leadership first (retriable, at the leader hint)."""
+
+    def __init__(self, leader_id: int | None) -> None:
+        super().__init__(f"leadership lost before the read was confirmed (leader hint {leader_id})")
+        self.leader_id = leader_id
+
+
+@runtime_checkable
+class StateMachine(Protocol):
+    """What a replicated application gives the host.
+
+    ``apply`` receives committed data records in offset order, exactly once
+    per process lifetime (after a restart, from the latest snapshot on). It
+    may return a dict of answers by offset (bytes), which the host hands
+    back to the proposer of those records.
+    ``snapshot`` returns the state reflecting every record applied so far;
+    ``restore`` replaces the state with a snapshot's. All three must be
+    deterministic: every replica applies the same records.
+    """
+
+    def apply(self, entries: Sequence[Entry]) -> dict[int, bytes] | None: ...
+
+    def snapshot(self) -> bytes: ...
+
+    def restore(self, data: bytes) -> None: ...
+
+
+@dataclass(slots=True)
+class Proposal:
+    """An atomic batch an application asks the leader to append.
+    ``on_committed(first_offset)`` runs once the whole batch is committed."""
+
+    records: list[bytes]
+    on_committed: Callable[[int], Any] | None = None
+
+
+class LeaderApplication(Protocol):
+    """An application that acts on the quorum leader (the controller).
+
+    The host calls it synchronously, inside an input; it must not block.
+    ``activate`` comes once this node leads *and* has applied every record
+    up to its own epoch's first one, so the application's view is complete
+    (KAFKA-15345); ``deactivate`` when leadership ends. ``on_fetch`` answers
+    the ``extension`` of an observer's Fetch (a broker's heartbeat) and
+    returns the response's extension. ``take_proposals`` hands over the
+    batches it wants appended.
+    """
+
+    def activate(self, now_ms: int, next_write_offset: int) -> None:
+        ...
+
+    def deactivate(self) -> None:
+        ...
+
+    def on_fetch(self, replica_id: int, extension: Any, fetch_offset: int, now_ms: int) -> Any:
+        ...
+
+    def tick(self, now_ms: int) -> None:
+        ...
+
+    def note_log_end(self, end_offset: int) -> None:
+        """Called before every decision (request, fetch, tick) with where the
+        leader's log ends: other proposers (clients of the quorum itself)
+        may have appended since the application's last batch."""
+
+    def take_proposals(self) -> list[Proposal]:
+        ...
+
+    def handle_request(self, request: Any, now_ms: int) -> Any:
+        """A client's request. Returns a reply with exactly one of:
+        ``response`` (answer now); ``records`` and ``on_committed(first)``
+        (propose the records as one batch; the callback builds the answer
+        once they are committed and applied); ``on_read_confirmed()`` (a
+        linearizable read: the callback builds the answer after a ReadIndex
+        round, once the state machine has applied up to the read offset)."""
+        ...
+
+
+class ReplicaPort(Protocol):
+    """The world's side of a ``ReplicaHost``: what it does with the host's
+    effects (see the module docstring). Called synchronously, inside an
+    input; must not call back into the host except through local calls."""
+
+    def role_changed(self, event: RoleChange) -> None: ...
+
+    def committed(self, entries: list[Entry]) -> None: ...
+
+    def output_ready(self, output: Output) -> None: ...
+
+    def snapshot_changed(self, snapshot_id: SnapshotId, installed: bool) -> None: ...
+
+
+class CommitTimer(Protocol):
+    """Measures proposals, for a world that keeps a clock (the runtime's
+    commit-latency metric): ``start()`` when a batch is proposed returns a
+    token, ``stop(token, last_offset)`` runs once it is committed."""
+
+    def start(self) -> Any: ...
+
+    def stop(self, token: Any, last_offset: int) -> None: ...
+
+
+#: ``done(answer, error, offsets)`` for an application request: ``offsets``
+#: is (first, last) of a committed write, None otherwise.
+ApplicationDone = Callable[[Any, BaseException | None, tuple[int, int] | None], None]
+
+
+@dataclass(slots=True)
+class _PendingProposal:
+    epoch: int
+    first_offset: int
+    done: Done  # done((last_offset, answers), None) or done(None, error)
+    timer_token: Any = None
+
+
+class ReplicaHost:
+    """One replica's host. See the module docstring.
+
+    ``election_state``, ``snapshot`` and ``entries`` (the durable log's
+    records, in offset order) are what storage recovered; ``rng`` and
+    ``fetch_session`` go to the core. ``snapshot_every_records`` (0: never)
+    is the snapshot policy: a snapshot once that many records were applied
+    since the last one. ``application`` runs while this node leads.
+    ``commit_timer`` (optional) measures every proposal, the application's
+    included.
+    """
+
+    def __init__(
+        self,
+        config: QuorumConfig,
+        state_machine: StateMachine,
+        port: ReplicaPort,
+        *,
+        rng: random.Random,
+        fetch_session: int,
+        election_state: ElectionState | None = None,
+        snapshot: Snapshot | None = None,
+        entries: Iterable[Entry] = (),
+        snapshot_every_records: int = 0,
+        application: LeaderApplication | None = None,
+        commit_timer: CommitTimer | None = None,
+    ) -> None:
+        self.config = config
+        self.commit_timer = commit_timer
+        self.state_machine = state_machine
+        self.port = port
+        self.snapshot_every_records = snapshot_every_records
+        self.application = application
+        self.application_active = False
+        self.applied_offset = 0
+        self._last_snapshot_offset = 0
+        if snapshot is not None:
+            state_machine.restore(snapshot.data)
+            self.applied_offset = self._last_snapshot_offset = snapshot.snapshot_id.end_offset
+        # Proposals in flight, by the offset of their last record.
+        self.pending_proposals: dict[int, _PendingProposal] = {}
+        self.pending_reads: dict[int, Done] = {}
+        self._next_read_id = 0
+        # Answers the state machine gave for records a local proposer waits on.
+        self._answers: dict[int, bytes] = {}
+        # What this node adds to its own Fetches and does with the answers'
+        # extensions (a broker's heartbeats): attached and detached while
+        # the core's hooks stay the ones it was built with.
+        self._fetch_extension_provider: Callable[[], Any] | None = None
+        self._fetch_extension_consumer: Callable[[Any], None] | None = None
+        # The core's log starts at the snapshot: records still on disk behind
+        # it are not loaded, since the epoch just before them is not known (a
+        # follower that far behind takes the snapshot instead).
+        start = snapshot.snapshot_id if snapshot is not None else None
+        first = start.end_offset if start is not None else 0
+        log = MemoryLog(start, [entry for entry in entries if entry.offset >= first])
+        self.core = QuorumNode(
+            config,
+            rng=rng,
+            election_state=election_state,
+            log=log,
+            snapshot=snapshot,
+            hooks=CoreHooks(
+                fetch_extension_handler=self._on_fetch_extension if application is not None else None,
+                fetch_extension_provider=self._provide_fetch_extension,
+                fetch_extension_consumer=self._consume_fetch_extension,
+            ),
+            fetch_session=fetch_session,
+        )
+
+    # =====================================================================
+    # Inputs
+    # =====================================================================
+
+    def start(self) -> None:
+        """Hand over the core's first output (what recovery left to do)."""
+        self._handle(self.core.initial_output())
+
+    def tick(self) -> None:
+        """One logical tick (``config.tick_ms``)."""
+        self._handle(self.core.tick())
+        self._drive_application(ticked=True)
+
+    def step(self, message: Message) -> None:
+        """A message from a peer, addressed to this node."""
+        self._handle(self.core.step(message))
+        self._drive_application(ticked=False)
+
+    def persisted(self, persist_seq: int) -> None:
+        """The world made every output up to ``persist_seq`` durable."""
+        self._handle(self.core.persisted(persist_seq))
+        self._drive_application(ticked=False)
+
+    def peer_unreachable(self, peer: int) -> None:
+        """The transport found ``peer`` unreachable (refused, reset)."""
+        self._handle(self.core.peer_unreachable(peer))
+        self._drive_application(ticked=False)
+
+    # =====================================================================
+    # Local calls
+    # =====================================================================
+
+    def propose(self, records: Sequence[bytes], done: Done) -> None:
+        """Append ``records`` as one atomic batch. ``done((last_offset,
+        answers), None)`` once committed and applied (``answers``: what the
+        state machine answered for each record, None where nothing);
+        ``done(None, error)`` with ``NotLeaderError`` (at once),
+        ``ProposalLostError`` or ``ProposalOutcomeUnknownError``."""
+        self._propose(records, done)
+        self._drive_application(ticked=False)
+
+    def read(self, done: Done) -> None:
+        """A linearizable read barrier (ReadIndex): ``done(offset, None)``
+        once the state machine has applied every record committed before
+        the call (the core emits committed records before the ReadReady);
+        ``done(None, error)`` with ``NotLeaderError`` or
+        ``ReadNotConfirmedError``."""
+        self._read(done)
+        self._drive_application(ticked=False)
+
+    def resign(self) -> None:
+        """Hand leadership over (graceful shutdown). Raises nothing."""
+        try:
+            output = self.core.resign()
+        except NotLeaderError:
+            output = Output()
+        self._handle(output)
+        self._drive_application(ticked=False)
+
+    def leader_local_offset(self) -> int:
+        """For a leader-local read (answered from this node's own state, as
+        Kafka's controller does): the applied offset, if this node leads and
+        has applied a record of its own epoch (KAFKA-15345).
+
+        Raises ``NotLeaderError`` otherwise.
+        """
+        core = self.core
+        if not core.leader_has_committed_own_epoch:
+            raise NotLeaderError(core.leader_id, core.epoch)
+        return self.applied_offset
+
+    def application_request(self, request: Any, done: ApplicationDone) -> None:
+        """Hand ``request`` to the leader application (see
+        ``LeaderApplication.handle_request``). ``done(answer, None,
+        offsets)``, or ``done(None, error, None)`` with ``NotLeaderError``
+        (this node's application is not the active one),
+        ``ProposalLostError``, ``ProposalOutcomeUnknownError`` or
+        ``ReadNotConfirmedError``."""
+        self._application_call(request, done)
+        self._drive_application(ticked=False)
+
+    def attach_fetch_extension(self, provider: Callable[[], Any], consumer: Callable[[Any], None]) -> None:
+        """Add ``provider()`` to every Fetch this node sends, and hand each
+        answer's extension to ``consumer`` (a broker's heartbeats and the
+        controller's replies). Both run inside a core step: they must be
+        quick and must not raise."""
+        self._fetch_extension_provider = provider
+        self._fetch_extension_consumer = consumer
+
+    def detach_fetch_extension(self) -> None:
+        """Stop adding an extension to this node's Fetches."""
+        self._fetch_extension_provider = None
+        self._fetch_extension_consumer = None
+
+    def abandon(self) -> None:
+        """The process is going away: every proposal still waiting learns
+        that its outcome is unknown (in offset order), every read that it
+        was not confirmed (in the order asked)."""
+        for offset in sorted(self.pending_proposals):
+            self.pending_proposals.pop(offset).done(None, ProposalOutcomeUnknownError(offset))
+        reads, self.pending_reads = self.pending_reads, {}
+        for done in reads.values():
+            done(None, ReadNotConfirmedError(None))
+
+    @property
+    def now_ms(self) -> int:
+        """The core's logical clock."""
+        return self.core.current_tick * self.config.tick_ms
+
+    # =====================================================================
+    # Outputs
+    # =====================================================================
+
+    def _handle(self, output: Output) -> None:
+        """Act on one core output: role changes, an installed snapshot,
+        committed records, read answers; then hand it to the world
+        (``port.output_ready``) and apply the snapshot policy."""
+        if not output:
+            return
+        port = self.port
+        for event in output.events:
+            port.role_changed(event)
+        if output.snapshot_loaded is not None:
+            snapshot_id, data = output.snapshot_loaded
+            self.state_machine.restore(data)
+            self.applied_offset = self._last_snapshot_offset = snapshot_id.end_offset
+            port.snapshot_changed(snapshot_id, True)
+        if output.committed:
+            self._apply(output.committed)
+        for read in output.reads:
+            done = self.pending_reads.pop(read.read_id, None)
+            if done is None:
+                continue
+            if isinstance(read, ReadReady):
+                done(read.offset, None)
+            else:
+                done(None, ReadNotConfirmedError(self.core.leader_id))
+        port.output_ready(output)
+        self._maybe_snapshot()
+
+    def _apply(self, entries: list[Entry]) -> None:
+        applied = self.applied_offset
+        data = [entry for entry in entries if entry.kind is RecordKind.DATA and entry.offset >= applied]
+        if data:
+            answers = self.state_machine.apply(data)
+            if answers and self.pending_proposals:
+                self._answers.update(answers)
+        self.applied_offset = max(applied, entries[-1].offset + 1)
+        pending_proposals = self.pending_proposals
+        if pending_proposals:
+            for entry in entries:
+                pending = pending_proposals.pop(entry.offset, None)
+                if pending is None:
+                    continue
+                if entry.epoch != pending.epoch:
+                    pending.done(None, ProposalLostError(entry.offset))
+                    continue
+                if pending.timer_token is not None:
+                    self.commit_timer.stop(pending.timer_token, entry.offset)  # type: ignore[union-attr]
+                pop = self._answers.pop
+                pending.done((entry.offset, [pop(offset, None) for offset in range(pending.first_offset, entry.offset + 1)]), None)
+            if pending_proposals:
+                # Proposals below the high watermark that no committed record
+                # decided were covered by a snapshot installed from a new
+                # leader: whether they happened cannot be told.
+                high_watermark = self.core.high_watermark
+                for offset in sorted(offset for offset in pending_proposals if offset < high_watermark):
+                    pending_proposals.pop(offset).done(None, ProposalOutcomeUnknownError(offset))
+        if not pending_proposals:
+            self._answers.clear()
+        self.port.committed(entries)
+
+    def _maybe_snapshot(self) -> None:
+        if not self.snapshot_every_records:
+            return
+        applied = self.applied_offset
+        if applied - self._last_snapshot_offset < self.snapshot_every_records:
+            return
+        epoch = self.core.log.epoch_at(applied - 1)
+        if epoch is None or applied > self.core.high_watermark:
+            return
+        self._last_snapshot_offset = applied
+        snapshot_id = SnapshotId(applied, epoch)
+        output = self.core.snapshot_taken(snapshot_id, self.state_machine.snapshot())
+        self.port.snapshot_changed(snapshot_id, False)
+        self._handle(output)
+
+    # =====================================================================
+    # Proposals and reads
+    # =====================================================================
+
+    def _propose(self, records: Sequence[bytes], done: Done) -> bool:
+        """Propose one atomic batch; False (and ``done`` told) if this node
+        cannot."""
+        core = self.core
+        try:
+            first, output = core.propose(records)
+        except NotLeaderError as error:
+            done(None, error)
+            return False
+        timer = self.commit_timer
+        self.pending_proposals[first + len(records) - 1] = _PendingProposal(
+            core.epoch, first, done, timer.start() if timer is not None else None
+        )
+        self._handle(output)
+        return True
+
+    def _read(self, done: Done) -> None:
+        self._next_read_id += 1
+        read_id = self._next_read_id
+        try:
+            output = self.core.read_index(read_id)
+        except NotLeaderError as error:
+            done(None, error)
+            return
+        self.pending_reads[read_id] = done
+        self._handle(output)
+
+    # =====================================================================
+    # The leader application
+    # =====================================================================
+
+    def _on_fetch_extension(self, request: FetchRequest) -> Any:
+        application = self.application
+        assert application is not None
+        if not self.application_active:
+            return {"error": int(ErrorCode.NOT_LEADER)}  # leader, but not caught up yet
+        application.note_log_end(self.core.log.end_offset)
+        return application.on_fetch(request.src, request.extension, request.fetch_offset, self.now_ms)
+
+    def _provide_fetch_extension(self) -> Any:
+        provider = self._fetch_extension_provider
+        return provider() if provider is not None else None
+
+    def _consume_fetch_extension(self, extension: Any) -> None:
+        consumer = self._fetch_extension_consumer
+        if consumer is not None:
+            consumer(extension)
+
+    def _drive_application(self, *, ticked: bool) -> None:
+        """After every input: activate the application once this node leads
+        and has applied a record of its own epoch, deactivate it when
+        leadership ends, tick it, and propose what it queued."""
+        application = self.application
+        if application is None:
+            return
+        core = self.core
+        ready = core.leader_has_committed_own_epoch and self.applied_offset > core.epoch_start_offset
+        if ready and not self.application_active:
+            self.application_active = True
+            application.activate(self.now_ms, core.log.end_offset)
+            logger.info("node %d: leader application active at offset %d", self.config.node_id, self.applied_offset)
+        elif not core.is_leader and self.application_active:
+            self.application_active = False
+            application.deactivate()
+            logger.info("node %d: leader application inactive", self.config.node_id)
+        if not self.application_active:
+            return
+        if ticked:
+            application.note_log_end(core.log.end_offset)
+            application.tick(self.now_ms)
+        self._propose_application_batches()
+
+    def _propose_application_batches(self) -> None:
+        assert self.application is not None
+        for proposal in self.application.take_proposals():
+            if not self._propose(proposal.records, _batch_done(proposal.on_committed, len(proposal.records))):
+                return  # no longer leading: the application is deactivated next
+
+    def _application_call(self, request: Any, done: ApplicationDone) -> None:
+        application = self.application
+        core = self.core
+        if application is None or not self.application_active:
+            done(None, NotLeaderError(core.leader_id, core.epoch), None)
+            return
+        application.note_log_end(core.log.end_offset)
+        reply = application.handle_request(request, self.now_ms)
+        if reply.on_committed is not None:
+            # Batches the application queued earlier go first: it predicted
+            # their offsets in this order.
+            self._propose_application_batches()
+            build = reply.on_committed
+            count = len(reply.records)
+
+            def committed(result: Any, error: BaseException | None) -> None:
+                if error is not None:
+                    done(None, error, None)
+                else:
+                    first = result[0] - count + 1
+                    done(build(first), None, (first, result[0]))
+
+            self._propose(list(reply.records), committed)
+        elif reply.on_read_confirmed is not None:
+            confirmed = reply.on_read_confirmed
+
+            def read(_offset: Any, error: BaseException | None) -> None:
+                if error is not None:
+                    done(None, error, None)
+                else:
+                    done(confirmed(), None, None)
+
+            self._read(read)
+        else:
+            done(reply.response, None, None)
+
+
+def _batch_done(on_committed: Callable[[int], Any] | None, count: int) -> Done:
+    """The ``done`` of a batch the application queued itself:
+    ``on_committed(first_offset)`` once committed; a lost batch needs
+    nothing (the application learns the log again when next activated)."""
+
+    def done(result: Any, error: BaseException | None) -> None:
+        if error is None and on_committed is not None:
+            on_committed(result[0] - count + 1)
+
+    return done
