@@ -66,11 +66,13 @@ ROWS = [
 ]
 
 
-def fence_trials(cluster: Any, trials: int) -> dict[str, Any]:
-    """``cluster.fence_trial`` ``trials`` times; the summary of the times."""
+def fence_trials(cluster: Any, trials: int, healthy_timeout_s: float = 180.0) -> dict[str, Any]:
+    """``cluster.fence_trial`` ``trials`` times, each on a healthy cluster
+    (the broker back and unfenced); the summary of the times."""
     times_s: list[float] = []
     failed = 0
     for trial in range(trials):
+        cluster.wait_healthy(healthy_timeout_s)
         try:
             elapsed_s = cluster.fence_trial(FENCE_TIMEOUT_S)
         except TimeoutError as error:
@@ -132,7 +134,6 @@ def run_peer(cluster: Cluster, sizes: dict[str, Any]) -> dict[str, Any]:
         data["failover"] = result.as_dict()
 
     def fence() -> None:
-        cluster.wait_healthy(60.0)
         result = fence_trials(cluster, sizes["fence_trials"])
         text = _pair(result["summary"]["p50_ms"], result["summary"]["max_ms"])
         cells["fence_ms"] = text + (f" ({result['failed_trials']} failed)" if result["failed_trials"] else "")

@@ -411,9 +411,9 @@ class KafkaCluster:
     def stop(self, *, remove: bool = True) -> None:
         """Stop every node (SIGTERM, SIGKILL after 10 s), close the client,
         and with ``remove`` delete the cluster's directories."""
-        if self._admin is not None:
-            self._admin = None
-        for node in self.nodes.values():
+        self._admin = None
+        # Brokers first: a broker's controlled shutdown needs a controller.
+        for node in sorted(self.nodes.values(), key=lambda n: "controller" in n.roles):
             if node.process is None:
                 continue
             if node.process.poll() is None:

@@ -67,8 +67,10 @@ def test_one_controller_kafka_creates_a_topic_and_reads_it_back(tmp_path):
         with pytest.raises(KafkaException) as refused:
             cluster.create_topic("orders", partitions=1)
         assert refused.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
-    finally:
-        pids = [pid for n in cluster.nodes.values() for pid in n.pids]
-        cluster.stop(remove=True)
+    except BaseException:
+        cluster.stop(remove=False)  # keep the logs under tmp_path for the failure's reader
+        raise
+    pids = [pid for n in cluster.nodes.values() for pid in n.pids]
+    cluster.stop(remove=True)
     assert pids and not any(_alive(pid) for pid in pids)
     assert not any(n.directory.exists() for n in cluster.nodes.values())
