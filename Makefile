@@ -11,7 +11,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONHASHSEED := 0
 
-.PHONY: all venv test run sim-demo soak bench clean prereqs
+.PHONY: all venv test run sim-demo soak bench clean prereqs kafka
 
 all: test
 
@@ -30,6 +30,7 @@ venv: $(STAMP)
 test: $(STAMP)
 	@tools/net-tools.sh
 	@tools/browser-tools.sh
+	@tools/kafka-fetch.sh
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The project's main job: a fault-injection campaign against real processes
@@ -49,7 +50,13 @@ soak: $(STAMP)
 	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest -q -p no:cacheprovider -m "not processes" tests
 	$(BIN)/jepsen-like sweep --seeds 10000
 
-bench: $(STAMP)
+# Apache Kafka 4.4.0's jars (tools/kafka/pom.xml), fetched from Maven Central
+# into $${PYKRAFT_CACHE:-~/.cache/pykraft}/kafka-4.4.0, outside the tree; a
+# no-op once there. Used by the metadata benchmark and the Kafka test.
+kafka:
+	@tools/kafka-fetch.sh
+
+bench: $(STAMP) kafka
 	$(BIN)/python -m bench.run_all
 
 clean:

@@ -4,7 +4,8 @@
 
 Runs bench.quorum_bench (pykraft vs etcd / ZooKeeper / PySyncObj), then every
 hook in OTHER_BENCHES whose module exists (for example bench.checker_bench,
-owned by the checker work), calling its `main(argv)` with `--quick` when
+owned by the checker work, and bench.metadata_bench, pykraft vs Apache Kafka's
+KRaft), calling its `main(argv)` with `--quick` when
 given `--quick`.  A missing module is skipped with a message.
 """
 
@@ -17,7 +18,12 @@ import sys
 
 #: Other benchmark modules run after the quorum benchmark, if present.
 #: Each must expose main(argv: list[str]) -> int | None.
-OTHER_BENCHES = ["bench.checker_bench", "bench.registration_bench", "bench.heartbeat_bench"]
+OTHER_BENCHES = [
+    "bench.checker_bench",
+    "bench.registration_bench",
+    "bench.heartbeat_bench",
+    "bench.metadata_bench",
+]
 
 
 def main(argv: list[str] | None = None) -> int:
