@@ -104,15 +104,18 @@ def record_listen_addresses(addresses: dict[str, tuple[str, int] | None]) -> Non
     ]
 
 
-def describe_error(error: BaseException, *, listen_addresses: list[str] | tuple[str, ...] = ()) -> click.ClickException | click.Abort:
+def describe_error(
+    error: BaseException, *, listen_addresses: list[str] | tuple[str, ...] = ()
+) -> click.ClickException | click.Abort | click.exceptions.Exit:
     """The one or two lines and exit status for ``error`` (after unwrapping
     its exception groups), as the click exception that prints them.
 
     ``listen_addresses`` name what the command listens on, for "address in
-    use". A ``ClickException`` comes back unchanged; ``KeyboardInterrupt``
-    becomes ``click.Abort``. Never raises."""
+    use". click's own exceptions (a ``ClickException``, ``Abort``, ``Exit``)
+    come back unchanged; ``KeyboardInterrupt`` becomes ``click.Abort``.
+    Never raises."""
     cause = root_cause(error)
-    if isinstance(cause, (click.ClickException, click.Abort)):
+    if isinstance(cause, (click.ClickException, click.Abort, click.exceptions.Exit)):
         return cause
     if isinstance(cause, KeyboardInterrupt):
         return click.Abort()

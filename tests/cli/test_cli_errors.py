@@ -11,6 +11,7 @@ of a condition; every process is stopped when its test ends.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,6 +23,8 @@ from pathlib import Path
 import pytest
 import trio
 
+import quorum.cli_errors
+import quorum.storage
 from quorum.cli_errors import (
     EXIT_BUG,
     EXIT_FAILED,
@@ -355,3 +358,12 @@ def test_describe_error_maps_typed_errors_and_calls_anything_else_a_bug():
         "unexpected ZeroDivisionError: division by zero.",
         "This is most likely a bug in pykraft: run the command again with --debug and report the traceback.",
     ]
+
+
+def test_every_exit_status_is_in_the_operations_table():
+    text = (ROOT / "docs" / "operations.md").read_text()
+    table = text[text.index("## Errors and exit codes") :]
+    documented = {int(status) for status in re.findall(r"^\| (\d+) \|", table, re.M)}
+    statuses = {value for name, value in vars(quorum.cli_errors).items() if name.startswith("EXIT_")}
+    statuses |= {value for name, value in vars(quorum.storage).items() if name.startswith("EXIT_")}
+    assert statuses and statuses <= documented, sorted(statuses - documented)
