@@ -6,7 +6,9 @@
 The first SIGTERM or SIGINT starts a controlled shutdown (the controller
 moves this broker's leaderships off, then says shut down; bounded by
 ``--shutdown-timeout-ms``); a second one exits at once. Exit status: 0
-after a clean stop, 1 when the cluster refused the broker.
+after a clean stop, 1 when the cluster refused the broker; other errors
+are reported as ``quorum.cli_errors`` says (docs/operations.md, "Errors and
+exit codes").
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import click
 import trio
 
+from quorum.cli_errors import ReportingCommand, record_listen_addresses
 from quorum.runtime import parse_voters
 
 from ._agent import open_broker
@@ -36,7 +39,7 @@ def _address(text: str) -> tuple[str, int]:
         raise ValueError(f"bad address {text!r}: expected HOST:PORT") from None
 
 
-@click.command("kraft-broker")
+@click.command("kraft-broker", cls=ReportingCommand)
 @click.option("--broker-id", type=int, required=True, help="This broker's id (not a controller voter id).")
 @click.option("--bootstrap", required=True, help="ID@HOST:PORT,... of every controller voter.")
 @click.option("--listen", required=True, help="HOST:PORT for clients (port 0: any free port).")
@@ -108,6 +111,13 @@ async def serve(config: BrokerConfig) -> bool:
     """Run the broker until it stops; returns True when the cluster refused
     it. The first SIGTERM/SIGINT starts a controlled shutdown, a second one
     exits at once."""
+    record_listen_addresses({"--listen": config.listen, "--metrics": config.metrics_listen})
+    if config.data_dir is None:
+        log.info(
+            "broker %d has no --data-dir: its copy of the metadata log lives in memory and is fetched again "
+            "after a restart",
+            config.broker_id,
+        )
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with open_broker(config) as broker:
             log.info("broker %d serving on port %s (incarnation %s)", config.broker_id, broker.listen_port, broker.incarnation_id)

@@ -1,7 +1,9 @@
 """The ``jepsen-like`` command.
 
 Subcommands are loaded lazily, by name, so that ``jepsen-like check`` loads
-only the checker: the checker must not import the system it checks.
+only the checker (and ``quorum.cli_errors``, which reports errors the way
+every pykraft command does and loads only the quorum's sans-IO core): the
+checker must not import the system it checks.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import importlib
 
 import click
+
+from quorum.cli_errors import ReportingGroup
 
 # name -> "module:attribute" of a click command
 _SUBCOMMANDS: dict[str, str] = {
@@ -20,7 +24,7 @@ _SUBCOMMANDS: dict[str, str] = {
 }
 
 
-class _LazyGroup(click.Group):
+class _LazyGroup(ReportingGroup):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_SUBCOMMANDS)
 

@@ -22,19 +22,9 @@ from typing import Any
 import click
 import trio
 
+from .cli_errors import CommandError, ReportingGroup, record_listen_addresses
 from .runtime import ConnectionLimits, KeyValueStateMachine, NodeConfig, open_quorum_node, parse_voters
-from .storage import StorageError, check_storage_report, dump_log_command
-
-# Exit status of a node that refused its data directory (damaged log, lost
-# election state, another node's directory, in use): see docs/operations.md.
-EXIT_STORAGE_REFUSED = 3
-
-
-class StorageRefused(click.ClickException):
-    """The node refused to start on its data directory; the message is the
-    storage error's one sentence."""
-
-    exit_code = EXIT_STORAGE_REFUSED
+from .storage import EXIT_NOT_A_DATA_DIR, check_storage_report, dump_log, dump_log_command
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -42,7 +32,7 @@ def _address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-@click.group()
+@click.group(cls=ReportingGroup)
 def main() -> None:
     """Run and inspect a pykraft metadata quorum."""
 
@@ -162,20 +152,24 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
 
 
 async def serve_until_signalled(config: NodeConfig, open_node: Any) -> None:
-    """Run the node ``open_node(config)`` opens until SIGTERM or SIGINT."""
+    """Run the node ``open_node(config)`` opens until SIGTERM or SIGINT.
+
+    What fails (a refused data directory, an address in use) propagates;
+    the command's ``ReportingGroup`` prints it as one or two lines."""
     log = logging.getLogger("pykraft.node")
+    record_listen_addresses({"--listen": config.listen, "--metrics": config.metrics_listen})
+    if config.data_dir is None:
+        log.warning(
+            "node %d has no --data-dir: its log and votes live in memory and a restart forgets them "
+            "(for tests only; give --data-dir to keep them)",
+            config.node_id,
+        )
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        try:
-            async with open_node(config) as node:
-                log.info("node %d serving on port %s", node.node_id, node.listen_port)
-                async for signum in signals:
-                    log.info("node %d got %s: shutting down", node.node_id, signal.Signals(signum).name)
-                    break
-        except StorageError as error:
-            # Raised bare only while opening storage (later failures come
-            # wrapped by the node's nursery): the operator gets the one
-            # sentence, as "Error: ...", not a traceback.
-            raise StorageRefused(str(error)) from None
+        async with open_node(config) as node:
+            log.info("node %d serving on port %s", node.node_id, node.listen_port)
+            async for signum in signals:
+                log.info("node %d got %s: shutting down", node.node_id, signal.Signals(signum).name)
+                break
     log.info("node %d stopped", config.node_id)
 
 
@@ -187,27 +181,78 @@ def _client(bootstrap: str, cluster_id: str, timeout_s: float) -> Any:
 
 _bootstrap_option = click.option("--bootstrap", required=True, help="HOST:PORT[,...] or ID@HOST:PORT[,...]")
 _cluster_option = click.option("--cluster-id", default="pykraft", show_default=True)
-_timeout_option = click.option("--timeout-s", default=10.0, show_default=True, type=float)
+timeout_option = click.option(
+    "--timeout-s",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Give up when no node has served the request within this long.",
+)
+
+
+async def _describe(bootstrap: list[str], cluster_id: str, timeout_s: float) -> Any:
+    async with _client(",".join(bootstrap), cluster_id, timeout_s) as client:
+        return await client.describe()
+
+
+def _answered_by_leader(answer: Any) -> bool:
+    # Only a leader reports its own last fetch time (its clock); any other
+    # node leaves every progress field but its own log end empty
+    # (QuorumNode.describe).
+    return any(replica.node_id == answer.leader_id and replica.last_fetch_ms is not None for replica in answer.voters)
+
+
+async def _describe_at_leader(bootstrap: list[str], cluster_id: str, timeout_s: float) -> Any:
+    """DescribeQuorum answered by the leader, the one node that knows
+    replication progress: the first node that answers names the leader, and
+    if it is not the leader itself the bootstrap entries are asked in turn,
+    the leader's own ``ID@HOST:PORT`` first, within ``timeout_s`` in all.
+    Raises ``CommandError`` when none of them is the leader, and what
+    ``QuorumClient.describe`` raises when no node answers at all."""
+    from .client import QuorumClientError
+
+    deadline = trio.current_time() + timeout_s
+    first = await _describe(bootstrap, cluster_id, timeout_s)
+    if _answered_by_leader(first):
+        return first
+    if first.leader_id is None:
+        raise CommandError(
+            f"no leader is known in epoch {first.epoch}, and only a leader knows replication progress.",
+            hint="Try again once an election is over (describe --status shows the leader).",
+        )
+    own_entry_first = sorted(bootstrap, key=lambda entry: not entry.strip().startswith(f"{first.leader_id}@"))
+    for entry in own_entry_first:
+        remaining_s = deadline - trio.current_time()
+        if remaining_s <= 0:
+            break
+        try:
+            answer = await _describe([entry], cluster_id, remaining_s)
+        except QuorumClientError:
+            continue
+        if _answered_by_leader(answer):
+            return answer
+    raise CommandError(
+        f"node {first.leader_id} leads epoch {first.epoch} but no --bootstrap entry answered as the leader, and only "
+        f"the leader knows replication progress.",
+        hint=f"Ask the leader: give its address, --bootstrap {first.leader_id}@HOST:PORT.",
+    )
 
 
 @main.command("describe")
 @_bootstrap_option
 @_cluster_option
-@_timeout_option
+@timeout_option
 @click.option("--status", "view", flag_value="status", default=True, help="Leader, epoch, high watermark.")
-@click.option("--replication", "view", flag_value="replication", help="Each replica's log end offset and lag.")
+@click.option(
+    "--replication", "view", flag_value="replication", help="Each replica's log end offset and lag (asked of the leader)."
+)
 @click.option("--json", "as_json", is_flag=True)
 def describe_command(bootstrap: str, cluster_id: str, timeout_s: float, view: str, as_json: bool) -> None:
     """DescribeQuorum, like kafka-metadata-quorum describe."""
-
-    async def run() -> Any:
-        async with _client(bootstrap, cluster_id, timeout_s) as client:
-            return await client.describe()
-
-    try:
-        answer = trio.run(run)
-    except Exception as error:  # noqa: BLE001 - one clear sentence for the user
-        raise click.ClickException(f"no node answered: {error}") from error
+    if view == "replication":
+        answer = trio.run(_describe_at_leader, bootstrap.split(","), cluster_id, timeout_s)
+    else:
+        answer = trio.run(_describe, bootstrap.split(","), cluster_id, timeout_s)
     replicas = [("voter", r) for r in answer.voters] + [("observer", r) for r in answer.observers]
     if as_json:
         click.echo(
@@ -243,7 +288,7 @@ def describe_command(bootstrap: str, cluster_id: str, timeout_s: float, view: st
 @main.command("write")
 @_bootstrap_option
 @_cluster_option
-@_timeout_option
+@timeout_option
 @click.argument("key")
 @click.argument("value")
 def write_command(bootstrap: str, cluster_id: str, timeout_s: float, key: str, value: str) -> None:
@@ -253,17 +298,14 @@ def write_command(bootstrap: str, cluster_id: str, timeout_s: float, key: str, v
         async with _client(bootstrap, cluster_id, timeout_s) as client:
             return await client.propose([KeyValueStateMachine.encode_put(key.encode(), value.encode())])
 
-    try:
-        offset = trio.run(run)
-    except Exception as error:  # noqa: BLE001
-        raise click.ClickException(str(error)) from error
+    offset = trio.run(run)
     click.echo(f"committed at offset {offset}")
 
 
 @main.command("read")
 @_bootstrap_option
 @_cluster_option
-@_timeout_option
+@timeout_option
 @click.option("--mode", type=click.Choice(["linearizable", "leader-local"]), default="linearizable", show_default=True)
 @click.argument("key")
 def read_command(bootstrap: str, cluster_id: str, timeout_s: float, mode: str, key: str) -> None:
@@ -273,16 +315,27 @@ def read_command(bootstrap: str, cluster_id: str, timeout_s: float, mode: str, k
         async with _client(bootstrap, cluster_id, timeout_s) as client:
             return await client.read(key.encode(), mode=mode)
 
-    try:
-        offset, value = trio.run(run)
-    except Exception as error:  # noqa: BLE001
-        raise click.ClickException(str(error)) from error
+    offset, value = trio.run(run)
     found, version = KeyValueStateMachine.decode_answer(value) if value is not None else (None, -1)
     shown = "(none)" if found is None else found.decode(errors="replace")
     click.echo(f"{key} = {shown}   (version {version}, read at offset {offset}, {mode})")
 
 
-main.add_command(dump_log_command, "dump-log")
+@main.command(
+    "dump-log",
+    params=list(dump_log_command.params),
+    help=f"{dump_log_command.help}\n\nExit status {EXIT_NOT_A_DATA_DIR} if DIRECTORY holds no log.",
+)
+def dump_log_cli(directory: Path, **options: Any) -> None:
+    # A folder with nothing to decode is a mistyped path, not an empty log:
+    # say so, rather than print an all-zero summary and exit 0.
+    if next(iter(dump_log(directory, records=False)))["type"] == "summary":
+        raise CommandError(
+            f"{directory} holds no log: no segments, snapshots, meta.json or quorum-state.json.",
+            hint="Give a node's --data-dir (or a folder of its .log files).",
+            exit_code=EXIT_NOT_A_DATA_DIR,
+        )
+    dump_log_command.callback(directory=directory, **options)  # type: ignore[misc]
 
 
 @main.command("check-storage")

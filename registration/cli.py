@@ -8,14 +8,20 @@ from typing import Any
 import click
 import trio
 
-from quorum.cli import node_config_or_usage_error, node_options, node_settings, serve_until_signalled
+from quorum.cli import node_config_or_usage_error, node_options, node_settings, serve_until_signalled, timeout_option
+from quorum.cli_errors import CommandError, ReportingCommand, ReportingGroup
 
 from ._controller import ControllerConfig
+from ._errors import ErrorCode
+from ._lifecycle import BrokerState
 from ._service import open_controller_node
 from .client import AdminClient
 
+# How often ``kraft-topics create`` looks again for Online brokers.
+_BROKER_POLL_S = 0.2
 
-@click.command("kraft-controller")
+
+@click.command("kraft-controller", cls=ReportingCommand)
 @node_options
 @click.option("--session-timeout-ms", type=int, default=9000, show_default=True, help="Fence a broker not heard from for this long.")
 @click.option("--heartbeat-interval-ms", type=int, default=2000, show_default=True, help="A broker gone this long may be replaced at once by a new incarnation.")
@@ -33,60 +39,87 @@ _cluster = click.option("--cluster-id", default="pykraft", show_default=True)
 _json = click.option("--json", "as_json", is_flag=True, help="Print the response as JSON.")
 
 
-def _admin(bootstrap: str, cluster_id: str) -> AdminClient:
-    return AdminClient(bootstrap.split(","), cluster_id=cluster_id)
+def _admin(bootstrap: str, cluster_id: str, timeout_s: float) -> AdminClient:
+    return AdminClient(bootstrap.split(","), cluster_id=cluster_id, timeout_s=timeout_s)
 
 
-def _run(call: Any) -> Any:
-    try:
-        return trio.run(call)
-    except Exception as error:  # noqa: BLE001 - one sentence for the user
-        raise click.ClickException(str(error)) from error
-
-
-@click.group("kraft-topics")
+@click.group("kraft-topics", cls=ReportingGroup)
 def topics_main() -> None:
     """Create, delete, describe and list topics."""
+
+
+async def _wait_for_online_brokers(admin: AdminClient, count: int, timeout_s: float) -> None:
+    """Return once the cluster has ``count`` Online brokers, printing a
+    progress line while it waits; raises ``CommandError`` after
+    ``timeout_s``. A topic placed on fewer would be refused
+    (INVALID_REPLICATION_FACTOR), and brokers come Online a moment after
+    they start, so a script that starts brokers and then creates topics
+    needs no sleep of its own."""
+    deadline = trio.current_time() + timeout_s
+    reported = None
+    while True:
+        cluster = await admin.describe_cluster()
+        online = sum(broker.state == BrokerState.ONLINE.value for broker in cluster.brokers)
+        if online >= count:
+            return
+        if trio.current_time() >= deadline:
+            raise CommandError(
+                f"no topic created: replication factor {count} needs {count} Online broker(s), and {online} of "
+                f"{len(cluster.brokers)} registered are Online after {timeout_s:g} s.",
+                hint="Start brokers (kraft-broker) until kraft-cluster describe shows them Online, or lower "
+                "--replication-factor.",
+            )
+        if online != reported:
+            click.echo(
+                f"waiting up to {timeout_s:g} s for {count} Online broker(s): {online} of {len(cluster.brokers)} "
+                f"registered are Online",
+                err=True,
+            )
+            reported = online
+        await trio.sleep(min(_BROKER_POLL_S, max(0.0, deadline - trio.current_time())))
 
 
 @topics_main.command("create")
 @_bootstrap
 @_cluster
+@timeout_option
 @click.argument("name")
 @click.option("--partitions", type=int, default=1, show_default=True)
 @click.option("--replication-factor", type=int, default=1, show_default=True)
 @click.option("--unclean-leader-election", is_flag=True)
-def topics_create(bootstrap: str, cluster_id: str, name: str, partitions: int, replication_factor: int, unclean_leader_election: bool) -> None:
+def topics_create(
+    bootstrap: str, cluster_id: str, timeout_s: float, name: str, partitions: int, replication_factor: int, unclean_leader_election: bool
+) -> None:
+    """Create topic NAME, first waiting (up to --timeout-s) until enough
+    brokers are Online to hold its replicas."""
+
     async def call() -> Any:
-        async with _admin(bootstrap, cluster_id) as admin:
+        async with _admin(bootstrap, cluster_id, timeout_s) as admin:
+            await _wait_for_online_brokers(admin, replication_factor, timeout_s)
             return await admin.create_topic(
                 name, partitions=partitions, replication_factor=replication_factor, unclean_leader_election=unclean_leader_election
             )
 
-    response = _run(call)
-    failed = False
+    response = trio.run(call)
+    if response.error:
+        raise CommandError(f"no topic created: {response.message or response.error.name} ({response.error.name}).")
     for result in response.results or ():
         if result.error:
-            failed = True
-            click.echo(f"{result.name}: {result.error.name} {result.message}")
-        else:
-            click.echo(f"created {result.name} ({result.topic_id})")
-    if response.error:
-        raise click.ClickException(f"{response.error.name}: {response.message}")
-    if failed:
-        raise SystemExit(1)
+            raise CommandError(f"topic {result.name!r} was not created: {result.message} ({result.error.name}).")
+        click.echo(f"created {result.name} ({result.topic_id})")
 
 
 @topics_main.command("delete")
 @_bootstrap
 @_cluster
+@timeout_option
 @click.argument("names", nargs=-1, required=True)
-def topics_delete(bootstrap: str, cluster_id: str, names: tuple[str, ...]) -> None:
+def topics_delete(bootstrap: str, cluster_id: str, timeout_s: float, names: tuple[str, ...]) -> None:
     async def call() -> Any:
-        async with _admin(bootstrap, cluster_id) as admin:
+        async with _admin(bootstrap, cluster_id, timeout_s) as admin:
             return await admin.delete_topics(list(names))
 
-    response = _run(call)
+    response = trio.run(call)
     failed = bool(response.error)
     for result in response.results:
         failed |= bool(result.error)
@@ -98,22 +131,26 @@ def topics_delete(bootstrap: str, cluster_id: str, names: tuple[str, ...]) -> No
 @topics_main.command("describe")
 @_bootstrap
 @_cluster
+@timeout_option
 @_json
 @click.option("--linearizable", is_flag=True, help="Through a ReadIndex round, not the leader's local state.")
 @click.argument("names", nargs=-1)
-def topics_describe(bootstrap: str, cluster_id: str, as_json: bool, linearizable: bool, names: tuple[str, ...]) -> None:
+def topics_describe(bootstrap: str, cluster_id: str, timeout_s: float, as_json: bool, linearizable: bool, names: tuple[str, ...]) -> None:
+    """Describe topics NAMES (all topics without names); exit status 1 if
+    any of them does not exist."""
+
     async def call() -> Any:
-        async with _admin(bootstrap, cluster_id) as admin:
+        async with _admin(bootstrap, cluster_id, timeout_s) as admin:
             return await admin.describe_topics(list(names) or None, linearizable=linearizable)
 
-    response = _run(call)
+    response = trio.run(call)
+    failed = [topic for topic in response.topics if topic.error]
     if as_json:
         click.echo(json.dumps(response.to_wire(), default=str))
-        return
-    click.echo(f"(image offset {response.offset})")
+    else:
+        click.echo(f"(image offset {response.offset})")
     for topic in response.topics:
-        if topic.error:
-            click.echo(f"{topic.name}: {topic.error.name}")
+        if as_json or topic.error:
             continue
         click.echo(f"Topic: {topic.name}  TopicId: {topic.topic_id}  PartitionCount: {len(topic.partitions)}")
         for partition in topic.partitions:
@@ -121,21 +158,31 @@ def topics_describe(bootstrap: str, cluster_id: str, as_json: bool, linearizable
                 f"    Partition: {partition.partition_id}  Leader: {partition.leader}  LeaderEpoch: {partition.leader_epoch}"
                 f"  Replicas: {list(partition.replicas)}  Isr: {list(partition.isr)}"
             )
+    if failed:
+        unknown = [topic.name for topic in failed if topic.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+        other = [f"{topic.name} ({topic.error.name})" for topic in failed if topic.name not in unknown]
+        problems = []
+        if unknown:
+            problems.append(f"no topic named {', '.join(map(repr, unknown))}")
+        if other:
+            problems.append(f"could not describe {', '.join(other)}")
+        raise CommandError("; ".join(problems) + ".", hint="kraft-topics list shows the topics there are.")
 
 
 @topics_main.command("list")
 @_bootstrap
 @_cluster
-def topics_list(bootstrap: str, cluster_id: str) -> None:
+@timeout_option
+def topics_list(bootstrap: str, cluster_id: str, timeout_s: float) -> None:
     async def call() -> Any:
-        async with _admin(bootstrap, cluster_id) as admin:
+        async with _admin(bootstrap, cluster_id, timeout_s) as admin:
             return await admin.describe_topics(None)
 
-    for topic in sorted(_run(call).topics, key=lambda topic: topic.name):
+    for topic in sorted(trio.run(call).topics, key=lambda topic: topic.name):
         click.echo(topic.name)
 
 
-@click.group("kraft-cluster")
+@click.group("kraft-cluster", cls=ReportingGroup)
 def cluster_main() -> None:
     """Inspect the cluster's brokers."""
 
@@ -143,16 +190,17 @@ def cluster_main() -> None:
 @cluster_main.command("describe")
 @_bootstrap
 @_cluster
+@timeout_option
 @_json
 @click.option("--linearizable", is_flag=True)
-def cluster_describe(bootstrap: str, cluster_id: str, as_json: bool, linearizable: bool) -> None:
+def cluster_describe(bootstrap: str, cluster_id: str, timeout_s: float, as_json: bool, linearizable: bool) -> None:
     """Brokers with state, epoch and incarnation; topic and partition counts."""
 
     async def call() -> Any:
-        async with _admin(bootstrap, cluster_id) as admin:
+        async with _admin(bootstrap, cluster_id, timeout_s) as admin:
             return await admin.describe_cluster(linearizable=linearizable)
 
-    response = _run(call)
+    response = trio.run(call)
     if as_json:
         click.echo(json.dumps(response.to_wire(), default=str))
         return

@@ -509,8 +509,8 @@ def _lock(data_dir: Path) -> int:
     except BlockingIOError:
         os.close(fd)
         raise StorageOwnershipError(
-            f"{data_dir} is already open (the lock on {path} is held): two processes must never share "
-            f"a node's data directory"
+            f"{data_dir} is already open in another process (it holds the lock on {path}), and two processes "
+            f"must never share a node's data directory: stop that process, or give this one its own directory"
         ) from None
     except BaseException:
         os.close(fd)

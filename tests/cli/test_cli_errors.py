@@ -1,0 +1,369 @@
+"""Errors a user can cause (issue 18): each one, tried with the real
+command, prints one or two lines (``Error: <what happened>`` and what to
+do), exits with the status docs/operations.md lists, and shows a
+traceback only with ``--debug``.
+
+Every command runs as a subprocess of the console scripts next to this
+interpreter, importing this tree (PYTHONPATH); every wait is a bounded poll
+of a condition; every process is stopped when its test ends.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+import quorum.cli_errors
+import quorum.storage
+from quorum.cli_errors import (
+    EXIT_BUG,
+    EXIT_FAILED,
+    EXIT_OS_ERROR,
+    EXIT_STORAGE_REFUSED,
+    EXIT_UNREACHABLE,
+    describe_error,
+    leaf_exceptions,
+    root_cause,
+)
+from quorum.client import QuorumClient
+from quorum.storage import EXIT_NOT_A_DATA_DIR, StorageOwnershipError
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+COMMAND_TIMEOUT_S = 60
+# Slower timers than the defaults, so that a loaded machine does not make
+# the two-voter cluster change leader between finding it and asking.
+QUORUM_ARGS = ("--election-timeout-ms", "2000", "--fetch-timeout-ms", "4000")
+
+pytestmark = pytest.mark.processes
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sockets.append(sock)
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def run(command: str, *args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / command), *map(str, args)], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, env=ENV
+    )
+
+
+def assert_reported(result: subprocess.CompletedProcess[str], exit_code: int, *phrases: str) -> list[str]:
+    """The exit status, no traceback, and the error as one ``Error: ...``
+    line and at most one more, holding every phrase; returns those lines."""
+    assert result.returncode == exit_code, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.rstrip("\n").splitlines()
+    starts = [index for index, line in enumerate(lines) if line.startswith("Error: ")]
+    assert len(starts) == 1, result.stderr
+    report = lines[starts[0] :]
+    assert 1 <= len(report) <= 2, report
+    text = "\n".join(report)
+    for phrase in phrases:
+        assert phrase in text, (phrase, text)
+    return report
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout_s: float = 60.0) -> object:
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return value
+
+
+class Process:
+    """A long-running command whose stdout and stderr go to a file."""
+
+    def __init__(self, directory: Path, name: str, command: str, *args: object) -> None:
+        self.output_path = directory / f"{name}.out"
+        with open(self.output_path, "ab") as output:
+            self.process = subprocess.Popen(
+                [str(BIN / command), *map(str, args)], stdout=output, stderr=subprocess.STDOUT, env=ENV
+            )
+
+    def output(self) -> str:
+        return self.output_path.read_text(errors="replace")
+
+    def wait_for_output(self, text: str, timeout_s: float = 60.0) -> None:
+        def seen() -> bool:
+            assert self.process.poll() is None or text in self.output(), self.output()
+            return text in self.output()
+
+        wait_for(seen, repr(text), timeout_s)
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self.process.wait(timeout=10)
+
+
+def describe(port: int, timeout_s: float = 1.0):
+    async def ask():
+        async with QuorumClient([f"127.0.0.1:{port}"], retry_timeout_s=timeout_s, request_timeout_s=timeout_s) as client:
+            return await client.describe()
+
+    try:
+        return trio.run(ask)
+    except Exception:  # noqa: BLE001 - not up yet, or between leaders
+        return None
+
+
+class TwoVoters:
+    """A two-voter ``kraft-quorum node`` cluster with data directories."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.ports = dict(zip((1, 2), free_ports(2)))
+        self.voters = ",".join(f"{node_id}@127.0.0.1:{port}" for node_id, port in self.ports.items())
+        self.nodes = {
+            node_id: Process(
+                directory, f"node{node_id}", "kraft-quorum", "node", "--node-id", node_id, "--voters", self.voters,
+                "--data-dir", self.data_dir(node_id), *QUORUM_ARGS,
+            )  # fmt: skip
+            for node_id in self.ports
+        }
+
+    def data_dir(self, node_id: int) -> Path:
+        return self.directory / f"data{node_id}"
+
+    def leader(self) -> int:
+        """The leader both voters name (waits for one)."""
+
+        def agreed() -> int | None:
+            views = [describe(port) for port in self.ports.values()]
+            leaders = {None if view is None else view.leader_id for view in views}
+            return leaders.pop() if len(leaders) == 1 else None
+
+        return int(wait_for(agreed, "a leader both voters agree on"))
+
+
+@pytest.fixture(scope="module")
+def two_voters(tmp_path_factory) -> Iterator[TwoVoters]:
+    cluster = TwoVoters(tmp_path_factory.mktemp("two_voters"))
+    try:
+        cluster.leader()
+        yield cluster
+    finally:
+        for node in cluster.nodes.values():
+            node.stop()
+
+
+@pytest.fixture(scope="module")
+def controller(tmp_path_factory) -> Iterator[int]:
+    """One ``kraft-controller`` voter and no broker; yields its port."""
+    (port,) = free_ports(1)
+    process = Process(tmp_path_factory.mktemp("controller"), "controller", "kraft-controller", "--node-id", 1,
+                      "--voters", f"1@127.0.0.1:{port}")  # fmt: skip
+    try:
+        wait_for(lambda: (answer := describe(port)) is not None and answer.leader_id == 1, "the controller to lead")
+        yield port
+    finally:
+        process.stop()
+
+
+# --- the cluster cannot be reached, or is another cluster ----------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("kraft-quorum", "describe", "--status"),
+        ("kraft-quorum", "write", "key", "value"),
+        ("kraft-topics", "describe", "orders"),
+        ("kraft-cluster", "describe"),
+    ],
+    ids=" ".join,
+)
+def test_a_cluster_nobody_listens_for_is_unreachable_within_the_timeout(command):
+    (port,) = free_ports(1)
+    result = run(*command, "--bootstrap", f"127.0.0.1:{port}", "--timeout-s", "0.5")
+    assert_reported(
+        result, EXIT_UNREACHABLE, "no node served the request within 0.5 s", f"127.0.0.1:{port}", "Check --bootstrap"
+    )
+
+
+def test_debug_adds_the_traceback_to_the_same_report():
+    (port,) = free_ports(1)
+    result = run("kraft-quorum", "--debug", "describe", "--bootstrap", f"127.0.0.1:{port}", "--timeout-s", "0.5")
+    assert result.returncode == EXIT_UNREACHABLE
+    assert "Traceback (most recent call last)" in result.stderr
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
+    assert error_lines == [f"Error: no node served the request within 0.5 s: all attempts to connect to 127.0.0.1:{port} failed."]
+
+
+def test_a_wrong_cluster_id_says_which_cluster_answered(two_voters):
+    result = run("kraft-quorum", "describe", "--bootstrap", f"127.0.0.1:{two_voters.ports[1]}", "--cluster-id", "other",
+                 "--timeout-s", "5")  # fmt: skip
+    assert_reported(result, EXIT_UNREACHABLE, "belongs to another cluster", "'pykraft'", "--cluster-id")
+
+
+# --- a node that cannot start -----------------------------------------------------
+
+
+def test_a_listen_port_in_use_is_one_sentence(two_voters):
+    port = two_voters.ports[1]
+    result = run("kraft-quorum", "node", "--node-id", 1, "--voters", two_voters.voters)
+    assert_reported(
+        result, EXIT_OS_ERROR, f"cannot listen on 127.0.0.1:{port} (--listen): address already in use", "stop it"
+    )
+
+
+def test_a_second_node_on_one_data_dir_is_refused_by_the_lock(two_voters):
+    (port,) = free_ports(1)
+    data_dir = two_voters.data_dir(1)
+    result = run("kraft-quorum", "node", "--node-id", 1, "--voters", f"1@127.0.0.1:{port}", "--data-dir", data_dir)
+    (line,) = assert_reported(result, EXIT_STORAGE_REFUSED, f"{data_dir} is already open in another process")
+    assert line.endswith("stop that process, or give this one its own directory.")
+
+
+@pytest.mark.parametrize("command", ["kraft-quorum", "kraft-broker"])
+def test_an_event_log_in_a_missing_folder_says_to_create_it(tmp_path, command):
+    (port,) = free_ports(1)
+    event_log = tmp_path / "absent" / "events.jsonl"
+    if command == "kraft-quorum":
+        args = ["node", "--node-id", 1, "--voters", f"1@127.0.0.1:{port}"]
+    else:  # it fails before it would reach the (absent) controller
+        args = ["--broker-id", 101, "--bootstrap", f"1@127.0.0.1:{port}", "--listen", "127.0.0.1:0"]
+    result = run(command, *args, "--event-log", event_log)
+    assert_reported(result, EXIT_OS_ERROR, f"cannot open {event_log}", f"mkdir -p {event_log.parent}")
+
+
+def test_a_node_without_data_dir_says_it_runs_in_memory(tmp_path):
+    (port,) = free_ports(1)
+    node = Process(tmp_path, "node", "kraft-quorum", "node", "--node-id", 1, "--voters", f"1@127.0.0.1:{port}")
+    try:
+        node.wait_for_output("serving on port")
+    finally:
+        assert node.stop() == 0
+    output = node.output()
+    warning = "node 1 has no --data-dir: its log and votes live in memory and a restart forgets them"
+    assert warning in output
+    assert output.index(warning) < output.index("serving on port")
+
+
+# --- inspection commands ----------------------------------------------------------
+
+
+def test_describe_replication_asked_of_a_follower_follows_the_leader_or_says_to_ask_it(two_voters):
+    leader = two_voters.leader()
+    follower = 3 - leader
+    follower_address = f"127.0.0.1:{two_voters.ports[follower]}"
+
+    # Only the follower's HOST:PORT: it names the leader, but its address
+    # is not known to the command.
+    alone = run("kraft-quorum", "describe", "--replication", "--bootstrap", follower_address, "--timeout-s", "10")
+    assert_reported(
+        alone, EXIT_FAILED, f"node {leader} leads epoch", "only the leader knows replication progress",
+        f"--bootstrap {leader}@HOST:PORT",
+    )  # fmt: skip
+
+    # The follower first, then every voter's ID@HOST:PORT: the leader answers.
+    bootstrap = f"{follower}@{follower_address},{two_voters.voters}"
+    followed = run("kraft-quorum", "describe", "--replication", "--bootstrap", bootstrap, "--timeout-s", "10")
+    assert followed.returncode == 0, followed.stderr
+    rows = {int(line.split()[0]): line.split() for line in followed.stdout.splitlines()[1:]}
+    assert sorted(rows) == [1, 2]
+    assert rows[leader][-1] == "Leader"
+    assert all(row[1].isdigit() and row[3].isdigit() for row in rows.values()), followed.stdout  # no dashes
+
+
+def test_topics_describe_of_an_unknown_topic_exits_1(controller):
+    result = run("kraft-topics", "describe", "--bootstrap", f"1@127.0.0.1:{controller}", "no-such-topic")
+    assert_reported(result, EXIT_FAILED, "no topic named 'no-such-topic'", "kraft-topics list")
+
+
+def test_dump_log_of_a_folder_that_holds_no_log_exits_4(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a log")
+    result = run("kraft-quorum", "dump-log", tmp_path)
+    assert_reported(result, EXIT_NOT_A_DATA_DIR, f"{tmp_path} holds no log", "--data-dir")
+    assert result.stdout == ""
+
+
+# --- topics before brokers --------------------------------------------------------
+
+
+def test_creating_a_topic_with_no_online_broker_waits_then_gives_the_reason(controller):
+    result = run("kraft-topics", "create", "--bootstrap", f"1@127.0.0.1:{controller}", "--timeout-s", "1", "orders")
+    assert "waiting up to 1 s for 1 Online broker(s): 0 of 0 registered are Online" in result.stderr
+    assert_reported(
+        result, EXIT_FAILED, "no topic created: replication factor 1 needs 1 Online broker(s)", "Start brokers (kraft-broker)"
+    )
+
+
+def test_creating_a_topic_waits_until_a_broker_is_online(tmp_path):
+    controller_port, broker_port = free_ports(2)
+    bootstrap = f"1@127.0.0.1:{controller_port}"
+    controller = Process(tmp_path, "controller", "kraft-controller", "--node-id", 1, "--voters", bootstrap)
+    create = broker = None
+    try:
+        create = Process(tmp_path, "create", "kraft-topics", "create", "--bootstrap", bootstrap, "--timeout-s", 60, "orders")
+        create.wait_for_output("waiting up to 60 s for 1 Online broker(s)")
+        broker = Process(tmp_path, "broker", "kraft-broker", "--broker-id", 101, "--bootstrap", bootstrap,
+                         "--listen", f"127.0.0.1:{broker_port}")  # fmt: skip
+        assert create.process.wait(timeout=COMMAND_TIMEOUT_S) == 0, create.output()
+        assert "created orders (" in create.output()
+    finally:
+        for process in (create, broker, controller):
+            if process is not None:
+                process.stop()
+
+
+# --- the mechanism itself ---------------------------------------------------------
+
+
+class _Cancelled(BaseException):
+    """Stands for ``trio.Cancelled``: a ``BaseException`` that is a
+    consequence of another failure, never the cause."""
+
+
+def test_root_cause_finds_the_real_error_in_nested_groups():
+    cause = OSError(98, "Address already in use")
+    nested = BaseExceptionGroup("outer", [_Cancelled(), BaseExceptionGroup("inner", [_Cancelled(), cause])])
+    assert leaf_exceptions(nested)[-1] is cause
+    assert root_cause(nested) is cause
+    interrupted = BaseExceptionGroup("outer", [cause, KeyboardInterrupt()])
+    assert isinstance(root_cause(interrupted), KeyboardInterrupt)
+
+
+def test_describe_error_maps_typed_errors_and_calls_anything_else_a_bug():
+    refused = describe_error(ExceptionGroup("g", [StorageOwnershipError("data is someone else's: use another")]))
+    assert (refused.exit_code, refused.format_message()) == (EXIT_STORAGE_REFUSED, "data is someone else's: use another.")
+    bug = describe_error(ExceptionGroup("g", [ZeroDivisionError("division by zero")]))
+    assert bug.exit_code == EXIT_BUG
+    assert bug.format_message().splitlines() == [
+        "unexpected ZeroDivisionError: division by zero.",
+        "This is most likely a bug in pykraft: run the command again with --debug and report the traceback.",
+    ]
+
+
+def test_every_exit_status_is_in_the_operations_table():
+    text = (ROOT / "docs" / "operations.md").read_text()
+    table = text[text.index("## Errors and exit codes") :]
+    documented = {int(status) for status in re.findall(r"^\| (\d+) \|", table, re.M)}
+    statuses = {value for name, value in vars(quorum.cli_errors).items() if name.startswith("EXIT_")}
+    statuses |= {value for name, value in vars(quorum.storage).items() if name.startswith("EXIT_")}
+    assert statuses and statuses <= documented, sorted(statuses - documented)
