@@ -42,7 +42,7 @@ from _interleavings import (
     snapshot_restored_leader_refused_a_local_read,
 )
 
-from jepsen_like.sim import SimOptions, Simulation, random_options
+from jepsen_like.sim import SimOptions, Simulation, random_options, run_scenario
 
 
 def _replay(scenario: str, seed: int, options, fingerprint: Fingerprint, *, pre_vote: bool = True):
