@@ -843,10 +843,7 @@ class QuorumNode:
         See the comment above for the rules and where they come from."""
         problem = _field_out_of_range(message)
         if problem is not None:
-            self._counters["messages_out_of_range"] += 1
-            report = self._hooks.protocol_error
-            if report is not None:
-                report(f"dropped {describe_message(message)}: {problem}")
+            self._drop_malformed(message, problem)
             return False
         if isinstance(message, _RESPONSE_TYPES):
             if isinstance(message, (FetchResponse, FetchSnapshotResponse)):
@@ -902,6 +899,14 @@ class QuorumNode:
             self._refuse(message, ErrorCode.NOT_LEADER)
             return False
         return True
+
+    def _drop_malformed(self, message: Message, problem: str) -> None:
+        """A peer sent what no correct node sends: count it and tell the
+        host (``CoreHooks.protocol_error``); the caller drops it."""
+        self._counters["messages_out_of_range"] += 1
+        report = self._hooks.protocol_error
+        if report is not None:
+            report(f"dropped {describe_message(message)}: {problem}")
 
     def _leader_lease_holds(self) -> bool:
         """Raft thesis §4.2.3: does this node know of a live leader? A
@@ -1684,6 +1689,13 @@ class QuorumNode:
         elif response.snapshot_id is not None:
             # KIP-630: the leader no longer has the records we need.
             fetcher.download = SnapshotDownload(response.snapshot_id, bytearray())
+        elif response.records and response.records[0].offset == self._log.end_offset and (
+            response.records[0].epoch < self._log.last_epoch
+        ):
+            # The leader validated our position, so its records continue our
+            # last epoch or a later one (KIP-595); these the log would refuse.
+            first = response.records[0]
+            self._drop_malformed(response, f"record epoch {first.epoch} at {first.offset} below our last epoch")
         elif not response.records or response.records[0].offset == self._log.end_offset:
             # The leader validated our log up to the fetch offset; the
             # records extend it. Learn the high watermark, bounded by our log.

@@ -392,14 +392,16 @@ def _follower_with_a_fetch_in_flight() -> tuple[Cluster, FetchRequest]:
             lambda end, epoch: (Entry(end, epoch, RecordKind.DATA, b"a"), Entry(end + 1, epoch - 1, RecordKind.DATA, b"b")),
             id="epoch-going-back",
         ),
+        pytest.param(lambda end, epoch: (Entry(end, 0, RecordKind.DATA, b"older"),), id="epoch-below-the-log"),
     ],
 )
 def test_fetch_answer_with_records_the_log_cannot_take_is_dropped(records_of):
     """KIP-595: a leader's records run on without gaps, in epochs that never
     decrease and never pass its own. An answer to the very Fetch in flight
-    whose records break that is dropped like any malformed message (it
-    used to be appended, or to raise from the log), and the follower
-    fetches again after the request times out."""
+    whose records break that, or that would take the log back to an
+    earlier epoch than its last, is dropped like any malformed message (it
+    used to be appended, or to raise from the log): nothing is appended or
+    committed, and the follower simply fetches again."""
     cluster, request = _follower_with_a_fetch_in_flight()
     follower = cluster.node(2)
     end_before = follower.log.end_offset
@@ -415,7 +417,7 @@ def test_fetch_answer_with_records_the_log_cannot_take_is_dropped(records_of):
 
     output = cluster.inject(forged)
 
-    assert not output
+    assert not output.append and not output.committed
     assert follower.log.end_offset == end_before
     assert follower.counters["messages_out_of_range"] == 1
 
