@@ -217,8 +217,9 @@ class CoreHooks:
     - ``fetch_extension_consumer`` — on a follower or observer, with the
       ``extension`` of each answer to its Fetch.
     - ``protocol_error`` — with a one-line description of each message the
-      core dropped because a number in it lies outside what the wire and
-      storage can hold (``_types.py``): the peer's fault. Every such drop
+      core dropped because no correct peer sends it: a number outside what
+      the wire and storage can hold (``_types.py``), or records out of log
+      order. The peer's fault; every such drop
       is also counted (``QuorumNode.counters``); a host that logs them
       should log the first and count the rest, since a hostile peer can
       send them at any rate.
@@ -235,7 +236,8 @@ _NO_HOOKS = CoreHooks()
 # What ``QuorumNode.counters`` counts: inputs the core turned away without
 # acting on them, and stands it could not make.
 _COUNTER_NAMES = (
-    # A number outside what the wire and storage hold (_field_out_of_range).
+    # A number outside what the wire and storage hold (_field_out_of_range),
+    # or a Fetch answer's records out of log order.
     "messages_out_of_range",
     # A Vote or pre-vote while a live leader is known (Raft thesis §4.2.3).
     "votes_ignored_leader_alive",
@@ -536,7 +538,8 @@ class QuorumNode:
     @property
     def counters(self) -> dict[str, int]:
         """How often this node turned an input away, by kind (a copy):
-        ``messages_out_of_range`` (dropped: a number no layer can hold),
+        ``messages_out_of_range`` (dropped: a number no layer can hold, or
+        records out of log order),
         ``votes_ignored_leader_alive`` (refused under the leader lease),
         ``votes_refused_not_voter``, ``stands_refused_epoch_max``."""
         return dict(self._counters)
