@@ -49,7 +49,12 @@ Messages. Every message passes the epoch prologue first
 (``_epoch_prologue``): a later epoch is adopted, an earlier one refused
 (request) or dropped (response); only then does the handler look at the
 role. Every change of epoch is a change of role, so no role object ever
-sees two epochs.
+sees two epochs. Before the epoch is read, the prologue drops a message
+carrying a number no layer can hold, refuses a Vote that is not between
+voters, and refuses every Vote and pre-vote while this node knows of a live
+leader (the leader lease, Raft thesis §4.2.3): a server that lost touch
+with the leader, or a stranger flooding rising epochs, cannot depose a
+leader that a majority still hears.
 
 Acknowledgements. Replication is pull-based (KIP-595): the leader learns a
 replica's progress only from that replica's Fetch. Its ``fetch_offset``
@@ -73,8 +78,12 @@ on with a corrupt view. ``NotLeaderError`` is the caller's, and retriable
 elsewhere. Misuse by the driver (a message for another node, a snapshot of
 uncommitted records) is a ``ValueError`` or ``TypeError``, as for any
 Python API. A peer's malformed message is stopped at the edge
-(``quorum/wire`` validates every field, records included); a well-formed
-one the core disagrees with is refused with an error code, or dropped.
+(``quorum/wire`` validates every field, records included), and the core
+checks again that every number fits the ranges of ``_types.py``: one that
+does not is dropped and counted (``counters``, ``CoreHooks.protocol_error``),
+never raised, since the simulator and embedders feed the core directly. A
+well-formed message the core disagrees with is refused with an error code,
+or dropped.
 Only one that would break a safety rule (truncate below the high
 watermark, a second leader in one epoch) raises ``QuorumInvariantError``:
 one side has a bug.
@@ -105,6 +114,7 @@ from ._messages import (
     Message,
     VoteRequest,
     VoteResponse,
+    describe_message,
 )
 from ._output import Output, ReadFailed, ReadReady, Role, RoleChange
 from ._quorum_math import next_high_watermark, read_confirmed
@@ -124,7 +134,17 @@ from ._role_state import (
     UnattachedState,
 )
 from ._roles import Trigger, describe_transition, transition_allowed
-from ._types import ElectionState, Entry, OffsetAndEpoch, RecordKind, SnapshotId
+from ._types import (
+    EPOCH_MAX,
+    INT64_MAX,
+    NODE_ID_MAX,
+    OFFSET_MAX,
+    ElectionState,
+    Entry,
+    OffsetAndEpoch,
+    RecordKind,
+    SnapshotId,
+)
 
 # The errors live in _errors.py; ``quorum/__init__.py`` imports them from here.
 __all__ = [
@@ -196,14 +216,36 @@ class CoreHooks:
       ``extension`` of each Fetch it sends.
     - ``fetch_extension_consumer`` — on a follower or observer, with the
       ``extension`` of each answer to its Fetch.
+    - ``protocol_error`` — with a one-line description of each message the
+      core dropped because no correct peer sends it: a number outside what
+      the wire and storage can hold (``_types.py``), or records out of log
+      order. The peer's fault; every such drop
+      is also counted (``QuorumNode.counters``); a host that logs them
+      should log the first and count the rest, since a hostile peer can
+      send them at any rate.
     """
 
     fetch_extension_handler: FetchExtensionHandler | None = None
     fetch_extension_provider: Callable[[], Any] | None = None
     fetch_extension_consumer: Callable[[Any], None] | None = None
+    protocol_error: Callable[[str], None] | None = None
 
 
 _NO_HOOKS = CoreHooks()
+
+# What ``QuorumNode.counters`` counts: inputs the core turned away without
+# acting on them, and stands it could not make.
+_COUNTER_NAMES = (
+    # A number outside what the wire and storage hold (_field_out_of_range),
+    # or a Fetch answer's records out of log order.
+    "messages_out_of_range",
+    # A Vote or pre-vote while a live leader is known (Raft thesis §4.2.3).
+    "votes_ignored_leader_alive",
+    # A Vote or pre-vote from a non-voter, or to one (only voters vote).
+    "votes_refused_not_voter",
+    # An election timer fired at EPOCH_MAX: there is no next epoch to stand in.
+    "stands_refused_epoch_max",
+)
 
 # The two halves of the protocol, as the epoch prologue sees them: a request
 # from an earlier epoch is refused (its sender must learn ours), a response
@@ -227,6 +269,100 @@ def _later_epoch_reason(request: _Request) -> str:
             return f"{request.src} began epoch {request.epoch}"
         case EndQuorumEpochRequest():
             return f"{request.src} ended epoch {request.epoch}"
+
+
+def _field_out_of_range(message: _Request | _Response) -> str | None:
+    """The first number in ``message`` that lies outside what the wire and
+    storage can hold (the limits in ``_types.py``), described; None when
+    every one fits.
+
+    The wire decoder refuses such messages first, but the core defends
+    itself as well: the simulator and embedders hand it messages directly,
+    and a value the core adopted (an epoch, a record) would be persisted
+    and could not be read back, or sent and could not be decoded. A Fetch
+    answer's records are also checked for what the log requires of them:
+    contiguous offsets, epochs that never decrease and none later than the
+    leader's own."""
+    checks: list[tuple[str, int | None, int]] = [
+        ("src", message.src, NODE_ID_MAX),
+        ("epoch", message.epoch, EPOCH_MAX),
+    ]
+    match message:
+        case VoteRequest():
+            checks += [("last_epoch", message.last_epoch, EPOCH_MAX), ("end_offset", message.end_offset, OFFSET_MAX)]
+        case VoteResponse():
+            checks.append(("leader_id", message.leader_id, NODE_ID_MAX))
+        case EndQuorumEpochRequest():
+            checks += [("preferred_successors", successor, NODE_ID_MAX) for successor in message.preferred_successors]
+        case FetchRequest():
+            checks += [
+                ("fetch_offset", message.fetch_offset, OFFSET_MAX),
+                ("last_fetched_epoch", message.last_fetched_epoch, EPOCH_MAX),
+                ("request_id", message.request_id, INT64_MAX),
+                ("read_token", message.read_token, INT64_MAX),
+            ]
+        case FetchResponse():
+            checks += [
+                ("request_id", message.request_id, INT64_MAX),
+                ("leader_id", message.leader_id, NODE_ID_MAX),
+                ("high_watermark", message.high_watermark, OFFSET_MAX),
+                ("log_start_offset", message.log_start_offset, OFFSET_MAX),
+                ("read_token", message.read_token, INT64_MAX),
+            ]
+            if message.diverging is not None:
+                checks += [
+                    ("diverging epoch", message.diverging.epoch, EPOCH_MAX),
+                    ("diverging offset", message.diverging.offset, OFFSET_MAX),
+                ]
+            if message.snapshot_id is not None:
+                checks += [
+                    ("snapshot epoch", message.snapshot_id.epoch, EPOCH_MAX),
+                    ("snapshot end offset", message.snapshot_id.end_offset, OFFSET_MAX),
+                ]
+        case FetchSnapshotRequest():
+            checks += [
+                ("snapshot epoch", message.snapshot_id.epoch, EPOCH_MAX),
+                ("snapshot end offset", message.snapshot_id.end_offset, OFFSET_MAX),
+                ("position", message.position, OFFSET_MAX),
+                ("request_id", message.request_id, INT64_MAX),
+            ]
+        case FetchSnapshotResponse():
+            checks += [
+                ("request_id", message.request_id, INT64_MAX),
+                ("leader_id", message.leader_id, NODE_ID_MAX),
+                ("position", message.position, OFFSET_MAX),
+                ("size", message.size, OFFSET_MAX),
+            ]
+            if message.snapshot_id is not None:
+                checks += [
+                    ("snapshot epoch", message.snapshot_id.epoch, EPOCH_MAX),
+                    ("snapshot end offset", message.snapshot_id.end_offset, OFFSET_MAX),
+                ]
+    for name, value, highest in checks:
+        if value is not None and not 0 <= value <= highest:
+            return f"{name} {value} outside 0..{highest}"
+    if isinstance(message, FetchResponse) and message.records:
+        return _records_problem(message.records, message.epoch)
+    return None
+
+
+def _records_problem(records: Sequence[Entry], leader_epoch: int) -> str | None:
+    """What is wrong with a Fetch answer's records, or None: offsets must
+    run on without a gap and end within ``OFFSET_MAX``, and epochs never
+    decrease (KIP-595: a log is ordered by epoch) nor pass the epoch of the
+    leader that sent them (it holds no records of a later one)."""
+    expected = records[0].offset
+    if expected < 0 or expected + len(records) - 1 > OFFSET_MAX:
+        return f"records {expected}..{expected + len(records) - 1} outside 0..{OFFSET_MAX}"
+    previous_epoch = 0
+    for entry in records:
+        if entry.offset != expected:
+            return f"record at offset {entry.offset} where {expected} was expected"
+        if not previous_epoch <= entry.epoch <= leader_epoch:
+            return f"record epoch {entry.epoch} at offset {entry.offset} outside {previous_epoch}..{leader_epoch}"
+        previous_epoch = entry.epoch
+        expected += 1
+    return None
 
 
 def _log_up_to_date(request: VoteRequest, log: MemoryLog) -> bool:
@@ -343,6 +479,9 @@ class QuorumNode:
         # the rotation where it stopped, rather than asking the same
         # (possibly dead) voter first every time it loses its leader.
         self._bootstrap_index = 0
+        # How often each kind of input was turned away (``counters``); for
+        # the host's metrics and logs, never part of a decision.
+        self._counters: dict[str, int] = dict.fromkeys(_COUNTER_NAMES, 0)
 
         self._initialize(stored)
 
@@ -395,6 +534,15 @@ class QuorumNode:
     def current_tick(self) -> int:
         """Ticks since this node started: its only notion of time."""
         return self._tick
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """How often this node turned an input away, by kind (a copy):
+        ``messages_out_of_range`` (dropped: a number no layer can hold, or
+        records out of log order),
+        ``votes_ignored_leader_alive`` (refused under the leader lease),
+        ``votes_refused_not_voter``, ``stands_refused_epoch_max``."""
+        return dict(self._counters)
 
     @property
     def is_leader(self) -> bool:
@@ -610,8 +758,9 @@ class QuorumNode:
             soon = self._tick + self._rng.randrange(self.config.ticks(self.config.election_timeout_ms))
             state.fetch_deadline = min(state.fetch_deadline, soon)
             # Our leader's process is gone: grant pre-votes again (KIP-996
-            # refuses them only while the leader is known to be alive).
-            state.fetched_from_leader = False
+            # refuses them only while the leader is known to be alive), and
+            # the leader lease ends with it (Raft thesis §4.2.3).
+            state.leader_fetch_tick = None
         return self._flush()
 
     def snapshot_taken(self, snapshot_id: SnapshotId, data: bytes) -> Output:
@@ -665,10 +814,40 @@ class QuorumNode:
     # One exception: a pre-vote (KIP-996) claims no epoch. It asks whether
     # we *would* vote in the next one, so it never moves our epoch; only a
     # stale one is refused.
+    #
+    # Three guards come before the epoch is even read:
+    #
+    # - a message carrying a number that the wire and storage cannot hold
+    #   (``_types.py``) is dropped and counted, and the host is told
+    #   (``CoreHooks.protocol_error``): adopting such an epoch would make a
+    #   node persist what it cannot read back, and a winner write a
+    #   LEADER_CHANGE record its own log refuses;
+    # - only voters vote: a Vote or pre-vote from a non-voter, or to an
+    #   observer, is refused without moving the epoch (an observer whose
+    #   epoch a stranger could raise would carry that epoch to the leader in
+    #   its next Fetch);
+    # - the leader lease (Raft thesis §4.2.3, "disruptive servers"; etcd's
+    #   ``inLease``): a voter that has heard from a live leader within the
+    #   minimum election timeout, and a leader (check quorum makes it resign
+    #   once it has lost its majority), refuse every Vote and pre-vote,
+    #   whatever its epoch, and raise none. Such a request comes from a
+    #   server that lost touch with a leader the rest still hear, or from
+    #   nobody honest; obeying it deposes a healthy leader and stops writes
+    #   (a flood of them with rising epochs stops them for as long as it
+    #   lasts). Real elections are not slowed: a voter leaves the lease as
+    #   soon as its leader resigns (EndQuorumEpoch ends the follower role),
+    #   its process is reported gone (``peer_unreachable``) or its answers
+    #   stop for an election timeout, and a fetch timeout (when a follower
+    #   stands) is longer than that. Like etcd's, the lease rests on check
+    #   quorum: with check quorum off (the teaching switch) there is none.
 
     def _epoch_prologue(self, message: _Request | _Response) -> bool:
         """Epoch handling of any message; True when its handler should run.
         See the comment above for the rules and where they come from."""
+        problem = _field_out_of_range(message)
+        if problem is not None:
+            self._drop_malformed(message, problem)
+            return False
         if isinstance(message, _RESPONSE_TYPES):
             if isinstance(message, (FetchResponse, FetchSnapshotResponse)):
                 # Only the answer to the request in flight is an answer at
@@ -695,6 +874,15 @@ class QuorumNode:
         if message.epoch < self._epoch:
             self._refuse(message, ErrorCode.FENCED_LEADER_EPOCH)
             return False
+        if isinstance(message, VoteRequest):
+            if not self.config.is_voter or message.src not in self.config.voter_set:
+                self._counters["votes_refused_not_voter"] += 1
+                self._reply_vote(message, granted=False, error=ErrorCode.INVALID_REQUEST)
+                return False
+            if self._leader_lease_holds():
+                self._counters["votes_ignored_leader_alive"] += 1
+                self._reply_vote(message, granted=False)
+                return False
         if message.epoch > self._epoch and not pre_vote:
             # Even a leader steps down for a later epoch's Vote: the
             # disruption pre-vote exists to prevent. A Vote keeps our
@@ -714,6 +902,28 @@ class QuorumNode:
             self._refuse(message, ErrorCode.NOT_LEADER)
             return False
         return True
+
+    def _drop_malformed(self, message: Message, problem: str) -> None:
+        """A peer sent what no correct node sends: count it and tell the
+        host (``CoreHooks.protocol_error``); the caller drops it."""
+        self._counters["messages_out_of_range"] += 1
+        report = self._hooks.protocol_error
+        if report is not None:
+            report(f"dropped {describe_message(message)}: {problem}")
+
+    def _leader_lease_holds(self) -> bool:
+        """Raft thesis §4.2.3: does this node know of a live leader? A
+        leader does (itself: check quorum makes it resign when it is not
+        heard by a majority); a follower does while its leader answered it
+        within the minimum election timeout. See the comment above."""
+        if not self.config.check_quorum:
+            return False
+        state = self._state
+        if isinstance(state, LeaderState):
+            return True
+        if isinstance(state, FollowerState):
+            return state.heard_from_leader_within(self._tick, self.config.ticks(self.config.election_timeout_ms))
+        return False
 
     def _adopt_later_epoch(self, epoch: int, leader: int | None, reason: str, *, keep_timer: bool = False) -> None:
         """Move into ``epoch`` (Raft thesis §3.3): as a follower when the
@@ -908,6 +1118,17 @@ class QuorumNode:
     def _stand(self, reason: str, trigger: Trigger) -> None:
         """An election timer fired: pre-vote first (KIP-996) unless disabled."""
         if not self.config.is_voter:
+            return
+        if self._epoch >= EPOCH_MAX:
+            # No next epoch can be persisted (_types.py): stay in this role
+            # and try again after another election timeout, rather than
+            # write an election state or a record no restart could read.
+            self._counters["stands_refused_epoch_max"] += 1
+            state = self._state
+            if isinstance(state, FollowerState):
+                state.fetch_deadline = self._draw_election_deadline()
+            elif isinstance(state, (UnattachedState, CandidacyState, ResignedState)):
+                state.election_deadline = self._draw_election_deadline()
             return
         # A lone voter has nobody to disrupt, so it skips the pre-vote.
         if self.config.pre_vote and len(self.config.voters) > 1:
@@ -1454,8 +1675,9 @@ class QuorumNode:
             # voter that is not our leader carries nothing to take.
             return
         # KIP-595: a successful answer from the leader restarts the fetch
-        # timeout, and proves it alive to the pre-vote rule (KIP-996).
-        state.fetched_from_leader = True
+        # timeout, and proves it alive to the pre-vote rule (KIP-996) and
+        # the leader lease (Raft thesis §4.2.3).
+        state.leader_fetch_tick = self._tick
         state.leader_unreachable = False
         state.fetch_deadline = self._tick + self.config.ticks(self.config.fetch_timeout_ms)
         # Echoed in the next Fetch, which proves to the leader that we
@@ -1470,6 +1692,13 @@ class QuorumNode:
         elif response.snapshot_id is not None:
             # KIP-630: the leader no longer has the records we need.
             fetcher.download = SnapshotDownload(response.snapshot_id, bytearray())
+        elif response.records and response.records[0].offset == self._log.end_offset and (
+            response.records[0].epoch < self._log.last_epoch
+        ):
+            # The leader validated our position, so its records continue our
+            # last epoch or a later one (KIP-595); these the log would refuse.
+            first = response.records[0]
+            self._drop_malformed(response, f"record epoch {first.epoch} at {first.offset} below our last epoch")
         elif not response.records or response.records[0].offset == self._log.end_offset:
             # The leader validated our log up to the fetch offset; the
             # records extend it. Learn the high watermark, bounded by our log.
@@ -1534,7 +1763,7 @@ class QuorumNode:
             fetcher.next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
             return
         # A chunk from the leader is a successful fetch (KIP-595 timeout).
-        state.fetched_from_leader = True
+        state.leader_fetch_tick = self._tick
         state.fetch_deadline = self._tick + self.config.ticks(self.config.fetch_timeout_ms)
         download.buffer += response.chunk
         if len(download.buffer) >= response.size:

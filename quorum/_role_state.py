@@ -175,12 +175,27 @@ class FollowerState:
     # KIP-595 fetch timeout: no successful Fetch from the leader by this
     # tick and a voter stands (an observer goes looking for a new leader).
     fetch_deadline: int
-    # KIP-996: while the leader answers us, refuse pre-votes, so that a
-    # node healed from a partition cannot depose a working leader.
-    fetched_from_leader: bool = False
+    # The tick of the last successful answer from the leader (a Fetch or
+    # FetchSnapshot answer); None until the first, and again once the
+    # transport reports the leader's process gone. Two rules read it:
+    # KIP-996 refuses pre-votes once it is set (the leader is alive, and a
+    # node healed from a partition must not depose it), and the leader
+    # lease (Raft thesis §4.2.3) ignores every Vote and pre-vote while it
+    # is recent (``heard_from_leader_within``).
+    leader_fetch_tick: int | None = None
     # The transport reported the leader's connection reset: stand after one
     # random wait instead of the whole fetch timeout (fast failover).
     leader_unreachable: bool = False
+
+    @property
+    def fetched_from_leader(self) -> bool:
+        """KIP-996: has the leader answered a Fetch of ours since we began
+        following it (and not been reported gone since)?"""
+        return self.leader_fetch_tick is not None
+
+    def heard_from_leader_within(self, now: int, window_ticks: int) -> bool:
+        """Did the leader answer us less than ``window_ticks`` ago?"""
+        return self.leader_fetch_tick is not None and now - self.leader_fetch_tick < window_ticks
 
 
 @dataclass(slots=True)

@@ -15,6 +15,22 @@ NodeId = NewType("NodeId", int)
 Epoch = NewType("Epoch", int)
 Offset = NewType("Offset", int)
 
+# The ranges every layer can hold, defined once: the wire decoder refuses a
+# value outside them, the core drops a message carrying one (it must never
+# persist what it could not read back), and the core never makes one itself.
+# All are non-negative.
+#
+# Node ids are Kafka int32s.
+NODE_ID_MAX = 2**31 - 1
+# The segment format stores a batch's epoch in 32 bits (quorum/storage,
+# ``_format.py``); the wire could carry more, storage could not.
+EPOCH_MAX = 2**32 - 1
+# Offsets (positions in the log, sizes and positions in a snapshot) and
+# request ids and read tokens: int64s, as Kafka's, so that any other
+# implementation of the wire can hold them.
+OFFSET_MAX = 2**63 - 1
+INT64_MAX = 2**63 - 1
+
 
 @dataclass(frozen=True, slots=True, order=True)
 class OffsetAndEpoch:

@@ -428,6 +428,16 @@ class Simulation:
         self._say(f"n{node_id} RESTART")
         self._start(node_id)
 
+    def inject(self, message: Message, *, sender: int) -> None:
+        """Put ``message`` on the network from ``sender``, a process outside
+        the cluster (a rogue peer): it crosses the link ``sender ->
+        message.dst`` (its delay, loss and partitions), whatever
+        ``message.src`` claims, and is lost if its target is down. The
+        visual replay does not record it."""
+        target = self.nodes.get(message.dst)
+        for delay_ms in self.network.deliveries(sender, message.dst):
+            self._push(int(delay_ms * US_PER_MS), "deliver", message.dst, target.incarnation if target else 0, message)
+
     def heal(self) -> None:
         """Remove every network fault (partitions and lossy links)."""
         self.network.heal()

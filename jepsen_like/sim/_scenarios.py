@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from quorum import QuorumInvariantError, Role
+from quorum import QuorumInvariantError, Role, VoteRequest
 
 from ._broker_scenarios import BROKER_SCENARIOS
 from ._cluster import InvariantViolation, Simulation, SimOptions
@@ -339,6 +339,92 @@ def flapping_network(sim: Simulation, result: ScenarioResult) -> None:
     _heal_and_check_liveness(sim, workload)
 
 
+# The vote flood: how long, how often, and the longest wait between two
+# committed writes that still counts as "writes go on" (a client writes
+# every 100 ms; an election would cost at least one election timeout).
+VOTE_FLOOD_MS = 5000
+VOTE_FLOOD_PERIOD_MS = 2.0
+VOTE_FLOOD_WRITE_GAP_MAX_MS = 500
+
+
+def vote_flood(sim: Simulation, result: ScenarioResult) -> None:
+    """Issue 15: a rogue process outside the cluster floods every voter
+    with forged Votes and pre-votes, each claiming another voter as its
+    sender, an up-to-date log and an epoch higher than the last, while a
+    client keeps writing. The leader lease (Raft thesis §4.2.3) must keep
+    the leader and every epoch where they were, and the writes committing.
+    Figures: ``epoch_rise`` (largest epoch after the flood minus before),
+    ``write_gap_max_ms`` (longest wait between committed writes during the
+    flood), ``forged`` (messages injected)."""
+    workload = _Workload(sim)
+    leader = _wait_for_leader(sim)
+    voters = sorted(sim.nodes)
+    rogue = max(voters) + 1000  # not a voter, not an observer
+    epoch_before = max(node.core.epoch for node in sim.nodes.values() if node.core is not None)
+    roles_before = len(sim.role_log)
+    started = sim.now_ms
+    until = started + VOTE_FLOOD_MS
+    forged = {"count": 0, "epoch": epoch_before}
+    sim._say(f"ROGUE n{rogue} floods every voter with Votes and pre-votes of rising epochs")
+
+    def flood() -> None:
+        for dst in voters:
+            for pre_vote in (False, True):
+                forged["count"] += 1
+                forged["epoch"] += 1
+                others = [voter for voter in voters if voter != dst]
+                claimed = others[forged["count"] % len(others)]
+                sim.inject(
+                    VoteRequest(
+                        src=claimed,
+                        dst=dst,
+                        epoch=forged["epoch"],
+                        last_epoch=forged["epoch"],
+                        end_offset=1_000_000,
+                        pre_vote=pre_vote,
+                    ),
+                    sender=rogue,
+                )
+
+    _every(sim, VOTE_FLOOD_PERIOD_MS, until, flood)
+    _every(sim, 100, until, lambda: workload.write(sim.leader()))
+    sim.run_until(until + 200)
+
+    epoch_after = max(node.core.epoch for node in sim.nodes.values() if node.core is not None)
+    changes = sim.role_log[roles_before:]
+    acked = sorted(
+        op["time"] / 1e6 for op in sim.history if op["f"] == "write" and op["type"] == "ok" and op["time"] / 1e6 >= started
+    )
+    gaps = [later - earlier for earlier, later in zip([started, *acked], [*acked, until])]
+    result.extra.update(
+        {
+            "forged": forged["count"],
+            "forged_epoch_max": forged["epoch"],
+            "epoch_rise": epoch_after - epoch_before,
+            "leader_kept": sim.leader() == leader and not changes,
+            "writes_ok": len([t for t in acked if t <= until]),
+            "write_gap_max_ms": round(max(gaps), 3),
+            "votes_ignored_leader_alive": sum(
+                node.core.counters["votes_ignored_leader_alive"] for node in sim.nodes.values() if node.core is not None
+            ),
+        }
+    )
+    if changes or epoch_after != epoch_before:
+        first = changes[0] if changes else None
+        detail = f"n{first.node_id} {first.role.value} e{first.epoch} ({first.reason})" if first else "no role change"
+        raise InvariantViolation(
+            "liveness", f"the flood moved the cluster: epoch {epoch_before} -> {epoch_after}; first change {detail}"
+        )
+    if max(gaps) > VOTE_FLOOD_WRITE_GAP_MAX_MS:
+        raise InvariantViolation("liveness", f"no write committed for {max(gaps):.0f} ms during the flood")
+    _heal_and_check_liveness(sim, workload)
+
+
+vote_flood.figures = ("epoch_rise", "write_gap_max_ms", "forged")  # type: ignore[attr-defined]
+# Three or five voters, drawn from the seed.
+vote_flood.options_factory = lambda seed: SimOptions(voters=random.Random(seed ^ 0xF100D).choice((3, 5)))  # type: ignore[attr-defined]
+
+
 def random_faults(sim: Simulation, result: ScenarioResult) -> None:
     """Everything at random from the seed: crashes and restarts (never more
     than a minority down), partitions of every shape, lossy links,
@@ -413,6 +499,7 @@ SCENARIOS: dict[str, Callable[[Simulation, ScenarioResult], None]] = {
     "partition-heal-disruption": partition_heal_disruption,
     "minority-partition": minority_partition,
     "flapping-network": flapping_network,
+    "vote-flood": vote_flood,
     "random": random_faults,
     **BROKER_SCENARIOS,
 }

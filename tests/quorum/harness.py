@@ -492,6 +492,15 @@ def cluster_with_node_in(role: Role, **overrides: Any) -> tuple[Cluster, int]:
     return cluster, 2
 
 
+def outlive_leader_lease(cluster: Cluster, node_id: int) -> None:
+    """Tick ``node_id`` alone for one minimum election timeout, delivering
+    nothing: a follower's leader has then been silent long enough that the
+    leader lease (Raft thesis §4.2.3) no longer holds, while its fetch
+    timeout (twice as long) has not fired yet."""
+    cluster.tick(node_id, times=ELECTION_TIMEOUT_TICKS)
+    assert cluster.role(node_id) is Role.FOLLOWER
+
+
 def leader_followed_by_an_observer_only() -> Cluster:
     """Voters 1..3 and observer 4, all following leader 1; then the links
     from node 1 to the other voters are cut: only the observer still fetches."""

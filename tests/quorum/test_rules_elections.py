@@ -12,6 +12,7 @@ from harness import (
     cluster_with_node_in,
     make_config,
     messages_of,
+    outlive_leader_lease,
     records,
 )
 
@@ -141,8 +142,11 @@ def _messages_from_a_later_epoch(epoch: int) -> dict[str, object]:
 def test_message_from_a_later_epoch_moves_the_receiver_into_that_epoch(kind):
     """KIP-595 common epoch handling (quorum/_messages.py): a message from a
     higher epoch moves the receiver into that epoch before anything else,
-    whatever the message is."""
+    whatever the message is. (The receiver is a follower whose leader has
+    been silent for an election timeout: while it still hears its leader, a
+    Vote is refused instead; test_rules_disruption.py.)"""
     cluster, follower = cluster_with_node_in(Role.FOLLOWER)
+    outlive_leader_lease(cluster, follower)
 
     output = cluster.inject(_messages_from_a_later_epoch(7)[kind])
 
@@ -153,10 +157,14 @@ def test_message_from_a_later_epoch_moves_the_receiver_into_that_epoch(kind):
 
 @pytest.mark.parametrize("role", list(Role))
 def test_vote_from_a_later_epoch_moves_every_role_into_that_epoch(role):
-    """KIP-595 / Raft thesis §3.3: any role, a leader included, that sees a
-    Vote from a higher epoch steps into that epoch (and, the candidate's log
-    being up to date, votes for it)."""
-    cluster, node_id = cluster_with_node_in(role)
+    """KIP-595 / Raft thesis §3.3: any role that sees a Vote from a higher
+    epoch steps into that epoch (and, the candidate's log being up to date,
+    votes for it) once it knows of no live leader (§4.2.3): a follower whose
+    leader has been silent for an election timeout, and a leader only with
+    check quorum off (test_rules_disruption.py has the lease itself)."""
+    cluster, node_id = cluster_with_node_in(role, **({"check_quorum": False} if role is Role.LEADER else {}))
+    if role is Role.FOLLOWER:
+        outlive_leader_lease(cluster, node_id)
     candidate = 3 if node_id != 3 else 1
     epoch = cluster.node(node_id).epoch + 5
 

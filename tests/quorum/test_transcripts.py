@@ -618,7 +618,9 @@ def isolated_leader_resigns_on_check_quorum(run: TranscriptRun) -> None:
 @key_events("pre_vote_disruption.txt")
 def healed_node_cannot_depose_the_leader_with_pre_vote(run: TranscriptRun) -> None:
     """KIP-996: with pre-vote, node 3's pre-votes are refused and no epoch
-    changes; without it, its Vote from a later epoch deposes the leader."""
+    changes. Without it, node 3's Votes from a later epoch are refused under
+    the leader lease (Raft thesis §4.2.3), but its refusal of the leader's
+    BeginQuorumEpoch carries that epoch back and deposes the leader."""
     second = index_of(run, "cluster voters=3 seed=2 pre_vote=off")
     with_pre_vote = lines_between(run, 0, second)
     assert sum(line.endswith("send 1->3 VoteResp e1 pre rejected leader=1") for line in with_pre_vote) == 1
@@ -628,7 +630,11 @@ def healed_node_cannot_depose_the_leader_with_pre_vote(run: TranscriptRun) -> No
     final_status = run.outputs[second - 1][1]
     assert final_status[0].startswith("n1: leader e1 ")
     without = lines_between(run, second)
-    assert any(re.search(r"n1: role=unattached epoch=\d+ .*vote request from 3", line) for line in without)
+    assert not [line for line in without if re.search(r"n[12]: role=\w+ epoch=\d+ .*vote request from 3", line)]
+    assert any(line.endswith("send 1->3 VoteResp e1 vote rejected leader=1") for line in without)
+    assert any(line.endswith("send 2->3 VoteResp e1 vote rejected leader=1") for line in without)
+    assert "  send 3->1 BeginEpochResp e5 FENCED_LEADER_EPOCH" in without
+    assert any(re.search(r"n1: role=unattached epoch=5 .*learned of epoch 5 from 3", line) for line in without)
     assert not numbers(r"n3: role=leader epoch=(\d+)", without)
 
 

@@ -69,11 +69,41 @@ def test_pre_vote_keeps_a_healthy_leader_after_a_partition_heals(seed):
 @pytest.mark.parametrize("seed", range(5))
 def test_without_pre_vote_a_healed_node_deposes_the_leader(seed):
     """The disruption pre-vote exists to prevent: the isolated node's epoch
-    grows, and its higher-epoch Vote forces the leader out."""
+    grows. The voters refuse its Votes while they hear the leader (the
+    leader lease, Raft thesis §4.2.3), but it cannot follow a leader of an
+    earlier epoch: its refusal of the leader's BeginQuorumEpoch carries its
+    later epoch back, and that forces the leader out."""
     result = run_scenario("partition-heal-disruption", seed, SimOptions(pre_vote=False))
     assert result.valid, result.violation  # safe, merely disruptive
     assert result.extra["isolated_epoch"] > result.extra["epoch_before"]
     assert result.extra["leader_kept"] is False
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_flood_of_forged_votes_neither_deposes_the_leader_nor_stops_writes(seed):
+    """Issue 15 (Raft thesis §4.2.3): a rogue process floods every voter with
+    Votes and pre-votes of ever higher epochs, forged as coming from the
+    other voters. The leader lease refuses every one: no epoch moves, the
+    leader keeps leading, and a write every 100 ms keeps committing."""
+    result = run_scenario("vote-flood", seed)
+    assert result.valid, result.violation
+    assert result.extra["leader_kept"] is True
+    assert result.extra["epoch_rise"] == 0
+    assert result.extra["forged"] > 10_000 and result.extra["forged_epoch_max"] > 10_000
+    assert result.extra["votes_ignored_leader_alive"] == result.extra["forged"]
+    assert result.extra["write_gap_max_ms"] < 200
+    assert result.extra["writes_ok"] >= 45
+
+
+def test_without_check_quorum_there_is_no_lease_and_the_flood_stops_writes():
+    """The teaching switch turns the lease off with check quorum (as etcd
+    ties its lease to checkQuorum): the same flood then drives the epoch up
+    by thousands and no write commits while it lasts, as measured against
+    real processes in issue 15."""
+    result = run_scenario("vote-flood", 0, SimOptions(check_quorum=False))
+    assert not result.valid and result.failure_class == "liveness"
+    assert result.extra["epoch_rise"] > 1000
+    assert result.extra["writes_ok"] == 0
 
 
 def test_leader_crash_fails_over_within_election_timeout_plus_round_trips_at_the_median():
