@@ -46,6 +46,9 @@ from ._types import ElectionState, Entry, RecordKind, SnapshotId
 
 logger = logging.getLogger("pykraft.quorum")
 
+# At most one "dropped a message" line per this much logical time.
+_PROTOCOL_ERROR_LOG_INTERVAL_MS = 10_000
+
 #: ``done(result, error)``: exactly one of them is not None (a read's or a
 #: proposal's result may be falsy, never None).
 Done = Callable[[Any, BaseException | None], None]
@@ -237,6 +240,10 @@ class ReplicaHost:
         # the core's hooks stay the ones it was built with.
         self._fetch_extension_provider: Callable[[], Any] | None = None
         self._fetch_extension_consumer: Callable[[Any], None] | None = None
+        # Logical ms of the last protocol-error log line, and how many were
+        # held back since: a hostile peer must not be able to flood the log.
+        self._protocol_error_logged_ms: int | None = None
+        self._protocol_errors_held = 0
         # The core's log starts at the snapshot: records still on disk behind
         # it are not loaded, since the epoch just before them is not known (a
         # follower that far behind takes the snapshot instead).
@@ -253,8 +260,28 @@ class ReplicaHost:
                 fetch_extension_handler=self._on_fetch_extension if application is not None else None,
                 fetch_extension_provider=self._provide_fetch_extension,
                 fetch_extension_consumer=self._consume_fetch_extension,
+                protocol_error=self._log_protocol_error,
             ),
             fetch_session=fetch_session,
+        )
+
+    def _log_protocol_error(self, description: str) -> None:
+        """The core dropped a message it could not act on (out of range, from
+        a non-voter...): one log line per ``_PROTOCOL_ERROR_LOG_INTERVAL_MS``
+        of logical time, saying how many were held back; the core counts
+        them all (``QuorumNode.counters``)."""
+        now_ms = self.core.current_tick * self.config.tick_ms
+        last_ms = self._protocol_error_logged_ms
+        if last_ms is not None and now_ms - last_ms < _PROTOCOL_ERROR_LOG_INTERVAL_MS:
+            self._protocol_errors_held += 1
+            return
+        held, self._protocol_errors_held = self._protocol_errors_held, 0
+        self._protocol_error_logged_ms = now_ms
+        logger.warning(
+            "node %d: %s%s",
+            self.config.node_id,
+            description,
+            f" ({held} more since the last such line)" if held else "",
         )
 
     # =====================================================================

@@ -2,6 +2,7 @@
 output durable at once. The runtime and the simulator drive this same
 object; these tests pin what it promises them."""
 
+import logging
 import random
 from collections import deque
 from typing import Any
@@ -14,7 +15,9 @@ from quorum import (
     QuorumConfig,
     ReplicaHost,
     Role,
+    VoteRequest,
 )
+from quorum._types import EPOCH_MAX
 
 
 class InstantDisk:
@@ -173,3 +176,23 @@ def test_recovery_starts_the_log_at_the_snapshot_and_restores_the_machine_from_i
     # epoch before them is not known.
     assert (host.core.log.start_offset, host.core.log.end_offset) == (10, 14)
     assert host.applied_offset == 10 and machine.snapshot() == source.snapshot()
+
+
+def test_messages_the_core_drops_are_logged_once_per_interval_with_a_count(caplog) -> None:
+    """A hostile peer's out-of-range messages reach the log as one line per
+    interval of logical time, not one per message."""
+    host, disk, _machine = new_host()
+    elect(host, disk)
+    forged = VoteRequest(src=9, dst=1, epoch=EPOCH_MAX + 1, last_epoch=0, end_offset=0, pre_vote=False)
+    with caplog.at_level(logging.WARNING, logger="pykraft.quorum"):
+        for _ in range(50):
+            host.step(forged)
+        for _ in range(1_001):  # past the 10 s interval, at 10 ms a tick
+            host.tick()
+            disk.settle(host)
+        host.step(forged)
+    lines = [record.getMessage() for record in caplog.records if "dropped" in record.getMessage()]
+    assert len(lines) == 2, lines
+    assert "49 more since the last such line" in lines[1]
+    assert host.core.counters["messages_out_of_range"] == 51
+    assert host.core.role is Role.LEADER
