@@ -15,7 +15,9 @@ anomalies; ``witnesses`` lists the first ones by history index, with the exact
 operations), ``skipped`` (the input has nothing this check can look at;
 ``reason`` says what is missing) or ``unknown`` (linearizability only: a key
 ran out of budget). ``valid`` is false if any check fails, else "unknown" if
-any check is unknown, else true: ``unknown`` is never a pass.
+any check is unknown, else "nothing to check" if every check was skipped (an
+empty history, or one with only nemesis events), else true: ``unknown`` and
+"nothing to check" are never a pass.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ PASS = "pass"
 FAIL = "fail"
 SKIPPED = "skipped"
 UNKNOWN = "unknown"
+# The verdict of a history in which no check found anything to look at.
+NOTHING_TO_CHECK = "nothing to check"
 
 # Every check, in the order results and the summary list them.
 CHECK_NAMES = (
@@ -147,12 +151,15 @@ def linearizability_check(
 
 
 def history_verdict(checks: Mapping[str, Mapping[str, Any]]) -> bool | str:
-    """false if any check failed, "unknown" if any is unknown, else true."""
+    """false if any check failed, "unknown" if any is unknown, "nothing to
+    check" if every check was skipped, else true."""
     statuses = {check["status"] for check in checks.values()}
     if FAIL in statuses:
         return False
     if UNKNOWN in statuses:
         return UNKNOWN
+    if statuses <= {SKIPPED}:
+        return NOTHING_TO_CHECK
     return True
 
 
@@ -257,9 +264,10 @@ def print_summary(results: Sequence[HistoryResult], *, seconds: float | None = N
         keys_text = f"{keys['linearizable']}/{keys['not-linearizable']}/{keys['unknown']}" if keys else "-"
         failed = ", ".join(f"{name}×{result.checks[name]['count']}" for name in result.failed_checks())
         style = {True: "green", False: "red"}.get(result.valid, "yellow")  # type: ignore[arg-type]
+        verdict = result.valid if result.valid == NOTHING_TO_CHECK else json.dumps(result.valid)
         table.add_row(
             result.history,
-            f"[{style}]{json.dumps(result.valid)}[/{style}]",
+            f"[{style}]{verdict}[/{style}]",
             str(result.stats.get("operations", "")),
             failed or "-",
             keys_text,
@@ -272,18 +280,33 @@ def print_summary(results: Sequence[HistoryResult], *, seconds: float | None = N
                 console.print(f"[red]{result.history}[/red] {name}: {describe_witness(name, witnesses[0])}", highlight=False)
     invalid = sum(1 for r in results if r.valid is False)
     unknown = sum(1 for r in results if r.valid == UNKNOWN)
-    line = f"{len(results)} histories: {len(results) - invalid - unknown} valid, {invalid} invalid, {unknown} unknown"
+    empty = sum(1 for r in results if r.valid == NOTHING_TO_CHECK)
+    line = (
+        f"{len(results)} histories: {len(results) - invalid - unknown - empty} valid, {invalid} invalid, {unknown} unknown"
+    )
+    if empty:
+        line += f", {empty} with nothing to check (no client operations, node events or log dumps)"
     if seconds is not None:
         line += f" ({seconds:.1f} s)"
     console.print(line, highlight=False)
 
 
+# Exit codes of ``jepsen-like check`` (2, bad usage or input, is the CLI's).
+EXIT_VALID = 0
+EXIT_INVALID = 1
+EXIT_UNKNOWN = 3
+EXIT_NOTHING_TO_CHECK = 4
+
+
 def exit_code(results: Iterable[HistoryResult]) -> int:
     """0 when every history is valid, 1 when any is invalid, 3 when none is
-    invalid but some are unknown. (2 is click's: bad usage or input.)"""
+    invalid but some are unknown, 4 when none is invalid or unknown but some
+    had nothing to check. (2 is click's: bad usage or input.)"""
     verdicts = [result.valid for result in results]
     if any(verdict is False for verdict in verdicts):
-        return 1
+        return EXIT_INVALID
     if any(verdict == UNKNOWN for verdict in verdicts):
-        return 3
-    return 0
+        return EXIT_UNKNOWN
+    if any(verdict == NOTHING_TO_CHECK for verdict in verdicts):
+        return EXIT_NOTHING_TO_CHECK
+    return EXIT_VALID
