@@ -358,14 +358,18 @@ def _side_errors(frame: DataFrame, required: Mapping[str, Sequence[str]] | Seque
     )
 
 
-def materialize(frame: DataFrame) -> DataFrame:
+def materialize(frame: DataFrame, *, eager: bool = True) -> DataFrame:
     """Compute ``frame`` once and keep it, under a plan without lineage.
     Every later query over it is then analysed and optimised against that
     short plan: with the full read-pair-join plan underneath, building the
     tier-1 queries alone took seconds. Kept on local disk (the OS caches it),
     not in Spark's memory: a ten-million-operation history in the memory
-    store starved the sorts and aggregations of execution memory."""
-    return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
+    store starved the sorts and aggregations of execution memory.
+
+    ``eager``: computed now, in a job of its own; else by the first job that
+    reads it (one job fewer: what a small input's check pays is per job, not
+    per row)."""
+    return frame.localCheckpoint(eager=eager, storageLevel=StorageLevel.DISK_ONLY)
 
 
 def _duplicate_indexes(kept: DataFrame) -> DataFrame:
@@ -420,8 +424,9 @@ class Loaded:
             release(frame)
 
 
-def load(spark: SparkSession, sources: Sequence[HistorySource]) -> Loaded:
-    """Read and validate every history and its side files.
+def load(spark: SparkSession, sources: Sequence[HistorySource], *, eager: bool = True) -> Loaded:
+    """Read and validate every history and its side files (``eager``: see
+    :func:`materialize`).
 
     Raises :class:`HistoryFormatError` listing the first malformed events or
     records (file, event index or record text, and what is wrong).
@@ -437,7 +442,8 @@ def load(spark: SparkSession, sources: Sequence[HistorySource]) -> Loaded:
     kept = materialize(
         paired.select("*", error.alias("error_message")).where(
             F.col("error_message").isNotNull() | (F.col("type") == "invoke") | (F.col("process") == NEMESIS)
-        )
+        ),
+        eager=eager,
     )
     errors = kept.where(F.col("error_message").isNotNull()).select(
         "hid", "index", F.col("error_message").alias("message"), F.col(CORRUPT).alias("raw")
@@ -469,8 +475,8 @@ def load(spark: SparkSession, sources: Sequence[HistorySource]) -> Loaded:
     # Side files arrive in as many partitions as file splits (one partition
     # of a big log dump can hold millions of records): spread them first.
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    node_events = materialize(node_events.repartition(partitions)) if node_events is not None else None
-    log_dumps = materialize(log_dumps.repartition(partitions)) if log_dumps is not None else None
+    node_events = materialize(node_events.repartition(partitions), eager=eager) if node_events is not None else None
+    log_dumps = materialize(log_dumps.repartition(partitions), eager=eager) if log_dumps is not None else None
     side_errors = []
     if node_events is not None:
         side_errors.append(_side_errors(node_events, _NODE_EVENT_REQUIRED, kinds=True))

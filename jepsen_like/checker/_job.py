@@ -111,7 +111,8 @@ def check_sources(
     timings = timings if timings is not None else {}
     clock = time.monotonic()
     run_conf = {"spark.sql.shuffle.partitions": str(shuffle_partitions(spark, sources))}
-    if estimated_events(sources) <= SMALL_INPUT_EVENTS_MAX:
+    small_input = estimated_events(sources) <= SMALL_INPUT_EVENTS_MAX
+    if small_input:
         run_conf.update(_SMALL_INPUT_CONF)
     previous_conf = {name: spark.conf.get(name, None) for name in run_conf}
     for name, value in run_conf.items():
@@ -126,13 +127,13 @@ def check_sources(
     loaded: Loaded | None = None
     ops: DataFrame | None = None
     try:
-        loaded = load(spark, sources)
+        loaded = load(spark, sources, eager=not small_input)
         model_names = {
             hid: resolve_model_name(source, loaded.operation_names[hid], model) for hid, source in enumerate(sources)
         }
         models = {hid: get_model(name) for hid, name in model_names.items()}
         lap("load_s")
-        ops = materialize(build_operations(loaded.paired, models))
+        ops = materialize(build_operations(loaded.paired, models), eager=not small_input)
         counts = _operation_counts(ops, models, sources)
         release(loaded.paired)
         side = _side_counts(loaded, len(sources))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import shutil
 import sys
@@ -52,7 +53,10 @@ def _package_zip() -> Path:
 
 
 def _log4j_file() -> Path:
-    path = Path(tempfile.gettempdir()) / "jepsen-like-log4j2.properties"
+    # Named after its content: checkouts with different settings on one
+    # machine must not rewrite each other's file under a starting JVM.
+    digest = hashlib.sha256(_LOG4J2_PROPERTIES.encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"jepsen-like-log4j2-{digest}.properties"
     if not path.exists() or path.read_text() != _LOG4J2_PROPERTIES:
         path.write_text(_LOG4J2_PROPERTIES)
     return path
