@@ -15,9 +15,11 @@ anomalies; ``witnesses`` lists the first ones by history index, with the exact
 operations), ``skipped`` (the input has nothing this check can look at;
 ``reason`` says what is missing) or ``unknown`` (linearizability only: a key
 ran out of budget). ``valid`` is false if any check fails, else "unknown" if
-any check is unknown, else "nothing to check" if every check was skipped (an
-empty history, or one with only nemesis events), else true: ``unknown`` and
-"nothing to check" are never a pass.
+any check is unknown, else true: ``unknown`` is never a pass.
+``nothing_to_check`` is true when every check was skipped (an empty history,
+or one with only nemesis events): such a history is trivially valid, as
+Porcupine and Knossos say, but it proves nothing, and the command line says
+so (and exits 4).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ PASS = "pass"
 FAIL = "fail"
 SKIPPED = "skipped"
 UNKNOWN = "unknown"
-# The verdict of a history in which no check found anything to look at.
+# What the summary says of a history in which no check found anything to look at.
 NOTHING_TO_CHECK = "nothing to check"
 
 # Every check, in the order results and the summary list them.
@@ -151,15 +153,12 @@ def linearizability_check(
 
 
 def history_verdict(checks: Mapping[str, Mapping[str, Any]]) -> bool | str:
-    """false if any check failed, "unknown" if any is unknown, "nothing to
-    check" if every check was skipped, else true."""
+    """false if any check failed, "unknown" if any is unknown, else true."""
     statuses = {check["status"] for check in checks.values()}
     if FAIL in statuses:
         return False
     if UNKNOWN in statuses:
         return UNKNOWN
-    if statuses <= {SKIPPED}:
-        return NOTHING_TO_CHECK
     return True
 
 
@@ -178,6 +177,11 @@ class HistoryResult:
     def valid(self) -> bool | str:
         return history_verdict(self.checks)
 
+    @property
+    def nothing_to_check(self) -> bool:
+        """Every check was skipped: the history had nothing any check looks at."""
+        return all(check["status"] == SKIPPED for check in self.checks.values())
+
     def failed_checks(self) -> list[str]:
         return [name for name in CHECK_NAMES if self.checks.get(name, {}).get("status") == FAIL]
 
@@ -188,6 +192,7 @@ class HistoryResult:
             "model": self.model,
             "checker": self.checker,
             "valid": self.valid,
+            "nothing_to_check": self.nothing_to_check,
             "stats": dict(self.stats),
             "checks": {name: dict(self.checks[name]) for name in CHECK_NAMES if name in self.checks},
         }
@@ -263,8 +268,8 @@ def print_summary(results: Sequence[HistoryResult], *, seconds: float | None = N
         keys = result.checks.get("linearizability", {}).get("keys")
         keys_text = f"{keys['linearizable']}/{keys['not-linearizable']}/{keys['unknown']}" if keys else "-"
         failed = ", ".join(f"{name}×{result.checks[name]['count']}" for name in result.failed_checks())
-        style = {True: "green", False: "red"}.get(result.valid, "yellow")  # type: ignore[arg-type]
-        verdict = result.valid if result.valid == NOTHING_TO_CHECK else json.dumps(result.valid)
+        style = "yellow" if result.nothing_to_check else {True: "green", False: "red"}.get(result.valid, "yellow")  # type: ignore[arg-type]
+        verdict = NOTHING_TO_CHECK if result.nothing_to_check else json.dumps(result.valid)
         table.add_row(
             result.history,
             f"[{style}]{verdict}[/{style}]",
@@ -280,7 +285,7 @@ def print_summary(results: Sequence[HistoryResult], *, seconds: float | None = N
                 console.print(f"[red]{result.history}[/red] {name}: {describe_witness(name, witnesses[0])}", highlight=False)
     invalid = sum(1 for r in results if r.valid is False)
     unknown = sum(1 for r in results if r.valid == UNKNOWN)
-    empty = sum(1 for r in results if r.valid == NOTHING_TO_CHECK)
+    empty = sum(1 for r in results if r.nothing_to_check)
     line = (
         f"{len(results)} histories: {len(results) - invalid - unknown - empty} valid, {invalid} invalid, {unknown} unknown"
     )
@@ -302,11 +307,12 @@ def exit_code(results: Iterable[HistoryResult]) -> int:
     """0 when every history is valid, 1 when any is invalid, 3 when none is
     invalid but some are unknown, 4 when none is invalid or unknown but some
     had nothing to check. (2 is click's: bad usage or input.)"""
+    results = list(results)
     verdicts = [result.valid for result in results]
     if any(verdict is False for verdict in verdicts):
         return EXIT_INVALID
     if any(verdict == UNKNOWN for verdict in verdicts):
         return EXIT_UNKNOWN
-    if any(verdict == NOTHING_TO_CHECK for verdict in verdicts):
+    if any(result.nothing_to_check for result in results):
         return EXIT_NOTHING_TO_CHECK
     return EXIT_VALID

@@ -19,7 +19,9 @@ def test_unknown_is_never_a_pass_and_fail_wins():
     assert history_verdict({"a": {"status": "pass"}, "b": {"status": "skipped"}}) is True
     assert history_verdict({"a": {"status": "pass"}, "b": {"status": "unknown"}}) == "unknown"
     assert history_verdict({"a": {"status": "fail"}, "b": {"status": "unknown"}}) is False
-    assert history_verdict({"a": {"status": "skipped"}, "b": {"status": "skipped"}}) == "nothing to check"
+    assert history_verdict({"a": {"status": "skipped"}, "b": {"status": "skipped"}}) is True
+    assert result("e", {"a": "skipped", "b": "skipped"}).nothing_to_check
+    assert not result("v", {"a": "skipped", "b": "pass"}).nothing_to_check
 
 
 def test_exit_codes():
