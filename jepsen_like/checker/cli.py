@@ -79,6 +79,12 @@ def check_command(
 
             if spark_log is None and out is not None:
                 spark_log = (out if out.is_dir() else out.parent) / "spark.log"
+            if spark_log is not None:
+                try:
+                    spark_log.parent.mkdir(parents=True, exist_ok=True)
+                    spark_log.open("a").close()
+                except OSError as error:
+                    raise _InputError(f"cannot write the Spark log {spark_log}: {error}") from None
             results = check(
                 list(paths), model=model, spark_master=spark_master, budget_s=budget_s,
                 max_witnesses=max_witnesses, all_keys=all_keys, linearizability=not skip_linearizability,
