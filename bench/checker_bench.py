@@ -12,6 +12,10 @@ case's own):
   10,000 keys (--quick: 100k over 1,000);
 - the pure-Python reference checker on the sizes it can finish (each size
   has a time limit), next to the Spark job on the same histories;
+- small histories end to end, as a user runs them (``jepsen-like check
+  PATH`` in a fresh process: interpreter, Spark session and check): a
+  3-operation register history and a ~5,000-operation synthetic one
+  (the target: under 8 s for any history under 10,000 operations);
 - the 102 Porcupine etcd histories: the Spark job's time with session start
   separated, the pure-Python WGL search alone, and the reference checker
   (Porcupine, in Go, takes about 0.6-1.5 s on this machine).
@@ -160,7 +164,27 @@ def _case_wgl(case: dict[str, Any]) -> dict[str, Any]:
     return {"load_s": load_s, "search_s": search_s, "verdicts": dict(verdicts), "slowest": [round(slowest[0], 3), slowest[1]]}
 
 
-CASES = {"synth": _case_synth, "spark": _case_spark, "reference": _case_reference, "wgl": _case_wgl}
+def _case_cli(case: dict[str, Any]) -> dict[str, Any]:
+    """``jepsen-like check PATH`` end to end, in a process of its own."""
+    command = [sys.executable, "-m", "jepsen_like.checker", "check", *case["paths"], "--spark-master", MASTER,
+               "--spark-log", case["spark_log"]]
+    started = time.monotonic()
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    return {"wall_s": time.monotonic() - started, "exit_code": completed.returncode,
+            "stderr_chars": len(completed.stderr)}
+
+
+THREE_OPERATION_HISTORY = [
+    {"index": 0, "time": 0, "process": 0, "type": "invoke", "f": "write", "key": "x", "value": 1},
+    {"index": 1, "time": 1_000_000, "process": 0, "type": "ok", "f": "write", "key": "x", "value": 1},
+    {"index": 2, "time": 2_000_000, "process": 1, "type": "invoke", "f": "read", "key": "x", "value": None},
+    {"index": 3, "time": 3_000_000, "process": 1, "type": "ok", "f": "read", "key": "x", "value": 1},
+    {"index": 4, "time": 4_000_000, "process": 0, "type": "invoke", "f": "write", "key": "x", "value": 2},
+    {"index": 5, "time": 5_000_000, "process": 0, "type": "ok", "f": "write", "key": "x", "value": 2},
+]
+
+
+CASES = {"synth": _case_synth, "spark": _case_spark, "reference": _case_reference, "wgl": _case_wgl, "cli": _case_cli}
 
 
 def _run_case_here(case: dict[str, Any]) -> None:
@@ -225,6 +249,21 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"quick": arguments.quick, "master": MASTER, "cpus": os.cpu_count()}
     _say(f"checker benchmark ({'quick' if arguments.quick else 'full'} sizes), datasets in {work}, Spark master {MASTER}")
     try:
+        # Small histories, end to end.
+        three = work / "three-operations.jsonl"
+        three.write_text("".join(json.dumps(event) + "\n" for event in THREE_OPERATION_HISTORY))
+        five_thousand = work / "small-5000"
+        made = _run_case({"kind": "synth", "directory": str(five_thousand), "ops": 5_000, "keys": 10,
+                          "processes": 10, "format": "jsonl"})
+        report["small"] = {}
+        for label, path, operations in (("3 ops", three, 3), ("5,000 ops", five_thousand, made["operations"])):
+            result = _run_case({"kind": "cli", "paths": [str(path)], "spark_log": str(work / "small-spark.log")})
+            report["small"][label] = result
+            _say(
+                f"small history, {operations:,} ops, `jepsen-like check` end to end: {result['wall_s']:.1f} s wall "
+                f"(exit {result['exit_code']}, {result['stderr_chars']} characters on stderr)"
+            )
+
         # Tier 1.
         report["tier1"] = {}
         for size in tier1_sizes:

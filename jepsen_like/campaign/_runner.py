@@ -316,7 +316,8 @@ class Campaign:
             if self.options.checker == "reference":
                 [checked] = check_reference([str(self.run_dir)])
             else:
-                [checked] = check([str(self.run_dir)], spark=self.spark)
+                # A session started here writes Spark's output to the run's logs.
+                [checked] = check([str(self.run_dir)], spark=self.spark, spark_log=self.run_dir / "logs" / "spark.log")
         except Exception as error:  # noqa: BLE001 - reported, not raised: the run's data stays
             logger.exception("the checker failed")
             result.checker_error = f"{type(error).__name__}: {error}"

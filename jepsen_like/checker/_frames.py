@@ -6,8 +6,10 @@ live in the same DataFrames, so one Spark job checks them all. Per-history
 settings (model, bounds, offset scope) are map literals keyed by ``hid``.
 
 Values stay JSON: ``arg`` / ``ret`` are the canonical JSON text of the invoke
-and completion values (Spark's ``to_json`` of the parsed value), which is
-what equality between values means here.
+and completion values (``_models.canonical_json`` of the value as Python's
+``json`` module reads it), which is what equality between values means here:
+``1`` and ``1.0`` differ, as they do in Jepsen and Knossos (docs/checker.md,
+"Numbers").
 """
 
 from __future__ import annotations
@@ -32,10 +34,16 @@ from jepsen_like.checker._load import (
     NEMESIS,
     _NODE_EVENT_REQUIRED,
     HistorySource,
+    locate_lines,
 )
-from jepsen_like.checker._models import READ_MODES, Model
+from jepsen_like.checker._models import READ_MODES, Model, variant_json
 
 CORRUPT = "_corrupt_record"
+# Each event's id within its history's scan: two rows of one history with the
+# same row_id are the same event (an invoke's completion is seen both on its
+# own and in the invoke's `next`), so an index seen twice is a duplicate only
+# when the row ids differ.
+ROW_ID = "row_id"
 ERRORS_SHOWN_MAX = 20
 
 HISTORY_SCHEMA = T.StructType(
@@ -134,6 +142,7 @@ def _read_json(spark: SparkSession, paths_by_hid: Mapping[int, Sequence[Path]], 
         .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", CORRUPT)
         .json(paths)
+        .withColumn(ROW_ID, F.monotonically_increasing_id())
         .withColumn("source_file", _file_path())
         .withColumn("hid", _hid_by_file(paths_by_hid).cast("int"))
     )
@@ -157,7 +166,8 @@ def _read_parquet_history(spark: SparkSession, source: HistorySource, hid: int) 
         else:
             selected.append(F.expr(f"try_cast(`{field.name}` AS {field.dataType.simpleString()})").alias(field.name))
     return raw.select(
-        *selected, corrupt.alias(CORRUPT), F.lit(str(source.path)).alias("source_file"), F.lit(hid).alias("hid")
+        *selected, corrupt.alias(CORRUPT), F.monotonically_increasing_id().alias(ROW_ID),
+        F.lit(str(source.path)).alias("source_file"), F.lit(hid).alias("hid"),
     )
 
 
@@ -199,7 +209,7 @@ def _read_side_files(spark: SparkSession, sources: Sequence[HistorySource], attr
             else:
                 json_paths.setdefault(hid, []).append(path)
     if json_paths:
-        frames.insert(0, _read_json(spark, json_paths, schema))
+        frames.insert(0, _read_json(spark, json_paths, schema).drop(ROW_ID))
     if not frames:
         return None
     return reduce(DataFrame.unionByName, frames)
@@ -247,7 +257,7 @@ def _pair(events: DataFrame) -> DataFrame:
     following = F.lead(
         F.struct(
             "type", "time", "index", "f", "key", "value", "node", "offset", "epoch", "mode", "final",
-            "write_id", "broker_id", "broker_epoch", "error",
+            "write_id", "broker_id", "broker_epoch", "error", ROW_ID,
         )
     ).over(by_process)
     return events.select("*", F.lag("type").over(by_process).alias("prev_type"), following.alias("next"))
@@ -284,13 +294,35 @@ def _pairing_checks() -> list[tuple[Column, Column]]:
 
 
 def _raise_errors(rows: list, sources: Sequence[HistorySource], what: str) -> None:
+    """Raise one :class:`HistoryFormatError` for the error rows (``hid``,
+    ``index``, ``message``, ``raw``: a corrupt line's text), naming each
+    JSON-lines event by file and line, as the reference checker does."""
     if not rows:
         return
+    shown = rows[:ERRORS_SHOWN_MAX]
+    located: dict[int, tuple[dict[int, list[int]], dict[str, int]]] = {}
+    for hid in sorted({row["hid"] for row in shown if row["hid"] is not None}):
+        if sources[hid].file_format == "jsonl":
+            indexes = {row["index"] for row in shown if row["hid"] == hid and row["index"] is not None}
+            raw_lines = {row["raw"] for row in shown if row["hid"] == hid and row["raw"] is not None}
+            located[hid] = locate_lines(sources[hid].path, indexes, raw_lines)
     lines = []
-    for row in rows[:ERRORS_SHOWN_MAX]:
+    for row in shown:
         path = sources[row["hid"]].path if row["hid"] is not None else "(unknown file)"
-        where = f"event index {row['index']}" if row["index"] is not None else "a line"
-        lines.append(f"{path}: {where}: {row['message']}")
+        by_index, by_text = located.get(row["hid"], ({}, {}))
+        numbers = by_index.get(row["index"], []) if row["index"] is not None else []
+        if row["raw"] is not None and row["raw"] in by_text:
+            numbers = [by_text[row["raw"]]]
+        message = row["message"]
+        if len(numbers) > 1:
+            # A duplicated index: name the later line, as a reader meets it.
+            message += " (also at line " + ", ".join(str(n) for n in numbers[:-1]) + ")"
+        where = f"{path}:{numbers[-1]}" if numbers else str(path)
+        if row["index"] is not None:
+            where += f": event index {row['index']}"
+        elif not numbers:
+            where += ": a line"
+        lines.append(f"{where}: {message}")
     more = "" if len(rows) <= ERRORS_SHOWN_MAX else f"\n(and more; the first {ERRORS_SHOWN_MAX} are shown)"
     raise HistoryFormatError(f"malformed {what}:\n" + "\n".join(lines) + more)
 
@@ -326,30 +358,40 @@ def _side_errors(frame: DataFrame, required: Mapping[str, Sequence[str]] | Seque
     )
 
 
-def materialize(frame: DataFrame) -> DataFrame:
+def materialize(frame: DataFrame, *, eager: bool = True) -> DataFrame:
     """Compute ``frame`` once and keep it, under a plan without lineage.
     Every later query over it is then analysed and optimised against that
     short plan: with the full read-pair-join plan underneath, building the
     tier-1 queries alone took seconds. Kept on local disk (the OS caches it),
     not in Spark's memory: a ten-million-operation history in the memory
-    store starved the sorts and aggregations of execution memory."""
-    return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
+    store starved the sorts and aggregations of execution memory.
+
+    ``eager``: computed now, in a job of its own; else by the first job that
+    reads it (one job fewer: what a small input's check pays is per job, not
+    per row)."""
+    return frame.localCheckpoint(eager=eager, storageLevel=StorageLevel.DISK_ONLY)
 
 
 def _duplicate_indexes(kept: DataFrame) -> DataFrame:
-    """(hid, index, message) for every index seen twice in a history. Sorts
-    rather than hashes: equal indexes meet in one bucket of a window (a hash
-    aggregation over tens of millions of distinct indexes ran out of memory)."""
-    own = kept.select("hid", "index")
+    """(hid, index, message, raw) for every index two different events of a
+    history carry. Sorts rather than hashes: equal indexes meet in one bucket
+    of a window (a hash aggregation over tens of millions of distinct indexes
+    ran out of memory). A completion kept on its own (because it is
+    malformed) is also its invoke's ``next``: the same row id, not a
+    duplicate."""
+    own = kept.select("hid", "index", ROW_ID)
     completions = kept.where(
         (F.col("process") != NEMESIS) & (F.col("type") == "invoke") & F.col("next.type").isin(*COMPLETION_TYPES)
-    ).select("hid", F.col("next.index").alias("index"))
+    ).select("hid", F.col("next.index").alias("index"), F.col(f"next.{ROW_ID}").alias(ROW_ID))
     indexes = own.unionByName(completions).where(F.col("index").isNotNull())
-    bucket = Window.partitionBy("hid", F.pmod(F.col("index"), F.lit(64))).orderBy("index")
+    bucket = Window.partitionBy("hid", F.pmod(F.col("index"), F.lit(64))).orderBy("index", ROW_ID)
+    previous = F.lag(F.struct("index", ROW_ID)).over(bucket)
     return (
-        indexes.select("hid", "index", F.lag("index").over(bucket).alias("previous"))
-        .where(F.col("previous") == F.col("index"))
-        .select("hid", "index", F.lit("index appears more than once").alias("message"))
+        indexes.select("hid", "index", ROW_ID, previous.alias("previous"))
+        .where((F.col("previous.index") == F.col("index")) & (F.col(f"previous.{ROW_ID}") != F.col(ROW_ID)))
+        .select(
+            "hid", "index", F.lit("index appears more than once").alias("message"), F.lit(None).cast("string").alias("raw")
+        )
     )
 
 
@@ -382,8 +424,9 @@ class Loaded:
             release(frame)
 
 
-def load(spark: SparkSession, sources: Sequence[HistorySource]) -> Loaded:
-    """Read and validate every history and its side files.
+def load(spark: SparkSession, sources: Sequence[HistorySource], *, eager: bool = True) -> Loaded:
+    """Read and validate every history and its side files (``eager``: see
+    :func:`materialize`).
 
     Raises :class:`HistoryFormatError` listing the first malformed events or
     records (file, event index or record text, and what is wrong).
@@ -399,9 +442,12 @@ def load(spark: SparkSession, sources: Sequence[HistorySource]) -> Loaded:
     kept = materialize(
         paired.select("*", error.alias("error_message")).where(
             F.col("error_message").isNotNull() | (F.col("type") == "invoke") | (F.col("process") == NEMESIS)
-        )
+        ),
+        eager=eager,
     )
-    errors = kept.where(F.col("error_message").isNotNull()).select("hid", "index", F.col("error_message").alias("message"))
+    errors = kept.where(F.col("error_message").isNotNull()).select(
+        "hid", "index", F.col("error_message").alias("message"), F.col(CORRUPT).alias("raw")
+    )
     error_rows = errors.unionByName(_duplicate_indexes(kept)).orderBy("hid", "index").limit(ERRORS_SHOWN_MAX + 1).collect()
     if error_rows:
         release(kept)
@@ -429,8 +475,8 @@ def load(spark: SparkSession, sources: Sequence[HistorySource]) -> Loaded:
     # Side files arrive in as many partitions as file splits (one partition
     # of a big log dump can hold millions of records): spread them first.
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    node_events = materialize(node_events.repartition(partitions)) if node_events is not None else None
-    log_dumps = materialize(log_dumps.repartition(partitions)) if log_dumps is not None else None
+    node_events = materialize(node_events.repartition(partitions), eager=eager) if node_events is not None else None
+    log_dumps = materialize(log_dumps.repartition(partitions), eager=eager) if log_dumps is not None else None
     side_errors = []
     if node_events is not None:
         side_errors.append(_side_errors(node_events, _NODE_EVENT_REQUIRED, kinds=True))
@@ -444,6 +490,34 @@ def load(spark: SparkSession, sources: Sequence[HistorySource]) -> Loaded:
             lines = [f"{row['source_file']}: {row['message']}" for row in rows[:ERRORS_SHOWN_MAX]]
             raise HistoryFormatError("malformed node events or log dumps:\n" + "\n".join(lines))
     return Loaded(kept, event_counts, operation_names, node_events, log_dumps)
+
+
+# Variant types whose JSON text Spark's to_json does not give exactly: a
+# decimal loses its trailing zeros (1.0 prints as 1, the integer's text), and
+# a VARIANT element type hides what is inside (a mixed array or object).
+_INEXACT_VARIANT_TYPES = "DECIMAL|DOUBLE|FLOAT|VARIANT"
+
+
+def _variant_text(value):  # type: ignore[no-untyped-def]  (no hints: Spark reads them as a UDF kind)
+    return None if value is None else variant_json(value.toPython())
+
+
+_exact_json_udf = F.udf(_variant_text, T.StringType())
+
+
+def exact_json(value: Column) -> Column:
+    """The canonical JSON text of a variant column, the text
+    ``canonical_json`` gives for the same JSON (null for a SQL null).
+
+    Spark's ``to_json`` is that text for integers, strings, booleans, null
+    and containers of them; values with a non-integer number anywhere go
+    through Python (rare in histories), where the variant still holds the
+    number as written."""
+    schema = F.call_function("schema_of_variant", value)
+    inexact = schema.rlike(_INEXACT_VARIANT_TYPES)
+    return F.when(value.isNull(), F.lit(None).cast("string")).when(
+        inexact, _exact_json_udf(F.when(inexact, value))
+    ).otherwise(F.to_json(value))
 
 
 def model_error(models: Mapping[int, Model]) -> Column:
@@ -524,10 +598,10 @@ def build_operations(paired: DataFrame, models: Mapping[int, Model]) -> DataFram
         F.when(completion & F.col("next.type").isin("ok", "fail"), F.col("next.time")).alias("t_done"),
         F.when(completion, F.col("next.index")).alias("complete_index"),
         F.when(completion, F.col("next.time")).alias("complete_time"),
-        F.coalesce(F.to_json(F.col("value")), F.lit("null")).alias("arg"),
-        F.when(completion, F.coalesce(F.to_json(F.col("next.value")), F.lit("null"))).alias("ret"),
-        F.to_json(F.expr("variant_get(value, '$[0]', 'variant')")).alias("cas_expected"),
-        F.to_json(F.expr("variant_get(value, '$[1]', 'variant')")).alias("cas_new"),
+        F.coalesce(exact_json(F.col("value")), F.lit("null")).alias("arg"),
+        F.when(completion, F.coalesce(exact_json(F.col("next.value")), F.lit("null"))).alias("ret"),
+        exact_json(F.expr("variant_get(value, '$[0]', 'variant')")).alias("cas_expected"),
+        exact_json(F.expr("variant_get(value, '$[1]', 'variant')")).alias("cas_new"),
         (
             F.expr("schema_of_variant(value)").startswith("ARRAY")
             & F.expr("variant_get(value, '$[1]', 'variant')").isNotNull()

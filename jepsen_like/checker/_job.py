@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any, Mapping, MutableMapping, Sequence
 
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -56,6 +57,7 @@ def check(
     linearizability: bool = True,
     spark: SparkSession | None = None,
     spark_conf: Mapping[str, str] | None = None,
+    spark_log: str | Path | None = None,
     timings: MutableMapping[str, float] | None = None,
 ) -> list[HistoryResult]:
     """Check histories with the Spark job.
@@ -70,8 +72,10 @@ def check(
     witnesses do not depend on the machine or its load. ``all_keys``: search every key
     even in histories another key has already refuted. ``linearizability``:
     False skips tier 2 (reported as skipped). ``spark``: a session
-    to use (else one is started on ``spark_master``). ``timings``, if given,
-    receives the seconds each phase took.
+    to use (else one is started on ``spark_master``, tuned for a short life
+    when the input is small, writing Spark's output to ``spark_log``; see
+    :func:`spark_session`). ``timings``, if given, receives the seconds each
+    phase took.
 
     Returns one :class:`HistoryResult` per history, in input order.
 
@@ -84,7 +88,10 @@ def check(
         raise ValueError(f"budget_steps must be positive, got {budget_steps}")
     sources = discover_histories([paths] if isinstance(paths, str) else paths)
     started = time.monotonic()
-    session = spark if spark is not None else spark_session(spark_master, conf=spark_conf)
+    session = spark
+    if session is None:
+        small = estimated_events(sources) <= SMALL_INPUT_EVENTS_MAX
+        session = spark_session(spark_master, conf=spark_conf, log_path=spark_log, small_input=small)
     if timings is not None:
         timings["session_s"] = time.monotonic() - started
     return check_sources(
@@ -107,8 +114,13 @@ def check_sources(
     """:func:`check` on already discovered histories, in a given session."""
     timings = timings if timings is not None else {}
     clock = time.monotonic()
-    previous_partitions = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(spark, sources)))
+    run_conf = {"spark.sql.shuffle.partitions": str(shuffle_partitions(spark, sources))}
+    small_input = estimated_events(sources) <= SMALL_INPUT_EVENTS_MAX
+    if small_input:
+        run_conf.update(_SMALL_INPUT_CONF)
+    previous_conf = {name: spark.conf.get(name, None) for name in run_conf}
+    for name, value in run_conf.items():
+        spark.conf.set(name, value)
 
     def lap(name: str) -> None:
         nonlocal clock
@@ -119,13 +131,13 @@ def check_sources(
     loaded: Loaded | None = None
     ops: DataFrame | None = None
     try:
-        loaded = load(spark, sources)
+        loaded = load(spark, sources, eager=not small_input)
         model_names = {
             hid: resolve_model_name(source, loaded.operation_names[hid], model) for hid, source in enumerate(sources)
         }
         models = {hid: get_model(name) for hid, name in model_names.items()}
         lap("load_s")
-        ops = materialize(build_operations(loaded.paired, models))
+        ops = materialize(build_operations(loaded.paired, models), eager=not small_input)
         counts = _operation_counts(ops, models, sources)
         release(loaded.paired)
         side = _side_counts(loaded, len(sources))
@@ -148,7 +160,11 @@ def check_sources(
         release(ops)
         if loaded is not None:
             loaded.release()
-        spark.conf.set("spark.sql.shuffle.partitions", previous_partitions)
+        for name, value in previous_conf.items():
+            if value is None:
+                spark.conf.unset(name)
+            else:
+                spark.conf.set(name, value)
 
     results = []
     for hid, source in enumerate(sources):
@@ -182,17 +198,38 @@ _PARQUET_BYTES_PER_EVENT = 8
 _EVENTS_PER_SHUFFLE_PARTITION = 1_000_000
 
 
-def shuffle_partitions(spark: SparkSession, sources: Sequence[HistorySource]) -> int:
-    """Shuffle partitions for this run: one per million events or so, at
-    least one per core. Tiny tasks cost more than they do (a run of a hundred
-    small histories is dominated by per-task overhead), big ones spill."""
+# Inputs up to about this many events (10,000 operations) are checked with
+# the settings below: their check is a few seconds of fixed cost, most of it
+# compiling and scheduling, not data.
+SMALL_INPUT_EVENTS_MAX = 20_000
+# Whole-stage code generation compiles every stage to Java byte code (tens
+# to hundreds of ms each, and the job has dozens), which pays back only on
+# many rows; adaptive execution re-plans after every shuffle for the same
+# reason. One shuffle partition: one task per stage.
+_SMALL_INPUT_CONF = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.shuffle.partitions": "1",
+}
+
+
+def estimated_events(sources: Sequence[HistorySource]) -> int:
+    """A rough count of the events (history, node events, log dumps) in
+    ``sources``, from file sizes."""
     events = 0
     for source in sources:
         for path in (source.path, *source.node_event_paths, *source.log_dump_paths):
             size = _size_bytes(path)
             events += size // (_PARQUET_BYTES_PER_EVENT if path.suffix == ".parquet" else _JSONL_BYTES_PER_EVENT)
+    return events
+
+
+def shuffle_partitions(spark: SparkSession, sources: Sequence[HistorySource]) -> int:
+    """Shuffle partitions for this run: one per million events or so, at
+    least one per core. Tiny tasks cost more than they do (a run of a hundred
+    small histories is dominated by per-task overhead), big ones spill."""
     cores = spark.sparkContext.defaultParallelism
-    return int(max(cores, min(1000, -(-events // _EVENTS_PER_SHUFFLE_PARTITION))))
+    return int(max(cores, min(1000, -(-estimated_events(sources) // _EVENTS_PER_SHUFFLE_PARTITION))))
 
 
 def _size_bytes(path: Any) -> int:

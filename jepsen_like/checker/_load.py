@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -253,6 +254,44 @@ def _iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield line_number, record
 
 
+_INDEX_FIELD = re.compile(r'"index"\s*:\s*(-?\d+)')
+
+
+def locate_lines(path: Path, indexes: set[int], raw_lines: set[str]) -> tuple[dict[int, list[int]], dict[str, int]]:
+    """Where events are in a JSON-lines file, for error messages: the line
+    numbers of the events whose ``index`` is in ``indexes`` (in file order),
+    and the first line number of each text in ``raw_lines`` (lines as
+    written, without their line break). Reads the file once; used only when
+    the Spark job has found something malformed.
+
+    Raises :class:`HistoryFormatError` when the file cannot be opened.
+    """
+    by_index: dict[int, list[int]] = {}
+    by_text: dict[str, int] = {}
+    if not indexes and not raw_lines:
+        return by_index, by_text
+    try:
+        handle = path.open("r", encoding="utf-8", errors="replace")
+    except OSError as error:
+        raise HistoryFormatError(f"{path}: cannot open: {error}") from None
+    with handle:
+        for line_number, line in enumerate(handle, start=1):
+            text = line.rstrip("\r\n")
+            if text in raw_lines and text not in by_text:
+                by_text[text] = line_number
+                continue
+            found = _INDEX_FIELD.search(text)
+            if found is None or int(found.group(1)) not in indexes:
+                continue
+            try:  # the first "index" in the text may be inside a value
+                record = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and _is_int(record.get("index")) and record["index"] in indexes:
+                by_index.setdefault(record["index"], []).append(line_number)
+    return by_index, by_text
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -463,6 +502,7 @@ __all__ = [
     "HistorySource",
     "OPTIONAL_FIELDS",
     "discover_histories",
+    "locate_lines",
     "pair_operations",
     "read_history_events",
     "read_log_dumps",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Callable, Hashable, Mapping
 
 from jepsen_like.checker._errors import HistoryFormatError
@@ -56,12 +57,35 @@ _REQUEST_SIDE_FIELDS = frozenset({"mode", "final", "write_id", "broker_id", "bro
 
 
 def canonical_json(value: Any) -> str:
-    """The one JSON text the checker compares values by.
+    """The one JSON text the checker compares values by (``value`` as
+    Python's ``json`` module decodes it).
 
-    Keys sorted, no spaces, non-ASCII kept: the same text Spark's ``to_json``
-    gives for a parsed JSON value, so both checkers compare alike.
+    Keys sorted, no spaces, non-ASCII kept. A number written with a fraction
+    or an exponent is a float and keeps a fraction in its text (``1.0``), an
+    integer has none (``1``): they differ, as Clojure's ``=`` on a Long and a
+    Double does in Jepsen and Knossos (docs/checker.md, "Numbers"). The Spark
+    job gets the same text through :func:`variant_json`.
     """
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _json_numbers(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        # A Spark variant keeps a JSON number with a fraction as a decimal
+        # with its scale (1.0: scale 1), and an integer too long for 64 bits
+        # as a decimal of scale 0.
+        return int(value) if value.as_tuple().exponent >= 0 else float(value)
+    if isinstance(value, list):
+        return [_json_numbers(item) for item in value]
+    if isinstance(value, dict):
+        return {name: _json_numbers(item) for name, item in value.items()}
+    return value
+
+
+def variant_json(value: Any) -> str:
+    """:func:`canonical_json` of a value decoded from a Spark variant
+    (``VariantVal.toPython()``), where numbers may be ``Decimal``."""
+    return canonical_json(_json_numbers(value))
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,10 @@ operations), ``skipped`` (the input has nothing this check can look at;
 ``reason`` says what is missing) or ``unknown`` (linearizability only: a key
 ran out of budget). ``valid`` is false if any check fails, else "unknown" if
 any check is unknown, else true: ``unknown`` is never a pass.
+``nothing_to_check`` is true when every check was skipped (an empty history,
+or one with only nemesis events): such a history is trivially valid, as
+Porcupine and Knossos say, but it proves nothing, and the command line says
+so (and exits 4).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ PASS = "pass"
 FAIL = "fail"
 SKIPPED = "skipped"
 UNKNOWN = "unknown"
+# What the summary says of a history in which no check found anything to look at.
+NOTHING_TO_CHECK = "nothing to check"
 
 # Every check, in the order results and the summary list them.
 CHECK_NAMES = (
@@ -171,6 +177,11 @@ class HistoryResult:
     def valid(self) -> bool | str:
         return history_verdict(self.checks)
 
+    @property
+    def nothing_to_check(self) -> bool:
+        """Every check was skipped: the history had nothing any check looks at."""
+        return all(check["status"] == SKIPPED for check in self.checks.values())
+
     def failed_checks(self) -> list[str]:
         return [name for name in CHECK_NAMES if self.checks.get(name, {}).get("status") == FAIL]
 
@@ -181,6 +192,7 @@ class HistoryResult:
             "model": self.model,
             "checker": self.checker,
             "valid": self.valid,
+            "nothing_to_check": self.nothing_to_check,
             "stats": dict(self.stats),
             "checks": {name: dict(self.checks[name]) for name in CHECK_NAMES if name in self.checks},
         }
@@ -256,10 +268,11 @@ def print_summary(results: Sequence[HistoryResult], *, seconds: float | None = N
         keys = result.checks.get("linearizability", {}).get("keys")
         keys_text = f"{keys['linearizable']}/{keys['not-linearizable']}/{keys['unknown']}" if keys else "-"
         failed = ", ".join(f"{name}×{result.checks[name]['count']}" for name in result.failed_checks())
-        style = {True: "green", False: "red"}.get(result.valid, "yellow")  # type: ignore[arg-type]
+        style = "yellow" if result.nothing_to_check else {True: "green", False: "red"}.get(result.valid, "yellow")  # type: ignore[arg-type]
+        verdict = NOTHING_TO_CHECK if result.nothing_to_check else json.dumps(result.valid)
         table.add_row(
             result.history,
-            f"[{style}]{json.dumps(result.valid)}[/{style}]",
+            f"[{style}]{verdict}[/{style}]",
             str(result.stats.get("operations", "")),
             failed or "-",
             keys_text,
@@ -272,18 +285,34 @@ def print_summary(results: Sequence[HistoryResult], *, seconds: float | None = N
                 console.print(f"[red]{result.history}[/red] {name}: {describe_witness(name, witnesses[0])}", highlight=False)
     invalid = sum(1 for r in results if r.valid is False)
     unknown = sum(1 for r in results if r.valid == UNKNOWN)
-    line = f"{len(results)} histories: {len(results) - invalid - unknown} valid, {invalid} invalid, {unknown} unknown"
+    empty = sum(1 for r in results if r.nothing_to_check)
+    line = (
+        f"{len(results)} histories: {len(results) - invalid - unknown - empty} valid, {invalid} invalid, {unknown} unknown"
+    )
+    if empty:
+        line += f", {empty} with nothing to check (no client operations, node events or log dumps)"
     if seconds is not None:
         line += f" ({seconds:.1f} s)"
     console.print(line, highlight=False)
 
 
+# Exit codes of ``jepsen-like check`` (2, bad usage or input, is the CLI's).
+EXIT_VALID = 0
+EXIT_INVALID = 1
+EXIT_UNKNOWN = 3
+EXIT_NOTHING_TO_CHECK = 4
+
+
 def exit_code(results: Iterable[HistoryResult]) -> int:
     """0 when every history is valid, 1 when any is invalid, 3 when none is
-    invalid but some are unknown. (2 is click's: bad usage or input.)"""
+    invalid but some are unknown, 4 when none is invalid or unknown but some
+    had nothing to check. (2 is click's: bad usage or input.)"""
+    results = list(results)
     verdicts = [result.valid for result in results]
     if any(verdict is False for verdict in verdicts):
-        return 1
+        return EXIT_INVALID
     if any(verdict == UNKNOWN for verdict in verdicts):
-        return 3
-    return 0
+        return EXIT_UNKNOWN
+    if any(result.nothing_to_check for result in results):
+        return EXIT_NOTHING_TO_CHECK
+    return EXIT_VALID

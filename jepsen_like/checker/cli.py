@@ -1,8 +1,9 @@
 """``jepsen-like check`` and ``jepsen-like synth``.
 
 Exit codes of ``check``: 0 every history valid; 1 some history invalid;
-3 none invalid but some unknown (a key ran out of budget); 2 bad usage or
-malformed input.
+3 none invalid but some unknown (a key ran out of budget); 4 none invalid or
+unknown, but some history had nothing to check (no client operations, node
+events or log dumps); 2 bad usage or malformed input.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ def _parse_conf(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--skip-linearizability", is_flag=True, help="Run tier 1 only.")
 @click.option("--reference", is_flag=True, help="Use the pure-Python reference checker instead of Spark (little histories only).")
 @click.option("--spark-conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")
+@click.option("--spark-log", type=click.Path(path_type=Path), default=None,
+              help="File Spark's own output is appended to (default: spark.log beside --out, else "
+                   "jepsen-like-check-spark.log in the temporary directory).")
 def check_command(
     paths: tuple[str, ...],
     model: str | None,
@@ -60,6 +64,7 @@ def check_command(
     skip_linearizability: bool,
     reference: bool,
     spark_conf: tuple[str, ...],
+    spark_log: Path | None,
 ) -> None:
     """Check histories (files, directories of them, campaign directories)."""
     from jepsen_like.checker._report import exit_code, print_summary, write_results
@@ -74,10 +79,18 @@ def check_command(
         else:
             from jepsen_like.checker._job import check
 
+            if spark_log is None and out is not None:
+                spark_log = (out if out.is_dir() else out.parent) / "spark.log"
+            if spark_log is not None:
+                try:
+                    spark_log.parent.mkdir(parents=True, exist_ok=True)
+                    spark_log.open("a").close()
+                except OSError as error:
+                    raise _InputError(f"cannot write the Spark log {spark_log}: {error}") from None
             results = check(
                 list(paths), model=model, spark_master=spark_master, budget_steps=budget_steps,
                 max_witnesses=max_witnesses, all_keys=all_keys, linearizability=not skip_linearizability,
-                spark_conf=conf,
+                spark_conf=conf, spark_log=spark_log,
             )
     except HistoryFormatError as error:
         raise _InputError(str(error)) from None

@@ -19,6 +19,9 @@ def test_unknown_is_never_a_pass_and_fail_wins():
     assert history_verdict({"a": {"status": "pass"}, "b": {"status": "skipped"}}) is True
     assert history_verdict({"a": {"status": "pass"}, "b": {"status": "unknown"}}) == "unknown"
     assert history_verdict({"a": {"status": "fail"}, "b": {"status": "unknown"}}) is False
+    assert history_verdict({"a": {"status": "skipped"}, "b": {"status": "skipped"}}) is True
+    assert result("e", {"a": "skipped", "b": "skipped"}).nothing_to_check
+    assert not result("v", {"a": "skipped", "b": "pass"}).nothing_to_check
 
 
 def test_exit_codes():
@@ -28,6 +31,11 @@ def test_exit_codes():
     assert exit_code([valid]) == 0
     assert exit_code([valid, unknown]) == 3
     assert exit_code([valid, unknown, invalid]) == 1
+    empty = result("e", {"stale-read": "skipped", "linearizability": "skipped"})
+    assert exit_code([empty]) == 4
+    assert exit_code([valid, empty]) == 4
+    assert exit_code([empty, unknown]) == 3
+    assert exit_code([empty, invalid]) == 1
 
 
 def test_linearizability_entry_counts_keys_and_orders_witnesses():

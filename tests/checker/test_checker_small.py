@@ -1,0 +1,156 @@
+"""Small and foreign histories: where a malformed event is (file and line)
+on the Spark path as on the reference path, histories with nothing to check,
+what the history format means by numbers, and the command line's quiet,
+logged Spark."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jepsen_like.checker import HistoryFormatError, check, check_reference, exit_code
+from jepsen_like.checker._report import EXIT_NOTHING_TO_CHECK
+
+pytestmark = pytest.mark.spark
+
+REPO = Path(__file__).resolve().parents[2]
+
+WRITE_1 = [
+    '{"index":0,"process":0,"type":"invoke","f":"write","key":"x","value":1,"time":0}',
+    '{"index":1,"process":0,"type":"ok","f":"write","key":"x","value":1,"time":1000}',
+]
+
+
+def _write(tmp: Path, name: str, lines: list[str]) -> str:
+    path = tmp / f"{name}.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    return str(path)
+
+
+def _spark_error(spark, path: str) -> list[str]:
+    with pytest.raises(HistoryFormatError) as raised:
+        check([path], spark=spark)
+    return str(raised.value).splitlines()[1:]  # after "malformed history:"
+
+
+def _reference_error(path: str) -> str:
+    with pytest.raises(HistoryFormatError) as raised:
+        check_reference([path])
+    return str(raised.value)
+
+
+def test_a_line_that_is_not_json_is_named_by_file_and_line_on_both_paths(spark, tmp_path):
+    path = _write(tmp_path, "cut", WRITE_1 + ['{"index":2,"process":0,"type":"invoke"'])
+    assert [line.split(": ")[0] for line in _spark_error(spark, path)] == [f"{path}:3"]
+    assert _reference_error(path).startswith(f"{path}:3: ")
+
+
+def test_a_malformed_event_is_named_by_file_line_and_index(spark, tmp_path):
+    path = _write(tmp_path, "mode", WRITE_1 + [
+        '{"index":2,"process":1,"type":"invoke","f":"read","key":"x","time":5,"mode":"eventual"}',
+    ])
+    [line] = _spark_error(spark, path)
+    assert line.startswith(f"{path}:3: event index 2: mode must be one of"), line
+    assert _reference_error(path).startswith(f"{path}:3: mode must be one of")
+
+
+def test_a_non_integer_process_is_one_error_per_event_and_no_duplicate_index(spark, tmp_path):
+    # Before the fix the completion, kept as malformed and also seen as its
+    # invoke's completion, was reported a second time as a duplicate index.
+    path = _write(tmp_path, "process", [line.replace('"process":0', '"process":"p7"') for line in WRITE_1])
+    lines = _spark_error(spark, path)
+    assert lines == [
+        f'{path}:1: event index 0: process must be an integer or "nemesis", got p7',
+        f'{path}:2: event index 1: process must be an integer or "nemesis", got p7',
+    ]
+    assert _reference_error(path).startswith(f"{path}:1: process must be")
+
+
+def test_a_duplicated_index_names_both_lines(spark, tmp_path):
+    path = _write(tmp_path, "dup", WRITE_1 + ['{"index":1,"process":2,"type":"invoke","f":"read","key":"x","time":5}'])
+    assert _spark_error(spark, path) == [f"{path}:3: event index 1: index appears more than once (also at line 2)"]
+    assert _reference_error(path) == f"{path}:3: index 1 appears more than once"
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [[], ['{"index":0,"process":"nemesis","type":"info","f":"start-partition","key":null,"time":0}']],
+    ids=["empty", "nemesis-only"],
+)
+def test_nothing_to_check_is_its_own_verdict_on_both_paths(spark, tmp_path, lines):
+    path = _write(tmp_path, "h", lines)
+    [spark_result] = check([path], spark=spark)
+    [reference_result] = check_reference([path])
+    for result in (spark_result, reference_result):
+        # Trivially valid (Porcupine agrees), but it proves nothing, and says so.
+        assert result.valid is True and result.nothing_to_check
+        assert result.to_dict()["nothing_to_check"] is True
+        assert {entry["status"] for entry in result.checks.values()} == {"skipped"}
+        assert exit_code([result]) == EXIT_NOTHING_TO_CHECK
+
+
+# ---------------------------------------------------------------------------
+# Numbers: a number with a fraction or exponent is a float, an integer is not,
+# and they are different values (as Clojure's = says in Jepsen and Knossos).
+
+
+def _read_after_write(written: str, read: str) -> list[str]:
+    return [
+        f'{{"index":0,"process":0,"type":"invoke","f":"write","key":"x","value":{written},"time":0}}',
+        f'{{"index":1,"process":0,"type":"ok","f":"write","key":"x","value":{written},"time":1000}}',
+        '{"index":2,"process":0,"type":"invoke","f":"read","key":"x","value":null,"time":2000}',
+        f'{{"index":3,"process":0,"type":"ok","f":"read","key":"x","value":{read},"time":3000}}',
+    ]
+
+
+NUMBER_CASES = {
+    # written, read, same value?
+    "int-read-as-float": ("1", "1.0", False),
+    "float-read-as-int": ("2.0", "2", False),
+    "float-trailing-zeros": ("1.50", "1.5", True),
+    "exponent": ("1e2", "100.0", True),
+    "exponent-vs-int": ("1e2", "100", False),
+    "big-int": ("123456789012345678901234567", "123456789012345678901234567", True),
+    "nested": ('[1.0,{"b":2,"a":0.50}]', '[1.00,{"a":0.5,"b":2}]', True),
+    "nested-int-vs-float": ('[1,{"a":2}]', '[1,{"a":2.0}]', False),
+    "string-vs-number": ('"1"', "1", False),
+}
+
+
+def test_number_semantics_agree_on_both_paths(spark, tmp_path):
+    paths = {name: _write(tmp_path, name, _read_after_write(w, r)) for name, (w, r, _) in NUMBER_CASES.items()}
+    spark_results = {result.history: result for result in check(list(paths.values()), spark=spark)}
+    for name, (written, read, same) in NUMBER_CASES.items():
+        reference = check_reference([paths[name]])[0]
+        for result in (spark_results[name], reference):
+            assert result.valid is same, (name, result.checker, result.to_dict()["checks"])
+            assert not result.nothing_to_check
+            if not same:
+                assert result.failed_checks() == ["garbage-read", "linearizability"], (name, result.checker)
+                witness = result.checks["garbage-read"]["witnesses"][0]["read"]
+                assert json.dumps(witness["value"]) == json.dumps(json.loads(read)), (name, result.checker)
+
+
+# ---------------------------------------------------------------------------
+# The command line, in a process of its own (its own JVM, as a user runs it).
+
+
+def test_cli_empty_history_says_nothing_to_check_with_its_exit_code_and_no_spark_noise(tmp_path):
+    path = _write(tmp_path, "empty", [])
+    log = tmp_path / "spark.log"
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable,
+                   "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "COLUMNS": "200"}
+    run = subprocess.run(
+        [sys.executable, "-m", "jepsen_like.checker", "check", path, "--spark-log", str(log), "--spark-master", "local[2]"],
+        capture_output=True, text=True, env=environment, timeout=600, cwd=tmp_path,
+    )
+    assert run.returncode == EXIT_NOTHING_TO_CHECK, run.stdout + run.stderr
+    assert "nothing to check" in run.stdout
+    assert run.stderr == "", run.stderr
+    # What Spark printed went to the log file instead.
+    assert log.read_text().strip()
