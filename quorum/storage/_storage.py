@@ -159,8 +159,11 @@ class _Facade(abc.ABC):
         while the disk still fails, ``DamagedLogError`` if reopening finds
         damage below that point."""
         self._reopen_log()
-        if self.log.end_offset > durable_end_offset:
-            self.log.truncate_to(durable_end_offset)
+        # A failed round may have restarted the log after a snapshot
+        # (durable on return): then what follows that start is the suspect part.
+        keep_end = max(durable_end_offset, self.log.log_start_offset)
+        if self.log.end_offset > keep_end:
+            self.log.truncate_to(keep_end)
 
     def _reopen_log(self) -> None:
         """Release the log's files and open it again (FileStorage only)."""
