@@ -162,3 +162,24 @@ def test_persist_failed_for_an_output_never_handed_out_is_a_driver_bug():
     with pytest.raises(ValueError):
         node.persist_failed(10_000, "EIO")
     assert matching(FetchRequest)  # the harness's filters stay importable
+
+
+def test_no_pre_vote_is_granted_while_the_disk_fails():
+    """KIP-996: a pre-vote promises a vote; a node that could not record
+    one refuses, although it would grant it with a healthy disk."""
+    cluster = Cluster(3)
+    cluster.elect(1)
+    cluster.fail_disk(2, "ENOSPC")
+    cluster.propose(1, b"w")
+    cluster.run_until(lambda: cluster.node(2).disk_failure == "ENOSPC")
+    cluster.isolate(1)
+    # Node 2 learns that its leader's process is gone (so a healthy node 2
+    # would grant pre-votes again), and both outlive the leader lease.
+    cluster.handle(2, cluster.node(2).peer_unreachable(1))
+    cluster.tick(2, 3, times=ELECTION_TIMEOUT_TICKS)
+    cluster.tick_until(3, lambda node: node.role is Role.PROSPECTIVE, limit=10 * ELECTION_TIMEOUT_TICKS)
+    [request] = cluster.deliver(VoteRequest, dst=2)
+    assert request.pre_vote
+    cluster.repair_disk(2)
+    [answer] = [m for m in cluster.pending(VoteResponse, src=2) if m.pre_vote]
+    assert not answer.granted

@@ -68,8 +68,9 @@ class DiskFaults:
 
 
 class FileCluster:
-    def __init__(self, nursery: trio.Nursery, root: Path) -> None:
+    def __init__(self, nursery: trio.Nursery, root: Path, *, io_in_thread: bool = False) -> None:
         self.nursery = nursery
+        self.io_in_thread = io_in_thread
         self.root = root
         self.network = MemoryNetwork()
         self.runtimes: dict[int, QuorumRuntime] = {}
@@ -87,7 +88,7 @@ class FileCluster:
                 storage=storage,
                 transport=self.network.transport(node_id),
                 rng=random.Random(node_id),
-                io_in_thread=False,
+                io_in_thread=self.io_in_thread,
                 snapshot_every_records=0,
             )
             await self.nursery.start(runtime.run)
@@ -131,11 +132,16 @@ async def check_sound_and_equal(cluster: FileCluster, nursery: trio.Nursery) -> 
     assert logs[0] and logs[0] == logs[1] == logs[2]
 
 
+@pytest.mark.parametrize("io_in_thread", [False, True], ids=["inline", "disk-thread"])
 @pytest.mark.parametrize("fault", ["write-enospc", "fsync-eio"])
-async def test_a_leader_whose_disk_fails_stays_up_resigns_and_resumes(tmp_path, monkeypatch, autojump_clock, fault):
+async def test_a_leader_whose_disk_fails_stays_up_resigns_and_resumes(
+    tmp_path, monkeypatch, autojump_clock, fault, io_in_thread
+):
+    """The leader's disk fails (its writes run inline, or in the disk
+    thread as in production)."""
     faults = DiskFaults(monkeypatch)
     async with trio.open_nursery() as nursery:
-        cluster = FileCluster(nursery, tmp_path)
+        cluster = FileCluster(nursery, tmp_path, io_in_thread=io_in_thread)
         await cluster.start_all()
         for index in range(5):
             await cluster.write(b"k", b"before-%d" % index)
