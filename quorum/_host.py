@@ -307,6 +307,14 @@ class ReplicaHost:
         self._handle(self.core.persisted(persist_seq))
         self._drive_application(ticked=False)
 
+    def persist_failed(self, persist_seq: int, error: str) -> None:
+        """The world could not make output ``persist_seq`` durable (``error``:
+        an errno name). It keeps that output and every later one, and
+        retries them in order from its last durable point; the next
+        ``persisted`` ends the condition (``QuorumNode.persist_failed``)."""
+        self._handle(self.core.persist_failed(persist_seq, error))
+        self._drive_application(ticked=False)
+
     def peer_unreachable(self, peer: int) -> None:
         """The transport found ``peer`` unreachable (refused, reset)."""
         self._handle(self.core.peer_unreachable(peer))

@@ -193,6 +193,9 @@ class QuorumDescription:
     log_end_offset: int
     voters: tuple[ReplicaDescription, ...]
     observers: tuple[ReplicaDescription, ...]
+    # What the disk last said when a write or fsync failed ("ENOSPC",
+    # "EIO"), while it has not yet succeeded again; None when healthy.
+    disk_failure: str | None = None
 
 
 # The fetch-extension hook: called by the leader for every valid Fetch that
@@ -245,6 +248,10 @@ _COUNTER_NAMES = (
     "votes_refused_not_voter",
     # An election timer fired at EPOCH_MAX: there is no next epoch to stand in.
     "stands_refused_epoch_max",
+    # A write or fsync the driver reported failed (``persist_failed``), one
+    # per failure condition, and an election timer that fired meanwhile.
+    "disk_failures",
+    "stands_refused_disk_failed",
 )
 
 # The two halves of the protocol, as the epoch prologue sees them: a request
@@ -439,6 +446,11 @@ class QuorumNode:
         # The log end the driver has made durable: all the leader may count
         # of itself toward the high watermark (Raft thesis §10.2.1).
         self._durable_end = self._log.end_offset
+        # Set by ``persist_failed`` (the errno name), cleared by the next
+        # ``persisted``: while set, this node acknowledges nothing, grants
+        # no vote, does not stand and does not fetch (docs/storage.md,
+        # "Disk errors").
+        self._disk_failure: str | None = None
         # The high watermark: every record below it is committed. Per-node
         # monotonic. After a restart it is only known up to the snapshot.
         self._hw = self._log.start_offset if snapshot else 0
@@ -593,6 +605,7 @@ class QuorumNode:
             log_end_offset=self._log.end_offset,
             voters=tuple(voters),
             observers=tuple(observers),
+            disk_failure=self._disk_failure,
         )
 
     # =====================================================================
@@ -729,11 +742,52 @@ class QuorumNode:
         # number settles every earlier output too.
         while self._unpersisted and self._unpersisted[0].persist_seq <= persist_seq:
             self._durable_end = self._unpersisted.popleft().end_offset
+        if self._disk_failure is not None:
+            self._disk_resumed()
         if self._role is Role.LEADER:
             # The leader's own write now counts toward the majority
             # (Raft thesis §10.2.1).
             self._maybe_advance_high_watermark()
         return self._flush()
+
+    def persist_failed(self, persist_seq: int, error: str) -> Output:
+        """The driver could not make output ``persist_seq`` durable: a write
+        or an fsync failed with ``error`` (an errno name such as "ENOSPC" or
+        "EIO"). A condition, not a crash: the driver keeps that output and
+        every later one, returns its disk to the last durable point and
+        retries them in order (never trusting a failed fsync: the kernel may
+        have dropped the dirty pages, PostgreSQL's "fsyncgate"), then reports
+        ``persisted`` as usual, which ends the condition.
+
+        Meanwhile the messages of those outputs stay with the driver, so
+        nothing is acknowledged past the durable point; and this node stops
+        producing work it cannot make durable: a leader resigns (KIP-595
+        EndQuorumEpoch, so that a voter with a healthy disk takes over), and
+        no role grants a vote, stands or fetches until the disk is back.
+        Raises ``ValueError`` for a sequence number never handed out."""
+        if not 0 < persist_seq <= self._persist_seq:
+            raise ValueError(f"persist_failed({persist_seq}): no such output (last was {self._persist_seq})")
+        first_report = self._disk_failure is None
+        self._disk_failure = error
+        if first_report:
+            self._counters["disk_failures"] += 1
+            self._event(f"disk failed ({error})")
+            if self._role is Role.LEADER:
+                self._become_resigned(f"resigned: disk failed ({error})", Trigger.RESIGN_REQUESTED)
+        return self._flush()
+
+    @property
+    def disk_failure(self) -> str | None:
+        """The errno name of the disk failure in force (``persist_failed``),
+        or None while the disk is healthy."""
+        return self._disk_failure
+
+    def _disk_resumed(self) -> None:
+        # A write reached the disk again: acknowledge and take part again.
+        # A follower's fetch loop was paused (``_maybe_send_fetch``).
+        self._disk_failure = None
+        self._event("disk resumed")
+        self._maybe_send_fetch(self._tick)
 
     def peer_unreachable(self, peer: int) -> Output:
         """The transport could not reach ``peer`` (connection refused or
@@ -1119,22 +1173,32 @@ class QuorumNode:
         """An election timer fired: pre-vote first (KIP-996) unless disabled."""
         if not self.config.is_voter:
             return
+        if self._disk_failure is not None:
+            # The vote for ourselves could not be made durable (§3.8), so
+            # no VoteRequest could leave: try again after another timeout.
+            self._counters["stands_refused_disk_failed"] += 1
+            self._rearm_election_timer()
+            return
         if self._epoch >= EPOCH_MAX:
             # No next epoch can be persisted (_types.py): stay in this role
             # and try again after another election timeout, rather than
             # write an election state or a record no restart could read.
             self._counters["stands_refused_epoch_max"] += 1
-            state = self._state
-            if isinstance(state, FollowerState):
-                state.fetch_deadline = self._draw_election_deadline()
-            elif isinstance(state, (UnattachedState, CandidacyState, ResignedState)):
-                state.election_deadline = self._draw_election_deadline()
+            self._rearm_election_timer()
             return
         # A lone voter has nobody to disrupt, so it skips the pre-vote.
         if self.config.pre_vote and len(self.config.voters) > 1:
             self._become_prospective(reason, trigger)
         else:
             self._become_candidate(reason, trigger)
+
+    def _rearm_election_timer(self) -> None:
+        """Stay in this role and stand again after another election timeout."""
+        state = self._state
+        if isinstance(state, FollowerState):
+            state.fetch_deadline = self._draw_election_deadline()
+        elif isinstance(state, (UnattachedState, CandidacyState, ResignedState)):
+            state.election_deadline = self._draw_election_deadline()
 
     def _become_prospective(self, reason: str, trigger: Trigger) -> None:
         """KIP-996: ask whether a majority would vote for us in the next
@@ -1592,6 +1656,11 @@ class QuorumNode:
         fetcher = self._fetcher
         if fetcher is None or fetcher.in_flight is not None or now < fetcher.next_fetch_tick:
             return
+        if self._disk_failure is not None:
+            # The Fetch could not leave before the records it acknowledges
+            # are durable, and fetching more would only pile up writes the
+            # disk refuses: wait for ``persisted`` (``_disk_resumed``).
+            return
         if self._role is Role.FOLLOWER:
             target = self._leader_id  # KIP-595: fetch only from the leader
         else:
@@ -1846,6 +1915,8 @@ class QuorumNode:
         granted = False
         if (
             self.config.is_voter
+            # §3.8: a vote the disk cannot record is never granted.
+            and self._disk_failure is None
             and self._role in (Role.UNATTACHED, Role.PROSPECTIVE)
             and self._leader_id is None
             and self._voted_for in (None, request.src)
@@ -1875,6 +1946,8 @@ class QuorumNode:
         granted = (
             request.epoch > self._epoch
             and self.config.is_voter
+            # Could not vote for real (§3.8), so it must not encourage.
+            and self._disk_failure is None
             and self._role is not Role.LEADER
             and not (isinstance(self._state, FollowerState) and self._state.fetched_from_leader)
             and _log_up_to_date(request, self._log)
@@ -1959,7 +2032,12 @@ class QuorumNode:
     # =====================================================================
 
     def _send(self, message: Message) -> None:
-        if isinstance(message, (FetchResponse, FetchSnapshotResponse)):
+        if isinstance(message, (FetchResponse, FetchSnapshotResponse)) or (
+            # A leader resigning because its disk failed hands over at once:
+            # EndQuorumEpoch depends on nothing durable here, and the
+            # outputs ahead of it may wait on the disk for a long time.
+            isinstance(message, EndQuorumEpochRequest) and self._disk_failure is not None
+        ):
             # Depends on nothing being durable here (see _output.py): the
             # leader's records count only through acknowledgements, and an
             # error only repeats the epoch the request itself carried.

@@ -11,7 +11,9 @@ only virtual time, the network model and disk latency. It honours the
 core's output contract (``quorum/_output.py``): outputs are handled in
 order, persistence goes to a simulated disk that takes time, and messages
 leave only once everything before them is durable. A crash loses whatever
-the disk had not finished writing.
+the disk had not finished writing, and the disk may fail writes for a
+while (ENOSPC, EIO: ``Simulation.fail_disk``, ``SimOptions.disk_fault_rate``),
+which the host must survive as a condition (docs/storage.md, "Disk errors").
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ from quorum import (
 from ._network import LinkFaults, Network
 
 US_PER_MS = 1000
+# A host retries a failed disk write after this long (the runtime backs off
+# exponentially; the simulator keeps it fixed, drawing nothing).
+DISK_RETRY_MS = 50
 
 
 class InvariantViolation(Exception):
@@ -76,6 +81,12 @@ class SimOptions:
     client_timeout_ms: int = 5000
     faults: LinkFaults = field(default_factory=LinkFaults)
     snapshot_every_records: int = 0  # 0: never
+    # Per disk write, the chance that the node's disk starts failing every
+    # write (ENOSPC or EIO, drawn) for a window of the given length. 0: the
+    # disk never fails on its own (scenarios may still call ``fail_disk``).
+    disk_fault_rate: float = 0.0
+    disk_fault_min_ms: float = 200.0
+    disk_fault_max_ms: float = 3000.0
     # An observer of the run, not an option of it (never in ``describe()``):
     # the visual replay's ``Recording`` (``_recorder.py``). None: no cost.
     recorder: Any = None
@@ -109,6 +120,7 @@ class SimOptions:
             "reorder_rate": self.faults.reorder_rate,
             "delay_ms": [self.faults.delay_min_ms, self.faults.delay_max_ms],
             "snapshot_every_records": self.snapshot_every_records,
+            "disk_fault_rate": self.disk_fault_rate,
         }
 
 
@@ -126,6 +138,18 @@ class SimDisk:
         self.snapshot = snapshot
         self.log = MemoryLog(snapshot.snapshot_id if snapshot else None, entries)
         self.writes = 0
+        # A failure window: every write before ``failing_until_us`` fails
+        # with ``failure`` (an errno name). A failed write leaves the disk at
+        # its last durable point: the model of a host that, after a failed
+        # write or fsync, trusts nothing it wrote since its last successful
+        # fsync (fsyncgate) and goes back to that point before retrying.
+        self.failure: str | None = None
+        self.failing_until_us = 0
+        self.failed_writes = 0
+
+    def failure_at(self, now_us: int) -> str | None:
+        """The error a write started at ``now_us`` fails with, or None."""
+        return self.failure if now_us < self.failing_until_us else None
 
     def apply(self, output: Output) -> None:
         """Carry out an output's persistence work (``quorum.apply_output``,
@@ -278,6 +302,8 @@ class Simulation:
         self.history: list[dict[str, Any]] = []
         self._next_process = 0
         self._read_ids = 0
+        # Random disk failure windows (options.disk_fault_rate) until heal().
+        self._disk_faults_on = self.options.disk_fault_rate > 0
         for node_id in self.nodes:
             self._start(node_id)
 
@@ -439,7 +465,13 @@ class Simulation:
             self._push(int(delay_ms * US_PER_MS), "deliver", message.dst, target.incarnation if target else 0, message)
 
     def heal(self) -> None:
-        """Remove every network fault (partitions and lossy links)."""
+        """Remove every network fault (partitions and lossy links) and every
+        disk failure, and stop drawing new disk failures."""
+        self._disk_faults_on = False
+        for node_id, node in sorted(self.nodes.items()):
+            if node.disk.failure_at(self.now_us) is not None:
+                node.disk.failing_until_us = self.now_us
+                self._say(f"HEAL n{node_id} disk")
         self.network.heal()
         self.network.faults = LinkFaults(
             delay_min_ms=self.options.faults.delay_min_ms, delay_max_ms=self.options.faults.delay_max_ms
@@ -477,13 +509,39 @@ class Simulation:
             node.pipeline.popleft()
             self._send_all(head.messages)
 
+    def fail_disk(self, node_id: int, error: str, duration_ms: float) -> None:
+        """Make every write to ``node_id``'s disk fail with ``error``
+        ("ENOSPC", "EIO") for ``duration_ms`` of virtual time."""
+        disk = self.nodes[node_id].disk
+        disk.failure = error
+        disk.failing_until_us = self.now_us + int(duration_ms * US_PER_MS)
+        self._say(f"NEMESIS n{node_id} disk fails with {error} for {duration_ms:.0f} ms")
+
     def _disk_done(self, node: SimNode, persist_seq: int) -> None:
-        head = node.pipeline.popleft()
+        head = node.pipeline[0]
         assert head.persist_seq == persist_seq
-        node.disk.apply(head)
+        assert node.host is not None
+        disk = node.disk
+        options = self.options
+        if self._disk_faults_on and disk.failure_at(self.now_us) is None and self._rng.random() < options.disk_fault_rate:
+            error = self._rng.choice(("ENOSPC", "EIO"))
+            self.fail_disk(node.node_id, error, self._rng.uniform(options.disk_fault_min_ms, options.disk_fault_max_ms))
+        error = disk.failure_at(self.now_us)
+        if error is not None:
+            # Nothing of the output reached the disk; its messages stay here.
+            # The write is retried until the disk takes it, as the runtime does.
+            disk.failed_writes += 1
+            if node.host.core.disk_failure is None:
+                self._say(f"n{node.node_id} DISK FAILED ({error}) at output {persist_seq}")
+            node.host.persist_failed(persist_seq, error)
+            self._push(DISK_RETRY_MS * US_PER_MS, "disk", node.node_id, node.incarnation, persist_seq)
+            return
+        if node.host.core.disk_failure is not None:
+            self._say(f"n{node.node_id} DISK RESUMED at output {persist_seq}")
+        node.pipeline.popleft()
+        disk.apply(head)
         node.disk_busy = False
         self._send_all(head.messages)
-        assert node.host is not None
         node.host.persisted(persist_seq)
         self._pump(node)
 
@@ -583,7 +641,21 @@ class Simulation:
 
     def check_final(self) -> None:
         """End-of-run validations: committed prefixes identical on every live
-        node, and every acknowledged write present in them."""
+        node, every acknowledged write present in them, and every committed
+        record on the disks of a majority (persist before acknowledging)."""
+        majority = len(self.nodes) // 2 + 1
+        for offset, record in sorted(self.committed.items()):
+            holders = 0
+            for node in self.nodes.values():
+                log = node.disk.log
+                if offset < log.start_offset:
+                    holders += 1  # behind the disk's snapshot
+                    continue
+                entry = log.entry(offset) if offset < log.end_offset else None
+                if entry is not None and (entry.epoch, int(entry.kind), entry.data) == record:
+                    holders += 1
+            if holders < majority:
+                raise InvariantViolation("lost-write", f"committed offset {offset} is on {holders} disks, fewer than a majority")
         for node in self.nodes.values():
             if node.core is None:
                 continue

@@ -493,6 +493,57 @@ def random_faults(sim: Simulation, result: ScenarioResult) -> None:
     _heal_and_check_liveness(sim, workload)
 
 
+def disk_full(sim: Simulation, result: ScenarioResult) -> None:
+    """One voter's disk fails every write (ENOSPC or EIO, from the seed)
+    for a few seconds, then takes writes again (issue 14, part 3). The
+    victim is the leader on even seeds (it must resign at once) and a
+    follower on odd ones (it must stop acknowledging). The healthy majority
+    keeps committing meanwhile; the victim stays up, resumes by itself and
+    catches up. Figures: ``commits_while_failed``, ``catch_up_ms``."""
+    rng = sim._rng
+    workload = _Workload(sim)
+    leader = _wait_for_leader(sim)
+    for _ in range(3):
+        workload.write(leader)
+        sim.run_for(50)
+    followers = [n for n in sorted(sim.nodes) if n != leader]
+    victim = leader if sim.seed % 2 == 0 else rng.choice(followers)
+    error = rng.choice(("ENOSPC", "EIO"))
+    duration_ms = rng.uniform(2000, 5000)
+    failed_at = sim.now_ms
+    sim.fail_disk(victim, error, duration_ms)
+    recovered_at = failed_at + duration_ms
+
+    def client_round() -> None:
+        workload.write(sim.stable_leader())
+
+    _every(sim, 50, recovered_at, client_round)
+    committed_before = len(sim.committed)
+    sim.run_until(recovered_at)
+    victim_node = sim.nodes[victim]
+    if victim_node.core is None:
+        raise InvariantViolation("crash", f"n{victim} went down when its disk failed")
+    if sim.leader() == victim:
+        raise InvariantViolation("liveness", f"n{victim} still leads with a failing disk")
+    result.extra["commits_while_failed"] = len(sim.committed) - committed_before
+    if result.extra["commits_while_failed"] == 0:
+        raise InvariantViolation("liveness", "the healthy majority committed nothing while one disk failed")
+    result.extra["failed_writes"] = victim_node.disk.failed_writes
+
+    def caught_up() -> bool:
+        current = sim.stable_leader()
+        core = victim_node.core
+        if current is None or core is None or core.disk_failure is not None:
+            return False
+        leader_core = sim.nodes[current].core
+        assert leader_core is not None
+        return victim_node.disk.log.end_offset >= leader_core.high_watermark
+    if not sim.run_until_true(caught_up, 15_000):
+        raise InvariantViolation("liveness", f"n{victim} did not resume and catch up after its disk recovered")
+    result.extra["catch_up_ms"] = round(sim.now_ms - recovered_at, 3)
+    _heal_and_check_liveness(sim, workload)
+
+
 SCENARIOS: dict[str, Callable[[Simulation, ScenarioResult], None]] = {
     "zombie-leader": zombie_leader,
     "leader-crash": leader_crash,
@@ -501,6 +552,7 @@ SCENARIOS: dict[str, Callable[[Simulation, ScenarioResult], None]] = {
     "flapping-network": flapping_network,
     "vote-flood": vote_flood,
     "random": random_faults,
+    "disk-full": disk_full,
     **BROKER_SCENARIOS,
 }
 
@@ -512,6 +564,8 @@ def random_options(seed: int) -> SimOptions:
         voters=rng.choice((3, 3, 3, 5)),
         snapshot_every_records=rng.choice((0, 0, 20)),
         disk_latency_max_ms=rng.choice((1.0, 5.0)),
+        # Drawn last, so the draws above keep their values.
+        disk_fault_rate=rng.choice((0.0, 0.0, 0.0, 0.002)),
     )
 
 

@@ -66,6 +66,10 @@ class Metrics:
         self.replica_lag: dict[int, int] = {}
         self.elections_started = 0
         self.resignations: dict[str, int] = {}
+        # 1 while writes to this node's disk fail (docs/storage.md, "Disk
+        # errors"); failed write rounds by errno name.
+        self.disk_failed = 0
+        self.disk_failures: dict[str, int] = {}
         self.commit_seconds = Histogram()
         self.fsync_seconds = Histogram()
         # Metrics an application adds (the controller's): name -> labels -> value.
@@ -116,6 +120,8 @@ class Metrics:
             cause = "check_quorum" if event.reason.startswith("check quorum") else "requested"
             if event.reason.startswith("restarted"):
                 cause = "restart"
+            elif event.reason.startswith("resigned: disk failed"):
+                cause = "disk_failed"
             self.resignations[cause] = self.resignations.get(cause, 0) + 1
 
     def render(self) -> str:
@@ -151,6 +157,15 @@ class Metrics:
         ]
         for cause, count in sorted(self.resignations.items()):
             lines.append(f'pykraft_quorum_resignations_total{{{labels}cause="{cause}"}} {count}')
+        lines += [
+            "# HELP pykraft_quorum_disk_failed 1 while writes to this node's disk fail (it acknowledges nothing).",
+            "# TYPE pykraft_quorum_disk_failed gauge",
+            f"pykraft_quorum_disk_failed{{{node}}} {self.disk_failed}",
+            "# HELP pykraft_quorum_disk_failures_total Failed disk write rounds (write or fsync) by errno.",
+            "# TYPE pykraft_quorum_disk_failures_total counter",
+        ]
+        for errno_name, count in sorted(self.disk_failures.items()):
+            lines.append(f'pykraft_quorum_disk_failures_total{{{labels}errno="{errno_name}"}} {count}')
         lines += self.commit_seconds.render(
             "pykraft_quorum_commit_latency_seconds", "Proposal to commit, on the leader.", labels
         )

@@ -28,11 +28,21 @@ Three tasks share the work:
   anything; had it counted wake-ups, an isolated leader would have kept
   serving leader-local reads for a whole check-quorum window after the
   pause, far past the staleness bound (KAFKA-15489).
+
+A disk that fails a write or an fsync (ENOSPC, EIO) is a condition, not a
+crash (docs/storage.md, "Disk errors"): the failed batch and everything
+queued behind it stay queued with their messages (nothing is acknowledged),
+the core hears ``persist_failed`` (a leader resigns), and the persister
+retries with exponential backoff, each time first returning the storage to
+its last durable point (``return_to_durable_point``: after a failed fsync
+nothing written since the last good one is trusted) and then writing the
+whole queue again. The first batch that is durable ends the condition.
 """
 
 from __future__ import annotations
 
 import abc
+import errno
 import logging
 import queue
 import random
@@ -65,6 +75,10 @@ from ._state_machine import StateMachine
 from . import _trace
 
 __all__ = ["LeaderApplication", "Proposal", "ProposalLostError", "QuorumRuntime", "ReadNotConfirmedError", "Transport"]
+
+# The first retry of a failed disk write round, and the longest backoff.
+DISK_RETRY_MIN_S = 0.05
+DISK_RETRY_MAX_S = 5.0
 
 logger = logging.getLogger("pykraft.quorum")
 
@@ -270,6 +284,15 @@ class QuorumRuntime:
         # meanwhile wait for it (their messages go after its fsync).
         self._persisting = False
         self._disk_thread: _DiskThread | None = None
+        # While a write round has failed: the errno name ("ENOSPC"), the
+        # backoff before the next retry, and True while the persister owes
+        # the queue a retry (nothing else may write meanwhile).
+        self._disk_failure: str | None = None
+        self._disk_retry_s = DISK_RETRY_MIN_S
+        self._disk_retry_due = False
+        # The storage's log end after the last flush that succeeded: the
+        # point a failed round returns to.
+        self._durable_log_end = 0
         self._role_watchers: list[trio.Event] = []
         self._stopping = False
         self.application = leader_application
@@ -283,6 +306,7 @@ class QuorumRuntime:
     def _recover(self) -> ReplicaHost:
         """Rebuild the host (core and state machine) from durable storage."""
         recovered = self.storage.load()
+        self._durable_log_end = self.storage.end_offset
         snapshot = None
         if recovered.snapshot_id is not None:
             snapshot = Snapshot(recovered.snapshot_id, recovered.snapshot_bytes)
@@ -404,6 +428,8 @@ class QuorumRuntime:
             host.step(item[1])
         elif kind == "persisted":
             host.persisted(item[1])
+        elif kind == "persist_failed":
+            host.persist_failed(item[1], item[2])
         elif kind == "unreachable":
             host.peer_unreachable(item[1])
         elif kind == "call":
@@ -426,6 +452,10 @@ class QuorumRuntime:
         """Group commit for a leader whose storage is in memory (tests): the
         outputs queued while other tasks ran are persisted together."""
         while True:
+            if self._disk_retry_due:
+                await trio.sleep(self._disk_retry_s)
+                self._retry_disk()
+                continue
             if self._persisting or not self._persist_queue:
                 # Nothing to do, or the disk thread will take the queue.
                 self._persist_wakeup = trio.Event()
@@ -434,15 +464,75 @@ class QuorumRuntime:
             batch, durable = self._take_persist_batch()
             if durable:
                 started = time.perf_counter()
-                self._write_batch(durable)
+                try:
+                    self._write_batch(durable)
+                except OSError as error:
+                    self._persist_failed(batch, durable, error)
+                    continue
                 self.metrics.fsync_seconds.observe(time.perf_counter() - started)
+                self._disk_ok()
             self._send_persisted(batch)
             if durable:
                 self._submit(("persisted", durable[-1].persist_seq))
 
+    def _persist_failed(self, batch: list[Output], durable: list[Output], error: OSError) -> None:
+        """A write round failed: a condition, not a crash. The round goes
+        back to the head of the queue with its messages (nothing of it is
+        acknowledged), the core hears of it (a leader resigns), and the
+        persister retries after a backoff (``_retry_disk``)."""
+        name = errno.errorcode.get(error.errno or 0, type(error).__name__)
+        self._persist_queue.extendleft(reversed(batch))
+        metrics = self.metrics
+        metrics.disk_failures[name] = metrics.disk_failures.get(name, 0) + 1
+        metrics.disk_failed = 1
+        if self._disk_failure is None:
+            # One line per transition; the retries are counted, not logged.
+            logger.error(
+                "node %d: disk write failed (%s: %s): not acknowledging; retrying from log end %d",
+                self.config.node_id,
+                name,
+                error.strerror or error,
+                self._durable_log_end,
+            )
+            self._disk_retry_s = DISK_RETRY_MIN_S
+        else:
+            self._disk_retry_s = min(2 * self._disk_retry_s, DISK_RETRY_MAX_S)
+        self._disk_failure = name
+        self._disk_retry_due = True
+        self._submit(("persist_failed", durable[-1].persist_seq, name))
+        self._persist_wakeup.set()
+
+    def _retry_disk(self) -> None:
+        """In the persister, after the backoff: return the storage to its
+        last durable point (after a failed fsync nothing since is trusted:
+        fsyncgate), then write everything queued again."""
+        try:
+            self.storage.return_to_durable_point(self._durable_log_end)
+        except OSError as error:
+            name = errno.errorcode.get(error.errno or 0, type(error).__name__)
+            self.metrics.disk_failures[name] = self.metrics.disk_failures.get(name, 0) + 1
+            self._disk_retry_s = min(2 * self._disk_retry_s, DISK_RETRY_MAX_S)
+            return
+        self._disk_retry_due = False
+        self._persist_queued()
+
+    def _disk_ok(self) -> None:
+        """A write round is durable: note the durable point, and end a
+        failure condition if one was in force."""
+        self._durable_log_end = self.storage.end_offset
+        if self._disk_failure is not None:
+            logger.warning(
+                "node %d: disk writes succeed again (after %s): acknowledging from log end %d",
+                self.config.node_id,
+                self._disk_failure,
+                self._durable_log_end,
+            )
+            self._disk_failure = None
+            self.metrics.disk_failed = 0
+
     def _persist_queued(self) -> None:
         """Start persisting what is queued, the way this node's role wants."""
-        if self._persisting or not self._persist_queue:
+        if self._persisting or self._disk_retry_due or not self._persist_queue:
             return
         if not self.node.is_leader:
             self._persist_inline()
@@ -469,9 +559,16 @@ class QuorumRuntime:
         """In the trio thread (``run_sync_soon``), once the disk thread is
         done with ``batch``. Must not raise: trio would abort the run."""
         self._persisting = False
+        if isinstance(error, OSError):
+            try:
+                self._persist_failed(batch, durable, error)
+                return
+            except BaseException as failure:  # noqa: BLE001 - re-raised by the core task
+                error = failure
         if error is None:
             try:
                 self.metrics.fsync_seconds.observe(self._disk_thread.last_seconds if self._disk_thread else 0.0)
+                self._disk_ok()
                 if _trace.enabled:
                     _trace.stamp("persist-done", durable[-1].persist_seq)
                 self._send_persisted(batch)
@@ -480,8 +577,7 @@ class QuorumRuntime:
                 return
             except BaseException as failure:  # noqa: BLE001 - re-raised by the core task
                 error = failure
-        # A disk failure (the log may hold a prefix of the batch: nothing may
-        # be acknowledged) or a bug: the node stops.
+        # A bug (a disk failure is an OSError, handled above): the node stops.
         self._core_error = error
         self._inbox_wakeup.set()
 
@@ -508,8 +604,13 @@ class QuorumRuntime:
             started = time.perf_counter()
             if _trace.enabled:
                 _trace.stamp("persist-start-inline", durable[-1].persist_seq)
-            self._write_batch(durable)
+            try:
+                self._write_batch(durable)
+            except OSError as error:
+                self._persist_failed(batch, durable, error)
+                return
             self.metrics.fsync_seconds.observe(time.perf_counter() - started)
+            self._disk_ok()
             if _trace.enabled:
                 _trace.stamp("persist-done-inline", durable[-1].persist_seq)
         self._send_persisted(batch)
@@ -726,4 +827,5 @@ class QuorumRuntime:
             "applied_offset": self.host.applied_offset,
             "pending_proposals": len(self.host.pending_proposals),
             "pending_reads": len(self.host.pending_reads),
+            "disk_failure": self._disk_failure,
         }

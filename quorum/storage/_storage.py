@@ -149,6 +149,25 @@ class _Facade(abc.ABC):
         """Discard the whole log: it restarts after ``snapshot_id``."""
         self.log.reset(snapshot_id)
 
+    def return_to_durable_point(self, durable_end_offset: int) -> None:
+        """After a write or fsync failed: reopen the log and drop every
+        record at or after ``durable_end_offset``, the log end at the last
+        flush that succeeded. What was written since may exist only in the
+        page cache, which a failed fsync may already have dropped or marked
+        clean (PostgreSQL's "fsyncgate", 2018; Rebello et al., USENIX ATC
+        '20): it must be written again, never trusted. Raises ``OSError``
+        while the disk still fails, ``DamagedLogError`` if reopening finds
+        damage below that point."""
+        self._reopen_log()
+        # A failed round may have restarted the log after a snapshot
+        # (durable on return): then what follows that start is the suspect part.
+        keep_end = max(durable_end_offset, self.log.log_start_offset)
+        if self.log.end_offset > keep_end:
+            self.log.truncate_to(keep_end)
+
+    def _reopen_log(self) -> None:
+        """Release the log's files and open it again (FileStorage only)."""
+
     def read(self, start_offset: int, max_bytes: int = DEFAULT_READ_BYTES_MAX) -> list[Entry]:
         """Records from ``start_offset`` (CRC-checked; see ``SegmentedLog.read``)."""
         return self.log.read(start_offset, max_bytes)
@@ -314,8 +333,11 @@ class FileStorage(_Facade):
         retention: RetentionPolicy,
         lock_fd: int,
         logger: logging.Logger,
+        log_options: dict[str, Any] | None = None,
     ) -> None:
         self.data_dir = data_dir
+        # How ``open`` opened the log, to open it the same way again.
+        self._log_options = log_options or {}
         self.log = log
         self.election = election
         self.snapshots = snapshots
@@ -391,6 +413,22 @@ class FileStorage(_Facade):
             retention=retention if retention is not None else RetentionPolicy(),
             lock_fd=lock_fd,
             logger=log_,
+            log_options={
+                "segment_bytes_max": segment_bytes_max,
+                "index_interval_bytes": index_interval_bytes,
+                "batch_bytes_max": batch_bytes_max,
+                "fsync": fsync,
+            },
+        )
+
+    def _reopen_log(self) -> None:
+        try:
+            self.log.close()
+        except OSError as error:
+            # The final flush failed too; the descriptors are released.
+            self._logger.warning("%s: closing the failed log: %s", self.data_dir, error)
+        self.log = SegmentedLog.open(
+            self.data_dir / LOG_DIR_NAME, base=self.snapshots.latest(), logger=self._logger, **self._log_options
         )
 
     def apply_retention(self, now_ms: int) -> int:

@@ -129,6 +129,8 @@ class Replica:
     incarnation: int = 0
     pipeline: deque[Output] = field(default_factory=deque)
     disk_held: bool = False
+    # While set, every write fails with this errno name (``fail_disk``).
+    disk_failure: str | None = None
     pumping: bool = False
     outputs: list[Output] = field(default_factory=list)
     committed: list[Entry] = field(default_factory=list)
@@ -247,7 +249,14 @@ class Cluster:
         replica.pumping = True
         try:
             while replica.pipeline and not replica.disk_held and replica.node is not None:
-                head = replica.pipeline.popleft()
+                head = replica.pipeline[0]
+                if head.has_persistence and replica.disk_failure is not None:
+                    # The write fails: the output stays, with its messages,
+                    # to be retried when the disk is repaired.
+                    assert head.persist_seq is not None
+                    self.handle(replica.node_id, replica.node.persist_failed(head.persist_seq, replica.disk_failure))
+                    break
+                replica.pipeline.popleft()
                 if head.has_persistence:
                     assert head.persist_seq is not None
                     replica.disk.apply(head)
@@ -270,6 +279,20 @@ class Cluster:
         """The disk of ``node_id`` stalls: no write completes, and no message
         of the stalled output or of any later one leaves."""
         self.replicas[node_id].disk_held = True
+
+    def fail_disk(self, node_id: int, error: str = "ENOSPC") -> None:
+        """Every write to the disk of ``node_id`` fails with ``error`` (the
+        failed output is reported to the core and kept, and everything
+        behind it waits) until ``repair_disk``."""
+        replica = self.replicas[node_id]
+        replica.disk_failure = error
+        self._pump(replica)
+
+    def repair_disk(self, node_id: int) -> None:
+        """The disk takes writes again: the kept outputs are retried."""
+        replica = self.replicas[node_id]
+        replica.disk_failure = None
+        self._pump(replica)
 
     def release_disk(self, node_id: int) -> None:
         replica = self.replicas[node_id]

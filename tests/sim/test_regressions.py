@@ -64,6 +64,9 @@ def _replay(scenario: str, seed: int, options, fingerprint: Fingerprint, *, pre_
 def _random(seed: int, *, pre_vote: bool = True) -> SimOptions:
     options = random_options(seed)
     options.pre_vote = pre_vote
+    # These seeds were found before the sweep drew disk failures; with none
+    # (the simulator then draws nothing for them) they replay as found.
+    options.disk_fault_rate = 0.0
     return options
 
 
@@ -170,7 +173,7 @@ def test_seed_215_a_restarted_node_recovers_its_log_from_its_snapshot_as_the_run
     ``ReplicaHost``: after n2's restart in seed 215 its log starts at its
     snapshot, and the follower that falls behind fetches that snapshot."""
     lines = []
-    result = run_scenario("random", 215, random_options(215), trace=lines.append, full_trace=True)
+    result = run_scenario("random", 215, _random(215), trace=lines.append, full_trace=True)
     assert result.valid, result.violation
     restart = next(index for index, line in enumerate(lines) if line.endswith("n2 RESTART"))
     assert any("n1 <- 2->1 FetchResp e2 #96 snapshot=108" in line for line in lines[restart:])
