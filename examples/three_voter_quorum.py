@@ -2,7 +2,7 @@
 
 Three ``open_quorum_node`` nodes, each with its own data directory and port,
 talk over real sockets exactly as three processes would (for three processes,
-run ``kraft-quorum node`` three times, or this module's ``run_voter`` in each).
+run ``kraft-quorum node`` three times, or this module's ``Voter`` in each).
 The program:
 
 1. waits for an election and writes through the leader;
@@ -63,6 +63,11 @@ class Voter:
             await self._stop.wait()
         self._stopped.set()
 
+    @property
+    def running(self) -> bool:
+        """Started and not yet stopped."""
+        return self.handle is not None and not self._stopped.is_set()
+
     async def stop(self) -> None:
         self._stop.set()
         await self._stopped.wait()
@@ -72,7 +77,7 @@ async def leader_of(voters: dict[int, Voter]) -> QuorumNodeHandle:
     """The voter that leads and has committed its epoch's first record."""
     while True:
         for voter in voters.values():
-            if voter.handle is not None and not voter._stopped.is_set() and voter.handle.is_leader:
+            if voter.running and voter.handle.is_leader:
                 return voter.handle
         await trio.sleep(0.01)
 
@@ -139,7 +144,7 @@ async def run(base_dir: Path, writes: int) -> None:
         )
 
         for voter in voters.values():
-            if not voter._stopped.is_set():
+            if voter.running:
                 await voter.stop()
 
 

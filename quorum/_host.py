@@ -494,8 +494,8 @@ class ReplicaHost:
                     self.config.node_id,
                     entry.offset,
                     description,
-                    exc_info=True,
                 )
+                logger.debug("node %d: the traceback of offset %d", self.config.node_id, entry.offset, exc_info=True)
                 if keep_answers:
                     self._answers[entry.offset] = ApplyFailedError(entry.offset, description)
                 continue

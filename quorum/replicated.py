@@ -148,7 +148,10 @@ def _encode_outcome(name: str, run: Callable[[], Any], offset: int | None) -> by
     except Exception as error:  # the user's method: contained, see above
         description = f"{type(error).__name__}: {error}"
         where = f"at offset {offset}" if offset is not None else "in a query"
-        logger.error("%s() raised %s (%s); the replica goes on", name, where, description, exc_info=True)
+        # One line per replica; the traceback at DEBUG (an expected
+        # refusal of the user's own logic should not flood the log).
+        logger.error("%s() raised %s (%s); the replica goes on", name, where, description)
+        logger.debug("%s() raised %s", name, where, exc_info=True)
         return msgpack.packb([1, description], use_bin_type=True)
 
 
