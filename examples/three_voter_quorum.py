@@ -13,7 +13,9 @@ The program:
 4. prints the leader's view of replication (``describe()``);
 5. stops the leader (it hands over with EndQuorumEpoch), writes through the
    new leader, restarts the old one on its data directory and waits until it
-   has caught up.
+   has caught up;
+6. writes and reads with a ``QuorumClient`` bootstrapped at a follower (it
+   follows the leader hint).
 
     python examples/three_voter_quorum.py [--writes N]
 """
@@ -29,6 +31,7 @@ from pathlib import Path
 import trio
 
 from quorum import NotLeaderError
+from quorum.client import QuorumClient
 from quorum.runtime import KeyValueStateMachine, NodeConfig, QuorumNodeHandle, open_quorum_node
 
 # Quicker timers than the defaults (1 s election, 2 s fetch) so the demo is
@@ -141,6 +144,22 @@ async def run(base_dir: Path, writes: int) -> None:
         print(
             f"node {old_leader_id} restarted as {stats['role']} of epoch {stats['epoch']}, "
             f"caught up: color=green at high watermark {stats['high_watermark']}"
+        )
+
+        # A client writes and reads through any node: bootstrapped at a
+        # follower, it follows the NOT_LEADER hint to the leader.
+        follower = next(v.handle for v in voters.values() if v.running and not v.handle.is_leader)
+        bootstrap = [f"{follower.node_id}@127.0.0.1:{follower.listen_port}"] + [
+            f"{n}@{host}:{port}" for n, (host, port) in addresses.items() if n != follower.node_id
+        ]
+        async with QuorumClient(bootstrap) as client:
+            offset = await client.propose([KeyValueStateMachine.encode_put(b"color", b"purple")])
+            answered_by = client.last_answered_by
+            _, answer = await client.read(b"color")  # the state machine's query(b"color"), linearizable
+            value, version = KeyValueStateMachine.decode_answer(answer)
+        print(
+            f"a client bootstrapped at follower {follower.node_id} wrote at offset {offset} "
+            f"(answered by node {answered_by.node_id}); read back: color={value.decode()} (offset {version})"
         )
 
         for voter in voters.values():

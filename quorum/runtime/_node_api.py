@@ -165,9 +165,15 @@ class QuorumNodeHandle:
         proposed (see ``check_records``: nothing is proposed then),
         ``NotLeaderError`` (retry at ``leader_id``), ``ProposalLostError``,
         or ``ApplyFailedError`` (the state machine raised on a record)."""
+        first, _ = await self.propose_with_answers(records)
+        return first
+
+    async def propose_with_answers(self, records: list[bytes]) -> tuple[int, list[bytes | None]]:
+        """``propose``, also returning what the state machine answered for
+        each record (None where nothing). Raises as ``propose``."""
         check_records(records)
-        last = await self.runtime.propose(records)
-        return last - len(records) + 1
+        last, answers = await self.runtime.propose_with_answers(records)
+        return last - len(records) + 1, answers
 
     async def read(self, mode: str = "linearizable") -> int:
         """Wait until the state machine may be read in ``mode``

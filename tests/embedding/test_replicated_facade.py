@@ -9,6 +9,7 @@ import socket
 import threading
 
 import pytest
+import trio
 
 from quorum import ApplyFailedError, NotLeaderError
 from quorum.replicated import Replicated, query, replicated
@@ -182,3 +183,20 @@ def test_state_comes_back_from_snapshot_and_log_after_a_restart(tmp_path):
         assert registry.restored == 1  # from the snapshot, then the log's tail
         assert registry.get("k11") == [11, "v"]
         assert len(registry.entries) == 12
+
+
+
+def test_calls_from_a_trio_program_through_to_thread(counters):
+    nodes, _ = counters
+    results = []
+
+    async def add_from(node):
+        results.append(await trio.to_thread.run_sync(node.add, 3))
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            for node in nodes:
+                nursery.start_soon(add_from, node)
+
+    trio.run(main)
+    assert sorted(results) == [3, 6, 9]

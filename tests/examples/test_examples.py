@@ -83,3 +83,6 @@ def test_three_voter_quorum_elects_redirects_fails_over_and_catches_up():
     handover = re.search(rf"node {first_leader} stopped; node (\d) leads epoch (\d+) after", out)
     assert handover and int(handover.group(1)) != first_leader and int(handover.group(2)) >= 2
     assert re.search(rf"node {first_leader} restarted as follower of epoch \d+, caught up: color=green", out)
+    client = re.search(r"a client bootstrapped at follower (\d) wrote at offset (\d+) \(answered by node (\d)\); read back: color=purple \(offset (\d+)\)", out)
+    assert client and client.group(1) != client.group(3) == handover.group(1)  # the follower sent it on to the leader
+    assert client.group(2) == client.group(4)
