@@ -199,7 +199,16 @@ class ReplicatedStateMachine:
         return _encode_outcome(function.__name__, lambda: function(self.target, *args, **kwargs), None)
 
     def snapshot(self) -> bytes:
-        return msgpack.packb(self.target.snapshot_state(), use_bin_type=True)
+        """Raises ``TypeError`` naming the class when msgpack cannot encode
+        its ``snapshot_state()`` (a ``set`` attribute, say): override the
+        hooks for such state."""
+        try:
+            return msgpack.packb(self.target.snapshot_state(), use_bin_type=True)
+        except (TypeError, ValueError, OverflowError) as error:
+            raise TypeError(
+                f"the state of {type(self.target).__name__} cannot be snapshotted with msgpack ({error}): "
+                "keep msgpack-able public attributes or override snapshot_state() and restore_state()"
+            ) from error
 
     def restore(self, data: bytes) -> None:
         self.target.restore_state(msgpack.unpackb(data, raw=False, strict_map_key=False))
@@ -363,8 +372,10 @@ class _Replica:
         self._token = trio.lowlevel.current_trio_token()
         bootstrap = [f"{node}@{host}:{port}" for node, (host, port) in sorted(self.config.voters.items())]
         async with open_quorum_node(self.config, self.machine) as handle:
+            # The client retries past the call's own bound, so that a call
+            # with no leader to forward to ends as TimeoutError, always.
             async with QuorumClient(
-                bootstrap, cluster_id=self.config.cluster_id, retry_timeout_s=self.timeout_s
+                bootstrap, cluster_id=self.config.cluster_id, retry_timeout_s=self.timeout_s + 1
             ) as client:
                 self.handle, self._client = handle, client
                 self._started.set()

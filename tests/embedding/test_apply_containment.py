@@ -164,6 +164,13 @@ def test_the_default_snapshot_round_trips_public_attributes():
     assert vars(other.target) == {"total": 3, "log": [1, 2]}
 
 
+def test_state_msgpack_cannot_encode_is_named_with_the_hooks_to_override():
+    counter = Counter()
+    counter.seen = {1, 2}
+    with pytest.raises(TypeError, match="state of Counter cannot be snapshotted.*override snapshot_state"):
+        ReplicatedStateMachine(counter).snapshot()
+
+
 def test_records_that_are_not_calls_of_the_class_are_ignored():
     machine = ReplicatedStateMachine(Counter())
     entries = [
