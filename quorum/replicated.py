@@ -51,11 +51,12 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import msgpack
 
-from ._host import ApplyFailedError
+from ._host import ApplyFailedError, ReadNotConfirmedError
 from ._node import NotLeaderError
 from ._types import Entry
 
@@ -256,7 +257,7 @@ class Replicated:
         *,
         node_id: int,
         voters: str | dict[int, tuple[str, int]],
-        data_dir: str | None = None,
+        data_dir: str | Path | None = None,
         forward: bool = True,
         read: str = "linearizable",
         timeout_s: float = 10.0,
@@ -444,7 +445,7 @@ class _Replica:
         if mode != "follower":
             try:
                 await self.handle.read(mode)
-            except NotLeaderError:
+            except (NotLeaderError, ReadNotConfirmedError):  # not (or no longer) the leader
                 if not self.forward:
                     raise
                 offset, answer = await self._client.read(request, mode=mode)
