@@ -490,7 +490,7 @@ class ReplicaHost:
             except Exception as error:  # a user's state machine: contained, see above
                 description = f"{type(error).__name__}: {error}"
                 logger.error(
-                    "node %d: the state machine raised applying offset %d (%s); the record has no effect beyond it",
+                    "node %d: the state machine raised applying offset %d (%s); the replica goes on",
                     self.config.node_id,
                     entry.offset,
                     description,
