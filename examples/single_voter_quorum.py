@@ -103,7 +103,7 @@ async def run(data_dir: str, transfers: int) -> None:
         for number in range(transfers):
             source, target = ("alice", "bob") if number % 2 == 0 else ("bob", "carol")
             # propose_with_answers also returns what the state machine answered.
-            last, answers = await node.runtime.propose_with_answers([Ledger.transfer(source, target, 7)])
+            _, answers = await node.propose_with_answers([Ledger.transfer(source, target, 7)])
             refused += answers[0] == b"refused"
         print(f"{transfers} transfers committed, {refused} refused by the ledger (would overdraw)")
 

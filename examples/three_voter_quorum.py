@@ -2,7 +2,7 @@
 
 Three ``open_quorum_node`` nodes, each with its own data directory and port,
 talk over real sockets exactly as three processes would (for three processes,
-run ``kraft-quorum node`` three times, or this module's ``run_voter`` in each).
+run ``kraft-quorum node`` three times, or this module's ``Voter`` in each).
 The program:
 
 1. waits for an election and writes through the leader;
@@ -13,7 +13,9 @@ The program:
 4. prints the leader's view of replication (``describe()``);
 5. stops the leader (it hands over with EndQuorumEpoch), writes through the
    new leader, restarts the old one on its data directory and waits until it
-   has caught up.
+   has caught up;
+6. writes and reads with a ``QuorumClient`` bootstrapped at a follower (it
+   follows the leader hint).
 
     python examples/three_voter_quorum.py [--writes N]
 """
@@ -29,6 +31,7 @@ from pathlib import Path
 import trio
 
 from quorum import NotLeaderError
+from quorum.client import QuorumClient
 from quorum.runtime import KeyValueStateMachine, NodeConfig, QuorumNodeHandle, open_quorum_node
 
 # Quicker timers than the defaults (1 s election, 2 s fetch) so the demo is
@@ -63,6 +66,11 @@ class Voter:
             await self._stop.wait()
         self._stopped.set()
 
+    @property
+    def running(self) -> bool:
+        """Started and not yet stopped."""
+        return self.handle is not None and not self._stopped.is_set()
+
     async def stop(self) -> None:
         self._stop.set()
         await self._stopped.wait()
@@ -72,7 +80,7 @@ async def leader_of(voters: dict[int, Voter]) -> QuorumNodeHandle:
     """The voter that leads and has committed its epoch's first record."""
     while True:
         for voter in voters.values():
-            if voter.handle is not None and not voter._stopped.is_set() and voter.handle.is_leader:
+            if voter.running and voter.handle.is_leader:
                 return voter.handle
         await trio.sleep(0.01)
 
@@ -138,8 +146,24 @@ async def run(base_dir: Path, writes: int) -> None:
             f"caught up: color=green at high watermark {stats['high_watermark']}"
         )
 
+        # A client writes and reads through any node: bootstrapped at a
+        # follower, it follows the NOT_LEADER hint to the leader.
+        follower = next(v.handle for v in voters.values() if v.running and not v.handle.is_leader)
+        bootstrap = [f"{follower.node_id}@127.0.0.1:{follower.listen_port}"] + [
+            f"{n}@{host}:{port}" for n, (host, port) in addresses.items() if n != follower.node_id
+        ]
+        async with QuorumClient(bootstrap) as client:
+            offset = await client.propose([KeyValueStateMachine.encode_put(b"color", b"purple")])
+            answered_by = client.last_answered_by
+            _, answer = await client.read(b"color")  # the state machine's query(b"color"), linearizable
+            value, version = KeyValueStateMachine.decode_answer(answer)
+        print(
+            f"a client bootstrapped at follower {follower.node_id} wrote at offset {offset} "
+            f"(answered by node {answered_by.node_id}); read back: color={value.decode()} (offset {version})"
+        )
+
         for voter in voters.values():
-            if not voter._stopped.is_set():
+            if voter.running:
                 await voter.stop()
 
 

@@ -6,6 +6,7 @@ private (``_node``, ``_messages``, ...).
 
 from ._config import QuorumConfig
 from ._host import (
+    ApplyFailedError,
     CommitTimer,
     LeaderApplication,
     Proposal,
@@ -51,6 +52,7 @@ from ._types import ElectionState, Entry, Epoch, NodeId, Offset, OffsetAndEpoch,
 
 __all__ = [
     "MESSAGE_TYPES",
+    "ApplyFailedError",
     "BeginQuorumEpochRequest",
     "BeginQuorumEpochResponse",
     "CommitTimer",

@@ -73,6 +73,18 @@ class ProposalOutcomeUnknownError(QuorumError):
         self.offset = offset
 
 
+class ApplyFailedError(QuorumError):
+    """The state machine raised while applying the record at ``offset``.
+    The record stays committed (every replica applied it and failed the
+    same way, since apply is deterministic); its proposer gets this error
+    instead of an answer. ``description`` is ``"ExceptionType: message"``."""
+
+    def __init__(self, offset: int, description: str) -> None:
+        super().__init__(f"applying the record at offset {offset} failed: {description}")
+        self.offset = offset
+        self.description = description
+
+
 class ReadNotConfirmedError(QuorumError):
     """A linearizable read could not be confirmed: this node lost its
     leadership first (retriable, at the leader hint)."""
@@ -89,7 +101,10 @@ class StateMachine(Protocol):
     ``apply`` receives committed data records in offset order, exactly once
     per process lifetime (after a restart, from the latest snapshot on). It
     may return a dict of answers by offset (bytes), which the host hands
-    back to the proposer of those records.
+    back to the proposer of those records. The host hands it one record
+    per call, so that an exception is contained to its record: the host
+    logs it, the proposer gets ``ApplyFailedError`` and the replica goes on
+    (the state is whatever the failing call left, identical everywhere).
     ``snapshot`` returns the state reflecting every record applied so far;
     ``restore`` replaces the state with a snapshot's. All three must be
     deterministic: every replica applies the same records.
@@ -234,7 +249,7 @@ class ReplicaHost:
         self.pending_reads: dict[int, Done] = {}
         self._next_read_id = 0
         # Answers the state machine gave for records a local proposer waits on.
-        self._answers: dict[int, bytes] = {}
+        self._answers: dict[int, bytes | ApplyFailedError] = {}
         # What this node adds to its own Fetches and does with the answers'
         # extensions (a broker's heartbeats): attached and detached while
         # the core's hooks stay the ones it was built with.
@@ -329,7 +344,8 @@ class ReplicaHost:
         answers), None)`` once committed and applied (``answers``: what the
         state machine answered for each record, None where nothing);
         ``done(None, error)`` with ``NotLeaderError`` (at once),
-        ``ProposalLostError`` or ``ProposalOutcomeUnknownError``."""
+        ``ProposalLostError``, ``ProposalOutcomeUnknownError`` or
+        ``ApplyFailedError`` (the state machine raised on one of them)."""
         self._propose(records, done)
         self._drive_application(ticked=False)
 
@@ -436,9 +452,7 @@ class ReplicaHost:
         applied = self.applied_offset
         data = [entry for entry in entries if entry.kind is RecordKind.DATA and entry.offset >= applied]
         if data:
-            answers = self.state_machine.apply(data)
-            if answers and self.pending_proposals:
-                self._answers.update(answers)
+            self._apply_data(data)
         self.applied_offset = max(applied, entries[-1].offset + 1)
         pending_proposals = self.pending_proposals
         if pending_proposals:
@@ -452,7 +466,12 @@ class ReplicaHost:
                 if pending.timer_token is not None:
                     self.commit_timer.stop(pending.timer_token, entry.offset)  # type: ignore[union-attr]
                 pop = self._answers.pop
-                pending.done((entry.offset, [pop(offset, None) for offset in range(pending.first_offset, entry.offset + 1)]), None)
+                answers = [pop(offset, None) for offset in range(pending.first_offset, entry.offset + 1)]
+                failure = next((answer for answer in answers if isinstance(answer, ApplyFailedError)), None)
+                if failure is not None:
+                    pending.done(None, failure)
+                else:
+                    pending.done((entry.offset, answers), None)
             if pending_proposals:
                 # Proposals below the high watermark that no committed record
                 # decided were covered by a snapshot installed from a new
@@ -463,6 +482,33 @@ class ReplicaHost:
         if not pending_proposals:
             self._answers.clear()
         self.port.committed(entries)
+
+    def _apply_data(self, data: list[Entry]) -> None:
+        """Apply committed data records one per call: batches differ from
+        replica to replica (group commit), so a state machine must already
+        give the same result however records are grouped, and one record per
+        call tells exactly which record raised. An exception is contained to
+        its record (deterministic: every replica raises at the same one),
+        logged, and becomes the proposer's ``ApplyFailedError``."""
+        apply = self.state_machine.apply
+        keep_answers = bool(self.pending_proposals)
+        for entry in data:
+            try:
+                answers = apply([entry])
+            except Exception as error:  # a user's state machine: contained, see above
+                description = f"{type(error).__name__}: {error}"
+                logger.error(
+                    "node %d: the state machine raised applying offset %d (%s); the replica goes on",
+                    self.config.node_id,
+                    entry.offset,
+                    description,
+                )
+                logger.debug("node %d: the traceback of offset %d", self.config.node_id, entry.offset, exc_info=True)
+                if keep_answers:
+                    self._answers[entry.offset] = ApplyFailedError(entry.offset, description)
+                continue
+            if answers and keep_answers:
+                self._answers.update(answers)
 
     def _maybe_snapshot(self) -> None:
         if not self.snapshot_every_records:

@@ -59,6 +59,7 @@ HOSTS = frozenset(
         "quorum.wire",  # frames on sockets; a per-thread packer
         "quorum.cli",
         "quorum.client",
+        "quorum.replicated",  # a trio loop on a thread of its own
         "registration._service",  # the controller on the trio runtime
         "registration.cli",
         "registration.client",

@@ -3,7 +3,16 @@ storage. See ``docs/architecture.md``."""
 
 from ._memory_transport import MemoryNetwork, MemoryTransport
 from ._metrics import FINE_BUCKETS_S, Metrics, scrape_metrics, serve_metrics
-from ._node_api import EventLog, NodeConfig, QuorumNodeHandle, handle_client_request, open_quorum_node, parse_voters
+from ._node_api import (
+    PROPOSAL_BYTES_MAX,
+    EventLog,
+    NodeConfig,
+    QuorumNodeHandle,
+    check_records,
+    handle_client_request,
+    open_quorum_node,
+    parse_voters,
+)
 from ._runtime import LeaderApplication, Proposal, ProposalLostError, QuorumRuntime, ReadNotConfirmedError, Transport
 from ._state_machine import KeyValueStateMachine, StateMachine
 from ._tcp import ConnectionLimits, TcpTransport
@@ -11,6 +20,7 @@ from ._writer import WRITE_ERRORS, StreamWriter
 
 __all__ = [
     "FINE_BUCKETS_S",
+    "PROPOSAL_BYTES_MAX",
     "WRITE_ERRORS",
     "ConnectionLimits",
     "EventLog",
@@ -22,6 +32,7 @@ __all__ = [
     "MemoryTransport",
     "NodeConfig",
     "QuorumNodeHandle",
+    "check_records",
     "handle_client_request",
     "open_quorum_node",
     "parse_voters",

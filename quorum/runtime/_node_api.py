@@ -18,7 +18,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -31,6 +31,7 @@ from .._messages import ErrorCode
 from .._node import NotLeaderError, QuorumDescription
 from ..storage import FileStorage, MemoryStorage, RetentionPolicy
 from ..wire import (
+    NODE_LIMITS,
     ApplicationRequest,
     ApplicationResponse,
     DescribeQuorumRequest,
@@ -67,6 +68,32 @@ def parse_voters(text: str) -> dict[int, tuple[str, int]]:
     if not voters:
         raise ValueError("no voters given")
     return voters
+
+
+#: The most record bytes one proposal may carry: what a client's request
+#: frame may hold (``NODE_LIMITS.small_frame_bytes_max``, 1 MiB) less room
+#: for the frame's header and each record's length prefix.
+PROPOSAL_BYTES_MAX = NODE_LIMITS.small_frame_bytes_max - 64 * 1024
+
+
+def check_records(records: Sequence[bytes]) -> None:
+    """Refuse, in the caller, a proposal the quorum could not take: not a
+    list of ``bytes`` (``TypeError``: a ``str`` must be encoded first), none
+    at all, more than ``NODE_LIMITS.records_per_request_max`` records or
+    more than ``PROPOSAL_BYTES_MAX`` bytes (``ValueError``)."""
+    if isinstance(records, (bytes, str)) or not isinstance(records, Sequence):
+        raise TypeError(f"records must be a list of bytes, not {type(records).__name__}")
+    if not records:
+        raise ValueError("nothing to propose")
+    if len(records) > NODE_LIMITS.records_per_request_max:
+        raise ValueError(f"{len(records)} records in one proposal, over the limit of {NODE_LIMITS.records_per_request_max}")
+    size = 0
+    for index, record in enumerate(records):
+        if type(record) is not bytes:
+            raise TypeError(f"record {index} is a {type(record).__name__}, not bytes")
+        size += len(record)
+    if size > PROPOSAL_BYTES_MAX:
+        raise ValueError(f"the proposal holds {size} bytes, over the limit of {PROPOSAL_BYTES_MAX}")
 
 
 @dataclass(kw_only=True)
@@ -134,9 +161,19 @@ class QuorumNodeHandle:
 
     async def propose(self, records: list[bytes]) -> int:
         """Commit ``records``; returns the offset of the first. Raises
-        ``NotLeaderError`` (retry at ``leader_id``) or ``ProposalLostError``."""
-        last = await self.runtime.propose(records)
-        return last - len(records) + 1
+        ``TypeError`` or ``ValueError`` for records that could not be
+        proposed (see ``check_records``: nothing is proposed then),
+        ``NotLeaderError`` (retry at ``leader_id``), ``ProposalLostError``,
+        or ``ApplyFailedError`` (the state machine raised on a record)."""
+        first, _ = await self.propose_with_answers(records)
+        return first
+
+    async def propose_with_answers(self, records: list[bytes]) -> tuple[int, list[bytes | None]]:
+        """``propose``, also returning what the state machine answered for
+        each record (None where nothing). Raises as ``propose``."""
+        check_records(records)
+        last, answers = await self.runtime.propose_with_answers(records)
+        return last - len(records) + 1, answers
 
     async def read(self, mode: str = "linearizable") -> int:
         """Wait until the state machine may be read in ``mode``
@@ -225,8 +262,8 @@ def propose_from_client(runtime: QuorumRuntime, request: Any, reply: Callable[[A
             reply(ProposeResponse(error=ErrorCode.NOT_LEADER, leader_hint=error.leader_id))
         elif isinstance(error, ProposalLostError):
             reply(ProposeResponse(error=ErrorCode.NOT_LEADER, leader_hint=runtime.node.leader_id))
-        else:  # pragma: no cover - the core reports no other error for a proposal
-            logger.error("proposal failed: %r", error)
+        else:  # ApplyFailedError: the state machine raised (the host logged it)
+            logger.info("proposal failed: %r", error)
             reply(ErrorFrame(code=ErrorCode.INVALID_REQUEST, message=str(error)[:200], correlation_id=0))
 
     runtime.propose_with_callback(request.records, done)

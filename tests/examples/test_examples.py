@@ -5,6 +5,7 @@ tests/broker_agent/test_example.py.)"""
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,36 @@ def run_example(name: str, *args: str, timeout_s: float = 60) -> str:
     )
     assert result.returncode == 0, f"{name} failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout
+
+
+def free_voters(count: int) -> str:
+    """``1@127.0.0.1:PORT,...`` with ports the OS says are free now."""
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    voters = ",".join(f"{node_id}@127.0.0.1:{sock.getsockname()[1]}" for node_id, sock in enumerate(sockets, 1))
+    for sock in sockets:
+        sock.close()
+    return voters
+
+
+def test_replicated_counter_adds_from_any_node_and_reads_linearizably():
+    out = run_example("replicated_counter.py", free_voters(3))
+    assert out.splitlines() == ["node 3 adds 5, total 5", "node 1 adds 2, total 7", "node 2 reads 7"]
+
+
+def test_replicated_dict_forwards_refuses_contains_and_restarts():
+    out = run_example("replicated_dict.py", free_voters(3))
+    lines = out.splitlines()
+    assert lines[:5] == [
+        "compare_and_set blue -> green: True",
+        "compare_and_set blue -> red: False",
+        "pop of a missing key failed on every replica alike: KeyError: 'size'",
+        "a set cannot be encoded: TypeError in the caller, nothing proposed",
+        "linearizable read on a follower: green",
+    ]
+    assert re.fullmatch(r"with forward=False a follower refuses: NotLeaderError, leader hint [123]", lines[5])
+    assert lines[6:] == ["follower read after its restart: green 3"]
 
 
 def test_single_voter_quorum_commits_reads_snapshots_and_recovers():
@@ -52,3 +83,6 @@ def test_three_voter_quorum_elects_redirects_fails_over_and_catches_up():
     handover = re.search(rf"node {first_leader} stopped; node (\d) leads epoch (\d+) after", out)
     assert handover and int(handover.group(1)) != first_leader and int(handover.group(2)) >= 2
     assert re.search(rf"node {first_leader} restarted as follower of epoch \d+, caught up: color=green", out)
+    client = re.search(r"a client bootstrapped at follower (\d) wrote at offset (\d+) \(answered by node (\d)\); read back: color=purple \(offset (\d+)\)", out)
+    assert client and client.group(1) != client.group(3) == handover.group(1)  # the follower sent it on to the leader
+    assert client.group(2) == client.group(4)

@@ -1,0 +1,184 @@
+"""An exception raised by a state machine's apply is contained to its
+record (issue 18, item 4): the proposer gets ``ApplyFailedError``, every
+replica applied the same records to the same state, the node logs it and
+keeps serving. Three runtimes over an in-process network, MockClock.
+
+Each test requests ``autojump_clock`` itself (pytest-trio installs the
+clock only when the test function asks for it).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+
+import msgpack
+import pytest
+import trio
+
+from quorum import ApplyFailedError, Entry, QuorumConfig, RecordKind
+from quorum.replicated import Replicated, ReplicatedStateMachine, encode_call, query, replicated
+from quorum.runtime import MemoryNetwork, QuorumRuntime
+from quorum.storage import MemoryStorage
+
+VOTERS = (1, 2, 3)
+
+
+class Ledger:
+    """A plain ``quorum.StateMachine`` whose apply raises on a negative
+    amount, after changing nothing, and on ``b"half"`` after changing half
+    of its state (what the failing call leaves must be the same
+    everywhere)."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.touched = 0
+
+    def apply(self, entries: Sequence[Entry]) -> dict[int, bytes]:
+        answers = {}
+        for entry in entries:
+            if entry.data == b"half":
+                self.touched += 1
+                raise RuntimeError("half done")
+            amount = int(entry.data)
+            if amount < 0:
+                raise ValueError(f"negative amount {amount}")
+            self.total += amount
+            answers[entry.offset] = str(self.total).encode()
+        return answers
+
+    def snapshot(self) -> bytes:
+        return msgpack.packb([self.total, self.touched])
+
+    def restore(self, data: bytes) -> None:
+        self.total, self.touched = msgpack.unpackb(data)
+
+
+class Counter(Replicated):
+    def __init__(self) -> None:
+        self.total = 0
+        self.log: list[int] = []
+
+    @replicated
+    def add(self, n):
+        self.log.append(n)  # changed before it raises: the same on every replica
+        if n < 0:
+            raise ValueError("counters only go up")
+        self.total += n
+        return self.total
+
+    @replicated
+    def unanswerable(self):
+        return object()  # msgpack cannot encode the result
+
+    @query
+    def value(self):
+        return self.total
+
+
+async def start_cluster(nursery, make_machine):
+    network = MemoryNetwork()
+    runtimes, machines = {}, {}
+    for node_id in VOTERS:
+        machine = make_machine()
+        runtime = QuorumRuntime(
+            QuorumConfig(node_id=node_id, voters=VOTERS),
+            machine,
+            storage=MemoryStorage(),
+            transport=network.transport(node_id),
+            rng=random.Random(node_id),
+            io_in_thread=False,
+            snapshot_every_records=0,
+        )
+        await nursery.start(runtime.run)
+        runtimes[node_id], machines[node_id] = runtime, machine
+    with trio.fail_after(30):
+        while True:
+            leaders = [runtime for runtime in runtimes.values() if runtime.node.leader_has_committed_own_epoch]
+            if leaders:
+                return leaders[0], runtimes, machines
+            await trio.sleep(0.01)
+
+
+async def wait_applied_everywhere(runtimes, offset):
+    with trio.fail_after(30):
+        while any(runtime.applied_offset < offset for runtime in runtimes.values()):
+            await trio.sleep(0.01)
+
+
+async def test_a_raising_state_machine_fails_its_record_identically_everywhere(nursery, autojump_clock, caplog):
+    leader, runtimes, machines = await start_cluster(nursery, Ledger)
+    with caplog.at_level(logging.ERROR, logger="pykraft.quorum"):
+        assert (await leader.propose_with_answers([b"5"]))[1] == [b"5"]
+        with pytest.raises(ApplyFailedError) as failed:
+            await leader.propose_with_answers([b"-3"])
+        assert failed.value.description == "ValueError: negative amount -3"
+        with pytest.raises(ApplyFailedError, match="RuntimeError: half done"):
+            await leader.propose_with_answers([b"half"])
+        # A batch with a failing record fails as a whole for its proposer;
+        # its other records were applied, on every replica.
+        with pytest.raises(ApplyFailedError) as batch:
+            await leader.propose_with_answers([b"1", b"-1", b"2"])
+        last, answers = await leader.propose_with_answers([b"10"])
+    assert answers == [b"18"]  # 5 + 1 + 2 + 10: the nodes kept running
+    assert batch.value.offset == last - 2
+    await wait_applied_everywhere(runtimes, last + 1)
+    assert {(machine.total, machine.touched) for machine in machines.values()} == {(18, 1)}
+    failures = [record for record in caplog.records if "the state machine raised" in record.getMessage()]
+    assert len(failures) == 3 * len(VOTERS)  # logged by every replica, once per failing record
+
+
+async def test_a_replicated_method_that_raises_answers_an_error_and_changes_every_replica_alike(
+    nursery, autojump_clock
+):
+    leader, runtimes, machines = await start_cluster(nursery, lambda: ReplicatedStateMachine(Counter()))
+    machine = machines[leader.config.node_id]
+
+    async def call(name, *args):
+        last, answers = await leader.propose_with_answers([encode_call(name, args, {})])
+        failed, value = msgpack.unpackb(answers[0], raw=False)
+        return last, failed, value
+
+    assert (await call("add", 4))[1:] == (0, 4)
+    assert (await call("add", -1))[1:] == (1, "ValueError: counters only go up")
+    failed, description = (await call("unanswerable"))[1:]
+    assert failed == 1 and description.startswith("TypeError")
+    last, failed, value = await call("add", 3)
+    assert (failed, value) == (0, 7)
+    await wait_applied_everywhere(runtimes, last + 1)
+    states = {msgpack.packb(m.target.snapshot_state()) for m in machines.values()}
+    assert len(states) == 1
+    assert machine.target.snapshot_state() == {"log": [4, -1, 3], "total": 7}
+    assert machine.run_query("value", [], {}) == 7
+
+
+def test_the_default_snapshot_round_trips_public_attributes():
+    counter = Counter()
+    counter.total, counter.log, counter._cache = 3, [1, 2], "not state"
+    machine = ReplicatedStateMachine(counter)
+    data = machine.snapshot()
+    other = ReplicatedStateMachine(Counter())
+    other.target.extra = "dropped by restore"
+    other.restore(data)
+    assert vars(other.target) == {"total": 3, "log": [1, 2]}
+
+
+def test_state_msgpack_cannot_encode_is_named_with_the_hooks_to_override():
+    counter = Counter()
+    counter.seen = {1, 2}
+    with pytest.raises(TypeError, match="state of Counter cannot be snapshotted.*override snapshot_state"):
+        ReplicatedStateMachine(counter).snapshot()
+
+
+def test_records_that_are_not_calls_of_the_class_are_ignored():
+    machine = ReplicatedStateMachine(Counter())
+    entries = [
+        Entry(offset=0, epoch=1, kind=RecordKind.DATA, data=b"\xc1"),  # not msgpack
+        Entry(offset=1, epoch=1, kind=RecordKind.DATA, data=msgpack.packb(["nope", [], {}])),
+        Entry(offset=2, epoch=1, kind=RecordKind.DATA, data=msgpack.packb(["value", [], {}])),  # a query is not a command
+        Entry(offset=3, epoch=1, kind=RecordKind.DATA, data=encode_call("add", [2], {})),
+    ]
+    answers = machine.apply(entries)
+    assert list(answers) == [3]
+    assert machine.target.total == 2

@@ -1,0 +1,67 @@
+"""The trio API refuses bad input in the caller, before anything is
+proposed (issue 18, item 4), and a state machine that raises fails only
+its record, for a local proposer and for a client's (real TCP, one voter)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from quorum import ApplyFailedError
+from quorum.client import QuorumClient, QuorumClientError
+from quorum.runtime import PROPOSAL_BYTES_MAX, NodeConfig, check_records, open_quorum_node
+
+
+class Strict:
+    """Accepts records of digits only; raises on anything else."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def apply(self, entries):
+        for entry in entries:
+            self.total += int(entry.data)  # ValueError for b"x"
+        return {}
+
+    def snapshot(self) -> bytes:
+        return str(self.total).encode()
+
+    def restore(self, data: bytes) -> None:
+        self.total = int(data)
+
+
+def test_check_records_names_what_is_wrong():
+    with pytest.raises(TypeError, match="record 1 is a str, not bytes"):
+        check_records([b"ok", "text"])
+    with pytest.raises(TypeError, match="list of bytes, not bytes"):
+        check_records(b"one record")
+    with pytest.raises(ValueError, match="nothing to propose"):
+        check_records([])
+    with pytest.raises(ValueError, match="10001 records"):
+        check_records([b""] * 10_001)
+    with pytest.raises(ValueError, match="over the limit"):
+        check_records([b"x" * (PROPOSAL_BYTES_MAX // 2), b"x" * (PROPOSAL_BYTES_MAX // 2 + 1)])
+    check_records([b"x" * PROPOSAL_BYTES_MAX])
+
+
+async def test_bad_records_fail_at_the_call_and_a_raising_apply_fails_only_its_record(tmp_path):
+    config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, data_dir=tmp_path / "node1")
+    async with open_quorum_node(config, Strict()) as node:
+        with trio.fail_after(10):
+            await node.wait_for_leader()
+        end = node.statistics()["log_end_offset"]
+        with pytest.raises(TypeError):
+            await node.propose(["12"])
+        with pytest.raises(ValueError):
+            await node.propose([b"1" * (PROPOSAL_BYTES_MAX + 1)])
+        assert node.statistics()["log_end_offset"] == end  # nothing was proposed
+        await node.propose([b"5"])
+        with pytest.raises(ApplyFailedError, match="ValueError"):
+            await node.propose([b"x"])
+        async with QuorumClient([f"1@127.0.0.1:{node.listen_port}"], retry_timeout_s=10) as client:
+            with pytest.raises(QuorumClientError, match="applying the record at offset"):
+                await client.propose([b"y"])
+            await client.propose([b"2"])
+        first, answers = await node.propose_with_answers([b"3"])
+        assert answers == [None]
+        assert node.state_machine.total == 10  # the node kept applying after both failures
