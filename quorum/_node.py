@@ -246,6 +246,10 @@ _COUNTER_NAMES = (
     "votes_ignored_leader_alive",
     # A Vote or pre-vote from a non-voter, or to one (only voters vote).
     "votes_refused_not_voter",
+    # Any other message a non-voter cannot send (a BeginQuorumEpoch, an
+    # EndQuorumEpoch, an answer to a request only voters receive), and a
+    # Fetch from a non-voter claiming a later epoch.
+    "messages_refused_not_voter",
     # An election timer fired at EPOCH_MAX: there is no next epoch to stand in.
     "stands_refused_epoch_max",
     # A write or fsync the driver reported failed (``persist_failed``), one
@@ -902,6 +906,17 @@ class QuorumNode:
         if problem is not None:
             self._drop_malformed(message, problem)
             return False
+        if message.src not in self.config.voter_set and not isinstance(message, (FetchRequest, FetchSnapshotRequest, VoteRequest)):
+            # Only voters lead, hand over or answer what this node sends to
+            # voters; observers only fetch (KIP-595; Kafka refuses such a
+            # sender with INCONSISTENT_VOTER_SET). Without this, one forged
+            # BeginQuorumEpoch from an unknown id deposes a healthy leader.
+            # (A VoteRequest from a non-voter gets its own refusal below.)
+            self._counters["messages_refused_not_voter"] += 1
+            if isinstance(message, _RESPONSE_TYPES):
+                return False
+            self._refuse(message, ErrorCode.INVALID_REQUEST)
+            return False
         if isinstance(message, _RESPONSE_TYPES):
             if isinstance(message, (FetchResponse, FetchSnapshotResponse)):
                 # Only the answer to the request in flight is an answer at
@@ -937,6 +952,14 @@ class QuorumNode:
                 self._counters["votes_ignored_leader_alive"] += 1
                 self._reply_vote(message, granted=False)
                 return False
+        if message.epoch > self._epoch and message.src not in self.config.voter_set:
+            # An observer's Fetch from a later epoch: an honest observer only
+            # learns epochs from voters, who will tell us themselves; a
+            # non-voter alone never moves this node's epoch (as Kafka's
+            # leader answers UNKNOWN_LEADER_EPOCH without adopting it).
+            self._counters["messages_refused_not_voter"] += 1
+            self._refuse(message, ErrorCode.UNKNOWN_LEADER_EPOCH)
+            return False
         if message.epoch > self._epoch and not pre_vote:
             # Even a leader steps down for a later epoch's Vote: the
             # disruption pre-vote exists to prevent. A Vote keeps our

@@ -299,6 +299,55 @@ def test_vote_from_a_non_voter_is_refused_and_moves_nothing(pre_vote):
     assert cluster.node(voter).counters["votes_refused_not_voter"] == 1
 
 
+_FROM_A_STRANGER = {
+    "BeginQuorumEpoch": lambda epoch: BeginQuorumEpochRequest(src=9, dst=1, epoch=epoch),
+    "EndQuorumEpoch": lambda epoch: EndQuorumEpochRequest(src=9, dst=1, epoch=epoch, preferred_successors=(2,)),
+    "VoteResponse": lambda epoch: VoteResponse(
+        src=9, dst=1, epoch=epoch, granted=False, pre_vote=False, leader_id=None, error=ErrorCode.NONE
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_FROM_A_STRANGER))
+def test_a_message_only_voters_send_is_refused_from_a_non_voter_and_moves_nothing(kind):
+    """Found by the hostile-clients nemesis: one BeginQuorumEpoch,
+    EndQuorumEpoch or VoteResponse from an id outside the voter set, with
+    the next epoch, moved the leader into that epoch (and a BeginQuorumEpoch
+    named the stranger leader). Only voters lead, hand over or answer what a
+    node sends to voters (KIP-595; Kafka: INCONSISTENT_VOTER_SET): such a
+    message is refused (a request) or dropped (an answer), and counted."""
+    cluster = Cluster(3)
+    cluster.elect(1)
+    before = unmoved(cluster, 1)
+
+    output = cluster.inject(_FROM_A_STRANGER[kind](cluster.node(1).epoch + 1))
+
+    assert unmoved(cluster, 1) == before
+    assert cluster.node(1).role is Role.LEADER
+    assert not output.has_persistence
+    assert all(message.error == ErrorCode.INVALID_REQUEST for message in messages_of(output))
+    assert cluster.node(1).counters["messages_refused_not_voter"] == 1
+
+
+def test_an_observers_fetch_from_a_later_epoch_does_not_move_the_leader():
+    """A broker (an observer) once carried a stranger's epoch to the leader
+    in its next Fetch, and the leader adopted it. A non-voter alone never
+    moves a node's epoch: the leader answers UNKNOWN_LEADER_EPOCH and keeps
+    leading (honest observers learn epochs from voters, who tell the leader
+    themselves)."""
+    cluster = Cluster(3, observers=(4,))
+    cluster.elect(1)
+    before = unmoved(cluster, 1)
+    epoch = cluster.node(1).epoch
+
+    output = cluster.inject(FetchRequest(src=4, dst=1, epoch=epoch + 3, fetch_offset=0, last_fetched_epoch=0, request_id=1))
+
+    [response] = [message for message in messages_of(output) if isinstance(message, FetchResponse)]
+    assert response.error == ErrorCode.UNKNOWN_LEADER_EPOCH
+    assert unmoved(cluster, 1) == before
+    assert cluster.node(1).counters["messages_refused_not_voter"] == 1
+
+
 # =========================================================================
 # Numbers no layer can hold
 # =========================================================================
