@@ -268,11 +268,11 @@ async def send(stream: trio.SocketStream, data: bytes, stats: HostileStats, fram
 
 
 async def read_answers(
-    stream: trio.SocketStream, stats: HostileStats, cluster_id: str, wait_s: float = ANSWER_WAIT_S, *, first_only: bool = False
+    stream: trio.SocketStream, stats: HostileStats, cluster_id: str, wait_s: float = ANSWER_WAIT_S, *, expect: int | None = None
 ) -> list[Any]:
     """Messages the node sends back within ``wait_s`` (ErrorFrames counted);
-    stops early when the node closes the connection (counted), or with
-    ``first_only`` at the first message."""
+    stops early when the node closes the connection (counted), or once
+    ``expect`` messages have come."""
     decoder = FrameDecoder()
     answers: list[Any] = []
     with trio.move_on_after(wait_s):
@@ -293,19 +293,22 @@ async def read_answers(
                 if isinstance(message, ErrorFrame):
                     stats.error_frames += 1
                 answers.append(message)
-            if first_only and answers:
+            if expect is not None and len(answers) >= expect:
                 break
     return answers
 
 
-async def one_shot(target: HostileTarget, stats: HostileStats, data: bytes, frames: int = 1, wait_s: float = ANSWER_WAIT_S) -> None:
-    """A fresh connection: send ``data``, read what comes back, close."""
+async def one_shot(
+    target: HostileTarget, stats: HostileStats, data: bytes, frames: int = 1, wait_s: float = ANSWER_WAIT_S, expect: int | None = None
+) -> None:
+    """A fresh connection: send ``data``, read what comes back (until the
+    node closes it, ``expect`` answers came, or ``wait_s``), close."""
     stream = await open_connection(target, stats)
     if stream is None:
         return
     try:
         if await send(stream, data, stats, frames):
-            await read_answers(stream, stats, target.cluster_id, wait_s)
+            await read_answers(stream, stats, target.cluster_id, wait_s, expect=expect)
     finally:
         await stream.aclose()
 
@@ -317,7 +320,7 @@ async def current_epoch(target: HostileTarget) -> int:
         stream = await trio.open_tcp_stream(target.host, target.port, local_address=target.source_host)
         try:
             await stream.send_all(frame(DescribeQuorumRequest(), target, correlation_id=1))
-            answers = await read_answers(stream, HostileStats("describe"), target.cluster_id, 2.0, first_only=True)
+            answers = await read_answers(stream, HostileStats("describe"), target.cluster_id, 2.0, expect=1)
         finally:
             await stream.aclose()
         for answer in answers:
@@ -333,7 +336,7 @@ async def current_epoch(target: HostileTarget) -> int:
 
 async def forged_epoch(target: HostileTarget, stats: HostileStats, rng: random.Random) -> None:
     while True:
-        await one_shot(target, stats, forged_epoch_vote(target))
+        await one_shot(target, stats, forged_epoch_vote(target), expect=1)
         await trio.sleep(0.2)
 
 
@@ -342,7 +345,7 @@ async def forged_fields(target: HostileTarget, stats: HostileStats, rng: random.
     while True:
         # One connection per round: a node answers a bad field with an
         # ErrorFrame and keeps the connection, or closes it.
-        await one_shot(target, stats, b"".join(forged), frames=len(forged))
+        await one_shot(target, stats, b"".join(forged), frames=len(forged), expect=len(forged))
         await trio.sleep(0.2)
 
 
@@ -501,7 +504,7 @@ async def wrong_cluster(target: HostileTarget, stats: HostileStats, rng: random.
         ),
     ]
     while True:
-        await one_shot(target, stats, b"".join(frames), frames=len(frames))
+        await one_shot(target, stats, b"".join(frames), frames=len(frames), expect=len(frames))
         await trio.sleep(0.1)
 
 
