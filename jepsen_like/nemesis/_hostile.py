@@ -196,13 +196,16 @@ def vote_flood_frame(target: HostileTarget, epoch: int, count: int) -> bytes:
     return frame(request, target, correlation_id=count + 1)
 
 
-def msgpack_bomb(size_bytes: int, cluster_id: str, *, in_fetch_extension: bool, src: int = UNKNOWN_VOTER_ID, dst: int = 1) -> bytes:
-    """A frame of about ``size_bytes`` that is mostly empty msgpack maps
-    (one byte each on the wire, ~70 bytes each once decoded in Python).
-    ``in_fetch_extension``: a well-formed FetchRequest whose extension is
-    the map array; else a request body that is the array itself."""
-    count = max(1, size_bytes - 100)
-    bomb_array = b"\xdd" + count.to_bytes(4, "big") + b"\x80" * count
+def msgpack_bomb(
+    size_bytes: int, cluster_id: str, *, in_fetch_extension: bool, src: int = UNKNOWN_VOTER_ID, dst: int = 1, item: bytes = b"\x80"
+) -> bytes:
+    """A frame of about ``size_bytes`` that is mostly copies of the msgpack
+    value ``item`` (default an empty map: one byte on the wire, ~70 bytes
+    once decoded in Python). ``in_fetch_extension``: a well-formed
+    FetchRequest whose extension is the array of them; else a request body
+    that is the array itself."""
+    count = max(1, (size_bytes - 100) // len(item))
+    bomb_array = b"\xdd" + count.to_bytes(4, "big") + item * count
     head = msgpack.packb([_FETCH_REQUEST if in_fetch_extension else _PROPOSE_REQUEST, _PROTOCOL_VERSION, 1, cluster_id])
     # Drop the 4-array header of ``head``: the envelope has five items.
     envelope = b"\x95" + head[1:]
