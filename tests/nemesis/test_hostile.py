@@ -16,16 +16,7 @@ import pytest
 import trio
 
 from jepsen_like.nemesis import ATTACKS, HOSTILE_KINDS, HostileTarget, run_attack, run_kind
-from jepsen_like.nemesis import HostileStats
-from jepsen_like.nemesis._hostile import (
-    UNKNOWN_VOTER_ID,
-    forged_epoch_vote,
-    forged_frame,
-    malformed_frames,
-    msgpack_bomb,
-    one_shot,
-    vote_flood_frame,
-)
+from jepsen_like.nemesis._hostile import forged_epoch_vote, malformed_frames, msgpack_bomb, vote_flood_frame
 from quorum.client import QuorumClient
 from quorum.runtime import KeyValueStateMachine, NodeConfig, open_quorum_node
 from quorum.wire import NODE_LIMITS, FrameDecoder, decode_message
@@ -92,7 +83,7 @@ async def good_writes(leader, count: int) -> None:
 
 
 # ``unknown-voter`` deposes the leader today (a BeginQuorumEpoch from a
-# non-voter moves the epoch): the last test of this file says what it must do.
+# non-voter moves the epoch): test_unknown_voter.py says what it must do.
 @pytest.mark.parametrize("name", sorted(set(ATTACKS) - {"unknown-voter"}))
 async def test_each_attack_leaves_the_leader_leading_and_serving(tmp_path, name):
     async with trio.open_nursery() as nursery:
@@ -163,36 +154,3 @@ def test_the_forged_frames_are_what_they_claim():
     for data in malformed_frames(target, random.Random(0)):
         assert int.from_bytes(data[:4], "big") == len(data) - 4
 
-
-# Type code and body of a quorum message from voter id 4242 (no such voter)
-# to node ``dst`` claiming epoch ``epoch`` (docs/protocol.md field order).
-_FROM_A_NON_VOTER = {
-    "BeginQuorumEpochRequest": lambda dst, epoch: (3, [UNKNOWN_VOTER_ID, dst, epoch]),
-    "EndQuorumEpochRequest": lambda dst, epoch: (5, [UNKNOWN_VOTER_ID, dst, epoch, []]),
-    "VoteResponse": lambda dst, epoch: (2, [UNKNOWN_VOTER_ID, dst, epoch, False, False, None, 0]),
-}
-
-
-@pytest.mark.parametrize("kind", sorted(_FROM_A_NON_VOTER))
-async def test_a_quorum_message_from_an_unknown_voter_id_does_not_depose_the_leader(tmp_path, kind):
-    """Issue 15 ("a process claiming an unknown voter id"). FAILS today: the
-    core's epoch prologue refuses a Vote from a non-voter, but a
-    BeginQuorumEpoch, an EndQuorumEpoch or a VoteResponse from one with a
-    later epoch moves the leader into that epoch (quorum/_node.py,
-    ``_epoch_prologue``: the non-voter guard covers VoteRequest only), and
-    after a BeginQuorumEpoch every node names voter 4242 as its leader
-    until an election. One frame deposes a healthy leader."""
-    async with trio.open_nursery() as nursery:
-        handles, stop = await start_cluster(nursery, tmp_path)
-        leader = next(handle for handle in handles if handle.is_leader)
-        epoch = leader.runtime.node.epoch
-        type_code, body = _FROM_A_NON_VOTER[kind](leader.node_id, epoch + 1)
-        stats = HostileStats(kind)
-        with trio.fail_after(20):
-            await one_shot(target_of(handles, leader), stats, forged_frame(type_code, body, CLUSTER), wait_s=0.5)
-            # A good write after it commits in the same epoch.
-            await good_writes(leader, 1)
-        assert stats.connections == 1
-        assert leader.is_leader and leader.runtime.node.epoch == epoch, (kind, leader.runtime.node.epoch)
-        assert all(handle.runtime.node.leader_id == leader.node_id for handle in handles)
-        stop.set()
