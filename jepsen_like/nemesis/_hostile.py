@@ -369,10 +369,10 @@ async def vote_flood(target: HostileTarget, stats: HostileStats, rng: random.Ran
                     epoch += 1
                     count += 1
                     burst.append(vote_flood_frame(target, epoch, count))
+                stats.extra["epoch_claimed_max"] = epoch
                 if not await send(stream, b"".join(burst), stats, frames=len(burst)):
                     break
                 await trio.sleep(0.002)
-        stats.extra["epoch_claimed_max"] = epoch
 
 
 async def connection_flood(target: HostileTarget, stats: HostileStats, rng: random.Random, count: int = 300) -> None:
