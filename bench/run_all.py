@@ -5,7 +5,7 @@
 Runs bench.quorum_bench (pykraft vs etcd / ZooKeeper / PySyncObj), then every
 hook in OTHER_BENCHES whose module exists (for example bench.checker_bench,
 owned by the checker work, and bench.metadata_bench, pykraft vs Apache Kafka's
-KRaft), calling its `main(argv)` with `--quick` when
+KRaft, and bench.abuse_bench, hostile clients against the leader), calling its `main(argv)` with `--quick` when
 given `--quick`.  A missing module is skipped with a message.
 """
 
@@ -23,6 +23,7 @@ OTHER_BENCHES = [
     "bench.registration_bench",
     "bench.heartbeat_bench",
     "bench.metadata_bench",
+    "bench.abuse_bench",
 ]
 
 

@@ -9,6 +9,7 @@ operation (``process: "nemesis"``).
 | ``fast-bounce`` | restart a broker within its session timeout: kill -9 during a controlled shutdown, or while running, and start it at once | seed 000 (KIP-380) |
 | ``broker-cut-from-controller`` | cut a broker from every controller but not from its clients: both ways, or only one way | seed 003 case 2, seed 001 |
 | ``rolling-restart`` | SIGTERM each node in turn (controllers resign, brokers shut down under control), restart it, wait until it is back | |
+| ``hostile-clients`` | garbage, oversize, stalled, pipelined, forged-field and flood traffic at a member's own port, each kind in turn, mostly at the controller leader | issue 15 |
 | ``chaos`` | everything above at random, plus kill -9, SIGSTOP pauses, random halves, bridges, one-way cuts, delays (proxy only) | |
 """
 
@@ -20,9 +21,9 @@ from typing import Any, Protocol
 
 import trio
 
-from jepsen_like.nemesis import NetFault, NetworkTopology
+from jepsen_like.nemesis import HOSTILE_KINDS, HostileTarget, NetFault, NetworkTopology, run_kind
 
-from ._cluster import Cluster, ClusterSettings
+from ._cluster import CLUSTER_ID, Cluster, ClusterSettings
 from ._options import CampaignOptions
 from ._processes import ProcessGroup
 
@@ -174,6 +175,51 @@ async def graceful_restart(campaign: RunningCampaign, node_id: int) -> None:
     await campaign.fault_with("restart", start, body)
 
 
+#: Where hostile traffic comes from on loopback (proxy mode): an address of
+#: its own, so that the nodes' per-address caps tell it from the proxy's
+#: links, which all come from 127.0.0.1.
+HOSTILE_SOURCE_HOST = "127.0.0.66"
+
+
+async def hostile_traffic(campaign: RunningCampaign, kind: str, node_id: int, duration_s: float, rng: random.Random) -> None:
+    """Every attack of hostile kind ``kind`` (``HOSTILE_KINDS``) at node
+    ``node_id``'s own listener (not through the proxy: a hostile client
+    dials the node) for ``duration_s``. Recorded as the fault
+    ``hostile-<kind>``; its end event also says what the attacks did
+    (``stats``: connections, frames, bytes, closes and error answers)."""
+    network, cluster = campaign.network, campaign.cluster
+    assert network is not None and cluster is not None
+    host, port = network.listen_address(node_id)
+    target = HostileTarget(
+        host=host,
+        port=port,
+        node_id=node_id,
+        voter_ids=tuple(cluster.controller_ids),
+        cluster_id=CLUSTER_ID,
+        source_host=HOSTILE_SOURCE_HOST if campaign.options.net == "proxy" else None,
+    )
+    described: dict[str, Any] = {
+        "fault_id": rng.getrandbits(32),
+        "node": node_id,
+        "role": campaign.processes.nodes[node_id].role,
+        "kind": kind,
+        "attacks": list(HOSTILE_KINDS[kind]),
+        "address": f"{host}:{port}",
+        "seconds": round(duration_s, 2),
+    }
+
+    async def start() -> dict[str, Any]:
+        return described
+
+    async def body(value: dict[str, Any]) -> None:
+        with cluster.observer_sockets():
+            results = await run_kind(kind, target, duration_s, seed=rng.getrandbits(32))
+        # The end event carries the figures (the fault_id pairs it with its start).
+        value["stats"] = [stats.as_history_value() for stats in results]
+
+    await campaign.fault_with(f"hostile-{kind}", start, body)
+
+
 # =========================================================================
 # Named campaigns
 # =========================================================================
@@ -284,6 +330,33 @@ async def rolling_restart(campaign: RunningCampaign, deadline_s: float) -> None:
         turn += 1
 
 
+async def hostile_clients(campaign: RunningCampaign, deadline_s: float) -> None:
+    """Issue 15: hostile clients at the members' own ports while the
+    workload runs: each kind of ``HOSTILE_KINDS`` in turn (garbage,
+    oversize, stalled, pipelined, forged-field, flood) for a few seconds,
+    at the controller leader two times in three, else at another member
+    (a follower or a broker). Nothing may be lost or read stale, and the
+    writes must go on."""
+    cluster = campaign.cluster
+    assert cluster is not None
+    rng = _rng(campaign)
+    kinds = list(HOSTILE_KINDS)
+    members = cluster.controller_ids + cluster.broker_ids
+    turn = 0
+    while _left(deadline_s) > 3:
+        await trio.sleep(rng.uniform(0.3, 0.8))
+        kind = kinds[turn % len(kinds)]
+        turn += 1
+        leader = await campaign.current_leader()
+        # (A forged BeginQuorumEpoch can make the controllers name a
+        # leader that is no member at all: then pick a member.)
+        node_id = leader if leader in members and rng.random() < 2 / 3 else rng.choice(members)
+        duration_s = min(rng.uniform(2, 3.5), _left(deadline_s) - 2)
+        if duration_s < 1:
+            break
+        await hostile_traffic(campaign, kind, node_id, duration_s, rng)
+
+
 async def chaos(campaign: RunningCampaign, deadline_s: float) -> None:
     """Everything at random, one fault at a time: network shapes of every
     kind (the leader isolated, random halves, a bridge, one-way cuts, a zone,
@@ -367,6 +440,7 @@ NEMESIS_SCENARIOS: dict[str, Scenario] = {
     "fast-bounce": fast_bounces,
     "broker-cut-from-controller": broker_cut_from_controller,
     "rolling-restart": rolling_restart,
+    "hostile-clients": hostile_clients,
     "chaos": chaos,
 }
 

@@ -10,6 +10,11 @@ Two backends share one API (``NetworkTopology``):
 * ``NetnsNetwork`` (``--net netns``, root only): each member in its own
   network namespace on a private bridge, partitions as nft/iptables rules.
 
+Hostile clients (``HOSTILE_KINDS``, ``run_kind``, ``run_attack``): garbage,
+oversize, stalled, pipelined, forged-field and flood traffic at a node's
+own port, for the campaign's ``hostile-clients`` scenario and the abuse
+benchmark.
+
 ``docs/nemesis.md`` describes both, every fault shape, and the cleanup
 guarantees.
 """
@@ -25,6 +30,7 @@ from ._errors import (
     UnknownMemberError,
     UnsupportedFaultError,
 )
+from ._hostile import ATTACKS, HOSTILE_KINDS, HostileStats, HostileTarget, run_attack, run_kind
 from ._netns import NetnsNetwork, cleanup_leftovers, leftovers, open_socket_in_namespace, trio_sockets_in_namespace
 from ._proxy import Direction, LinkMode, ProxyServer, link_mode_for, serve_proxy
 from ._proxy_client import AsyncProxyClient, ProxyClient
@@ -48,9 +54,13 @@ def open_network(kind: str = "proxy", run_id: str | None = None, **options: obje
 
 
 __all__ = [
+    "ATTACKS",
+    "HOSTILE_KINDS",
     "NETWORK_BACKENDS",
     "AsyncProxyClient",
     "Direction",
+    "HostileStats",
+    "HostileTarget",
     "LinkMode",
     "Member",
     "NemesisError",
@@ -72,6 +82,8 @@ __all__ = [
     "new_run_id",
     "open_network",
     "open_socket_in_namespace",
+    "run_attack",
+    "run_kind",
     "run_prefix",
     "serve_proxy",
     "trio_sockets_in_namespace",

@@ -106,3 +106,34 @@ async def test_a_broker_cut_from_the_controllers_fences_itself_and_serves_nothin
         if '"BROKER_NOT_AVAILABLE' in line
     ]
     assert refused, "clients that still reached the cut broker were refused"
+
+
+def history_of(result):
+    return [json.loads(line) for line in (result.run_dir / "history.jsonl").read_text().splitlines()]
+
+
+async def test_hostile_clients_at_the_members_ports_lose_nothing_and_writes_go_on(tmp_path):
+    """Issue 15 part 6: garbage, oversize, stalled, pipelined, forged-field
+    and flood traffic at the members' own ports while the workload runs.
+    Every kind is in the history as a nemesis fault with its target and
+    what it sent; the history is valid; writes commit during the attacks."""
+    result = await run(tmp_path, None, scenario="hostile-clients", time_limit_s=30, seed=11, brokers=1, checker="reference")
+    assert result.checker_error is None
+    assert result.valid is True, result.anomalies
+    history = history_of(result)
+    starts = [e for e in history if e["process"] == "nemesis" and isinstance(e["value"], dict) and e["value"].get("phase") == "start"]
+    ends = [e for e in history if e["process"] == "nemesis" and isinstance(e["value"], dict) and e["value"].get("phase") == "end"]
+    kinds = {e["value"]["fault"]["kind"] for e in starts}
+    assert {"garbage", "oversize", "stalled", "pipelined", "forged-field", "flood"} <= kinds
+    assert len(ends) == len(starts)
+    for end in ends:
+        fault = end["value"]["fault"]
+        assert end["f"] == f"hostile-{fault['kind']}" and fault["node"] in (1, 2, 3, 101)
+        # The attacks reached the node: connections were made, bytes sent.
+        assert sum(stats["connections"] for stats in fault["stats"]) > 0, fault
+    # Writes kept committing while the attacks ran.
+    windows = [(s["time"], e["time"]) for s, e in zip(starts, ends)]
+    ok_writes = [e["time"] for e in history if e["process"] != "nemesis" and e["type"] == "ok" and e["f"] in ("write", "cas")]
+    during = [t for t in ok_writes if any(a <= t <= b for a, b in windows)]
+    assert len(during) > 10, (len(during), len(ok_writes))
+    assert result.report is not None and "hostile-" in result.report.read_text()
