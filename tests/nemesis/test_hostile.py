@@ -82,9 +82,7 @@ async def good_writes(leader, count: int) -> None:
             await client.propose([KeyValueStateMachine.encode_put(b"good%d" % index, b"v")])
 
 
-# ``unknown-voter`` deposes the leader today (a BeginQuorumEpoch from a
-# non-voter moves the epoch): test_unknown_voter.py says what it must do.
-@pytest.mark.parametrize("name", sorted(set(ATTACKS) - {"unknown-voter"}))
+@pytest.mark.parametrize("name", sorted(ATTACKS))
 async def test_each_attack_leaves_the_leader_leading_and_serving(tmp_path, name):
     async with trio.open_nursery() as nursery:
         handles, stop = await start_cluster(nursery, tmp_path)

@@ -1,7 +1,8 @@
 """A process claiming a voter id the cluster does not have (issue 15, found
-by the hostile-clients nemesis's ``unknown-voter`` attack). FAILS today:
-see the test's docstring. A regression test for the core (quorum/_node.py),
-kept apart so that the fix can take it over."""
+by the hostile-clients nemesis's ``unknown-voter`` attack), over real TCP:
+the core refuses every message only voters send when it comes from another
+id (quorum/_node.py ``_epoch_prologue``; the sans-IO rules are in
+tests/quorum/test_rules_disruption.py)."""
 
 from __future__ import annotations
 
@@ -23,13 +24,12 @@ _FROM_A_NON_VOTER = {
 
 @pytest.mark.parametrize("kind", sorted(_FROM_A_NON_VOTER))
 async def test_a_quorum_message_from_an_unknown_voter_id_does_not_depose_the_leader(tmp_path, kind):
-    """Issue 15 ("a process claiming an unknown voter id"). FAILS today: the
-    core's epoch prologue refuses a Vote from a non-voter, but a
+    """Issue 15 ("a process claiming an unknown voter id"). Before the fix
+    the core's epoch prologue refused only a Vote from a non-voter: a
     BeginQuorumEpoch, an EndQuorumEpoch or a VoteResponse from one with a
-    later epoch moves the leader into that epoch (quorum/_node.py,
-    ``_epoch_prologue``: the non-voter guard covers VoteRequest only), and
-    after a BeginQuorumEpoch every node names voter 4242 as its leader
-    until an election. One frame deposes a healthy leader."""
+    later epoch moved the leader into that epoch, and after a
+    BeginQuorumEpoch every node named voter 4242 as its leader until an
+    election. One frame deposed a healthy leader; now it moves nothing."""
     async with trio.open_nursery() as nursery:
         handles, stop = await start_cluster(nursery, tmp_path)
         leader = next(handle for handle in handles if handle.is_leader)
