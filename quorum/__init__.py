@@ -41,6 +41,7 @@ from ._node import (
     QuorumError,
     QuorumInvariantError,
     QuorumNode,
+    RepairState,
     ReplicaDescription,
     Snapshot,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "QuorumError",
     "QuorumInvariantError",
     "QuorumNode",
+    "RepairState",
     "ReadFailed",
     "ReadNotConfirmedError",
     "ReadReady",

@@ -160,6 +160,35 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
+class RepairState:
+    """A node whose durable log was found damaged, repairing it (Protocol-
+    Aware Recovery, Alagappan et al., FAST '18: a damaged log is not a short
+    log). Given to ``QuorumNode`` at construction from the durable repair
+    marker storage wrote when it cut the damage (docs/storage.md, "Repair").
+
+    ``damaged_from_offset``: the first offset storage could not trust; the
+    log handed to the core ends there. ``restart_epoch``: the epoch of the
+    election state when the damage was found; every vote this node ever
+    cast is in an epoch at or below it. ``acknowledged_end``: the end of
+    what was on disk before the damage (an upper bound of every offset the
+    node may have acknowledged), or None if the damage hides it.
+    """
+
+    damaged_from_offset: int
+    restart_epoch: int
+    acknowledged_end: int | None
+
+    def __post_init__(self) -> None:
+        for name in ("damaged_from_offset", "restart_epoch"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"RepairState.{name} must be a non-negative int, got {value!r}")
+        end = self.acknowledged_end
+        if end is not None and (not isinstance(end, int) or end < self.damaged_from_offset):
+            raise ValueError(f"RepairState.acknowledged_end must be None or >= damaged_from_offset, got {end!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """A state-machine snapshot of every record below
     ``snapshot_id.end_offset`` (KIP-630). The core never looks inside
@@ -243,6 +272,8 @@ _COUNTER_NAMES = (
     "votes_ignored_leader_alive",
     # A Vote or pre-vote from a non-voter, or to one (only voters vote).
     "votes_refused_not_voter",
+    # A Vote or pre-vote to a voter repairing a damaged log (RepairState).
+    "votes_refused_repairing",
     # An election timer fired at EPOCH_MAX: there is no next epoch to stand in.
     "stands_refused_epoch_max",
 )
@@ -423,8 +454,13 @@ class QuorumNode:
         snapshot: Snapshot | None = None,
         hooks: CoreHooks = _NO_HOOKS,
         fetch_session: int = 0,
+        repairing: RepairState | None = None,
     ) -> None:
         self.config = config
+        # A voter repairing a damaged log acts as an observer until its log
+        # is repaired from a leader (``_maybe_finish_repair``): it grants
+        # no vote and never stands. An observer has nothing to repair.
+        self._repair = repairing if config.is_voter else None
         self.node_id = config.node_id
         self._rng = rng
         self._snapshot = snapshot
@@ -494,6 +530,19 @@ class QuorumNode:
         """The role (KIP-595, KIP-996 names); it changes only through the
         transition table in ``_roles.py``."""
         return self._role
+
+    @property
+    def repairing(self) -> RepairState | None:
+        """The repair under way (this voter then neither votes nor stands),
+        or None: a sound voter, or an observer."""
+        return self._repair
+
+    @property
+    def _votes(self) -> bool:
+        """Does this node take part in elections: a voter whose log is not
+        under repair. Protocol-Aware Recovery (FAST '18): a node must not
+        vote with a copy of the log it knows to be damaged, nor stand."""
+        return self.config.is_voter and self._repair is None
 
     @property
     def epoch(self) -> int:
@@ -729,6 +778,7 @@ class QuorumNode:
         # number settles every earlier output too.
         while self._unpersisted and self._unpersisted[0].persist_seq <= persist_seq:
             self._durable_end = self._unpersisted.popleft().end_offset
+        self._maybe_finish_repair()
         if self._role is Role.LEADER:
             # The leader's own write now counts toward the majority
             # (Raft thesis §10.2.1).
@@ -747,7 +797,7 @@ class QuorumNode:
         state = self._state
         if (
             self.config.fast_failover
-            and self.config.is_voter
+            and self._votes
             and isinstance(state, FollowerState)
             and peer == self._leader_id
             and not state.leader_unreachable
@@ -875,7 +925,11 @@ class QuorumNode:
             self._refuse(message, ErrorCode.FENCED_LEADER_EPOCH)
             return False
         if isinstance(message, VoteRequest):
-            if not self.config.is_voter or message.src not in self.config.voter_set:
+            if self._repair is not None and message.src in self.config.voter_set:
+                self._counters["votes_refused_repairing"] += 1
+                self._reply_vote(message, granted=False)
+                return False
+            if not self._votes or message.src not in self.config.voter_set:
                 self._counters["votes_refused_not_voter"] += 1
                 self._reply_vote(message, granted=False, error=ErrorCode.INVALID_REQUEST)
                 return False
@@ -977,7 +1031,7 @@ class QuorumNode:
             self._become_unattached(
                 self._log.last_epoch, reason="log is ahead of the election state", trigger=Trigger.START
             )
-        elif stored.leader_id == self.node_id and self.config.is_voter:
+        elif stored.leader_id == self.node_id and self._votes:
             # A leader that restarts must not lead or vote again in the same
             # epoch: it may have lost unflushed records of that epoch. It
             # resigns at once (the first tick sends EndQuorumEpoch), with no
@@ -1074,7 +1128,7 @@ class QuorumNode:
         if running_deadline is not None:
             deadline = running_deadline
         fetcher = None
-        if not self.config.is_voter:
+        if not self._votes:
             # An observer keeps echoing the last read token it had: no leader
             # counts an observer's token (only voters confirm reads).
             previous = self._fetcher
@@ -1117,7 +1171,7 @@ class QuorumNode:
 
     def _stand(self, reason: str, trigger: Trigger) -> None:
         """An election timer fired: pre-vote first (KIP-996) unless disabled."""
-        if not self.config.is_voter:
+        if not self._votes:
             return
         if self._epoch >= EPOCH_MAX:
             # No next epoch can be persisted (_types.py): stay in this role
@@ -1280,14 +1334,14 @@ class QuorumNode:
             self._send_begin_quorum_epoch(leader, force=False)
 
     def _tick_follower(self, now: int, follower: FollowerState) -> None:
-        if self.config.is_voter and now >= follower.fetch_deadline:
+        if self._votes and now >= follower.fetch_deadline:
             # KIP-595 fetch timeout: the leader is presumed gone.
             if follower.leader_unreachable:
                 self._stand("leader unreachable: its connection was reset", Trigger.FETCH_TIMEOUT)
             else:
                 self._stand("fetch timeout: no fetch from the leader", Trigger.FETCH_TIMEOUT)
             return
-        if not self.config.is_voter and now >= follower.fetch_deadline:
+        if not self._votes and now >= follower.fetch_deadline:
             # An observer that lost its leader goes looking for the new one.
             self._become_unattached(self._epoch, reason="fetch timeout", trigger=Trigger.FETCH_TIMEOUT)
             return
@@ -1708,7 +1762,44 @@ class QuorumNode:
             # Bounded by our own log: a follower cannot commit records it
             # does not hold yet (the high watermark may run ahead of them).
             self._advance_high_watermark(min(response.high_watermark, self._log.end_offset))
+            self._maybe_finish_repair()
         self._maybe_send_fetch(self._tick)
+
+    def _maybe_finish_repair(self) -> None:
+        """End the repair once this node's log provably holds every record
+        it may have acknowledged that is committed (docs/storage.md,
+        "Repair"). Only what a leader of our epoch validated and we hold
+        durably counts: the high watermark, bounded by the durable log end
+        (the log is a prefix of the leader's up to there). Either of:
+
+        (a) that reaches ``acknowledged_end``: every offset we may have
+            acknowledged before the damage is again held, as the leader has
+            it, and the leader holds every committed record (Leader
+            Completeness, Raft thesis §3.6.3: it was elected by intact logs,
+            ours included only from before the damage);
+        (b) it passes a record of an epoch later than ``restart_epoch``: we
+            cast no vote in such an epoch (none before the damage, none
+            while repairing), so its leader was elected without our help
+            and held every committed record when it was elected; we now
+            hold its log up to past that point. This ends a repair whose
+            damaged tail was never committed and that no leader will
+            rewrite, and one whose ``acknowledged_end`` is unknown.
+        """
+        repair = self._repair
+        if repair is None or not isinstance(self._state, FollowerState):
+            return
+        held = min(self._hw, self._durable_end)
+        done = repair.acknowledged_end is not None and held >= repair.acknowledged_end
+        if not done and self._log.last_epoch > repair.restart_epoch:
+            found = self._log.end_offset_for_epoch(repair.restart_epoch)
+            first_later = found.offset if found is not None else self._log.start_offset
+            done = held > first_later
+        if done:
+            self._repair = None
+            self._event(
+                f"log repaired up to offset {held} from leader {self._leader_id} (damage found at offset "
+                f"{repair.damaged_from_offset}): voting again"
+            )
 
     def _truncate_diverging(self, diverging: OffsetAndEpoch) -> None:
         # KIP-595: keep our records of the diverging epoch only up to where
@@ -1845,7 +1936,7 @@ class QuorumNode:
         # (§3.6.1), so that the winner holds every committed record.
         granted = False
         if (
-            self.config.is_voter
+            self._votes
             and self._role in (Role.UNATTACHED, Role.PROSPECTIVE)
             and self._leader_id is None
             and self._voted_for in (None, request.src)
@@ -1874,7 +1965,7 @@ class QuorumNode:
         """
         granted = (
             request.epoch > self._epoch
-            and self.config.is_voter
+            and self._votes
             and self._role is not Role.LEADER
             and not (isinstance(self._state, FollowerState) and self._state.fetched_from_leader)
             and _log_up_to_date(request, self._log)
@@ -1936,7 +2027,7 @@ class QuorumNode:
                 reason=f"leader {request.src} resigned",
                 trigger=Trigger.LEADER_RESIGNED,
             )
-        if self._role is Role.UNATTACHED and self.config.is_voter:
+        if self._role is Role.UNATTACHED and self._votes:
             # The most up-to-date successor stands at once, the next
             # after a short wait, and so on (KIP-595 EndQuorumEpoch).
             successors = request.preferred_successors
