@@ -222,6 +222,9 @@ class QuorumDescription:
     log_end_offset: int
     voters: tuple[ReplicaDescription, ...]
     observers: tuple[ReplicaDescription, ...]
+    # This node repairs a damaged log (``RepairState``): it neither votes
+    # nor stands. Local only: peers' repairs are not known.
+    repairing: bool = False
 
 
 # The fetch-extension hook: called by the leader for every valid Fetch that
@@ -642,6 +645,7 @@ class QuorumNode:
             log_end_offset=self._log.end_offset,
             voters=tuple(voters),
             observers=tuple(observers),
+            repairing=self._repair is not None,
         )
 
     # =====================================================================
