@@ -327,7 +327,6 @@ class QuorumRuntime:
             "pykraft_quorum_repairing",
             1 if node.repairing is not None else 0,
             "1 while this voter repairs a damaged log: it neither votes nor stands.",
-            node=str(self.config.node_id),
         )
 
     # =====================================================================

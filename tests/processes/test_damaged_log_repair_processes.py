@@ -82,3 +82,51 @@ async def test_a_damaged_voter_with_another_down_loses_no_acknowledged_write(tmp
                 assert KeyValueStateMachine.decode_answer(answer)[0] == value.encode(), key
     finally:
         cluster.stop_all()
+
+
+async def test_describe_statistics_and_metrics_show_a_repairing_node(autojump_clock):
+    """The runtime, in process under MockClock: a node started from storage
+    with a repair under way says so in describe(), statistics() and the
+    ``pykraft_quorum_repairing`` gauge, and clears it (and storage's repair)
+    once its log is repaired from the leader."""
+    import random
+
+    from quorum import QuorumConfig, RepairState
+    from quorum.runtime import MemoryNetwork, QuorumRuntime
+    from quorum.storage import MemoryStorage
+
+    network = MemoryNetwork()
+    storages = {node_id: MemoryStorage() for node_id in (1, 2, 3)}
+    runtimes: dict[int, QuorumRuntime] = {}
+
+    async with trio.open_nursery() as nursery:
+
+        async def start(node_id):
+            runtime = QuorumRuntime(
+                QuorumConfig(node_id=node_id, voters=(1, 2, 3)),
+                KeyValueStateMachine(),
+                storage=storages[node_id],
+                transport=network.transport(node_id),
+                rng=random.Random(node_id),
+                io_in_thread=False,
+            )
+            await nursery.start(runtime.run)
+            runtimes[node_id] = runtime
+
+        await start(1)
+        await start(2)
+        await runtimes[1].wait_until(lambda: runtimes[1].node.leader_id is not None)
+        leader = runtimes[1] if runtimes[1].node.is_leader else runtimes[2]
+        for i in range(5):
+            await leader.propose([put(f"k{i}", "v")])
+        storages[3].repair = RepairState(damaged_from_offset=0, restart_epoch=0, acknowledged_end=6)
+        await start(3)
+        repairing = runtimes[3]
+        assert repairing.describe().repairing and repairing.statistics()["repairing"]
+        assert 'pykraft_quorum_repairing{node="3"} 1' in repairing.metrics.render()
+
+        await repairing.wait_until(lambda: repairing.node.repairing is None)
+        assert not repairing.describe().repairing and not repairing.statistics()["repairing"]
+        assert 'pykraft_quorum_repairing{node="3"} 0' in repairing.metrics.render()
+        assert storages[3].repair is None
+        nursery.cancel_scope.cancel()
