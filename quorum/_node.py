@@ -187,6 +187,21 @@ class RepairState:
         if end is not None and (not isinstance(end, int) or end < self.damaged_from_offset):
             raise ValueError(f"RepairState.acknowledged_end must be None or >= damaged_from_offset, got {end!r}")
 
+    def merged_with(self, found: RepairState) -> RepairState:
+        """This repair, recorded, and damage ``found`` at a later start: the
+        earliest damage, this restart epoch (every vote was cast at or below
+        it), the largest acknowledged end, unknown if either is, except
+        when ``found`` is this same damage with the end hidden by files a
+        crashed repair had already moved aside (the record kept it)."""
+        ends = (self.acknowledged_end, found.acknowledged_end)
+        if found.acknowledged_end is None and found.damaged_from_offset == self.damaged_from_offset:
+            ends = (self.acknowledged_end, self.acknowledged_end)
+        return RepairState(
+            damaged_from_offset=min(self.damaged_from_offset, found.damaged_from_offset),
+            restart_epoch=self.restart_epoch,
+            acknowledged_end=None if ends[0] is None or ends[1] is None else max(ends[0], ends[1]),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:

@@ -212,21 +212,8 @@ def write_repair_marker(data_dir: Path, repair: RepairState, damage: Sequence[st
 
 
 def merge_repairs(earlier: RepairState | None, found: RepairState) -> RepairState:
-    """A repair found while an earlier one is recorded: the earliest damage,
-    the first restart epoch (votes were cast only at or below it), the
-    largest acknowledged end (unknown if either is)."""
-    if earlier is None:
-        return found
-    ends = (earlier.acknowledged_end, found.acknowledged_end)
-    if found.acknowledged_end is None and found.damaged_from_offset == earlier.damaged_from_offset:
-        # The same damage, its move aside interrupted by a crash: the files
-        # already moved no longer show the end, which the marker kept.
-        ends = (earlier.acknowledged_end, earlier.acknowledged_end)
-    return RepairState(
-        damaged_from_offset=min(earlier.damaged_from_offset, found.damaged_from_offset),
-        restart_epoch=earlier.restart_epoch,
-        acknowledged_end=None if None in ends else max(ends),  # type: ignore[type-var]
-    )
+    """A repair found while an earlier one is recorded (``RepairState.merged_with``)."""
+    return found if earlier is None else earlier.merged_with(found)
 
 
 def clear_repair_marker(data_dir: Path, *, fsync: bool) -> None:

@@ -64,6 +64,10 @@ def _replay(scenario: str, seed: int, options, fingerprint: Fingerprint, *, pre_
 def _random(seed: int, *, pre_vote: bool = True) -> SimOptions:
     options = random_options(seed)
     options.pre_vote = pre_vote
+    # These interleavings were found before the simulated disk could be
+    # damaged; the seeds that now draw damage would run other schedules.
+    # With it off, no draw of the run changes (damage draws only when on).
+    options.disk_damage_rate = 0.0
     return options
 
 
