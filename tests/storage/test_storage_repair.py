@@ -146,3 +146,17 @@ def test_a_damaged_marker_is_refused(tmp_path):
 
     with pytest.raises(CorruptLogMetadataError):
         FileStorage.open(tmp_path, fsync=False)
+
+
+def test_check_storage_reports_a_repair_under_way(tmp_path):
+    from quorum.storage import check_storage_report
+
+    build(tmp_path)
+    damage_middle(tmp_path)
+    FileStorage.open(tmp_path, fsync=False, repair_damage=True, now_ms=7).close()
+
+    report, code = check_storage_report(tmp_path)
+
+    [line] = [text for text in report.splitlines() if text.startswith("REPAIR")]
+    assert "damage found at offset" in line and "damaged-7" in line and "up to offset 30" in line
+    assert code == 0 and report.endswith("verdict: sound")
