@@ -189,8 +189,8 @@ class RepairState:
 
     def merged_with(self, found: RepairState) -> RepairState:
         """This repair, recorded, and damage ``found`` at a later start: the
-        earliest damage, this restart epoch (every vote was cast at or below
-        it), the largest acknowledged end, unknown if either is, except
+        earliest damage, the later restart epoch (every vote was cast at or
+        below it), the largest acknowledged end, unknown if either is, except
         when ``found`` is this same damage with the end hidden by files a
         crashed repair had already moved aside (the record kept it)."""
         ends = (self.acknowledged_end, found.acknowledged_end)
@@ -198,7 +198,7 @@ class RepairState:
             ends = (self.acknowledged_end, self.acknowledged_end)
         return RepairState(
             damaged_from_offset=min(self.damaged_from_offset, found.damaged_from_offset),
-            restart_epoch=self.restart_epoch,
+            restart_epoch=max(self.restart_epoch, found.restart_epoch),
             acknowledged_end=None if ends[0] is None or ends[1] is None else max(ends[0], ends[1]),
         )
 

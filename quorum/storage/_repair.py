@@ -17,7 +17,7 @@ valid prefix could elect a leader lacking them. So repair is two steps:
 Crash-safety: the marker is written before anything moves; a crash while
 the damage is being moved aside leaves the marker, and the next open
 finishes the move, merging what it finds into the marker (the earliest
-damage, the largest end, the first epoch), so that nothing is forgotten.
+damage, the largest end, the latest epoch), so that nothing is forgotten.
 """
 
 from __future__ import annotations

@@ -206,3 +206,11 @@ def test_repair_state_is_validated():
         RepairState(damaged_from_offset=-1, restart_epoch=0, acknowledged_end=None)
     with pytest.raises(ValueError):
         RepairState(damaged_from_offset=5, restart_epoch=0, acknowledged_end=4)
+
+
+def test_a_repair_found_again_keeps_the_earliest_damage_and_the_largest_bounds():
+    recorded = RepairState(damaged_from_offset=10, restart_epoch=3, acknowledged_end=40)
+    assert recorded.merged_with(RepairState(20, 5, 60)) == RepairState(10, 5, 60)
+    assert recorded.merged_with(RepairState(5, 3, None)) == RepairState(5, 3, None)
+    # The same damage, its end hidden by files a crashed repair moved aside.
+    assert recorded.merged_with(RepairState(10, 3, None)) == recorded
