@@ -199,7 +199,9 @@ class ReplicaHost:
     is the snapshot policy: a snapshot once that many records were applied
     since the last one. ``application`` runs while this node leads.
     ``commit_timer`` (optional) measures every proposal, the application's
-    included.
+    included. ``repairing`` (a ``RepairState`` from storage) starts a voter
+    whose log was damaged in repair; ``repair_finished`` is called once
+    when the core says the log is repaired, to make that durable.
     """
 
     def __init__(

@@ -67,6 +67,12 @@ ReadIndex reads (§6.4), and counts toward check quorum (KAFKA-15489).
 Votes are acknowledged by VoteResponse, leadership announcements by the
 first Fetch that follows them, resignations by EndQuorumEpochResponse.
 
+Repair. A voter whose storage found its log damaged (not merely torn) is
+built with a ``RepairState`` and acts as an observer: it grants no vote,
+never stands, and fetches from the leader until its log provably holds
+every committed record it may have acknowledged (``_maybe_finish_repair``;
+Protocol-Aware Recovery, FAST '18; docs/storage.md, "Repair").
+
 Commitment. The high watermark is the largest offset a majority of voters
 has acknowledged, once that passes the leader's LEADER_CHANGE record
 (Raft thesis §3.6.2); the arithmetic is in ``_quorum_math.py``. Followers
