@@ -42,6 +42,7 @@ from ._node import (
     QuorumError,
     QuorumInvariantError,
     QuorumNode,
+    RepairState,
     ReplicaDescription,
     Snapshot,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "QuorumError",
     "QuorumInvariantError",
     "QuorumNode",
+    "RepairState",
     "ReadFailed",
     "ReadNotConfirmedError",
     "ReadReady",

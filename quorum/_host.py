@@ -40,7 +40,7 @@ from ._config import QuorumConfig
 from ._errors import QuorumError
 from ._log import MemoryLog
 from ._messages import ErrorCode, FetchRequest, Message
-from ._node import CoreHooks, NotLeaderError, QuorumNode, Snapshot
+from ._node import CoreHooks, NotLeaderError, QuorumNode, RepairState, Snapshot
 from ._output import Output, ReadReady, RoleChange
 from ._types import ElectionState, Entry, RecordKind, SnapshotId
 
@@ -214,7 +214,9 @@ class ReplicaHost:
     is the snapshot policy: a snapshot once that many records were applied
     since the last one. ``application`` runs while this node leads.
     ``commit_timer`` (optional) measures every proposal, the application's
-    included.
+    included. ``repairing`` (a ``RepairState`` from storage) starts a voter
+    whose log was damaged in repair; ``repair_finished`` is called once
+    when the core says the log is repaired, to make that durable.
     """
 
     def __init__(
@@ -231,8 +233,15 @@ class ReplicaHost:
         snapshot_every_records: int = 0,
         application: LeaderApplication | None = None,
         commit_timer: CommitTimer | None = None,
+        repairing: RepairState | None = None,
+        repair_finished: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
+        # A voter repairing a damaged log (``RepairState``); once the core
+        # says the log is repaired, ``repair_finished`` makes that durable
+        # (clears storage's repair marker). Until it returns, a restart
+        # repairs again: conservative, never unsafe.
+        self._repair_finished = repair_finished
         self.commit_timer = commit_timer
         self.state_machine = state_machine
         self.port = port
@@ -278,7 +287,9 @@ class ReplicaHost:
                 protocol_error=self._log_protocol_error,
             ),
             fetch_session=fetch_session,
+            repairing=repairing,
         )
+        self._repair_pending = self.core.repairing is not None
 
     def _log_protocol_error(self, description: str) -> None:
         """The core dropped a message it could not act on (out of range, from
@@ -427,6 +438,10 @@ class ReplicaHost:
         (``port.output_ready``) and apply the snapshot policy."""
         if not output:
             return
+        if self._repair_pending and self.core.repairing is None:
+            self._repair_pending = False
+            if self._repair_finished is not None:
+                self._repair_finished()
         port = self.port
         for event in output.events:
             port.role_changed(event)

@@ -67,6 +67,12 @@ ReadIndex reads (§6.4), and counts toward check quorum (KAFKA-15489).
 Votes are acknowledged by VoteResponse, leadership announcements by the
 first Fetch that follows them, resignations by EndQuorumEpochResponse.
 
+Repair. A voter whose storage found its log damaged (not merely torn) is
+built with a ``RepairState`` and acts as an observer: it grants no vote,
+never stands, and fetches from the leader until its log provably holds
+every committed record it may have acknowledged (``_maybe_finish_repair``;
+Protocol-Aware Recovery, FAST '18; docs/storage.md, "Repair").
+
 Commitment. The high watermark is the largest offset a majority of voters
 has acknowledged, once that passes the leader's LEADER_CHANGE record
 (Raft thesis §3.6.2); the arithmetic is in ``_quorum_math.py``. Followers
@@ -160,6 +166,50 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
+class RepairState:
+    """A node whose durable log was found damaged, repairing it (Protocol-
+    Aware Recovery, Alagappan et al., FAST '18: a damaged log is not a short
+    log). Given to ``QuorumNode`` at construction from the durable repair
+    marker storage wrote when it cut the damage (docs/storage.md, "Repair").
+
+    ``damaged_from_offset``: the first offset storage could not trust; the
+    log handed to the core ends there. ``restart_epoch``: the epoch of the
+    election state when the damage was found; every vote this node ever
+    cast is in an epoch at or below it. ``acknowledged_end``: the end of
+    what was on disk before the damage (an upper bound of every offset the
+    node may have acknowledged), or None if the damage hides it.
+    """
+
+    damaged_from_offset: int
+    restart_epoch: int
+    acknowledged_end: int | None
+
+    def __post_init__(self) -> None:
+        for name in ("damaged_from_offset", "restart_epoch"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"RepairState.{name} must be a non-negative int, got {value!r}")
+        end = self.acknowledged_end
+        if end is not None and (not isinstance(end, int) or end < self.damaged_from_offset):
+            raise ValueError(f"RepairState.acknowledged_end must be None or >= damaged_from_offset, got {end!r}")
+
+    def merged_with(self, found: RepairState) -> RepairState:
+        """This repair, recorded, and damage ``found`` at a later start: the
+        earliest damage, the later restart epoch (every vote was cast at or
+        below it), the largest acknowledged end, unknown if either is, except
+        when ``found`` is this same damage with the end hidden by files a
+        crashed repair had already moved aside (the record kept it)."""
+        ends = (self.acknowledged_end, found.acknowledged_end)
+        if found.acknowledged_end is None and found.damaged_from_offset == self.damaged_from_offset:
+            ends = (self.acknowledged_end, self.acknowledged_end)
+        return RepairState(
+            damaged_from_offset=min(self.damaged_from_offset, found.damaged_from_offset),
+            restart_epoch=max(self.restart_epoch, found.restart_epoch),
+            acknowledged_end=None if ends[0] is None or ends[1] is None else max(ends[0], ends[1]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """A state-machine snapshot of every record below
     ``snapshot_id.end_offset`` (KIP-630). The core never looks inside
@@ -196,6 +246,9 @@ class QuorumDescription:
     # What the disk last said when a write or fsync failed ("ENOSPC",
     # "EIO"), while it has not yet succeeded again; None when healthy.
     disk_failure: str | None = None
+    # This node repairs a damaged log (``RepairState``): it neither votes
+    # nor stands. Local only: peers' repairs are not known.
+    repairing: bool = False
 
 
 # The fetch-extension hook: called by the leader for every valid Fetch that
@@ -250,6 +303,8 @@ _COUNTER_NAMES = (
     # EndQuorumEpoch, an answer to a request only voters receive), and a
     # Fetch from a non-voter claiming a later epoch.
     "messages_refused_not_voter",
+    # A Vote or pre-vote to a voter repairing a damaged log (RepairState).
+    "votes_refused_repairing",
     # An election timer fired at EPOCH_MAX: there is no next epoch to stand in.
     "stands_refused_epoch_max",
     # A write or fsync the driver reported failed (``persist_failed``), one
@@ -434,8 +489,13 @@ class QuorumNode:
         snapshot: Snapshot | None = None,
         hooks: CoreHooks = _NO_HOOKS,
         fetch_session: int = 0,
+        repairing: RepairState | None = None,
     ) -> None:
         self.config = config
+        # A voter repairing a damaged log acts as an observer until its log
+        # is repaired from a leader (``_maybe_finish_repair``): it grants
+        # no vote and never stands. An observer has nothing to repair.
+        self._repair = repairing if config.is_voter else None
         self.node_id = config.node_id
         self._rng = rng
         self._snapshot = snapshot
@@ -510,6 +570,19 @@ class QuorumNode:
         """The role (KIP-595, KIP-996 names); it changes only through the
         transition table in ``_roles.py``."""
         return self._role
+
+    @property
+    def repairing(self) -> RepairState | None:
+        """The repair under way (this voter then neither votes nor stands),
+        or None: a sound voter, or an observer."""
+        return self._repair
+
+    @property
+    def _votes(self) -> bool:
+        """Does this node take part in elections: a voter whose log is not
+        under repair. Protocol-Aware Recovery (FAST '18): a node must not
+        vote with a copy of the log it knows to be damaged, nor stand."""
+        return self.config.is_voter and self._repair is None
 
     @property
     def epoch(self) -> int:
@@ -610,6 +683,7 @@ class QuorumNode:
             voters=tuple(voters),
             observers=tuple(observers),
             disk_failure=self._disk_failure,
+            repairing=self._repair is not None,
         )
 
     # =====================================================================
@@ -748,6 +822,7 @@ class QuorumNode:
             self._durable_end = self._unpersisted.popleft().end_offset
         if self._disk_failure is not None:
             self._disk_resumed()
+        self._maybe_finish_repair()
         if self._role is Role.LEADER:
             # The leader's own write now counts toward the majority
             # (Raft thesis §10.2.1).
@@ -805,7 +880,7 @@ class QuorumNode:
         state = self._state
         if (
             self.config.fast_failover
-            and self.config.is_voter
+            and self._votes
             and isinstance(state, FollowerState)
             and peer == self._leader_id
             and not state.leader_unreachable
@@ -944,7 +1019,11 @@ class QuorumNode:
             self._refuse(message, ErrorCode.FENCED_LEADER_EPOCH)
             return False
         if isinstance(message, VoteRequest):
-            if not self.config.is_voter or message.src not in self.config.voter_set:
+            if self._repair is not None and message.src in self.config.voter_set:
+                self._counters["votes_refused_repairing"] += 1
+                self._reply_vote(message, granted=False)
+                return False
+            if not self._votes or message.src not in self.config.voter_set:
                 self._counters["votes_refused_not_voter"] += 1
                 self._reply_vote(message, granted=False, error=ErrorCode.INVALID_REQUEST)
                 return False
@@ -1054,7 +1133,7 @@ class QuorumNode:
             self._become_unattached(
                 self._log.last_epoch, reason="log is ahead of the election state", trigger=Trigger.START
             )
-        elif stored.leader_id == self.node_id and self.config.is_voter:
+        elif stored.leader_id == self.node_id and self._votes:
             # A leader that restarts must not lead or vote again in the same
             # epoch: it may have lost unflushed records of that epoch. It
             # resigns at once (the first tick sends EndQuorumEpoch), with no
@@ -1151,7 +1230,7 @@ class QuorumNode:
         if running_deadline is not None:
             deadline = running_deadline
         fetcher = None
-        if not self.config.is_voter:
+        if not self._votes:
             # An observer keeps echoing the last read token it had: no leader
             # counts an observer's token (only voters confirm reads).
             previous = self._fetcher
@@ -1194,7 +1273,7 @@ class QuorumNode:
 
     def _stand(self, reason: str, trigger: Trigger) -> None:
         """An election timer fired: pre-vote first (KIP-996) unless disabled."""
-        if not self.config.is_voter:
+        if not self._votes:
             return
         if self._disk_failure is not None:
             # The vote for ourselves could not be made durable (§3.8), so
@@ -1367,14 +1446,14 @@ class QuorumNode:
             self._send_begin_quorum_epoch(leader, force=False)
 
     def _tick_follower(self, now: int, follower: FollowerState) -> None:
-        if self.config.is_voter and now >= follower.fetch_deadline:
+        if self._votes and now >= follower.fetch_deadline:
             # KIP-595 fetch timeout: the leader is presumed gone.
             if follower.leader_unreachable:
                 self._stand("leader unreachable: its connection was reset", Trigger.FETCH_TIMEOUT)
             else:
                 self._stand("fetch timeout: no fetch from the leader", Trigger.FETCH_TIMEOUT)
             return
-        if not self.config.is_voter and now >= follower.fetch_deadline:
+        if not self._votes and now >= follower.fetch_deadline:
             # An observer that lost its leader goes looking for the new one.
             self._become_unattached(self._epoch, reason="fetch timeout", trigger=Trigger.FETCH_TIMEOUT)
             return
@@ -1800,7 +1879,44 @@ class QuorumNode:
             # Bounded by our own log: a follower cannot commit records it
             # does not hold yet (the high watermark may run ahead of them).
             self._advance_high_watermark(min(response.high_watermark, self._log.end_offset))
+            self._maybe_finish_repair()
         self._maybe_send_fetch(self._tick)
+
+    def _maybe_finish_repair(self) -> None:
+        """End the repair once this node's log provably holds every record
+        it may have acknowledged that is committed (docs/storage.md,
+        "Repair"). Only what a leader of our epoch validated and we hold
+        durably counts: the high watermark, bounded by the durable log end
+        (the log is a prefix of the leader's up to there). Either of:
+
+        (a) that reaches ``acknowledged_end``: every offset we may have
+            acknowledged before the damage is again held, as the leader has
+            it, and the leader holds every committed record (Leader
+            Completeness, Raft thesis §3.6.3: it was elected by intact logs,
+            ours included only from before the damage);
+        (b) it passes a record of an epoch later than ``restart_epoch``: we
+            cast no vote in such an epoch (none before the damage, none
+            while repairing), so its leader was elected without our help
+            and held every committed record when it was elected; we now
+            hold its log up to past that point. This ends a repair whose
+            damaged tail was never committed and that no leader will
+            rewrite, and one whose ``acknowledged_end`` is unknown.
+        """
+        repair = self._repair
+        if repair is None or not isinstance(self._state, FollowerState):
+            return
+        held = min(self._hw, self._durable_end)
+        done = repair.acknowledged_end is not None and held >= repair.acknowledged_end
+        if not done and self._log.last_epoch > repair.restart_epoch:
+            found = self._log.end_offset_for_epoch(repair.restart_epoch)
+            first_later = found.offset if found is not None else self._log.start_offset
+            done = held > first_later
+        if done:
+            self._repair = None
+            self._event(
+                f"log repaired up to offset {held} from leader {self._leader_id} (damage found at offset "
+                f"{repair.damaged_from_offset}): voting again"
+            )
 
     def _truncate_diverging(self, diverging: OffsetAndEpoch) -> None:
         # KIP-595: keep our records of the diverging epoch only up to where
@@ -1937,7 +2053,7 @@ class QuorumNode:
         # (§3.6.1), so that the winner holds every committed record.
         granted = False
         if (
-            self.config.is_voter
+            self._votes
             # §3.8: a vote the disk cannot record is never granted.
             and self._disk_failure is None
             and self._role in (Role.UNATTACHED, Role.PROSPECTIVE)
@@ -1968,7 +2084,7 @@ class QuorumNode:
         """
         granted = (
             request.epoch > self._epoch
-            and self.config.is_voter
+            and self._votes
             # Could not vote for real (§3.8), so it must not encourage.
             and self._disk_failure is None
             and self._role is not Role.LEADER
@@ -2032,7 +2148,7 @@ class QuorumNode:
                 reason=f"leader {request.src} resigned",
                 trigger=Trigger.LEADER_RESIGNED,
             )
-        if self._role is Role.UNATTACHED and self.config.is_voter:
+        if self._role is Role.UNATTACHED and self._votes:
             # The most up-to-date successor stands at once, the next
             # after a short wait, and so on (KIP-595 EndQuorumEpoch).
             successors = request.preferred_successors

@@ -57,6 +57,12 @@ _NODE_OPTIONS = [
         type=click.Path(dir_okay=False),
         help="Append role changes (on a controller, also broker registrations and state changes) here as JSON lines.",
     ),
+    click.option(
+        "--on-damage",
+        type=click.Choice(["repair", "refuse"]),
+        default=None,
+        help="A damaged log: repair it from a leader, not voting until then (default), or refuse to start.",
+    ),
     click.option("--fsync/--no-fsync", default=None, help="fsync before acknowledging (default on; off only for experiments)."),
     click.option("--election-timeout-ms", type=int),
     click.option("--fetch-timeout-ms", type=int),
@@ -116,7 +122,7 @@ _SETTINGS_KEYS = frozenset(
     {
         "node_id", "voters", "cluster_id", "listen", "data_dir", "fsync", "metrics_listen", "event_log",
         "snapshot_every_records", "retention_bytes", "retention_ms", "quorum",
-        "election_timeout_ms", "fetch_timeout_ms", "check_quorum", "pre_vote",
+        "election_timeout_ms", "fetch_timeout_ms", "check_quorum", "pre_vote", "on_damage",
     }
     | _CONNECTION_LIMIT_KEYS
 )  # fmt: skip
@@ -148,6 +154,7 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
         **{key: settings[key] for key in ("retention_bytes", "retention_ms") if key in settings},
         quorum=quorum,
         connection_limits=ConnectionLimits(**{key: settings[key] for key in _CONNECTION_LIMIT_KEYS if key in settings}),
+        on_damage=settings.get("on_damage", "repair"),
     )
 
 

@@ -38,6 +38,7 @@ from quorum import (
     ProposalLostError,
     QuorumConfig,
     QuorumNode,
+    RepairState,
     ReplicaHost,
     Role,
     RoleChange,
@@ -87,6 +88,9 @@ class SimOptions:
     disk_fault_rate: float = 0.0
     disk_fault_min_ms: float = 200.0
     disk_fault_max_ms: float = 3000.0
+    # The chance that a crash also damages the crashed node's durable log
+    # (a flipped bit in a sealed record; issue 14): 0 never.
+    disk_damage_rate: float = 0.0
     # An observer of the run, not an option of it (never in ``describe()``):
     # the visual replay's ``Recording`` (``_recorder.py``). None: no cost.
     recorder: Any = None
@@ -121,6 +125,9 @@ class SimOptions:
             "delay_ms": [self.faults.delay_min_ms, self.faults.delay_max_ms],
             "snapshot_every_records": self.snapshot_every_records,
             "disk_fault_rate": self.disk_fault_rate,
+            # Only when on, so that the options of runs without damage read
+            # as they always did.
+            **({"disk_damage_rate": self.disk_damage_rate} if self.disk_damage_rate else {}),
         }
 
 
@@ -146,6 +153,13 @@ class SimDisk:
         self.failure: str | None = None
         self.failing_until_us = 0
         self.failed_writes = 0
+        # Storage faults (issue 14). ``damaged_from``: the first offset of
+        # the durable log a flipped bit made unreadable, found at the next
+        # start (``recover``). ``repair``: the durable repair marker, as
+        # FileStorage.open(repair_damage=True) writes it.
+        self.damaged_from: int | None = None
+        self.repair: RepairState | None = None
+        self.election_state_lost = False
 
     def failure_at(self, now_us: int) -> str | None:
         """The error a write started at ``now_us`` fails with, or None."""
@@ -181,6 +195,48 @@ class SimDisk:
         epoch_before = self.log.epoch_at(offset - 1)
         assert epoch_before is not None, "delete_before points outside the durable log"
         self.log.delete_before(offset, epoch_before)
+
+    # -- storage faults (issue 14) --------------------------------------------
+
+    def damage_log(self, offset: int) -> bool:
+        """A bit flips in the durable record at ``offset`` (kept only if it
+        is a record this disk holds beyond its snapshot). True if it did."""
+        floor = max(self.log.start_offset, self.snapshot.snapshot_id.end_offset if self.snapshot else 0)
+        if not floor <= offset < self.log.end_offset:
+            return False
+        self.damaged_from = offset if self.damaged_from is None else min(self.damaged_from, offset)
+        return True
+
+    def lose_election_state(self) -> None:
+        """The election state file is gone (the next start finds out)."""
+        self.election_state = None
+        self.election_state_lost = True
+
+    def recover(self) -> str | None:
+        """What storage does at a start: damage found in the log is opened
+        for repair as ``FileStorage.open(repair_damage=True)`` does (the
+        repair recorded, the valid prefix kept, the rest moved aside: here,
+        dropped from the live log); returns a line saying so, or None. A
+        lost election state beside data is refused: raises ``RuntimeError``
+        (docs/storage.md, "Election state lost beside a log")."""
+        if self.election_state_lost and (self.log.end_offset > 0 or self.snapshot is not None):
+            raise RuntimeError("the election state is lost beside a log: the node refuses to start")
+        damaged = self.damaged_from
+        if damaged is None:
+            return None
+        self.damaged_from = None
+        found = RepairState(
+            damaged_from_offset=damaged,
+            restart_epoch=self.election_state.epoch if self.election_state else 0,
+            acknowledged_end=self.log.end_offset,
+        )
+        self.repair = found if self.repair is None else self.repair.merged_with(found)
+        end = self.log.end_offset
+        self.log.truncate_to(damaged)
+        return f"log damaged at offset {damaged} (of {end}): repairing from a leader"
+
+    def finish_repair(self) -> None:
+        self.repair = None
 
     def recovered_log(self) -> MemoryLog:
         """A fresh copy of the whole durable log, records behind the snapshot
@@ -389,6 +445,15 @@ class Simulation:
         node.pipeline.clear()
         node.disk_busy = False
         node.machine = self._new_machine(node_id)
+        if disk.damaged_from is not None or disk.election_state_lost:
+            try:
+                found = disk.recover()
+            except RuntimeError as refusal:
+                node.incarnation -= 1
+                self._say(f"n{node_id} REFUSES TO START ({refusal})")
+                return
+            if found is not None:
+                self._say(f"n{node_id} {found}")
         node.host = ReplicaHost(
             self.options.quorum_config(node_id),
             node.machine,
@@ -401,6 +466,8 @@ class Simulation:
             entries=disk.log.slice(disk.log.start_offset),
             snapshot_every_records=self.options.snapshot_every_records,
             application=self._new_application(node_id, node.machine),
+            repairing=disk.repair,
+            repair_finished=disk.finish_repair,
         )
         assert node.core is not None
         node.last_hw = node.core.high_watermark
@@ -447,6 +514,21 @@ class Simulation:
         self._say(f"n{node_id} CRASH")
         if self._recorder is not None:
             self._recorder.node_crashed(self.now_us, node_id)
+
+    def damage_disk(self, node_id: int, offset: int | None = None) -> bool:
+        """A bit flips in a sealed record of ``node_id``'s durable log (at
+        ``offset``, or at one drawn from the seed); its next start finds the
+        damage and repairs (``SimDisk.recover``). True if a record was hit."""
+        disk = self.nodes[node_id].disk
+        floor = max(disk.log.start_offset, disk.snapshot.snapshot_id.end_offset if disk.snapshot else 0)
+        if offset is None:
+            if floor >= disk.log.end_offset:
+                return False
+            offset = self._rng.randrange(floor, disk.log.end_offset)
+        if not disk.damage_log(offset):
+            return False
+        self._say(f"n{node_id} DISK DAMAGE at offset {offset} (log end {disk.log.end_offset})")
+        return True
 
     def restart(self, node_id: int) -> None:
         if self.nodes[node_id].core is not None:

@@ -441,9 +441,14 @@ def random_faults(sim: Simulation, result: ScenarioResult) -> None:
             return
         roll = rng.random()
         down = [n for n in nodes if sim.nodes[n].core is None]
-        if roll < 0.2 and len(down) < minority:
+        # A voter repairing a damaged log does not vote: it counts as down.
+        repairing = [n for n in nodes if n not in down and sim.nodes[n].disk.repair is not None]
+        if roll < 0.2 and len(down) + len(repairing) < minority:
             victim = rng.choice([n for n in nodes if n not in down])
             sim.crash(victim)
+            damage_rate = sim.options.disk_damage_rate
+            if damage_rate and not repairing and rng.random() < damage_rate:
+                sim.damage_disk(victim)
         elif roll < 0.35 and down:
             sim.restart(rng.choice(down))
         elif roll < 0.5:
@@ -544,6 +549,51 @@ def disk_full(sim: Simulation, result: ScenarioResult) -> None:
     _heal_and_check_liveness(sim, workload)
 
 
+def damaged_log(sim: Simulation, result: ScenarioResult) -> None:
+    """Issue 14: three voters; one (T) goes down and writes go on with the
+    other two; then both crash, and one of them (D) restarts with a bit
+    flipped in the middle of what was written while T was down, beside T.
+    The node holding the tail (L) is down, so the cluster must wait: D
+    neither votes nor stands while it repairs. When L returns, a leader is
+    elected without D's help, commits again, and D repairs its log.
+    ``extra``: ``waited_ms`` (without a leader, as it must), ``repair_ms``
+    (L's restart -> D repaired), ``damaged_offset``."""
+    workload = _Workload(sim)
+    leader = _wait_for_leader(sim)
+    for _ in range(3):
+        workload.write(leader)
+        sim.run_for(50)
+    damaged, down = [n for n in sorted(sim.nodes) if n != leader][:2]
+    sim.crash(down)
+    tail_from = sim.nodes[down].disk.log.end_offset
+    for _ in range(20):
+        workload.write(leader)
+        sim.run_for(sim._rng.uniform(20, 60))
+    sim.run_for(sim.options.client_timeout_ms)
+    sim.crash(leader)
+    sim.crash(damaged)
+    tail_end = sim.nodes[damaged].disk.log.end_offset
+    offset = (tail_from + tail_end) // 2
+    if not sim.damage_disk(damaged, offset):
+        raise InvariantViolation("scenario", f"could not damage n{damaged} at offset {offset} (log [{tail_from}, {tail_end}))")
+    result.extra["damaged_offset"] = offset
+    sim.restart(down)
+    sim.restart(damaged)
+    waited_from = sim.now_ms
+    sim.run_for(sim._rng.uniform(5000, 10_000))
+    if sim.leader() is not None:
+        raise InvariantViolation("damaged-log", f"n{sim.leader()} was elected while n{leader}, holding the tail, was down")
+    if sim.nodes[damaged].disk.repair is None:
+        raise InvariantViolation("damaged-log", f"n{damaged} finished its repair without a leader")
+    result.extra["waited_ms"] = round(sim.now_ms - waited_from, 3)
+    sim.restart(leader)
+    returned = sim.now_ms
+    if not sim.run_until_true(lambda: sim.nodes[damaged].disk.repair is None, LIVENESS_BOUND_MS):
+        raise InvariantViolation("liveness", f"n{damaged} did not repair its log within {LIVENESS_BOUND_MS} ms")
+    result.extra["repair_ms"] = round(sim.now_ms - returned, 3)
+    _heal_and_check_liveness(sim, workload)
+
+
 SCENARIOS: dict[str, Callable[[Simulation, ScenarioResult], None]] = {
     "zombie-leader": zombie_leader,
     "leader-crash": leader_crash,
@@ -553,6 +603,7 @@ SCENARIOS: dict[str, Callable[[Simulation, ScenarioResult], None]] = {
     "vote-flood": vote_flood,
     "random": random_faults,
     "disk-full": disk_full,
+    "damaged-log": damaged_log,
     **BROKER_SCENARIOS,
 }
 
@@ -566,6 +617,8 @@ def random_options(seed: int) -> SimOptions:
         disk_latency_max_ms=rng.choice((1.0, 5.0)),
         # Drawn last, so the draws above keep their values.
         disk_fault_rate=rng.choice((0.0, 0.0, 0.0, 0.002)),
+        # Drawn after it, for the same reason.
+        disk_damage_rate=rng.choice((0.0, 0.0, 0.0, 0.5)),
     )
 
 

@@ -121,8 +121,14 @@ class NodeConfig:
     event_log: Path | str | None = None
     quorum: dict[str, Any] = field(default_factory=dict)
     connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    # What a damaged log (not merely torn) makes the node do at startup:
+    # "repair" it from a leader, neither voting nor standing until then
+    # (docs/storage.md, "Repair"), or "refuse" to start (an operator steps in).
+    on_damage: str = "repair"
 
     def __post_init__(self) -> None:
+        if self.on_damage not in ("repair", "refuse"):
+            raise ValueError(f"on_damage must be 'repair' or 'refuse', got {self.on_damage!r}")
         unknown = set(self.quorum) - _QUORUM_FIELDS
         if unknown:
             raise ValueError(f"unknown quorum settings: {', '.join(sorted(unknown))}")
@@ -279,6 +285,7 @@ def open_storage(config: NodeConfig) -> FileStorage | MemoryStorage:
         cluster_id=config.cluster_id,
         fsync=config.fsync,
         retention=RetentionPolicy(retention_bytes=config.retention_bytes, retention_ms=config.retention_ms),
+        repair_damage=config.on_damage == "repair",
     )
 
 

@@ -66,7 +66,7 @@ from .._host import (
     ReplicaHost,
 )
 from .._messages import Message
-from .._node import QuorumDescription, Snapshot
+from .._node import QuorumDescription, QuorumNode, Snapshot
 from .._output import Output, Role, RoleChange
 from .._persist import apply_output
 from .._types import Entry, SnapshotId
@@ -324,7 +324,10 @@ class QuorumRuntime:
             snapshot_every_records=self.snapshot_every_records,
             application=self.application,
             commit_timer=_CommitTimer(self.metrics),
+            repairing=getattr(self.storage, "repair", None),
+            repair_finished=self._repair_finished,
         )
+        self._observe_repair(host.core)
         logger.info(
             "node %d recovered: epoch %d, log [%d, %d), snapshot %s",
             self.config.node_id,
@@ -334,6 +337,21 @@ class QuorumRuntime:
             snapshot.snapshot_id if snapshot else None,
         )
         return host
+
+    def _repair_finished(self) -> None:
+        """The core repaired its damaged log: make that durable (storage
+        removes its repair marker). Done here, inline, and not by the disk
+        thread: it is one small file, once, and until it is gone a restart
+        only repairs again (docs/storage.md, "Repair")."""
+        self.storage.finish_repair()
+        self._observe_repair(self.node)
+
+    def _observe_repair(self, node: QuorumNode) -> None:
+        self.metrics.set_gauge(
+            "pykraft_quorum_repairing",
+            1 if node.repairing is not None else 0,
+            "1 while this voter repairs a damaged log: it neither votes nor stands.",
+        )
 
     # =====================================================================
     # Tasks
@@ -828,4 +846,5 @@ class QuorumRuntime:
             "pending_proposals": len(self.host.pending_proposals),
             "pending_reads": len(self.host.pending_reads),
             "disk_failure": self._disk_failure,
+            "repairing": node.repairing is not None,
         }

@@ -32,6 +32,7 @@ from ._segments import (
     scan_segments,
     segment_file_name,
 )
+from ._repair import DAMAGED_DIR_PREFIX, REPAIR_MARKER_FILE_NAME, read_repair_marker
 from ._snapshots import PART_SUFFIX
 from ._storage import LOCK_FILE_NAME, LOG_DIR_NAME, META_FILE_NAME, SNAPSHOT_DIR_NAME
 
@@ -107,6 +108,7 @@ def check_storage(data_dir: Path | str) -> StorageCheck:
                 f"below it (a segment is missing)"
             )
         _check_small_files(root, result, holds_data=holds_records or latest is not None)
+        _check_repair_marker(root, result)
     finally:
         if lock_fd >= 0:
             os.close(lock_fd)
@@ -153,6 +155,25 @@ def _check_small_files(root: Path, result: StorageCheck, *, holds_data: bool) ->
         result.damaged(f"{state}: {error.reason}")
         return
     result.sound(f"{state}: epoch {decoded.epoch}, voted for {decoded.voted_for}, leader {decoded.leader_id}")
+
+
+def _check_repair_marker(root: Path, result: StorageCheck) -> None:
+    """A repair under way (docs/storage.md, "Repair") is reported, not
+    judged: the log it left is checked like any other."""
+    try:
+        repair = read_repair_marker(root)
+    except CorruptLogMetadataError as error:
+        result.damaged(f"{root / REPAIR_MARKER_FILE_NAME}: {error.reason}")
+        return
+    if repair is None:
+        return
+    end = "unknown" if repair.acknowledged_end is None else f"offset {repair.acknowledged_end}"
+    aside = ", ".join(sorted(path.name for path in root.glob(f"{DAMAGED_DIR_PREFIX}*"))) or "none"
+    result.lines.append(
+        f"REPAIR   {root / REPAIR_MARKER_FILE_NAME}: damage found at offset {repair.damaged_from_offset} (kept aside: "
+        f"{aside}); it may have acknowledged up to {end}; at its next start the node repairs its log from a leader "
+        f"and neither votes nor stands until then"
+    )
 
 
 def _check_log(log_dir: Path, result: StorageCheck) -> tuple[bool, int]:

@@ -15,9 +15,9 @@ class StorageError(QuorumError):
     """Base class of every storage failure."""
 
 
-# What every refusal to open damaged storage tells the operator to do next.
-# Automatic repair from a leader is planned (issue 14); until then a node
-# whose storage is damaged rejoins from nothing, safely, as an observer first.
+# What every refusal to open damaged storage tells the operator to do next:
+# a node whose storage is damaged beyond automatic repair (docs/storage.md,
+# "Repair"), or told to refuse, rejoins from nothing, as an observer first.
 REPAIR_ADVICE = (
     "keep the directory for inspection (kraft-quorum check-storage shows the damage), move it aside and "
     "rejoin the node as docs/operations.md, 'A node that lost its disk', describes"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import abc
 import logging
 import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,8 @@ from typing import Any
 
 from .._types import ElectionState, Entry, SnapshotId
 from ._election import ELECTION_STATE_FILE_NAME, ElectionStateFile
-from ._errors import REPAIR_ADVICE, MissingElectionStateError, StorageError, StorageOwnershipError
+from .._node import RepairState
+from ._errors import REPAIR_ADVICE, DamagedLogError, MissingElectionStateError, StorageError, StorageOwnershipError
 from ._files import atomic_write, decode_checked_json, encode_checked_json, fsync_directory, is_plain_int
 from ._memory import MemoryElectionState, MemoryLogStore, MemorySnapshotStore, MemorySnapshotWriter
 from ._segments import (
@@ -37,6 +39,16 @@ from ._segments import (
     DEFAULT_READ_BYTES_MAX,
     DEFAULT_SEGMENT_BYTES_MAX,
     SegmentedLog,
+)
+from ._repair import (
+    DAMAGED_DIR_PREFIX,
+    clear_repair_marker,
+    describe_damage,
+    merge_repairs,
+    move_damage_aside,
+    plan_damage_cut,
+    read_repair_marker,
+    write_repair_marker,
 )
 from ._snapshots import SnapshotStore, SnapshotWriter
 
@@ -107,6 +119,9 @@ class _Facade(abc.ABC):
     node_id: int | None
     cluster_id: str | None
     _logger: logging.Logger
+    # A repair under way (FileStorage.open, docs/storage.md "Repair"); the
+    # in-memory storage has none.
+    repair: RepairState | None = None
 
     # -- the log ------------------------------------------------------------------
 
@@ -174,6 +189,11 @@ class _Facade(abc.ABC):
 
     def entries_from(self, start_offset: int | None = None) -> Iterator[Entry]:
         return self.log.entries_from(start_offset)
+
+    def finish_repair(self) -> None:
+        """The log is repaired: forget the repair (``FileStorage`` also
+        removes its durable marker)."""
+        self.repair = None
 
     # -- election state -------------------------------------------------------------
 
@@ -361,8 +381,19 @@ class FileStorage(_Facade):
         fsync: bool = True,
         retention: RetentionPolicy | None = None,
         logger: logging.Logger | None = None,
+        repair_damage: bool = False,
+        now_ms: int | None = None,
     ) -> FileStorage:
         """Open (creating if needed) the data directory and recover the log.
+
+        ``repair_damage``: a damaged log is opened for repair instead of
+        refused (docs/storage.md, "Repair"): the repair is recorded durably
+        in ``repairing.json`` first, then the damaged suffix is moved into
+        ``damaged-<now_ms>/`` (``now_ms``: wall-clock milliseconds, the
+        host's clock when None) and the valid prefix kept; ``repair`` then
+        says what the node must do (``quorum.RepairState``). A repair
+        recorded by an earlier open is always continued, whatever
+        ``repair_damage`` says: the node may not vote until it is done.
 
         ``meta.json`` is written on first open when ``node_id`` and
         ``cluster_id`` are given; later opens must name the same ones (or
@@ -386,15 +417,29 @@ class FileStorage(_Facade):
             holds_state = (data_dir / ELECTION_STATE_FILE_NAME).exists()
             election = ElectionStateFile(data_dir, fsync=fsync, logger=log_)
             snapshots = SnapshotStore(data_dir / SNAPSHOT_DIR_NAME, fsync=fsync, logger=log_)
-            log = SegmentedLog.open(
-                data_dir / LOG_DIR_NAME,
-                segment_bytes_max=segment_bytes_max,
-                index_interval_bytes=index_interval_bytes,
-                batch_bytes_max=batch_bytes_max,
-                fsync=fsync,
-                base=snapshots.latest(),
-                logger=log_,
-            )
+            repair = read_repair_marker(data_dir)
+
+            def open_log() -> SegmentedLog:
+                return SegmentedLog.open(
+                    data_dir / LOG_DIR_NAME,
+                    segment_bytes_max=segment_bytes_max,
+                    index_interval_bytes=index_interval_bytes,
+                    batch_bytes_max=batch_bytes_max,
+                    fsync=fsync,
+                    base=snapshots.latest(),
+                    logger=log_,
+                )
+
+            try:
+                log = open_log()
+            except DamagedLogError as damage:
+                if not repair_damage:
+                    raise
+                if not holds_state:
+                    # Its votes are lost too: no repair can make it safe.
+                    _check_election_state_present(False, election.path, None, snapshots, damaged=True)
+                repair = _cut_damage(data_dir, damage, repair, election, index_interval_bytes, fsync, now_ms, log_)
+                log = open_log()
             try:
                 _check_election_state_present(holds_state, election.path, log, snapshots)
             except BaseException:
@@ -403,7 +448,7 @@ class FileStorage(_Facade):
         except BaseException:
             os.close(lock_fd)
             raise
-        return cls(
+        storage = cls(
             data_dir,
             log=log,
             election=election,
@@ -420,6 +465,8 @@ class FileStorage(_Facade):
                 "fsync": fsync,
             },
         )
+        storage.repair = repair
+        return storage
 
     def _reopen_log(self) -> None:
         try:
@@ -430,6 +477,16 @@ class FileStorage(_Facade):
         self.log = SegmentedLog.open(
             self.data_dir / LOG_DIR_NAME, base=self.snapshots.latest(), logger=self._logger, **self._log_options
         )
+
+    def finish_repair(self) -> None:
+        """The core says the log is repaired (``QuorumNode.repairing`` went
+        None): remove the repair marker durably, and the node votes again
+        after its next start too. Raises ``OSError``."""
+        if self.repair is None:
+            return
+        clear_repair_marker(self.data_dir, fsync=self.log.fsync_enabled)
+        self._logger.warning("%s: the log is repaired; this node votes again", self.data_dir)
+        self.repair = None
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete old log segments and snapshots behind the latest snapshot
@@ -556,8 +613,50 @@ def _lock(data_dir: Path) -> int:
     return fd
 
 
+def _cut_damage(
+    data_dir: Path,
+    damage: DamagedLogError,
+    earlier: RepairState | None,
+    election: ElectionStateFile,
+    index_interval_bytes: int,
+    fsync: bool,
+    now_ms: int | None,
+    logger: logging.Logger,
+) -> RepairState:
+    """Open a damaged log for repair (see ``_repair``): record the repair
+    durably, move the damage aside, log one line. Raises ``damage`` if it
+    is of a kind a cut does not repair."""
+    plan = plan_damage_cut(data_dir / LOG_DIR_NAME, index_interval_bytes)
+    if plan is None:
+        raise damage
+    stored = election.read()
+    found = RepairState(
+        damaged_from_offset=plan.damaged_from_offset,
+        restart_epoch=stored.epoch if stored is not None else 0,
+        acknowledged_end=plan.acknowledged_end,
+    )
+    repair = merge_repairs(earlier, found)
+    write_repair_marker(data_dir, repair, describe_damage(damage), fsync=fsync)
+    stamp = now_ms if now_ms is not None else int(time.time() * 1000)
+    aside = data_dir / f"{DAMAGED_DIR_PREFIX}{stamp}"
+    move_damage_aside(plan, aside, fsync=fsync)
+    end = "unknown" if repair.acknowledged_end is None else f"offset {repair.acknowledged_end}"
+    logger.warning(
+        "the log file %s is damaged at byte %d (%s): keeping offsets below %d, the rest is moved to %s; this "
+        "node repairs its log from a leader (it may have acknowledged up to %s) and neither votes nor stands "
+        "until then",
+        damage.path,
+        damage.position,
+        damage.what,
+        plan.damaged_from_offset,
+        aside,
+        end,
+    )
+    return repair
+
+
 def _check_election_state_present(
-    holds_state: bool, path: Path, log: SegmentedLog, snapshots: SnapshotStore
+    holds_state: bool, path: Path, log: SegmentedLog | None, snapshots: SnapshotStore, *, damaged: bool = False
 ) -> None:
     """A directory with log records or a snapshot but no election state lost
     its vote: refuse rather than start at epoch 0 (or at the log's last
@@ -565,11 +664,14 @@ def _check_election_state_present(
     reasoning is in docs/storage.md)."""
     if holds_state:
         return
-    holds_records = log.end_offset > log.log_start_offset or log.log_start_offset > 0
+    holds_records = damaged or (log is not None and (log.end_offset > log.log_start_offset or log.log_start_offset > 0))
     latest = snapshots.latest()
     if not holds_records and latest is None:
         return
-    what = f"the log holds offsets up to {log.end_offset}" if holds_records else f"it holds snapshot {latest}"
+    if log is None:
+        what = "the log holds records"
+    else:
+        what = f"the log holds offsets up to {log.end_offset}" if holds_records else f"it holds snapshot {latest}"
     raise MissingElectionStateError(
         f"the election state file {path} is missing although {what}, so this node refuses to start rather than "
         f"risk voting twice in one epoch: {REPAIR_ADVICE}."

@@ -1,6 +1,9 @@
-"""A real `kraft-quorum node` on a damaged data directory exits at once with
-the storage error's one sentence and exit status 3, never a traceback and
-never a truncation (issue 14); `check-storage` agrees, read-only."""
+"""A real `kraft-quorum node` told to refuse a damaged data directory
+(`--on-damage refuse`; a lost election state is refused whatever the flag)
+exits at once with the storage error's one sentence and exit status 3, never
+a traceback and never a truncation (issue 14); `check-storage` agrees,
+read-only. The default, repair, is tested in
+test_damaged_log_repair_processes.py."""
 
 from __future__ import annotations
 
@@ -35,20 +38,21 @@ def _lose_election_state(data_dir):
 
 
 @pytest.mark.parametrize(
-    "damage, sentence",
+    "damage, sentence, flags",
     [
-        (_flip_middle_byte, "is damaged at byte"),
-        (_lose_election_state, "is missing although the log holds offsets up to 40"),
+        (_flip_middle_byte, "is damaged at byte", ["--on-damage", "refuse"]),
+        (_lose_election_state, "is missing although the log holds offsets up to 40", []),
+        (_lose_election_state, "is missing although the log holds offsets up to 40", ["--on-damage", "repair"]),
     ],
 )
-def test_node_refuses_a_damaged_data_dir_with_one_sentence(tmp_path, damage, sentence):
+def test_node_refuses_a_damaged_data_dir_with_one_sentence(tmp_path, damage, sentence, flags):
     data_dir = _node_dir(tmp_path / "node1")
     damage(data_dir)
     before = {p.relative_to(data_dir): p.read_bytes() for p in sorted(data_dir.rglob("*")) if p.is_file()}
     ports = free_ports(3)
     voters = ",".join(f"{i}@127.0.0.1:{port}" for i, port in zip((1, 2, 3), ports))
     node = subprocess.run(
-        [str(BIN / "kraft-quorum"), "node", "--node-id", "1", "--voters", voters, "--data-dir", str(data_dir)],
+        [str(BIN / "kraft-quorum"), "node", "--node-id", "1", "--voters", voters, "--data-dir", str(data_dir), *flags],
         capture_output=True,
         text=True,
         timeout=60,

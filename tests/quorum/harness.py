@@ -52,6 +52,7 @@ from quorum import (
     ReadFailed,
     ReadReady,
     RecordKind,
+    RepairState,
     Role,
     RoleChange,
     Snapshot,
@@ -433,10 +434,13 @@ class Cluster:
         replica.pipeline.clear()
         replica.disk_held = False
 
-    def restart(self, node_id: int, *, fetch_session: int | None = None) -> Output:
+    def restart(
+        self, node_id: int, *, fetch_session: int | None = None, repairing: RepairState | None = None
+    ) -> Output:
         """Start ``node_id`` from what its disk holds; returns its initial
         output. The fetch session defaults to the restart count (0 for the
-        first process), as in the simulator."""
+        first process), as in the simulator. ``repairing``: it starts
+        repairing a damaged log (see ``damage``)."""
         replica = self.replicas[node_id]
         assert replica.node is None, f"node {node_id} is already up"
         replica.incarnation += 1
@@ -448,8 +452,25 @@ class Cluster:
             log=disk.recovered_log(),
             snapshot=disk.snapshot,
             fetch_session=replica.incarnation - 1 if fetch_session is None else fetch_session,
+            repairing=repairing,
         )
         return self.handle(node_id, replica.node.initial_output())
+
+    def damage(self, node_id: int, damaged_from_offset: int) -> RepairState:
+        """Storage of the crashed ``node_id`` finds its log damaged at
+        ``damaged_from_offset`` and opens it for repair as FileStorage does:
+        the valid prefix stays, the rest is moved aside; returns the repair
+        marker's content to restart with."""
+        replica = self.replicas[node_id]
+        assert replica.node is None, f"node {node_id} must be down"
+        disk = replica.disk
+        state = RepairState(
+            damaged_from_offset=damaged_from_offset,
+            restart_epoch=disk.election_state.epoch if disk.election_state else 0,
+            acknowledged_end=disk.log.end_offset,
+        )
+        disk.truncate_to(damaged_from_offset)
+        return state
 
     # -- scripted stories -----------------------------------------------------------
 

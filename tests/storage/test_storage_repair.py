@@ -1,0 +1,162 @@
+"""Opening a damaged log for repair (issue 14; docs/storage.md, "Repair"):
+the valid prefix is kept, the damage moved aside (never deleted), and the
+repair recorded durably before anything moves, so that a crash during the
+repair forgets nothing."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from _storage_helpers import batch_spans, flip_bit, make_entries, segment_files
+
+from quorum import ElectionState, RepairState
+from quorum.storage import DamagedLogError, FileStorage, MissingElectionStateError
+from quorum.storage._repair import REPAIR_MARKER_FILE_NAME, plan_damage_cut
+
+
+def build(data_dir, count=30, **options):
+    """A node's data directory with ``count`` records in epoch 3 (several
+    segments with ``segment_bytes_max``), election state epoch 3."""
+    with FileStorage.open(data_dir, node_id=1, cluster_id="c", fsync=False, **options) as storage:
+        storage.write_election_state(ElectionState(epoch=3, voted_for=2, leader_id=2))
+        for offset in range(0, count, 3):  # one batch per append
+            storage.append(make_entries(offset, 3, epoch=3))
+            storage.flush()
+
+
+def damage_middle(data_dir):
+    """Flip a byte in the middle batch of the first segment."""
+    segment = segment_files(data_dir / "log")[0]
+    spans = batch_spans(segment)
+    start, _ = spans[len(spans) // 2]
+    flip_bit(segment, start + 30)
+
+
+def test_without_repair_a_damaged_log_is_still_refused(tmp_path):
+    build(tmp_path)
+    damage_middle(tmp_path)
+    with pytest.raises(DamagedLogError):
+        FileStorage.open(tmp_path, fsync=False)
+    assert not (tmp_path / REPAIR_MARKER_FILE_NAME).exists()
+
+
+@pytest.mark.parametrize("segment_bytes_max", [64 * 1024 * 1024, 300])
+def test_repair_keeps_the_prefix_moves_the_rest_aside_and_records_the_repair(tmp_path, caplog, segment_bytes_max):
+    build(tmp_path, segment_bytes_max=segment_bytes_max)
+    log_dir = tmp_path / "log"
+    before = {path.name: path.read_bytes() for path in segment_files(log_dir)}
+    damage_middle(tmp_path)
+    damaged_bytes = segment_files(log_dir)[0].read_bytes()
+
+    with caplog.at_level(logging.WARNING, logger="pykraft.storage"):
+        storage = FileStorage.open(tmp_path, fsync=False, segment_bytes_max=segment_bytes_max, repair_damage=True, now_ms=1234)
+    with storage:
+        repair = storage.repair
+        kept = list(storage.entries_from())
+        assert repair == RepairState(damaged_from_offset=len(kept), restart_epoch=3, acknowledged_end=30)
+        assert 0 < len(kept) < 30
+        assert kept == make_entries(0, len(kept), epoch=3)
+        # The damaged suffix is aside, whole: the damaged segment as it was,
+        # the later segments untouched.
+        aside = tmp_path / "damaged-1234"
+        first = segment_files(log_dir)[0].name
+        assert (aside / first).read_bytes() == damaged_bytes
+        for name, data in before.items():
+            if name != first:
+                assert (aside / name).read_bytes() == data
+        # One line names the file, the offset and what happens next.
+        [line] = [record.getMessage() for record in caplog.records if "damaged at byte" in record.getMessage()]
+        assert str(log_dir / first) in line and f"below {len(kept)}" in line and "repairs its log from a leader" in line
+        # The log goes on from the prefix.
+        storage.append(make_entries(len(kept), 3, epoch=4))
+        storage.flush()
+
+    with FileStorage.open(tmp_path, fsync=False, segment_bytes_max=segment_bytes_max) as reopened:
+        assert reopened.repair == repair, "the repair is continued after a restart, whatever the flag"
+        reopened.finish_repair()
+        assert reopened.repair is None
+    with FileStorage.open(tmp_path, fsync=False, segment_bytes_max=segment_bytes_max) as done:
+        assert done.repair is None
+        assert done.end_offset == len(kept) + 3
+
+
+def test_the_marker_is_written_before_anything_moves(tmp_path, monkeypatch):
+    """A crash while the damage is moved aside: the marker is there, and
+    the next open finishes the cut and keeps what the marker says."""
+    build(tmp_path, segment_bytes_max=300)
+    damage_middle(tmp_path)
+    from quorum.storage import _storage
+
+    def crash(*args, **kwargs):
+        assert (tmp_path / REPAIR_MARKER_FILE_NAME).exists()
+        raise OSError("power lost")
+
+    monkeypatch.setattr(_storage, "move_damage_aside", crash)
+    with pytest.raises(OSError):
+        FileStorage.open(tmp_path, fsync=False, segment_bytes_max=300, repair_damage=True, now_ms=1)
+    monkeypatch.undo()
+    marker = json.loads((tmp_path / REPAIR_MARKER_FILE_NAME).read_bytes())
+    assert marker["acknowledged_end"] == 30 and marker["restart_epoch"] == 3
+
+    with FileStorage.open(tmp_path, fsync=False, segment_bytes_max=300, repair_damage=True, now_ms=2) as storage:
+        assert storage.repair.acknowledged_end == 30
+        assert storage.end_offset == storage.repair.damaged_from_offset
+
+
+def test_a_crash_half_way_through_the_move_forgets_nothing(tmp_path):
+    """The later segments already moved, the damaged one not yet cut: the
+    end of what was on disk can no longer be seen, but the marker kept it."""
+    build(tmp_path, segment_bytes_max=300)
+    damage_middle(tmp_path)
+    log_dir = tmp_path / "log"
+    with pytest.raises(DamagedLogError):
+        FileStorage.open(tmp_path, fsync=False, segment_bytes_max=300)
+    plan = plan_damage_cut(log_dir, 4096)
+    assert plan is not None and plan.acknowledged_end == 30
+    # First open: records the marker (then "crashes" in the move below).
+    from quorum.storage._repair import write_repair_marker
+
+    write_repair_marker(tmp_path, RepairState(plan.damaged_from_offset, 3, 30), [], fsync=False)
+    aside = tmp_path / "damaged-1"
+    aside.mkdir()
+    for path in plan.move:
+        path.rename(aside / path.name)
+    # ... and the power was lost before the damaged segment was cut.
+
+    with FileStorage.open(tmp_path, fsync=False, segment_bytes_max=300, repair_damage=True, now_ms=2) as storage:
+        assert storage.repair == RepairState(plan.damaged_from_offset, 3, 30)
+
+
+def test_damage_with_the_election_state_lost_is_refused(tmp_path):
+    """Its votes are unknown as well: refused, repair or not."""
+    build(tmp_path)
+    damage_middle(tmp_path)
+    (tmp_path / "quorum-state.json").unlink()
+    with pytest.raises(MissingElectionStateError):
+        FileStorage.open(tmp_path, fsync=False, repair_damage=True)
+    assert not (tmp_path / REPAIR_MARKER_FILE_NAME).exists()
+
+
+def test_a_damaged_marker_is_refused(tmp_path):
+    build(tmp_path)
+    (tmp_path / REPAIR_MARKER_FILE_NAME).write_bytes(b'{"version": 1}')
+    from quorum.storage import CorruptLogMetadataError
+
+    with pytest.raises(CorruptLogMetadataError):
+        FileStorage.open(tmp_path, fsync=False)
+
+
+def test_check_storage_reports_a_repair_under_way(tmp_path):
+    from quorum.storage import check_storage_report
+
+    build(tmp_path)
+    damage_middle(tmp_path)
+    FileStorage.open(tmp_path, fsync=False, repair_damage=True, now_ms=7).close()
+
+    report, code = check_storage_report(tmp_path)
+
+    [line] = [text for text in report.splitlines() if text.startswith("REPAIR")]
+    assert "damage found at offset" in line and "damaged-7" in line and "up to offset 30" in line
+    assert code == 0 and report.endswith("verdict: sound")
