@@ -25,17 +25,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 from ._common import (
     Cluster,
-    PeerUnavailable,
-    ProcessStartError,
     cleanup_all,
     concurrent_writes,
-    failover_trials,
-    format_table,
     install_cleanup_handlers,
     latency_summary_ms,
     machine_info,
@@ -44,7 +39,7 @@ from ._common import (
 )
 from .peers.kafka import KafkaPeer
 from .peers.pykraft_metadata import PykraftMetadataCluster
-from .quorum_bench import _fmt_rate, _innermost, _pair, log
+from .quorum_bench import PeerRows, log, run_peers, summary_cell, table_and_notes
 
 PEERS: dict[str, type[Cluster]] = {cls.name: cls for cls in (PykraftMetadataCluster, KafkaPeer)}
 DEFAULT_PEERS = "pykraft,kafka"
@@ -86,20 +81,8 @@ def fence_trials(cluster: Any, trials: int, healthy_timeout_s: float = 180.0) ->
 
 def run_peer(cluster: Cluster, sizes: dict[str, Any]) -> dict[str, Any]:
     """Every row for one system; a failing row is reported, the others still run."""
-    cells: dict[str, str] = {}
-    data: dict[str, Any] = {}
-    errors: list[str] = []
-
-    def row(keys: tuple[str, ...], fn: Callable[[], None]) -> None:
-        try:
-            fn()
-        except Exception as exc:  # noqa: BLE001 - report and continue
-            exc = _innermost(exc)
-            log(f"  {cluster.name}: {keys[0]} failed: {exc!r}")
-            for key in keys:
-                cells.setdefault(key, "error")
-            data[keys[0]] = {"error": repr(exc)}
-            errors.append(f"{cluster.label}: {keys[0]} failed: {type(exc).__name__}: {str(exc).splitlines()[:1]}")
+    rows = PeerRows(cluster)
+    cells, data = rows.cells, rows.data
 
     log(f"[{cluster.name}] starting 3 controllers and a broker")
     started = time.monotonic()
@@ -109,47 +92,30 @@ def run_peer(cluster: Cluster, sizes: dict[str, Any]) -> dict[str, Any]:
     def seq() -> None:
         cluster.wait_healthy(60.0)
         result = sequential_writes(cluster, sizes["seq"], max_seconds=sizes["row_limit_s"])
-        cells["seq_per_s"] = _fmt_rate(result.requests_per_s)
-        cells["seq_latency_ms"] = _pair(result.latency["p50_ms"], result.latency["p99_ms"])
+        rows.rate_and_latency("seq_per_s", "seq_latency_ms", result.requests_per_s, result.latency)
         data["sequential"] = result.as_dict()
         log(f"[{cluster.name}] seq: {result.requests_per_s:,.1f}/s p50 {result.latency['p50_ms']:.1f} ms")
 
     def inflight() -> None:
         cluster.wait_healthy(60.0)
         result = concurrent_writes(cluster, sizes["concurrent"], 64, max_seconds=sizes["row_limit_s"])
-        cells["inflight_per_s"] = _fmt_rate(result.requests_per_s)
-        cells["inflight_latency_ms"] = _pair(result.latency["p50_ms"], result.latency["p99_ms"])
+        rows.rate_and_latency("inflight_per_s", "inflight_latency_ms", result.requests_per_s, result.latency)
         data["in_flight_64"] = result.as_dict()
         log(f"[{cluster.name}] 64 in flight: {result.requests_per_s:,.1f}/s")
 
-    def rss() -> None:
-        values = cluster.rss_bytes()
-        cells["rss_mib"] = " / ".join("dead" if v is None else f"{v / 2**20:.0f}" for v in values)
-        data["rss_bytes"] = values
-
-    def failover() -> None:
-        result = failover_trials(cluster, sizes["trials"], log=log)
-        text = _pair(result.summary["p50_ms"], result.summary["max_ms"])
-        cells["failover_ms"] = text + (f" ({result.failed_trials} failed)" if result.failed_trials else "")
-        data["failover"] = result.as_dict()
-
     def fence() -> None:
         result = fence_trials(cluster, sizes["fence_trials"])
-        text = _pair(result["summary"]["p50_ms"], result["summary"]["max_ms"])
-        cells["fence_ms"] = text + (f" ({result['failed_trials']} failed)" if result["failed_trials"] else "")
+        cells["fence_ms"] = summary_cell(result["summary"], result["failed_trials"])
         data["fence"] = result
 
     # Fencing first, while the broker has few partitions: a restarted Kafka
     # broker loads every partition log before it is unfenced again.
-    row(("fence_ms",), fence)
-    row(("seq_per_s", "seq_latency_ms"), seq)
-    row(("inflight_per_s", "inflight_latency_ms"), inflight)
-    row(("rss_mib",), rss)
-    row(("failover_ms",), failover)
-    for key, _label in ROWS:
-        cells.setdefault(key, "-")
-    return {"status": "ok", "cells": cells, "data": data, "versions": cluster.versions(),
-            "notes": cluster.notes() + errors}
+    rows.row(("fence_ms",), fence)
+    rows.row(("seq_per_s", "seq_latency_ms"), seq)
+    rows.row(("inflight_per_s", "inflight_latency_ms"), inflight)
+    rows.row(("rss_mib",), rows.rss)
+    rows.row(("failover_ms",), lambda: rows.failover(sizes["trials"]))
+    return rows.result(ROWS)
 
 
 def render(machine: dict[str, str], sizes: dict[str, Any], quick: bool, results: dict[str, dict[str, Any]]) -> str:
@@ -163,27 +129,7 @@ def render(machine: dict[str, str], sizes: dict[str, Any], quick: bool, results:
         f"at {sizes['row_limit_s']:.0f} s" + (" (--quick)" if quick else ""),
         "",
     ]
-    names = list(results)
-    rows = []
-    for key, label in ROWS:
-        cells = []
-        for name in names:
-            result = results[name]
-            cells.append(result["cells"].get(key, "-") if result["status"] == "ok" else result["status"])
-        rows.append((label, cells))
-    lines.append(format_table([results[n].get("label", n) for n in names], rows))
-    lines.append("")
-    lines.append("versions:")
-    for name in names:
-        for what, version in results[name].get("versions", {}).items():
-            lines.append(f"  {what}: {version}")
-    lines.append("notes:")
-    for name in names:
-        result = results[name]
-        if result["status"] == "ok":
-            lines.extend(f"  - {note}" for note in result["notes"])
-        else:
-            lines.append(f"  - {result.get('label', name)}: {result['status']}: {result['reason']}")
+    lines.extend(table_and_notes(results, ROWS, lambda _name, status: status))
     lines.append("  - all clients are Python on the same cores as the servers: client CPU is part of every figure.")
     return "\n".join(lines)
 
@@ -202,24 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     install_cleanup_handlers()
     sizes = dict(QUICK if args.quick else FULL)
     machine = machine_info()
-    results: dict[str, dict[str, Any]] = {}
     try:
-        for name in names:
-            cls = PEERS[name]
-            problem = cls.availability_problem()
-            if problem:
-                log(f"[{name}] skipped: {problem}")
-                results[name] = {"status": "not available", "reason": problem, "label": cls.label}
-                continue
-            cluster = cls(log=log)
-            try:
-                results[name] = run_peer(cluster, sizes)
-            except (PeerUnavailable, ProcessStartError, TimeoutError) as exc:
-                log(f"[{name}] could not run: {exc}")
-                results[name] = {"status": "failed to start", "reason": str(exc).splitlines()[0]}
-            finally:
-                cluster.stop()
-            results[name]["label"] = cls.label
+        results = run_peers(
+            [PEERS[name] for name in names],
+            lambda cls: cls(log=log),
+            lambda cluster: run_peer(cluster, sizes),
+            unavailable_status="not available",
+            failed_status="failed to start",
+        )
     except KeyboardInterrupt:
         log("interrupted: stopping every process and removing temp dirs")
         cleanup_all()

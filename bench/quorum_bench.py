@@ -26,7 +26,7 @@ import math
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._common import (
@@ -125,28 +125,105 @@ def warm_up(cluster: Cluster, seconds: float, value_bytes: int) -> None:
     cluster.write_many(values, 64, time.monotonic() + seconds)
 
 
-def run_peer(cluster: Cluster, sizes: dict[str, Any], value_bytes: int) -> dict[str, Any]:
-    """Every row for one system; a failing row is reported, the others still run."""
-    cells: dict[str, str] = {}
-    data: dict[str, Any] = {}
-    errors: list[str] = []
+def summary_cell(summary: dict[str, float], failed_trials: int) -> str:
+    """``p50 / max`` of a trials summary, with the failed trials if any."""
+    text = _pair(summary["p50_ms"], summary["max_ms"])
+    return text + (f" ({failed_trials} failed)" if failed_trials else "")
 
-    def row(keys: tuple[str, ...], fn: Callable[[], None]) -> None:
+
+class PeerRows:
+    """The table cells, JSON data and notes of one system's rows (shared by
+    the quorum and metadata benchmarks): each row runs through ``row``, so a
+    failing row is reported and the others still run."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.cells: dict[str, str] = {}
+        self.data: dict[str, Any] = {}
+        self.errors: list[str] = []
+
+    def row(self, keys: tuple[str, ...], fn: Callable[[], None]) -> None:
+        """Run ``fn``; if it raises, its cells ``keys`` read "error" ("n/a"
+        for ``FailoverNotSupported``) and the reason goes to the notes."""
         try:
             fn()
         except FailoverNotSupported as exc:
             for key in keys:
-                cells[key] = "n/a"
-            data[keys[0]] = {"error": str(exc)}
+                self.cells[key] = "n/a"
+            self.data[keys[0]] = {"error": str(exc)}
         except Exception as exc:  # noqa: BLE001 - report and continue
             exc = _innermost(exc)
-            log(f"  {cluster.name}: {keys[0]} failed: {exc!r}")
+            log(f"  {self.cluster.name}: {keys[0]} failed: {exc!r}")
             log(traceback.format_exc(limit=3))
             for key in keys:
-                cells.setdefault(key, "error")
-            data[keys[0]] = {"error": repr(exc)}
+                self.cells.setdefault(key, "error")
+            self.data[keys[0]] = {"error": repr(exc)}
             first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
-            errors.append(f"{cluster.label}: {keys[0]} failed: {type(exc).__name__}: {first_line}")
+            self.errors.append(f"{self.cluster.label}: {keys[0]} failed: {type(exc).__name__}: {first_line}")
+
+    def rate_and_latency(self, rate_key: str, latency_key: str, rate: float, latency: dict[str, float]) -> None:
+        """Cells of a throughput row: the rate and ``p50 / p99`` ms."""
+        self.cells[rate_key] = _fmt_rate(rate)
+        self.cells[latency_key] = _pair(latency["p50_ms"], latency["p99_ms"])
+
+    def rss(self) -> None:
+        """The RSS row: MiB of each process of the cluster."""
+        values = self.cluster.rss_bytes()
+        self.cells["rss_mib"] = " / ".join("dead" if v is None else f"{v / 2**20:.0f}" for v in values)
+        self.data["rss_bytes"] = values
+
+    def failover(self, trials: int) -> None:
+        """The failover row: ``failover_trials`` ``trials`` times."""
+        result = failover_trials(self.cluster, trials, log=log)
+        self.cells["failover_ms"] = summary_cell(result.summary, result.failed_trials)
+        self.data["failover"] = result.as_dict()
+
+    def result(self, rows: Sequence[tuple[str, str]]) -> dict[str, Any]:
+        """The system's result; a cell of ``rows`` no row filled reads "-"."""
+        for key, _label in rows:
+            self.cells.setdefault(key, "-")
+        return {"status": "ok", "cells": self.cells, "data": self.data, "versions": self.cluster.versions(),
+                "notes": self.cluster.notes() + self.errors}
+
+
+def table_and_notes(
+    results: dict[str, dict[str, Any]], rows: Sequence[tuple[str, str]], status_cell: Callable[[str, str], str]
+) -> list[str]:
+    """The lines of the table (a column per system, ``status_cell(name,
+    status)`` filling the column of a system that did not run), the versions
+    (each once) and the notes of ``results``."""
+    names = list(results)
+    table_rows = []
+    for key, label in rows:
+        cells = []
+        for name in names:
+            result = results[name]
+            if result["status"] == "ok":
+                cells.append(result["cells"].get(key, "-"))
+            else:
+                cells.append(status_cell(name, result["status"]))
+        table_rows.append((label, cells))
+    lines = [format_table([results[n].get("label", n) for n in names], table_rows), "", "versions:"]
+    seen = set()
+    for name in names:
+        for what, version in results[name].get("versions", {}).items():
+            if (what, version) not in seen:
+                seen.add((what, version))
+                lines.append(f"  {what}: {version}")
+    lines.append("notes:")
+    for name in names:
+        result = results[name]
+        if result["status"] == "ok":
+            lines.extend(f"  - {note}" for note in result["notes"])
+        else:
+            lines.append(f"  - {result.get('label', name)}: {result['status']}: {result['reason']}")
+    return lines
+
+
+def run_peer(cluster: Cluster, sizes: dict[str, Any], value_bytes: int) -> dict[str, Any]:
+    """Every row for one system; a failing row is reported, the others still run."""
+    rows = PeerRows(cluster)
+    data, errors = rows.data, rows.errors
 
     log(f"[{cluster.name}] starting 3 voters")
     started = time.monotonic()
@@ -162,24 +239,21 @@ def run_peer(cluster: Cluster, sizes: dict[str, Any], value_bytes: int) -> dict[
     def seq() -> None:
         cluster.wait_healthy(30.0)
         result = sequential_writes(cluster, sizes["seq"], value_bytes, sizes["row_limit_s"])
-        cells["seq_writes_per_s"] = _fmt_rate(result.requests_per_s)
-        cells["seq_latency_ms"] = _pair(result.latency["p50_ms"], result.latency["p99_ms"])
+        rows.rate_and_latency("seq_writes_per_s", "seq_latency_ms", result.requests_per_s, result.latency)
         data["sequential"] = result.as_dict()
         log(f"[{cluster.name}] seq: {result.requests_per_s:,.0f}/s p50 {result.latency['p50_ms']:.2f} ms")
 
     def inflight() -> None:
         cluster.wait_healthy(30.0)
         result = concurrent_writes(cluster, sizes["concurrent"], 64, value_bytes, sizes["row_limit_s"])
-        cells["inflight_writes_per_s"] = _fmt_rate(result.requests_per_s)
-        cells["inflight_latency_ms"] = _pair(result.latency["p50_ms"], result.latency["p99_ms"])
+        rows.rate_and_latency("inflight_writes_per_s", "inflight_latency_ms", result.requests_per_s, result.latency)
         data["in_flight_64"] = result.as_dict()
         log(f"[{cluster.name}] 64 in flight: {result.requests_per_s:,.0f}/s")
 
     def batches() -> None:
         cluster.wait_healthy(30.0)
         result = batched_records(cluster, sizes["batches"], 100, value_bytes, sizes["row_limit_s"])
-        cells["batch_records_per_s"] = _fmt_rate(result.records_per_s)
-        cells["batch_latency_ms"] = _pair(result.latency["p50_ms"], result.latency["p99_ms"])
+        rows.rate_and_latency("batch_records_per_s", "batch_latency_ms", result.records_per_s, result.latency)
         data["batched_100"] = result.as_dict()
         log(f"[{cluster.name}] batches: {result.records_per_s:,.0f} records/s")
 
@@ -187,34 +261,52 @@ def run_peer(cluster: Cluster, sizes: dict[str, Any], value_bytes: int) -> dict[
         cluster.wait_healthy(30.0)
         result = concurrent_batched_records(cluster, sizes["batches_concurrent"], BATCH_CLIENTS, 100, value_bytes,
                                             sizes["row_limit_s"])
-        cells["batch8_records_per_s"] = _fmt_rate(result.records_per_s)
-        cells["batch8_latency_ms"] = _pair(result.latency["p50_ms"], result.latency["p99_ms"])
+        rows.rate_and_latency("batch8_records_per_s", "batch8_latency_ms", result.records_per_s, result.latency)
         data[f"batched_100_{BATCH_CLIENTS}_clients"] = result.as_dict()
         log(f"[{cluster.name}] batches from {BATCH_CLIENTS} clients: {result.records_per_s:,.0f} records/s")
 
-    def rss() -> None:
-        values = cluster.rss_bytes()
-        cells["rss_mib"] = " / ".join("dead" if v is None else f"{v / 2**20:.0f}" for v in values)
-        data["rss_bytes"] = values
+    rows.row(("seq_writes_per_s", "seq_latency_ms"), seq)
+    rows.row(("inflight_writes_per_s", "inflight_latency_ms"), inflight)
+    rows.row(("batch_records_per_s", "batch_latency_ms"), batches)
+    rows.row(("batch8_records_per_s", "batch8_latency_ms"), concurrent_batches)
+    rows.row(("rss_mib",), rows.rss)
+    rows.row(("failover_ms",), lambda: rows.failover(sizes["trials"]))
+    return rows.result(ROWS)
 
-    def failover() -> None:
-        result = failover_trials(cluster, sizes["trials"], log=log)
-        text = _pair(result.summary["p50_ms"], result.summary["max_ms"])
-        if result.failed_trials:
-            text += f" ({result.failed_trials} failed)"
-        cells["failover_ms"] = text
-        data["failover"] = result.as_dict()
 
-    row(("seq_writes_per_s", "seq_latency_ms"), seq)
-    row(("inflight_writes_per_s", "inflight_latency_ms"), inflight)
-    row(("batch_records_per_s", "batch_latency_ms"), batches)
-    row(("batch8_records_per_s", "batch8_latency_ms"), concurrent_batches)
-    row(("rss_mib",), rss)
-    row(("failover_ms",), failover)
-    for key, _label in ROWS:
-        cells.setdefault(key, "-")
-    return {"status": "ok", "cells": cells, "data": data, "versions": cluster.versions(),
-            "notes": cluster.notes() + errors}
+def run_peers(
+    peers: Sequence[type[Cluster]],
+    make_cluster: Callable[[type[Cluster]], Cluster],
+    run: Callable[[Cluster], dict[str, Any]],
+    *,
+    unavailable_status: str,
+    failed_status: str,
+) -> dict[str, dict[str, Any]]:
+    """Each system in turn: its result from ``run`` (the cluster stopped
+    afterwards), or a result with ``unavailable_status`` when it is not
+    installed, ``failed_status`` when it did not start (its processes' log
+    tails go to the log). Raises ``KeyboardInterrupt`` (stop everything with
+    ``cleanup_all``)."""
+    results: dict[str, dict[str, Any]] = {}
+    for cls in peers:
+        name = cls.name
+        problem = cls.availability_problem()
+        if problem:
+            log(f"[{name}] skipped: {problem}")
+            results[name] = {"status": unavailable_status, "reason": problem, "label": cls.label}
+            continue
+        cluster = make_cluster(cls)
+        try:
+            results[name] = run(cluster)
+        except (PeerUnavailable, ProcessStartError, TimeoutError) as exc:
+            log(f"[{name}] could not run: {exc}")
+            for process in getattr(cluster, "processes", []):
+                log(f"--- {process.name} log tail ({process.log_path}):\n{process.log_tail(20)}")
+            results[name] = {"status": failed_status, "reason": str(exc).splitlines()[0]}
+        finally:
+            cluster.stop()
+        results[name]["label"] = cls.label
+    return results
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -241,26 +333,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.trials is not None:
         sizes["trials"] = max(1, min(args.trials, 100))
     machine = machine_info()
-    results: dict[str, dict[str, Any]] = {}
     try:
-        for name in args.peer_names:
-            cls = PEERS[name]
-            problem = cls.availability_problem()
-            if problem:
-                log(f"[{name}] skipped: {problem}")
-                results[name] = {"status": "skipped", "reason": problem, "label": cls.label}
-                continue
-            cluster = cls(value_bytes=args.value_bytes, log=log)
-            try:
-                results[name] = run_peer(cluster, sizes, args.value_bytes)
-            except (PeerUnavailable, ProcessStartError, TimeoutError) as exc:
-                log(f"[{name}] could not run: {exc}")
-                for process in getattr(cluster, "processes", []):
-                    log(f"--- {process.name} log tail ({process.log_path}):\n{process.log_tail(20)}")
-                results[name] = {"status": "failed", "reason": str(exc).splitlines()[0]}
-            finally:
-                cluster.stop()
-            results[name]["label"] = cls.label
+        results = run_peers(
+            [PEERS[name] for name in args.peer_names],
+            lambda cls: cls(value_bytes=args.value_bytes, log=log),
+            lambda cluster: run_peer(cluster, sizes, args.value_bytes),
+            unavailable_status="skipped",
+            failed_status="failed",
+        )
     except KeyboardInterrupt:
         log("interrupted: stopping every process and removing temp dirs")
         cleanup_all()
@@ -290,36 +370,13 @@ def render(machine: dict[str, str], sizes: dict[str, Any], args: argparse.Namesp
         + (" (--quick)" if args.quick else ""),
         "",
     ]
-    names = list(results)
-    columns = [results[n].get("label", n) for n in names]
-    rows = []
-    for key, label in ROWS:
-        cells = []
-        for name in names:
-            result = results[name]
-            if result["status"] == "ok":
-                cells.append(result["cells"].get(key, "-"))
-            elif result["status"] == "skipped":
-                cells.append("not available yet" if name == "pykraft" else "not installed")
-            else:
-                cells.append("failed to start")
-        rows.append((label, cells))
-    lines.append(format_table(columns, rows))
-    lines.append("")
-    lines.append("versions:")
-    seen = set()
-    for name in names:
-        for what, version in results[name].get("versions", {}).items():
-            if (what, version) not in seen:
-                seen.add((what, version))
-                lines.append(f"  {what}: {version}")
-    lines.append("notes:")
-    for name in names:
-        result = results[name]
-        if result["status"] == "ok":
-            lines.extend(f"  - {note}" for note in result["notes"])
-        else:
-            lines.append(f"  - {result.get('label', name)}: {result['status']}: {result['reason']}")
+
+    def status_cell(name: str, status: str) -> str:
+        if status == "skipped":
+            return "not available yet" if name == "pykraft" else "not installed"
+        return "failed to start"
+
+    lines.extend(table_and_notes(results, ROWS, status_cell))
     lines.append("  - failover = kill -9 of the leader to the first committed write, client retrying every 20 ms; "
                  "each system's own election timeouts (defaults) dominate it.")
     lines.append("  - all clients are Python on the same 2 cores as the 3 servers: client CPU is part of every figure.")

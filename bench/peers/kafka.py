@@ -44,14 +44,16 @@ from .._common import (
     run_version_command,
     wait_for,
 )
+from ._topic_writes import TopicCreationWrites
 
 #: A create that does not answer within this long counts as failed.
 REQUEST_TIMEOUT_S = 30.0
 
 
-class KafkaPeer(Cluster):
+class KafkaPeer(TopicCreationWrites, Cluster):
     name = "kafka"
     label = "Kafka 4.4 KRaft"
+    request_timeout_s = REQUEST_TIMEOUT_S
 
     def __init__(self, value_bytes: int = 100, log: Callable[[str], None] = print, heap_mb: int = 1024) -> None:
         self.log = log
@@ -187,24 +189,6 @@ class KafkaPeer(Cluster):
         if errors:
             raise RuntimeError(f"Kafka CreateTopics failed: {errors[0]!r}")
         return latencies_s
-
-    def write(self, value: bytes) -> None:
-        self._create_groups([1], 1, time.monotonic() + REQUEST_TIMEOUT_S)
-
-    def run_sequential(self, values: Sequence[bytes], deadline: float) -> list[float]:
-        return self._create_groups([1] * len(values), 1, deadline)
-
-    def write_many(self, values: Sequence[bytes], in_flight: int, deadline: float) -> list[float]:
-        return self._create_groups([1] * len(values), in_flight, deadline)
-
-    def write_batch(self, values: Sequence[bytes]) -> None:
-        self._create_groups([len(values)], 1, time.monotonic() + REQUEST_TIMEOUT_S)
-
-    def write_batches(self, batches: Sequence[Sequence[bytes]], deadline: float) -> list[float]:
-        return self._create_groups([len(batch) for batch in batches], 1, deadline)
-
-    def write_batches_concurrently(self, batches: Sequence[Sequence[bytes]], clients: int, deadline: float) -> list[float]:
-        return self._create_groups([len(batch) for batch in batches], clients, deadline)
 
     def first_write_after_kill(self, killed_at: float, deadline: float) -> float | None:
         """A topic creation every 20 ms from the kill, earlier ones kept

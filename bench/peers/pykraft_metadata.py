@@ -31,6 +31,7 @@ from .._common import (
     wait_for,
 )
 from .pykraft_peer import CLUSTER_ID, PykraftCluster, _AsyncRunner
+from ._topic_writes import TopicCreationWrites
 
 BROKER_ID = 101
 #: A create that does not answer within this long counts as failed.
@@ -42,9 +43,10 @@ def _executable(name: str) -> str | None:
     return str(beside_python) if beside_python.exists() else shutil.which(name)
 
 
-class PykraftMetadataCluster(PykraftCluster):
+class PykraftMetadataCluster(TopicCreationWrites, PykraftCluster):
     name = "pykraft"
     label = "pykraft"
+    request_timeout_s = REQUEST_TIMEOUT_S
 
     def __init__(self, value_bytes: int = 100, log: Callable[[str], None] = print) -> None:
         super().__init__(value_bytes, log)
@@ -166,24 +168,6 @@ class PykraftMetadataCluster(PykraftCluster):
             return latencies_s
 
         return self._run(main)
-
-    def write(self, value: bytes) -> None:
-        self._create_groups([1], 1, time.monotonic() + REQUEST_TIMEOUT_S)
-
-    def run_sequential(self, values: Sequence[bytes], deadline: float) -> list[float]:
-        return self._create_groups([1] * len(values), 1, deadline)
-
-    def write_many(self, values: Sequence[bytes], in_flight: int, deadline: float) -> list[float]:
-        return self._create_groups([1] * len(values), in_flight, deadline)
-
-    def write_batch(self, values: Sequence[bytes]) -> None:
-        self._create_groups([len(values)], 1, time.monotonic() + REQUEST_TIMEOUT_S)
-
-    def write_batches(self, batches: Sequence[Sequence[bytes]], deadline: float) -> list[float]:
-        return self._create_groups([len(batch) for batch in batches], 1, deadline)
-
-    def write_batches_concurrently(self, batches: Sequence[Sequence[bytes]], clients: int, deadline: float) -> list[float]:
-        return self._create_groups([len(batch) for batch in batches], clients, deadline)
 
     def first_write_after_kill(self, killed_at: float, deadline: float) -> float | None:
         from registration.client import AdminClient

@@ -97,6 +97,21 @@ def decode_checked_json(raw: bytes) -> dict[str, Any]:
     return document
 
 
+def read_checked_json(path: Path, version: int) -> dict[str, Any] | None:
+    """The document ``encode_checked_json`` wrote at ``path``, or None if
+    there is no such file. Raises ``ValueError`` with the reason when the
+    content is damaged (see ``decode_checked_json``) or its ``version`` is
+    not ``version``; ``OSError`` when the file cannot be read."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    document = decode_checked_json(raw)
+    if document.get("version") != version:
+        raise ValueError(f"unknown version {document.get('version')!r}")
+    return document
+
+
 def is_plain_int(value: object) -> bool:
     """True for an int that is not a bool (JSON true must not pass as 1)."""
     return isinstance(value, int) and not isinstance(value, bool)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from .._node import RepairState
 from ._errors import REPAIR_ADVICE, CorruptLogMetadataError, DamagedLogError
-from ._files import atomic_write, decode_checked_json, encode_checked_json, fsync_directory, is_plain_int
+from ._files import atomic_write, encode_checked_json, fsync_directory, is_plain_int, read_checked_json
 from ._format import BatchProblem, parse_batch
 from ._segments import (
     INDEX_SUFFIX,
@@ -170,13 +170,9 @@ def read_repair_marker(data_dir: Path) -> RepairState | None:
     to start: it cannot tell how far it may have acknowledged)."""
     path = data_dir / REPAIR_MARKER_FILE_NAME
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        document = decode_checked_json(raw)
-        if document.get("version") != 1:
-            raise ValueError(f"unknown version {document.get('version')!r}")
+        document = read_checked_json(path, version=1)
+        if document is None:
+            return None
         damaged = document.get("damaged_from_offset")
         epoch = document.get("restart_epoch")
         end = document.get("acknowledged_end")

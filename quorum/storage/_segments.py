@@ -67,10 +67,10 @@ from ._errors import REPAIR_ADVICE, CorruptLogMetadataError, CorruptRecordError,
 from ._files import (
     atomic_write,
     data_sync,
-    decode_checked_json,
     encode_checked_json,
     fsync_directory,
     is_plain_int,
+    read_checked_json,
     write_all,
 )
 from ._format import (
@@ -1223,13 +1223,9 @@ def read_log_start_checkpoint(directory: Path) -> int | None:
     ``OSError``."""
     path = directory / CHECKPOINT_FILE_NAME
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        document = decode_checked_json(raw)
-        if document.get("version") != 1:
-            raise ValueError(f"unknown version {document.get('version')!r}")
+        document = read_checked_json(path, version=1)
+        if document is None:
+            return None
         offset = document.get("log_start_offset")
         if not is_plain_int(offset) or offset < 0:
             raise ValueError(f"bad log_start_offset {offset!r}")

@@ -124,6 +124,27 @@ def _container_counter(containers_max: int) -> Callable[[Any], Any]:
     return count
 
 
+def _unpack_bounded(payload: bytes | bytearray | memoryview, count_container: Callable[[Any], Any] | None) -> Any:
+    """The one msgpack value in ``payload``, every length capped at the
+    payload's size and ext types refused; ``count_container`` (a
+    ``_container_counter``), if given, sees each array and map as it is
+    built. Raises whatever the msgpack unpacker raises on bad input."""
+    size = len(payload)
+    return msgpack.unpackb(
+        payload,
+        raw=False,
+        use_list=True,
+        strict_map_key=True,
+        max_str_len=size,
+        max_bin_len=size,
+        max_array_len=size,
+        max_map_len=size // 2,
+        max_ext_len=0,
+        list_hook=count_container,
+        object_hook=count_container,
+    )
+
+
 def decode_message(
     payload: bytes | bytearray | memoryview, *, expected_cluster_id: str, limits: WireLimits = DEFAULT_LIMITS
 ) -> Decoded:
@@ -158,32 +179,9 @@ def decode_message(
         # msgpack); a large one (records, on the replication path) skips the
         # count, which costs a Python call per record.
         if type_code in limits.large_type_codes:
-            envelope = msgpack.unpackb(
-                payload,
-                raw=False,
-                use_list=True,
-                strict_map_key=True,
-                max_str_len=size,
-                max_bin_len=size,
-                max_array_len=size,
-                max_map_len=size // 2,
-                max_ext_len=0,
-            )
+            envelope = _unpack_bounded(payload, count_container=None)
         else:
-            count_container = _container_counter(limits.containers_max)
-            envelope = msgpack.unpackb(
-                payload,
-                raw=False,
-                use_list=True,
-                strict_map_key=True,
-                max_str_len=size,
-                max_bin_len=size,
-                max_array_len=size,
-                max_map_len=size // 2,
-                max_ext_len=0,
-                list_hook=count_container,
-                object_hook=count_container,
-            )
+            envelope = _unpack_bounded(payload, count_container=_container_counter(limits.containers_max))
     except Exception as exc:
         # msgpack documents few of the exceptions its C unpacker raises on
         # bad input (ExtraData, FormatError, StackError, ValueError,
