@@ -8,7 +8,7 @@ is the write); only how many there are and how they are grouped counts.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 class TopicCreationWrites:
@@ -21,8 +21,8 @@ class TopicCreationWrites:
 
     request_timeout_s: float
 
-    def _create_groups(self, sizes: Sequence[int], in_flight: int, deadline: float) -> list[float]:
-        raise NotImplementedError
+    # Given by the class that lists this mixin (each system's own admin path).
+    _create_groups: Callable[[Sequence[int], int, float], list[float]]
 
     def write(self, value: bytes) -> None:
         self._create_groups([1], 1, time.monotonic() + self.request_timeout_s)
