@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,18 +37,11 @@ from quorum.wire import FrameDecoder, decode_message, encode_message
 from registration import BrokerHeartbeat, RegisterBrokerRequest
 from registration.client import AdminClient
 
+from ._common import free_ports
+
 CLUSTER_ID = "heartbeat-bench"
 BIN = Path(sys.executable).parent
 
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -160,7 +152,7 @@ class BrokerLoad:
 
 
 async def run(brokers: int, seconds: float, connections: int) -> dict[str, object]:
-    ports = _free_ports(6)
+    ports = free_ports(6)
     voters = {i + 1: ports[i] for i in range(3)}
     metrics_ports = {i + 1: ports[3 + i] for i in range(3)}
     voters_arg = ",".join(f"{i}@127.0.0.1:{p}" for i, p in voters.items())

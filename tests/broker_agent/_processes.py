@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import trio
 
 from broker_agent.client import MetadataClient
 from registration.client import AdminClient
+from loopback import free_ports
 
 BIN = Path(sys.executable).parent
 CONTROLLERS = (1, 2, 3)
@@ -27,17 +27,6 @@ ELECTION_TIMEOUT_MS = 500
 FETCH_TIMEOUT_MS = 1000
 QUORUM_ARGS = ("--election-timeout-ms", str(ELECTION_TIMEOUT_MS), "--fetch-timeout-ms", str(FETCH_TIMEOUT_MS))
 
-
-def free_ports(count: int) -> list[int]:
-    sockets = []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sockets.append(sock)
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 class BrokerCluster:

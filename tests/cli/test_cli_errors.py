@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from quorum.cli_errors import (
 )
 from quorum.client import QuorumClient
 from quorum.storage import EXIT_NOT_A_DATA_DIR, StorageOwnershipError
+from loopback import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -48,17 +48,6 @@ QUORUM_ARGS = ("--election-timeout-ms", "2000", "--fetch-timeout-ms", "4000")
 
 pytestmark = pytest.mark.processes
 
-
-def free_ports(count: int) -> list[int]:
-    sockets = []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sockets.append(sock)
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 def run(command: str, *args: object) -> subprocess.CompletedProcess[str]:

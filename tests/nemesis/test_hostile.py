@@ -9,7 +9,6 @@ condition bounded by ``fail_after``."""
 from __future__ import annotations
 
 import random
-import socket
 
 import msgpack
 import pytest
@@ -20,19 +19,11 @@ from jepsen_like.nemesis._hostile import forged_epoch_vote, malformed_frames, ms
 from quorum.client import QuorumClient
 from quorum.runtime import KeyValueStateMachine, NodeConfig, open_quorum_node
 from quorum.wire import NODE_LIMITS, FrameDecoder, decode_message
+from loopback import free_ports
 
 CLUSTER = "pykraft"
 ATTACK_S = 1.5
 
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 async def start_cluster(nursery: trio.Nursery, tmp_path, voters: int = 3) -> tuple[list, trio.Event]:

@@ -7,7 +7,6 @@ every directory removed when the test ends.
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,20 +14,10 @@ from pathlib import Path
 import trio
 
 from quorum.client import QuorumClient
+from loopback import free_ports
 
 BIN = Path(sys.executable).parent
 
-
-def free_ports(count: int) -> list[int]:
-    sockets = []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sockets.append(sock)
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 class ProcessCluster:

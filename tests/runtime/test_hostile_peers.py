@@ -23,19 +23,11 @@ from quorum.wire import (
     decode_message,
     encode_message,
 )
+from loopback import free_ports
 
 CLUSTER = "pykraft"
 TIMERS = {"election_timeout_ms": 300, "fetch_timeout_ms": 1500}
 
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 class Cluster:

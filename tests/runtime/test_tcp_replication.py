@@ -9,16 +9,8 @@ import trio
 
 from quorum.client import QuorumClient
 from quorum.runtime import KeyValueStateMachine, NodeConfig, StreamWriter, open_quorum_node
+from loopback import free_ports
 
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 def voter_configs(tmp_path) -> list[NodeConfig]:
