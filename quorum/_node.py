@@ -850,9 +850,14 @@ class QuorumNode:
         self._disk_failure = error
         if first_report:
             self._counters["disk_failures"] += 1
-            self._event(f"disk failed ({error})")
             if self._role is Role.LEADER:
+                # The resignation's own event carries the reason: an event
+                # with role LEADER here would read as a leader taking office
+                # (found by the sweep, seed 19008: a partitioned stale leader
+                # of an old epoch looked like a new leader lacking commits).
                 self._become_resigned(f"resigned: disk failed ({error})", Trigger.RESIGN_REQUESTED)
+            else:
+                self._event(f"disk failed ({error})")
         return self._flush()
 
     @property

@@ -181,3 +181,18 @@ def test_seed_215_a_restarted_node_recovers_its_log_from_its_snapshot_as_the_run
     assert result.valid, result.violation
     restart = next(index for index, line in enumerate(lines) if line.endswith("n2 RESTART"))
     assert any("n1 <- 2->1 FetchResp e2 #96 snapshot=108" in line for line in lines[restart:])
+
+
+def test_seed_19008_a_leader_whose_disk_fails_reports_its_resignation_not_a_new_term():
+    """Found by the 20,000-seed sweep: n1, a partitioned leader of epoch 1
+    (n2 already led epoch 2), had its disk fail; the core reported "disk
+    failed" as an event with role LEADER before resigning, and the
+    simulator read that as a leader taking office without the records
+    committed in epoch 2 (leader-completeness). A leader's disk failure is
+    now reported by its resignation alone."""
+    lines: list[str] = []
+    result = run_scenario("random", 19008, random_options(19008), trace=lines.append, full_trace=True)
+    assert result.valid, result.violation
+    failed = next(index for index, line in enumerate(lines) if "n1 DISK FAILED" in line)
+    assert any("n2 leader e2" in line for line in lines[:failed]), "the schedule drifted: n2 no longer leads epoch 2 first"
+    assert any("n1 resigned e1" in line and "disk failed" in line for line in lines[failed:]), "n1 no longer leads when its disk fails"
