@@ -337,6 +337,33 @@ def _later_epoch_reason(request: _Request) -> str:
             return f"{request.src} ended epoch {request.epoch}"
 
 
+# Each message type's plain numeric fields and the largest value each may
+# take (all are non-negative; None, where a field is optional, passes). One
+# table, read by ``_field_out_of_range`` on every message a node receives.
+_NUMERIC_FIELDS: dict[type, tuple[tuple[str, int], ...]] = {
+    VoteRequest: (
+        ("src", NODE_ID_MAX), ("epoch", EPOCH_MAX), ("last_epoch", EPOCH_MAX), ("end_offset", OFFSET_MAX),
+    ),
+    VoteResponse: (("src", NODE_ID_MAX), ("epoch", EPOCH_MAX), ("leader_id", NODE_ID_MAX)),
+    FetchRequest: (
+        ("src", NODE_ID_MAX), ("epoch", EPOCH_MAX), ("fetch_offset", OFFSET_MAX), ("last_fetched_epoch", EPOCH_MAX),
+        ("request_id", INT64_MAX), ("read_token", INT64_MAX),
+    ),
+    FetchResponse: (
+        ("src", NODE_ID_MAX), ("epoch", EPOCH_MAX), ("request_id", INT64_MAX), ("leader_id", NODE_ID_MAX),
+        ("high_watermark", OFFSET_MAX), ("log_start_offset", OFFSET_MAX), ("read_token", INT64_MAX),
+    ),
+    FetchSnapshotRequest: (
+        ("src", NODE_ID_MAX), ("epoch", EPOCH_MAX), ("position", OFFSET_MAX), ("request_id", INT64_MAX),
+    ),
+    FetchSnapshotResponse: (
+        ("src", NODE_ID_MAX), ("epoch", EPOCH_MAX), ("request_id", INT64_MAX), ("leader_id", NODE_ID_MAX),
+        ("position", OFFSET_MAX), ("size", OFFSET_MAX),
+    ),
+}  # fmt: skip
+_COMMON_FIELDS = (("src", NODE_ID_MAX), ("epoch", EPOCH_MAX))
+
+
 def _field_out_of_range(message: _Request | _Response) -> str | None:
     """The first number in ``message`` that lies outside what the wire and
     storage can hold (the limits in ``_types.py``), described; None when
@@ -348,67 +375,43 @@ def _field_out_of_range(message: _Request | _Response) -> str | None:
     and could not be read back, or sent and could not be decoded. A Fetch
     answer's records are also checked for what the log requires of them:
     contiguous offsets, epochs that never decrease and none later than the
-    leader's own."""
-    checks: list[tuple[str, int | None, int]] = [
-        ("src", message.src, NODE_ID_MAX),
-        ("epoch", message.epoch, EPOCH_MAX),
-    ]
-    match message:
-        case VoteRequest():
-            checks += [("last_epoch", message.last_epoch, EPOCH_MAX), ("end_offset", message.end_offset, OFFSET_MAX)]
-        case VoteResponse():
-            checks.append(("leader_id", message.leader_id, NODE_ID_MAX))
-        case EndQuorumEpochRequest():
-            checks += [("preferred_successors", successor, NODE_ID_MAX) for successor in message.preferred_successors]
-        case FetchRequest():
-            checks += [
-                ("fetch_offset", message.fetch_offset, OFFSET_MAX),
-                ("last_fetched_epoch", message.last_fetched_epoch, EPOCH_MAX),
-                ("request_id", message.request_id, INT64_MAX),
-                ("read_token", message.read_token, INT64_MAX),
-            ]
-        case FetchResponse():
-            checks += [
-                ("request_id", message.request_id, INT64_MAX),
-                ("leader_id", message.leader_id, NODE_ID_MAX),
-                ("high_watermark", message.high_watermark, OFFSET_MAX),
-                ("log_start_offset", message.log_start_offset, OFFSET_MAX),
-                ("read_token", message.read_token, INT64_MAX),
-            ]
-            if message.diverging is not None:
-                checks += [
-                    ("diverging epoch", message.diverging.epoch, EPOCH_MAX),
-                    ("diverging offset", message.diverging.offset, OFFSET_MAX),
-                ]
-            if message.snapshot_id is not None:
-                checks += [
-                    ("snapshot epoch", message.snapshot_id.epoch, EPOCH_MAX),
-                    ("snapshot end offset", message.snapshot_id.end_offset, OFFSET_MAX),
-                ]
-        case FetchSnapshotRequest():
-            checks += [
-                ("snapshot epoch", message.snapshot_id.epoch, EPOCH_MAX),
-                ("snapshot end offset", message.snapshot_id.end_offset, OFFSET_MAX),
-                ("position", message.position, OFFSET_MAX),
-                ("request_id", message.request_id, INT64_MAX),
-            ]
-        case FetchSnapshotResponse():
-            checks += [
-                ("request_id", message.request_id, INT64_MAX),
-                ("leader_id", message.leader_id, NODE_ID_MAX),
-                ("position", message.position, OFFSET_MAX),
-                ("size", message.size, OFFSET_MAX),
-            ]
-            if message.snapshot_id is not None:
-                checks += [
-                    ("snapshot epoch", message.snapshot_id.epoch, EPOCH_MAX),
-                    ("snapshot end offset", message.snapshot_id.end_offset, OFFSET_MAX),
-                ]
-    for name, value, highest in checks:
+    leader's own. Every message passes through here, so the common case
+    (everything in range) costs one table lookup and a comparison per
+    field."""
+    kind = type(message)
+    for name, highest in _NUMERIC_FIELDS.get(kind, _COMMON_FIELDS):
+        value = getattr(message, name)
         if value is not None and not 0 <= value <= highest:
             return f"{name} {value} outside 0..{highest}"
-    if isinstance(message, FetchResponse) and message.records:
-        return _records_problem(message.records, message.epoch)
+    if kind is FetchResponse:
+        if message.diverging is not None:
+            problem = _offset_and_epoch_problem("diverging", message.diverging.offset, message.diverging.epoch)
+            if problem is not None:
+                return problem
+        if message.snapshot_id is not None:
+            problem = _snapshot_id_problem(message.snapshot_id)
+            if problem is not None:
+                return problem
+        if message.records:
+            return _records_problem(message.records, message.epoch)
+    elif kind is FetchSnapshotRequest or (kind is FetchSnapshotResponse and message.snapshot_id is not None):
+        return _snapshot_id_problem(message.snapshot_id)
+    elif kind is EndQuorumEpochRequest:
+        for successor in message.preferred_successors:
+            if not 0 <= successor <= NODE_ID_MAX:
+                return f"preferred_successors {successor} outside 0..{NODE_ID_MAX}"
+    return None
+
+
+def _snapshot_id_problem(snapshot_id: SnapshotId) -> str | None:
+    return _offset_and_epoch_problem("snapshot", snapshot_id.end_offset, snapshot_id.epoch, offset_name="end offset")
+
+
+def _offset_and_epoch_problem(what: str, offset: int, epoch: int, *, offset_name: str = "offset") -> str | None:
+    if not 0 <= epoch <= EPOCH_MAX:
+        return f"{what} epoch {epoch} outside 0..{EPOCH_MAX}"
+    if not 0 <= offset <= OFFSET_MAX:
+        return f"{what} {offset_name} {offset} outside 0..{OFFSET_MAX}"
     return None
 
 
@@ -822,7 +825,8 @@ class QuorumNode:
             self._durable_end = self._unpersisted.popleft().end_offset
         if self._disk_failure is not None:
             self._disk_resumed()
-        self._maybe_finish_repair()
+        if self._repair is not None:
+            self._maybe_finish_repair()
         if self._role is Role.LEADER:
             # The leader's own write now counts toward the majority
             # (Raft thesis §10.2.1).
@@ -1409,7 +1413,11 @@ class QuorumNode:
 
     @property
     def _leading(self) -> LeaderState:
-        """This leader's state (raises as ``_role_state`` does)."""
+        """This leader's state (raises as ``_role_state`` does). On every
+        Fetch a leader serves: one type test, not a call to ``_role_state``."""
+        state = self._state
+        if type(state) is LeaderState:
+            return state
         return self._role_state(LeaderState)
 
     @property
@@ -1884,7 +1892,8 @@ class QuorumNode:
             # Bounded by our own log: a follower cannot commit records it
             # does not hold yet (the high watermark may run ahead of them).
             self._advance_high_watermark(min(response.high_watermark, self._log.end_offset))
-            self._maybe_finish_repair()
+            if self._repair is not None:
+                self._maybe_finish_repair()
         self._maybe_send_fetch(self._tick)
 
     def _maybe_finish_repair(self) -> None:

@@ -37,7 +37,7 @@ def quorum_end_offset(acknowledged_end_offsets: Iterable[int | None], majority_s
     counts itself only once ``persisted`` says so, Raft thesis §10.2.1).
     Raises ``QuorumInvariantError`` when fewer voters than a majority are
     given: the caller miscounted the voter set, a bug in us."""
-    offsets = sorted((-1 if offset is None else offset for offset in acknowledged_end_offsets), reverse=True)
+    offsets = sorted([-1 if offset is None else offset for offset in acknowledged_end_offsets], reverse=True)
     if len(offsets) < majority_size:
         raise QuorumInvariantError(f"{len(offsets)} acknowledgements cannot make a majority of {majority_size}")
     return offsets[majority_size - 1]

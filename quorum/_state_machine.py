@@ -25,6 +25,9 @@ class KeyValueStateMachine:
 
     CAS_APPLIED = b"\x01"
     CAS_REFUSED = b"\x00"
+    # Every record either applies or is skipped (not a key-value command):
+    # the host may hand over a whole committed run at once (StateMachine).
+    apply_never_raises = True
 
     def __init__(self) -> None:
         self.values: dict[bytes, tuple[bytes, int]] = {}

@@ -75,6 +75,9 @@ _NODE_OPTIONS = [
     click.option("--frame-deadline-ms", type=int, help="Time to finish a started frame."),
     click.option("--idle-timeout-ms", type=int, help="Close an inbound connection silent this long (voters excepted)."),
     click.option("--requests-in-flight-max", type=int, help="Client requests per connection before it is not read."),
+    click.option(
+        "--request-bytes-in-flight-max", type=int, help="Bytes of client requests per connection before it is not read."
+    ),
     click.option("--write-backlog-bytes-max", type=int, help="Unwritten answers per connection before it is not read."),
     click.option("--frame-bytes-max", type=int, help="Largest FetchResponse or FetchSnapshotResponse frame."),
     click.option("--small-frame-bytes-max", type=int, help="Largest frame of any other message type."),

@@ -78,8 +78,13 @@ RECEIVE_BYTES = 256 * 1024
 # one says how many were suppressed.
 LOG_INTERVAL_S = 10.0
 _LOG_KEYS_MAX = 10_000
-# A task reading client requests lets others run after this many.
-CLIENT_FRAMES_PER_YIELD = 16
+# A task reading client requests lets others run after this many. Each
+# yield also lets the runtime hand the proposals read so far to the core as
+# one batch, so a small number splits a pipelining client's burst into small
+# batches, each a commit round (16 cost a third of the 64-in-flight
+# throughput; docs/benchmarks.md). 128 requests of a few tens of
+# microseconds each keep a voter's Fetch waiting a few milliseconds at most.
+CLIENT_FRAMES_PER_YIELD = 128
 # Large frames (FetchResponse, FetchSnapshotResponse) are accepted only for
 # this long after this node last sent a Fetch or FetchSnapshot (a leader,
 # which fetches from nobody, takes none: a 16 MiB frame of msgpack can cost
@@ -108,8 +113,12 @@ class ConnectionLimits:
     # connection from a configured voter, which may have nothing to say
     # between elections, excepted).
     idle_timeout_ms: int = 300_000
-    # Client requests read from one connection and not yet answered.
-    requests_in_flight_max: int = 32
+    # Client requests read from one connection and not yet answered, and the
+    # bytes of their frames: the count bounds the tasks and answers a
+    # pipelining client holds, the bytes what its proposals cost in memory.
+    # Deep enough for a client's whole pipeline to reach one commit round.
+    requests_in_flight_max: int = 1024
+    request_bytes_in_flight_max: int = 4 * 1024 * 1024
     # Bytes of answers waiting to be written to one connection, past which it
     # is not read.
     write_backlog_bytes_max: int = 4 * 1024 * 1024
@@ -186,11 +195,24 @@ class _Connection:
         self.writer.on_drained = self.capacity_changed
         self._correlation = itertools.count(1)
         self.closed = False
-        # Client requests read and not yet answered.
+        # Client requests read and not yet answered, and their frames' bytes.
         self.requests_in_flight = 0
+        self.request_bytes_in_flight = 0
         # A configured voter said Hello on this connection: no idle timeout.
         self.from_voter = False
         self._capacity = trio.Event()
+
+    def request_started(self, size: int) -> None:
+        """A client request of ``size`` frame bytes was read and is being served."""
+        self.requests_in_flight += 1
+        self.request_bytes_in_flight += size
+
+    def request_answered(self, size: int) -> None:
+        """The request of ``size`` bytes was answered (or handed on): the
+        reader may take the next one."""
+        self.requests_in_flight -= 1
+        self.request_bytes_in_flight -= size
+        self.capacity_changed()
 
     def capacity_changed(self) -> None:
         """An answer was written or the backlog drained: wake the reader if
@@ -551,7 +573,11 @@ class TcpTransport(Transport):
                 # wait behind client requests.
                 client_request = nursery is not None and type(message) not in _QUORUM_MESSAGE_TYPES
                 while connection.writer.pending_bytes > limits.write_backlog_bytes_max or (
-                    client_request and connection.requests_in_flight >= limits.requests_in_flight_max
+                    client_request
+                    and (
+                        connection.requests_in_flight >= limits.requests_in_flight_max
+                        or connection.request_bytes_in_flight >= limits.request_bytes_in_flight_max
+                    )
                 ):
                     self.metrics.add_to_counter(
                         "pykraft_quorum_backpressure_pauses_total",
@@ -565,7 +591,7 @@ class TcpTransport(Transport):
                     if connection.broken:
                         return
                     last_heard_s = trio.current_time()
-                self._dispatch(connection, message, decoded.correlation_id, nursery)
+                self._dispatch(connection, message, decoded.correlation_id, nursery, len(payload))
                 if client_request:
                     # Replication first: let voters' tasks run between
                     # bursts of client requests read in one go.
@@ -581,7 +607,9 @@ class TcpTransport(Transport):
             elif completed_frame or frame_started_s is None:
                 frame_started_s = trio.current_time()
 
-    def _dispatch(self, connection: _Connection, message: Any, correlation_id: int, nursery: trio.Nursery | None) -> None:
+    def _dispatch(
+        self, connection: _Connection, message: Any, correlation_id: int, nursery: trio.Nursery | None, size: int
+    ) -> None:
         kind = type(message)
         if kind in _QUORUM_MESSAGE_TYPES:
             if message.dst != self.node_id:
@@ -619,17 +647,17 @@ class TcpTransport(Transport):
                     ),
                     correlation_id,
                 )
-        elif self.fast_request_handler is not None and self._handle_fast(connection, message, correlation_id):
+        elif self.fast_request_handler is not None and self._handle_fast(connection, message, correlation_id, size):
             pass
         elif self.request_handler is not None:
-            connection.requests_in_flight += 1
-            nursery.start_soon(self._handle_request, connection, message, correlation_id)
+            connection.request_started(size)
+            nursery.start_soon(self._handle_request, connection, message, correlation_id, size)
         else:
             self._log.warning(
                 connection.host, "not_served", "%s sent a %s, which this node does not serve", connection.peer, kind.__name__
             )
 
-    async def _handle_request(self, connection: _Connection, request: Any, correlation_id: int) -> None:
+    async def _handle_request(self, connection: _Connection, request: Any, correlation_id: int, size: int) -> None:
         assert self.request_handler is not None
         if _trace.enabled:
             _trace.stamp("request", type(request).__name__)
@@ -639,12 +667,11 @@ class TcpTransport(Transport):
             logger.exception("request %s from %s failed", type(request).__name__, connection.peer)
             response = ErrorFrame(code=ErrorCode.INVALID_REQUEST, message=str(error)[:200], correlation_id=correlation_id)
         connection.send(response, correlation_id)
-        connection.requests_in_flight -= 1
-        connection.capacity_changed()
+        connection.request_answered(size)
         if _trace.enabled:
             _trace.stamp("answered", getattr(response, "offset", None))
 
-    def _handle_fast(self, connection: _Connection, request: Any, correlation_id: int) -> bool:
+    def _handle_fast(self, connection: _Connection, request: Any, correlation_id: int, size: int) -> bool:
         assert self.fast_request_handler is not None
         answered = False
 
@@ -654,10 +681,9 @@ class TcpTransport(Transport):
                 return
             answered = True
             connection.send(response, correlation_id)
-            connection.requests_in_flight -= 1
-            connection.capacity_changed()
+            connection.request_answered(size)
 
-        connection.requests_in_flight += 1
+        connection.request_started(size)
         try:
             taken = self.fast_request_handler(request, reply)
         except Exception as error:  # noqa: BLE001 - a bad request must not take the node down
@@ -665,7 +691,7 @@ class TcpTransport(Transport):
             reply(ErrorFrame(code=ErrorCode.INVALID_REQUEST, message=str(error)[:200], correlation_id=correlation_id))
             return True
         if not taken and not answered:
-            connection.requests_in_flight -= 1
+            connection.request_answered(size)
         return taken
 
     def _reject(self, connection: _Connection, error: RemoteProtocolError, *, answer: bool, reason: str) -> None:

@@ -182,3 +182,35 @@ def test_records_that_are_not_calls_of_the_class_are_ignored():
     answers = machine.apply(entries)
     assert list(answers) == [3]
     assert machine.target.total == 2
+
+
+class CallCountingLedger(Ledger):
+    """A ``Ledger`` that records the size of every apply call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.call_sizes: list[int] = []
+
+    def apply(self, entries: Sequence[Entry]) -> dict[int, bytes]:
+        self.call_sizes.append(len(entries))
+        return super().apply(entries)
+
+
+class TotalLedger(CallCountingLedger):
+    """Declares that apply never raises: the host may hand it whole runs."""
+
+    apply_never_raises = True
+
+
+@pytest.mark.parametrize(("machine_class", "batched"), [(CallCountingLedger, False), (TotalLedger, True)])
+async def test_only_a_machine_that_never_raises_gets_a_committed_run_in_one_call(
+    nursery, autojump_clock, machine_class, batched
+):
+    leader, runtimes, machines = await start_cluster(nursery, machine_class)
+    last, answers = await leader.propose_with_answers([b"1", b"2", b"3", b"4"])
+    assert answers == [b"1", b"3", b"6", b"10"]
+    await wait_applied_everywhere(runtimes, last + 1)
+    for machine in machines.values():
+        assert machine.total == 10
+        assert (max(machine.call_sizes) >= 4) is batched  # one call for the batch, or one per record
+        assert sum(machine.call_sizes) == 4
