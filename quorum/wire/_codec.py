@@ -82,11 +82,15 @@ def encode_message(
         raise LocalProtocolError(
             f"cluster_id must be a non-empty str of at most {CLUSTER_ID_CHARS_MAX} chars, got {describe_value(cluster_id)}"
         )
-    version = getattr(message, "version", PROTOCOL_VERSION)
-    try:
-        encode_body, decode_body = schema.codec(version)
-    except KeyError:
-        raise LocalProtocolError(f"{schema.name} has no version {version!r} (versions: {list(schema.versions)})") from None
+    if schema.later_versions:
+        version = message.version
+        try:
+            encode_body, decode_body = schema.codec(version)
+        except KeyError:
+            raise LocalProtocolError(f"{schema.name} has no version {version!r} (versions: {list(schema.versions)})") from None
+    else:
+        # The replication hot path: no lookup for a type with one version.
+        version, encode_body, decode_body = PROTOCOL_VERSION, schema.encode_body, schema.decode_body
     try:
         body = encode_body(message)
     except (TypeError, AttributeError, ValueError) as exc:
@@ -215,7 +219,8 @@ def decode_message(
     if version not in schema.versions:
         raise UnsupportedVersionError(version, schema.versions, correlation_id=correlation_id, message_type=schema.name)
     try:
-        message = schema.codec(version)[1](body, limits, True)
+        decode_body = schema.decode_body if version == PROTOCOL_VERSION else schema.codec(version)[1]
+        message = decode_body(body, limits, True)
     except ValueError as exc:
         raise InvalidMessageError(str(exc), correlation_id=correlation_id, message_type=schema.name) from exc
     return Decoded(message, correlation_id, version)

@@ -638,8 +638,8 @@ def decode_describe_quorum_response_v2(body: Any, limits: WireLimits, build: boo
 class MessageSchema:
     """One message type. ``encode_body``/``decode_body`` are version 1;
     ``later_versions`` holds ``(version, encode, decode)`` for each later
-    one, and a message with a ``version`` attribute is sent in that
-    version (every other message in version 1)."""
+    one; a message of such a type has a ``version`` attribute and is sent
+    in that version (every other message in version 1)."""
 
     type_code: int
     message_class: type
