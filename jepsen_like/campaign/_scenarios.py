@@ -10,8 +10,8 @@ operation (``process: "nemesis"``).
 | ``broker-cut-from-controller`` | cut a broker from every controller but not from its clients: both ways, or only one way | seed 003 case 2, seed 001 |
 | ``rolling-restart`` | SIGTERM each node in turn (controllers resign, brokers shut down under control), restart it, wait until it is back | |
 | ``hostile-clients`` | garbage, oversize, stalled, pipelined, forged-field and flood traffic at a member's own port, each kind in turn, mostly at the controller leader | issue 15 |
-| ``storage`` | one voter's files at a time: kill -9, flip a bit in a batch that a valid batch follows (the node repairs its log from a leader), tear the last write, take the election state away (the node must refuse to start; the file is put back), restart; kill -9 every voter at once; fill a voter's size-capped tmpfs (root) | issue 14 |
 | ``chaos`` | everything above at random, plus kill -9, SIGSTOP pauses, random halves, bridges, one-way cuts, delays (proxy only) | |
+| ``storage`` | one voter's files at a time: kill -9, flip a bit in a batch that a valid batch follows (the node repairs its log from a leader), tear the last write, take the election state away (the node must refuse to start; the file is put back), restart; kill -9 every voter at once; fill a voter's size-capped tmpfs (root) | issue 14 |
 """
 
 from __future__ import annotations
