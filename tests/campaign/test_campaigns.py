@@ -148,7 +148,7 @@ async def test_storage_faults_on_real_processes_are_recorded_survived_and_lose_n
     damaged log repaired from a leader, the torn tail cut, the lost election
     state refused (and the kept file put back), the full disk survived and
     resumed. The history is valid: nothing acknowledged was lost."""
-    result = await run(tmp_path, None, scenario="storage", time_limit_s=45, seed=1, brokers=1, checker="reference")
+    result = await run(tmp_path, None, scenario="storage", time_limit_s=60, seed=1, brokers=1, checker="reference")
     assert result.checker_error is None
     assert result.valid is True, result.anomalies
     history = history_of(result)
