@@ -271,6 +271,9 @@ def describe_command(bootstrap: str, cluster_id: str, timeout_s: float, view: st
                     "leader_id": answer.leader_id,
                     "epoch": answer.epoch,
                     "high_watermark": answer.high_watermark,
+                    "answered_by": answer.node_id,
+                    "disk_failure": answer.disk_failure,
+                    "repairing": answer.repairing,
                     "replicas": [
                         {"kind": kind, "node_id": r.node_id, "log_end_offset": r.log_end_offset, "last_fetch_ms": r.last_fetch_ms}
                         for kind, r in replicas
@@ -285,6 +288,8 @@ def describe_command(bootstrap: str, cluster_id: str, timeout_s: float, view: st
         click.echo(f"HighWatermark: {answer.high_watermark}")
         click.echo(f"CurrentVoters: {[r.node_id for r in answer.voters]}")
         click.echo(f"CurrentObservers: {[r.node_id for r in answer.observers]}")
+        for line in _storage_lines(answer):
+            click.echo(line)
         return
     click.echo(f"{'NodeId':>8} {'LogEndOffset':>14} {'Lag':>8} {'LastFetchMs':>12}  Status")
     for kind, replica in replicas:
@@ -293,6 +298,20 @@ def describe_command(bootstrap: str, cluster_id: str, timeout_s: float, view: st
         last = "-" if replica.last_fetch_ms is None else replica.last_fetch_ms
         end = "-" if replica.log_end_offset is None else replica.log_end_offset
         click.echo(f"{replica.node_id:>8} {end:>14} {lag:>8} {last:>12}  {status}")
+    for line in _storage_lines(answer):
+        click.echo(line)
+
+
+def _storage_lines(answer: Any) -> list[str]:
+    """The answering node's own storage conditions (DescribeQuorum version
+    2): its id, a failing disk (docs/storage.md, "Disk errors") and a log
+    repair under way ("Repair"). An older node answers version 1, which
+    carries neither."""
+    if answer.version < 2:
+        return ["AnsweredBy:    unknown (the node answered DescribeQuorum version 1: no disk or repair status)"]
+    disk = f"FAILED ({answer.disk_failure}): acknowledging nothing until a write succeeds" if answer.disk_failure else "ok"
+    repair = "yes: repairing a damaged log from the leader; not voting until done" if answer.repairing else "no"
+    return [f"AnsweredBy:    {answer.node_id}", f"Disk:          {disk}", f"Repairing:     {repair}"]
 
 
 @main.command("write")

@@ -194,6 +194,8 @@ class QuorumClient:
         self._index = 0
         self._connection: _Connection | None = None
         self._last_answered_by: Server | None = None
+        # The DescribeQuorum version to ask in: 1 once a node refused 2.
+        self._describe_version = 2
         self._connect_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
         self._nursery_manager: Any = None
@@ -344,5 +346,16 @@ class QuorumClient:
 
     async def describe(self) -> DescribeQuorumResponse:
         """DescribeQuorum from the first node that answers (not necessarily
-        the leader: its view may lag)."""
-        return await self._call(DescribeQuorumRequest(), retry_indeterminate=True)
+        the leader: its view may lag). Asked in version 2 (the answering
+        node's id, disk failure and repair); a node that refuses version 2
+        (an older pykraft: INVALID_REQUEST, "version 2 is not supported") is
+        asked again in version 1, whose answer has ``repairing`` None.
+        Raises what ``_call`` raises."""
+        if self._describe_version == 2:
+            try:
+                return await self._call(DescribeQuorumRequest(version=2), retry_indeterminate=True)
+            except QuorumClientError as error:
+                if "version 2 is not supported" not in str(error):
+                    raise
+                self._describe_version = 1
+        return await self._call(DescribeQuorumRequest(version=1), retry_indeterminate=True)

@@ -29,7 +29,8 @@ from ._cluster import CLUSTER_ID, Cluster, QuorumView
 from ._history import HistoryRecorder
 from ._options import CampaignOptions
 from ._processes import NodeProcess, ProcessGroup
-from ._scenarios import NEMESIS_SCENARIOS
+from ._scenarios import NEMESIS_SCENARIOS, SMALL_DISK_SCENARIOS
+from ._storage_faults import SmallDisk, small_disk_unavailable
 from ._workloads import ClientEndpoints, Workload, WorkloadOptions
 
 logger = logging.getLogger("pykraft.campaign")
@@ -95,6 +96,8 @@ class Campaign:
         self.history: HistoryRecorder | None = None
         self.network: NetworkTopology | None = None
         self.cluster: Cluster | None = None
+        self.small_disk: tuple[int, SmallDisk] | None = None
+        self.small_disk_unavailable: str | None = None
         self.phase = "starting"
         self.view = QuorumView(None, None, {})
         self.broker_view: dict[int, tuple[str, int]] = {}
@@ -125,11 +128,12 @@ class Campaign:
         run_id = f"{options.seed % 4096:x}{int(time.time()) % 100000:x}"[:6]
         (self.run_dir / "network.json").write_text(json.dumps({"backend": options.net, "run_id": run_id}))
         high_watermarks: dict[int, int] = {}
-        with open_network(options.net, run_id=run_id) as network:
+        with open_network(options.net, run_id=run_id) as network, contextlib.ExitStack() as disks:
             self.network = network
             cluster = self.cluster = Cluster(network, self.settings, self.run_dir)
             self.history = HistoryRecorder(self.run_dir / "history.jsonl")
             try:
+                self._mount_small_disk(disks)
                 self._phase(f"starting {options.controllers} controllers and {options.brokers} brokers")
                 cluster.start_all()
                 self._phase("waiting for a leader")
@@ -189,6 +193,26 @@ class Campaign:
         self._phase("done")
         result.phase_seconds = dict(self.phase_seconds)
         return result
+
+    def _mount_small_disk(self, disks: contextlib.ExitStack) -> None:
+        """For a scenario in ``SMALL_DISK_SCENARIOS``: the last controller's
+        data directory becomes a size-capped tmpfs before it first starts
+        (unmounted, its files copied back, when ``disks`` closes, after the
+        log dumps). Without root it stays a plain directory, and the run
+        says so once (status line, history, meta.json)."""
+        assert self.cluster is not None and self.history is not None
+        if self.options.scenario not in SMALL_DISK_SCENARIOS:
+            return
+        reason = small_disk_unavailable()
+        if reason is not None:
+            self.status(f"no small disk: {reason}; the disk-full faults are left out")
+            self.history.nemesis("small-disk-unavailable", {"reason": reason})
+            self.small_disk_unavailable = reason
+            return
+        node_id = self.cluster.controller_ids[-1]
+        disk = SmallDisk(self.cluster.data_dir(node_id))
+        disks.callback(disk.close)
+        self.small_disk = (node_id, disk)
 
     def client_endpoints(self, index: int) -> ClientEndpoints:
         """How workload client ``index`` reaches the cluster: every
@@ -304,6 +328,10 @@ class Campaign:
             "faults": self.faults_injected,
             "faults_by_kind": self.faults_by_kind,
         }
+        if self.small_disk is not None:
+            meta["small_disk"] = {"node": self.small_disk[0], "size_bytes": self.small_disk[1].size_bytes}
+        elif self.small_disk_unavailable is not None:
+            meta["small_disk"] = {"unavailable": self.small_disk_unavailable}
         if options.brokers:
             meta["staleness_bound_ms"] = self.settings.staleness_bound_ms()
             meta["broker_session_timeout_ms"] = options.session_timeout_ms

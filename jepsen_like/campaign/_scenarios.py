@@ -11,6 +11,7 @@ operation (``process: "nemesis"``).
 | ``rolling-restart`` | SIGTERM each node in turn (controllers resign, brokers shut down under control), restart it, wait until it is back | |
 | ``hostile-clients`` | garbage, oversize, stalled, pipelined, forged-field and flood traffic at a member's own port, each kind in turn, mostly at the controller leader | issue 15 |
 | ``chaos`` | everything above at random, plus kill -9, SIGSTOP pauses, random halves, bridges, one-way cuts, delays (proxy only) | |
+| ``storage`` | one voter's files at a time: kill -9, flip a bit in a batch that a valid batch follows (the node repairs its log from a leader), tear the last write, take the election state away (the node must refuse to start; the file is put back), restart; kill -9 every voter at once; fill a voter's size-capped tmpfs (root) | issue 14 |
 """
 
 from __future__ import annotations
@@ -25,7 +26,15 @@ from jepsen_like.nemesis import HOSTILE_KINDS, HostileTarget, NetFault, NetworkT
 
 from ._cluster import CLUSTER_ID, Cluster, ClusterSettings
 from ._options import CampaignOptions
-from ._processes import ProcessGroup
+from ._processes import NodeProcess, ProcessGroup
+from ._storage_faults import (
+    NothingToDamageError,
+    SmallDisk,
+    flip_byte,
+    lose_election_state,
+    restore_election_state,
+    torn_write,
+)
 
 
 class RunningCampaign(Protocol):
@@ -39,6 +48,9 @@ class RunningCampaign(Protocol):
     status: Callable[[str], None]
     network: NetworkTopology | None
     cluster: Cluster | None
+    # The voter whose data directory is a size-capped tmpfs (the ``storage``
+    # scenario, as root), or None.
+    small_disk: tuple[int, SmallDisk] | None
 
     @property
     def processes(self) -> ProcessGroup: ...
@@ -434,6 +446,229 @@ async def chaos(campaign: RunningCampaign, deadline_s: float) -> None:
         await action()
 
 
+# =========================================================================
+# Storage faults (issue 14, part 5; docs/nemesis.md, "Storage faults")
+# =========================================================================
+
+#: A node that refuses its data directory exits with this status
+#: (docs/operations.md, "Errors and exit codes").
+_REFUSED_EXIT_STATUS = 3
+
+#: Scenarios whose last voter runs on a size-capped tmpfs (``SmallDisk``).
+SMALL_DISK_SCENARIOS = frozenset({"storage"})
+
+
+def _log_size(node: NodeProcess) -> int:
+    try:
+        return node.log_path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _log_since(node: NodeProcess, mark: int) -> str:
+    with open(node.log_path, "rb") as log:
+        log.seek(mark)
+        return log.read().decode("utf-8", "replace")
+
+
+async def _wait_for_log_line(node: NodeProcess, mark: int, text: str, timeout_s: float) -> bool:
+    """Whether ``text`` appears in the node's log after byte ``mark`` within ``timeout_s``."""
+    with trio.move_on_after(timeout_s):
+        while text not in _log_since(node, mark):
+            await trio.sleep(0.1)
+        return True
+    return False
+
+
+async def _wait_for_exit(node: NodeProcess, timeout_s: float) -> int | None:
+    """The exit status of the node's process, or None if it still runs after ``timeout_s``."""
+    process = node.process
+    assert process is not None
+    with trio.move_on_after(timeout_s):
+        while process.poll() is None:
+            await trio.sleep(0.05)
+    return process.poll()
+
+
+async def voters_caught_up(campaign: RunningCampaign, timeout_s: float) -> bool:
+    """Every voter runs, and the leader reports each one's log end at or past
+    its high watermark: no voter is missing committed records (or still
+    repairing), so damaging one of them leaves every committed record on
+    the two others (Protocol-Aware Recovery: one damaged copy of three)."""
+    cluster = campaign.cluster
+    assert cluster is not None
+    with trio.move_on_after(timeout_s):
+        while True:
+            leader = await campaign.current_leader()
+            answer = await cluster.describe_node(leader) if leader is not None else None
+            if answer is not None and all(campaign.processes.nodes[n].running for n in cluster.controller_ids):
+                ends = {replica.node_id: replica.log_end_offset for replica in answer.voters}
+                if all(ends.get(n) is not None and ends[n] >= answer.high_watermark for n in cluster.controller_ids):
+                    return True
+            await trio.sleep(0.2)
+    return False
+
+
+async def damage_stopped_files(campaign: RunningCampaign, node_id: int, kind: str, rng: random.Random) -> None:
+    """kill -9 voter ``node_id``, damage its files (``kind``: ``flip-byte``,
+    ``torn-write`` or ``election-state-lost``), start it again and record
+    what it did: ``flip-byte`` must start repairing and finish (``the log
+    is repaired``), ``torn-write`` must start and cut a torn tail (at the
+    byte the nemesis wrote from, or before it if the kill tore a write too),
+    ``election-state-lost`` must refuse to start (exit status 3); the
+    nemesis then puts the very file back, as an operator who kept it would,
+    and starts the node again. Recorded as ``storage-<kind>``: the start
+    event names the node, the file and the byte offset; the end event adds
+    the ``outcome``."""
+    cluster = campaign.cluster
+    assert cluster is not None
+    node = campaign.processes.nodes[node_id]
+    data_dir = cluster.data_dir(node_id)
+    damage = {"flip-byte": flip_byte, "torn-write": torn_write}.get(kind)
+    back_s = 30.0
+
+    async def start() -> dict[str, Any]:
+        await trio.to_thread.run_sync(node.kill)
+        try:
+            if damage is not None:
+                done = await trio.to_thread.run_sync(damage, data_dir, rng)
+            else:
+                done = await trio.to_thread.run_sync(lose_election_state, data_dir, cluster.run_dir / "storage-faults" / f"node{node_id}")
+        except NothingToDamageError as error:
+            done = {"kind": kind, "skipped": str(error)}
+        return {"node": node_id, "role": node.role, **done}
+
+    async def body(value: dict[str, Any]) -> None:
+        mark = _log_size(node)
+        try:
+            node.start()
+            if kind == "election-state-lost" and "skipped" not in value:
+                status = await _wait_for_exit(node, back_s)
+                refusal = [line for line in _log_since(node, mark).splitlines() if line.startswith("Error:")]
+                value["outcome"] = "refused" if status == _REFUSED_EXIT_STATUS else f"exit status {status}" if status is not None else "started"
+                value["refusal"] = refusal[-1] if refusal else None
+                if status is None:
+                    await trio.to_thread.run_sync(node.kill)
+                restore_election_state(data_dir, value["kept_as"])
+                value["operator_repair"] = "the kept quorum-state.json put back"
+                mark = _log_size(node)
+                node.start()
+            elif kind == "flip-byte" and "skipped" not in value:
+                repairing = await _wait_for_log_line(node, mark, "repairs its log from a leader", back_s)
+                repaired = repairing and await _wait_for_log_line(node, mark, "the log is repaired", back_s)
+                value["outcome"] = "repaired" if repaired else "repairing, not finished" if repairing else "no repair started"
+            elif kind == "torn-write" and "skipped" not in value:
+                cut = await _wait_for_log_line(node, mark, "torn tail: truncating at byte", back_s)
+                value["outcome"] = "torn tail cut" if cut else "torn tail not cut"
+            back = await wait_until_back(campaign, node_id, timeout_s=back_s)
+            value.setdefault("outcome", "started" if back else "not back")
+            value["back"] = back
+        finally:
+            with trio.CancelScope(shield=True):
+                if value.get("kept_as") and not (data_dir / "quorum-state.json").exists():
+                    await trio.to_thread.run_sync(node.kill)
+                    restore_election_state(data_dir, value["kept_as"])
+                if not node.running:
+                    node.start()
+
+    await campaign.fault_with(f"storage-{kind}", start, body)
+
+
+async def restart_all_voters(campaign: RunningCampaign, down_s: float) -> None:
+    """kill -9 every voter at once, start them all after ``down_s``: only
+    what each fsynced before acknowledging is left, and that must hold
+    everything acknowledged (Raft thesis §3.8)."""
+    cluster = campaign.cluster
+    assert cluster is not None
+    voters = [campaign.processes.nodes[n] for n in cluster.controller_ids]
+
+    async def start() -> dict[str, Any]:
+        for node in voters:
+            await trio.to_thread.run_sync(node.kill)
+        return {"nodes": list(cluster.controller_ids), "kind": "restart-all-voters", "down_s": round(down_s, 2)}
+
+    async def body(value: dict[str, Any]) -> None:
+        try:
+            await trio.sleep(down_s)
+        finally:
+            with trio.CancelScope(shield=True):
+                for node in voters:
+                    node.start()
+        started = trio.current_time()
+        try:
+            await cluster.wait_for_leader(timeout_s=60)
+            value["leader_after_s"] = round(trio.current_time() - started, 2)
+        except trio.TooSlowError:
+            value["leader_after_s"] = None
+
+    await campaign.fault_with("restart-all-voters", start, body)
+
+
+async def fill_disk(campaign: RunningCampaign, full_s: float) -> None:
+    """Shrink the small disk's tmpfs to what it holds plus a few pages: the
+    voter's writes fail with ENOSPC (it stays up, acknowledges nothing
+    more, a leader resigns); after ``full_s`` it is grown back, and the
+    node must resume by itself (docs/storage.md, "Disk errors")."""
+    assert campaign.small_disk is not None
+    node_id, disk = campaign.small_disk
+    node = campaign.processes.nodes[node_id]
+    mark = _log_size(node)
+
+    async def start() -> dict[str, Any]:
+        used = await trio.to_thread.run_sync(disk.used_bytes)
+        size = await trio.to_thread.run_sync(disk.fill)
+        return {"node": node_id, "role": node.role, "kind": "disk-full", "file": str(disk.path), "offset": used, "used_bytes": used, "size_bytes": size}
+
+    async def body(value: dict[str, Any]) -> None:
+        try:
+            value["filled"] = await _wait_for_log_line(node, mark, "disk write failed (ENOSPC", 20)
+            if value["filled"]:
+                await trio.sleep(full_s)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(disk.grow)
+        if value["filled"]:
+            value["resumed"] = await _wait_for_log_line(node, mark, "disk writes succeed again", 30)
+        value["outcome"] = "resumed" if value.get("resumed") else "never filled" if not value["filled"] else "not resumed"
+
+    await campaign.fault_with("disk-full", start, body)
+
+
+STORAGE_FAULT_KINDS = ("flip-byte", "torn-write", "election-state-lost", "restart-all-voters", "disk-full")
+
+
+async def storage(campaign: RunningCampaign, deadline_s: float) -> None:
+    """Issue 14, part 5: storage faults on real processes, one at a time,
+    each only once every voter holds the committed log again (so at most
+    one copy of three is ever damaged): a flipped bit in a batch a valid
+    batch follows, a torn last write, a lost election state (refused, then
+    put back), every voter killed at once, a full disk (root only: the
+    kinds are taken in a shuffled order each round, and ``disk-full`` is
+    left out with one status line without root)."""
+    cluster = campaign.cluster
+    assert cluster is not None
+    rng = _rng(campaign)
+    kinds = list(STORAGE_FAULT_KINDS)
+    if campaign.small_disk is None:
+        kinds.remove("disk-full")
+        campaign.status("storage: no small disk (needs root to mount a tmpfs); disk-full faults are left out")
+    round_kinds: list[str] = []
+    while _left(deadline_s) > 12:
+        await trio.sleep(rng.uniform(0.5, 1.5))
+        if not await voters_caught_up(campaign, timeout_s=min(30.0, max(1.0, _left(deadline_s) - 12))):
+            campaign.status("storage: the voters did not all catch up; no storage fault until they do")
+            continue
+        if not round_kinds:
+            round_kinds = rng.sample(kinds, len(kinds))
+        kind = round_kinds.pop()
+        if kind == "restart-all-voters":
+            await restart_all_voters(campaign, rng.uniform(0.2, 2.0))
+        elif kind == "disk-full":
+            await fill_disk(campaign, rng.uniform(1.5, 3.0))
+        else:
+            await damage_stopped_files(campaign, rng.choice(cluster.controller_ids), kind, rng)
+
+
 NEMESIS_SCENARIOS: dict[str, Scenario] = {
     "zombie-leader": zombie_leader,
     "az-isolation": az_isolation,
@@ -441,7 +676,8 @@ NEMESIS_SCENARIOS: dict[str, Scenario] = {
     "broker-cut-from-controller": broker_cut_from_controller,
     "rolling-restart": rolling_restart,
     "hostile-clients": hostile_clients,
+    "storage": storage,
     "chaos": chaos,
 }
 
-__all__ = ["NEMESIS_SCENARIOS", "Scenario"]
+__all__ = ["NEMESIS_SCENARIOS", "SMALL_DISK_SCENARIOS", "STORAGE_FAULT_KINDS", "Scenario"]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ._load import (
+    KILLING_FAULTS,
     OUTCOMES,
     Fault,
     Op,
@@ -87,6 +88,7 @@ OP_COLOURS = ["#60a5fa", "#34d399", "#a78bfa", "#f472b6", "#2dd4bf", "#94a3b8", 
 WITNESS = "#c026d3"
 FAULT = "#e11d48"
 HOSTILE = "#ea580c"  # hostile client traffic at a node's port
+DISK = "#7c3aed"  # a storage fault: the node's files damaged, or its disk full
 
 CHECK_EXPLANATIONS = {
     "stale-read": "an ok read that misses a write acknowledged before it began (beyond the read mode's staleness bound)",
@@ -537,12 +539,14 @@ def _timeline_section(data: RunData, scale: TimeScale, witnesses: Sequence[Check
     legend += "<span class=\"key\"><i class=\"k-down\"></i>node killed / paused</span>"
     if any(is_hostile(fault.f) for fault in data.faults):
         legend += "<span class=\"key\"><i class=\"k-hostile\"></i>hostile clients at the node's port</span>"
+    if any(is_storage(fault.f) for fault in data.faults):
+        legend += "<span class=\"key\"><i class=\"k-disk\"></i>storage fault: the node's files damaged while it was down, or its disk full</span>"
     if anomaly_h:
         legend += f"<span class=\"key\"><i style=\"background:{WITNESS}\"></i>anomaly witness</span>"
     return f"""<section class="card" id="timeline">
 <h2>Node timeline</h2>
 <p class="lede">One lane per node: a controller's Raft role over time, labelled with the epoch (a follower also names its leader: <code>→n3</code>); a broker's state (online, fenced, stopping, offline) with its broker epoch.
-Shaded columns are fault windows, named above the lanes; a hatched strip under a lane marks the node a fault is about (cut off, killed, paused, or under hostile client traffic).</p>
+Shaded columns are fault windows, named above the lanes; a hatched strip under a lane marks the node a fault is about (cut off, killed, paused, under hostile client traffic, or with its files damaged or its disk full).</p>
 <div class="legend">{legend}</div>
 <div class="scroll">{''.join(parts)}</div>
 </section>"""
@@ -558,6 +562,8 @@ HATCH_DEFS = (
     f"<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"5\" stroke=\"{FAULT}\" stroke-width=\"2\"/></pattern>"
     "<pattern id=\"hatch-hostile\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\">"
     f"<rect width=\"6\" height=\"6\" fill=\"#fff7ed\"/><circle cx=\"3\" cy=\"3\" r=\"1.6\" fill=\"{HOSTILE}\"/></pattern>"
+    "<pattern id=\"hatch-disk\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\">"
+    f"<rect width=\"6\" height=\"6\" fill=\"#f5f3ff\"/><rect x=\"1\" y=\"1\" width=\"4\" height=\"4\" fill=\"{DISK}\"/></pattern>"
     "</defs>"
 )
 
@@ -570,10 +576,15 @@ def _target_overlay(fault: Fault, scale: TimeScale, y: float, end_ns: int, *, un
     x1 = scale.x(fault.end_ns if fault.end_ns is not None else end_ns)
     w = max(1.5, x1 - x0)
     tip = f"<title>{esc(_fault_tip(fault, end_ns))}</title>"
-    pattern = "hatch-down" if fault.f in PROCESS_FAULTS else "hatch-hostile" if is_hostile(fault.f) else "hatch-net"
+    if is_storage(fault.f):
+        pattern = "hatch-disk"
+    elif fault.f in PROCESS_FAULTS:
+        pattern = "hatch-down"
+    else:
+        pattern = "hatch-hostile" if is_hostile(fault.f) else "hatch-net"
     strip_y = y + LANE_H - STRIP_H
     if under:
-        if fault.f != "kill":
+        if fault.f not in KILLING_FAULTS:
             return ""
         return (
             f"<g class=\"target\"><rect x=\"{num(x0)}\" y=\"{num(y + BAND_TOP)}\" width=\"{num(w)}\" height=\"{BAND_H}\" fill=\"url(#hatch-down)\"/>"
@@ -600,6 +611,13 @@ def _fit_text(text: str, x: float, width: float, y: float, css: str, *shorter: s
 # Faults that stop or restart a process (the rest are network faults, and
 # hostile client traffic: ``hostile-<kind>``).
 PROCESS_FAULTS = ("kill", "pause", "fast-bounce", "controlled-shutdown", "restart")
+
+
+def is_storage(f: str) -> bool:
+    """A storage fault of the ``storage`` campaign: ``storage-<kind>``
+    (files damaged while the node was down), ``restart-all-voters``,
+    ``disk-full``."""
+    return f.startswith("storage-") or f in ("restart-all-voters", "disk-full")
 
 
 def is_hostile(f: str) -> bool:
@@ -1209,6 +1227,7 @@ nav a,a{color:#1d4ed8;text-decoration:none}nav a:hover{text-decoration:underline
 .key i.k-fault{background:rgba(225,29,72,.13);border-left:1px dashed #e11d48;border-right:1px dashed #e11d48}
 .key i.k-net{background:repeating-linear-gradient(-45deg,#e11d48 0 2px,#fff 2px 4px)}
 .key i.k-hostile{background:radial-gradient(circle,#ea580c 1.6px,#fff7ed 1.7px) 0 0/6px 6px}
+.key i.k-disk{background:repeating-linear-gradient(90deg,#7c3aed 0 4px,#f5f3ff 4px 6px)}
 .key i.k-down{background:repeating-linear-gradient(45deg,#475569 0 3px,#94a3b8 3px 6px)}
 .toggle{cursor:pointer;user-select:none}.toggle input{margin:0}
 .scroll{overflow-x:auto}

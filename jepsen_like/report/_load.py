@@ -386,13 +386,19 @@ def fault_targets(fault: Any) -> list[str]:
 # =========================================================================
 
 
+#: Faults that kill -9 the node they are about when they start (a dead
+#: process has no role): ``kill``, and the storage campaign's faults that
+#: damage a stopped node's files or restart every voter.
+KILLING_FAULTS = ("kill", "storage-flip-byte", "storage-torn-write", "storage-election-state-lost", "restart-all-voters")
+
+
 def role_spans(events: list[dict[str, Any]], nodes: list[str], faults: list[Fault], end_ns: int) -> dict[str, list[RoleSpan]]:
     """Each node's role over time: one span per change of (role, epoch,
     leader). A span ends at the node's next change, where a kill of the node
     begins (a dead process has no role), or at the end of the run."""
     kills: dict[str, list[int]] = defaultdict(list)
     for fault in faults:
-        if fault.f == "kill":
+        if fault.f in KILLING_FAULTS:
             for node in fault.target_nodes():
                 kills[node].append(fault.start_ns)
     by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)

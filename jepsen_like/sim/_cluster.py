@@ -23,7 +23,7 @@ import json
 import random
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from jepsen_like import HarnessInvariantError
@@ -153,6 +153,15 @@ class SimDisk:
         self.failure: str | None = None
         self.failing_until_us = 0
         self.failed_writes = 0
+        # A failed write may have reached the disk in part before it failed
+        # (a torn write: its election state, its truncation and the first
+        # records of its append). ``durable_end``: the log end before it,
+        # where the next attempt first returns to, as the runtime's
+        # ``return_to_durable_point`` does; None when nothing is torn. A
+        # crash before that attempt leaves the torn part on the disk, as
+        # unsynced writes may survive a crash.
+        self.durable_end: int | None = None
+        self.torn_writes = 0
         # Storage faults (issue 14). ``damaged_from``: the first offset of
         # the durable log a flipped bit made unreadable, found at the next
         # start (``recover``). ``repair``: the durable repair marker, as
@@ -237,6 +246,27 @@ class SimDisk:
 
     def finish_repair(self) -> None:
         self.repair = None
+
+    def tear(self, output: Output, appended: int) -> None:
+        """A write of ``output`` that failed part-way: its election state
+        and truncation reached the disk, and the first ``appended`` records
+        of its append (never its deletion). Only for an output without a
+        snapshot. The next attempt returns to ``durable_end`` first
+        (``return_to_durable_point``)."""
+        assert output.snapshot is None and 0 <= appended <= len(output.append)
+        if self.durable_end is None:
+            self.durable_end = self.log.end_offset
+        self.torn_writes += 1
+        apply_output(replace(output, append=output.append[:appended], delete_before=None), self)
+
+    def return_to_durable_point(self) -> None:
+        """Before a write is tried again: cut what a torn attempt left past
+        the log end of the last write that succeeded (docs/storage.md,
+        "Disk errors": nothing written since the last successful fsync is
+        trusted)."""
+        if self.durable_end is not None:
+            self.truncate_to(self.durable_end)
+            self.durable_end = None
 
     def recovered_log(self) -> MemoryLog:
         """A fresh copy of the whole durable log, records behind the snapshot
@@ -444,6 +474,8 @@ class Simulation:
         rng = random.Random(self._master.getrandbits(64))
         node.pipeline.clear()
         node.disk_busy = False
+        # A new process trusts what it finds on disk, torn writes included.
+        disk.durable_end = None
         node.machine = self._new_machine(node_id)
         if disk.damaged_from is not None or disk.election_state_lost:
             try:
@@ -609,10 +641,14 @@ class Simulation:
             error = self._rng.choice(("ENOSPC", "EIO"))
             self.fail_disk(node.node_id, error, self._rng.uniform(options.disk_fault_min_ms, options.disk_fault_max_ms))
         error = disk.failure_at(self.now_us)
+        disk.return_to_durable_point()
         if error is not None:
-            # Nothing of the output reached the disk; its messages stay here.
-            # The write is retried until the disk takes it, as the runtime does.
+            # Part of the output may have reached the disk (a torn write,
+            # half the time when it appends); its messages stay here. The
+            # write is retried until the disk takes it, as the runtime does.
             disk.failed_writes += 1
+            if head.append and head.snapshot is None and self._rng.random() < 0.5:
+                disk.tear(head, self._rng.randrange(len(head.append) + 1))
             if node.host.core.disk_failure is None:
                 self._say(f"n{node.node_id} DISK FAILED ({error}) at output {persist_seq}")
             node.host.persist_failed(persist_seq, error)

@@ -534,6 +534,7 @@ def disk_full(sim: Simulation, result: ScenarioResult) -> None:
     if result.extra["commits_while_failed"] == 0:
         raise InvariantViolation("liveness", "the healthy majority committed nothing while one disk failed")
     result.extra["failed_writes"] = victim_node.disk.failed_writes
+    result.extra["torn_writes"] = victim_node.disk.torn_writes
 
     def caught_up() -> bool:
         current = sim.stable_leader()

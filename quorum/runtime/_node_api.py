@@ -236,6 +236,11 @@ async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
                 high_watermark=description.high_watermark,
                 voters=description.voters,
                 observers=description.observers,
+                node_id=description.node_id,
+                disk_failure=description.disk_failure,
+                repairing=description.repairing,
+                # In the version asked for: an old client reads version 1.
+                version=request.version,
             )
     except NotLeaderError as error:
         code, hint = ErrorCode.NOT_LEADER, error.leader_id

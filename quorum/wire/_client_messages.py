@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from .._messages import ErrorCode
 from .._node import ReplicaDescription
 from ._checks import (
+    check_bool,
     check_bytes,
     check_epoch,
     check_error_code,
@@ -20,6 +21,7 @@ from ._checks import (
     check_node_id,
     check_optional_int64,
     check_optional_node_id,
+    check_str,
 )
 
 READ_MODES = ("linearizable", "leader-local")
@@ -119,9 +121,31 @@ class ReadResponse:
             raise ValueError("a successful ReadResponse must give the offset")
 
 
+#: The DescribeQuorumResponse versions: 1 (six fields), 2 (adds
+#: ``disk_failure`` and ``repairing``). A response is sent in the version of
+#: its request (Kafka's rule), so an old client keeps getting version 1.
+DESCRIBE_QUORUM_VERSIONS = (1, 2)
+
+#: The longest errno name a DescribeQuorumResponse carries ("ENOSPC", "EIO").
+DISK_FAILURE_CHARS_MAX = 32
+
+
+def _check_describe_version(value: object, name: str) -> None:
+    if type(value) is not int or value not in DESCRIBE_QUORUM_VERSIONS:
+        raise ValueError(f"{name} must be one of {list(DESCRIBE_QUORUM_VERSIONS)}, got {value!r}")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeQuorumRequest:
-    """KIP-595 DescribeQuorum: any node answers from its own view."""
+    """KIP-595 DescribeQuorum: any node answers from its own view.
+    ``version``: the request's (and so its answer's) wire version; 2 asks
+    for the storage conditions too. Raises ``ValueError`` for another
+    version."""
+
+    version: int = 2
+
+    def __post_init__(self) -> None:
+        _check_describe_version(self.version, "version")
 
 
 def _check_replicas(instance: object, name: str) -> None:
@@ -147,6 +171,16 @@ class DescribeQuorumResponse:
     high_watermark: int = 0
     voters: tuple[ReplicaDescription, ...] = ()
     observers: tuple[ReplicaDescription, ...] = ()
+    # Version 2 (issue 14): the answering node and its own storage conditions.
+    # ``disk_failure``: the errno name of its failing disk writes ("ENOSPC"),
+    # None when they succeed; ``repairing``: it repairs a damaged log (it
+    # neither votes nor stands). A version-1 answer carries neither (its
+    # encoder leaves them out; decoded, ``repairing`` is None: not known).
+    # ``node_id``: the answering node (None in version 1).
+    node_id: int | None = None
+    disk_failure: str | None = None
+    repairing: bool | None = False
+    version: int = 2
 
     def __post_init__(self) -> None:
         _set_error(self)
@@ -155,6 +189,12 @@ class DescribeQuorumResponse:
         check_int64(self.high_watermark, "high_watermark")
         _check_replicas(self, "voters")
         _check_replicas(self, "observers")
+        _check_describe_version(self.version, "version")
+        check_optional_node_id(self.node_id, "node_id")
+        if self.disk_failure is not None:
+            check_str(self.disk_failure, "disk_failure", DISK_FAILURE_CHARS_MAX, allow_empty=False)
+        if self.repairing is not None or self.version != 1:
+            check_bool(self.repairing, "repairing")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -82,17 +82,26 @@ def encode_message(
         raise LocalProtocolError(
             f"cluster_id must be a non-empty str of at most {CLUSTER_ID_CHARS_MAX} chars, got {describe_value(cluster_id)}"
         )
+    if schema.later_versions:
+        version = message.version
+        try:
+            encode_body, decode_body = schema.codec(version)
+        except KeyError:
+            raise LocalProtocolError(f"{schema.name} has no version {version!r} (versions: {list(schema.versions)})") from None
+    else:
+        # The replication hot path: no lookup for a type with one version.
+        version, encode_body, decode_body = PROTOCOL_VERSION, schema.encode_body, schema.decode_body
     try:
-        body = schema.encode_body(message)
+        body = encode_body(message)
     except (TypeError, AttributeError, ValueError) as exc:
         # A field of the wrong shape (a tuple where a SnapshotId belongs...).
         raise LocalProtocolError(f"cannot encode {schema.name}: {exc}") from exc
     try:
-        schema.decode_body(body, limits, False)
+        decode_body(body, limits, False)
     except ValueError as exc:
         raise LocalProtocolError(f"invalid {schema.name}: {exc}") from exc
     try:
-        payload = _pack([schema.type_code, PROTOCOL_VERSION, correlation_id, cluster_id, body])
+        payload = _pack([schema.type_code, version, correlation_id, cluster_id, body])
     except (TypeError, ValueError, OverflowError) as exc:
         # The checks leave one thing to msgpack: a str that is not valid
         # Unicode (a lone surrogate) cannot be packed as UTF-8.
@@ -210,7 +219,8 @@ def decode_message(
     if version not in schema.versions:
         raise UnsupportedVersionError(version, schema.versions, correlation_id=correlation_id, message_type=schema.name)
     try:
-        message = schema.decode_body(body, limits, True)
+        decode_body = schema.decode_body if version == PROTOCOL_VERSION else schema.codec(version)[1]
+        message = decode_body(body, limits, True)
     except ValueError as exc:
         raise InvalidMessageError(str(exc), correlation_id=correlation_id, message_type=schema.name) from exc
     return Decoded(message, correlation_id, version)

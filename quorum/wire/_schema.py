@@ -550,7 +550,12 @@ def encode_describe_quorum_request(m: DescribeQuorumRequest) -> list:
 
 def decode_describe_quorum_request(body: Any, limits: WireLimits, build: bool) -> DescribeQuorumRequest:
     fields(body, 0)
-    return DescribeQuorumRequest()
+    return DescribeQuorumRequest(version=1)
+
+
+def decode_describe_quorum_request_v2(body: Any, limits: WireLimits, build: bool) -> DescribeQuorumRequest:
+    fields(body, 0)
+    return DescribeQuorumRequest(version=2)
 
 
 def _encode_replicas(replicas: tuple[ReplicaDescription, ...]) -> list:
@@ -599,6 +604,28 @@ def decode_describe_quorum_response(body: Any, limits: WireLimits, build: bool) 
         high_watermark=high_watermark,
         voters=_replicas(voters, "voters", limits),
         observers=_replicas(observers, "observers", limits),
+        repairing=None,
+        version=1,
+    )
+
+
+def encode_describe_quorum_response_v2(m: DescribeQuorumResponse) -> list:
+    return [*encode_describe_quorum_response(m), m.node_id, m.disk_failure, m.repairing]
+
+
+def decode_describe_quorum_response_v2(body: Any, limits: WireLimits, build: bool) -> DescribeQuorumResponse:
+    error, leader_id, epoch, high_watermark, voters, observers, node_id, disk_failure, repairing = fields(body, 9)
+    return DescribeQuorumResponse(
+        error=check_error_code(error),
+        leader_id=leader_id,
+        epoch=epoch,
+        high_watermark=high_watermark,
+        voters=_replicas(voters, "voters", limits),
+        observers=_replicas(observers, "observers", limits),
+        node_id=node_id,
+        disk_failure=disk_failure,
+        repairing=repairing,
+        version=2,
     )
 
 
@@ -609,15 +636,34 @@ def decode_describe_quorum_response(body: Any, limits: WireLimits, build: bool) 
 
 @dataclass(frozen=True, slots=True)
 class MessageSchema:
+    """One message type. ``encode_body``/``decode_body`` are version 1;
+    ``later_versions`` holds ``(version, encode, decode)`` for each later
+    one; a message of such a type has a ``version`` attribute and is sent
+    in that version (every other message in version 1)."""
+
     type_code: int
     message_class: type
     encode_body: Callable[[Any], list]
     decode_body: Callable[[Any, WireLimits, bool], Any]
-    versions: tuple[int, ...] = (PROTOCOL_VERSION,)
+    later_versions: tuple[tuple[int, Callable[[Any], list], Callable[[Any, WireLimits, bool], Any]], ...] = ()
 
     @property
     def name(self) -> str:
         return self.message_class.__name__
+
+    @property
+    def versions(self) -> tuple[int, ...]:
+        return (PROTOCOL_VERSION, *(version for version, _, _ in self.later_versions))
+
+    def codec(self, version: int) -> tuple[Callable[[Any], list], Callable[[Any, WireLimits, bool], Any]]:
+        """(encode, decode) of ``version``; raises ``KeyError`` for a version
+        this type does not have."""
+        if version == PROTOCOL_VERSION:
+            return self.encode_body, self.decode_body
+        for later, encode, decode in self.later_versions:
+            if later == version:
+                return encode, decode
+        raise KeyError(version)
 
 
 def encode_application_request(m: ApplicationRequest) -> list:
@@ -655,8 +701,14 @@ SCHEMAS: tuple[MessageSchema, ...] = (
     MessageSchema(33, ProposeResponse, encode_propose_response, decode_propose_response),
     MessageSchema(34, ReadRequest, encode_read_request, decode_read_request),
     MessageSchema(35, ReadResponse, encode_read_response, decode_read_response),
-    MessageSchema(36, DescribeQuorumRequest, encode_describe_quorum_request, decode_describe_quorum_request),
-    MessageSchema(37, DescribeQuorumResponse, encode_describe_quorum_response, decode_describe_quorum_response),
+    MessageSchema(
+        36, DescribeQuorumRequest, encode_describe_quorum_request, decode_describe_quorum_request,
+        ((2, encode_describe_quorum_request, decode_describe_quorum_request_v2),),
+    ),
+    MessageSchema(
+        37, DescribeQuorumResponse, encode_describe_quorum_response, decode_describe_quorum_response,
+        ((2, encode_describe_quorum_response_v2, decode_describe_quorum_response_v2),),
+    ),
     MessageSchema(38, ApplicationRequest, encode_application_request, decode_application_request),
     MessageSchema(39, ApplicationResponse, encode_application_response, decode_application_response),
     # 64..: connection frames.

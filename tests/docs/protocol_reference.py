@@ -83,7 +83,9 @@ def _fields(cls: type) -> str:
 def messages_section() -> str:
     rows = ["| code | message | versions | body, in wire order |", "|---|---|---|---|"]
     for schema in SCHEMAS:
-        names = ", ".join(f"`{field.name}`" for field in dataclasses.fields(schema.message_class)) or "(empty)"
+        # A versioned message's ``version`` is the envelope's, not a body field.
+        body = [field.name for field in dataclasses.fields(schema.message_class) if not (field.name == "version" and schema.later_versions)]
+        names = ", ".join(f"`{name}`" for name in body) or "(empty)"
         versions = ", ".join(str(version) for version in schema.versions)
         rows.append(f"| {schema.type_code} | [`{schema.name}`](#{schema.type_code}-{schema.name.lower()}) | {versions} | {names} |")
     return "\n".join(rows)

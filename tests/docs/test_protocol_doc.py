@@ -53,8 +53,14 @@ def test_the_documented_field_order_is_the_wire_order(schema):
     """The generated table lists a message's dataclass fields; the encoder
     must put them on the wire in that order."""
     example = wire_examples()[schema.message_class]
-    body = schema.encode_body(example)
-    names = [field.name for field in dataclasses.fields(schema.message_class)]
+    # The latest version's body; a versioned message's ``version`` is the
+    # envelope's, not a body field.
+    body = schema.codec(schema.versions[-1])[0](example)
+    names = [
+        field.name
+        for field in dataclasses.fields(schema.message_class)
+        if not (field.name == "version" and schema.later_versions)
+    ]
     assert len(body) == len(names)
     for position, name in enumerate(names):
         value = getattr(example, name)

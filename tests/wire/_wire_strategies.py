@@ -191,7 +191,7 @@ read_responses = st.one_of(
     ),
     st.builds(ReadResponse, error=failure_codes, offset=optional_int64s, leader_hint=optional_node_ids),
 )
-describe_quorum_requests = st.just(DescribeQuorumRequest())
+describe_quorum_requests = st.builds(DescribeQuorumRequest, version=st.sampled_from([1, 2]))
 
 
 @st.composite
@@ -200,14 +200,32 @@ def _replicas(draw) -> tuple[ReplicaDescription, ...]:
     return tuple(ReplicaDescription(node_id, draw(optional_int64s), draw(optional_int64s)) for node_id in ids)
 
 
-describe_quorum_responses = st.builds(
-    DescribeQuorumResponse,
-    error=error_codes,
-    leader_id=optional_node_ids,
-    epoch=epochs,
-    high_watermark=int64s,
-    voters=_replicas(),
-    observers=_replicas(),
+describe_quorum_responses = st.one_of(
+    # Version 1 carries no node id or storage conditions (decoded: repairing None).
+    st.builds(
+        DescribeQuorumResponse,
+        error=error_codes,
+        leader_id=optional_node_ids,
+        epoch=epochs,
+        high_watermark=int64s,
+        voters=_replicas(),
+        observers=_replicas(),
+        repairing=st.none(),
+        version=st.just(1),
+    ),
+    st.builds(
+        DescribeQuorumResponse,
+        error=error_codes,
+        leader_id=optional_node_ids,
+        epoch=epochs,
+        high_watermark=int64s,
+        voters=_replicas(),
+        observers=_replicas(),
+        node_id=optional_node_ids,
+        disk_failure=st.none() | st.sampled_from(["ENOSPC", "EIO", "EDQUOT"]) | st.text(min_size=1, max_size=32),
+        repairing=st.booleans(),
+        version=st.just(2),
+    ),
 )
 
 STRATEGIES = {
@@ -303,5 +321,8 @@ EXAMPLES = {
         high_watermark=41,
         voters=(ReplicaDescription(1, 43, 9000), ReplicaDescription(2, 41, 8990), ReplicaDescription(3, None, None)),
         observers=(ReplicaDescription(4, 40, 8995),),
+        node_id=1,
+        disk_failure="ENOSPC",
+        repairing=False,
     ),
 }

@@ -445,3 +445,43 @@ def test_after_a_recoverable_error_the_connection_keeps_working():
             assert error.recoverable
             outcomes.append(type(error))
     assert outcomes == [EXAMPLES[VoteRequest], InvalidMessageError, UnknownMessageTypeError, EXAMPLES[VoteRequest]]
+
+
+# ---------------------------------------------------------------------------
+# DescribeQuorum versions 1 and 2 (issue 14): the version, not the arity
+# ---------------------------------------------------------------------------
+
+_DESCRIBE_V1_BODY = [0, 1, 7, 41, [[1, 43, 9000]], []]
+
+
+def test_a_describe_quorum_body_must_have_its_versions_arity():
+    assert _decode([37, 1, 5, CLUSTER, _DESCRIBE_V1_BODY]).message.repairing is None
+    v2 = _decode([37, 2, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, "ENOSPC", False]]).message
+    assert (v2.node_id, v2.disk_failure, v2.repairing, v2.version) == (1, "ENOSPC", False, 2)
+    for envelope in (
+        [37, 2, 5, CLUSTER, _DESCRIBE_V1_BODY],  # version 2 without its fields
+        [37, 1, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, None, False]],  # version 1 with them
+        [37, 2, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, "x" * 33, False]],  # an errno name too long
+        [37, 2, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, "", False]],
+        [37, 2, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, None, 1]],  # an int for a bool
+        [37, 2, 5, CLUSTER, [*_DESCRIBE_V1_BODY, -1, None, False]],  # a negative node id
+        [36, 2, 5, CLUSTER, [2]],  # a request body is empty in every version
+    ):
+        with pytest.raises(InvalidMessageError) as caught:
+            _decode(envelope)
+        assert caught.value.recoverable and caught.value.correlation_id == 5
+    with pytest.raises(UnsupportedVersionError):
+        _decode([36, 3, 5, CLUSTER, []])
+
+
+def test_a_version_1_describe_quorum_answer_leaves_the_version_2_fields_out():
+    frame = encode_message(
+        DescribeQuorumResponse(epoch=3, node_id=2, disk_failure="EIO", repairing=True, version=1),
+        correlation_id=1,
+        cluster_id=CLUSTER,
+    )
+    decoded = decode_message(frame[4:], expected_cluster_id=CLUSTER)
+    assert decoded.version == 1 and decoded.message.epoch == 3
+    assert (decoded.message.node_id, decoded.message.disk_failure, decoded.message.repairing) == (None, None, None)
+    with pytest.raises(ValueError, match="repairing"):
+        DescribeQuorumResponse(repairing=None)  # version 2 always says
