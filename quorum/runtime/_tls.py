@@ -26,6 +26,7 @@ from typing import Any
 import trio
 
 from .._access import Principal, principal_from_uris
+from .._node import QuorumError
 
 logger = logging.getLogger("pykraft.tls")
 
@@ -36,7 +37,7 @@ HANDSHAKE_TIMEOUT_S = 10.0
 EXPIRY_WARNING_DAYS = 14
 
 
-class TlsError(Exception):
+class TlsError(QuorumError):
     """A TLS setting that cannot work: a file missing or unreadable, a key
     that does not match its certificate, a certificate without one pykraft
     principal. The message says which file and why."""
@@ -65,19 +66,6 @@ class TlsConfig:
 
     def __post_init__(self) -> None:
         self.reload()
-
-    @classmethod
-    def from_options(cls, ca: str | None, cert: str | None, key: str | None) -> TlsConfig | None:
-        """From the ``--tls-ca/--tls-cert/--tls-key`` options: None when
-        none is given. Raises ``TlsError`` when only some are, or as the
-        constructor."""
-        given = [value is not None for value in (ca, cert, key)]
-        if not any(given):
-            return None
-        if not all(given):
-            raise TlsError("give all of --tls-ca, --tls-cert and --tls-key, or none")
-        assert ca is not None and cert is not None and key is not None
-        return cls(ca, cert, key)
 
     def reload(self) -> None:
         """Read the three files again and build new contexts for new
