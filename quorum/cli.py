@@ -157,8 +157,6 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
     tls = tls_from_settings(settings)
     if tls is not None and settings.get("plaintext"):
         raise ValueError("--plaintext and --tls-* exclude each other")
-    if tls is None and settings.get("acl_file"):
-        raise ValueError("--acl-file needs TLS: on a plaintext listener nobody is authenticated")
     return NodeConfig(
         node_id=int(settings["node_id"]),
         voters=parse_voters(voters) if isinstance(voters, str) else {int(k): _address(v) for k, v in voters.items()},

@@ -138,6 +138,8 @@ class NodeConfig:
     acl_file: Path | str | None = None
 
     def __post_init__(self) -> None:
+        if self.acl_file is not None and self.tls is None:
+            raise ValueError("acl_file needs tls: on a plaintext listener nobody is authenticated")
         if self.on_damage not in ("repair", "refuse"):
             raise ValueError(f"on_damage must be 'repair' or 'refuse', got {self.on_damage!r}")
         unknown = set(self.quorum) - _QUORUM_FIELDS
