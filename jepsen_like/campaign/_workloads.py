@@ -54,6 +54,7 @@ import trio
 from broker_agent import ErrorCode as BrokerErrorCode
 from broker_agent import MetadataRequest, MetadataResponse, ProtocolError
 from quorum.client import IndeterminateError, QuorumClient, QuorumClientError
+from quorum.runtime import PeerNotAuthenticatedError, TlsConfig
 from quorum.runtime import KeyValueStateMachine
 from quorum.wire import ApplicationRequest, ApplicationResponse, ErrorFrame, FrameDecoder, decode_message, encode_message
 from registration import ErrorCode, RegisterBrokerRequest
@@ -99,13 +100,14 @@ class ClientEndpoints:
     controllers: list[str]  # ID@HOST:PORT as the client must dial them
     brokers: dict[int, tuple[str, int]]  # broker id -> address as the client must dial it
     sockets: Callable[[], contextlib.AbstractContextManager[None]]  # netns: the client's namespace
+    tls: TlsConfig | None = None  # the harness's certificate, when the cluster runs TLS
 
     def rotated(self, shift: int) -> ClientEndpoints:
         """The same, with the controllers' list starting ``shift`` further on."""
         if not self.controllers:
             return self
         shift %= len(self.controllers)
-        return ClientEndpoints(self.controllers[shift:] + self.controllers[:shift], self.brokers, self.sockets)
+        return ClientEndpoints(self.controllers[shift:] + self.controllers[:shift], self.brokers, self.sockets, self.tls)
 
 
 class _Retired(Exception):
@@ -123,10 +125,11 @@ class _BrokerLink:
     class NoAnswer(Exception):
         pass
 
-    def __init__(self, address: tuple[str, int], cluster_id: str) -> None:
+    def __init__(self, address: tuple[str, int], cluster_id: str, tls: TlsConfig | None = None) -> None:
         self.address = address
         self.cluster_id = cluster_id
-        self.stream: trio.SocketStream | None = None
+        self.tls = tls
+        self.stream: trio.abc.Stream | None = None
         self.decoder = FrameDecoder()
         self.correlation_id = 0
 
@@ -134,8 +137,11 @@ class _BrokerLink:
         with trio.move_on_after(timeout_s) as scope:
             if self.stream is None:
                 try:
-                    self.stream = await trio.open_tcp_stream(*self.address)
-                except OSError as error:
+                    if self.tls is None:
+                        self.stream = await trio.open_tcp_stream(*self.address)
+                    else:
+                        self.stream, _ = await self.tls.connect(*self.address)
+                except (OSError, trio.BrokenResourceError, trio.TooSlowError, PeerNotAuthenticatedError) as error:
                     raise self.NotSent(f"connect: {error}") from error
                 self.decoder = FrameDecoder()
             self.correlation_id += 1
@@ -189,9 +195,12 @@ class _Session:
         self.endpoints = endpoints
         self.stack = contextlib.AsyncExitStack()
         timeout_s = options.request_timeout_s
-        self.quorum = QuorumClient(endpoints.controllers, cluster_id=cluster_id, request_timeout_s=timeout_s, retry_timeout_s=timeout_s)
-        self.admin = AdminClient(endpoints.controllers, cluster_id=cluster_id, timeout_s=timeout_s)
-        self.brokers = {broker_id: _BrokerLink(address, cluster_id) for broker_id, address in endpoints.brokers.items()}
+        tls = endpoints.tls
+        self.quorum = QuorumClient(
+            endpoints.controllers, cluster_id=cluster_id, request_timeout_s=timeout_s, retry_timeout_s=timeout_s, tls=tls
+        )
+        self.admin = AdminClient(endpoints.controllers, cluster_id=cluster_id, timeout_s=timeout_s, tls=tls)
+        self.brokers = {broker_id: _BrokerLink(address, cluster_id, tls) for broker_id, address in endpoints.brokers.items()}
         self.broker_epochs: dict[int, int] = {}
         self.broker_floor = -1
 
