@@ -16,7 +16,8 @@ answer ended the last successful request.
 
 With ``tls`` (a ``quorum.runtime.TlsConfig``) every connection is mutual
 TLS 1.3, and the server must prove it is a quorum node (the one a
-``ID@HOST:PORT`` entry names). A request the server's ACL does not allow
+``ID@HOST:PORT`` entry names; a broker, which is an observer node too,
+only when ``server_kinds`` admits it: DescribeQuorum of a broker's view). A request the server's ACL does not allow
 raises ``NotAuthorizedError`` (docs/security.md).
 """
 
@@ -199,9 +200,11 @@ class QuorumClient:
         request_timeout_s: float = 5.0,
         retry_timeout_s: float = 30.0,
         tls: TlsConfig | None = None,
+        server_kinds: tuple[PrincipalKind, ...] = (PrincipalKind.NODE,),
     ) -> None:
         self._servers = _parse_bootstrap(bootstrap)
         self.tls = tls
+        self.server_kinds = server_kinds
         # When the certificate of the server last connected to expires.
         self.server_certificate_not_after: datetime.datetime | None = None
         self.cluster_id = cluster_id
@@ -264,7 +267,7 @@ class QuorumClient:
         if self.tls is None:
             return await trio.open_tcp_stream(server.host, server.port)
         stream, principal = await self.tls.connect(server.host, server.port)
-        if principal.kind is not PrincipalKind.NODE or (server.node_id is not None and principal.member_id != server.node_id):
+        if principal.kind not in self.server_kinds or (server.node_id is not None and principal.member_id != server.node_id):
             await trio.aclose_forcefully(stream)
             raise PeerNotAuthenticatedError(f"{server} presented {principal}, not the quorum node expected")
         self.server_certificate_not_after = peer_not_after(stream)

@@ -35,9 +35,9 @@ import trio
 
 from broker_agent import BrokerConfig
 from jepsen_like.nemesis import NetworkTopology
-from quorum import RecordKind
+from quorum import Principal, PrincipalKind, RecordKind
 from quorum.client import QuorumClient
-from quorum.runtime import TlsConfig, create_cluster_certificates
+from quorum.runtime import CertificateAuthority, TlsConfig, create_cluster_certificates
 from quorum.storage import FileStorage
 from registration import RecordDecodeError, RegisterBrokerRecord, TopicRecord, decode_record
 from registration.client import AdminClient
@@ -114,6 +114,7 @@ class Cluster:
         self.certs_dir = run_dir / "certs"
         # The harness's certificate, shared by every client it opens.
         self.tls: TlsConfig | None = None
+        self._broker_tls: dict[int, TlsConfig] = {}
         if settings.tls:
             create_cluster_certificates(self.certs_dir, nodes=self.controller_ids, brokers=self.broker_ids, clients=["admin"])
             self.tls = self.tls_config("client-admin")
@@ -168,6 +169,19 @@ class Cluster:
     # ------------------------------------------------------------------
     # Command lines
     # ------------------------------------------------------------------
+
+    def broker_tls(self, broker_id: int) -> TlsConfig:
+        """The certificate of (synthetic) broker ``broker_id``, issued by the
+        run's CA on first use. Raises ``ValueError`` without TLS."""
+        if self.tls is None:
+            raise ValueError("the cluster runs without TLS")
+        config = self._broker_tls.get(broker_id)
+        if config is None:
+            principal = Principal(PrincipalKind.BROKER, str(broker_id))
+            if not (self.certs_dir / f"broker-{broker_id}.pem").exists():
+                CertificateAuthority.load(self.certs_dir).write_member(self.certs_dir, principal)
+            config = self._broker_tls[broker_id] = self.tls_config(f"broker-{broker_id}")
+        return config
 
     def tls_config(self, stem: str) -> TlsConfig:
         return TlsConfig(self.certs_dir / "ca.pem", self.certs_dir / f"{stem}.pem", self.certs_dir / f"{stem}-key.pem")
@@ -257,6 +271,8 @@ class Cluster:
                     retry_timeout_s=timeout_s,
                     request_timeout_s=timeout_s,
                     tls=self.tls,
+                    # A broker answers DescribeQuorum from its observer's view.
+                    server_kinds=(PrincipalKind.NODE, PrincipalKind.BROKER),
                 ) as client:
                     return await client.describe()
             except Exception:  # noqa: BLE001 - a node that does not answer has no view

@@ -137,3 +137,21 @@ async def test_hostile_clients_at_the_members_ports_lose_nothing_and_writes_go_o
     during = [t for t in ok_writes if any(a <= t <= b for a, b in windows)]
     assert len(during) > 10, (len(during), len(ok_writes))
     assert result.report is not None and "hostile-" in result.report.read_text()
+
+
+async def test_a_chaos_campaign_over_mutual_tls_is_valid_and_nothing_is_refused(tmp_path):
+    """Issue 16: every connection TLS (controllers, brokers, the harness's
+    clients, synthetic brokers registering with their own certificates);
+    the faults pass TLS through the proxy unchanged, the history is valid,
+    and no request of the harness was refused by the ACL or the binding."""
+    result = await run(tmp_path, None, scenario="chaos", time_limit_s=20, seed=4, checker="reference", tls=True)
+    assert result.checker_error is None
+    assert result.faults >= 2
+    assert result.ops["ok"] > 100
+    assert result.valid is True, result.anomalies
+    history = (result.run_dir / "history.jsonl").read_text()
+    assert "may not" not in history and "AUTHORIZATION" not in history
+    registrations = [json.loads(line) for line in history.splitlines() if '"register_broker"' in line]
+    assert any(event["type"] == "ok" for event in registrations), "synthetic brokers registered over TLS"
+    logs = "".join(path.read_text() for path in (result.run_dir / "logs").glob("node*.log"))
+    assert "mutual TLS 1.3 as pykraft://node/1" in logs and "PLAINTEXT" not in logs
