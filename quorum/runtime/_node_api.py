@@ -48,7 +48,7 @@ from ._runtime import LeaderApplication, ProposalLostError, QuorumRuntime, ReadN
 from ._state_machine import KeyValueStateMachine, StateMachine
 from ._acl_file import AclFile
 from ._tcp import ConnectionLimits, TcpTransport
-from ._tls import TlsConfig
+from ._tls import EXPIRY_WARNING_DAYS, TlsConfig
 
 logger = logging.getLogger("pykraft.quorum")
 
@@ -351,17 +351,31 @@ def authorize_client_request(
     return authorize
 
 
+#: How often a node looks again at how long its certificate has left.
+EXPIRY_CHECK_INTERVAL_S = 3600.0
+
+
 def note_certificate_expiry(metrics: Metrics, tls: TlsConfig | None) -> None:
-    """The expiry gauge of this process's certificate (and the warning
-    that ``TlsConfig`` logs when it is near)."""
+    """The expiry gauge of this process's certificate: when it expires, as
+    a Unix time (alert on ``... - time() < 14 * 86400``)."""
     if tls is None:
         return
     metrics.set_gauge(
-        "pykraft_tls_certificate_expiry_seconds",
-        tls.not_after.timestamp() - time.time(),
-        "Seconds until this process's TLS certificate expires (set at startup and on reload).",
+        "pykraft_tls_certificate_expiry_timestamp_seconds",
+        tls.not_after.timestamp(),
+        "When this process's TLS certificate expires (Unix time; updated on reload).",
         principal=tls.principal.uri,
     )
+
+
+async def warn_before_expiry(tls: TlsConfig) -> None:
+    """Log a warning every ``EXPIRY_CHECK_INTERVAL_S`` while the
+    certificate (as last reloaded) expires within ``EXPIRY_WARNING_DAYS``."""
+    while True:
+        days = tls.days_left()
+        if days < EXPIRY_WARNING_DAYS:
+            logger.warning("the TLS certificate %s (%s) expires in %.1f days: renew it and send SIGHUP", tls.cert_file, tls.principal, days)
+        await trio.sleep(EXPIRY_CHECK_INTERVAL_S)
 
 
 def open_storage(config: NodeConfig) -> FileStorage | MemoryStorage:
@@ -479,6 +493,8 @@ async def open_quorum_node(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime.run)
+            if config.tls is not None:
+                nursery.start_soon(warn_before_expiry, config.tls)
             if config.metrics_listen is not None:
                 host, port = config.metrics_listen
                 handle.metrics_port = await nursery.start(serve_metrics, metrics, host, port)

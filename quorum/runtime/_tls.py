@@ -75,9 +75,6 @@ class TlsConfig:
         client = self._context(ssl.Purpose.SERVER_AUTH)
         principal, not_after = _describe_certificate(Path(self.cert_file))
         self._server, self._client, self.principal, self.not_after = server, client, principal, not_after
-        days = self.days_left()
-        if days < EXPIRY_WARNING_DAYS:
-            logger.warning("the TLS certificate %s (%s) expires in %.1f days", self.cert_file, principal, days)
 
     def _context(self, purpose: ssl.Purpose) -> ssl.SSLContext:
         context = ssl.create_default_context(purpose, cafile=None)

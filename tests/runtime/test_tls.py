@@ -321,3 +321,19 @@ async def test_certificates_rotate_under_load_without_a_failed_write(certs: Path
             assert client.server_certificate_not_after is not None
             assert (client.server_certificate_not_after - datetime.datetime.now(datetime.timezone.utc)).days < 31
         nursery.cancel_scope.cancel()
+
+
+async def test_a_certificate_near_its_expiry_is_warned_about_and_exported(certs: Path, tmp_path: Path, caplog) -> None:
+    short = tmp_path / "short"
+    shutil.copytree(certs, short)
+    CertificateAuthority.load(short).write_member(short, Principal(PrincipalKind.NODE, "1"), valid_days=5)
+    cluster = Cluster(short, size=1)
+    async with trio.open_nursery() as nursery:
+        await cluster.start(nursery)
+        handle = cluster.handles[0]
+        gauge = handle.runtime.metrics.gauges["pykraft_tls_certificate_expiry_timestamp_seconds"]
+        assert list(gauge) == [(("principal", "pykraft://node/1"),)]
+        assert list(gauge.values())[0] == pytest.approx(handle.tls.not_after.timestamp())
+        assert 4.9 < handle.tls.days_left() < 5.1
+        assert any("expires in 5.0 days" in record.getMessage() for record in caplog.records)
+        nursery.cancel_scope.cancel()
