@@ -43,7 +43,7 @@ class TlsError(QuorumError):
     principal. The message says which file and why."""
 
 
-class PeerNotAuthenticatedError(Exception):
+class PeerNotAuthenticatedError(QuorumError):
     """The peer's certificate was verified but names no usable principal,
     or not the one expected on this connection."""
 
