@@ -36,7 +36,7 @@ test: $(STAMP)
 # The project's main job: a fault-injection campaign against real processes
 # (partitions, kill -9, pauses), its history checked by the Spark checker.
 run: $(STAMP)
-	$(BIN)/jepsen-like campaign --scenario chaos --time-limit 60
+	$(BIN)/jepsen-like campaign --scenario chaos --time-limit 60 --tls
 
 # The zombie-leader teaching story (KAFKA-15489) in the simulator, with check
 # quorum off (stale reads found) and on.

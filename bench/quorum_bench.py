@@ -47,7 +47,7 @@ from ._common import (
     write_json,
 )
 from .peers.etcd import EtcdCluster
-from .peers.pykraft_peer import PykraftCluster
+from .peers.pykraft_peer import PykraftCluster, PykraftTlsCluster
 from .peers.pysyncobj_peer import PySyncObjBatchingCluster, PySyncObjCluster, PySyncObjMsyncCluster
 from .peers.zookeeper import ZooKeeperCluster
 
@@ -55,6 +55,7 @@ PEERS: dict[str, type[Cluster]] = {
     cls.name: cls
     for cls in (
         PykraftCluster,
+        PykraftTlsCluster,
         EtcdCluster,
         ZooKeeperCluster,
         PySyncObjCluster,

@@ -29,7 +29,8 @@ from typing import Any
 
 import trio
 
-from quorum.runtime import QuorumNodeHandle, QuorumRuntime, open_quorum_node
+from quorum import Operation
+from quorum.runtime import QuorumNodeHandle, QuorumRuntime, open_quorum_node, require
 from quorum.runtime import handle_client_request
 from quorum.wire import ApplicationRequest, ApplicationResponse
 from registration import BrokerState, RegisterBrokerRequest, RegisterBrokerResponse
@@ -636,12 +637,17 @@ async def open_broker(config: BrokerConfig, *, incarnation_id: str | None = None
 
     sink, close_sink = _event_sink(config.event_log)
     try:
-        async with open_quorum_node(config.node_config(), metadata, request_handler=handle) as node:
+        # Every broker request a client sends is a read.
+        async with open_quorum_node(
+            config.node_config(), metadata, request_handler=handle, authorize_application=require(Operation.READ)
+        ) as node:
             host = config.listen[0]
             port = node.listen_port
             assert port is not None
             timeout_s = config.registration_timeout_ms / 1000
-            async with AdminClient(config.bootstrap_list, cluster_id=config.cluster_id, timeout_s=timeout_s) as admin:
+            async with AdminClient(
+                config.bootstrap_list, cluster_id=config.cluster_id, timeout_s=timeout_s, tls=config.tls
+            ) as admin:
                 agent = BrokerAgent(
                     config,
                     node.runtime,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from quorum import QuorumConfig
-from quorum.runtime import NodeConfig
+from quorum.runtime import NodeConfig, TlsConfig
 
 from ._lifecycle import LifecycleConfig
 
@@ -32,6 +32,11 @@ class BrokerConfig:
     quorum's check-quorum window (``check_quorum_factor × fetch_timeout_ms``:
     the fetch may have gone to a deposed leader that has not resigned yet,
     KAFKA-15489); None means exactly that.
+
+    ``tls`` (a certificate naming ``pykraft://broker/ID``) makes every
+    connection mutual TLS: to the controllers (fetches, heartbeats,
+    registration) and from clients (docs/security.md). ``acl_file``
+    restricts which clients may read from this broker.
 
     Raises ``ValueError`` on construction for a value that cannot work.
     """
@@ -57,6 +62,8 @@ class BrokerConfig:
     # shutdown first (bounded by shutdown_timeout_ms).
     controlled_shutdown_on_exit: bool = True
     quorum: dict[str, Any] = field(default_factory=dict)
+    tls: TlsConfig | None = None
+    acl_file: Path | str | None = None
 
     def __post_init__(self) -> None:
         if type(self.broker_id) is not int or self.broker_id < 0:
@@ -114,6 +121,8 @@ class BrokerConfig:
             snapshot_every_records=self.snapshot_every_records,
             metrics_listen=self.metrics_listen,
             quorum=dict(self.quorum),
+            tls=self.tls,
+            acl_file=self.acl_file,
         )
 
     @property

@@ -21,7 +21,9 @@ from typing import Any
 import click
 import trio
 
+from quorum.cli import reload_on_sighup
 from quorum.cli_errors import ReportingCommand, record_listen_addresses
+from quorum.cli_tls import tls_from_settings
 from quorum.runtime import parse_voters
 
 from ._agent import open_broker
@@ -54,6 +56,11 @@ def _address(text: str) -> tuple[str, int]:
 @click.option("--election-timeout-ms", type=int, default=None, help="The quorum's (give the controllers' value).")
 @click.option("--fetch-timeout-ms", type=int, default=None, help="The quorum's (give the controllers' value).")
 @click.option("--fsync/--no-fsync", default=True, help="fsync the metadata log (with --data-dir).")
+@click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False), help="CA bundle (PEM) controllers and clients are checked against.")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="This broker's certificate (PEM; SAN pykraft://broker/ID).")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="This broker's private key (PEM).")
+@click.option("--acl-file", type=click.Path(exists=True, dir_okay=False), help="Which clients may read (reloaded on SIGHUP).")
+@click.option("--plaintext", is_flag=True, help="No TLS, chosen explicitly (teaching, quick starts).")
 @click.option("--log-level", default="INFO", show_default=True)
 def main(
     broker_id: int,
@@ -70,6 +77,11 @@ def main(
     election_timeout_ms: int | None,
     fetch_timeout_ms: int | None,
     fsync: bool,
+    tls_ca: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    acl_file: str | None,
+    plaintext: bool,
     log_level: str,
 ) -> None:
     """Run a broker: register with the controller, fetch the metadata log,
@@ -84,6 +96,9 @@ def main(
         quorum["election_timeout_ms"] = election_timeout_ms
     if fetch_timeout_ms is not None:
         quorum["fetch_timeout_ms"] = fetch_timeout_ms
+    tls = tls_from_settings({"tls_ca": tls_ca, "tls_cert": tls_cert, "tls_key": tls_key})
+    if tls is not None and plaintext:
+        raise click.UsageError("--plaintext and --tls-* exclude each other")
     try:
         config = BrokerConfig(
             broker_id=broker_id,
@@ -100,6 +115,8 @@ def main(
             fsync=fsync,
             controlled_shutdown_on_exit=False,  # signals drive it here
             quorum=quorum,
+            tls=tls,
+            acl_file=acl_file,
         )
     except (ValueError, TypeError) as error:
         raise click.UsageError(str(error)) from error
@@ -118,7 +135,7 @@ async def serve(config: BrokerConfig) -> bool:
             "after a restart",
             config.broker_id,
         )
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with open_broker(config) as broker:
             log.info("broker %d serving on port %s (incarnation %s)", config.broker_id, broker.listen_port, broker.incarnation_id)
             async with trio.open_nursery() as nursery:
@@ -126,6 +143,9 @@ async def serve(config: BrokerConfig) -> bool:
                 async def on_signals() -> None:
                     received = 0
                     async for signum in signals:
+                        if signum == signal.SIGHUP:
+                            reload_on_sighup(broker.node, log)
+                            continue
                         received += 1
                         name = signal.Signals(signum).name
                         if received == 1:

@@ -33,6 +33,8 @@ from typing import Any
 
 import trio
 
+from quorum import PrincipalKind
+from quorum.runtime import PeerNotAuthenticatedError, TlsConfig
 from quorum.wire import ApplicationRequest, ApplicationResponse, ErrorFrame, FrameDecoder, decode_message, encode_message
 from registration.client import AdminClient
 
@@ -88,7 +90,7 @@ def _parse_address(entry: str) -> tuple[str, int]:
 class _Connection:
     """One TCP connection, one request at a time."""
 
-    def __init__(self, stream: trio.SocketStream, cluster_id: str) -> None:
+    def __init__(self, stream: trio.abc.Stream, cluster_id: str) -> None:
         self.stream = stream
         self.cluster_id = cluster_id
         self.decoder = FrameDecoder()
@@ -119,6 +121,8 @@ class MetadataClient:
 
     ``bootstrap``: broker addresses (``HOST:PORT`` or ``ID@HOST:PORT``).
     ``controllers``: the controllers' ``ID@HOST:PORT`` list, for ``admin()``.
+    ``tls``: mutual TLS to brokers (which must prove a broker principal)
+    and controllers (docs/security.md).
     Raises ``ValueError`` for a malformed address.
     """
 
@@ -131,7 +135,9 @@ class MetadataClient:
         request_timeout_s: float = 2.0,
         retry_timeout_s: float = 15.0,
         pin_broker_epochs: bool = True,
+        tls: TlsConfig | None = None,
     ) -> None:
+        self.tls = tls
         if not bootstrap:
             raise ValueError("no bootstrap brokers given")
         self._bootstrap = [_parse_address(entry) for entry in bootstrap]
@@ -222,7 +228,10 @@ class MetadataClient:
             try:
                 connection = await self._connect(address)
                 raw = await connection.request(ApplicationRequest(payload=request.to_payload()))
-            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ValueError) as error:
+            except (
+                OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, PeerNotAuthenticatedError,
+                ValueError,
+            ) as error:  # fmt: skip
                 await self._drop(address)
                 return None, f"{type(error).__name__}: {error}"
         if raw is None:
@@ -257,7 +266,14 @@ class MetadataClient:
     async def _connect(self, address: tuple[str, int]) -> _Connection:
         connection = self._connections.get(address)
         if connection is None:
-            stream = await trio.open_tcp_stream(*address)
+            stream: trio.abc.Stream
+            if self.tls is None:
+                stream = await trio.open_tcp_stream(*address)
+            else:
+                stream, principal = await self.tls.connect(*address)
+                if principal.kind is not PrincipalKind.BROKER:
+                    await trio.aclose_forcefully(stream)
+                    raise PeerNotAuthenticatedError(f"{address[0]}:{address[1]} is {principal}, not a broker")
             connection = _Connection(stream, self.cluster_id)
             self._connections[address] = connection
         return connection
@@ -322,7 +338,7 @@ class MetadataClient:
         Raises ``ValueError`` when none were."""
         if not self.controllers:
             raise ValueError("no controllers given: pass controllers=['ID@HOST:PORT', ...]")
-        return AdminClient(self.controllers, cluster_id=self.cluster_id, timeout_s=timeout_s)
+        return AdminClient(self.controllers, cluster_id=self.cluster_id, timeout_s=timeout_s, tls=self.tls)
 
     @staticmethod
     def _expect_ok(answer: MetadataResponse) -> MetadataResponse:

@@ -4,6 +4,16 @@ The public names are re-exported here once; the modules behind them are
 private (``_node``, ``_messages``, ...).
 """
 
+from ._access import (
+    AccessControlList,
+    Operation,
+    Principal,
+    PrincipalKind,
+    parse_acl,
+    parse_principal,
+    principal_from_uris,
+    refuse_quorum_message,
+)
 from ._config import QuorumConfig
 from ._host import (
     ApplyFailedError,
@@ -52,6 +62,14 @@ from ._state_machine import KeyValueStateMachine
 from ._types import ElectionState, Entry, Epoch, NodeId, Offset, OffsetAndEpoch, RecordKind, SnapshotId
 
 __all__ = [
+    "AccessControlList",
+    "Operation",
+    "Principal",
+    "PrincipalKind",
+    "parse_acl",
+    "parse_principal",
+    "principal_from_uris",
+    "refuse_quorum_message",
     "MESSAGE_TYPES",
     "ApplyFailedError",
     "BeginQuorumEpochRequest",

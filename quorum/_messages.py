@@ -34,6 +34,7 @@ class ErrorCode(enum.IntEnum):
     NONE = 0
     NOT_LEADER = 6  # NOT_LEADER_OR_FOLLOWER: the response names the leader if known
     BROKER_NOT_AVAILABLE = 8
+    CLUSTER_AUTHORIZATION_FAILED = 31  # the sender's principal may not do this (issue 16)
     INVALID_REQUEST = 42
     FENCED_LEADER_EPOCH = 74  # the requester's epoch is older than ours
     UNKNOWN_LEADER_EPOCH = 75  # the requester's epoch is newer than ours

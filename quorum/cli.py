@@ -6,6 +6,11 @@
     kraft-quorum read --bootstrap 1@127.0.0.1:9091 KEY
     kraft-quorum dump-log data/1
     kraft-quorum check-storage data/1
+    kraft-quorum certs --dir certs --nodes 1,2,3 --brokers 7 --clients admin
+
+With certificates (``--tls-ca/--tls-cert/--tls-key``, docs/security.md)
+every connection is mutual TLS 1.3; a node given none runs plaintext and
+says so in one log line.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import click
 import trio
 
 from .cli_errors import CommandError, ReportingGroup, record_listen_addresses
-from .runtime import ConnectionLimits, KeyValueStateMachine, NodeConfig, open_quorum_node, parse_voters
+from .cli_tls import client_tls, tls_client_options, tls_from_settings
+from .runtime import EXPIRY_WARNING_DAYS, ConnectionLimits, KeyValueStateMachine, NodeConfig, open_quorum_node, parse_voters
 from .storage import EXIT_NOT_A_DATA_DIR, check_storage_report, dump_log, dump_log_command
 
 
@@ -81,6 +87,12 @@ _NODE_OPTIONS = [
     click.option("--write-backlog-bytes-max", type=int, help="Unwritten answers per connection before it is not read."),
     click.option("--frame-bytes-max", type=int, help="Largest FetchResponse or FetchSnapshotResponse frame."),
     click.option("--small-frame-bytes-max", type=int, help="Largest frame of any other message type."),
+    # Mutual TLS (docs/security.md): all three, or --plaintext.
+    click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False), help="CA bundle (PEM) peers and clients are checked against."),
+    click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="This node's certificate (PEM; SAN pykraft://node/ID)."),
+    click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="This node's private key (PEM)."),
+    click.option("--acl-file", type=click.Path(exists=True, dir_okay=False), help="Who may administer and read (reloaded on SIGHUP)."),
+    click.option("--plaintext", is_flag=True, default=None, help="No TLS, chosen explicitly (teaching, quick starts)."),
     click.option("--log-level", default="INFO", show_default=True),
 ]
 
@@ -126,6 +138,7 @@ _SETTINGS_KEYS = frozenset(
         "node_id", "voters", "cluster_id", "listen", "data_dir", "fsync", "metrics_listen", "event_log",
         "snapshot_every_records", "retention_bytes", "retention_ms", "quorum",
         "election_timeout_ms", "fetch_timeout_ms", "check_quorum", "pre_vote", "on_damage",
+        "tls_ca", "tls_cert", "tls_key", "acl_file", "plaintext",
     }
     | _CONNECTION_LIMIT_KEYS
 )  # fmt: skip
@@ -144,6 +157,9 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
         if key in settings
     }
     quorum.update(settings.get("quorum", {}))
+    tls = tls_from_settings(settings)
+    if tls is not None and settings.get("plaintext"):
+        raise ValueError("--plaintext and --tls-* exclude each other")
     return NodeConfig(
         node_id=int(settings["node_id"]),
         voters=parse_voters(voters) if isinstance(voters, str) else {int(k): _address(v) for k, v in voters.items()},
@@ -158,6 +174,8 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
         quorum=quorum,
         connection_limits=ConnectionLimits(**{key: settings[key] for key in _CONNECTION_LIMIT_KEYS if key in settings}),
         on_damage=settings.get("on_damage", "repair"),
+        tls=tls,
+        acl_file=settings.get("acl_file"),
     )
 
 
@@ -174,19 +192,35 @@ async def serve_until_signalled(config: NodeConfig, open_node: Any) -> None:
             "(for tests only; give --data-dir to keep them)",
             config.node_id,
         )
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with open_node(config) as node:
             log.info("node %d serving on port %s", node.node_id, node.listen_port)
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    reload_on_sighup(node, log)
+                    continue
                 log.info("node %d got %s: shutting down", node.node_id, signal.Signals(signum).name)
                 break
     log.info("node %d stopped", config.node_id)
 
 
-def _client(bootstrap: str, cluster_id: str, timeout_s: float) -> Any:
+def reload_on_sighup(node: Any, log: logging.Logger) -> None:
+    """SIGHUP: read the certificate, key, CA bundle and ACL file again; a
+    file that cannot be used is logged and what was in force stays."""
+    from .runtime import TlsError
+
+    try:
+        node.reload_security()
+    except (TlsError, ValueError, OSError) as error:
+        log.error("node %d: SIGHUP: not reloaded, the previous certificate and ACL stay in force: %s", node.node_id, error)
+    else:
+        log.info("node %d: SIGHUP: certificate, CA bundle and ACL reloaded", node.node_id)
+
+
+def _client(bootstrap: str, cluster_id: str, timeout_s: float, tls: Any = None) -> Any:
     from .client import QuorumClient
 
-    return QuorumClient(bootstrap.split(","), cluster_id=cluster_id, retry_timeout_s=timeout_s)
+    return QuorumClient(bootstrap.split(","), cluster_id=cluster_id, retry_timeout_s=timeout_s, tls=tls)
 
 
 _bootstrap_option = click.option("--bootstrap", required=True, help="HOST:PORT[,...] or ID@HOST:PORT[,...]")
@@ -200,9 +234,16 @@ timeout_option = click.option(
 )
 
 
-async def _describe(bootstrap: list[str], cluster_id: str, timeout_s: float) -> Any:
-    async with _client(",".join(bootstrap), cluster_id, timeout_s) as client:
-        return await client.describe()
+async def _describe(bootstrap: list[str], cluster_id: str, timeout_s: float, tls: Any = None) -> Any:
+    async with _client(",".join(bootstrap), cluster_id, timeout_s, tls) as client:
+        answer = await client.describe()
+        _server_expiry[:] = [client.server_certificate_not_after]
+        return answer
+
+
+# The expiry of the certificate of the server that answered the last
+# describe (shown by ``describe``).
+_server_expiry: list[Any] = []
 
 
 def _answered_by_leader(answer: Any) -> bool:
@@ -212,7 +253,7 @@ def _answered_by_leader(answer: Any) -> bool:
     return any(replica.node_id == answer.leader_id and replica.last_fetch_ms is not None for replica in answer.voters)
 
 
-async def _describe_at_leader(bootstrap: list[str], cluster_id: str, timeout_s: float) -> Any:
+async def _describe_at_leader(bootstrap: list[str], cluster_id: str, timeout_s: float, tls: Any = None) -> Any:
     """DescribeQuorum answered by the leader, the one node that knows
     replication progress: the first node that answers names the leader, and
     if it is not the leader itself the bootstrap entries are asked in turn,
@@ -222,7 +263,7 @@ async def _describe_at_leader(bootstrap: list[str], cluster_id: str, timeout_s: 
     from .client import QuorumClientError
 
     deadline = trio.current_time() + timeout_s
-    first = await _describe(bootstrap, cluster_id, timeout_s)
+    first = await _describe(bootstrap, cluster_id, timeout_s, tls)
     if _answered_by_leader(first):
         return first
     if first.leader_id is None:
@@ -236,7 +277,7 @@ async def _describe_at_leader(bootstrap: list[str], cluster_id: str, timeout_s: 
         if remaining_s <= 0:
             break
         try:
-            answer = await _describe([entry], cluster_id, remaining_s)
+            answer = await _describe([entry], cluster_id, remaining_s, tls)
         except QuorumClientError:
             continue
         if _answered_by_leader(answer):
@@ -257,12 +298,16 @@ async def _describe_at_leader(bootstrap: list[str], cluster_id: str, timeout_s: 
     "--replication", "view", flag_value="replication", help="Each replica's log end offset and lag (asked of the leader)."
 )
 @click.option("--json", "as_json", is_flag=True)
-def describe_command(bootstrap: str, cluster_id: str, timeout_s: float, view: str, as_json: bool) -> None:
-    """DescribeQuorum, like kafka-metadata-quorum describe."""
+@tls_client_options
+def describe_command(bootstrap: str, cluster_id: str, timeout_s: float, view: str, as_json: bool, **tls_options: Any) -> None:
+    """DescribeQuorum, like kafka-metadata-quorum describe. With TLS, also
+    when the answering node's certificate and this client's expire."""
+    tls = client_tls(**tls_options)
     if view == "replication":
-        answer = trio.run(_describe_at_leader, bootstrap.split(","), cluster_id, timeout_s)
+        answer = trio.run(_describe_at_leader, bootstrap.split(","), cluster_id, timeout_s, tls)
     else:
-        answer = trio.run(_describe, bootstrap.split(","), cluster_id, timeout_s)
+        answer = trio.run(_describe, bootstrap.split(","), cluster_id, timeout_s, tls)
+    expiry = _certificate_expiry(tls)
     replicas = [("voter", r) for r in answer.voters] + [("observer", r) for r in answer.observers]
     if as_json:
         click.echo(
@@ -278,6 +323,7 @@ def describe_command(bootstrap: str, cluster_id: str, timeout_s: float, view: st
                         {"kind": kind, "node_id": r.node_id, "log_end_offset": r.log_end_offset, "last_fetch_ms": r.last_fetch_ms}
                         for kind, r in replicas
                     ],
+                    **({"certificates": expiry} if expiry else {}),
                 }
             )
         )
@@ -290,6 +336,9 @@ def describe_command(bootstrap: str, cluster_id: str, timeout_s: float, view: st
         click.echo(f"CurrentObservers: {[r.node_id for r in answer.observers]}")
         for line in _storage_lines(answer):
             click.echo(line)
+        for item in expiry:
+            warning = "   WARNING: renew it" if item["days_left"] < EXPIRY_WARNING_DAYS else ""
+            click.echo(f"CertificateExpiry: {item['whose']} {item['not_after']} ({item['days_left']:.1f} days){warning}")
         return
     click.echo(f"{'NodeId':>8} {'LogEndOffset':>14} {'Lag':>8} {'LastFetchMs':>12}  Status")
     for kind, replica in replicas:
@@ -314,17 +363,36 @@ def _storage_lines(answer: Any) -> list[str]:
     return [f"AnsweredBy:    {answer.node_id}", f"Disk:          {disk}", f"Repairing:     {repair}"]
 
 
+def _certificate_expiry(tls: Any) -> list[dict[str, Any]]:
+    """When the answering server's certificate and this client's expire
+    (nothing without TLS)."""
+    import datetime
+
+    if tls is None:
+        return []
+    now = datetime.datetime.now(datetime.timezone.utc)
+    found = [("server", _server_expiry[0] if _server_expiry else None), (f"client {tls.principal}", tls.not_after)]
+    return [
+        {"whose": whose, "not_after": not_after.isoformat(), "days_left": (not_after - now).total_seconds() / 86400}
+        for whose, not_after in found
+        if not_after is not None
+    ]
+
+
 @main.command("write")
 @_bootstrap_option
 @_cluster_option
 @timeout_option
 @click.argument("key")
 @click.argument("value")
-def write_command(bootstrap: str, cluster_id: str, timeout_s: float, key: str, value: str) -> None:
-    """Commit KEY=VALUE to the node's key-value state machine."""
+@tls_client_options
+def write_command(bootstrap: str, cluster_id: str, timeout_s: float, key: str, value: str, **tls_options: Any) -> None:
+    """Commit KEY=VALUE to the node's key-value state machine (with TLS, a
+    raw write: the client's principal needs ``admin`` in the ACL)."""
+    tls = client_tls(**tls_options)
 
     async def run() -> int:
-        async with _client(bootstrap, cluster_id, timeout_s) as client:
+        async with _client(bootstrap, cluster_id, timeout_s, tls) as client:
             return await client.propose([KeyValueStateMachine.encode_put(key.encode(), value.encode())])
 
     offset = trio.run(run)
@@ -337,11 +405,13 @@ def write_command(bootstrap: str, cluster_id: str, timeout_s: float, key: str, v
 @timeout_option
 @click.option("--mode", type=click.Choice(["linearizable", "leader-local"]), default="linearizable", show_default=True)
 @click.argument("key")
-def read_command(bootstrap: str, cluster_id: str, timeout_s: float, mode: str, key: str) -> None:
+@tls_client_options
+def read_command(bootstrap: str, cluster_id: str, timeout_s: float, mode: str, key: str, **tls_options: Any) -> None:
     """Read KEY from the leader's state machine."""
+    tls = client_tls(**tls_options)
 
     async def run() -> tuple[int, bytes | None]:
-        async with _client(bootstrap, cluster_id, timeout_s) as client:
+        async with _client(bootstrap, cluster_id, timeout_s, tls) as client:
             return await client.read(key.encode(), mode=mode)
 
     offset, value = trio.run(run)
@@ -378,6 +448,38 @@ def check_storage_command(data_dir: Path) -> None:
     report, exit_code = check_storage_report(data_dir)
     click.echo(report)
     raise click.exceptions.Exit(exit_code)
+
+def _id_list(text: str) -> list[int]:
+    try:
+        return [int(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected ids like 1,2,3, got {text!r}") from None
+
+
+@main.command("certs")
+@click.option("--dir", "directory", required=True, type=click.Path(file_okay=False, path_type=Path), help="Where to write them.")
+@click.option("--nodes", required=True, help="Node ids: 1,2,3.")
+@click.option("--brokers", default="", help="Broker ids: 7,8.")
+@click.option("--clients", default="admin", show_default=True, help="Client names: admin,harness.")
+@click.option("--valid-days", type=click.IntRange(min=1), default=365, show_default=True)
+def certs_command(directory: Path, nodes: str, brokers: str, clients: str, valid_days: int) -> None:
+    """Make a development CA in DIR (or reuse the one there) and a
+    certificate and key per node, broker and client, with the principal
+    (pykraft://node/ID, ...) in the subjectAltName; an ACL file granting
+    admin to the client named admin when DIR has none. For development and tests:
+    production uses its own CA (docs/security.md)."""
+    from .runtime import create_cluster_certificates
+
+    client_names = [name.strip() for name in clients.split(",") if name.strip()]
+    try:
+        written = create_cluster_certificates(
+            directory, nodes=_id_list(nodes), brokers=_id_list(brokers), clients=client_names, valid_days=valid_days
+        )
+    except ValueError as error:
+        raise click.UsageError(str(error)) from error
+    for path in written:
+        click.echo(str(path))
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -130,7 +130,7 @@ def _describe_quorum_error(error: QuorumError) -> click.ClickException:
     # Imported here, not at the top: a command line that never talks to a
     # cluster or a disk (``jepsen-like check``) must not load the runtime,
     # storage or client to be able to report its own errors.
-    from .client import IndeterminateError, QuorumClientError, WrongClusterError
+    from .client import IndeterminateError, NotAuthorizedError, QuorumClientError, WrongClusterError
     from .storage import StorageError
 
     text = _sentence(str(error))
@@ -141,6 +141,10 @@ def _describe_quorum_error(error: QuorumError) -> click.ClickException:
     if isinstance(error, WrongClusterError):
         return CommandError(
             text, hint="Give --cluster-id the id the cluster's nodes run with.", exit_code=EXIT_UNREACHABLE
+        )
+    if isinstance(error, NotAuthorizedError):
+        return CommandError(
+            text, hint="Use a client certificate the cluster's ACL file allows (docs/security.md, \"ACLs\").", exit_code=EXIT_FAILED
         )
     if isinstance(error, IndeterminateError):
         return CommandError(

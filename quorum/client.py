@@ -13,16 +13,24 @@ proposal was in flight raises ``IndeterminateError``: it may have happened
 (``NoAnswerError``, a subclass, when the request was sent and no answer came
 within ``request_timeout_s``). ``last_answered_by`` names the server whose
 answer ended the last successful request.
+
+With ``tls`` (a ``quorum.runtime.TlsConfig``) every connection is mutual
+TLS 1.3, and the server must prove it is a quorum node (the one a
+``ID@HOST:PORT`` entry names; a broker, which is an observer node too,
+only when ``server_kinds`` admits it: DescribeQuorum of a broker's view). A request the server's ACL does not allow
+raises ``NotAuthorizedError`` (docs/security.md).
 """
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import logging
 from typing import Any, NamedTuple
 
 import trio
 
+from ._access import PrincipalKind
 from ._messages import ErrorCode
 from ._node import QuorumError
 from .wire import (
@@ -42,7 +50,7 @@ from .wire import (
     encode_message,
 )
 
-from .runtime import WRITE_ERRORS, StreamWriter
+from .runtime import WRITE_ERRORS, PeerNotAuthenticatedError, StreamWriter, TlsConfig, peer_not_after
 
 logger = logging.getLogger("pykraft.client")
 
@@ -56,6 +64,11 @@ class QuorumClientError(QuorumError):
 class WrongClusterError(QuorumClientError):
     """The server belongs to another cluster (INCONSISTENT_CLUSTER_ID): a
     misconfiguration, never retried."""
+
+
+class NotAuthorizedError(QuorumClientError):
+    """The server refused the request: this client's principal may not make
+    it (CLUSTER_AUTHORIZATION_FAILED). It certainly did not happen."""
 
 
 class IndeterminateError(QuorumClientError):
@@ -96,7 +109,7 @@ def _parse_bootstrap(entries: list[str]) -> list[Server]:
 
 
 class _Connection:
-    def __init__(self, stream: trio.SocketStream, cluster_id: str, server: Server) -> None:
+    def __init__(self, stream: trio.abc.Stream, cluster_id: str, server: Server) -> None:
         self.stream = stream
         self.cluster_id = cluster_id
         self.server = server
@@ -186,8 +199,14 @@ class QuorumClient:
         cluster_id: str = "pykraft",
         request_timeout_s: float = 5.0,
         retry_timeout_s: float = 30.0,
+        tls: TlsConfig | None = None,
+        server_kinds: tuple[PrincipalKind, ...] = (PrincipalKind.NODE,),
     ) -> None:
         self._servers = _parse_bootstrap(bootstrap)
+        self.tls = tls
+        self.server_kinds = server_kinds
+        # When the certificate of the server last connected to expires.
+        self.server_certificate_not_after: datetime.datetime | None = None
         self.cluster_id = cluster_id
         self.request_timeout_s = request_timeout_s
         self.retry_timeout_s = retry_timeout_s
@@ -234,13 +253,27 @@ class QuorumClient:
                 return self._connection
             await self._close_connection()
             server = self._servers[self._index % len(self._servers)]
-            stream = await trio.open_tcp_stream(server.host, server.port)
+            stream = await self._open_stream(server)
             connection = _Connection(stream, self.cluster_id, server)
             assert self._nursery is not None
             self._nursery.start_soon(connection.read_loop)
             self._nursery.start_soon(connection.write_loop)
             self._connection = connection
             return connection
+
+    async def _open_stream(self, server: Server) -> trio.abc.Stream:
+        """A stream to ``server``. Raises ``OSError``, and with TLS
+        ``trio.BrokenResourceError`` (the handshake failed: an untrusted or
+        expired certificate, say), ``trio.TooSlowError`` or
+        ``PeerNotAuthenticatedError`` (not a node, or not the one named)."""
+        if self.tls is None:
+            return await trio.open_tcp_stream(server.host, server.port)
+        stream, principal = await self.tls.connect(server.host, server.port)
+        if principal.kind not in self.server_kinds or (server.node_id is not None and principal.member_id != server.node_id):
+            await trio.aclose_forcefully(stream)
+            raise PeerNotAuthenticatedError(f"{server} presented {principal}, not the quorum node expected")
+        self.server_certificate_not_after = peer_not_after(stream)
+        return stream
 
     async def _move_to(self, leader_hint: int | None, away_from: _Connection | None) -> None:
         """Use another node from the next request on. Only the first of
@@ -277,7 +310,7 @@ class QuorumClient:
                 if connection is None or connection.broken is not None:
                     with trio.fail_after(remaining_s):
                         connection = await self._connect()
-            except (OSError, trio.TooSlowError) as error:
+            except (OSError, trio.TooSlowError, trio.BrokenResourceError, PeerNotAuthenticatedError) as error:
                 last_error = error
                 await self._move_to(None, None)
                 await trio.sleep(min(backoff_s, max(0.0, deadline - trio.current_time())))
@@ -300,6 +333,8 @@ class QuorumClient:
             if isinstance(response, ErrorFrame):
                 if response.code is ErrorCode.INCONSISTENT_CLUSTER_ID:
                     raise WrongClusterError(f"{connection.address} belongs to another cluster: {response.message}")
+                if response.code is ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+                    raise NotAuthorizedError(f"{connection.address} refused the request: {response.message}")
                 raise QuorumClientError(f"{connection.address} refused the request: {response.code.name}: {response.message}")
             error_code = getattr(response, "error", ErrorCode.NONE)
             if error_code is ErrorCode.NOT_LEADER:

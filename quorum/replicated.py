@@ -271,7 +271,9 @@ class Replicated:
         None keeps the log in memory. ``forward``: a call on a follower goes
         to the leader (else ``NotLeaderError``). ``read``: one of
         ``READ_MODES``. ``timeout_s`` bounds every call. ``node_options``
-        go to ``quorum.runtime.NodeConfig``. Raises ``ValueError`` for a bad
+        go to ``quorum.runtime.NodeConfig``; ``tls=TlsConfig(ca, cert, key)``
+        among them makes the node and its forwarding client mutual TLS with
+        this node's certificate (docs/security.md). Raises ``ValueError`` for a bad
         setting, ``RuntimeError`` if already started, and what opening the
         node raises (``OSError`` for a port in use, the storage errors).
         """
@@ -376,7 +378,7 @@ class _Replica:
             # The client retries past the call's own bound, so that a call
             # with no leader to forward to ends as TimeoutError, always.
             async with QuorumClient(
-                bootstrap, cluster_id=self.config.cluster_id, retry_timeout_s=self.timeout_s + 1
+                bootstrap, cluster_id=self.config.cluster_id, retry_timeout_s=self.timeout_s + 1, tls=self.config.tls
             ) as client:
                 self.handle, self._client = handle, client
                 self._started.set()

@@ -42,6 +42,7 @@ from ._records import (
     UnregisterBrokerRecord,
     decode_record,
 )
+from ._authorization import refuse_controller_request
 from ._requests import decode_message, encode_message
 
 if TYPE_CHECKING:
@@ -347,7 +348,13 @@ async def open_controller_node(
         controller, machine.image, state_machine=machine, emit=events.emit if events.enabled else None
     )
     try:
-        async with open_quorum_node(config, machine, leader_application=application, event_log=events) as node:
+        async with open_quorum_node(
+            config,
+            machine,
+            leader_application=application,
+            event_log=events,
+            authorize_application=refuse_controller_request,
+        ) as node:
             application.metrics = node.runtime.metrics
             application.heartbeat_seconds = node.runtime.metrics.histogram(
                 "pykraft_controller_heartbeat_seconds", "Time to handle one broker heartbeat.", FINE_BUCKETS_S

@@ -10,6 +10,7 @@ import trio
 
 from quorum.cli import node_config_or_usage_error, node_options, node_settings, serve_until_signalled, timeout_option
 from quorum.cli_errors import CommandError, ReportingCommand, ReportingGroup
+from quorum.cli_tls import with_client_tls
 
 from ._controller import ControllerConfig
 from ._errors import ErrorCode
@@ -39,8 +40,8 @@ _cluster = click.option("--cluster-id", default="pykraft", show_default=True)
 _json = click.option("--json", "as_json", is_flag=True, help="Print the response as JSON.")
 
 
-def _admin(bootstrap: str, cluster_id: str, timeout_s: float) -> AdminClient:
-    return AdminClient(bootstrap.split(","), cluster_id=cluster_id, timeout_s=timeout_s)
+def _admin(bootstrap: str, cluster_id: str, timeout_s: float, tls: Any) -> AdminClient:
+    return AdminClient(bootstrap.split(","), cluster_id=cluster_id, timeout_s=timeout_s, tls=tls)
 
 
 @click.group("kraft-topics", cls=ReportingGroup)
@@ -87,14 +88,22 @@ async def _wait_for_online_brokers(admin: AdminClient, count: int, timeout_s: fl
 @click.option("--partitions", type=int, default=1, show_default=True)
 @click.option("--replication-factor", type=int, default=1, show_default=True)
 @click.option("--unclean-leader-election", is_flag=True)
+@with_client_tls
 def topics_create(
-    bootstrap: str, cluster_id: str, timeout_s: float, name: str, partitions: int, replication_factor: int, unclean_leader_election: bool
+    bootstrap: str,
+    cluster_id: str,
+    timeout_s: float,
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    unclean_leader_election: bool,
+    tls: Any,
 ) -> None:
     """Create topic NAME, first waiting (up to --timeout-s) until enough
     brokers are Online to hold its replicas."""
 
     async def call() -> Any:
-        async with _admin(bootstrap, cluster_id, timeout_s) as admin:
+        async with _admin(bootstrap, cluster_id, timeout_s, tls) as admin:
             await _wait_for_online_brokers(admin, replication_factor, timeout_s)
             return await admin.create_topic(
                 name, partitions=partitions, replication_factor=replication_factor, unclean_leader_election=unclean_leader_election
@@ -114,9 +123,10 @@ def topics_create(
 @_cluster
 @timeout_option
 @click.argument("names", nargs=-1, required=True)
-def topics_delete(bootstrap: str, cluster_id: str, timeout_s: float, names: tuple[str, ...]) -> None:
+@with_client_tls
+def topics_delete(bootstrap: str, cluster_id: str, timeout_s: float, names: tuple[str, ...], tls: Any) -> None:
     async def call() -> Any:
-        async with _admin(bootstrap, cluster_id, timeout_s) as admin:
+        async with _admin(bootstrap, cluster_id, timeout_s, tls) as admin:
             return await admin.delete_topics(list(names))
 
     response = trio.run(call)
@@ -135,12 +145,13 @@ def topics_delete(bootstrap: str, cluster_id: str, timeout_s: float, names: tupl
 @_json
 @click.option("--linearizable", is_flag=True, help="Through a ReadIndex round, not the leader's local state.")
 @click.argument("names", nargs=-1)
-def topics_describe(bootstrap: str, cluster_id: str, timeout_s: float, as_json: bool, linearizable: bool, names: tuple[str, ...]) -> None:
+@with_client_tls
+def topics_describe(bootstrap: str, cluster_id: str, timeout_s: float, as_json: bool, linearizable: bool, names: tuple[str, ...], tls: Any) -> None:
     """Describe topics NAMES (all topics without names); exit status 1 if
     any of them does not exist."""
 
     async def call() -> Any:
-        async with _admin(bootstrap, cluster_id, timeout_s) as admin:
+        async with _admin(bootstrap, cluster_id, timeout_s, tls) as admin:
             return await admin.describe_topics(list(names) or None, linearizable=linearizable)
 
     response = trio.run(call)
@@ -173,9 +184,10 @@ def topics_describe(bootstrap: str, cluster_id: str, timeout_s: float, as_json: 
 @_bootstrap
 @_cluster
 @timeout_option
-def topics_list(bootstrap: str, cluster_id: str, timeout_s: float) -> None:
+@with_client_tls
+def topics_list(bootstrap: str, cluster_id: str, timeout_s: float, tls: Any) -> None:
     async def call() -> Any:
-        async with _admin(bootstrap, cluster_id, timeout_s) as admin:
+        async with _admin(bootstrap, cluster_id, timeout_s, tls) as admin:
             return await admin.describe_topics(None)
 
     for topic in sorted(trio.run(call).topics, key=lambda topic: topic.name):
@@ -193,11 +205,12 @@ def cluster_main() -> None:
 @timeout_option
 @_json
 @click.option("--linearizable", is_flag=True)
-def cluster_describe(bootstrap: str, cluster_id: str, timeout_s: float, as_json: bool, linearizable: bool) -> None:
+@with_client_tls
+def cluster_describe(bootstrap: str, cluster_id: str, timeout_s: float, as_json: bool, linearizable: bool, tls: Any) -> None:
     """Brokers with state, epoch and incarnation; topic and partition counts."""
 
     async def call() -> Any:
-        async with _admin(bootstrap, cluster_id, timeout_s) as admin:
+        async with _admin(bootstrap, cluster_id, timeout_s, tls) as admin:
             return await admin.describe_cluster(linearizable=linearizable)
 
     response = trio.run(call)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from quorum.client import QuorumClient
+from quorum.runtime import TlsConfig
 
 from ._requests import (
     CreateTopicsRequest,
@@ -37,11 +38,14 @@ class AdminClientError(Exception):
 
 class AdminClient:
     """Requests to the active controller over the quorum's wire protocol;
-    NOT_LEADER answers are followed to the leader. Use as an async context
+    NOT_LEADER answers are followed to the leader. With ``tls`` every
+    connection is mutual TLS (docs/security.md). Use as an async context
     manager."""
 
-    def __init__(self, bootstrap: list[str], *, cluster_id: str = "pykraft", timeout_s: float = 10.0) -> None:
-        self._client = QuorumClient(bootstrap, cluster_id=cluster_id, retry_timeout_s=timeout_s)
+    def __init__(
+        self, bootstrap: list[str], *, cluster_id: str = "pykraft", timeout_s: float = 10.0, tls: TlsConfig | None = None
+    ) -> None:
+        self._client = QuorumClient(bootstrap, cluster_id=cluster_id, retry_timeout_s=timeout_s, tls=tls)
         self.cluster_id = cluster_id
 
     async def __aenter__(self) -> AdminClient:

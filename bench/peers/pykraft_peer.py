@@ -159,6 +159,8 @@ class _AsyncRunner:
 class PykraftCluster(Cluster):
     name = "pykraft"
     label = "pykraft"
+    # Mutual TLS on every connection (docs/security.md): PykraftTlsCluster.
+    tls = False
 
     def __init__(self, value_bytes: int = 100, log: Callable[[str], None] = print) -> None:
         self.value_bytes = value_bytes
@@ -168,6 +170,7 @@ class PykraftCluster(Cluster):
         self.ports: list[int] = []
         self.runner: _AsyncRunner | None = None
         self._leader_query_missing = False
+        self._tls_config: Any = None
 
     @classmethod
     def availability_problem(cls) -> str | None:
@@ -200,6 +203,22 @@ class PykraftCluster(Cluster):
         self.runner = _AsyncRunner(_uses_trio())
         self.workdir = make_temp_dir("pykraft")
         self.ports = free_ports(self.voters)
+        tls_argv: Callable[[int], list[str]] = lambda node_id: []  # noqa: E731
+        if self.tls:
+            from quorum.runtime import TlsConfig, create_cluster_certificates
+
+            certs = self.workdir / "certs"
+            create_cluster_certificates(certs, nodes=range(1, self.voters + 1), clients=["admin"])
+            self._tls_config = TlsConfig(certs / "ca.pem", certs / "client-admin.pem", certs / "client-admin-key.pem")
+
+            def tls_argv(node_id: int) -> list[str]:
+                return [
+                    "--tls-ca", str(certs / "ca.pem"),
+                    "--tls-cert", str(certs / f"node-{node_id}.pem"),
+                    "--tls-key", str(certs / f"node-{node_id}-key.pem"),
+                    "--acl-file", str(certs / "acl.txt"),
+                ]  # fmt: skip
+
         voters = ",".join(f"{i + 1}@{LOOPBACK}:{port}" for i, port in enumerate(self.ports))
         for i in range(self.voters):
             argv = [
@@ -208,6 +227,7 @@ class PykraftCluster(Cluster):
                 "--voters", voters,
                 "--data-dir", str(self.workdir / f"node{i + 1}"),
                 "--cluster-id", CLUSTER_ID,
+                *tls_argv(i + 1),
             ]  # fmt: skip
             self.processes.append(ManagedProcess(f"pykraft-{i + 1}", argv, self.workdir / f"node{i + 1}.log"))
         for process in self.processes:
@@ -279,6 +299,8 @@ class PykraftCluster(Cluster):
     # ---- client plumbing -------------------------------------------------
 
     def _client(self, endpoints: Sequence[str] | None = None) -> Any:
+        if self.tls:
+            return _client_class()(list(endpoints or self.endpoints), cluster_id=CLUSTER_ID, tls=self._tls_config)
         return _client_class()(list(endpoints or self.endpoints), cluster_id=CLUSTER_ID)
 
     def _run(self, main: Callable[[], Awaitable[Any]]) -> Any:
@@ -447,3 +469,13 @@ class PykraftCluster(Cluster):
 
     def log_dir(self) -> Path | None:
         return self.workdir
+
+
+class PykraftTlsCluster(PykraftCluster):
+    """The same three nodes with mutual TLS 1.3 on every connection (a
+    development CA made with ``kraft-quorum certs``'s code in the work
+    directory; the client is ``pykraft://client/admin``)."""
+
+    name = "pykraft-tls"
+    label = "pykraft (TLS)"
+    tls = True

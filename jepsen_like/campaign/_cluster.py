@@ -35,8 +35,9 @@ import trio
 
 from broker_agent import BrokerConfig
 from jepsen_like.nemesis import NetworkTopology
-from quorum import RecordKind
+from quorum import Principal, PrincipalKind, RecordKind
 from quorum.client import QuorumClient
+from quorum.runtime import CertificateAuthority, TlsConfig, create_cluster_certificates
 from quorum.storage import FileStorage
 from registration import RecordDecodeError, RegisterBrokerRecord, TopicRecord, decode_record
 from registration.client import AdminClient
@@ -67,6 +68,9 @@ class ClusterSettings:
     heartbeat_interval_ms: int = 1000
     shutdown_timeout_ms: int = 5000
     snapshot_every_records: int = 5000
+    # Mutual TLS on every connection (docs/security.md): a development CA
+    # per run, a certificate per member, the harness as client "admin".
+    tls: bool = False
 
     @property
     def check_quorum_ms(self) -> float:
@@ -107,6 +111,13 @@ class Cluster:
         self.logs_dir = run_dir / "logs"
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.processes = ProcessGroup()
+        self.certs_dir = run_dir / "certs"
+        # The harness's certificate, shared by every client it opens.
+        self.tls: TlsConfig | None = None
+        self._broker_tls: dict[int, TlsConfig] = {}
+        if settings.tls:
+            create_cluster_certificates(self.certs_dir, nodes=self.controller_ids, brokers=self.broker_ids, clients=["admin"])
+            self.tls = self.tls_config("client-admin")
         zones = [f"az{i}" for i in range(1, settings.controllers + 1)]
         for node_id in self.controller_ids:
             network.add_node(node_id, "controller", zone=zones[node_id - 1])
@@ -159,6 +170,32 @@ class Cluster:
     # Command lines
     # ------------------------------------------------------------------
 
+    def broker_tls(self, broker_id: int) -> TlsConfig:
+        """The certificate of (synthetic) broker ``broker_id``, issued by the
+        run's CA on first use. Raises ``ValueError`` without TLS."""
+        if self.tls is None:
+            raise ValueError("the cluster runs without TLS")
+        config = self._broker_tls.get(broker_id)
+        if config is None:
+            principal = Principal(PrincipalKind.BROKER, str(broker_id))
+            if not (self.certs_dir / f"broker-{broker_id}.pem").exists():
+                CertificateAuthority.load(self.certs_dir).write_member(self.certs_dir, principal)
+            config = self._broker_tls[broker_id] = self.tls_config(f"broker-{broker_id}")
+        return config
+
+    def tls_config(self, stem: str) -> TlsConfig:
+        return TlsConfig(self.certs_dir / "ca.pem", self.certs_dir / f"{stem}.pem", self.certs_dir / f"{stem}-key.pem")
+
+    def _tls_argv(self, stem: str, *, acl: bool) -> list[str]:
+        if self.tls is None:
+            return []
+        argv = [
+            "--tls-ca", str(self.certs_dir / "ca.pem"),
+            "--tls-cert", str(self.certs_dir / f"{stem}.pem"),
+            "--tls-key", str(self.certs_dir / f"{stem}-key.pem"),
+        ]  # fmt: skip
+        return argv + (["--acl-file", str(self.certs_dir / "acl.txt")] if acl else [])
+
     def _timers(self) -> list[str]:
         settings = self.settings
         return [
@@ -181,6 +218,7 @@ class Cluster:
                 "--event-log", str(self.event_log(node_id)),
                 "--snapshot-every-records", str(self.settings.snapshot_every_records),
                 *self._timers(),
+                *self._tls_argv(f"node-{node_id}", acl=True),
             ]  # fmt: skip
             if not self.settings.check_quorum:
                 command.append("--no-check-quorum")
@@ -205,6 +243,7 @@ class Cluster:
                 "--event-log", str(self.event_log(broker_id)),
                 "--shutdown-timeout-ms", str(self.settings.shutdown_timeout_ms),
                 *self._timers(),
+                *self._tls_argv(f"broker-{broker_id}", acl=False),
             ]  # fmt: skip
             return self.network.run_in(broker_id, command)
 
@@ -227,7 +266,13 @@ class Cluster:
         with self.observer_sockets():
             try:
                 async with QuorumClient(
-                    self.observer_bootstrap([node_id]), cluster_id=CLUSTER_ID, retry_timeout_s=timeout_s, request_timeout_s=timeout_s
+                    self.observer_bootstrap([node_id]),
+                    cluster_id=CLUSTER_ID,
+                    retry_timeout_s=timeout_s,
+                    request_timeout_s=timeout_s,
+                    tls=self.tls,
+                    # A broker answers DescribeQuorum from its observer's view.
+                    server_kinds=(PrincipalKind.NODE, PrincipalKind.BROKER),
                 ) as client:
                     return await client.describe()
             except Exception:  # noqa: BLE001 - a node that does not answer has no view
@@ -264,7 +309,7 @@ class Cluster:
             return {}
         with self.observer_sockets():
             try:
-                async with AdminClient(self.observer_bootstrap(), cluster_id=CLUSTER_ID, timeout_s=timeout_s) as admin:
+                async with AdminClient(self.observer_bootstrap(), cluster_id=CLUSTER_ID, timeout_s=timeout_s, tls=self.tls) as admin:
                     with trio.fail_after(timeout_s + 0.5):
                         cluster = await admin.describe_cluster()
             except Exception:  # noqa: BLE001 - no controller active now

@@ -34,6 +34,8 @@ class CampaignOptions:
     # quadratic: seconds for a short run, no JVM; held to the same verdicts
     # by tests/checker).
     checker: str = "spark"
+    # Mutual TLS on every connection, the harness's included (issue 16).
+    tls: bool = False
 
     def describe(self) -> dict[str, Any]:
         described = asdict(self)
@@ -50,4 +52,5 @@ class CampaignOptions:
             check_quorum=self.check_quorum,
             session_timeout_ms=self.session_timeout_ms,
             heartbeat_interval_ms=self.heartbeat_interval_ms,
+            tls=self.tls,
         )

@@ -222,14 +222,14 @@ class Campaign:
         name = cluster.client_name(index % self.options.clients)
         controllers = _rotated(network.bootstrap_for(name, cluster.controller_ids), index)
         brokers = {broker_id: network.address_for(name, broker_id) for broker_id in cluster.broker_ids}
-        return ClientEndpoints(controllers, brokers, lambda: network.client_sockets(name))
+        return ClientEndpoints(controllers, brokers, lambda: network.client_sockets(name), cluster.tls, cluster.broker_tls)
 
     def observer_endpoints(self) -> ClientEndpoints:
         """The harness's own (never cut): for the final reads."""
         assert self.network is not None and self.cluster is not None
         network, cluster = self.network, self.cluster
         brokers = {broker_id: network.address_for("harness", broker_id) for broker_id in cluster.broker_ids}
-        return ClientEndpoints(cluster.observer_bootstrap(), brokers, cluster.observer_sockets)
+        return ClientEndpoints(cluster.observer_bootstrap(), brokers, cluster.observer_sockets, cluster.tls, cluster.broker_tls)
 
     async def _watch(self) -> None:
         """Keep ``view`` and ``broker_view`` fresh for the display."""

@@ -54,6 +54,7 @@ import trio
 from broker_agent import ErrorCode as BrokerErrorCode
 from broker_agent import MetadataRequest, MetadataResponse, ProtocolError
 from quorum.client import IndeterminateError, QuorumClient, QuorumClientError
+from quorum.runtime import PeerNotAuthenticatedError, TlsConfig
 from quorum.runtime import KeyValueStateMachine
 from quorum.wire import ApplicationRequest, ApplicationResponse, ErrorFrame, FrameDecoder, decode_message, encode_message
 from registration import ErrorCode, RegisterBrokerRequest
@@ -99,13 +100,19 @@ class ClientEndpoints:
     controllers: list[str]  # ID@HOST:PORT as the client must dial them
     brokers: dict[int, tuple[str, int]]  # broker id -> address as the client must dial it
     sockets: Callable[[], contextlib.AbstractContextManager[None]]  # netns: the client's namespace
+    tls: TlsConfig | None = None  # the harness's certificate, when the cluster runs TLS
+    # With TLS: the certificate of synthetic broker ``id`` (a registration
+    # is accepted only from the broker its certificate names).
+    broker_tls: Callable[[int], TlsConfig] | None = None
 
     def rotated(self, shift: int) -> ClientEndpoints:
         """The same, with the controllers' list starting ``shift`` further on."""
         if not self.controllers:
             return self
         shift %= len(self.controllers)
-        return ClientEndpoints(self.controllers[shift:] + self.controllers[:shift], self.brokers, self.sockets)
+        return ClientEndpoints(
+            self.controllers[shift:] + self.controllers[:shift], self.brokers, self.sockets, self.tls, self.broker_tls
+        )
 
 
 class _Retired(Exception):
@@ -123,10 +130,11 @@ class _BrokerLink:
     class NoAnswer(Exception):
         pass
 
-    def __init__(self, address: tuple[str, int], cluster_id: str) -> None:
+    def __init__(self, address: tuple[str, int], cluster_id: str, tls: TlsConfig | None = None) -> None:
         self.address = address
         self.cluster_id = cluster_id
-        self.stream: trio.SocketStream | None = None
+        self.tls = tls
+        self.stream: trio.abc.Stream | None = None
         self.decoder = FrameDecoder()
         self.correlation_id = 0
 
@@ -134,8 +142,11 @@ class _BrokerLink:
         with trio.move_on_after(timeout_s) as scope:
             if self.stream is None:
                 try:
-                    self.stream = await trio.open_tcp_stream(*self.address)
-                except OSError as error:
+                    if self.tls is None:
+                        self.stream = await trio.open_tcp_stream(*self.address)
+                    else:
+                        self.stream, _ = await self.tls.connect(*self.address)
+                except (OSError, trio.BrokenResourceError, trio.TooSlowError, PeerNotAuthenticatedError) as error:
                     raise self.NotSent(f"connect: {error}") from error
                 self.decoder = FrameDecoder()
             self.correlation_id += 1
@@ -189,11 +200,34 @@ class _Session:
         self.endpoints = endpoints
         self.stack = contextlib.AsyncExitStack()
         timeout_s = options.request_timeout_s
-        self.quorum = QuorumClient(endpoints.controllers, cluster_id=cluster_id, request_timeout_s=timeout_s, retry_timeout_s=timeout_s)
-        self.admin = AdminClient(endpoints.controllers, cluster_id=cluster_id, timeout_s=timeout_s)
-        self.brokers = {broker_id: _BrokerLink(address, cluster_id) for broker_id, address in endpoints.brokers.items()}
+        tls = endpoints.tls
+        self.cluster_id = cluster_id
+        self.timeout_s = timeout_s
+        self.quorum = QuorumClient(
+            endpoints.controllers, cluster_id=cluster_id, request_timeout_s=timeout_s, retry_timeout_s=timeout_s, tls=tls
+        )
+        self.admin = AdminClient(endpoints.controllers, cluster_id=cluster_id, timeout_s=timeout_s, tls=tls)
+        self.brokers = {broker_id: _BrokerLink(address, cluster_id, tls) for broker_id, address in endpoints.brokers.items()}
         self.broker_epochs: dict[int, int] = {}
         self.broker_floor = -1
+
+    async def register_broker(self, request: RegisterBrokerRequest) -> tuple[Any, str | None]:
+        """RegisterBroker for a synthetic broker; with TLS over a short-lived
+        connection with that broker's certificate. Returns the response and
+        the node that answered. Raises as ``AdminClient.register_broker``."""
+        broker_tls = self.endpoints.broker_tls
+        if broker_tls is None:
+            return await self.admin.register_broker(request), serving_node(self.admin.quorum_client)
+        failure: BaseException | None = None
+        async with AdminClient(
+            self.endpoints.controllers, cluster_id=self.cluster_id, timeout_s=self.timeout_s, tls=broker_tls(request.broker_id)
+        ) as registrar:
+            try:
+                return await registrar.register_broker(request), serving_node(registrar.quorum_client)
+            except (QuorumClientError, AdminClientError) as error:  # re-raised outside the client's nursery
+                failure = error
+        assert failure is not None
+        raise failure
 
     async def __aenter__(self) -> _Session:
         await self.stack.enter_async_context(self.quorum)
@@ -382,13 +416,22 @@ class Workload:
         raise _Retired
 
     async def _controller_call(
-        self, session: _Session, f: str, key: str, value: Any, call: Callable[[], Awaitable[Any]], **extra: Any
+        self,
+        session: _Session,
+        f: str,
+        key: str,
+        value: Any,
+        call: Callable[[], Awaitable[Any]],
+        *,
+        answered_by: bool = False,
+        **extra: Any,
     ) -> tuple[Any, str | None] | None:
         """One controller request as operation ``f`` on ``key``: records the
         invoke, then ``info`` (and retires the process) when the request may
         have happened, ``fail`` when it certainly did not. Returns the
         response and the node that answered, for the caller to record the
-        outcome; None after a recorded failure."""
+        outcome; None after a recorded failure. ``answered_by``: ``call``
+        returns (response, node) itself (it used a client of its own)."""
         process, record = session.process, self.history.record
         record(process, "invoke", f, key, value, **extra)
         try:
@@ -400,6 +443,8 @@ class Workload:
                 self._indeterminate(process, f, key, value, error, **extra)
             record(process, "fail", f, key, value, error=str(error)[:200], **extra)
             return None
+        if answered_by:
+            return response
         return response, serving_node(session.admin.quorum_client)
 
     # ------------------------------------------------------------------
@@ -606,7 +651,7 @@ class Workload:
             broker_id=broker_id, incarnation_id=incarnation, cluster_id=self.cluster_id, listeners=SYNTHETIC_LISTENERS
         )
         answered = await self._controller_call(
-            session, "write", key, incarnation, lambda: session.admin.register_broker(request), **extra
+            session, "write", key, incarnation, lambda: session.register_broker(request), answered_by=True, **extra
         )
         if answered is None:
             return

@@ -32,6 +32,7 @@ from ._workloads import WORKLOADS
 @click.option("--store", type=click.Path(file_okay=False, path_type=Path), default=Path("store"), show_default=True)
 @click.option("--no-check", is_flag=True, help="Record only; do not run the checker.")
 @click.option("--checker", type=click.Choice(["spark", "reference"]), default="spark", show_default=True, help="reference: the checker's pure-Python twin (short runs only).")
+@click.option("--tls/--no-tls", default=False, show_default=True, help="Mutual TLS on every connection: a CA and certificates per run (docs/security.md).")
 @click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal.")
 def campaign_command(
     scenario: str,
@@ -47,6 +48,7 @@ def campaign_command(
     store: Path,
     no_check: bool,
     checker: str,
+    tls: bool,
     plain: bool,
 ) -> None:
     """Run a cluster of real processes under faults, record the history and
@@ -66,6 +68,7 @@ def campaign_command(
         store=store,
         check=not no_check,
         checker=checker,
+        tls=tls,
     )
     display: Any = LiveProgress() if sys.stdout.isatty() and not plain else PlainProgress()
     campaign = Campaign(options, status=display.status)

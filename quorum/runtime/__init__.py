@@ -1,10 +1,14 @@
 """The trio runtime: a ``QuorumNode`` driven over real transports and
 storage. See ``docs/architecture.md``."""
 
+from ._acl_file import AclFile
+from ._certs import CertificateAuthority, create_cluster_certificates
 from ._memory_transport import MemoryNetwork, MemoryTransport
 from ._metrics import FINE_BUCKETS_S, Metrics, scrape_metrics, serve_metrics
 from ._node_api import (
     PROPOSAL_BYTES_MAX,
+    ApplicationAuthorizer,
+    require,
     EventLog,
     NodeConfig,
     QuorumNodeHandle,
@@ -16,9 +20,21 @@ from ._node_api import (
 from ._runtime import LeaderApplication, Proposal, ProposalLostError, QuorumRuntime, ReadNotConfirmedError, Transport
 from ._state_machine import KeyValueStateMachine, StateMachine
 from ._tcp import ConnectionLimits, TcpTransport
+from ._tls import EXPIRY_WARNING_DAYS, PeerNotAuthenticatedError, TlsConfig, TlsError, peer_not_after, peer_principal
 from ._writer import WRITE_ERRORS, StreamWriter
 
 __all__ = [
+    "EXPIRY_WARNING_DAYS",
+    "AclFile",
+    "ApplicationAuthorizer",
+    "CertificateAuthority",
+    "PeerNotAuthenticatedError",
+    "TlsConfig",
+    "TlsError",
+    "create_cluster_certificates",
+    "peer_not_after",
+    "peer_principal",
+    "require",
     "FINE_BUCKETS_S",
     "PROPOSAL_BYTES_MAX",
     "WRITE_ERRORS",

@@ -26,6 +26,7 @@ from typing import Any
 
 import trio
 
+from .._access import AccessControlList, Operation, Principal
 from .._config import QuorumConfig
 from .._messages import ErrorCode
 from .._node import NotLeaderError, QuorumDescription
@@ -45,7 +46,9 @@ from ..wire import (
 from ._metrics import Metrics, serve_metrics
 from ._runtime import LeaderApplication, ProposalLostError, QuorumRuntime, ReadNotConfirmedError
 from ._state_machine import KeyValueStateMachine, StateMachine
+from ._acl_file import AclFile
 from ._tcp import ConnectionLimits, TcpTransport
+from ._tls import EXPIRY_WARNING_DAYS, TlsConfig
 
 logger = logging.getLogger("pykraft.quorum")
 
@@ -106,6 +109,12 @@ class NodeConfig:
     overrides ``QuorumConfig`` fields (``election_timeout_ms``, ...).
     ``connection_limits`` bounds what peers and clients may cost the node
     (docs/operations.md, "Hostile peers and clients").
+
+    ``tls`` makes every connection mutual TLS 1.3 and refuses plaintext
+    (docs/security.md); None is plaintext, which the node announces in
+    one log line at startup. ``acl_file`` names the ACL (reloaded by
+    ``QuorumNodeHandle.reload_security``); None keeps the defaults (reads
+    for every authenticated principal, administration for none).
     """
 
     node_id: int
@@ -125,8 +134,12 @@ class NodeConfig:
     # "repair" it from a leader, neither voting nor standing until then
     # (docs/storage.md, "Repair"), or "refuse" to start (an operator steps in).
     on_damage: str = "repair"
+    tls: TlsConfig | None = None
+    acl_file: Path | str | None = None
 
     def __post_init__(self) -> None:
+        if self.acl_file is not None and self.tls is None:
+            raise ValueError("acl_file needs tls: on a plaintext listener nobody is authenticated")
         if self.on_damage not in ("repair", "refuse"):
             raise ValueError(f"on_damage must be 'repair' or 'refuse', got {self.on_damage!r}")
         unknown = set(self.quorum) - _QUORUM_FIELDS
@@ -144,10 +157,34 @@ class NodeConfig:
 class QuorumNodeHandle:
     """What ``open_quorum_node`` yields."""
 
-    def __init__(self, runtime: QuorumRuntime, transport: TcpTransport | None) -> None:
+    def __init__(
+        self,
+        runtime: QuorumRuntime,
+        transport: TcpTransport | None,
+        tls: TlsConfig | None = None,
+        acl: AclFile | None = None,
+    ) -> None:
         self.runtime = runtime
         self._transport = transport
+        self.tls = tls
+        self._acl = acl if acl is not None else AclFile(None)
         self.metrics_port: int | None = None
+
+    @property
+    def acl(self) -> AccessControlList:
+        return self._acl.acl
+
+    def reload_security(self) -> None:
+        """Read the certificate, key, CA bundle and ACL file again (what a
+        node process does on SIGHUP): new connections use the new
+        certificate, open ones keep theirs. Raises ``TlsError``,
+        ``ValueError`` or ``OSError`` for a file that cannot be used; what
+        was in force then stays."""
+        if self.tls is not None:
+            self.tls.reload()
+            logger.info("TLS certificate reloaded: %s, expires %s", self.tls.principal, self.tls.not_after.isoformat())
+        self._acl.reload()
+        note_certificate_expiry(self.runtime.metrics, self.tls)
 
     @property
     def node_id(self) -> int:
@@ -281,6 +318,71 @@ def propose_from_client(runtime: QuorumRuntime, request: Any, reply: Callable[[A
     return True
 
 
+#: ``authorize_application(principal, payload, acl)``: why an authenticated
+#: principal may not send this ``ApplicationRequest`` payload, or None.
+ApplicationAuthorizer = Callable[[Principal, bytes, AccessControlList], "str | None"]
+
+
+def require(operation: Operation) -> ApplicationAuthorizer:
+    """An ``ApplicationAuthorizer`` that requires ``operation`` for every
+    payload (a broker's client requests are all reads)."""
+
+    def authorize(principal: Principal, payload: bytes, acl: AccessControlList) -> str | None:
+        return None if acl.allows(principal, operation) else f"{principal} may not {operation.value}"
+
+    return authorize
+
+
+def authorize_client_request(
+    acl: AclFile, application: ApplicationAuthorizer | None
+) -> Callable[[Principal | None, Any], str | None]:
+    """The node's ``RequestAuthorizer``: raw writes (ProposeRequest) are
+    administration, reads and DescribeQuorum are reads, an application's
+    requests are for ``application`` to judge (administration without one).
+    A plaintext connection (no principal) is not judged: choosing plaintext
+    is choosing no authentication."""
+
+    def authorize(principal: Principal | None, request: Any) -> str | None:
+        if principal is None:
+            return None
+        kind = type(request)
+        if kind is ApplicationRequest and application is not None:
+            return application(principal, request.payload, acl.acl)
+        operation = Operation.READ if kind is ReadRequest or kind is DescribeQuorumRequest else Operation.ADMIN
+        if acl.acl.allows(principal, operation):
+            return None
+        return f"{principal} may not {operation.value} ({kind.__name__})"
+
+    return authorize
+
+
+#: How often a node looks again at how long its certificate has left.
+EXPIRY_CHECK_INTERVAL_S = 3600.0
+
+
+def note_certificate_expiry(metrics: Metrics, tls: TlsConfig | None) -> None:
+    """The expiry gauge of this process's certificate: when it expires, as
+    a Unix time (alert on ``... - time() < 14 * 86400``)."""
+    if tls is None:
+        return
+    metrics.set_gauge(
+        "pykraft_tls_certificate_expiry_timestamp_seconds",
+        tls.not_after.timestamp(),
+        "When this process's TLS certificate expires (Unix time; updated on reload).",
+        principal=tls.principal.uri,
+    )
+
+
+async def warn_before_expiry(tls: TlsConfig) -> None:
+    """Log a warning every ``EXPIRY_CHECK_INTERVAL_S`` while the
+    certificate (as last reloaded) expires within ``EXPIRY_WARNING_DAYS``."""
+    while True:
+        days = tls.days_left()
+        if days < EXPIRY_WARNING_DAYS:
+            logger.warning("the TLS certificate %s (%s) expires in %.1f days: renew it and send SIGHUP", tls.cert_file, tls.principal, days)
+        await trio.sleep(EXPIRY_CHECK_INTERVAL_S)
+
+
 def open_storage(config: NodeConfig) -> FileStorage | MemoryStorage:
     if config.data_dir is None:
         return MemoryStorage()
@@ -327,6 +429,7 @@ async def open_quorum_node(
     leader_application: LeaderApplication | None = None,
     request_handler: Callable[[QuorumRuntime, Any], Awaitable[Any]] | None = None,
     event_log: EventLog | None = None,
+    authorize_application: ApplicationAuthorizer | None = None,
 ) -> AsyncIterator[QuorumNodeHandle]:
     """Run a quorum node for the duration of the ``async with`` block.
 
@@ -336,11 +439,22 @@ async def open_quorum_node(
     corrupt election state). ``request_handler(runtime, request)`` replaces
     the default answers to clients' wire requests (a broker serves its own).
     ``event_log`` replaces the one opened from ``config.event_log`` (the
-    caller then closes it).
+    caller then closes it). ``authorize_application`` judges the
+    ``ApplicationRequest`` payloads of authenticated clients (default: they
+    need ``admin``).
     """
     machine = state_machine if state_machine is not None else KeyValueStateMachine()
+    acl = AclFile(config.acl_file)
     storage = open_storage(config)
     metrics = Metrics()
+    if config.tls is None:
+        logger.warning(
+            "node %d: PLAINTEXT, no TLS: any process that reaches %s:%d may speak as any node, broker or client",
+            config.node_id, *(config.listen or ("-", 0)),
+        )  # fmt: skip
+    else:
+        logger.info("node %d: mutual TLS 1.3 as %s; plaintext connections are refused", config.node_id, config.tls.principal)
+        note_certificate_expiry(metrics, config.tls)
     own_event_log = event_log is None
     events = EventLog(config.event_log) if event_log is None else event_log
 
@@ -364,6 +478,8 @@ async def open_quorum_node(
         ),
         connection_limits=config.connection_limits,
         metrics=metrics,
+        tls=config.tls,
+        authorize=authorize_client_request(acl, authorize_application) if config.tls is not None else None,
     )
     runtime = QuorumRuntime(
         config.quorum_config(),
@@ -378,10 +494,12 @@ async def open_quorum_node(
         leader_application=leader_application,
     )
     runtime_ref.append(runtime)
-    handle = QuorumNodeHandle(runtime, transport)
+    handle = QuorumNodeHandle(runtime, transport, config.tls, acl)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime.run)
+            if config.tls is not None:
+                nursery.start_soon(warn_before_expiry, config.tls)
             if config.metrics_listen is not None:
                 host, port = config.metrics_listen
                 handle.metrics_port = await nursery.start(serve_metrics, metrics, host, port)

@@ -19,6 +19,16 @@ per connection. Past that last bound, or while more than
 ``write_backlog_bytes_max`` of answers wait to be written (a client that
 sends and never reads), the connection is not read until answers drain.
 
+With a ``TlsConfig``, every connection is mutual TLS 1.3 (docs/security.md):
+an inbound one is wrapped at accept and must finish its handshake within
+``HANDSHAKE_TIMEOUT_S``; an outbound one must reach the node whose
+principal it expects. The principal of the peer's certificate then goes
+with every message it sends: Raft messages are checked against it
+(``quorum.refuse_quorum_message``: a node speaks only as itself, a broker
+only fetches as itself), client requests are put to the ``authorize``
+callback. A refusal is answered with CLUSTER_AUTHORIZATION_FAILED, counted
+and logged with the principal; the connection stays open.
+
 Replication first: quorum messages (Vote, BeginQuorumEpoch, Fetch, ...) go
 to the core from the task that read them, whatever a connection's client
 requests are doing, and never count against the in-flight bound (only
@@ -41,6 +51,7 @@ from typing import Any
 
 import trio
 
+from .._access import Principal, PrincipalKind, refuse_quorum_message
 from .._messages import MESSAGE_TYPES, FetchRequest, FetchSnapshotRequest, Message
 from ..wire import (
     NODE_LIMITS,
@@ -61,6 +72,7 @@ from ..wire import (
 from .._messages import ErrorCode
 from ._metrics import Metrics
 from ._runtime import Transport
+from ._tls import HANDSHAKE_TIMEOUT_S, PeerNotAuthenticatedError, TlsConfig, handshake_failure_reason, peer_principal
 from ._writer import StreamWriter
 from . import _trace
 
@@ -177,6 +189,10 @@ RequestHandler = Callable[[Any], Awaitable[Any]]
 # (a proposal answered from the core task when it commits: no task per
 # request); False leaves the request to the ``RequestHandler``.
 FastRequestHandler = Callable[[Any, Callable[[Any], None]], bool]
+# Asked before a client request is served, with the principal of the
+# connection it came on (None on a plaintext listener): why it is refused,
+# or None to serve it.
+RequestAuthorizer = Callable[[Principal | None, Any], str | None]
 
 
 class _Connection:
@@ -184,9 +200,17 @@ class _Connection:
     once, no task hop), frames in through a decoder."""
 
     def __init__(
-        self, stream: trio.SocketStream, peer: str, cluster_id: str, limits: WireLimits, host: str = ""
+        self,
+        stream: trio.abc.Stream,
+        peer: str,
+        cluster_id: str,
+        limits: WireLimits,
+        host: str = "",
+        principal: Principal | None = None,
     ) -> None:
         self.stream = stream
+        # Who the peer's certificate says it is (None without TLS).
+        self.principal = principal
         self.peer = peer
         self.host = host or peer
         self.cluster_id = cluster_id
@@ -284,8 +308,13 @@ class TcpTransport(Transport):
         fast_request_handler: FastRequestHandler | None = None,
         connection_limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
         metrics: Metrics | None = None,
+        tls: TlsConfig | None = None,
+        authorize: RequestAuthorizer | None = None,
     ) -> None:
         self.node_id = node_id
+        self.tls = tls
+        self.authorize = authorize
+        self.voter_ids = frozenset(peer_addresses)
         self.cluster_id = cluster_id
         self.listen = listen
         self.peer_addresses = {peer: address for peer, address in peer_addresses.items() if peer != node_id}
@@ -364,15 +393,15 @@ class TcpTransport(Transport):
         queue, name = self._queues[peer], f"node {peer} at {host}:{port}"
         while True:
             try:
-                stream = await trio.open_tcp_stream(host, port)
-            except OSError as error:
+                stream, principal = await self._connect(peer, host, port)
+            except (OSError, trio.BrokenResourceError, trio.TooSlowError, PeerNotAuthenticatedError) as error:
                 logger.debug("cannot connect to %s: %s", name, error)
                 self._unreachable(peer)
                 await trio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, RECONNECT_BACKOFF_MAX_S)
                 continue
             backoff_s = RECONNECT_BACKOFF_MIN_S
-            connection = _Connection(stream, name, self.cluster_id, self.limits, host)
+            connection = _Connection(stream, name, self.cluster_id, self.limits, host, principal)
             try:
                 # trio nurseries wrap errors in exception groups: each task
                 # handles its own connection errors, so none escapes.
@@ -393,6 +422,36 @@ class TcpTransport(Transport):
             # may stand early if it was our leader.
             self._unreachable(peer)
             await trio.sleep(backoff_s)
+
+    async def _connect(self, peer: int, host: str, port: int) -> tuple[trio.abc.Stream, Principal | None]:
+        """A stream to voter ``peer``; with TLS, only once its certificate
+        proved it is that node. Raises ``OSError``, ``trio.BrokenResourceError``
+        or ``trio.TooSlowError`` (the handshake), ``PeerNotAuthenticatedError``."""
+        if self.tls is None:
+            return await trio.open_tcp_stream(host, port), None
+        try:
+            stream, principal = await self.tls.connect(host, port)
+        except (trio.BrokenResourceError, trio.TooSlowError, PeerNotAuthenticatedError) as error:
+            self._count_handshake_failure(error)
+            self._log.warning(
+                host, "tls_handshake", "TLS with node %d at %s:%d failed: %s", peer, host, port, handshake_failure_reason(error)
+            )
+            raise
+        if principal.kind is not PrincipalKind.NODE or principal.member_id != peer:
+            await trio.aclose_forcefully(stream)
+            self._count_handshake_failure(None, "wrong_principal")
+            self._log.warning(
+                host, "wrong_principal", "%s:%d presented %s, not pykraft://node/%d: not connecting", host, port, principal, peer
+            )
+            raise PeerNotAuthenticatedError(f"{host}:{port} is {principal}, not node {peer}")
+        return stream, principal
+
+    def _count_handshake_failure(self, error: BaseException | None, reason: str | None = None) -> None:
+        self.metrics.add_to_counter(
+            "pykraft_tls_handshake_failures_total",
+            help_text="TLS handshakes that failed (no or untrusted or expired certificate, wrong principal, timeout).",
+            reason=reason or (handshake_failure_reason(error) if error is not None else "unknown"),
+        )
 
     async def _drain(self, peer: int, queue: deque[Message], connection: _Connection) -> None:
         """Send what queued up while the link was down, then let ``send``
@@ -451,9 +510,31 @@ class TcpTransport(Transport):
                 )
                 nursery.start_soon(self._serve_inbound, stream, host, f"{host}:{port}")
 
-    async def _serve_inbound(self, stream: trio.SocketStream, host: str, name: str) -> None:
-        connection = _Connection(stream, name, self.cluster_id, self.limits, host)
+    async def _accept_tls(self, stream: trio.SocketStream, host: str, name: str) -> _Connection | None:
+        """The TLS handshake of an inbound connection; None (logged,
+        counted, closed) when the peer did not prove a principal."""
+        assert self.tls is not None
+        secure = self.tls.wrap_server(stream)
         try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                await secure.do_handshake()
+            principal = peer_principal(secure)
+        except (trio.BrokenResourceError, trio.TooSlowError, PeerNotAuthenticatedError) as error:
+            self._count_handshake_failure(error)
+            self._log.warning(host, "tls_handshake", "refused a connection from %s: TLS: %s", name, handshake_failure_reason(error))
+            await trio.aclose_forcefully(secure)
+            return None
+        return _Connection(secure, f"{name} ({principal})", self.cluster_id, self.limits, host, principal)
+
+    async def _serve_inbound(self, stream: trio.SocketStream, host: str, name: str) -> None:
+        connection: _Connection | None = None
+        try:
+            if self.tls is None:
+                connection = _Connection(stream, name, self.cluster_id, self.limits, host)
+            else:
+                connection = await self._accept_tls(stream, host, name)
+                if connection is None:
+                    return
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(connection.run_writer, nursery.cancel_scope)
                 await self._read_loop(connection, nursery.cancel_scope, nursery)
@@ -467,6 +548,9 @@ class TcpTransport(Transport):
             else:
                 del self._inbound_by_host[host]
             self.metrics.set_gauge("pykraft_quorum_connections_open", self._inbound_open)
+            if connection is None:
+                await trio.aclose_forcefully(stream)
+                return
             await connection.aclose()
             for node_id, path in list(self._return_paths.items()):
                 if path is connection:
@@ -611,7 +695,13 @@ class TcpTransport(Transport):
         self, connection: _Connection, message: Any, correlation_id: int, nursery: trio.Nursery | None, size: int
     ) -> None:
         kind = type(message)
+        principal = connection.principal
         if kind in _QUORUM_MESSAGE_TYPES:
+            if principal is not None:
+                refusal = refuse_quorum_message(principal, message, self.voter_ids)
+                if refusal is not None:
+                    self._refuse(connection, "quorum", refusal, correlation_id)
+                    return
             if message.dst != self.node_id:
                 self._log.warning(
                     connection.host, "wrong_node", "%s sent a message for node %d to node %d: dropped",
@@ -625,7 +715,8 @@ class TcpTransport(Transport):
             self._deliver(message)
         elif kind is Hello:
             logger.debug("%s is %s %s", connection.peer, message.role, message.node_id)
-            if message.role == "voter" and message.node_id in self.peer_addresses:
+            proven = principal is None or (principal.kind is PrincipalKind.NODE and principal.member_id == message.node_id)
+            if message.role == "voter" and message.node_id in self.peer_addresses and proven:
                 connection.from_voter = True
         elif kind is ErrorFrame:
             self._log.warning(
@@ -647,6 +738,8 @@ class TcpTransport(Transport):
                     ),
                     correlation_id,
                 )
+        elif self.authorize is not None and (refusal := self.authorize(principal, message)) is not None:
+            self._refuse(connection, "request", refusal, correlation_id)
         elif self.fast_request_handler is not None and self._handle_fast(connection, message, correlation_id, size):
             pass
         elif self.request_handler is not None:
@@ -656,6 +749,20 @@ class TcpTransport(Transport):
             self._log.warning(
                 connection.host, "not_served", "%s sent a %s, which this node does not serve", connection.peer, kind.__name__
             )
+
+    def _refuse(self, connection: _Connection, kind: str, refusal: str, correlation_id: int) -> None:
+        """An authenticated peer asked for what its principal may not do:
+        answer, count, log (the connection stays open)."""
+        self.metrics.add_to_counter(
+            "pykraft_authorization_denials_total",
+            help_text="Messages and requests refused because the sender's principal may not send them.",
+            kind=kind,
+        )
+        self._log.warning(connection.host, "denied_" + kind, "refused from %s: %s", connection.peer, refusal)
+        connection.send(
+            ErrorFrame(code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, message=refusal[:200], correlation_id=correlation_id),
+            correlation_id,
+        )
 
     async def _handle_request(self, connection: _Connection, request: Any, correlation_id: int, size: int) -> None:
         assert self.request_handler is not None

@@ -8,6 +8,11 @@ at once with a non-blocking ``write`` on the socket; only what the kernel
 does not take (a full send buffer) is kept, in order, for ``run()`` to send
 with ``send_all`` once the socket is writable again. Bytes never overtake
 each other: while anything is kept back, later writes queue behind it.
+
+A TLS stream (``trio.SSLStream``) has no socket to write to directly: its
+bytes must be encrypted in order by the stream itself, so every write is
+kept for ``run()`` (one task hop per burst; writes made while it sends are
+joined into one ``send_all``).
 """
 
 from __future__ import annotations
@@ -23,10 +28,13 @@ WRITE_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 class StreamWriter:
     """The only writer of ``stream`` (nothing else may send on it)."""
 
-    __slots__ = ("stream", "_pending", "_pending_bytes", "_flushing", "_wakeup", "error", "closed", "on_drained")
+    __slots__ = ("stream", "_direct", "_pending", "_pending_bytes", "_flushing", "_wakeup", "error", "closed", "on_drained")
 
-    def __init__(self, stream: trio.SocketStream) -> None:
+    def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
+        # A plain socket stream is written directly; anything else (TLS)
+        # through ``run()``.
+        self._direct = isinstance(stream, trio.SocketStream)
         # Called (no arguments) each time ``run`` has handed every kept-back
         # byte to the kernel: a reader holding back for the backlog to drain
         # resumes then.
@@ -54,11 +62,12 @@ class StreamWriter:
             raise self.error
         if self.closed:
             raise trio.ClosedResourceError("the connection is closed")
-        if self._pending or self._flushing:
+        if self._pending or self._flushing or not self._direct:
             self._keep(data)
             return
         # fileno() is -1 once the socket is closed, so a closed descriptor
         # number (perhaps reused by another file) is never written to.
+        assert isinstance(self.stream, trio.SocketStream)
         fd = self.stream.socket.fileno()
         if fd < 0:
             self.closed = True

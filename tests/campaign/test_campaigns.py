@@ -177,3 +177,21 @@ async def test_storage_faults_on_real_processes_are_recorded_survived_and_lose_n
     assert result.ops["ok"] > 100
     report = result.report.read_text()
     assert "storage-flip-byte" in report and "hatch-disk" in report and "disk-full" in report
+
+
+async def test_a_chaos_campaign_over_mutual_tls_is_valid_and_nothing_is_refused(tmp_path):
+    """Issue 16: every connection TLS (controllers, brokers, the harness's
+    clients, synthetic brokers registering with their own certificates);
+    the faults pass TLS through the proxy unchanged, the history is valid,
+    and no request of the harness was refused by the ACL or the binding."""
+    result = await run(tmp_path, None, scenario="chaos", time_limit_s=20, seed=4, checker="reference", tls=True)
+    assert result.checker_error is None
+    assert result.faults >= 2
+    assert result.ops["ok"] > 100
+    assert result.valid is True, result.anomalies
+    history = (result.run_dir / "history.jsonl").read_text()
+    assert "may not" not in history and "AUTHORIZATION" not in history
+    registrations = [json.loads(line) for line in history.splitlines() if '"register_broker"' in line]
+    assert any(event["type"] == "ok" for event in registrations), "synthetic brokers registered over TLS"
+    logs = "".join(path.read_text() for path in (result.run_dir / "logs").glob("node*.log"))
+    assert "mutual TLS 1.3 as pykraft://node/1" in logs and "PLAINTEXT" not in logs

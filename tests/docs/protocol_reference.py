@@ -43,6 +43,7 @@ CLIENT_ACTION: dict[str, str] = {
     "TOPIC_ALREADY_EXISTS": "definite: the name is taken (after a retried create, it may be yours: describe it)",
     "INVALID_PARTITIONS": "definite: fix the partition count",
     "INVALID_REPLICATION_FACTOR": "fix the replication factor, or wait until enough brokers are Online",
+    "CLUSTER_AUTHORIZATION_FAILED": "definite: the sender's certificate principal may not do this (a Raft message under another id, a registration for another broker, an operation the ACL does not grant); the connection stays open. Use the right certificate or ask for a grant (docs/security.md)",
     "INVALID_REQUEST": "a bug in the sender (malformed or contradictory request): do not retry, report it",
     "FENCED_LEADER_EPOCH": "the sender's epoch is older than the receiver's: learn the new leader (the response's `leader_id` and epoch, or DescribeQuorum) and retry there",
     "UNKNOWN_LEADER_EPOCH": "the sender's epoch is newer than the receiver's, which lags: back off and retry",

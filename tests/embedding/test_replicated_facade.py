@@ -200,3 +200,30 @@ def test_calls_from_a_trio_program_through_to_thread(counters):
 
     trio.run(main)
     assert sorted(results) == [3, 6, 9]
+
+
+def test_replicated_objects_over_mutual_tls_forward_with_the_node_certificate(tmp_path):
+    """Issue 16, the embedding API: ``tls=`` among the node options secures
+    the node and its forwarding client (the node's own certificate)."""
+    from quorum.runtime import TlsConfig, create_cluster_certificates
+
+    create_cluster_certificates(tmp_path, nodes=[1, 2, 3])
+    voters = voters_text(3)
+    nodes = [
+        Counter().start(
+            node_id=node_id,
+            voters=voters,
+            tls=TlsConfig(tmp_path / "ca.pem", tmp_path / f"node-{node_id}.pem", tmp_path / f"node-{node_id}-key.pem"),
+        )
+        for node_id in (1, 2, 3)
+    ]
+    try:
+        leader_id = nodes[0].wait_for_leader(timeout_s=30)
+        for node in nodes:
+            node.wait_for_leader(timeout_s=30)
+        follower = nodes[leader_id % 3]  # any node but the leader
+        assert follower.add(3) == 3
+        assert follower.value() == 3
+    finally:
+        for node in nodes:
+            node.close()
