@@ -1,0 +1,377 @@
+"""The browser playground's driver: a live simulation a learner steers.
+
+The playground page (``playground/``, built by ``tools/build_playground.py``)
+runs this module under Pyodide; its JavaScript only draws :meth:`Playground.view`
+and forwards clicks as actions. ``jepsen-like sim --from-playground FILE``
+replays a saved session through this same class, so a replay in Python is the
+same code as the page, and its trace is byte-identical.
+
+A session is the whole state: a seed, a few options, and the learner's
+actions, each stamped with the virtual time (in microseconds) at which it was
+applied. Applying an action at time T means: process every event due at or
+before T, then act. Because the simulator orders events by (time, sequence)
+and draws every random choice from the seed, running to T in one go or in
+many small steps reaches the same state, so the session replays exactly.
+
+The file format (``format`` 1)::
+
+    {"format": 1, "seed": 7, "options": {"voters": 3, "check_quorum": true,
+     "pre_vote": true}, "actions": [{"at_us": 2500000, "do": "crash",
+     "node": 2}, ...], "until_us": 9000000}
+
+Actions (``do``): ``crash``, ``restart``, ``pause``, ``resume`` (a node);
+``cut`` / ``mend`` (the link between ``node`` and ``peer``, both ways);
+``heal`` (every link); ``write`` (``node``, ``key``, ``value``); ``read``
+(``node``, ``key``, ``mode``: linearizable or leader-local); ``set``
+(``node``, ``option``: check_quorum or pre_vote, ``on``): a node's own
+setting, which takes effect when its process next starts (as a changed
+configuration does).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from quorum import QuorumConfig
+
+from ._cluster import US_PER_MS, InvariantViolation, SimOptions, Simulation
+from ._recorder import Recording
+from ._scenarios import find_stale_reads
+
+FORMAT = 1
+MAX_VOTERS = 7
+MAX_ACTIONS = 100_000
+# A session may run this long (virtual): bounds what a shared file can cost.
+MAX_TIME_US = 3_600 * 1_000_000
+MAX_TEXT = 64
+READ_MODES = ("linearizable", "leader-local")
+NODE_OPTIONS = ("check_quorum", "pre_vote")
+# A leader-local read may lag this far behind an acknowledged write before
+# it counts as stale (the harness's leader-local bound).
+LEADER_LOCAL_BOUND_MS = 0.0
+# Dropped messages stay on screen (marked) this long after they were sent.
+DROPPED_SHOWN_US = 30 * US_PER_MS
+_NODE_ACTIONS = ("crash", "restart", "pause", "resume")
+
+
+class PlaygroundError(ValueError):
+    """A session file or an action that cannot be applied (the learner's or
+    the file's fault); the message says which field and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One thing the learner did, at virtual time ``at_us``."""
+
+    at_us: int
+    do: str
+    node: int | None = None
+    peer: int | None = None
+    key: str | None = None
+    value: str | None = None
+    mode: str | None = None
+    option: str | None = None
+    on: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__ if getattr(self, name) is not None}
+
+
+class _NodeOptions(SimOptions):
+    """SimOptions with per-node overrides of check quorum and pre-vote."""
+
+    __slots__ = ("overrides",)
+
+    def quorum_config(self, node_id: int) -> QuorumConfig:
+        config = SimOptions.quorum_config(self, node_id)
+        own = self.overrides.get(node_id, {})
+        return QuorumConfig(
+            node_id=config.node_id,
+            voters=config.voters,
+            tick_ms=config.tick_ms,
+            election_timeout_ms=config.election_timeout_ms,
+            fetch_timeout_ms=config.fetch_timeout_ms,
+            check_quorum=own.get("check_quorum", config.check_quorum),
+            check_quorum_factor=config.check_quorum_factor,
+            pre_vote=own.get("pre_vote", config.pre_vote),
+            fast_failover=config.fast_failover,
+            snapshot_retained_records=config.snapshot_retained_records,
+        )
+
+
+def _field(raw: Mapping[str, Any], name: str, kind: type, where: str) -> Any:
+    value = raw.get(name)
+    if kind is int and (not isinstance(value, int) or isinstance(value, bool)):
+        raise PlaygroundError(f"{where}: {name!r} must be an integer, not {value!r}")
+    if kind is bool and not isinstance(value, bool):
+        raise PlaygroundError(f"{where}: {name!r} must be true or false, not {value!r}")
+    if kind is str and (not isinstance(value, str) or not 0 < len(value) <= MAX_TEXT):
+        raise PlaygroundError(f"{where}: {name!r} must be a string of 1 to {MAX_TEXT} characters, not {value!r}")
+    return value
+
+
+def parse_action(raw: Any, voters: int, where: str = "action") -> Action:
+    """Validate one action from the page or a file; raises PlaygroundError."""
+    if not isinstance(raw, Mapping):
+        raise PlaygroundError(f"{where}: must be an object, not {raw!r}")
+    at_us = _field(raw, "at_us", int, where)
+    if not 0 <= at_us <= MAX_TIME_US:
+        raise PlaygroundError(f"{where}: 'at_us' {at_us} is outside 0..{MAX_TIME_US}")
+    do = raw.get("do")
+
+    def node(name: str = "node") -> int:
+        value = _field(raw, name, int, where)
+        if not 1 <= value <= voters:
+            raise PlaygroundError(f"{where}: {name!r} {value} is not a node (1..{voters})")
+        return value
+
+    if do in _NODE_ACTIONS:
+        return Action(at_us, do, node=node())
+    if do in ("cut", "mend"):
+        a, b = node(), node("peer")
+        if a == b:
+            raise PlaygroundError(f"{where}: a link joins two different nodes, not n{a} and itself")
+        return Action(at_us, do, node=a, peer=b)
+    if do == "heal":
+        return Action(at_us, do)
+    if do == "write":
+        return Action(at_us, do, node=node(), key=_field(raw, "key", str, where), value=_field(raw, "value", str, where))
+    if do == "read":
+        mode = raw.get("mode")
+        if mode not in READ_MODES:
+            raise PlaygroundError(f"{where}: 'mode' must be one of {', '.join(READ_MODES)}, not {mode!r}")
+        return Action(at_us, do, node=node(), key=_field(raw, "key", str, where), mode=mode)
+    if do == "set":
+        option = raw.get("option")
+        if option not in NODE_OPTIONS:
+            raise PlaygroundError(f"{where}: 'option' must be one of {', '.join(NODE_OPTIONS)}, not {option!r}")
+        return Action(at_us, do, node=node(), option=option, on=_field(raw, "on", bool, where))
+    raise PlaygroundError(f"{where}: unknown 'do' {do!r}")
+
+
+class Playground:
+    """A live simulation plus the actions that steered it (module docstring).
+
+    ``trace`` holds the simulator's story lines, exactly as ``jepsen-like
+    sim`` prints them. Raises PlaygroundError for bad options.
+    """
+
+    def __init__(self, seed: int, options: Mapping[str, Any] | None = None) -> None:
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
+            raise PlaygroundError(f"'seed' must be an integer in 0..2**63-1, not {seed!r}")
+        options = dict(options or {})
+        unknown = sorted(set(options) - {"voters", "check_quorum", "pre_vote"})
+        if unknown:
+            raise PlaygroundError(f"options: unknown {', '.join(unknown)}")
+        voters = options.get("voters", 3)
+        if not isinstance(voters, int) or isinstance(voters, bool) or not 1 <= voters <= MAX_VOTERS:
+            raise PlaygroundError(f"options: 'voters' must be 1..{MAX_VOTERS}, not {voters!r}")
+        for name in NODE_OPTIONS:
+            if not isinstance(options.get(name, True), bool):
+                raise PlaygroundError(f"options: {name!r} must be true or false")
+        self.seed = seed
+        self.options = {"voters": voters, "check_quorum": options.get("check_quorum", True), "pre_vote": options.get("pre_vote", True)}
+        sim_options = _NodeOptions(voters=voters, check_quorum=self.options["check_quorum"], pre_vote=self.options["pre_vote"])
+        sim_options.overrides = {}
+        self.recording = Recording()
+        sim_options.recorder = self.recording
+        self.trace: list[str] = []
+        self.actions: list[Action] = []
+        self.violation: str | None = None
+        self.sim = Simulation(seed, sim_options, trace=self.trace.append)
+
+    # -- time -------------------------------------------------------------------
+
+    @property
+    def now_us(self) -> int:
+        return self.sim.now_us
+
+    def run_until(self, time_us: int) -> None:
+        """Advance virtual time to ``time_us`` (no-op if already past); a
+        broken invariant stops the clock and is kept in ``violation``."""
+        if self.violation is not None or time_us <= self.sim.now_us:
+            return
+        try:
+            self.sim.run_until_us(min(time_us, MAX_TIME_US))
+        except InvariantViolation as broken:
+            self.violation = str(broken)
+            self.trace.append(f"{self.sim.now_ms:10.3f} INVARIANT BROKEN {broken}")
+
+    def step(self) -> None:
+        """Advance to the next moment anything happens (every event due
+        then is handled, so that a step is a place an action can replay at)."""
+        next_us = self.sim.next_event_us
+        if next_us is not None:
+            self.run_until(next_us)
+
+    # -- actions ----------------------------------------------------------------
+
+    def apply(self, raw: Any) -> Action:
+        """Validate and apply an action at its ``at_us`` (which may not lie
+        in the past); it is recorded. Raises PlaygroundError."""
+        if len(self.actions) >= MAX_ACTIONS:
+            raise PlaygroundError(f"a session holds at most {MAX_ACTIONS} actions")
+        action = parse_action(raw, self.options["voters"], f"action {len(self.actions) + 1}")
+        if action.at_us < self.sim.now_us:
+            raise PlaygroundError(f"action {len(self.actions) + 1}: at {action.at_us} us, before now ({self.sim.now_us} us)")
+        self.run_until(action.at_us)
+        self.actions.append(action)
+        self._do(action)
+        return action
+
+    def act(self, **fields: Any) -> Action:
+        """Apply an action now (the page's buttons)."""
+        return self.apply({"at_us": self.sim.now_us, **fields})
+
+    def _do(self, action: Action) -> None:
+        sim = self.sim
+        do = action.do
+        if do in _NODE_ACTIONS:
+            getattr(sim, do)(action.node)
+        elif do == "cut":
+            sim.network.block(action.node, action.peer)
+            sim.network.block(action.peer, action.node)
+            self.trace.append(f"{sim.now_ms:10.3f} PARTITION n{action.node} | n{action.peer}")
+        elif do == "mend":
+            sim.network.unblock(action.node, action.peer)
+            sim.network.unblock(action.peer, action.node)
+            self.trace.append(f"{sim.now_ms:10.3f} HEAL n{action.node} - n{action.peer}")
+        elif do == "heal":
+            sim.heal()
+        elif do == "write":
+            sim.client_write(sim.new_process(), action.node, action.key, action.value)
+        elif do == "read":
+            sim.client_read(sim.new_process(), action.node, action.key, action.mode)
+        elif do == "set":
+            sim.options.overrides.setdefault(action.node, {})[action.option] = action.on
+            state = "on" if action.on else "off"
+            self.trace.append(f"{sim.now_ms:10.3f} n{action.node} {action.option} {state} (from its next start)")
+
+    # -- sessions ---------------------------------------------------------------
+
+    def session(self) -> dict[str, Any]:
+        """The whole state as a small JSON-able document (module docstring)."""
+        return {
+            "format": FORMAT,
+            "seed": self.seed,
+            "options": dict(self.options),
+            "actions": [action.to_json() for action in self.actions],
+            "until_us": self.sim.now_us,
+        }
+
+    @classmethod
+    def replay(cls, document: Any, until_us: int | None = None) -> Playground:
+        """Rebuild a session: the same seed, the same actions at the same
+        times, run to ``until_us`` (default: the document's). Rewinding is
+        replaying to an earlier time: the actions after it are dropped.
+        Raises PlaygroundError for a malformed document."""
+        if not isinstance(document, Mapping):
+            raise PlaygroundError("a playground session is a JSON object")
+        if document.get("format") != FORMAT:
+            raise PlaygroundError(f"'format' must be {FORMAT}, not {document.get('format')!r}")
+        actions = document.get("actions", [])
+        if not isinstance(actions, list) or len(actions) > MAX_ACTIONS:
+            raise PlaygroundError(f"'actions' must be a list of at most {MAX_ACTIONS} actions")
+        end = document.get("until_us", 0) if until_us is None else until_us
+        if not isinstance(end, int) or isinstance(end, bool) or not 0 <= end <= MAX_TIME_US:
+            raise PlaygroundError(f"'until_us' must be an integer in 0..{MAX_TIME_US}, not {end!r}")
+        options = document.get("options", {})
+        if not isinstance(options, Mapping):
+            raise PlaygroundError("'options' must be an object")
+        playground = cls(document.get("seed"), options)
+        for raw in actions:
+            if isinstance(raw, Mapping) and isinstance(raw.get("at_us"), int) and raw["at_us"] > end:
+                break
+            playground.apply(raw)
+        playground.run_until(end)
+        return playground
+
+    # -- the view ---------------------------------------------------------------
+
+    def view(self) -> dict[str, Any]:
+        """What the page draws, as JSON-able data: nodes (role, epoch, vote,
+        log with committed records and epochs, high watermark, timers),
+        links cut, messages in flight (and just dropped), client operations
+        with the stale reads flagged, the trace's tail."""
+        sim = self.sim
+        now = sim.now_us
+        nodes = []
+        for node_id, node in sorted(sim.nodes.items()):
+            core = node.core
+            entry: dict[str, Any] = {"id": node_id, "up": core is not None, "paused": node.paused}
+            own = sim.options.overrides.get(node_id, {})
+            entry["settings"] = {name: own.get(name, self.options[name]) for name in NODE_OPTIONS}
+            if core is not None:
+                log = core.log
+                first = max(log.start_offset, log.end_offset - 40)
+                entry.update(
+                    role=core.role.value,
+                    epoch=core.epoch,
+                    leader=core.leader_id,
+                    vote=core.voted_for,
+                    hw=core.high_watermark,
+                    log_start=log.start_offset,
+                    log_end=log.end_offset,
+                    log=[[e.offset, e.epoch] for e in log.slice(first)],
+                    timers={name: left * sim.options.tick_ms for name, left in core.timers.items()},
+                    check_quorum=core.config.check_quorum,
+                    pre_vote=core.config.pre_vote,
+                )
+            nodes.append(entry)
+        messages = []
+        for sent, arrive, src, dst, kind, epoch, outcome, _ in reversed(self.recording.messages):
+            if sent < now - 200 * US_PER_MS:
+                break
+            if arrive is not None and sent <= now < arrive:
+                messages.append({"src": src, "dst": dst, "type": kind, "epoch": epoch, "sent_us": sent, "arrive_us": arrive, "dropped": outcome not in ("pending", "delivered")})
+            elif arrive is None and sent <= now < sent + DROPPED_SHOWN_US:
+                messages.append({"src": src, "dst": dst, "type": kind, "epoch": epoch, "sent_us": sent, "arrive_us": None, "dropped": True})
+        messages.reverse()
+        stale = {e["process"] for e in find_stale_reads(sim.history, LEADER_LOCAL_BOUND_MS)}
+        return {
+            "now_us": now,
+            "seed": self.seed,
+            "leader": sim.leader(),
+            "nodes": nodes,
+            "cut": sorted([a, b] for a, b in sim.network.blocked_links if a < b),
+            "messages": messages,
+            "ops": self._ops(stale),
+            "trace": self.trace[-60:],
+            "trace_lines": len(self.trace),
+            "events": sim.events_processed,
+            "violation": self.violation,
+            "actions": len(self.actions),
+        }
+
+    def _ops(self, stale: set[int]) -> list[dict[str, Any]]:
+        """Client operations, invoke paired with completion."""
+        open_ops: dict[int, dict[str, Any]] = {}
+        ops: list[dict[str, Any]] = []
+        for event in self.sim.history:
+            if event["type"] == "invoke":
+                op = {"process": event["process"], "f": event["f"], "key": event["key"], "value": event["value"], "node": event.get("node"), "mode": event.get("mode"), "start_us": event["time"] // 1000, "end_us": None, "type": "pending", "stale": False}
+                open_ops[event["process"]] = op
+                ops.append(op)
+                continue
+            op = open_ops.pop(event["process"], None)
+            if op is None:
+                continue
+            op.update(end_us=event["time"] // 1000, type=event["type"], error=event.get("error"))
+            if event["f"] == "read" and event["type"] == "ok":
+                op["value"] = event["value"]
+            op["stale"] = event["process"] in stale
+        return ops[-50:]
+
+    def view_json(self) -> str:
+        return json.dumps(self.view(), sort_keys=True)
+
+
+def replay_trace(document: Any, emit: Callable[[str], None]) -> Playground:
+    """Replay a session and hand each trace line to ``emit`` (the CLI)."""
+    playground = Playground.replay(document)
+    for line in playground.trace:
+        emit(line)
+    return playground
