@@ -16,7 +16,7 @@ many small steps reaches the same state, so the session replays exactly.
 The file format (``format`` 1)::
 
     {"format": 1, "seed": 7, "options": {"voters": 3, "check_quorum": true,
-     "pre_vote": true}, "actions": [{"at_us": 2500000, "do": "crash",
+     "pre_vote": true, "snapshot_every_records": 0}, "actions": [{"at_us": 2500000, "do": "crash",
      "node": 2}, ...], "until_us": 9000000}
 
 Actions (``do``): ``crash``, ``restart``, ``pause``, ``resume`` (a node);
@@ -163,7 +163,7 @@ class Playground:
         if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
             raise PlaygroundError(f"'seed' must be an integer in 0..2**63-1, not {seed!r}")
         options = dict(options or {})
-        unknown = sorted(set(options) - {"voters", "check_quorum", "pre_vote"})
+        unknown = sorted(set(options) - {"voters", "check_quorum", "pre_vote", "snapshot_every_records"})
         if unknown:
             raise PlaygroundError(f"options: unknown {', '.join(unknown)}")
         voters = options.get("voters", 3)
@@ -172,9 +172,22 @@ class Playground:
         for name in NODE_OPTIONS:
             if not isinstance(options.get(name, True), bool):
                 raise PlaygroundError(f"options: {name!r} must be true or false")
+        snapshot_every = options.get("snapshot_every_records", 0)
+        if not isinstance(snapshot_every, int) or isinstance(snapshot_every, bool) or not 0 <= snapshot_every <= 100_000:
+            raise PlaygroundError(f"options: 'snapshot_every_records' must be 0..100000, not {snapshot_every!r}")
         self.seed = seed
-        self.options = {"voters": voters, "check_quorum": options.get("check_quorum", True), "pre_vote": options.get("pre_vote", True)}
-        sim_options = _NodeOptions(voters=voters, check_quorum=self.options["check_quorum"], pre_vote=self.options["pre_vote"])
+        self.options = {
+            "voters": voters,
+            "check_quorum": options.get("check_quorum", True),
+            "pre_vote": options.get("pre_vote", True),
+            "snapshot_every_records": snapshot_every,
+        }
+        sim_options = _NodeOptions(
+            voters=voters,
+            check_quorum=self.options["check_quorum"],
+            pre_vote=self.options["pre_vote"],
+            snapshot_every_records=snapshot_every,
+        )
         sim_options.overrides = {}
         self.recording = Recording()
         sim_options.recorder = self.recording
@@ -314,6 +327,7 @@ class Playground:
                     vote=core.voted_for,
                     hw=core.high_watermark,
                     log_start=log.start_offset,
+                    snapshot_end=core.snapshot.snapshot_id.end_offset if core.snapshot is not None else None,
                     log_end=log.end_offset,
                     log=[[e.offset, e.epoch] for e in log.slice(first)],
                     timers={name: left * sim.options.tick_ms for name, left in core.timers.items()},
@@ -375,3 +389,77 @@ def replay_trace(document: Any, emit: Callable[[str], None]) -> Playground:
     for line in playground.trace:
         emit(line)
     return playground
+
+
+class PageDriver:
+    """What the page calls (through Pyodide), in JSON strings both ways: a
+    playground plus the actions a rewind set aside, which play again as
+    time moves forward until the learner does something new."""
+
+    def __init__(self, seed: int = 7, options: Mapping[str, Any] | None = None) -> None:
+        self.playground = Playground(seed, options)
+        self.future: list[dict[str, Any]] = []
+        self.horizon_us = 0  # the furthest time this session reached
+
+    def advance(self, until_us: int) -> None:
+        """Move time forward to ``until_us``, replaying set-aside actions."""
+        playground = self.playground
+        while self.future and self.future[0]["at_us"] <= until_us:
+            playground.apply(self.future.pop(0))
+        playground.run_until(until_us)
+        self.horizon_us = max(self.horizon_us, playground.now_us)
+
+    def step(self) -> None:
+        self.playground.step()
+        self.horizon_us = max(self.horizon_us, self.playground.now_us)
+
+    def act(self, fields_json: str) -> str:
+        """Apply an action now; '' or the reason it was refused."""
+        try:
+            fields = json.loads(fields_json)
+            if not isinstance(fields, dict):
+                raise PlaygroundError("an action is a JSON object")
+            self.playground.act(**{k: v for k, v in fields.items() if k != "at_us"})
+        except (PlaygroundError, TypeError, json.JSONDecodeError) as refused:
+            return str(refused)
+        self.future.clear()
+        return ""
+
+    def rewind(self, to_us: int) -> None:
+        """Go back to ``to_us`` (a replay from the seed); later actions wait."""
+        document = self.session()
+        document["actions"] = [*document["actions"], *self.future]
+        self.playground = Playground.replay(document, until_us=min(to_us, MAX_TIME_US))
+        self.future = document["actions"][len(self.playground.actions):]
+
+    def session(self) -> dict[str, Any]:
+        return self.playground.session()
+
+    def session_json(self) -> str:
+        document = self.session()
+        document["actions"] = [*document["actions"], *self.future]
+        document["until_us"] = max(document["until_us"], self.horizon_us)
+        return json.dumps(document, sort_keys=True)
+
+    def load(self, document_json: str, until_us: int | None = None) -> str:
+        """Replace the session by a saved one, replayed to its end (or to
+        ``until_us``); '' or why the document was refused."""
+        try:
+            document = json.loads(document_json)
+            playground = Playground.replay(document, until_us=until_us)
+        except (PlaygroundError, json.JSONDecodeError) as refused:
+            return str(refused)
+        self.playground = playground
+        self.future = []
+        self.horizon_us = playground.now_us
+        return ""
+
+    def view_json(self) -> str:
+        view = self.playground.view()
+        view["horizon_us"] = self.horizon_us
+        view["future"] = len(self.future)
+        return json.dumps(view, sort_keys=True)
+
+    def trace_text(self) -> str:
+        """The whole trace, one line each, as ``--from-playground`` prints it."""
+        return "".join(line + "\n" for line in self.playground.trace)
