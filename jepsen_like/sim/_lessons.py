@@ -8,13 +8,14 @@ tests judge a lesson by the same code. docs/learn-raft.md links each lesson
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from quorum import Role
 
-from ._playground import LEADER_LOCAL_BOUND_MS, Playground
+from ._playground import LEADER_LOCAL_BOUND_MS, PageDriver, Playground
 from ._scenarios import find_stale_reads
 
 
@@ -193,3 +194,15 @@ def lesson(lesson_id: str) -> Lesson:
         if found.id == lesson_id:
             return found
     raise KeyError(lesson_id)
+
+
+def lessons_json() -> str:
+    """Every lesson's text and starting point, for the page's menu."""
+    return json.dumps([found.describe() for found in LESSONS])
+
+
+def check_json(lesson_id: str, driver: PageDriver) -> str:
+    """The page's check of ``lesson_id`` on ``driver``'s session:
+    ``{"done": bool, "detail": str}``; raises KeyError."""
+    done, detail = lesson(lesson_id).check(driver.playground)
+    return json.dumps({"done": done, "detail": detail})

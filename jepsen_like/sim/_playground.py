@@ -401,6 +401,15 @@ class PageDriver:
         self.future: list[dict[str, Any]] = []
         self.horizon_us = 0  # the furthest time this session reached
 
+    @classmethod
+    def from_json(cls, seed: int, options_json: str) -> PageDriver:
+        """A new session (the page's constructor); raises PlaygroundError."""
+        try:
+            options = json.loads(options_json)
+        except json.JSONDecodeError as bad:
+            raise PlaygroundError(f"options are not JSON: {bad}") from None
+        return cls(seed, options)
+
     def advance(self, until_us: int) -> None:
         """Move time forward to ``until_us``, replaying set-aside actions."""
         playground = self.playground
