@@ -26,8 +26,18 @@ MISSING_REASON = (
     f"no {CHROMIUM} (Debian package 'chromium'; tools/browser-tools.sh installs it as root): "
     "only the HTML structure is checked"
 )
-# The ids of the tests that skipped for want of Chromium, for the summary line.
+# The ids of the tests that skipped for want of Chromium (or of Pyodide, for
+# the playground), and why, for the summary line.
 SKIPPED: list[str] = []
+SKIP_REASONS: set[str] = set()
+
+
+def skip_loudly(reason: str) -> None:
+    """Skip the calling test for want of a browser part, and say so in the
+    run's summary line (``tests/conftest.py``)."""
+    SKIPPED.append(os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0])
+    SKIP_REASONS.add(reason)
+    pytest.skip(reason)
 
 
 def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -36,8 +46,7 @@ def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     judge). Skips the calling test when Chromium is not installed; fails it
     when Chromium runs past :data:`CHROMIUM_TIMEOUT_S`."""
     if not CHROMIUM.exists():
-        SKIPPED.append(os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0])
-        pytest.skip(MISSING_REASON)
+        skip_loudly(MISSING_REASON)
     profile = tmp_path / "chromium-profile"
     argv = [
         str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -69,8 +78,7 @@ class PageSession:
 
     def __init__(self, tmp_path: Path, *, width: int = 1400, height: int = 1000) -> None:
         if not CHROMIUM.exists():
-            SKIPPED.append(os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0])
-            pytest.skip(MISSING_REASON)
+            skip_loudly(MISSING_REASON)
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
         # Above fd 4, so that placing them on 3 and 4 in the child cannot

@@ -330,7 +330,12 @@ class Playground:
                     snapshot_end=core.snapshot.snapshot_id.end_offset if core.snapshot is not None else None,
                     log_end=log.end_offset,
                     log=[[e.offset, e.epoch] for e in log.slice(first)],
-                    timers={name: left * sim.options.tick_ms for name, left in core.timers.items()},
+                    # A timer the node's settings switched off never fires: not drawn.
+                    timers={
+                        name: max(0, left) * sim.options.tick_ms
+                        for name, left in core.timers.items()
+                        if name != "check_quorum" or core.config.check_quorum
+                    },
                     check_quorum=core.config.check_quorum,
                     pre_vote=core.config.pre_vote,
                 )

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from jepsen_like.sim._playground import Playground
+
 S = 1_000_000  # virtual microseconds per second
 
 
@@ -73,3 +75,29 @@ def solve_in_python(playground: Any, steps: list[tuple[str, Any]]) -> None:
                 written += 1
                 fields["value"] = f"v{written}"
             playground.act(**fields)
+
+
+def recorded_session() -> Playground:
+    """A session that uses every kind of action."""
+    playground = Playground(7)
+    playground.run_until(3 * S)
+    playground.act(do="write", node=1, key="x", value="1")
+    playground.run_until(3_200_000)
+    playground.act(do="cut", node=1, peer=2)
+    playground.act(do="cut", node=1, peer=3)
+    playground.run_until(4 * S)
+    playground.act(do="read", node=1, key="x", mode="leader-local")
+    playground.act(do="pause", node=2)
+    playground.run_until(5 * S)
+    playground.act(do="resume", node=2)
+    playground.act(do="set", node=1, option="check_quorum", on=False)
+    playground.run_until(8 * S)
+    playground.act(do="mend", node=1, peer=2)
+    playground.act(do="crash", node=1)
+    playground.run_until(9 * S)
+    playground.act(do="restart", node=1)
+    playground.act(do="heal")
+    playground.act(do="read", node=3, key="x", mode="linearizable")
+    playground.act(do="set", node=2, option="pre_vote", on=False)
+    playground.run_until(12 * S)
+    return playground

@@ -7,10 +7,12 @@ where the lesson says it must."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
-from _playground_solutions import SOLUTIONS, solve_in_python
+from _playground_solutions import SOLUTIONS, recorded_session, solve_in_python
 from click.testing import CliRunner
 
 from jepsen_like.sim._lessons import LESSONS, check_json, lesson, lessons_json
@@ -18,32 +20,7 @@ from jepsen_like.sim._playground import PageDriver, Playground, PlaygroundError
 from jepsen_like.sim.cli import sim_command
 
 S = 1_000_000
-
-
-def recorded_session() -> Playground:
-    """A session that uses every kind of action."""
-    playground = Playground(7)
-    playground.run_until(3 * S)
-    playground.act(do="write", node=1, key="x", value="1")
-    playground.run_until(3_200_000)
-    playground.act(do="cut", node=1, peer=2)
-    playground.act(do="cut", node=1, peer=3)
-    playground.run_until(4 * S)
-    playground.act(do="read", node=1, key="x", mode="leader-local")
-    playground.act(do="pause", node=2)
-    playground.run_until(5 * S)
-    playground.act(do="resume", node=2)
-    playground.act(do="set", node=1, option="check_quorum", on=False)
-    playground.run_until(8 * S)
-    playground.act(do="mend", node=1, peer=2)
-    playground.act(do="crash", node=1)
-    playground.run_until(9 * S)
-    playground.act(do="restart", node=1)
-    playground.act(do="heal")
-    playground.act(do="read", node=3, key="x", mode="linearizable")
-    playground.act(do="set", node=2, option="pre_vote", on=False)
-    playground.run_until(12 * S)
-    return playground
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_session_replays_to_the_same_trace_and_view():
@@ -221,3 +198,16 @@ def test_the_lesson_menu_lists_every_lesson_with_its_text():
     menu = json.loads(lessons_json())
     assert [entry["id"] for entry in menu] == [found.id for found in LESSONS]
     assert all(entry["goal"] and entry["hint"] and entry["title"] for entry in menu)
+
+
+def test_the_build_ships_the_simulators_import_graph_and_pure_python_msgpack():
+    """What the page loads: the modules the driver imports (the core, the
+    controller's and the broker's brains, the simulator), msgpack's
+    pure-Python fallback, and nothing of the runtime (trio, sockets)."""
+    spec = importlib.util.spec_from_file_location("build_playground", ROOT / "tools" / "build_playground.py")
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    shipped = [arcname for arcname, _ in builder.python_sources()]
+    for needed in ("jepsen_like/sim/_playground.py", "jepsen_like/sim/_lessons.py", "quorum/_node.py", "registration/_controller.py", "broker_agent/_driver.py", "msgpack/fallback.py"):
+        assert needed in shipped
+    assert not [name for name in shipped if name.startswith(("quorum/runtime", "quorum/storage", "jepsen_like/checker")) or not name.endswith(".py")]
