@@ -5,11 +5,11 @@
 (function () {
   'use strict';
   var FILES = window.PYKRAFT_FILES || {};
-  var started = performance.now();
   var $ = function (id) { return document.getElementById(id); };
   var SVG = 'http://www.w3.org/2000/svg';
 
   function bytesOf(name) {
+    if (typeof Uint8Array.fromBase64 === 'function') return Uint8Array.fromBase64(FILES[name]);
     var text = atob(FILES[name]);
     var out = new Uint8Array(text.length);
     for (var i = 0; i < text.length; i++) out[i] = text.charCodeAt(i);
@@ -33,7 +33,7 @@
   var state = { playing: false, speed: 1, lesson: '', lessons: [], lastFrame: 0, view: null, lessonDone: false };
 
   var timings = {};
-  function status(text) { $('load-status').textContent = text; timings[text] = Math.round(performance.now() - started); }
+  function status(text) { $('load-status').textContent = text; timings[text] = Math.round(performance.now()); }
 
   function newDriver(seed, options) {
     if (driver) driver.destroy();
@@ -425,7 +425,8 @@
     render();
     status('ready');
     window.playground.timings = timings;
-    document.body.dataset.loadMs = Math.round(performance.now() - started);
+    // From the navigation's start (performance's time origin), not this script's.
+    document.body.dataset.loadMs = Math.round(performance.now());
     document.body.classList.add('playground-ready');
     requestAnimationFrame(frame);
   }

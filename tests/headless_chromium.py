@@ -122,6 +122,11 @@ class PageSession:
         self.call("Runtime.enable")
         self.call("Page.enable")
 
+    @property
+    def pid(self) -> int:
+        """The browser's process id (its renderers are its descendants)."""
+        return self._process.pid
+
     def __enter__(self) -> PageSession:
         return self
 

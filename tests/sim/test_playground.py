@@ -211,3 +211,9 @@ def test_the_build_ships_the_simulators_import_graph_and_pure_python_msgpack():
     for needed in ("jepsen_like/sim/_playground.py", "jepsen_like/sim/_lessons.py", "quorum/_node.py", "registration/_controller.py", "broker_agent/_driver.py", "msgpack/fallback.py"):
         assert needed in shipped
     assert not [name for name in shipped if name.startswith(("quorum/runtime", "quorum/storage", "jepsen_like/checker")) or not name.endswith(".py")]
+
+
+def test_learn_raft_links_every_lesson():
+    text = (ROOT / "docs" / "learn-raft.md").read_text(encoding="utf-8")
+    for found in LESSONS:
+        assert f"#lesson={found.id}" in text, found.id
