@@ -36,8 +36,18 @@
   function status(text) { $('load-status').textContent = text; timings[text] = Math.round(performance.now()); }
 
   function newDriver(seed, options) {
+    var next;
+    try {
+      next = mod.PageDriver.from_json(seed, JSON.stringify(options));
+    } catch (error) {
+      alert('cannot start that cluster: ' + String(error).split('\n').filter(Boolean).pop());
+      return;
+    }
     if (driver) driver.destroy();
-    driver = mod.PageDriver.from_json(seed, JSON.stringify(options));
+    driver = next;
+    $('opt-cq').checked = options.check_quorum !== false;
+    $('opt-pv').checked = options.pre_vote !== false;
+    $('opt-brokers').checked = !!options.brokers;
   }
 
   function view() { state.view = JSON.parse(driver.view_json()); return state.view; }
@@ -61,12 +71,29 @@
 
   function epochColour(epoch) { return 'hsl(' + ((epoch * 67) % 360) + ',65%,42%)'; }
 
-  function positions(count) {
+  function positions(v) {
     var out = {};
-    for (var i = 0; i < count; i++) {
-      var angle = -Math.PI / 2 + (2 * Math.PI * i) / count;
-      out[i + 1] = [230 + 150 * Math.cos(angle), 200 + 150 * Math.sin(angle)];
-    }
+    var voters = v.nodes.filter(function (n) { return n.broker === null; });
+    var brokers = v.nodes.filter(function (n) { return n.broker !== null; });
+    var cy = brokers.length ? 150 : 200, radius = brokers.length ? 110 : 150;
+    voters.forEach(function (n, i) {
+      var angle = -Math.PI / 2 + (2 * Math.PI * i) / voters.length;
+      out[n.id] = [230 + radius * Math.cos(angle), cy + radius * Math.sin(angle)];
+    });
+    brokers.forEach(function (n, i) { out[n.id] = [230 + (i - (brokers.length - 1) / 2) * 84, 355]; });
+    return out;
+  }
+
+  function name(id, v) { return (id > v.voters ? 'b' : 'n') + id; }
+
+  function pairs(v) {
+    // every voter pair, and each broker with each voter (brokers talk only to voters)
+    var out = [];
+    v.nodes.forEach(function (a) {
+      v.nodes.forEach(function (b) {
+        if (a.id < b.id && a.broker === null) out.push([a.id, b.id]);
+      });
+    });
     return out;
   }
 
@@ -80,14 +107,13 @@
   function drawCluster(v) {
     var svg = $('cluster');
     svg.textContent = '';
-    var pos = positions(v.nodes.length);
+    var pos = positions(v);
     var cut = {};
     v.cut.forEach(function (pair) { cut[pair[0] + '-' + pair[1]] = true; });
-    for (var a = 1; a <= v.nodes.length; a++) {
-      for (var b = a + 1; b <= v.nodes.length; b++) {
-        svg.appendChild(el('line', { x1: pos[a][0], y1: pos[a][1], x2: pos[b][0], y2: pos[b][1], 'class': 'link' + (cut[a + '-' + b] ? ' cut' : '') }));
-      }
-    }
+    pairs(v).forEach(function (pair) {
+      var a = pair[0], b = pair[1];
+      svg.appendChild(el('line', { x1: pos[a][0], y1: pos[a][1], x2: pos[b][0], y2: pos[b][1], 'class': 'link' + (cut[a + '-' + b] ? ' cut' : '') }));
+    });
     v.messages.forEach(function (m) {
       var p = pos[m.src], q = pos[m.dst];
       if (!p || !q) return;
@@ -108,10 +134,19 @@
     v.nodes.forEach(function (n) {
       var p = pos[n.id];
       var role = n.up ? (ROLE_CLASS[n.role] || 'unattached') : 'down';
-      var g = el('g', { 'class': 'node ' + role + (n.paused ? ' paused' : '') + (n.up ? '' : ' down'), 'data-node': n.id });
+      var g = el('g', { 'class': 'node ' + role + (n.paused ? ' paused' : '') + (n.up ? '' : ' down') + (n.broker ? ' broker' : ''), 'data-node': n.id });
+      if (n.broker) {
+        var fill = !n.up ? '#fff' : n.broker.state === 'Online' ? '#16a34a' : n.broker.state === 'Fenced' ? '#f59e0b' : '#d1d5db';
+        g.appendChild(el('rect', { x: p[0] - 36, y: p[1] - 24, width: 72, height: 48, rx: 8, fill: fill, stroke: n.up ? '#111827' : '#dc2626', 'stroke-width': n.up ? 1.5 : 3 }));
+        g.appendChild(el('text', { x: p[0], y: p[1] - 8, 'font-weight': 700 }, name(n.id, v)));
+        g.appendChild(el('text', { x: p[0], y: p[1] + 6 }, n.up ? n.broker.state : 'DOWN'));
+        if (n.up && n.broker.epoch !== null) g.appendChild(el('text', { x: p[0], y: p[1] + 19 }, 'epoch ' + n.broker.epoch));
+        svg.appendChild(g);
+        return;
+      }
       g.appendChild(el('circle', { cx: p[0], cy: p[1], r: 32, fill: ROLE_FILL[role] || '#fff' }));
       var light = role === 'leader';
-      g.appendChild(el('text', { x: p[0], y: p[1] - 6, fill: light ? '#fff' : '#111827', 'font-weight': 700 }, 'n' + n.id));
+      g.appendChild(el('text', { x: p[0], y: p[1] - 6, fill: light ? '#fff' : '#111827', 'font-weight': 700 }, name(n.id, v)));
       g.appendChild(el('text', { x: p[0], y: p[1] + 8, fill: light ? '#fff' : '#111827' }, n.up ? (n.role + ' e' + n.epoch) : 'DOWN'));
       if (n.paused) g.appendChild(el('text', { x: p[0], y: p[1] + 22, fill: '#111827' }, 'paused'));
       svg.appendChild(g);
@@ -144,15 +179,15 @@
     box.textContent = '';
     var cut = {};
     v.cut.forEach(function (pair) { cut[pair[0] + '-' + pair[1]] = true; });
-    for (var a = 1; a <= v.nodes.length; a++) {
-      for (var b = a + 1; b <= v.nodes.length; b++) {
-        var isCut = !!cut[a + '-' + b];
-        var btn = button((isCut ? 'mend ' : 'cut ') + 'n' + a + '–n' + b, { do: isCut ? 'mend' : 'cut', node: a, peer: b });
-        if (isCut) btn.className = 'cut';
-        box.appendChild(btn);
-      }
-    }
+    pairs(v).forEach(function (pair) {
+      var a = pair[0], b = pair[1];
+      var isCut = !!cut[a + '-' + b];
+      var btn = button((isCut ? 'mend ' : 'cut ') + name(a, v) + '–' + name(b, v), { do: isCut ? 'mend' : 'cut', node: a, peer: b });
+      if (isCut) btn.className = 'cut';
+      box.appendChild(btn);
+    });
     box.appendChild(button('heal all', { do: 'heal' }));
+    if (v.brokers) box.appendChild(button('add broker', { do: 'add_broker' }));
   }
 
   var TIMER_SCALE_MS = 3000;
@@ -165,7 +200,9 @@
       card.dataset.node = n.id;
       var head = document.createElement('div');
       head.className = 'head';
-      head.innerHTML = '<b>n' + n.id + '</b>' + (n.up
+      var broker = n.broker ? (n.up ? '<span class="broker-state">broker ' + n.broker.state + ', broker epoch ' + (n.broker.epoch === null ? '–' : n.broker.epoch) +
+        ', heartbeats answered ' + n.broker.heartbeats + (n.broker.last_heartbeat_ms === null ? '' : ' (last at ' + (n.broker.last_heartbeat_ms / 1000).toFixed(2) + ' s)') + '</span>' : '') : '';
+      head.innerHTML = '<b>' + name(n.id, v) + '</b>' + broker + (n.up
         ? '<span class="role">' + n.role + (n.paused ? ' (paused)' : '') + '</span><span>epoch ' + n.epoch + '</span><span>vote ' +
           (n.vote === null ? '–' : 'n' + n.vote) + '</span><span>leader ' + (n.leader === null ? '–' : 'n' + n.leader) +
           '</span><span>HW ' + n.hw + '</span><span>log ' + n.log_start + '..' + n.log_end + '</span>'
@@ -175,11 +212,17 @@
       buttons.className = 'buttons';
       buttons.appendChild(n.up ? button('crash', { do: 'crash', node: n.id }) : button('restart', { do: 'restart', node: n.id }));
       if (n.up) buttons.appendChild(n.paused ? button('resume', { do: 'resume', node: n.id }) : button('pause', { do: 'pause', node: n.id }));
-      buttons.appendChild(button('write', { do: 'write', node: n.id, key: 'k' }));
-      buttons.appendChild(button('10 writes', { do: 'write', node: n.id, key: 'k' }, 'x10'));
-      buttons.appendChild(button('read (linearizable)', { do: 'read', node: n.id, key: 'k', mode: 'linearizable' }));
-      buttons.appendChild(button('read (leader-local)', { do: 'read', node: n.id, key: 'k', mode: 'leader-local' }));
-      ['check_quorum', 'pre_vote'].forEach(function (option) {
+      if (!v.brokers) {
+        buttons.appendChild(button('write', { do: 'write', node: n.id, key: 'k' }));
+        buttons.appendChild(button('10 writes', { do: 'write', node: n.id, key: 'k' }, 'x10'));
+        buttons.appendChild(button('read (linearizable)', { do: 'read', node: n.id, key: 'k', mode: 'linearizable' }));
+        buttons.appendChild(button('read (leader-local)', { do: 'read', node: n.id, key: 'k', mode: 'leader-local' }));
+      } else if (n.broker) {
+        buttons.appendChild(button('read metadata (list topics)', { do: 'read', node: n.id, key: 'k', mode: 'linearizable' }));
+      } else {
+        buttons.appendChild(button('create topic', { do: 'write', node: n.id, key: 'k' }));
+      }
+      (n.broker ? [] : ['check_quorum', 'pre_vote']).forEach(function (option) {
         var label = document.createElement('label');
         var box2 = document.createElement('input');
         box2.type = 'checkbox';
@@ -245,7 +288,8 @@
     v.ops.slice(-30).reverse().forEach(function (op) {
       var li = document.createElement('li');
       li.className = op.stale ? 'stale' : '';
-      li.textContent = 'p' + op.process + ' ' + op.f + ' ' + op.key + (op.f === 'write' ? '=' + op.value : '') + ' via n' + op.node +
+      li.textContent = 'p' + op.process + ' ' + op.f + ' ' + op.key + (op.f === 'write' || op.f === 'create_topic' ? ' ' + op.value : '') +
+        (op.node === null ? '' : ' via ' + name(op.node, v)) +
         (op.mode ? ' (' + op.mode + ')' : '') + ': ' + op.type + (op.f === 'read' && op.type === 'ok' ? ' ' + op.value : '') +
         (op.error ? ' ' + op.error : '') + (op.stale ? '  STALE READ' : '') + '  [' + (op.start_us / 1e6).toFixed(3) + ' s]';
       list.appendChild(li);
@@ -350,7 +394,7 @@
       state.lesson = '';
       $('lesson-select').value = '';
       startLesson('');
-      newDriver(parseInt($('seed').value, 10) || 0, { check_quorum: $('opt-cq').checked, pre_vote: $('opt-pv').checked });
+      newDriver(parseInt($('seed').value, 10) || 0, { check_quorum: $('opt-cq').checked, pre_vote: $('opt-pv').checked, brokers: $('opt-brokers').checked });
       render();
     });
     $('b-share').addEventListener('click', function () {

@@ -140,6 +140,49 @@ def _snapshot(playground: Playground) -> tuple[bool, str]:
     return False, "crash a follower, write until the leader snapshots past it, restart the follower"
 
 
+def _broker_records(playground: Playground) -> list[Any]:
+    return list(playground.sim.broker_states) if playground.brokers else []
+
+
+def _fenced_and_back(playground: Playground) -> tuple[bool, str]:
+    records = _broker_records(playground)
+    if not records:
+        return False, "add a broker and keep time running until it registers"
+    progress: dict[tuple[int, str], int] = {}  # (broker, incarnation) -> steps seen: Online, Fenced, Online
+    for record in records:
+        key = (record.broker_id, record.incarnation_id)
+        step = progress.get(key, 0)
+        wanted = ("Online", "Fenced", "Online")[step] if step < 3 else None
+        if wanted is not None and record.new.value == wanted:
+            progress[key] = step + 1
+    best = max(progress.values(), default=0)
+    if best >= 3:
+        broker = next(key[0] for key, step in progress.items() if step >= 3)
+        return True, f"b{broker} was unfenced, fenced, and unfenced again by the same process"
+    return False, (
+        "wait until the broker is Online",
+        "cut the broker from every voter and wait for its session to run out (3 s)",
+        "heal its links and wait until it is Online again",
+    )[best]
+
+
+def _fast_bounce(playground: Playground) -> tuple[bool, str]:
+    online: dict[int, list[tuple[str, int]]] = {}
+    for record in _broker_records(playground):
+        if record.new.value == "Online" and record.broker_epoch is not None:
+            online.setdefault(record.broker_id, []).append((record.incarnation_id, record.broker_epoch))
+    for broker, seen in sorted(online.items()):
+        incarnations = list(dict.fromkeys(incarnation for incarnation, _ in seen))
+        if len(incarnations) >= 2:
+            first = min(epoch for incarnation, epoch in seen if incarnation == incarnations[0])
+            last = max(epoch for incarnation, epoch in seen if incarnation == incarnations[-1])
+            if last > first:
+                return True, f"b{broker} came back Online with broker epoch {last} (was {first}): the old incarnation is fenced out"
+    if not online:
+        return False, "add a broker and wait until it is Online"
+    return False, "crash the Online broker and restart it at once, then keep time running"
+
+
 LESSONS: tuple[Lesson, ...] = (
     Lesson(
         "election",
@@ -176,6 +219,22 @@ LESSONS: tuple[Lesson, ...] = (
         "Same moves with check quorum on: the cut-off leader resigns by itself and the stale read fails.",
         "Cut the leader from both followers and run: within 1.5 fetch timeouts without a majority of fetches it resigns.",
         _check_quorum,
+    ),
+    Lesson(
+        "broker-fencing",
+        "Broker registration, heartbeats and fencing",
+        "Add a broker and watch it register and get unfenced; cut it off from the controller until it is fenced; heal it and see it unfenced again.",
+        "Press 'add broker'. It registers (Fenced, with a broker epoch), heartbeats in its metadata fetches and is unfenced once caught up. Cut its three links: after the 3 s session timeout it fences itself, and so does the controller. Heal all.",
+        _fenced_and_back,
+        options={"brokers": True},
+    ),
+    Lesson(
+        "fast-bounce",
+        "The fast bounce (KIP-380 broker epochs)",
+        "Restart an Online broker at once: its new incarnation comes back Online with a new, higher broker epoch.",
+        "Add a broker, wait until it is Online, press crash then restart. The controller first refuses the new incarnation (it still hears the old one's session), then registers it with a new epoch: requests for the old epoch are refused from then on.",
+        _fast_bounce,
+        options={"brokers": True},
     ),
     Lesson(
         "snapshots",

@@ -19,10 +19,14 @@ The file format (``format`` 1)::
      "pre_vote": true, "snapshot_every_records": 0}, "actions": [{"at_us": 2500000, "do": "crash",
      "node": 2}, ...], "until_us": 9000000}
 
-Actions (``do``): ``crash``, ``restart``, ``pause``, ``resume`` (a node);
+Actions (``do``): ``crash``, ``restart``, ``pause``, ``resume`` (a node, a
+voter 1..N or a broker 101, 102, ...); ``add_broker`` (options ``brokers``:
+the voters then host the controller);
 ``cut`` / ``mend`` (the link between ``node`` and ``peer``, both ways);
-``heal`` (every link); ``write`` (``node``, ``key``, ``value``); ``read``
-(``node``, ``key``, ``mode``: linearizable or leader-local); ``set``
+``heal`` (every link); ``write`` (``node``, ``key``, ``value``; with
+brokers: create topic ``value`` through the active controller); ``read``
+(``node``, ``key``, ``mode``: linearizable or leader-local; with brokers:
+list topics through broker ``node``); ``set``
 (``node``, ``option``: check_quorum or pre_vote, ``on``): a node's own
 setting, which takes effect when its process next starts (as a changed
 configuration does).
@@ -31,12 +35,13 @@ configuration does).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from quorum import QuorumConfig
 
+from ._brokers import BrokerSimOptions, BrokerSimulation
 from ._cluster import US_PER_MS, InvariantViolation, SimOptions, Simulation
 from ._recorder import Recording
 from ._scenarios import find_stale_reads
@@ -80,26 +85,39 @@ class Action:
         return {name: getattr(self, name) for name in self.__slots__ if getattr(self, name) is not None}
 
 
+def _own_config(options: SimOptions, node_id: int, config: QuorumConfig) -> QuorumConfig:
+    """``config`` with the node's own check quorum and pre-vote settings."""
+    own = options.overrides.get(node_id, {})
+    return QuorumConfig(
+        node_id=config.node_id,
+        voters=config.voters,
+        tick_ms=config.tick_ms,
+        election_timeout_ms=config.election_timeout_ms,
+        fetch_timeout_ms=config.fetch_timeout_ms,
+        check_quorum=own.get("check_quorum", config.check_quorum),
+        check_quorum_factor=config.check_quorum_factor,
+        pre_vote=own.get("pre_vote", config.pre_vote),
+        fast_failover=config.fast_failover,
+        snapshot_retained_records=config.snapshot_retained_records,
+    )
+
+
 class _NodeOptions(SimOptions):
     """SimOptions with per-node overrides of check quorum and pre-vote."""
 
     __slots__ = ("overrides",)
 
     def quorum_config(self, node_id: int) -> QuorumConfig:
-        config = SimOptions.quorum_config(self, node_id)
-        own = self.overrides.get(node_id, {})
-        return QuorumConfig(
-            node_id=config.node_id,
-            voters=config.voters,
-            tick_ms=config.tick_ms,
-            election_timeout_ms=config.election_timeout_ms,
-            fetch_timeout_ms=config.fetch_timeout_ms,
-            check_quorum=own.get("check_quorum", config.check_quorum),
-            check_quorum_factor=config.check_quorum_factor,
-            pre_vote=own.get("pre_vote", config.pre_vote),
-            fast_failover=config.fast_failover,
-            snapshot_retained_records=config.snapshot_retained_records,
-        )
+        return _own_config(self, node_id, SimOptions.quorum_config(self, node_id))
+
+
+class _BrokerNodeOptions(BrokerSimOptions):
+    """The same, for a cluster with brokers."""
+
+    __slots__ = ("overrides",)
+
+    def quorum_config(self, node_id: int) -> QuorumConfig:
+        return _own_config(self, node_id, BrokerSimOptions.quorum_config(self, node_id))
 
 
 def _field(raw: Mapping[str, Any], name: str, kind: type, where: str) -> Any:
@@ -113,8 +131,9 @@ def _field(raw: Mapping[str, Any], name: str, kind: type, where: str) -> Any:
     return value
 
 
-def parse_action(raw: Any, voters: int, where: str = "action") -> Action:
-    """Validate one action from the page or a file; raises PlaygroundError."""
+def parse_action(raw: Any, nodes: Sequence[int], voters: int, where: str = "action") -> Action:
+    """Validate one action from the page or a file against the cluster's
+    ``nodes`` (voters 1..``voters``, then brokers); raises PlaygroundError."""
     if not isinstance(raw, Mapping):
         raise PlaygroundError(f"{where}: must be an object, not {raw!r}")
     at_us = _field(raw, "at_us", int, where)
@@ -122,10 +141,10 @@ def parse_action(raw: Any, voters: int, where: str = "action") -> Action:
         raise PlaygroundError(f"{where}: 'at_us' {at_us} is outside 0..{MAX_TIME_US}")
     do = raw.get("do")
 
-    def node(name: str = "node") -> int:
+    def node(name: str = "node", among: Sequence[int] = nodes) -> int:
         value = _field(raw, name, int, where)
-        if not 1 <= value <= voters:
-            raise PlaygroundError(f"{where}: {name!r} {value} is not a node (1..{voters})")
+        if value not in among:
+            raise PlaygroundError(f"{where}: {name!r} {value} is not a node ({', '.join(map(str, among))})")
         return value
 
     if do in _NODE_ACTIONS:
@@ -135,7 +154,7 @@ def parse_action(raw: Any, voters: int, where: str = "action") -> Action:
         if a == b:
             raise PlaygroundError(f"{where}: a link joins two different nodes, not n{a} and itself")
         return Action(at_us, do, node=a, peer=b)
-    if do == "heal":
+    if do in ("heal", "add_broker"):
         return Action(at_us, do)
     if do == "write":
         return Action(at_us, do, node=node(), key=_field(raw, "key", str, where), value=_field(raw, "value", str, where))
@@ -148,7 +167,7 @@ def parse_action(raw: Any, voters: int, where: str = "action") -> Action:
         option = raw.get("option")
         if option not in NODE_OPTIONS:
             raise PlaygroundError(f"{where}: 'option' must be one of {', '.join(NODE_OPTIONS)}, not {option!r}")
-        return Action(at_us, do, node=node(), option=option, on=_field(raw, "on", bool, where))
+        return Action(at_us, do, node=node(among=range(1, voters + 1)), option=option, on=_field(raw, "on", bool, where))
     raise PlaygroundError(f"{where}: unknown 'do' {do!r}")
 
 
@@ -163,14 +182,14 @@ class Playground:
         if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
             raise PlaygroundError(f"'seed' must be an integer in 0..2**63-1, not {seed!r}")
         options = dict(options or {})
-        unknown = sorted(set(options) - {"voters", "check_quorum", "pre_vote", "snapshot_every_records"})
+        unknown = sorted(set(options) - {"voters", "check_quorum", "pre_vote", "snapshot_every_records", "brokers"})
         if unknown:
             raise PlaygroundError(f"options: unknown {', '.join(unknown)}")
         voters = options.get("voters", 3)
         if not isinstance(voters, int) or isinstance(voters, bool) or not 1 <= voters <= MAX_VOTERS:
             raise PlaygroundError(f"options: 'voters' must be 1..{MAX_VOTERS}, not {voters!r}")
-        for name in NODE_OPTIONS:
-            if not isinstance(options.get(name, True), bool):
+        for name in (*NODE_OPTIONS, "brokers"):
+            if not isinstance(options.get(name, name != "brokers"), bool):
                 raise PlaygroundError(f"options: {name!r} must be true or false")
         snapshot_every = options.get("snapshot_every_records", 0)
         if not isinstance(snapshot_every, int) or isinstance(snapshot_every, bool) or not 0 <= snapshot_every <= 100_000:
@@ -182,19 +201,29 @@ class Playground:
             "pre_vote": options.get("pre_vote", True),
             "snapshot_every_records": snapshot_every,
         }
-        sim_options = _NodeOptions(
+        # With brokers: the voters host the controller, and brokers join
+        # one by one (``add_broker``); client writes create topics and
+        # client reads ask a broker for its metadata.
+        self.brokers = options.get("brokers", False)
+        if self.brokers:
+            self.options["brokers"] = True
+        options_class = _BrokerNodeOptions if self.brokers else _NodeOptions
+        sim_options = options_class(
             voters=voters,
             check_quorum=self.options["check_quorum"],
             pre_vote=self.options["pre_vote"],
             snapshot_every_records=snapshot_every,
         )
+        if self.brokers:
+            sim_options.brokers = 0
         sim_options.overrides = {}
         self.recording = Recording()
         sim_options.recorder = self.recording
         self.trace: list[str] = []
         self.actions: list[Action] = []
         self.violation: str | None = None
-        self.sim = Simulation(seed, sim_options, trace=self.trace.append)
+        simulation_class = BrokerSimulation if self.brokers else Simulation
+        self.sim = simulation_class(seed, sim_options, trace=self.trace.append)
 
     # -- time -------------------------------------------------------------------
 
@@ -227,7 +256,12 @@ class Playground:
         in the past); it is recorded. Raises PlaygroundError."""
         if len(self.actions) >= MAX_ACTIONS:
             raise PlaygroundError(f"a session holds at most {MAX_ACTIONS} actions")
-        action = parse_action(raw, self.options["voters"], f"action {len(self.actions) + 1}")
+        where = f"action {len(self.actions) + 1}"
+        action = parse_action(raw, sorted(self.sim.nodes), self.options["voters"], where)
+        if action.do == "add_broker" and not self.brokers:
+            raise PlaygroundError(f"{where}: brokers need a cluster started with brokers")
+        if self.brokers and action.do == "read" and action.node <= self.options["voters"]:
+            raise PlaygroundError(f"{where}: with brokers, clients read metadata through a broker, not voter n{action.node}")
         if action.at_us < self.sim.now_us:
             raise PlaygroundError(f"action {len(self.actions) + 1}: at {action.at_us} us, before now ({self.sim.now_us} us)")
         self.run_until(action.at_us)
@@ -247,21 +281,32 @@ class Playground:
         elif do == "cut":
             sim.network.block(action.node, action.peer)
             sim.network.block(action.peer, action.node)
-            self.trace.append(f"{sim.now_ms:10.3f} PARTITION n{action.node} | n{action.peer}")
+            self.trace.append(f"{sim.now_ms:10.3f} PARTITION {self._name(action.node)} | {self._name(action.peer)}")
         elif do == "mend":
             sim.network.unblock(action.node, action.peer)
             sim.network.unblock(action.peer, action.node)
-            self.trace.append(f"{sim.now_ms:10.3f} HEAL n{action.node} - n{action.peer}")
+            self.trace.append(f"{sim.now_ms:10.3f} HEAL {self._name(action.node)} - {self._name(action.peer)}")
         elif do == "heal":
             sim.heal()
+        elif do == "add_broker":
+            sim.add_broker()
+        elif do == "write" and self.brokers:
+            # An admin creates topic VALUE through the active controller.
+            sim.create_topic(action.value, 1, 1)
         elif do == "write":
             sim.client_write(sim.new_process(), action.node, action.key, action.value)
+        elif do == "read" and self.brokers:
+            sim.read_metadata(sim.new_reader((action.node,), pinned=True), op="list_topics")
         elif do == "read":
             sim.client_read(sim.new_process(), action.node, action.key, action.mode)
         elif do == "set":
             sim.options.overrides.setdefault(action.node, {})[action.option] = action.on
             state = "on" if action.on else "off"
             self.trace.append(f"{sim.now_ms:10.3f} n{action.node} {action.option} {state} (from its next start)")
+
+    def _name(self, node_id: int) -> str:
+        """As the simulator's trace names them: voters nN, brokers bN."""
+        return f"{'b' if node_id > self.options['voters'] else 'n'}{node_id}"
 
     # -- sessions ---------------------------------------------------------------
 
@@ -314,7 +359,17 @@ class Playground:
         nodes = []
         for node_id, node in sorted(sim.nodes.items()):
             core = node.core
-            entry: dict[str, Any] = {"id": node_id, "up": core is not None, "paused": node.paused}
+            is_broker = node_id > self.options["voters"]
+            entry: dict[str, Any] = {"id": node_id, "up": core is not None, "paused": node.paused, "broker": None}
+            if is_broker:
+                process = sim.broker_process(node_id)
+                beats = [seen for seen in sim.heartbeats_seen if seen.broker_id == node_id]
+                entry["broker"] = {
+                    "state": sim.broker_state(node_id).value,
+                    "epoch": process.lifecycle.broker_epoch if process is not None else None,
+                    "heartbeats": len(beats),
+                    "last_heartbeat_ms": beats[-1].time_ms if beats else None,
+                }
             own = sim.options.overrides.get(node_id, {})
             entry["settings"] = {name: own.get(name, self.options[name]) for name in NODE_OPTIONS}
             if core is not None:
@@ -349,10 +404,12 @@ class Playground:
             elif arrive is None and sent <= now < sent + DROPPED_SHOWN_US:
                 messages.append({"src": src, "dst": dst, "type": kind, "epoch": epoch, "sent_us": sent, "arrive_us": None, "dropped": True})
         messages.reverse()
-        stale = {e["process"] for e in find_stale_reads(sim.history, LEADER_LOCAL_BOUND_MS)}
+        stale = {e["process"] for e in find_stale_reads(sim.history, LEADER_LOCAL_BOUND_MS, self._broker_bound_ms)}
         return {
             "now_us": now,
             "seed": self.seed,
+            "voters": self.options["voters"],
+            "brokers": self.brokers,
             "leader": sim.leader(),
             "nodes": nodes,
             "cut": sorted([a, b] for a, b in sim.network.blocked_links if a < b),
@@ -364,6 +421,11 @@ class Playground:
             "violation": self.violation,
             "actions": len(self.actions),
         }
+
+    @property
+    def _broker_bound_ms(self) -> float | None:
+        """design.md's staleness bound for a broker's answers (brokers only)."""
+        return self.sim.broker_options.staleness_bound_ms if self.brokers else None
 
     def _ops(self, stale: set[int]) -> list[dict[str, Any]]:
         """Client operations, invoke paired with completion."""

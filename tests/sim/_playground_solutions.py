@@ -40,6 +40,23 @@ SOLUTIONS: dict[str, list[tuple[str, Any]]] = {
         ("click", {"do": "read", "node": 1, "key": "k", "mode": "leader-local"}),
         ("advance", 8 * S),
     ],
+    "broker-fencing": [
+        ("advance", 3 * S),
+        ("click", {"do": "add_broker"}),
+        ("advance", 8 * S),
+        *[("click", {"do": "cut", "node": voter, "peer": 101}) for voter in (1, 2, 3)],
+        ("advance", 15 * S),
+        ("click", {"do": "heal"}),
+        ("advance", 20 * S),
+    ],
+    "fast-bounce": [
+        ("advance", 3 * S),
+        ("click", {"do": "add_broker"}),
+        ("advance", 8 * S),
+        ("click", {"do": "crash", "node": 101}),
+        ("click", {"do": "restart", "node": 101}),
+        ("advance", 14 * S),
+    ],
     "snapshots": [
         ("advance", 3 * S),
         ("click", {"do": "crash", "node": 2}),

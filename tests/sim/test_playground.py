@@ -217,3 +217,52 @@ def test_learn_raft_links_every_lesson():
     text = (ROOT / "docs" / "learn-raft.md").read_text(encoding="utf-8")
     for found in LESSONS:
         assert f"#lesson={found.id}" in text, found.id
+
+
+def broker_session() -> Playground:
+    playground = Playground(7, {"brokers": True})
+    playground.run_until(3 * S)
+    playground.act(do="add_broker")
+    playground.run_until(6 * S)
+    playground.act(do="write", node=1, key="k", value="orders")
+    playground.act(do="read", node=101, key="k", mode="linearizable")
+    playground.act(do="add_broker")
+    playground.run_until(8 * S)
+    for voter in (1, 2, 3):
+        playground.act(do="cut", node=voter, peer=102)
+    playground.act(do="crash", node=101)
+    playground.act(do="restart", node=101)
+    playground.run_until(14 * S)
+    return playground
+
+
+def test_brokers_register_heartbeat_fence_and_replay_exactly(tmp_path):
+    original = broker_session()
+    assert original.violation is None
+    brokers = {n["id"]: n["broker"] for n in original.view()["nodes"] if n["broker"] is not None}
+    assert set(brokers) == {101, 102}
+    assert brokers[101]["state"] == "Online" and brokers[101]["heartbeats"] > 0
+    assert brokers[102]["state"] == "Fenced", "cut off from the controller for 6 s: past its 3 s session"
+    assert any("REGISTER" in line for line in original.trace) and any("create_topic orders" in line for line in original.trace)
+    ops = original.view()["ops"]
+    assert [op["f"] for op in ops] == ["create_topic", "list_topics"] and all(op["type"] == "ok" for op in ops)
+    replayed = Playground.replay(json.loads(json.dumps(original.session())))
+    assert replayed.trace == original.trace
+    path = tmp_path / "brokers.json"
+    path.write_text(json.dumps(original.session()), encoding="utf-8")
+    outcome = CliRunner().invoke(sim_command, ["--from-playground", str(path)])
+    assert outcome.exit_code == 0 and outcome.stdout == "".join(line + "\n" for line in original.trace)
+
+
+def test_broker_actions_are_refused_where_they_make_no_sense():
+    plain = Playground(7)
+    with pytest.raises(PlaygroundError, match="brokers need a cluster started with brokers"):
+        plain.act(do="add_broker")
+    with_brokers = Playground(7, {"brokers": True})
+    with pytest.raises(PlaygroundError, match="not a node"):
+        with_brokers.act(do="crash", node=101)  # not added yet
+    with_brokers.act(do="add_broker")
+    with pytest.raises(PlaygroundError, match="through a broker"):
+        with_brokers.act(do="read", node=1, key="k", mode="linearizable")
+    with pytest.raises(PlaygroundError, match="not a node"):
+        with_brokers.act(do="set", node=101, option="pre_vote", on=False)

@@ -113,7 +113,8 @@ def test_each_lesson_reaches_its_check_in_the_page(page, lesson_id, tmp_path_fac
         if kind == "advance":
             page.evaluate(f"window.playground.advance({arg}) && true")
         else:
-            click(page, "#nodes " + selector(arg) if arg["do"] not in ("cut", "mend", "heal") else "#links " + selector(arg))
+            where = "#links " if arg["do"] in ("cut", "mend", "heal", "add_broker") else "#nodes "
+            click(page, where + selector(arg))
     check = page.evaluate("window.playground.lessonCheck()")
     shots = Path(tmp_path_factory.getbasetemp()) / "playground-lessons"
     shots.mkdir(exist_ok=True)
