@@ -22,12 +22,14 @@ fi
 mkdir -p "$(dirname "$dest")" || { echo "pyodide $version: not fetched (cannot create $(dirname "$dest"))" >&2; exit 0; }
 staging=$(mktemp -d "$dest.partial.XXXXXX")
 if (cd "$staging" && npm pack --silent "pyodide@$version" >npm.log 2>&1) \
-        && echo "$sha256  $staging/pyodide-$version.tgz" | sha256sum --check --status \
+        && echo "$sha256  $staging/pyodide-$version.tgz" | sha256sum --check --status 2>/dev/null \
         && tar -xzf "$staging/pyodide-$version.tgz" -C "$staging"; then
     rm -rf "$dest" && mv "$staging/package" "$dest" && rm -rf "$staging"
     echo "$sha256" >"$stamp"
     echo "pyodide $version: fetched into $dest" >&2
 else
-    echo "pyodide $version: fetch failed or checksum mismatch (see $staging/npm.log): the playground browser tests will skip" >&2
+    mv "$staging/npm.log" "$dest.fetch.log" 2>/dev/null
+    rm -rf "$staging"
+    echo "pyodide $version: fetch failed or checksum mismatch (npm's log: $dest.fetch.log): the playground browser tests will skip" >&2
 fi
 exit 0

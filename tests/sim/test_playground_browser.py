@@ -121,3 +121,27 @@ def test_each_lesson_reaches_its_check_in_the_page(page, lesson_id, tmp_path_fac
     page.screenshot(shots / f"{lesson_id}.png")
     assert check["done"], check["detail"]
     assert page.evaluate("document.getElementById('lesson-check').className") == "done"
+
+
+def test_the_rewind_slider_goes_back_to_an_exact_moment(page):
+    """Rewinding replays from the seed; the actions taken after that moment
+    play again as time moves on, until the learner does something new."""
+    from jepsen_like.sim._playground import Playground
+
+    page.evaluate("document.getElementById('seed').value = '7'; document.getElementById('lesson-select').value = ''")
+    click(page, "#b-new")
+    for _ in range(3):
+        click(page, "#b-skip")
+    click(page, '#nodes button[data-do="pause"][data-node="2"]')
+    for _ in range(2):
+        click(page, "#b-skip")
+    session = json.loads(page.evaluate("window.playground.session()"))
+    assert session["actions"] == [{"at_us": 3_000_000, "do": "pause", "node": 2}]
+    page.evaluate("(function(){var r=document.getElementById('rewind'); r.value='2500'; r.dispatchEvent(new Event('change'));})()")
+    assert page.evaluate("window.playground.view().now_us") == 2_500_000
+    assert page.evaluate("window.playground.traceText()") == "".join(line + "\n" for line in Playground.replay(session, until_us=2_500_000).trace)
+    for _ in range(3):
+        click(page, "#b-skip")
+    whole = Playground.replay(session, until_us=5_500_000)
+    assert page.evaluate("window.playground.traceText()") == "".join(line + "\n" for line in whole.trace)
+    assert any("n2 PAUSE" in line for line in whole.trace)
