@@ -174,6 +174,22 @@
     return b;
   }
 
+  // Cut every link of a node: one 'cut' action per link, as clicks would be.
+  function isolateButton(id, v) {
+    var b = document.createElement('button');
+    b.type = 'button';
+    b.textContent = 'isolate';
+    b.dataset.isolate = id;
+    b.addEventListener('click', function () {
+      var cut = {};
+      v.cut.forEach(function (pair) { cut[pair[0] + '-' + pair[1]] = true; });
+      pairs(state.view).forEach(function (pair) {
+        if ((pair[0] === id || pair[1] === id) && !cut[pair[0] + '-' + pair[1]]) act({ do: 'cut', node: pair[0], peer: pair[1] });
+      });
+    });
+    return b;
+  }
+
   function drawLinks(v) {
     var box = $('links');
     box.textContent = '';
@@ -212,6 +228,7 @@
       buttons.className = 'buttons';
       buttons.appendChild(n.up ? button('crash', { do: 'crash', node: n.id }) : button('restart', { do: 'restart', node: n.id }));
       if (n.up) buttons.appendChild(n.paused ? button('resume', { do: 'resume', node: n.id }) : button('pause', { do: 'pause', node: n.id }));
+      buttons.appendChild(isolateButton(n.id, v));
       if (!v.brokers) {
         buttons.appendChild(button('write', { do: 'write', node: n.id, key: 'k' }));
         buttons.appendChild(button('10 writes', { do: 'write', node: n.id, key: 'k' }, 'x10'));

@@ -133,10 +133,15 @@ def test_the_rewind_slider_goes_back_to_an_exact_moment(page):
     for _ in range(3):
         click(page, "#b-skip")
     click(page, '#nodes button[data-do="pause"][data-node="2"]')
+    click(page, '#nodes button[data-isolate="3"]')
     for _ in range(2):
         click(page, "#b-skip")
     session = json.loads(page.evaluate("window.playground.session()"))
-    assert session["actions"] == [{"at_us": 3_000_000, "do": "pause", "node": 2}]
+    assert session["actions"] == [
+        {"at_us": 3_000_000, "do": "pause", "node": 2},
+        {"at_us": 3_000_000, "do": "cut", "node": 1, "peer": 3},
+        {"at_us": 3_000_000, "do": "cut", "node": 2, "peer": 3},
+    ]
     page.evaluate("(function(){var r=document.getElementById('rewind'); r.value='2500'; r.dispatchEvent(new Event('change'));})()")
     assert page.evaluate("window.playground.view().now_us") == 2_500_000
     assert page.evaluate("window.playground.traceText()") == "".join(line + "\n" for line in Playground.replay(session, until_us=2_500_000).trace)
