@@ -15,21 +15,22 @@ many small steps reaches the same state, so the session replays exactly.
 
 The file format (``format`` 1)::
 
-    {"format": 1, "seed": 7, "options": {"voters": 3, "check_quorum": true,
-     "pre_vote": true, "snapshot_every_records": 0}, "actions": [{"at_us": 2500000, "do": "crash",
-     "node": 2}, ...], "until_us": 9000000}
+    {"format": 1, "seed": 7,
+     "options": {"voters": 3, "check_quorum": true, "pre_vote": true,
+                 "snapshot_every_records": 0, "brokers": false},
+     "actions": [{"at_us": 2500000, "do": "crash", "node": 2}, ...],
+     "until_us": 9000000}
 
-Actions (``do``): ``crash``, ``restart``, ``pause``, ``resume`` (a node, a
-voter 1..N or a broker 101, 102, ...); ``add_broker`` (options ``brokers``:
-the voters then host the controller);
-``cut`` / ``mend`` (the link between ``node`` and ``peer``, both ways);
-``heal`` (every link); ``write`` (``node``, ``key``, ``value``; with
-brokers: create topic ``value`` through the active controller); ``read``
-(``node``, ``key``, ``mode``: linearizable or leader-local; with brokers:
-list topics through broker ``node``); ``set``
-(``node``, ``option``: check_quorum or pre_vote, ``on``): a node's own
-setting, which takes effect when its process next starts (as a changed
-configuration does).
+Actions (``do``): ``crash``, ``restart``, ``pause``, ``resume`` (a node: a
+voter 1..N or a broker 101, 102, ...); ``add_broker`` (with the option
+``brokers``, under which the voters host the controller); ``cut`` / ``mend``
+(the link between ``node`` and ``peer``, both ways); ``heal`` (every link);
+``write`` (``node``, ``key``, ``value``; with brokers: create topic
+``value`` through the active controller); ``read`` (``node``, ``key``,
+``mode``: linearizable or leader-local; with brokers: list topics through
+broker ``node``); ``set`` (``node``, ``option``: check_quorum or pre_vote,
+``on``): a voter's own setting, which takes effect when its process next
+starts (as a changed configuration does).
 """
 
 from __future__ import annotations
@@ -54,9 +55,6 @@ MAX_TIME_US = 3_600 * 1_000_000
 MAX_TEXT = 64
 READ_MODES = ("linearizable", "leader-local")
 NODE_OPTIONS = ("check_quorum", "pre_vote")
-# A leader-local read may lag this far behind an acknowledged write before
-# it counts as stale (the harness's leader-local bound).
-LEADER_LOCAL_BOUND_MS = 0.0
 # Dropped messages stay on screen (marked) this long after they were sent.
 DROPPED_SHOWN_US = 30 * US_PER_MS
 _NODE_ACTIONS = ("crash", "restart", "pause", "resume")
@@ -404,7 +402,7 @@ class Playground:
             elif arrive is None and sent <= now < sent + DROPPED_SHOWN_US:
                 messages.append({"src": src, "dst": dst, "type": kind, "epoch": epoch, "sent_us": sent, "arrive_us": None, "dropped": True})
         messages.reverse()
-        stale = {e["process"] for e in find_stale_reads(sim.history, LEADER_LOCAL_BOUND_MS, self._broker_bound_ms)}
+        stale = {e["process"] for e in self.stale_reads()}
         return {
             "now_us": now,
             "seed": self.seed,
@@ -422,10 +420,15 @@ class Playground:
             "actions": len(self.actions),
         }
 
-    @property
-    def _broker_bound_ms(self) -> float | None:
-        """design.md's staleness bound for a broker's answers (brokers only)."""
-        return self.sim.broker_options.staleness_bound_ms if self.brokers else None
+    def stale_reads(self) -> list[dict[str, Any]]:
+        """The reads that broke their contract, by the very call the
+        simulator's verdict makes (``run_scenario``, the replay page): a
+        leader-local read may miss writes acknowledged less than one
+        check-quorum window (``check_quorum_factor`` x ``fetch_timeout_ms``)
+        before it; a broker's, less than design.md's staleness bound."""
+        options = self.sim.options
+        leader_local_bound_ms = options.check_quorum_factor * options.fetch_timeout_ms
+        return find_stale_reads(self.sim.history, leader_local_bound_ms, getattr(options, "staleness_bound_ms", None))
 
     def _ops(self, stale: set[int]) -> list[dict[str, Any]]:
         """Client operations, invoke paired with completion."""

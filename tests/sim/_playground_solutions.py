@@ -27,18 +27,18 @@ SOLUTIONS: dict[str, list[tuple[str, Any]]] = {
         *_isolate(1, (2, 3)),
         ("advance", 7 * S),
         ("click", {"do": "write", "node": 3, "key": "k"}),
-        ("advance", 7_500_000),
+        ("advance", 11 * S),  # past the leader-local bound: 1.5 fetch timeouts after the write
         ("click", {"do": "read", "node": 1, "key": "k", "mode": "leader-local"}),
-        ("advance", 8 * S),
+        ("advance", 11_500_000),
     ],
     "check-quorum": [
         ("advance", 3 * S),
         *_isolate(1, (2, 3)),
         ("advance", 7 * S),
         ("click", {"do": "write", "node": 3, "key": "k"}),
-        ("advance", 7_500_000),
+        ("advance", 11 * S),  # past the leader-local bound: 1.5 fetch timeouts after the write
         ("click", {"do": "read", "node": 1, "key": "k", "mode": "leader-local"}),
-        ("advance", 8 * S),
+        ("advance", 11_500_000),
     ],
     "broker-fencing": [
         ("advance", 3 * S),

@@ -266,3 +266,25 @@ def test_broker_actions_are_refused_where_they_make_no_sense():
         with_brokers.act(do="read", node=1, key="k", mode="linearizable")
     with pytest.raises(PlaygroundError, match="not a node"):
         with_brokers.act(do="set", node=101, option="pre_vote", on=False)
+
+
+def test_stale_reads_are_judged_by_the_simulators_own_bound():
+    """A leader-local read may miss a write acknowledged less than one
+    check-quorum window earlier (run_scenario's verdict says the same); a
+    later one is stale, and the page's view flags exactly that read."""
+    playground = Playground(7, {"check_quorum": False})
+    playground.run_until(3 * S)
+    playground.act(do="cut", node=1, peer=2)
+    playground.act(do="cut", node=1, peer=3)
+    playground.run_until(7 * S)
+    playground.act(do="write", node=3, key="k", value="new")
+    playground.run_until(7_500_000)
+    assert [op["type"] for op in playground.view()["ops"]] == ["ok"]
+    playground.act(do="read", node=1, key="k", mode="leader-local")  # 0.5 s after the write's ack
+    playground.run_until(11 * S)
+    assert [op["value"] for op in playground.view()["ops"]] == ["new", None] and playground.stale_reads() == []
+    playground.act(do="read", node=1, key="k", mode="leader-local")  # 4 s after it
+    playground.run_until(11_500_000)
+    (stale,) = playground.stale_reads()
+    flagged = [op for op in playground.view()["ops"] if op["stale"]]
+    assert [op["process"] for op in flagged] == [stale["process"]] and flagged[0]["start_us"] == 11 * S
