@@ -64,6 +64,8 @@ def page(tmp_path_factory, recorded):
 def click(page: PageSession, css: str) -> None:
     found = page.evaluate(f"(function(){{var b=document.querySelector({json.dumps(css)}); if(!b) return false; b.click(); return true;}})()")
     assert found, f"no {css} on the page"
+    errors = [line for line in page.console if line.startswith("Uncaught") or line.startswith("error")]
+    assert not errors, errors
 
 
 def test_the_page_loads_from_disk_with_no_network_and_no_error(page):
