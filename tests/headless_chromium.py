@@ -1,5 +1,6 @@
 """Headless Chromium for the tests that render a page (the campaign report,
-the simulator's replay): Debian's ``chromium`` package, which ``make test``
+the simulator's replay) or drive one (the playground, through
+:class:`PageSession`): Debian's ``chromium`` package, which ``make test``
 installs when it can (tools/browser-tools.sh, as root with apt). Without it
 the caller skips just the rendering part, and the run ends with one loud
 line saying so (``tests/conftest.py`` prints :data:`SKIPPED`), so that a CI
@@ -11,9 +12,13 @@ refuses to start.
 
 from __future__ import annotations
 
+import base64
 import fcntl
+import json
 import os
+import select
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -65,6 +70,12 @@ def console_errors(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if "CONSOLE" in line and "Uncaught" in line]
 
 
+def _moved_above_4(fd: int) -> int:
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(fd)
+    return moved
+
+
 class PageSession:
     """A headless Chromium driven over the DevTools protocol on a pipe
     (``--remote-debugging-pipe``: JSON messages ending in NUL on fds 3
@@ -83,14 +94,7 @@ class PageSession:
         self._from_browser, from_browser_w = os.pipe()
         # Above fd 4, so that placing them on 3 and 4 in the child cannot
         # overwrite one with the other.
-        for name in ("to_browser_r", "from_browser_w"):
-            fd = locals()[name]
-            moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
-            os.close(fd)
-            if name == "to_browser_r":
-                to_browser_r = moved
-            else:
-                from_browser_w = moved
+        to_browser_r, from_browser_w = _moved_above_4(to_browser_r), _moved_above_4(from_browser_w)
 
         def wire_fds() -> None:  # in the child: the protocol's fds 3 and 4
             os.dup2(to_browser_r, 3)
@@ -102,11 +106,12 @@ class PageSession:
             f"--user-data-dir={tmp_path / 'chromium-profile'}", "--hide-scrollbars", "--remote-debugging-pipe",
             f"--window-size={width},{height}", "about:blank",
         ]  # fmt: skip
+        self._stderr = open(tmp_path / "chromium-stderr.log", "wb")  # noqa: SIM115 - closed in close()
         self._process = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=open(tmp_path / "chromium-stderr.log", "wb"),  # noqa: SIM115 - closed with the process
+            stderr=self._stderr,
             env=dict(os.environ, HOME=str(tmp_path)),
             preexec_fn=wire_fds,  # noqa: PLW1509 - tests start no threads around it
             close_fds=False,
@@ -137,14 +142,11 @@ class PageSession:
         if self._process.poll() is None:
             self._process.kill()
         self._process.wait(timeout=CHROMIUM_TIMEOUT_S)
+        self._stderr.close()
         os.close(self._to_browser)
         os.close(self._from_browser)
 
     def _read_message(self, deadline: float) -> dict:
-        import json
-        import select
-        import time
-
         while b"\0" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self._from_browser], [], [], left)[0]:
@@ -157,9 +159,6 @@ class PageSession:
         return json.loads(raw)
 
     def _call(self, method: str, *, session: str | None = None, timeout_s: float = CHROMIUM_TIMEOUT_S, **params: object) -> dict:
-        import json
-        import time
-
         self._next_id += 1
         message: dict = {"id": self._next_id, "method": method, "params": params}
         if session is not None:
@@ -200,8 +199,6 @@ class PageSession:
     def wait_for(self, expression: str, *, timeout_s: float = CHROMIUM_TIMEOUT_S) -> object:
         """Poll ``expression`` in the page until it is truthy; its value.
         Fails the test after ``timeout_s``."""
-        import time
-
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             value = self.evaluate(f"(function(){{try{{return {expression};}}catch(e){{return null;}}}})()")
@@ -211,8 +208,6 @@ class PageSession:
         pytest.fail(f"the page never satisfied {expression!r} within {timeout_s} s")
 
     def screenshot(self, path: Path) -> Path:
-        import base64
-
         data = self.call("Page.captureScreenshot", format="png")["data"]
         path.write_bytes(base64.b64decode(data))
         return path
