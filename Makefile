@@ -11,7 +11,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONHASHSEED := 0
 
-.PHONY: all venv test run sim-demo soak bench clean prereqs kafka
+.PHONY: all venv test run sim-demo soak bench clean prereqs kafka playground pyodide
 
 all: test
 
@@ -31,6 +31,7 @@ test: $(STAMP)
 	@tools/net-tools.sh
 	@tools/browser-tools.sh
 	@tools/kafka-fetch.sh
+	@tools/playground-fetch.sh
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The project's main job: a fault-injection campaign against real processes
@@ -56,7 +57,21 @@ soak: $(STAMP)
 kafka:
 	@tools/kafka-fetch.sh
 
-bench: $(STAMP) kafka
+# Pyodide 0.29.5 from the npm registry (sha256-pinned) into
+# $${PYKRAFT_CACHE:-~/.cache/pykraft}/pyodide-0.29.5, outside the tree.
+pyodide:
+	@tools/playground-fetch.sh
+
+# The browser playground (docs/learn-raft.md): one self-contained folder,
+# build/playground, that opens from disk or any static host; served here on
+# http://127.0.0.1:$(PLAYGROUND_PORT)/ until Ctrl-C.
+PLAYGROUND_PORT ?= 8022
+playground: $(STAMP) pyodide
+	$(BIN)/python tools/build_playground.py --out build/playground
+	@echo "serving on http://127.0.0.1:$(PLAYGROUND_PORT)/ (or open build/playground/index.html from disk); Ctrl-C to stop"
+	$(BIN)/python -m http.server --bind 127.0.0.1 --directory build/playground $(PLAYGROUND_PORT)
+
+bench: $(STAMP) kafka pyodide
 	$(BIN)/python -m bench.run_all
 
 clean:

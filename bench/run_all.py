@@ -26,6 +26,7 @@ OTHER_BENCHES = [
     "bench.metadata_bench",
     "bench.abuse_bench",
     "bench.write_cpu_bench",
+    "bench.playground_bench",
 ]
 
 

@@ -628,6 +628,18 @@ class QuorumNode:
         return self._tick
 
     @property
+    def timers(self) -> dict[str, int]:
+        """The current role's timers, by name (``election``, ``fetch``,
+        ``check_quorum``, ...): ticks left until each fires, for views
+        (the browser playground draws them as bars). A copy."""
+        state = self._state
+        return {
+            name[: -len("_deadline")]: getattr(state, name) - self._tick
+            for name in sorted(getattr(type(state), "__slots__", ()))
+            if name.endswith("_deadline")
+        }
+
+    @property
     def counters(self) -> dict[str, int]:
         """How often this node turned an input away, by kind (a copy):
         ``messages_out_of_range`` (dropped: a number no layer can hold, or

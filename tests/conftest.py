@@ -49,6 +49,5 @@ def pytest_terminal_summary(terminalreporter):
     headless_chromium = sys.modules.get("headless_chromium")
     skipped = getattr(headless_chromium, "SKIPPED", [])
     if skipped:
-        terminalreporter.write_line(
-            f"BROWSER TESTS SKIPPED ({len(skipped)}): {headless_chromium.MISSING_REASON}", red=True, bold=True
-        )
+        reasons = "; ".join(sorted(headless_chromium.SKIP_REASONS)) or headless_chromium.MISSING_REASON
+        terminalreporter.write_line(f"BROWSER TESTS SKIPPED ({len(skipped)}): {reasons}", red=True, bold=True)

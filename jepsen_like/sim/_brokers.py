@@ -360,6 +360,16 @@ class BrokerSimulation(Simulation):
             self.max_epoch_seen[broker_id] = 0
             self._start(broker_id)
 
+    def add_broker(self) -> int:
+        """Start a new broker process (the next free id): it registers with
+        the active controller, then heartbeats through its fetches. Its id."""
+        broker_id = max([BROKER_ID_BASE, *(n for n in self.nodes if self.is_broker(n))]) + 1
+        self.nodes[broker_id] = SimNode(broker_id, self.broker_options)
+        self.max_epoch_seen[broker_id] = 0
+        self._say(f"b{broker_id} ADDED")
+        self._start(broker_id)
+        return broker_id
+
     # =====================================================================
     # Time
     # =====================================================================

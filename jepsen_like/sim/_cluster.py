@@ -315,6 +315,10 @@ class SimNode:
         # The last process's state machine (kept after a crash, for views).
         self.machine: Any = KeyValueMachine()
         self.last_hw = 0
+        # SIGSTOP: while paused the process handles nothing; what reached
+        # it (ticks, messages, disk completions) waits here, in order.
+        self.paused = False
+        self.held: list[_Event] = []
 
     @property
     def core(self) -> QuorumNode | None:
@@ -409,9 +413,18 @@ class Simulation:
         """Run ``action`` after ``delay_ms`` of virtual time."""
         self._push(int(delay_ms * US_PER_MS), "action", 0, 0, action)
 
+    @property
+    def next_event_us(self) -> int | None:
+        """When the next queued event is due (virtual us), or None."""
+        return self._queue[0].time_us if self._queue else None
+
     def run_until(self, time_ms: float) -> None:
         """Process every event up to ``time_ms``; raises InvariantViolation."""
-        limit = int(time_ms * US_PER_MS)
+        self.run_until_us(int(time_ms * US_PER_MS))
+
+    def run_until_us(self, limit: int) -> None:
+        """Process every event up to ``limit`` virtual microseconds (exact,
+        for replays); raises InvariantViolation."""
         while self._queue and self._queue[0].time_us <= limit:
             self._step_event(heapq.heappop(self._queue))
         self.now_us = max(self.now_us, limit)
@@ -445,6 +458,9 @@ class Simulation:
         if node is None or node.core is None or node.incarnation != event.incarnation:
             if kind == "deliver" and node is not None and node.core is None:
                 self._say_full(f"n{event.node} down, dropped {describe_message(event.payload)}")
+            return
+        if node.paused:
+            node.held.append(event)
             return
         host = node.host
         assert host is not None
@@ -536,6 +552,8 @@ class Simulation:
         node.host = None
         node.pipeline.clear()
         node.disk_busy = False
+        node.paused = False
+        node.held.clear()
         # The kernel resets the dead process's connections: peers that can
         # still reach this host learn of it one hop later.
         for peer_id, peer in sorted(self.nodes.items()):
@@ -561,6 +579,27 @@ class Simulation:
             return False
         self._say(f"n{node_id} DISK DAMAGE at offset {offset} (log end {disk.log.end_offset})")
         return True
+
+    def pause(self, node_id: int) -> None:
+        """SIGSTOP: ``node_id`` stops handling anything (its peers see only
+        silence) until ``resume``; a no-op when it is down or paused."""
+        node = self.nodes[node_id]
+        if node.core is None or node.paused:
+            return
+        node.paused = True
+        self._say(f"n{node_id} PAUSE")
+
+    def resume(self, node_id: int) -> None:
+        """SIGCONT: what reached a paused process while it slept is handled
+        now, in the order it came (its clock jumps: one tick fires)."""
+        node = self.nodes[node_id]
+        if not node.paused:
+            return
+        node.paused = False
+        self._say(f"n{node_id} RESUME")
+        held, node.held = node.held, []
+        for event in held:
+            self._push(0, event.kind, event.node, event.incarnation, event.payload)
 
     def restart(self, node_id: int) -> None:
         if self.nodes[node_id].core is not None:

@@ -57,6 +57,10 @@ class Network:
                     self._blocked.add((a, b))
                     self._blocked.add((b, a))
 
+    def unblock(self, src: int, dst: int) -> None:
+        """Mend one directed link (a no-op when it was not cut)."""
+        self._blocked.discard((src, dst))
+
     def heal(self) -> None:
         self._blocked.clear()
 

@@ -37,6 +37,9 @@ import click
 
 from ._scenarios import SCENARIOS, default_options, run_scenario
 
+# A saved session is a seed and a list of clicks: a few hundred KiB at most.
+MAX_PLAYGROUND_FILE_BYTES = 8 * 1024 * 1024
+
 
 def _replay_command(scenario: str, seed: int, check_quorum: bool, pre_vote: bool) -> str:
     flags = ("" if check_quorum else " --no-check-quorum") + ("" if pre_vote else " --no-pre-vote")
@@ -63,10 +66,27 @@ def _replay_command(scenario: str, seed: int, check_quorum: bool, pre_vote: bool
     default=None,
     help="Also write a self-contained visual replay of the run to this HTML file.",
 )
+@click.option(
+    "--from-playground",
+    "playground_path",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="Replay a session saved by the browser playground (JSON): prints its trace, byte for byte as the page shows it.",
+)
 def sim_command(
-    scenario: str, seed: int, check_quorum: bool, pre_vote: bool, as_json: bool, trace: str, html_path: str | None
+    scenario: str,
+    seed: int,
+    check_quorum: bool,
+    pre_vote: bool,
+    as_json: bool,
+    trace: str,
+    html_path: str | None,
+    playground_path: str | None,
 ) -> None:
     """Run one simulated scenario with one seed; exit 1 if it is invalid."""
+    if playground_path is not None:
+        _replay_playground(playground_path)
+        return
     options = default_options(scenario, seed)
     options.check_quorum = check_quorum
     options.pre_vote = pre_vote
@@ -95,6 +115,30 @@ def sim_command(
     if as_json:
         click.echo(json.dumps(result.summary(), sort_keys=True, default=str))
     sys.exit(0 if result.valid else 1)
+
+
+def _replay_playground(path: str) -> None:
+    """Print a saved playground session's trace on stdout (nothing else:
+    it diffs against the page's), its verdict on stderr; exit 1 if an
+    invariant broke, 2 for a file that is not a session."""
+    from ._playground import FORMAT, PlaygroundError, replay_trace
+
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_PLAYGROUND_FILE_BYTES + 1)
+        if len(raw) > MAX_PLAYGROUND_FILE_BYTES:
+            raise PlaygroundError(f"larger than {MAX_PLAYGROUND_FILE_BYTES} bytes")
+        document = json.loads(raw)
+        playground = replay_trace(document, click.echo)
+    except (OSError, ValueError) as bad:  # PlaygroundError and JSONDecodeError are ValueErrors
+        click.echo(f"error: {path} is not a playground session (format {FORMAT}): {bad}", err=True)
+        sys.exit(2)
+    verdict = "VALID" if playground.violation is None else f"INVALID ({playground.violation})"
+    click.echo(
+        f"--- playground seed={playground.seed} actions={len(playground.actions)} until={playground.now_us} us: {verdict}",
+        err=True,
+    )
+    sys.exit(0 if playground.violation is None else 1)
 
 
 def _ms(value: float | None) -> str:

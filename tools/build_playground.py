@@ -1,0 +1,128 @@
+"""Builds the browser playground (issue 22) into one self-contained folder.
+
+    python tools/build_playground.py [--out build/playground] [--pyodide DIR]
+
+The folder holds the page (``playground/``: HTML, CSS, the JS that draws and
+forwards clicks), Pyodide's loader and runtime script, and ``bundle.js``: the
+files the page would otherwise fetch (Pyodide's wasm, its standard library,
+its lock file, and ``pykraft.zip`` with this repository's Python modules
+that ``jepsen_like.sim._playground`` imports, plus msgpack's pure-Python
+modules) as base64. Browsers refuse ``fetch`` on file:// URLs, so the page
+answers Pyodide's fetches from that bundle: the same folder works from disk
+and from any static host, and never touches the network.
+
+Pyodide comes from tools/playground-fetch.sh (npm, version pinned) in
+``${PYKRAFT_CACHE:-~/.cache/pykraft}/pyodide-VERSION``. Exit 2 with one line
+when it is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYODIDE_VERSION = "0.29.5"
+PAGE = ROOT / "playground"
+PAGE_FILES = ("index.html", "playground.css", "playground.js")
+# The Pyodide files the page loads (answered from bundle.js, except the two
+# scripts, which load as <script> tags: file:// allows those).
+PYODIDE_SCRIPTS = ("pyodide.js", "pyodide.asm.js")
+PYODIDE_BLOBS = ("pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
+# What the page imports; the build ships exactly their import graph.
+ENTRY_MODULES = ("jepsen_like.sim._playground", "jepsen_like.sim._lessons")
+# Fixed zip timestamps: the same tree builds the same bundle.
+_ZIP_TIME = (2020, 1, 1, 0, 0, 0)
+
+
+def default_pyodide_dir() -> Path:
+    cache = os.environ.get("PYKRAFT_CACHE") or str(Path.home() / ".cache" / "pykraft")
+    return Path(cache) / f"pyodide-{PYODIDE_VERSION}"
+
+
+def python_sources() -> list[tuple[str, Path]]:
+    """(path in the zip, file) for every module the entry modules import
+    from this repository or from msgpack (pure Python: the C extension is
+    left out, and msgpack falls back to ``msgpack.fallback``)."""
+    probe = (
+        "import json, sys\n"
+        f"import {', '.join(ENTRY_MODULES)}\n"
+        "print(json.dumps(sorted({m.__file__ for m in list(sys.modules.values()) if getattr(m, '__file__', None)})))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MSGPACK_PUREPYTHON="1")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+    import msgpack
+
+    msgpack_dir = Path(msgpack.__file__).resolve().parent
+    sources: list[tuple[str, Path]] = []
+    for name in json.loads(done.stdout):
+        path = Path(name).resolve()
+        if path.suffix != ".py":
+            continue
+        if path.is_relative_to(ROOT):
+            sources.append((path.relative_to(ROOT).as_posix(), path))
+        elif path.is_relative_to(msgpack_dir):
+            sources.append(("msgpack/" + path.relative_to(msgpack_dir).as_posix(), path))
+    if not any(arc == "msgpack/fallback.py" for arc, _ in sources):
+        raise SystemExit("build_playground: msgpack's pure-Python fallback was not imported")
+    return sorted(sources)
+
+
+def python_zip() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for arcname, path in python_sources():
+            info = zipfile.ZipInfo(arcname, _ZIP_TIME)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, path.read_bytes())
+    return buffer.getvalue()
+
+
+def build(out: Path, pyodide_dir: Path) -> Path:
+    """Write the playground folder to ``out`` (replacing it); its index."""
+    missing = [name for name in (*PYODIDE_SCRIPTS, *PYODIDE_BLOBS) if not (pyodide_dir / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"no Pyodide {PYODIDE_VERSION} in {pyodide_dir} (run tools/playground-fetch.sh): missing {', '.join(missing)}")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for name in PAGE_FILES:
+        shutil.copyfile(PAGE / name, out / name)
+    for name in PYODIDE_SCRIPTS:
+        shutil.copyfile(pyodide_dir / name, out / name)
+    blobs = {name: (pyodide_dir / name).read_bytes() for name in PYODIDE_BLOBS}
+    blobs["pykraft.zip"] = python_zip()
+    with open(out / "bundle.js", "w", encoding="ascii") as bundle:
+        bundle.write(f"// Built by tools/build_playground.py: Pyodide {PYODIDE_VERSION} and pykraft's modules, as base64.\n")
+        bundle.write(f"window.PYKRAFT_PYODIDE_VERSION = {json.dumps(PYODIDE_VERSION)};\n")
+        bundle.write("window.PYKRAFT_FILES = {\n")
+        for name, data in blobs.items():
+            bundle.write(f"{json.dumps(name)}: \"{base64.b64encode(data).decode('ascii')}\",\n")
+        bundle.write("};\n")
+    return out / "index.html"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "build" / "playground")
+    parser.add_argument("--pyodide", type=Path, default=None, help="Pyodide's npm package folder (default: the fetch script's cache)")
+    args = parser.parse_args(argv)
+    try:
+        index = build(args.out, args.pyodide or default_pyodide_dir())
+    except FileNotFoundError as missing:
+        print(f"build_playground: {missing}", file=sys.stderr)
+        return 2
+    print(f"playground built: {index}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
