@@ -67,10 +67,13 @@ def python_sources() -> list[tuple[str, Path]]:
         path = Path(name).resolve()
         if path.suffix != ".py":
             continue
-        if path.is_relative_to(ROOT):
-            sources.append((path.relative_to(ROOT).as_posix(), path))
-        elif path.is_relative_to(msgpack_dir):
+        # msgpack first: the virtualenv may live inside the repository
+        # (``make`` creates .venv there), and nothing else of it belongs in
+        # the page.
+        if path.is_relative_to(msgpack_dir):
             sources.append(("msgpack/" + path.relative_to(msgpack_dir).as_posix(), path))
+        elif path.is_relative_to(ROOT) and not path.is_relative_to(ROOT / ".venv"):
+            sources.append((path.relative_to(ROOT).as_posix(), path))
     if not any(arc == "msgpack/fallback.py" for arc, _ in sources):
         raise SystemExit("build_playground: msgpack's pure-Python fallback was not imported")
     return sorted(sources)
