@@ -2,7 +2,7 @@
 storage. See ``docs/architecture.md``."""
 
 from ._memory_transport import MemoryNetwork, MemoryTransport
-from ._metrics import FINE_BUCKETS_S, Metrics, scrape_metrics, serve_metrics
+from ._metrics import FINE_BUCKETS_S, Metrics, http_get, scrape_metrics, serve_metrics
 from ._node_api import (
     PROPOSAL_BYTES_MAX,
     EventLog,
@@ -13,13 +13,14 @@ from ._node_api import (
     open_quorum_node,
     parse_voters,
 )
-from ._runtime import LeaderApplication, Proposal, ProposalLostError, QuorumRuntime, ReadNotConfirmedError, Transport
+from ._runtime import HEALTH_APPLY_LAG_RECORDS_MAX, LeaderApplication, Proposal, ProposalLostError, QuorumRuntime, ReadNotConfirmedError, Transport
 from ._state_machine import KeyValueStateMachine, StateMachine
 from ._tcp import ConnectionLimits, TcpTransport
 from ._writer import WRITE_ERRORS, StreamWriter
 
 __all__ = [
     "FINE_BUCKETS_S",
+    "HEALTH_APPLY_LAG_RECORDS_MAX",
     "PROPOSAL_BYTES_MAX",
     "WRITE_ERRORS",
     "ConnectionLimits",
@@ -43,6 +44,7 @@ __all__ = [
     "StateMachine",
     "TcpTransport",
     "Transport",
+    "http_get",
     "scrape_metrics",
     "serve_metrics",
 ]

@@ -335,7 +335,7 @@ async def open_quorum_node(
     """
     machine = state_machine if state_machine is not None else KeyValueStateMachine()
     storage = open_storage(config)
-    metrics = Metrics()
+    metrics = Metrics(config.node_id)
     own_event_log = event_log is None
     events = EventLog(config.event_log) if event_log is None else event_log
 
