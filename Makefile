@@ -30,6 +30,7 @@ venv: $(STAMP)
 test: $(STAMP)
 	@tools/net-tools.sh
 	@tools/browser-tools.sh
+	@tools/prometheus-tools.sh
 	@tools/kafka-fetch.sh
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
