@@ -34,6 +34,9 @@ class CampaignOptions:
     # quadratic: seconds for a short run, no JVM; held to the same verdicts
     # by tests/checker).
     checker: str = "spark"
+    # Start Debian's Prometheus scraping every node (``--prometheus``); the
+    # report links its key queries.
+    prometheus: bool = False
 
     def describe(self) -> dict[str, Any]:
         described = asdict(self)
@@ -50,4 +53,5 @@ class CampaignOptions:
             check_quorum=self.check_quorum,
             session_timeout_ms=self.session_timeout_ms,
             heartbeat_interval_ms=self.heartbeat_interval_ms,
+            metrics=self.prometheus,
         )

@@ -33,6 +33,7 @@ from ._workloads import WORKLOADS
 @click.option("--no-check", is_flag=True, help="Record only; do not run the checker.")
 @click.option("--checker", type=click.Choice(["spark", "reference"]), default="spark", show_default=True, help="reference: the checker's pure-Python twin (short runs only).")
 @click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal.")
+@click.option("--prometheus", is_flag=True, help="Start Debian's Prometheus scraping every node; the report links its queries.")
 def campaign_command(
     scenario: str,
     time_limit_s: float,
@@ -48,6 +49,7 @@ def campaign_command(
     no_check: bool,
     checker: str,
     plain: bool,
+    prometheus: bool,
 ) -> None:
     """Run a cluster of real processes under faults, record the history and
     check it. Exits 0 only when the history is valid."""
@@ -66,7 +68,15 @@ def campaign_command(
         store=store,
         check=not no_check,
         checker=checker,
+        prometheus=prometheus,
     )
+    if prometheus:
+        from jepsen_like.prometheus import MISSING_REASON, installed
+
+        if not installed():
+            raise click.UsageError(f"--prometheus: {MISSING_REASON}")
+        if net != "proxy":
+            raise click.UsageError("--prometheus needs --net proxy (the metrics endpoints must be on this host's loopback)")
     display: Any = LiveProgress() if sys.stdout.isatty() and not plain else PlainProgress()
     campaign = Campaign(options, status=display.status)
 
