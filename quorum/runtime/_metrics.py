@@ -78,17 +78,39 @@ class _CallbackCollector(Collector):
         return ()  # not checked for duplicates at registration
 
 
-class Metrics:
-    """What a node exports: a registry, and the ways to update it."""
+class _Unmeasured:
+    """The child every update reaches when metrics are off: does nothing."""
 
-    def __init__(self, node_id: int = -1) -> None:
+    __slots__ = ()
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+    def observe(self, value: float) -> None:
+        pass
+
+
+_UNMEASURED = _Unmeasured()
+
+
+class Metrics:
+    """What a node exports: a registry, and the ways to update it.
+    ``enabled=False`` keeps nothing (every update is a no-op, the registry
+    stays empty): for measuring what metrics cost (bench/metrics_cost_bench)."""
+
+    def __init__(self, node_id: int = -1, *, enabled: bool = True) -> None:
         self.node_id = node_id
+        self.enabled = enabled
         self._node_label = str(node_id)
         self.registry = CollectorRegistry(auto_describe=False)
-        for shared in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
-            # The library's default collectors, in this node's registry too
-            # (a collector may be registered in several registries).
-            self.registry.register(shared)
+        if enabled:
+            for shared in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+                # The library's default collectors, in this node's registry
+                # too (a collector may be registered in several registries).
+                self.registry.register(shared)
         self._families: dict[str, Counter | Gauge | Histogram] = {}
         # The health checks (``GET /health``, ``GET /ready``): each returns
         # (ok, reason); set by the runtime.
@@ -110,7 +132,8 @@ class Metrics:
     def add_collector(self, produce: Callable[[], Iterable[Metric]]) -> None:
         """Add families computed at each scrape by ``produce()``, which runs
         in the node's trio thread and must not raise or block."""
-        self.registry.register(_CallbackCollector(produce))
+        if self.enabled:
+            self.registry.register(_CallbackCollector(produce))
 
     def _family(self, kind: type, name: str, help_text: str, label_names: Iterable[str], **extra: Any) -> Any:
         family = self._families.get(name)
@@ -131,11 +154,15 @@ class Metrics:
     def counter(self, name: str, help_text: str = "", **labels: str) -> Any:
         """The counter child for ``labels``; ``name`` ends in ``_total``.
         Keep it to count on a hot path (``.inc(amount)``)."""
+        if not self.enabled:
+            return _UNMEASURED
         family = self._family(Counter, name, help_text, sorted(labels))
         return family.labels(node=self._node_label, **labels)
 
     def gauge(self, name: str, help_text: str = "", **labels: str) -> Any:
         """The gauge child for ``labels`` (``.set(value)``)."""
+        if not self.enabled:
+            return _UNMEASURED
         family = self._family(Gauge, name, help_text, sorted(labels))
         return family.labels(node=self._node_label, **labels)
 
@@ -149,6 +176,8 @@ class Metrics:
         self, name: str, help_text: str = "", buckets_s: tuple[float, ...] = LATENCY_BUCKETS_S, **labels: str
     ) -> Any:
         """The histogram child for ``labels`` (``.observe(seconds)``)."""
+        if not self.enabled:
+            return _UNMEASURED
         family = self._family(Histogram, name, help_text, sorted(labels), buckets=buckets_s)
         return family.labels(node=self._node_label, **labels)
 

@@ -118,6 +118,9 @@ class NodeConfig:
     retention_bytes: int | None = 100 * 1024 * 1024
     retention_ms: int | None = 7 * 24 * 3600 * 1000
     metrics_listen: tuple[str, int] | None = None
+    # False: no metrics are kept at all (for measuring their cost); then
+    # there is no endpoint either.
+    metrics_enabled: bool = True
     event_log: Path | str | None = None
     quorum: dict[str, Any] = field(default_factory=dict)
     connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
@@ -127,6 +130,8 @@ class NodeConfig:
     on_damage: str = "repair"
 
     def __post_init__(self) -> None:
+        if not self.metrics_enabled and self.metrics_listen is not None:
+            raise ValueError("metrics_listen needs metrics_enabled (there is nothing to serve)")
         if self.on_damage not in ("repair", "refuse"):
             raise ValueError(f"on_damage must be 'repair' or 'refuse', got {self.on_damage!r}")
         unknown = set(self.quorum) - _QUORUM_FIELDS
@@ -335,7 +340,7 @@ async def open_quorum_node(
     """
     machine = state_machine if state_machine is not None else KeyValueStateMachine()
     storage = open_storage(config)
-    metrics = Metrics(config.node_id)
+    metrics = Metrics(config.node_id, enabled=config.metrics_enabled)
     own_event_log = event_log is None
     events = EventLog(config.event_log) if event_log is None else event_log
 

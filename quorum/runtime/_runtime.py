@@ -348,7 +348,7 @@ class QuorumRuntime:
             entries=recovered.entries_after_snapshot,
             snapshot_every_records=self.snapshot_every_records,
             application=self.application,
-            commit_timer=_CommitTimer(self.metrics),
+            commit_timer=_CommitTimer(self.metrics) if self.metrics.enabled or _trace.enabled else None,
             repairing=getattr(self.storage, "repair", None),
             repair_finished=self._repair_finished,
         )
@@ -533,7 +533,8 @@ class QuorumRuntime:
         if self._io_in_thread:
             self._disk_thread = _DiskThread(self._write_batch, trio.lowlevel.current_trio_token())
         self._clock_origin_s = trio.current_time()
-        trio.lowlevel.add_instrument(self._loop_meter)
+        if self.metrics.enabled:
+            trio.lowlevel.add_instrument(self._loop_meter)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.transport.run, self._deliver, self._unreachable)
@@ -543,7 +544,8 @@ class QuorumRuntime:
                 task_status.started()
                 await self._core_task()
         finally:
-            trio.lowlevel.remove_instrument(self._loop_meter)
+            if self.metrics.enabled:
+                trio.lowlevel.remove_instrument(self._loop_meter)
             if self._disk_thread is not None:
                 # Storage is closed after this returns: no write may still
                 # be running then.
