@@ -4,6 +4,7 @@ slow, oversized, garbled or too many (the endpoint is untrusted input)."""
 
 import json
 
+import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -152,3 +153,19 @@ async def test_a_hostile_scraper_is_bounded_and_does_not_stall_the_others():
                 pass
 
         nursery.cancel_scope.cancel()
+
+
+async def test_a_node_with_metrics_off_keeps_none_and_serves_no_endpoint(tmp_path):
+    with pytest.raises(ValueError, match="metrics_listen needs metrics_enabled"):
+        NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, metrics_listen=("127.0.0.1", 0), metrics_enabled=False)
+    config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, data_dir=tmp_path / "off", metrics_enabled=False)
+    async with open_quorum_node(config) as node:
+        with trio.fail_after(10):
+            await node.wait_for_leader()
+        await node.propose([KeyValueStateMachine.encode_put(b"k", b"v")])
+        assert node.metrics_port is None
+        metrics = node.runtime.metrics
+        assert metrics.value("pykraft_quorum_commit_latency_seconds_count") is None
+        assert metrics.text() == ""
+        # The health checks still answer (they read the node, not the registry).
+        assert metrics.health_check()[0] is True
