@@ -9,6 +9,12 @@ Rows: sequential write p50 (one client, one committed write at a time) and
 batched records/s (one client, batches of 100). The variants alternate
 (off, on, then on, off, ...) so that drift of the machine falls on both;
 each cell is the median over rounds. The goal: within 3 %.
+
+On a loaded machine those wall-clock rows are noise far above 3 %, so two
+more rows measure the metrics' own cost where load barely reaches: process
+CPU per committed write through ``QuorumRuntime`` (bench.write_cpu_bench:
+three voters in one process, memory storage and network, mock clock), one
+writer and 64 in flight, metrics off and on, alternating.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ import time
 import urllib.request
 from typing import Any
 
+import trio
+import trio.testing
+
 from ._common import (
     batched_records,
     cleanup_all,
@@ -34,9 +43,10 @@ from ._common import (
     write_json,
 )
 from .peers.pykraft_peer import PykraftCluster
+from .write_cpu_bench import one_round as cpu_per_write_round
 
-FULL = {"seq": 2000, "batches": 300, "rounds": 3, "warmup_s": 3.0, "row_limit_s": 60.0}
-QUICK = {"seq": 400, "batches": 60, "rounds": 2, "warmup_s": 2.0, "row_limit_s": 30.0}
+FULL = {"seq": 2000, "batches": 300, "rounds": 3, "warmup_s": 3.0, "row_limit_s": 60.0, "cpu_writes": 3000, "cpu_rounds": 6}
+QUICK = {"seq": 400, "batches": 60, "rounds": 2, "warmup_s": 2.0, "row_limit_s": 30.0, "cpu_writes": 2000, "cpu_rounds": 4}
 SCRAPE_INTERVAL_S = 1.0
 VALUE_BYTES = 100
 
@@ -107,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or sizes["rounds"]
     install_cleanup_handlers()
     samples: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+    cpu_samples: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
     try:
         for round_index in range(rounds):
             order = ("off", "on") if round_index % 2 == 0 else ("on", "off")
@@ -115,9 +126,25 @@ def main(argv: list[str] | None = None) -> int:
                 samples[variant].append(figures)
                 print(f"[metrics_cost] round {round_index + 1} metrics {variant}: seq p50 {figures['seq_p50_ms']:.2f} ms, "
                       f"batched {figures['batch_records_per_s']:,.0f} records/s", file=sys.stderr, flush=True)
+        # The CPU rows: no processes, no sockets (see the module docstring).
+        for round_index in range(sizes["cpu_rounds"]):
+            for enabled in (False, True) if round_index % 2 == 0 else (True, False):
+                sequential_us, in_flight_us = trio.run(
+                    cpu_per_write_round, sizes["cpu_writes"], enabled, clock=trio.testing.MockClock(autojump_threshold=0)
+                )
+                cpu_samples["on" if enabled else "off"].append(
+                    {"cpu_sequential_us": sequential_us, "cpu_in_flight_us": in_flight_us}
+                )
     finally:
         cleanup_all()
-    median = {variant: {key: statistics.median(s[key] for s in runs) for key in runs[0]} for variant, runs in samples.items()}
+    median = {
+        variant: {
+            key: statistics.median(sample[key] for sample in runs)
+            for runs in (samples[variant], cpu_samples[variant])
+            for key in runs[0]
+        }
+        for variant in ("off", "on")
+    }
 
     def change(key: str) -> float:
         return 100.0 * (median["on"][key] - median["off"][key]) / median["off"][key]
@@ -126,15 +153,21 @@ def main(argv: list[str] | None = None) -> int:
         ("seq write p50 ms", [f"{median['off']['seq_p50_ms']:.2f}", f"{median['on']['seq_p50_ms']:.2f}", f"{change('seq_p50_ms'):+.1f} %"]),
         ("batched records/s", [f"{median['off']['batch_records_per_s']:,.0f}", f"{median['on']['batch_records_per_s']:,.0f}",
                                f"{change('batch_records_per_s'):+.1f} %"]),
+        ("CPU µs per write, sequential", [f"{median['off']['cpu_sequential_us']:.1f}", f"{median['on']['cpu_sequential_us']:.1f}",
+                                          f"{change('cpu_sequential_us'):+.1f} %"]),
+        ("CPU µs per write, 64 in flight", [f"{median['off']['cpu_in_flight_us']:.1f}", f"{median['on']['cpu_in_flight_us']:.1f}",
+                                            f"{change('cpu_in_flight_us'):+.1f} %"]),
     ]  # fmt: skip
     machine = machine_info()
     print(f"\nMetrics cost: 3 kraft-quorum voters, fsync on, {rounds} off/on rounds (median), "
-          f"{sizes['seq']} sequential writes, {sizes['batches']} batches of 100"
+          f"{sizes['seq']} sequential writes, {sizes['batches']} batches of 100; CPU rows: {sizes['cpu_rounds']} "
+          f"rounds of {sizes['cpu_writes']} writes"
           + (" (--quick)" if args.quick else "")
           + f"; {machine['nproc']} x {machine['cpu_model']}, load {machine['load_average_at_start']}")
     print(format_table(["metrics off", "metrics on (scraped 1/s)", "on vs off"], rows))
     if args.json:
-        write_json(args.json, {"sizes": sizes, "rounds": rounds, "samples": samples, "median": median, "machine": machine})
+        write_json(args.json, {"sizes": sizes, "rounds": rounds, "samples": samples, "cpu_samples": cpu_samples,
+                               "median": median, "machine": machine})  # fmt: skip
     return 0
 
 

@@ -227,27 +227,6 @@ class _DiskThread:
                 return
 
 
-class _LoopMeter(trio.abc.Instrument):
-    """Time the trio loop spends outside its IO wait (busy), the
-    complement of Kafka's poll-idle-ratio. Two clock reads per loop pass."""
-
-    def __init__(self) -> None:
-        self._started_s = time.perf_counter()
-        self._idle_s = 0.0
-        self._wait_started_s: float | None = None
-
-    def before_io_wait(self, timeout: float) -> None:
-        self._wait_started_s = time.perf_counter()
-
-    def after_io_wait(self, timeout: float) -> None:
-        if self._wait_started_s is not None:
-            self._idle_s += time.perf_counter() - self._wait_started_s
-            self._wait_started_s = None
-
-    def busy_seconds(self) -> float:
-        return max(0.0, time.perf_counter() - self._started_s - self._idle_s)
-
-
 class QuorumRuntime:
     """One quorum replica: core, storage, transport and state machine.
 
@@ -380,10 +359,9 @@ class QuorumRuntime:
             "pykraft_quorum_disk_failed", "1 while writes to this node's disk fail (it acknowledges nothing)."
         )
         self._disk_failed_gauge.set(0)
-        self._records_appended_leader = metrics.counter(
-            "pykraft_quorum_records_appended_total", "Records appended to the local log, by where from.", source="proposal"
-        )
-        self._records_appended_fetched = metrics.counter("pykraft_quorum_records_appended_total", source="fetch")
+        # Records appended, by where from: plain ints on the hot path (no
+        # lock), exported by _collect_state.
+        self._records_appended = {"proposal": 0, "fetch": 0}
         self._snapshots_written = metrics.counter("pykraft_quorum_snapshots_written_total", "Snapshots written here.")
         self._snapshot_seconds = metrics.histogram(
             "pykraft_quorum_snapshot_duration_seconds", "Writing one snapshot (with the round's other writes)."
@@ -392,7 +370,8 @@ class QuorumRuntime:
         self._snapshot_last_time = metrics.gauge(
             "pykraft_quorum_snapshot_last_timestamp_seconds", "Unix time of the last snapshot written here."
         )
-        self._loop_meter = _LoopMeter()
+        # The trio thread's CPU time when run() started (the loop's busy time).
+        self._loop_thread_cpu_started_s = 0.0
         metrics.add_collector(self._collect_state)
         metrics.health_check = self.health
         metrics.ready_check = self.ready
@@ -464,14 +443,22 @@ class QuorumRuntime:
                     )
                     if replica.last_fetch_ms is not None:
                         age.add_metric([label, str(replica.node_id), kind], max(0, now_ms - replica.last_fetch_ms) / 1000)
+        appended = CounterMetricFamily(
+            "pykraft_quorum_records_appended_total",
+            "Records appended to the local log, by where from (proposal: as leader; fetch: from a leader).",
+            labels=["node", "source"],
+        )
+        for source, count in self._records_appended.items():
+            appended.add_metric([label, source], count)
         busy = CounterMetricFamily(
             "pykraft_event_loop_busy_seconds_total",
-            "Time the trio loop running this node spent running tasks, not waiting for IO "
-            "(rate() of it: Kafka's 1 - poll-idle-ratio).",
+            "CPU time of the thread running this node's trio loop (rate() of it: the loop's busy ratio, "
+            "Kafka's 1 - poll-idle-ratio).",
             labels=["node"],
         )
-        busy.add_metric([label], self._loop_meter.busy_seconds())
-        families += [lag, age, busy]
+        # Read here, in the loop's thread: scrapes are served by the loop.
+        busy.add_metric([label], max(0.0, time.thread_time() - self._loop_thread_cpu_started_s))
+        families += [lag, age, appended, busy]
         return families
 
     def health(self) -> tuple[bool, str]:
@@ -533,8 +520,7 @@ class QuorumRuntime:
         if self._io_in_thread:
             self._disk_thread = _DiskThread(self._write_batch, trio.lowlevel.current_trio_token())
         self._clock_origin_s = trio.current_time()
-        if self.metrics.enabled:
-            trio.lowlevel.add_instrument(self._loop_meter)
+        self._loop_thread_cpu_started_s = time.thread_time()
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.transport.run, self._deliver, self._unreachable)
@@ -544,8 +530,6 @@ class QuorumRuntime:
                 task_status.started()
                 await self._core_task()
         finally:
-            if self.metrics.enabled:
-                trio.lowlevel.remove_instrument(self._loop_meter)
             if self._disk_thread is not None:
                 # Storage is closed after this returns: no write may still
                 # be running then.
@@ -851,9 +835,7 @@ class QuorumRuntime:
         for message in output.early_messages:
             self.transport.send(message)
         if output.append:
-            (self._records_appended_leader if self.node.is_leader else self._records_appended_fetched).inc(
-                len(output.append)
-            )
+            self._records_appended["proposal" if self.node.is_leader else "fetch"] += len(output.append)
         if output.has_persistence or output.messages:
             self._persist_queue.append(output)
             self._persist_queued()
@@ -909,7 +891,9 @@ class QuorumRuntime:
     def _local_call(self, request: tuple, waiter: _Waiter | _CallbackWaiter) -> None:
         name = request[0]
         host = self.host
-        if name == "propose":
+        if name == "propose" and not self.metrics.enabled:
+            host.propose(request[1], waiter.resolve)
+        elif name == "propose":
             resolve = waiter.resolve
 
             def count_failure(result: Any = None, error: BaseException | None = None) -> None:
