@@ -30,14 +30,18 @@ venv: $(STAMP)
 test: $(STAMP)
 	@tools/net-tools.sh
 	@tools/browser-tools.sh
+	@tools/prometheus-tools.sh
 	@tools/kafka-fetch.sh
 	@tools/playground-fetch.sh
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The project's main job: a fault-injection campaign against real processes
 # (partitions, kill -9, pauses), its history checked by the Spark checker.
+# `make run PROMETHEUS=1`: Debian's Prometheus scrapes every node during the
+# run (installed by tools/prometheus-tools.sh); the report links its queries.
 run: $(STAMP)
-	$(BIN)/jepsen-like campaign --scenario chaos --time-limit 60 --tls
+	@$(if $(PROMETHEUS),tools/prometheus-tools.sh)
+	$(BIN)/jepsen-like campaign --scenario chaos --time-limit 60 --tls $(if $(PROMETHEUS),--prometheus)
 
 # The zombie-leader teaching story (KAFKA-15489) in the simulator, with check
 # quorum off (stale reads found) and on.

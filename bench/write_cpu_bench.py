@@ -27,16 +27,17 @@ import trio
 import trio.testing
 
 from quorum import QuorumConfig, Role
-from quorum.runtime import KeyValueStateMachine, MemoryNetwork, QuorumRuntime
+from quorum.runtime import KeyValueStateMachine, MemoryNetwork, Metrics, QuorumRuntime
 from quorum.storage import MemoryStorage
 
 IN_FLIGHT = 64
 BATCH_RECORDS = 100
 
 
-async def _one_round(writes: int) -> tuple[float, float, float]:
+async def one_round(writes: int, metrics_enabled: bool = True) -> tuple[float, float, float]:
     """(sequential, 64 in flight) CPU µs per committed write, and (batches
-    of ``BATCH_RECORDS``) CPU µs per committed record."""
+    of ``BATCH_RECORDS``) CPU µs per committed record; with the nodes'
+    metrics kept or not (bench/metrics_cost_bench.py compares)."""
     network = MemoryNetwork()
     runtimes: list[QuorumRuntime] = []
     record = msgpack.packb([b"k", b"v" * 100])
@@ -50,6 +51,7 @@ async def _one_round(writes: int) -> tuple[float, float, float]:
                 rng=random.Random(node_id),
                 io_in_thread=False,
                 snapshot_every_records=1000,
+                metrics=Metrics(node_id, enabled=metrics_enabled),
             )
             await nursery.start(runtime.run)
             runtimes.append(runtime)
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     writes, rounds = (1000, 1) if args.quick else (args.writes, args.rounds)
     if writes < IN_FLIGHT or rounds < 1:
         parser.error(f"--writes must be at least {IN_FLIGHT} and --rounds at least 1")
-    results = [trio.run(_one_round, writes, clock=trio.testing.MockClock(autojump_threshold=0)) for _ in range(rounds)]
+    results = [trio.run(one_round, writes, clock=trio.testing.MockClock(autojump_threshold=0)) for _ in range(rounds)]
     sequential = statistics.median(result[0] for result in results)
     in_flight = statistics.median(result[1] for result in results)
     batched = statistics.median(result[2] for result in results)

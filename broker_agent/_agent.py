@@ -210,10 +210,12 @@ class BrokerAgent:
                 except Exception as error:  # noqa: BLE001 - any failure to reach the controller is retried
                     failure = f"{type(error).__name__}: {error}"
             if response is None:
+                self._count_registration_error("unreachable" if failure != "timed out" else "timed_out")
                 logger.info("broker %d: registration attempt %d failed: %s", self.config.broker_id, attempt.attempt, failure)
                 self.driver.registration_failed(self.now_ms(), failure)
             else:
                 if response.error:
+                    self._count_registration_error(response.error.name)
                     logger.info(
                         "broker %d: registration attempt %d refused: %s %s",
                         self.config.broker_id,
@@ -237,16 +239,13 @@ class BrokerAgent:
 
     def _record_fetches(self, fetches: list[FetchAnswered]) -> None:
         metrics = self.runtime.metrics
+        histogram = metrics.histogram(
+            "pykraft_broker_fetch_latency_seconds",
+            "Metadata fetches answered with a heartbeat reply, sent to answered (includes the leader's long poll).",
+        )
         for answered in fetches:
-            # Counters, not a histogram: quorum's Metrics.render breaks on an
-            # application histogram beside labelled gauges (reported).
             latency_s = max(0, answered.completed_ms - answered.sent_ms) / 1000
-            metrics.add_to_counter(
-                "pykraft_broker_fetch_latency_seconds_total",
-                latency_s,
-                "Sum of metadata fetch latencies, sent to answered (includes the leader's long poll).",
-            )
-            metrics.add_to_counter("pykraft_broker_fetches_total", 1, "Metadata fetches answered with a heartbeat reply.")
+            histogram.observe(latency_s)
             metrics.set_gauge("pykraft_broker_last_fetch_latency_seconds", latency_s, "The last metadata fetch, sent to answered.")
 
     def _on_image_change(self) -> None:
@@ -440,6 +439,13 @@ class BrokerAgent:
             self._emit(served.request_event)
         self._count(served.op, served.response.error)
         return served.response
+
+    def _count_registration_error(self, reason: str) -> None:
+        self.runtime.metrics.add_to_counter(
+            "pykraft_broker_registration_errors_total", 1,
+            "Registration attempts that failed (timed_out, unreachable) or were refused (the error code).",
+            reason=reason,
+        )  # fmt: skip
 
     def _count(self, op: str | None, error: ErrorCode) -> None:
         self.runtime.metrics.add_to_counter(

@@ -57,7 +57,10 @@ _NODE_OPTIONS = [
     click.option("--listen", help="HOST:PORT to listen on (default: this node's voter address)."),
     click.option("--data-dir", type=click.Path(file_okay=False), help="Where the log lives (default: in memory)."),
     click.option("--cluster-id", default=None, help="Refuse peers of other clusters.  [default: pykraft]"),
-    click.option("--metrics", "metrics_listen", help="HOST:PORT for Prometheus /metrics."),
+    click.option("--metrics", "metrics_listen", help="HOST:PORT for Prometheus /metrics, /health and /ready."),
+    click.option(
+        "--metrics-enabled/--no-metrics-enabled", default=None, help="Keep metrics (default on; off only to measure their cost)."
+    ),
     click.option(
         "--event-log",
         type=click.Path(dir_okay=False),
@@ -135,7 +138,7 @@ def node_command(config_file: str | None, log_level: str, **options: Any) -> Non
 # that would otherwise be ignored without a word.
 _SETTINGS_KEYS = frozenset(
     {
-        "node_id", "voters", "cluster_id", "listen", "data_dir", "fsync", "metrics_listen", "event_log",
+        "node_id", "voters", "cluster_id", "listen", "data_dir", "fsync", "metrics_listen", "metrics_enabled", "event_log",
         "snapshot_every_records", "retention_bytes", "retention_ms", "quorum",
         "election_timeout_ms", "fetch_timeout_ms", "check_quorum", "pre_vote", "on_damage",
         "tls_ca", "tls_cert", "tls_key", "acl_file", "plaintext",
@@ -168,6 +171,7 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
         data_dir=settings.get("data_dir"),
         fsync=settings.get("fsync", True),
         metrics_listen=_address(settings["metrics_listen"]) if "metrics_listen" in settings else None,
+        metrics_enabled=settings.get("metrics_enabled", True),
         event_log=settings.get("event_log"),
         snapshot_every_records=int(settings.get("snapshot_every_records", 10_000)),
         **{key: settings[key] for key in ("retention_bytes", "retention_ms") if key in settings},

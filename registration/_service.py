@@ -167,8 +167,7 @@ class ControllerApplication:
 
     def activate(self, now_ms: int, next_write_offset: int) -> None:
         self.controller.activate(now_ms, next_write_offset)
-        if self._emit is not None:
-            assert self._state_machine is not None
+        if self._state_machine is not None and (self._emit is not None or self.metrics is not None):
             self._state_machine.broker_observer = self._broker_changed
         logger.info("controller active at offset %d", next_write_offset)
 
@@ -191,6 +190,17 @@ class ControllerApplication:
         return fences
 
     def _broker_changed(self, offset: int, before: BrokerRegistration | None, after: BrokerRegistration | None) -> None:
+        if self.metrics is not None:
+            old = before.state if before is not None else BrokerState.OFFLINE
+            new = after.state if after is not None else BrokerState.OFFLINE
+            if old is not new:
+                self.metrics.add_to_counter(
+                    "pykraft_controller_broker_state_transitions_total", 1,
+                    "Broker state changes the active controller applied, by from and to state.",
+                    from_state=old.value.lower(), to_state=new.value.lower(),
+                )  # fmt: skip
+        if self._emit is None:
+            return
         cause = self._fence_cause_at.pop(offset, None)
         try:
             for event in broker_change_events(offset, before, after, fence_cause=cause):
@@ -213,14 +223,6 @@ class ControllerApplication:
     def tick(self, now_ms: int) -> None:
         self._fence_causes = "session expired"
         self.controller.tick(now_ms)
-        if self.metrics is not None and now_ms % 1000 < 10:
-            for state in ("Offline", "Fenced", "Online", "Stopping"):
-                self.metrics.set_gauge(
-                    "pykraft_controller_brokers",
-                    len(self.image.brokers_in_state(_broker_state(state))),
-                    "Registered brokers by state (committed image).",
-                    state=state.lower(),
-                )
 
     def take_proposals(self) -> list[Proposal]:
         proposals = self.controller.take_proposals()
@@ -233,16 +235,59 @@ class ControllerApplication:
                     )
         return proposals
 
+    def _count_request_error(self, request: str, error: str) -> None:
+        if self.metrics is not None:
+            self.metrics.add_to_counter(
+                "pykraft_controller_request_errors_total", 1,
+                "Controller requests (registrations, heartbeats' replies aside) answered with an error, by request and error.",
+                request=request, error=error,
+            )  # fmt: skip
+
+    def collect_metrics(self, node: Any) -> list[Any]:
+        """At scrape time: the controller's state (Kafka's
+        ActiveControllerCount, ActiveBrokerCount, FencedBrokerCount,
+        LastAppliedRecordOffset, LastCommittedRecordOffset). ``node`` is the
+        quorum node handle; imports the exposition types on use (this
+        module is otherwise sans-IO)."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        label = str(node.runtime.config.node_id)
+        active = self.controller.is_active
+        brokers = GaugeMetricFamily(
+            "pykraft_controller_brokers", "Registered brokers by state (committed image).", labels=["node", "state"]
+        )
+        for state in BrokerState:
+            brokers.add_metric([label, state.value.lower()], len(self.image.brokers_in_state(state)))
+        is_active = GaugeMetricFamily("pykraft_controller_active", "1 while this controller is the active one.", labels=["node"])
+        is_active.add_metric([label], 1 if active else 0)
+        runtime = node.runtime
+        applied = GaugeMetricFamily(
+            "pykraft_controller_last_applied_record_offset", "Offset of the last record the image applied, -1 if none.",
+            labels=["node"],
+        )  # fmt: skip
+        applied.add_metric([label], runtime.host.applied_offset - 1)
+        committed = GaugeMetricFamily(
+            "pykraft_controller_last_committed_record_offset", "Offset of the last committed record, -1 if none.",
+            labels=["node"],
+        )  # fmt: skip
+        committed.add_metric([label], runtime.node.high_watermark - 1)
+        return [brokers, is_active, applied, committed]
+
     def handle_request(self, payload: bytes, now_ms: int) -> _Reply:
         try:
             request = decode_message(payload)
         except ValueError as error:
             logger.warning("malformed controller request: %s", error)
+            self._count_request_error("malformed", "INVALID_REQUEST")
             return _Reply(response=_error_payload(f"malformed request: {error}"))
         try:
             reply = self.controller.handle_request(request, now_ms)
         except TypeError as error:  # a response type sent as a request, say
+            self._count_request_error(type(request).__name__, "INVALID_REQUEST")
             return _Reply(response=_error_payload(str(error)))
+        error_code = getattr(reply.response, "error", ErrorCode.NONE)
+        if error_code is not ErrorCode.NONE:
+            self._count_request_error(type(request).__name__, error_code.name)
         if reply.on_committed is not None:
             fences = self._note_fences(reply.records, reply.expected_first_offset, "bounce or unregistration")
             if fences and self.metrics is not None:
@@ -323,10 +368,6 @@ def _is_fence(data: bytes) -> bool:
     return isinstance(record, BrokerRegistrationChangeRecord) and record.fenced == FLAG_SET
 
 
-def _broker_state(name: str) -> BrokerState:
-    return BrokerState(name)
-
-
 def _error_payload(message: str) -> bytes:
     return msgpack.packb(["error", [int(ErrorCode.INVALID_REQUEST), message[:500]]], use_bin_type=True)
 
@@ -356,6 +397,7 @@ async def open_controller_node(
             authorize_application=refuse_controller_request,
         ) as node:
             application.metrics = node.runtime.metrics
+            node.runtime.metrics.add_collector(lambda: application.collect_metrics(node))
             application.heartbeat_seconds = node.runtime.metrics.histogram(
                 "pykraft_controller_heartbeat_seconds", "Time to handle one broker heartbeat.", FINE_BUCKETS_S
             )

@@ -43,11 +43,18 @@ def spark():
 
 
 def pytest_terminal_summary(terminalreporter):
-    """One loud line when the browser tests skipped for want of Chromium:
-    a skip among hundreds of passes is otherwise easy to miss (it shows even
-    with -q)."""
+    """One loud line when the browser tests skipped for want of Chromium,
+    and one when the Prometheus tests skipped for want of Prometheus: a skip
+    among hundreds of passes is otherwise easy to miss (it shows even with
+    -q)."""
     headless_chromium = sys.modules.get("headless_chromium")
     skipped = getattr(headless_chromium, "SKIPPED", [])
     if skipped:
         reasons = "; ".join(sorted(headless_chromium.SKIP_REASONS)) or headless_chromium.MISSING_REASON
         terminalreporter.write_line(f"BROWSER TESTS SKIPPED ({len(skipped)}): {reasons}", red=True, bold=True)
+    prometheus_tools = sys.modules.get("prometheus_tools")
+    skipped = getattr(prometheus_tools, "SKIPPED", [])
+    if skipped:
+        terminalreporter.write_line(
+            f"PROMETHEUS TESTS SKIPPED ({len(skipped)}): {prometheus_tools.MISSING_REASON}", red=True, bold=True
+        )

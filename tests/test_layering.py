@@ -70,14 +70,16 @@ HOSTS = frozenset(
         "jepsen_like.checker",  # files and Spark
         "jepsen_like.cli",
         "jepsen_like.nemesis",  # proxies, namespaces
+        "jepsen_like.prometheus",  # a Prometheus process and its HTTP API
         "jepsen_like.report",  # reads results from disk
         "jepsen_like.sim.cli",  # a command line around the simulator
     }
 )
 
-#: What a sans-IO module never imports: IO, clocks, threads, OS entropy.
+#: What a sans-IO module never imports: IO, clocks, threads, OS entropy, metrics.
 IO_MODULES = frozenset(
-    {"trio", "asyncio", "time", "socket", "threading", "os", "secrets", "uuid", "fcntl", "selectors", "subprocess"}
+    {"trio", "asyncio", "time", "socket", "threading", "os", "secrets", "uuid", "fcntl", "selectors", "subprocess",
+     "prometheus_client"}  # fmt: skip
 )
 
 #: The one name of ``random`` a core may use: a seeded, injected generator.

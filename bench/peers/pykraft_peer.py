@@ -162,9 +162,17 @@ class PykraftCluster(Cluster):
     # Mutual TLS on every connection (docs/security.md): PykraftTlsCluster.
     tls = False
 
-    def __init__(self, value_bytes: int = 100, log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        value_bytes: int = 100,
+        log: Callable[[str], None] = print,
+        node_args: Callable[[int], list[str]] | None = None,
+    ) -> None:
         self.value_bytes = value_bytes
         self.log = log
+        # Extra flags for voter i (0-based): bench/metrics_cost_bench.py
+        # turns metrics on or off with them.
+        self.node_args = node_args or (lambda index: [])
         self.workdir: Path | None = None
         self.processes: list[ManagedProcess] = []
         self.ports: list[int] = []
@@ -228,6 +236,7 @@ class PykraftCluster(Cluster):
                 "--data-dir", str(self.workdir / f"node{i + 1}"),
                 "--cluster-id", CLUSTER_ID,
                 *tls_argv(i + 1),
+                *self.node_args(i),
             ]  # fmt: skip
             self.processes.append(ManagedProcess(f"pykraft-{i + 1}", argv, self.workdir / f"node{i + 1}.log"))
         for process in self.processes:

@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import sys
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,8 @@ class ClusterSettings:
     # Mutual TLS on every connection (docs/security.md): a development CA
     # per run, a certificate per member, the harness as client "admin".
     tls: bool = False
+    # Each node serves /metrics on a loopback port of its own (Cluster.metrics_ports).
+    metrics: bool = False
 
     @property
     def check_quorum_ms(self) -> float:
@@ -118,6 +121,8 @@ class Cluster:
         if settings.tls:
             create_cluster_certificates(self.certs_dir, nodes=self.controller_ids, brokers=self.broker_ids, clients=["admin"])
             self.tls = self.tls_config("client-admin")
+        # node id -> its metrics port on 127.0.0.1, when settings.metrics.
+        self.metrics_ports: dict[int, int] = {}
         zones = [f"az{i}" for i in range(1, settings.controllers + 1)]
         for node_id in self.controller_ids:
             network.add_node(node_id, "controller", zone=zones[node_id - 1])
@@ -126,6 +131,8 @@ class Cluster:
         for index in range(settings.clients):
             network.add_client(self.client_name(index), zone=zones[index % len(zones)])
         network.add_client(OBSERVER, observer=True)
+        if settings.metrics:
+            self.metrics_ports = dict(zip(self.controller_ids + self.broker_ids, _free_ports(settings.controllers + settings.brokers)))
         for node_id in self.controller_ids:
             self.processes.add(NodeProcess(node_id, "controller", self._controller_argv(node_id), self._log(node_id)))
         for broker_id in self.broker_ids:
@@ -222,6 +229,8 @@ class Cluster:
             ]  # fmt: skip
             if not self.settings.check_quorum:
                 command.append("--no-check-quorum")
+            if node_id in self.metrics_ports:
+                command += ["--metrics", f"127.0.0.1:{self.metrics_ports[node_id]}"]
             return self.network.run_in(node_id, command)
 
         return argv
@@ -245,6 +254,8 @@ class Cluster:
                 *self._timers(),
                 *self._tls_argv(f"broker-{broker_id}", acl=False),
             ]  # fmt: skip
+            if broker_id in self.metrics_ports:
+                command += ["--metrics", f"127.0.0.1:{self.metrics_ports[broker_id]}"]
             return self.network.run_in(broker_id, command)
 
         return argv
@@ -409,6 +420,19 @@ class Cluster:
                         out.write(json.dumps(converted) + "\n")
                         written += 1
         return written
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct loopback ports that were free a moment ago."""
+    sockets = []
+    for _ in range(count):
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        sockets.append(probe)
+    ports = [probe.getsockname()[1] for probe in sockets]
+    for probe in sockets:
+        probe.close()
+    return ports
 
 
 def _read_events(path: Path) -> Iterator[dict[str, Any]]:

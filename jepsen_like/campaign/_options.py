@@ -36,6 +36,9 @@ class CampaignOptions:
     checker: str = "spark"
     # Mutual TLS on every connection, the harness's included (issue 16).
     tls: bool = False
+    # Start Debian's Prometheus scraping every node (``--prometheus``); the
+    # report links its key queries.
+    prometheus: bool = False
 
     def describe(self) -> dict[str, Any]:
         described = asdict(self)
@@ -53,4 +56,5 @@ class CampaignOptions:
             session_timeout_ms=self.session_timeout_ms,
             heartbeat_interval_ms=self.heartbeat_interval_ms,
             tls=self.tls,
+            metrics=self.prometheus,
         )

@@ -25,7 +25,7 @@ import trio
 
 from jepsen_like.nemesis import NetFault, NetworkTopology, open_network
 
-from ._cluster import CLUSTER_ID, Cluster, QuorumView
+from ._cluster import CLUSTER_ID, Cluster, QuorumView, _free_ports
 from ._history import HistoryRecorder
 from ._options import CampaignOptions
 from ._processes import NodeProcess, ProcessGroup
@@ -68,6 +68,8 @@ class Campaign:
             raise ValueError("brokers must be >= 0 and clients >= 1")
         if options.checker not in ("spark", "reference"):
             raise ValueError(f"checker must be 'spark' or 'reference', got {options.checker!r}")
+        if options.prometheus and options.net != "proxy":
+            raise ValueError("--prometheus needs --net proxy: in network namespaces the metrics endpoints are not on this host's loopback")
         if options.scenario not in NEMESIS_SCENARIOS:
             raise ValueError(f"unknown scenario {options.scenario!r}; choose one of {', '.join(sorted(NEMESIS_SCENARIOS))}")
         self.options = options
@@ -103,6 +105,7 @@ class Campaign:
         self.broker_view: dict[int, tuple[str, int]] = {}
         self.started_s: float | None = None
         self.deadline_s: float | None = None
+        self.prometheus: Any = None  # a jepsen_like.prometheus.Prometheus with --prometheus
 
     @property
     def processes(self) -> ProcessGroup:
@@ -136,6 +139,9 @@ class Campaign:
                 self._mount_small_disk(disks)
                 self._phase(f"starting {options.controllers} controllers and {options.brokers} brokers")
                 cluster.start_all()
+                if options.prometheus:
+                    self._phase("starting Prometheus")
+                    self.prometheus = await trio.to_thread.run_sync(self._start_prometheus, cluster)
                 self._phase("waiting for a leader")
                 self.view = await cluster.wait_for_leader(timeout_s=60)
                 if cluster.broker_ids:
@@ -171,6 +177,8 @@ class Campaign:
             finally:
                 self._phase("stopping the cluster")
                 cluster.processes.stop_all()
+                if self.prometheus is not None:
+                    self.prometheus.stop()
                 self.history.close()
             self._phase("collecting node events and log dumps")
             cluster.write_log_dumps(self.run_dir / "log-dumps.jsonl", high_watermarks)
@@ -315,6 +323,32 @@ class Campaign:
     # =====================================================================
     # After the run
     # =====================================================================
+
+    def _start_prometheus(self, cluster: Cluster) -> Any:
+        """Start Prometheus scraping every node's metrics endpoint (and
+        evaluating docs/prometheus/alerts.yml), its data in the run
+        directory; write ``prometheus.json`` (the key queries and their
+        links, and the command that serves the data again after the run)
+        for the report. Raises ``PrometheusError`` when it does not start."""
+        from jepsen_like.prometheus import ALERT_RULES, KEY_QUERIES, scrape_config, start_prometheus
+
+        directory = self.run_dir / "prometheus"
+        targets = {
+            "pykraft": [("127.0.0.1", cluster.metrics_ports[node_id]) for node_id in cluster.controller_ids + cluster.broker_ids]
+        }
+        [port] = _free_ports(1)
+        server = start_prometheus(directory, scrape_config(targets, rule_files=[ALERT_RULES]), port)
+        described = {
+            "url": server.url,
+            "serve_again": (
+                f"prometheus --config.file={directory / 'prometheus.yml'} --storage.tsdb.path={directory / 'data'}"
+                f" --web.listen-address=127.0.0.1:{port}"
+            ),
+            "queries": [{"name": name, "promql": promql, "link": server.graph_link(promql)} for name, promql in KEY_QUERIES.items()],
+        }
+        (self.run_dir / "prometheus.json").write_text(json.dumps(described, indent=2))
+        self.status(f"Prometheus at {server.url} (queries in prometheus.json and the report)")
+        return server
 
     def _write_meta(self) -> None:
         options = self.options

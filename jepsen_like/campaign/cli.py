@@ -34,6 +34,7 @@ from ._workloads import WORKLOADS
 @click.option("--checker", type=click.Choice(["spark", "reference"]), default="spark", show_default=True, help="reference: the checker's pure-Python twin (short runs only).")
 @click.option("--tls/--no-tls", default=False, show_default=True, help="Mutual TLS on every connection: a CA and certificates per run (docs/security.md).")
 @click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal.")
+@click.option("--prometheus", is_flag=True, help="Start Debian's Prometheus scraping every node; the report links its queries.")
 def campaign_command(
     scenario: str,
     time_limit_s: float,
@@ -50,6 +51,7 @@ def campaign_command(
     checker: str,
     tls: bool,
     plain: bool,
+    prometheus: bool,
 ) -> None:
     """Run a cluster of real processes under faults, record the history and
     check it. Exits 0 only when the history is valid."""
@@ -69,7 +71,15 @@ def campaign_command(
         check=not no_check,
         checker=checker,
         tls=tls,
+        prometheus=prometheus,
     )
+    if prometheus:
+        from jepsen_like.prometheus import MISSING_REASON, installed
+
+        if not installed():
+            raise click.UsageError(f"--prometheus: {MISSING_REASON}")
+        if net != "proxy":
+            raise click.UsageError("--prometheus needs --net proxy (the metrics endpoints must be on this host's loopback)")
     display: Any = LiveProgress() if sys.stdout.isatty() and not plain else PlainProgress()
     campaign = Campaign(options, status=display.status)
 

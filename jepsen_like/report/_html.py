@@ -1139,6 +1139,24 @@ def _generic_cell(column: str, value: Any) -> str:
 # =========================================================================
 
 
+def _prometheus_html(prometheus: Mapping[str, Any]) -> str:
+    """The key queries of a run scraped by Prometheus (``--prometheus``),
+    linked to its graph page, and the command that serves the run's data
+    again once the run (and its Prometheus) ended."""
+    queries = prometheus.get("queries")
+    if not isinstance(queries, list) or not queries:
+        return ""
+    rows = "".join(
+        f"<tr><th>{esc(query.get('name', ''))}</th><td><a href=\"{esc(query.get('link', ''))}\"><code>{esc(query.get('promql', ''))}</code></a></td></tr>"
+        for query in queries
+        if isinstance(query, Mapping)
+    )
+    return (
+        f"<h3>Prometheus</h3><p>Scraped by <code>{esc(prometheus.get('url', ''))}</code> during the run. "
+        f"To look again: <code>{esc(prometheus.get('serve_again', ''))}</code></p><table class=\"files\">{rows}</table>"
+    )
+
+
 def _footer(data: RunData, out: Path | None) -> str:
     rows = []
     for name in ("history.jsonl", "node-events.jsonl", "results.json", "meta.json", "options.json", "log-dumps.jsonl", "logs"):
@@ -1163,6 +1181,7 @@ def _footer(data: RunData, out: Path | None) -> str:
 <h2>Files</h2>
 <p>Run directory <code>{esc(data.run_dir.resolve())}</code></p>
 <table class="files">{''.join(rows)}</table>
+{_prometheus_html(data.prometheus)}
 {stats_html}
 <p class="muted">Written {now}{where} by <code>python -m jepsen_like.report</code>. Times are seconds since the run began (the runner's clock).</p>
 </footer>"""

@@ -95,6 +95,8 @@ class RunData:
     end_ns: int = 0
     files: dict[str, Path] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # prometheus.json of a run with --prometheus: its URL and key queries.
+    prometheus: dict[str, Any] = field(default_factory=dict)
 
     @property
     def op_types(self) -> list[str]:
@@ -169,6 +171,9 @@ def load_run(run_dir: Path) -> RunData:
         data.options = options if isinstance(options, dict) else {}
     if not data.options and isinstance(data.meta.get("campaign"), dict):
         data.options = dict(data.meta["campaign"])
+    if (run_dir / "prometheus.json").exists():
+        prometheus = _json_file(run_dir / "prometheus.json", warnings)
+        data.prometheus = prometheus if isinstance(prometheus, dict) else {}
     if "results.json" in data.files:
         results = _json_file(data.files["results.json"], warnings)
         if isinstance(results, dict):

@@ -4,7 +4,7 @@ storage. See ``docs/architecture.md``."""
 from ._acl_file import AclFile
 from ._certs import CertificateAuthority, create_cluster_certificates
 from ._memory_transport import MemoryNetwork, MemoryTransport
-from ._metrics import FINE_BUCKETS_S, Metrics, scrape_metrics, serve_metrics
+from ._metrics import FINE_BUCKETS_S, Metrics, http_get, scrape_metrics, serve_metrics
 from ._node_api import (
     PROPOSAL_BYTES_MAX,
     ApplicationAuthorizer,
@@ -17,7 +17,7 @@ from ._node_api import (
     open_quorum_node,
     parse_voters,
 )
-from ._runtime import LeaderApplication, Proposal, ProposalLostError, QuorumRuntime, ReadNotConfirmedError, Transport
+from ._runtime import HEALTH_APPLY_LAG_RECORDS_MAX, LeaderApplication, Proposal, ProposalLostError, QuorumRuntime, ReadNotConfirmedError, Transport
 from ._state_machine import KeyValueStateMachine, StateMachine
 from ._tcp import ConnectionLimits, TcpTransport
 from ._tls import EXPIRY_WARNING_DAYS, PeerNotAuthenticatedError, TlsConfig, TlsError, peer_not_after, peer_principal
@@ -36,6 +36,7 @@ __all__ = [
     "peer_principal",
     "require",
     "FINE_BUCKETS_S",
+    "HEALTH_APPLY_LAG_RECORDS_MAX",
     "PROPOSAL_BYTES_MAX",
     "WRITE_ERRORS",
     "ConnectionLimits",
@@ -59,6 +60,7 @@ __all__ = [
     "StateMachine",
     "TcpTransport",
     "Transport",
+    "http_get",
     "scrape_metrics",
     "serve_metrics",
 ]

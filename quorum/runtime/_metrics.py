@@ -1,212 +1,338 @@
-"""Node metrics in the Prometheus text format, and a tiny HTTP endpoint.
+"""A node's metrics through ``prometheus_client``, and its HTTP endpoint.
 
-No client library: a handful of gauges, counters and histograms rendered by
-hand is all a node needs, and keeps the dependency list short.
+One ``CollectorRegistry`` per node (embedded nodes in one process do not
+collide), with the library's process, platform and GC collectors. Every
+pykraft series carries a ``node`` label, so a dashboard can tell nodes apart
+without relabelling.
+
+Two kinds of series:
+
+- Events (counters, histograms, gauges set on a transition) are updated
+  where they happen, through ``add_to_counter``, ``set_gauge`` and
+  ``histogram`` (or the bound children the runtime keeps for its hot path).
+- State (role, leader, epoch, offsets, lag, pending proposals...) is read
+  from the node when a scrape asks for it, by the collectors added with
+  ``add_collector``: nothing on the hot path pays for them.
+
+The endpoint runs in the node's trio loop, not in the library's thread
+server: a scrape then reads the node's state between two steps of the loop
+(no lock, no torn read), and the request is bounded here the way every other
+input is (size, time, connections), which ``start_http_server`` does not do
+(one thread per connection, no deadline). Its exposition (text or
+OpenMetrics, by the scraper's ``Accept``) is the library's.
 """
 
 from __future__ import annotations
 
-import bisect
+import json
 import logging
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import trio
+from prometheus_client import (
+    GC_COLLECTOR,
+    disable_created_metrics,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+)
+from prometheus_client.core import Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from .._node import QuorumNode
     from .._output import RoleChange
 
 logger = logging.getLogger("pykraft.metrics")
 
-_LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# No ``<name>_created`` series next to each counter and histogram: they
+# double the scrape for a value no alert or panel here reads. (A library-wide
+# switch: it applies to every registry in the process.)
+disable_created_metrics()
 
-
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 FINE_BUCKETS_S = (0.000005, 0.00001, 0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.005, 0.01)
 
+# The endpoint's bounds: a scraper's request head (a GET has no body), the
+# time it has to send it and read the answer, and how many may be connected.
+REQUEST_HEAD_BYTES_MAX = 8192
+REQUEST_TIMEOUT_S = 5.0
+CONNECTIONS_MAX = 16
 
-@dataclass(slots=True)
-class Histogram:
-    buckets_s: tuple[float, ...] = _LATENCY_BUCKETS_S
-    counts: list[int] = field(default_factory=list)
-    total_s: float = 0.0
-    count: int = 0
 
-    def __post_init__(self) -> None:
-        if not self.counts:
-            self.counts = [0] * (len(self.buckets_s) + 1)
+class _CallbackCollector(Collector):
+    """Families computed at scrape time by ``produce`` (state, not events)."""
 
-    def observe(self, value_s: float) -> None:
-        self.counts[bisect.bisect_left(self.buckets_s, value_s)] += 1
-        self.total_s += value_s
-        self.count += 1
+    def __init__(self, produce: Callable[[], Iterable[Metric]]) -> None:
+        self._produce = produce
 
-    def render(self, name: str, help_text: str, labels: str) -> list[str]:
-        lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
-        cumulative = 0
-        for bound, count in zip(self.buckets_s, self.counts):
-            cumulative += count
-            lines.append(f'{name}_bucket{{{labels}le="{bound}"}} {cumulative}')
-        lines.append(f'{name}_bucket{{{labels}le="+Inf"}} {self.count}')
-        lines.append(f"{name}_sum{{{labels.rstrip(',')}}} {self.total_s}")
-        lines.append(f"{name}_count{{{labels.rstrip(',')}}} {self.count}")
-        return lines
+    def collect(self) -> Iterable[Metric]:
+        return list(self._produce())
+
+    def describe(self) -> Iterable[Metric]:
+        return ()  # not checked for duplicates at registration
+
+
+class _Unmeasured:
+    """The child every update reaches when metrics are off: does nothing."""
+
+    __slots__ = ()
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+    def observe(self, value: float) -> None:
+        pass
+
+
+_UNMEASURED = _Unmeasured()
 
 
 class Metrics:
-    """What a node exports. Updated by the runtime; read by ``render``."""
+    """What a node exports: a registry, and the ways to update it.
+    ``enabled=False`` keeps nothing (every update is a no-op, the registry
+    stays empty): for measuring what metrics cost (bench/metrics_cost_bench)."""
 
-    def __init__(self) -> None:
-        self.node_id = -1
-        self.leader_id = -1
-        self.epoch = 0
-        self.role = "unattached"
-        self.high_watermark = 0
-        self.log_end_offset = 0
-        self.replica_lag: dict[int, int] = {}
-        self.elections_started = 0
-        self.resignations: dict[str, int] = {}
-        # 1 while writes to this node's disk fail (docs/storage.md, "Disk
-        # errors"); failed write rounds by errno name.
-        self.disk_failed = 0
-        self.disk_failures: dict[str, int] = {}
-        self.commit_seconds = Histogram()
-        self.fsync_seconds = Histogram()
-        # Metrics an application adds (the controller's): name -> labels -> value.
-        self.gauges: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-        self.histograms: dict[str, Histogram] = {}
-        self.help_texts: dict[str, str] = {}
+    def __init__(self, node_id: int = -1, *, enabled: bool = True) -> None:
+        self.node_id = node_id
+        self.enabled = enabled
+        self._node_label = str(node_id)
+        self.registry = CollectorRegistry(auto_describe=False)
+        if enabled:
+            for shared in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+                # The library's default collectors, in this node's registry
+                # too (a collector may be registered in several registries).
+                self.registry.register(shared)
+        self._families: dict[str, Counter | Gauge | Histogram] = {}
+        # The health checks (``GET /health``, ``GET /ready``): each returns
+        # (ok, reason); set by the runtime.
+        self.health_check: Callable[[], tuple[bool, str]] | None = None
+        self.ready_check: Callable[[], tuple[bool, str]] | None = None
+        self.commit_seconds = self.histogram(
+            "pykraft_quorum_commit_latency_seconds", "Leader only: proposal to commit."
+        )
+        self.fsync_seconds = self.histogram(
+            "pykraft_quorum_fsync_duration_seconds", "One group write and fsync of the log."
+        )
+        # Election latency: from this node's candidacy (or pre-vote) to its
+        # leadership (Kafka's election-latency-avg/max).
+        self._election_started_s: float | None = None
+        self._leader_seen: tuple[int, int] | None = None
+
+    # -- registration -----------------------------------------------------
+
+    def add_collector(self, produce: Callable[[], Iterable[Metric]]) -> None:
+        """Add families computed at each scrape by ``produce()``, which runs
+        in the node's trio thread and must not raise or block."""
+        if self.enabled:
+            self.registry.register(_CallbackCollector(produce))
+
+    def _family(self, kind: type, name: str, help_text: str, label_names: Iterable[str], **extra: Any) -> Any:
+        family = self._families.get(name)
+        if family is None:
+            exposed = name.removesuffix("_total") if kind is Counter else name
+            family = kind(
+                exposed,
+                help_text or name,
+                ("node", *label_names),
+                registry=self.registry,
+                **extra,
+            )
+            self._families[name] = family
+        return family
+
+    # -- updates ----------------------------------------------------------
+
+    def counter(self, name: str, help_text: str = "", **labels: str) -> Any:
+        """The counter child for ``labels``; ``name`` ends in ``_total``.
+        Keep it to count on a hot path (``.inc(amount)``)."""
+        if not self.enabled:
+            return _UNMEASURED
+        family = self._family(Counter, name, help_text, sorted(labels))
+        return family.labels(node=self._node_label, **labels)
+
+    def gauge(self, name: str, help_text: str = "", **labels: str) -> Any:
+        """The gauge child for ``labels`` (``.set(value)``)."""
+        if not self.enabled:
+            return _UNMEASURED
+        family = self._family(Gauge, name, help_text, sorted(labels))
+        return family.labels(node=self._node_label, **labels)
 
     def set_gauge(self, name: str, value: float, help_text: str = "", **labels: str) -> None:
-        self.gauges.setdefault(name, {})[tuple(sorted(labels.items()))] = value
-        if help_text:
-            self.help_texts[name] = help_text
+        self.gauge(name, help_text, **labels).set(value)
 
     def add_to_counter(self, name: str, amount: float = 1, help_text: str = "", **labels: str) -> None:
-        series = self.gauges.setdefault(name, {})
-        key = tuple(sorted(labels.items()))
-        series[key] = series.get(key, 0) + amount
-        if help_text:
-            self.help_texts[name] = help_text
+        self.counter(name, help_text, **labels).inc(amount)
 
-    def histogram(self, name: str, help_text: str = "", buckets_s: tuple[float, ...] = _LATENCY_BUCKETS_S) -> Histogram:
-        if help_text:
-            self.help_texts[name] = help_text
-        histogram = self.histograms.get(name)
-        if histogram is None:
-            histogram = self.histograms[name] = Histogram(buckets_s)
-        return histogram
-
-    def observe_node(self, node: QuorumNode) -> None:
-        self.node_id = node.node_id
-        self.leader_id = node.leader_id if node.leader_id is not None else -1
-        self.epoch = node.epoch
-        self.role = node.role.value
-        self.high_watermark = node.high_watermark
-        self.log_end_offset = node.log.end_offset
-
-    def observe_lag(self, node: QuorumNode) -> None:
-        description = node.describe()
-        self.replica_lag = {
-            replica.node_id: max(0, description.log_end_offset - replica.log_end_offset)
-            for replica in description.voters + description.observers
-            if replica.log_end_offset is not None and replica.node_id != node.node_id
-        }
+    def histogram(
+        self, name: str, help_text: str = "", buckets_s: tuple[float, ...] = LATENCY_BUCKETS_S, **labels: str
+    ) -> Any:
+        """The histogram child for ``labels`` (``.observe(seconds)``)."""
+        if not self.enabled:
+            return _UNMEASURED
+        family = self._family(Histogram, name, help_text, sorted(labels), buckets=buckets_s)
+        return family.labels(node=self._node_label, **labels)
 
     def on_role_change(self, event: RoleChange) -> None:
-        if event.role.value == "candidate":
-            self.elections_started += 1
-        elif event.role.value == "resigned":
+        """Count elections, leader changes and resignations, and time
+        elections (this node's candidacy to its leadership)."""
+        role = event.role.value
+        if role in ("prospective", "candidate"):
+            if role == "candidate":
+                self.add_to_counter("pykraft_quorum_elections_started_total", 1, "Candidacies started by this node.")
+            if self._election_started_s is None:
+                self._election_started_s = time.perf_counter()
+        else:
+            if role == "leader":
+                self.add_to_counter("pykraft_quorum_elections_won_total", 1, "Elections this node won.")
+                if self._election_started_s is not None:
+                    self.histogram(
+                        "pykraft_quorum_election_duration_seconds",
+                        "This node's pre-vote or candidacy to its leadership.",
+                    ).observe(time.perf_counter() - self._election_started_s)
+            self._election_started_s = None
+        if role == "resigned":
             cause = "check_quorum" if event.reason.startswith("check quorum") else "requested"
             if event.reason.startswith("restarted"):
                 cause = "restart"
             elif event.reason.startswith("resigned: disk failed"):
                 cause = "disk_failed"
-            self.resignations[cause] = self.resignations.get(cause, 0) + 1
+            self.add_to_counter("pykraft_quorum_resignations_total", 1, "Leader resignations by cause.", cause=cause)
+        if event.leader_id is not None and (event.epoch, event.leader_id) != self._leader_seen:
+            self._leader_seen = (event.epoch, event.leader_id)
+            self.add_to_counter(
+                "pykraft_quorum_leader_changes_total", 1, "Leaders this node learned of (a new leader or epoch)."
+            )
 
-    def render(self) -> str:
-        labels = f'node="{self.node_id}",'
-        node = labels.rstrip(",")
-        lines = [
-            "# HELP pykraft_quorum_leader_id Current leader, -1 if unknown.",
-            "# TYPE pykraft_quorum_leader_id gauge",
-            f"pykraft_quorum_leader_id{{{node}}} {self.leader_id}",
-            "# HELP pykraft_quorum_epoch Current epoch.",
-            "# TYPE pykraft_quorum_epoch gauge",
-            f"pykraft_quorum_epoch{{{node}}} {self.epoch}",
-            "# HELP pykraft_quorum_role 1 for the node's current role.",
-            "# TYPE pykraft_quorum_role gauge",
-            f'pykraft_quorum_role{{{labels}role="{self.role}"}} 1',
-            "# HELP pykraft_quorum_high_watermark Offset below which every record is committed.",
-            "# TYPE pykraft_quorum_high_watermark gauge",
-            f"pykraft_quorum_high_watermark{{{node}}} {self.high_watermark}",
-            "# HELP pykraft_quorum_log_end_offset Offset after the last record.",
-            "# TYPE pykraft_quorum_log_end_offset gauge",
-            f"pykraft_quorum_log_end_offset{{{node}}} {self.log_end_offset}",
-            "# HELP pykraft_quorum_replica_fetch_lag_records Leader only: records a replica is behind.",
-            "# TYPE pykraft_quorum_replica_fetch_lag_records gauge",
-        ]
-        for replica, lag in sorted(self.replica_lag.items()):
-            lines.append(f'pykraft_quorum_replica_fetch_lag_records{{{labels}replica="{replica}"}} {lag}')
-        lines += [
-            "# HELP pykraft_quorum_elections_started_total Candidacies started by this node.",
-            "# TYPE pykraft_quorum_elections_started_total counter",
-            f"pykraft_quorum_elections_started_total{{{node}}} {self.elections_started}",
-            "# HELP pykraft_quorum_resignations_total Leader resignations by cause.",
-            "# TYPE pykraft_quorum_resignations_total counter",
-        ]
-        for cause, count in sorted(self.resignations.items()):
-            lines.append(f'pykraft_quorum_resignations_total{{{labels}cause="{cause}"}} {count}')
-        lines += [
-            "# HELP pykraft_quorum_disk_failed 1 while writes to this node's disk fail (it acknowledges nothing).",
-            "# TYPE pykraft_quorum_disk_failed gauge",
-            f"pykraft_quorum_disk_failed{{{node}}} {self.disk_failed}",
-            "# HELP pykraft_quorum_disk_failures_total Failed disk write rounds (write or fsync) by errno.",
-            "# TYPE pykraft_quorum_disk_failures_total counter",
-        ]
-        for errno_name, count in sorted(self.disk_failures.items()):
-            lines.append(f'pykraft_quorum_disk_failures_total{{{labels}errno="{errno_name}"}} {count}')
-        lines += self.commit_seconds.render(
-            "pykraft_quorum_commit_latency_seconds", "Proposal to commit, on the leader.", labels
-        )
-        lines += self.fsync_seconds.render("pykraft_quorum_fsync_latency_seconds", "One group fsync.", labels)
-        for name, series in sorted(self.gauges.items()):
-            kind = "counter" if name.endswith("_total") else "gauge"
-            lines += [f"# HELP {name} {self.help_texts.get(name, name)}", f"# TYPE {name} {kind}"]
-            for label_pairs, value in sorted(series.items()):
-                extra = "".join(f',{key}="{label}"' for key, label in label_pairs)
-                lines.append(f"{name}{{{node}{extra}}} {value}")
-        for name, histogram in sorted(self.histograms.items()):
-            lines += histogram.render(name, self.help_texts.get(name, name), labels)
-        return "\n".join(lines) + "\n"
+    # -- reading ----------------------------------------------------------
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """The current value of one sample (``node`` implied), ``None`` if
+        it was never set: for tests and tools."""
+        return self.registry.get_sample_value(name, {"node": self._node_label, **labels})
+
+    def render(self, accept: str = "") -> tuple[bytes, str]:
+        """The exposition for a scraper sending ``accept``, and its content
+        type (text format unless OpenMetrics is asked for)."""
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type
+
+    def text(self) -> str:
+        """The text exposition, for tests and tools."""
+        return self.render()[0].decode()
+
+
+def _http_answer(status: str, content_type: str, body: bytes, head_only: bool = False) -> bytes:
+    head = f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    return head.encode("ascii") + (b"" if head_only else body)
+
+
+def _health_answer(check: Callable[[], tuple[bool, str]] | None, head_only: bool) -> bytes:
+    try:
+        ok, reason = check() if check is not None else (False, "no check configured")
+    except Exception as error:  # noqa: BLE001 - a check's bug must not take the node down
+        logger.exception("health check failed")
+        ok, reason = False, f"the check failed: {type(error).__name__}"
+
+    body = (json.dumps({"ok": ok, "reason": reason}) + "\n").encode()
+    return _http_answer("200 OK" if ok else "503 Service Unavailable", "application/json", body, head_only)
+
+
+def answer_http_request(metrics: Metrics, head: bytes) -> bytes:
+    """The whole HTTP answer to one request head (untrusted): ``GET`` or
+    ``HEAD`` of ``/metrics``, ``/health`` or ``/ready``; anything else is
+    answered 400, 404 or 405. Never raises on the request's content."""
+    request_line, _, header_block = head.partition(b"\r\n")
+    parts = request_line.split(b" ")
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
+        return _http_answer("400 Bad Request", "text/plain", b"bad request line\n")
+    method, target = parts[0], parts[1].split(b"?", 1)[0]
+    if method not in (b"GET", b"HEAD"):
+        return _http_answer("405 Method Not Allowed", "text/plain", b"GET or HEAD only\n")
+    head_only = method == b"HEAD"
+    if target == b"/metrics":
+        accept = ""
+        for line in header_block.split(b"\r\n"):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"accept":
+                accept = value.strip().decode("latin-1")
+        try:
+            body, content_type = metrics.render(accept)
+        except Exception:  # noqa: BLE001 - a collector's bug must not take the node down
+            logger.exception("node %d: cannot render the metrics", metrics.node_id)
+            return _http_answer("500 Internal Server Error", "text/plain", b"cannot render the metrics\n", head_only)
+        return _http_answer("200 OK", content_type, body, head_only)
+    if target == b"/health":
+        return _health_answer(metrics.health_check, head_only)
+    if target == b"/ready":
+        return _health_answer(metrics.ready_check, head_only)
+    return _http_answer("404 Not Found", "text/plain", b"not found: try /metrics, /health or /ready\n", head_only)
 
 
 async def serve_metrics(
-    metrics: Metrics, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    metrics: Metrics,
+    host: str,
+    port: int,
+    *,
+    request_timeout_s: float = REQUEST_TIMEOUT_S,
+    connections_max: int = CONNECTIONS_MAX,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``GET /metrics`` over HTTP/1.0; reports the bound port."""
+    """Serve ``/metrics``, ``/health`` and ``/ready`` over HTTP (one
+    request per connection); reports the bound port. A scraper has
+    ``request_timeout_s`` to send its request head (at most
+    ``REQUEST_HEAD_BYTES_MAX`` bytes) and read the answer; beyond
+    ``connections_max`` open connections a new one is closed at once.
+    Refusals are counted in ``pykraft_metrics_requests_refused_total``."""
+    open_connections = 0
+
+    def refused(reason: str) -> None:
+        metrics.add_to_counter(
+            "pykraft_metrics_requests_refused_total", 1, "Metrics endpoint requests refused, by reason.", reason=reason
+        )
 
     async def handle(stream: trio.SocketStream) -> None:
+        nonlocal open_connections
+        if open_connections >= connections_max:
+            refused("connections_full")
+            await stream.aclose()
+            return
+        open_connections += 1
         try:
-            with trio.move_on_after(5):
+            with trio.move_on_after(request_timeout_s) as deadline:
                 request = b""
-                while b"\r\n\r\n" not in request and len(request) < 8192:
+                while b"\r\n\r\n" not in request:
+                    if len(request) > REQUEST_HEAD_BYTES_MAX:
+                        refused("head_too_large")
+                        await stream.send_all(
+                            _http_answer("431 Request Header Fields Too Large", "text/plain", b"request head too large\n")
+                        )
+                        return
                     chunk = await stream.receive_some(4096)
                     if not chunk:
                         return
                     request += chunk
-                path = request.split(b" ", 2)[1] if request.count(b" ") >= 2 else b""
-                if path.split(b"?")[0] == b"/metrics":
-                    body = metrics.render().encode()
-                    head = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                else:
-                    body = b"not found: try /metrics\n"
-                    head = b"HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\n"
-                await stream.send_all(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                head = request.split(b"\r\n\r\n", 1)[0]
+                await stream.send_all(answer_http_request(metrics, head))
+            if deadline.cancelled_caught:
+                refused("deadline")
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
             logger.debug("metrics connection failed: %s", error)
+        except Exception:  # noqa: BLE001 - one scrape must not take the node down
+            logger.exception("metrics request failed")
         finally:
-            await stream.aclose()
+            open_connections -= 1
+            with trio.move_on_after(0) as cleanup:
+                cleanup.shield = True
+                await stream.aclose()
 
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound_port = listeners[0].socket.getsockname()[1]
@@ -214,16 +340,25 @@ async def serve_metrics(
     await trio.serve_listeners(handle, listeners)
 
 
+async def http_get(host: str, port: int, path: str = "/metrics", *, timeout_s: float = 10.0) -> tuple[int, str]:
+    """``GET path`` from a node's endpoint: the status code and the body.
+    Raises ``OSError`` when nothing listens there, ``trio.TooSlowError``
+    past ``timeout_s``."""
+    with trio.fail_after(timeout_s):
+        stream = await trio.open_tcp_stream(host, port)
+        try:
+            await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+            raw = b""
+            while chunk := await stream.receive_some(65536):
+                raw += chunk
+        finally:
+            await stream.aclose()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1]) if head.count(b" ") >= 1 else 0
+    return status, body.decode()
+
+
 async def scrape_metrics(host: str, port: int) -> str:
-    """``GET /metrics`` from a node's endpoint; the whole response text
-    (status line and headers included). Raises ``OSError`` when nothing
-    listens there."""
-    stream = await trio.open_tcp_stream(host, port)
-    try:
-        await stream.send_all(b"GET /metrics HTTP/1.0\r\n\r\n")
-        body = b""
-        while chunk := await stream.receive_some(65536):
-            body += chunk
-    finally:
-        await stream.aclose()
-    return body.decode()
+    """``GET /metrics`` from a node's endpoint: the exposition text. Raises
+    ``OSError`` when nothing listens there."""
+    return (await http_get(host, port, "/metrics"))[1]

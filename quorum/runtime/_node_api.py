@@ -127,6 +127,9 @@ class NodeConfig:
     retention_bytes: int | None = 100 * 1024 * 1024
     retention_ms: int | None = 7 * 24 * 3600 * 1000
     metrics_listen: tuple[str, int] | None = None
+    # False: no metrics are kept at all (for measuring their cost); then
+    # there is no endpoint either.
+    metrics_enabled: bool = True
     event_log: Path | str | None = None
     quorum: dict[str, Any] = field(default_factory=dict)
     connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
@@ -140,6 +143,8 @@ class NodeConfig:
     def __post_init__(self) -> None:
         if self.acl_file is not None and self.tls is None:
             raise ValueError("acl_file needs tls: on a plaintext listener nobody is authenticated")
+        if not self.metrics_enabled and self.metrics_listen is not None:
+            raise ValueError("metrics_listen needs metrics_enabled (there is nothing to serve)")
         if self.on_damage not in ("repair", "refuse"):
             raise ValueError(f"on_damage must be 'repair' or 'refuse', got {self.on_damage!r}")
         unknown = set(self.quorum) - _QUORUM_FIELDS
@@ -446,7 +451,7 @@ async def open_quorum_node(
     machine = state_machine if state_machine is not None else KeyValueStateMachine()
     acl = AclFile(config.acl_file)
     storage = open_storage(config)
-    metrics = Metrics()
+    metrics = Metrics(config.node_id, enabled=config.metrics_enabled)
     if config.tls is None:
         logger.warning(
             "node %d: PLAINTEXT, no TLS: any process that reaches %s:%d may speak as any node, broker or client",

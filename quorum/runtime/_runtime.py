@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .._config import QuorumConfig
 from .._host import (
@@ -76,6 +77,8 @@ from . import _trace
 
 __all__ = ["LeaderApplication", "Proposal", "ProposalLostError", "QuorumRuntime", "ReadNotConfirmedError", "Transport"]
 
+# GET /health fails while more committed records than this wait to be applied.
+HEALTH_APPLY_LAG_RECORDS_MAX = 10_000
 # The first retry of a failed disk write round, and the longest backoff.
 DISK_RETRY_MIN_S = 0.05
 DISK_RETRY_MAX_S = 5.0
@@ -250,7 +253,8 @@ class QuorumRuntime:
         self.state_machine = state_machine
         self.storage = storage
         self.transport = transport
-        self.metrics = metrics or Metrics()
+        self.metrics = metrics or Metrics(config.node_id)
+        self._init_metrics()
         self.snapshot_every_records = snapshot_every_records
         self._event_sink = event_sink
         # Disk IO runs in a worker thread so the core keeps serving during
@@ -323,7 +327,7 @@ class QuorumRuntime:
             entries=recovered.entries_after_snapshot,
             snapshot_every_records=self.snapshot_every_records,
             application=self.application,
-            commit_timer=_CommitTimer(self.metrics),
+            commit_timer=_CommitTimer(self.metrics) if self.metrics.enabled or _trace.enabled else None,
             repairing=getattr(self.storage, "repair", None),
             repair_finished=self._repair_finished,
         )
@@ -337,6 +341,160 @@ class QuorumRuntime:
             snapshot.snapshot_id if snapshot else None,
         )
         return host
+
+    # =====================================================================
+    # Metrics and health (docs/operations.md, "Metrics" and "Health")
+    # =====================================================================
+
+    def _init_metrics(self) -> None:
+        """The runtime's event series, bound once (their updates are on
+        the hot path), and the collector that reads the node's state at
+        scrape time."""
+        metrics = self.metrics
+        self._fsync_seconds = metrics.fsync_seconds
+        self._write_seconds = metrics.histogram(
+            "pykraft_quorum_disk_write_duration_seconds", "The writes of one group round, before its fsync."
+        )
+        self._disk_failed_gauge = metrics.gauge(
+            "pykraft_quorum_disk_failed", "1 while writes to this node's disk fail (it acknowledges nothing)."
+        )
+        self._disk_failed_gauge.set(0)
+        # Records appended, by where from: plain ints on the hot path (no
+        # lock), exported by _collect_state.
+        self._records_appended = {"proposal": 0, "fetch": 0}
+        self._snapshots_written = metrics.counter("pykraft_quorum_snapshots_written_total", "Snapshots written here.")
+        self._snapshot_seconds = metrics.histogram(
+            "pykraft_quorum_snapshot_duration_seconds", "Writing one snapshot (with the round's other writes)."
+        )
+        self._snapshot_bytes = metrics.gauge("pykraft_quorum_snapshot_size_bytes", "The last snapshot written here.")
+        self._snapshot_last_time = metrics.gauge(
+            "pykraft_quorum_snapshot_last_timestamp_seconds", "Unix time of the last snapshot written here."
+        )
+        # The trio thread's CPU time when run() started (the loop's busy time).
+        self._loop_thread_cpu_started_s = 0.0
+        metrics.add_collector(self._collect_state)
+        metrics.health_check = self.health
+        metrics.ready_check = self.ready
+        # The high watermark a leader first told this node since it started:
+        # /ready waits until the state machine has applied that far.
+        self._first_high_watermark: int | None = None
+
+    def _count_disk_failure(self, errno_name: str) -> None:
+        self.metrics.add_to_counter(
+            "pykraft_quorum_disk_failures_total", 1, "Failed disk write rounds (write or fsync) by errno.",
+            errno=errno_name,
+        )  # fmt: skip
+
+    def _collect_state(self) -> list[Metric]:
+        """At scrape time (in the trio thread, between two core steps): the
+        node's state, read where it lives."""
+        node, host = self.node, self.host
+        label = str(self.config.node_id)
+
+        def gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
+            family = GaugeMetricFamily(name, help_text, labels=["node"])
+            family.add_metric([label], value)
+            return family
+
+        role = GaugeMetricFamily("pykraft_quorum_role", "1 for the node's current role, 0 for the others.", labels=["node", "role"])
+        for each in Role:
+            role.add_metric([label, each.value], 1 if node.role is each else 0)
+        leader = node.leader_id
+        voted_for = node.voted_for
+        high_watermark = node.high_watermark
+        applied = host.applied_offset
+        families = [
+            role,
+            gauge("pykraft_quorum_leader_id", "Current leader, -1 if unknown.", -1 if leader is None else leader),
+            gauge("pykraft_quorum_has_leader", "1 while this node knows a leader of its epoch.", 0 if leader is None else 1),
+            gauge("pykraft_quorum_voted_for", "The candidate this node voted for in its epoch, -1 if none.",
+                  -1 if voted_for is None else voted_for),  # fmt: skip
+            gauge("pykraft_quorum_epoch", "Current epoch.", node.epoch),
+            gauge("pykraft_quorum_high_watermark", "Offset below which every record is committed.", high_watermark),
+            gauge("pykraft_quorum_log_end_offset", "Offset after the last record.", node.log.end_offset),
+            gauge("pykraft_quorum_log_start_offset", "First offset still in the log (behind it: the snapshot).",
+                  node.log.start_offset),  # fmt: skip
+            gauge("pykraft_quorum_applied_offset", "Offset after the last record the state machine applied.", applied),
+            gauge("pykraft_quorum_apply_lag_records", "Committed records (as this node knows) not yet applied.",
+                  max(0, high_watermark - applied)),  # fmt: skip
+            gauge("pykraft_quorum_proposals_pending", "Proposals appended here and not yet committed.",
+                  len(host.pending_proposals)),  # fmt: skip
+            gauge("pykraft_quorum_reads_pending", "Linearizable reads waiting for their barrier.", len(host.pending_reads)),
+        ]
+        lag = GaugeMetricFamily(
+            "pykraft_quorum_replica_fetch_lag_records",
+            "Leader only: records each replica is behind the leader's log end.",
+            labels=["node", "replica", "kind"],
+        )
+        age = GaugeMetricFamily(
+            "pykraft_quorum_replica_last_fetch_age_seconds",
+            "Leader only: time since each replica's last fetch.",
+            labels=["node", "replica", "kind"],
+        )
+        if node.is_leader:
+            description = node.describe()
+            now_ms = node.current_tick * self.config.tick_ms
+            for kind, replicas in (("voter", description.voters), ("observer", description.observers)):
+                for replica in replicas:
+                    if replica.node_id == node.node_id or replica.log_end_offset is None:
+                        continue
+                    lag.add_metric(
+                        [label, str(replica.node_id), kind], max(0, description.log_end_offset - replica.log_end_offset)
+                    )
+                    if replica.last_fetch_ms is not None:
+                        age.add_metric([label, str(replica.node_id), kind], max(0, now_ms - replica.last_fetch_ms) / 1000)
+        appended = CounterMetricFamily(
+            "pykraft_quorum_records_appended_total",
+            "Records appended to the local log, by where from (proposal: as leader; fetch: from a leader).",
+            labels=["node", "source"],
+        )
+        for source, count in self._records_appended.items():
+            appended.add_metric([label, source], count)
+        busy = CounterMetricFamily(
+            "pykraft_event_loop_busy_seconds_total",
+            "CPU time of the thread running this node's trio loop (rate() of it: the loop's busy ratio, "
+            "Kafka's 1 - poll-idle-ratio).",
+            labels=["node"],
+        )
+        # Read here, in the loop's thread: scrapes are served by the loop.
+        busy.add_metric([label], max(0.0, time.thread_time() - self._loop_thread_cpu_started_s))
+        families += [lag, age, appended, busy]
+        return families
+
+    def health(self) -> tuple[bool, str]:
+        """``GET /health``: (healthy, one-line reason). Healthy when this
+        node knows a leader (the core forgets one it has not heard from
+        within the fetch timeout; a leader resigns when check-quorum fails),
+        its disk accepts writes, it is not repairing its log, and it has
+        applied all but at most ``HEALTH_APPLY_LAG_RECORDS_MAX`` of the
+        records it knows committed."""
+        node = self.node
+        if self._disk_failure is not None:
+            return False, f"disk writes fail ({self._disk_failure})"
+        if node.repairing is not None:
+            return False, "repairing a damaged log"
+        if node.leader_id is None:
+            return False, f"no leader known in epoch {node.epoch} (role {node.role.value})"
+        lag = node.high_watermark - self.host.applied_offset
+        if lag > HEALTH_APPLY_LAG_RECORDS_MAX:
+            return False, f"{lag} committed records not applied (limit {HEALTH_APPLY_LAG_RECORDS_MAX})"
+        return True, f"leader {node.leader_id} in epoch {node.epoch}, {max(0, lag)} records to apply"
+
+    def ready(self) -> tuple[bool, str]:
+        """``GET /ready``: (ready, one-line reason). Ready once the state
+        machine has applied every record committed when this node first
+        heard of a leader after starting (it has caught up once), for as
+        long as it is healthy (``health``)."""
+        node = self.node
+        if self._first_high_watermark is None and node.leader_id is not None:
+            self._first_high_watermark = node.high_watermark
+        if self._first_high_watermark is None:
+            return False, "no leader heard of since start"
+        applied = self.host.applied_offset
+        if applied < self._first_high_watermark:
+            return False, f"catching up: applied {applied} of {self._first_high_watermark}"
+        healthy, reason = self.health()
+        return healthy, ("caught up; " if healthy else "") + reason
 
     def _repair_finished(self) -> None:
         """The core repaired its damaged log: make that durable (storage
@@ -362,6 +520,7 @@ class QuorumRuntime:
         if self._io_in_thread:
             self._disk_thread = _DiskThread(self._write_batch, trio.lowlevel.current_trio_token())
         self._clock_origin_s = trio.current_time()
+        self._loop_thread_cpu_started_s = time.thread_time()
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.transport.run, self._deliver, self._unreachable)
@@ -439,9 +598,6 @@ class QuorumRuntime:
             _trace.stamp("core-in-" + (type(item[1]).__name__ if kind == "message" else kind))
         if kind == "tick":
             host.tick()
-            node = self.node
-            if node.is_leader and node.current_tick % 50 == 0:
-                self.metrics.observe_lag(node)
         elif kind == "message":
             host.step(item[1])
         elif kind == "persisted":
@@ -481,13 +637,11 @@ class QuorumRuntime:
                 continue
             batch, durable = self._take_persist_batch()
             if durable:
-                started = time.perf_counter()
                 try:
                     self._write_batch(durable)
                 except OSError as error:
                     self._persist_failed(batch, durable, error)
                     continue
-                self.metrics.fsync_seconds.observe(time.perf_counter() - started)
                 self._disk_ok()
             self._send_persisted(batch)
             if durable:
@@ -500,9 +654,8 @@ class QuorumRuntime:
         persister retries after a backoff (``_retry_disk``)."""
         name = errno.errorcode.get(error.errno or 0, type(error).__name__)
         self._persist_queue.extendleft(reversed(batch))
-        metrics = self.metrics
-        metrics.disk_failures[name] = metrics.disk_failures.get(name, 0) + 1
-        metrics.disk_failed = 1
+        self._count_disk_failure(name)
+        self._disk_failed_gauge.set(1)
         if self._disk_failure is None:
             # One line per transition; the retries are counted, not logged.
             logger.error(
@@ -528,7 +681,7 @@ class QuorumRuntime:
             self.storage.return_to_durable_point(self._durable_log_end)
         except OSError as error:
             name = errno.errorcode.get(error.errno or 0, type(error).__name__)
-            self.metrics.disk_failures[name] = self.metrics.disk_failures.get(name, 0) + 1
+            self._count_disk_failure(name)
             self._disk_retry_s = min(2 * self._disk_retry_s, DISK_RETRY_MAX_S)
             return
         self._disk_retry_due = False
@@ -546,7 +699,7 @@ class QuorumRuntime:
                 self._durable_log_end,
             )
             self._disk_failure = None
-            self.metrics.disk_failed = 0
+            self._disk_failed_gauge.set(0)
 
     def _persist_queued(self) -> None:
         """Start persisting what is queued, the way this node's role wants."""
@@ -585,7 +738,6 @@ class QuorumRuntime:
                 error = failure
         if error is None:
             try:
-                self.metrics.fsync_seconds.observe(self._disk_thread.last_seconds if self._disk_thread else 0.0)
                 self._disk_ok()
                 if _trace.enabled:
                     _trace.stamp("persist-done", durable[-1].persist_seq)
@@ -619,7 +771,6 @@ class QuorumRuntime:
         anyway, blocking the loop for it costs nothing."""
         batch, durable = self._take_persist_batch()
         if durable:
-            started = time.perf_counter()
             if _trace.enabled:
                 _trace.stamp("persist-start-inline", durable[-1].persist_seq)
             try:
@@ -627,7 +778,6 @@ class QuorumRuntime:
             except OSError as error:
                 self._persist_failed(batch, durable, error)
                 return
-            self.metrics.fsync_seconds.observe(time.perf_counter() - started)
             self._disk_ok()
             if _trace.enabled:
                 _trace.stamp("persist-done-inline", durable[-1].persist_seq)
@@ -638,10 +788,24 @@ class QuorumRuntime:
     def _write_batch(self, outputs: list[Output]) -> None:
         """Runs in a worker thread: all the batch's writes, one fsync."""
         storage = self.storage
+        started = time.perf_counter()
+        snapshots = False
         for output in outputs:
+            if output.snapshot is None:
+                apply_output(output, storage)
+                continue
+            snapshots = True
+            snapshot_started = time.perf_counter()
             apply_output(output, storage)
+            self._snapshot_seconds.observe(time.perf_counter() - snapshot_started)
+            self._snapshots_written.inc()
+            self._snapshot_bytes.set(len(output.snapshot[1]))
+            self._snapshot_last_time.set(time.time())
+        written = time.perf_counter()
         storage.flush()
-        if any(output.snapshot is not None for output in outputs):
+        self._write_seconds.observe(written - started)
+        self._fsync_seconds.observe(time.perf_counter() - written)
+        if snapshots:
             # The size/age policy (NodeConfig.retention_bytes/_ms, like
             # Kafka's metadata.max.retention.*) may drop what lies behind
             # the new snapshot. The core need not hear of it: its own log
@@ -670,10 +834,11 @@ class QuorumRuntime:
         rest is persisted (group commit) before its messages leave."""
         for message in output.early_messages:
             self.transport.send(message)
+        if output.append:
+            self._records_appended["proposal" if self.node.is_leader else "fetch"] += len(output.append)
         if output.has_persistence or output.messages:
             self._persist_queue.append(output)
             self._persist_queued()
-        self.metrics.observe_node(self.node)
 
     def attach_fetch_extension(self, provider: Callable[[], Any], consumer: Callable[[Any], None]) -> None:
         """Add ``provider()`` to every Fetch this node sends, and hand each
@@ -726,8 +891,20 @@ class QuorumRuntime:
     def _local_call(self, request: tuple, waiter: _Waiter | _CallbackWaiter) -> None:
         name = request[0]
         host = self.host
-        if name == "propose":
+        if name == "propose" and not self.metrics.enabled:
             host.propose(request[1], waiter.resolve)
+        elif name == "propose":
+            resolve = waiter.resolve
+
+            def count_failure(result: Any = None, error: BaseException | None = None) -> None:
+                if error is not None and type(error) is not ProposalOutcomeUnknownError:
+                    self.metrics.add_to_counter(
+                        "pykraft_quorum_proposals_failed_total", 1, "Proposals answered with an error, by error.",
+                        error=type(error).__name__,
+                    )  # fmt: skip
+                resolve(result, error)
+
+            host.propose(request[1], count_failure)
         elif name == "read":
             host.read(waiter.resolve)
         elif name == "resign":

@@ -45,14 +45,15 @@ import errno
 import itertools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import trio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .._access import Principal, PrincipalKind, refuse_quorum_message
-from .._messages import MESSAGE_TYPES, FetchRequest, FetchSnapshotRequest, Message
+from .._messages import MESSAGE_TYPES, FetchRequest, FetchResponse, FetchSnapshotRequest, Message
 from ..wire import (
     NODE_LIMITS,
     ApplicationRequest,
@@ -85,6 +86,8 @@ RECONNECT_BACKOFF_MIN_S = 0.02
 RECONNECT_BACKOFF_MAX_S = 1.0
 # Raft tolerates loss: when a peer is down, keep only the newest messages.
 PEER_QUEUE_MESSAGES_MAX = 10_000
+# Distinct peers counted apart in the per-peer byte counters; the rest are "other".
+PEER_LABELS_MAX = 256
 RECEIVE_BYTES = 256 * 1024
 # One log line per peer address and reason in this many seconds; the next
 # one says how many were suppressed.
@@ -219,6 +222,12 @@ class _Connection:
         self.writer.on_drained = self.capacity_changed
         self._correlation = itertools.count(1)
         self.closed = False
+        # Who is at the other end, for the per-peer byte counters: a node id
+        # once known (an outbound link, a Hello or a quorum message), else
+        # "client". Plain ints: counted without a lock on every frame.
+        self.peer_label = "client"
+        self.bytes_in = 0
+        self.bytes_out = 0
         # Client requests read and not yet answered, and their frames' bytes.
         self.requests_in_flight = 0
         self.request_bytes_in_flight = 0
@@ -263,7 +272,9 @@ class _Connection:
         if self.closed:
             return False
         try:
-            self.writer.write(self.encode(message, correlation_id))
+            frame = self.encode(message, correlation_id)
+            self.writer.write(frame)
+            self.bytes_out += len(frame)
         except LocalProtocolError as error:
             logger.error("not sent to %s, cannot encode %s: %s", self.peer, type(message).__name__, error)
             return False
@@ -322,7 +333,7 @@ class TcpTransport(Transport):
         self.fast_request_handler = fast_request_handler
         self.connection_limits = connection_limits
         self.limits = connection_limits.wire_limits()
-        self.metrics = metrics if metrics is not None else Metrics()
+        self.metrics = metrics if metrics is not None else Metrics(node_id)
         self.bound_port: int | None = None
         self._queues: dict[int, deque[Message]] = {peer: deque() for peer in self.peer_addresses}
         self._wakeups: dict[int, trio.Event] = {peer: trio.Event() for peer in self.peer_addresses}
@@ -341,6 +352,50 @@ class TcpTransport(Transport):
         self.metrics.set_gauge(
             "pykraft_quorum_connections_open", 0, "Inbound connections open on the listener."
         )
+        # Bytes per peer: of the open connections, and of those closed.
+        self._open_connections: set[_Connection] = set()
+        self._closed_bytes: dict[str, list[int]] = {}
+        self.metrics.add_collector(self._collect)
+
+    def _collect(self) -> Iterable[Metric]:
+        """At scrape time: bytes in and out per peer, and the configured
+        voters this node holds no connection to (Kafka's
+        number-unknown-voter-connections)."""
+        totals = {label: list(pair) for label, pair in self._closed_bytes.items()}
+        for connection in self._open_connections:
+            pair = totals.setdefault(connection.peer_label, [0, 0])
+            pair[0] += connection.bytes_in
+            pair[1] += connection.bytes_out
+        node = str(self.node_id)
+        received = CounterMetricFamily(
+            "pykraft_quorum_peer_received_bytes_total", "Bytes received from each peer (node id, or client).", labels=["node", "peer"]
+        )
+        sent = CounterMetricFamily(
+            "pykraft_quorum_peer_sent_bytes_total", "Bytes sent to each peer (node id, or client).", labels=["node", "peer"]
+        )
+        for label, (bytes_in, bytes_out) in sorted(totals.items()):
+            received.add_metric([node, label], bytes_in)
+            sent.add_metric([node, label], bytes_out)
+        unknown = GaugeMetricFamily(
+            "pykraft_quorum_unknown_voter_connections",
+            "Configured voters this node has no open link to.",
+            labels=["node"],
+        )
+        unknown.add_metric([node], sum(1 for peer in self.peer_addresses if peer not in self._links))
+        return [received, sent, unknown]
+
+    def _track(self, connection: _Connection) -> None:
+        self._open_connections.add(connection)
+
+    def _untrack(self, connection: _Connection) -> None:
+        if connection in self._open_connections:
+            self._open_connections.discard(connection)
+            label = connection.peer_label
+            if label not in self._closed_bytes and len(self._closed_bytes) >= PEER_LABELS_MAX:
+                label = "other"  # a peer may claim any id: bounded series
+            pair = self._closed_bytes.setdefault(label, [0, 0])
+            pair[0] += connection.bytes_in
+            pair[1] += connection.bytes_out
 
     # -- Transport -----------------------------------------------------------------
 
@@ -402,6 +457,8 @@ class TcpTransport(Transport):
                 continue
             backoff_s = RECONNECT_BACKOFF_MIN_S
             connection = _Connection(stream, name, self.cluster_id, self.limits, host, principal)
+            connection.peer_label = str(peer)
+            self._track(connection)
             try:
                 # trio nurseries wrap errors in exception groups: each task
                 # handles its own connection errors, so none escapes.
@@ -417,6 +474,7 @@ class TcpTransport(Transport):
             finally:
                 if self._links.get(peer) is connection:
                     del self._links[peer]
+                self._untrack(connection)
                 await connection.aclose()
             # The peer went away (a reset, a restart): tell the core, which
             # may stand early if it was our leader.
@@ -535,6 +593,7 @@ class TcpTransport(Transport):
                 connection = await self._accept_tls(stream, host, name)
                 if connection is None:
                     return
+            self._track(connection)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(connection.run_writer, nursery.cancel_scope)
                 await self._read_loop(connection, nursery.cancel_scope, nursery)
@@ -551,6 +610,7 @@ class TcpTransport(Transport):
             if connection is None:
                 await trio.aclose_forcefully(stream)
                 return
+            self._untrack(connection)
             await connection.aclose()
             for node_id, path in list(self._return_paths.items()):
                 if path is connection:
@@ -627,6 +687,7 @@ class TcpTransport(Transport):
                     )  # fmt: skip
                 return
             last_heard_s = trio.current_time()
+            connection.bytes_in += len(data)
             if _trace.enabled:
                 _trace.stamp("rx", len(data))
             decoder.feed(data)
@@ -710,14 +771,22 @@ class TcpTransport(Transport):
                 return
             if message.src not in self.peer_addresses:
                 self._return_paths[message.src] = connection
+            if connection.peer_label == "client":
+                connection.peer_label = str(message.src)
             if _trace.enabled:
                 _trace.stamp("recv-" + kind.__name__, _trace_key(message))
+            if kind is FetchResponse and message.error is not ErrorCode.NONE:
+                self.metrics.add_to_counter(
+                    "pykraft_quorum_fetch_errors_total", 1, "Fetch answers that carried an error, by error.",
+                    error=message.error.name,
+                )  # fmt: skip
             self._deliver(message)
         elif kind is Hello:
             logger.debug("%s is %s %s", connection.peer, message.role, message.node_id)
             proven = principal is None or (principal.kind is PrincipalKind.NODE and principal.member_id == message.node_id)
             if message.role == "voter" and message.node_id in self.peer_addresses and proven:
                 connection.from_voter = True
+                connection.peer_label = str(message.node_id)
         elif kind is ErrorFrame:
             self._log.warning(
                 connection.host, "error_frame", "%s answered with an error: %s %.200s",

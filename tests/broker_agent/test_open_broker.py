@@ -50,8 +50,9 @@ async def test_open_broker_serves_restarts_from_its_data_dir_and_shuts_down_clea
                     leader = await client.find_leader("t", 1)
                 assert leader.leader == 101 and leader.leader_broker_epoch == first_epoch
                 metrics = await scrape_metrics("127.0.0.1", broker.metrics_port)
-                assert 'pykraft_broker_state{node="101",state="Online"} 1' in metrics
-                assert f'pykraft_broker_epoch{{node="101"}} {first_epoch}' in metrics
+                assert 'pykraft_broker_state{node="101",state="Online"} 1.0' in metrics
+                assert f'pykraft_broker_epoch{{node="101"}} {first_epoch}.0' in metrics
+                assert 'pykraft_broker_fetch_latency_seconds_count{node="101"}' in metrics
                 offset_before = broker.image_offset
             # Leaving the block was a controlled shutdown: the controller let it go.
             assert broker.stop_reason == "the controller says shut down"

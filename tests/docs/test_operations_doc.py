@@ -41,11 +41,8 @@ def exported_metric_names() -> set[str]:
     names: set[str] = set()
     for package in ("quorum", "registration", "broker_agent"):
         for path in (ROOT / package).rglob("*.py"):
-            names |= set(re.findall(r"\bpykraft_(?:quorum|controller|broker)_[a-z_]*[a-z]", path.read_text()))
-    metrics = Metrics()
-    metrics.replica_lag = {2: 0}
-    metrics.resignations = {"check_quorum": 1}
-    names |= set(re.findall(r"^# TYPE (\S+) ", metrics.render(), re.M))
+            names |= set(re.findall(r"\bpykraft_(?:quorum|controller|broker|metrics|event_loop)_[a-z_]*[a-z]", path.read_text()))
+    names |= {name for name in re.findall(r"^# TYPE (\S+) ", Metrics(1).text(), re.M) if name.startswith("pykraft_")}
     return names
 
 

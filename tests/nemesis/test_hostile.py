@@ -63,8 +63,7 @@ def target_of(handles: list, node, source_host: str | None = "127.0.0.66") -> Ho
 
 
 def rejected(node, reason: str) -> float:
-    series = node.runtime.metrics.gauges.get("pykraft_quorum_frames_rejected_total", {})
-    return series.get((("reason", reason),), 0)
+    return node.runtime.metrics.value("pykraft_quorum_frames_rejected_total", reason=reason) or 0
 
 
 async def good_writes(leader, count: int) -> None:

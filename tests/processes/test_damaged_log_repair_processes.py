@@ -123,10 +123,11 @@ async def test_describe_statistics_and_metrics_show_a_repairing_node(autojump_cl
         await start(3)
         repairing = runtimes[3]
         assert repairing.describe().repairing and repairing.statistics()["repairing"]
-        assert 'pykraft_quorum_repairing{node="3"} 1' in repairing.metrics.render()
+        assert repairing.metrics.value("pykraft_quorum_repairing") == 1
+        assert repairing.metrics.health_check() == (False, "repairing a damaged log")
 
         await repairing.wait_until(lambda: repairing.node.repairing is None)
         assert not repairing.describe().repairing and not repairing.statistics()["repairing"]
-        assert 'pykraft_quorum_repairing{node="3"} 0' in repairing.metrics.render()
+        assert repairing.metrics.value("pykraft_quorum_repairing") == 0
         assert storages[3].repair is None
         nursery.cancel_scope.cancel()

@@ -44,8 +44,7 @@ class Cluster:
         return ("127.0.0.1", handle.listen_port)
 
     def counter(self, handle, name: str, **labels: str) -> float:
-        series = handle.runtime.metrics.gauges.get(name, {})
-        return series.get(tuple(sorted(labels.items())), 0)
+        return handle.runtime.metrics.value(name, **labels) or 0
 
 
 async def start_cluster(nursery: trio.Nursery, tmp_path, voters: int = 3, **limits) -> Cluster:
@@ -191,7 +190,7 @@ async def test_stalled_and_oversized_frames_and_connection_floods_are_bounded(tm
             assert cluster.counter(node, "pykraft_quorum_connections_closed_total", reason="idle") == 1
             # A flood from one address: past 8 open, closed at accept.
             flood = [await trio.open_tcp_stream(*address) for _ in range(8)]
-            while node.runtime.metrics.gauges["pykraft_quorum_connections_open"][()] < 8:
+            while node.runtime.metrics.value("pykraft_quorum_connections_open") < 8:
                 await trio.sleep(0.01)
             refused = [await trio.open_tcp_stream(*address) for _ in range(3)]
             for stream in refused:
@@ -199,7 +198,7 @@ async def test_stalled_and_oversized_frames_and_connection_floods_are_bounded(tm
             assert cluster.counter(node, "pykraft_quorum_connections_refused_total", reason="address_full") == 3
             for stream in flood:
                 await stream.aclose()
-            while node.runtime.metrics.gauges["pykraft_quorum_connections_open"][()] > 0:
+            while node.runtime.metrics.value("pykraft_quorum_connections_open") > 0:
                 await trio.sleep(0.01)
             await still_serving(cluster)
         assert node.is_leader
@@ -289,7 +288,9 @@ async def test_a_client_pipelining_without_reading_neither_stalls_others_nor_dep
         # throughout: no follower stood for election (the epoch would have
         # moved) and the leader never resigned for check quorum.
         assert cluster.leader is leader and all(handle.runtime.node.epoch == epoch for handle in cluster.handles)
-        assert leader.runtime.metrics.resignations == {}
+        metrics = leader.runtime.metrics
+        causes = ("check_quorum", "requested", "restart", "disk_failed")
+        assert not any(metrics.value("pykraft_quorum_resignations_total", cause=cause) for cause in causes)
         flood_socket.close()
         cluster.stop.set()
 

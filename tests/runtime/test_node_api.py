@@ -53,10 +53,10 @@ async def test_metrics_endpoint_serves_prometheus_text(tmp_path):
                 body += chunk
         await stream.aclose()
     text = body.decode()
-    assert text.startswith("HTTP/1.0 200 OK")
-    assert 'pykraft_quorum_role{node="1",role="leader"} 1' in text
-    assert "pykraft_quorum_commit_latency_seconds_count" in text
-    assert "pykraft_quorum_fsync_latency_seconds_bucket" in text
+    assert text.startswith("HTTP/1.1 200 OK")
+    assert 'pykraft_quorum_role{node="1",role="leader"} 1.0' in text
+    assert 'pykraft_quorum_commit_latency_seconds_count{node="1"} 1.0' in text
+    assert "pykraft_quorum_fsync_duration_seconds_bucket" in text
 
 
 def test_node_configuration_from_a_toml_file_and_flags(tmp_path):

@@ -165,10 +165,11 @@ async def test_a_leader_whose_disk_fails_stays_up_resigns_and_resumes(
         assert not leader.node.is_leader
         assert leader.statistics()["disk_failure"] == name
         assert leader.node.describe().disk_failure == name
-        assert leader.metrics.disk_failed == 1
-        rendered = leader.metrics.render()
-        assert f'pykraft_quorum_disk_failed{{node="{victim}"}} 1' in rendered
-        assert f'pykraft_quorum_disk_failures_total{{node="{victim}",errno="{name}"}}' in rendered
+        assert leader.metrics.value("pykraft_quorum_disk_failed") == 1
+        rendered = leader.metrics.text()
+        assert f'pykraft_quorum_disk_failed{{node="{victim}"}} 1.0' in rendered
+        assert f'pykraft_quorum_disk_failures_total{{errno="{name}",node="{victim}"}}' in rendered
+        assert leader.metrics.health_check() == (False, f"disk writes fail ({name})")
         # The healthy majority keeps committing while the disk fails.
         for index in range(5):
             await cluster.write(b"k", b"while-%d" % index, exclude=victim)
@@ -183,7 +184,7 @@ async def test_a_leader_whose_disk_fails_stays_up_resigns_and_resumes(
                 lambda: leader.statistics()["disk_failure"] is None
                 and leader.node.log.end_offset >= new_leader.node.high_watermark
             )
-        assert leader.metrics.disk_failed == 0
+        assert leader.metrics.value("pykraft_quorum_disk_failed") == 0
         last = await cluster.write(b"k", b"after")
         with trio.fail_after(60):
             for runtime in cluster.runtimes.values():
