@@ -219,6 +219,18 @@ class Metrics:
         it was never set: for tests and tools."""
         return self.registry.get_sample_value(name, {"node": self._node_label, **labels})
 
+    def samples(self, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+        """Every sample named ``name`` (a counter's with its ``_total``),
+        keyed by its labels other than ``node``, sorted: for tests and
+        tools."""
+        found: dict[tuple[tuple[str, str], ...], float] = {}
+        for family in self.registry.collect():
+            for sample in family.samples:
+                if sample.name == name:
+                    labels = tuple(sorted((key, value) for key, value in sample.labels.items() if key != "node"))
+                    found[labels] = sample.value
+        return found
+
     def render(self, accept: str = "") -> tuple[bytes, str]:
         """The exposition for a scraper sending ``accept``, and its content
         type (text format unless OpenMetrics is asked for)."""

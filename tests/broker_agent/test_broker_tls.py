@@ -76,5 +76,5 @@ async def test_a_broker_registers_with_its_own_certificate_and_no_other(tmp_path
                 async with MetadataClient([f"127.0.0.1:{broker.listen_port}"], retry_timeout_s=1) as plaintext:
                     with pytest.raises(Exception, match="no broker|BrokenResource|closed"):
                         await plaintext.list_topics()
-                denials = controller.runtime.metrics.gauges["pykraft_authorization_denials_total"]
+                denials = controller.runtime.metrics.samples("pykraft_authorization_denials_total")
                 assert sum(denials.values()) == 3

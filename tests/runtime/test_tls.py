@@ -95,7 +95,7 @@ class Cluster:
         return next(handle for handle in self.handles if handle.is_leader)
 
     def counter(self, name: str) -> float:
-        return sum(sum(handle.runtime.metrics.gauges.get(name, {}).values()) for handle in self.handles)
+        return sum(sum(handle.runtime.metrics.samples(name).values()) for handle in self.handles)
 
 
 async def write_as(cluster: Cluster, tls: TlsConfig | None, key: bytes, *, retry_timeout_s: float = WAIT_S) -> int:
@@ -175,7 +175,7 @@ async def test_no_certificate_an_untrusted_ca_and_an_expired_certificate_are_ref
             before = cluster.counter("pykraft_tls_handshake_failures_total")
             assert await _raw_tls_handshake(port, context) == b"", name
             assert cluster.counter("pykraft_tls_handshake_failures_total") == before + 1, name
-        reasons = {labels[0][1] for labels in cluster.handles[0].runtime.metrics.gauges["pykraft_tls_handshake_failures_total"]}
+        reasons = {labels[0][1] for labels in cluster.handles[0].runtime.metrics.samples("pykraft_tls_handshake_failures_total")}
         assert any("certificate" in reason for reason in reasons), reasons
         # The node kept serving.
         await write_as(cluster, tls_for(certs, "client-admin"), b"after")
@@ -331,7 +331,7 @@ async def test_a_certificate_near_its_expiry_is_warned_about_and_exported(certs:
     async with trio.open_nursery() as nursery:
         await cluster.start(nursery)
         handle = cluster.handles[0]
-        gauge = handle.runtime.metrics.gauges["pykraft_tls_certificate_expiry_timestamp_seconds"]
+        gauge = handle.runtime.metrics.samples("pykraft_tls_certificate_expiry_timestamp_seconds")
         assert list(gauge) == [(("principal", "pykraft://node/1"),)]
         assert list(gauge.values())[0] == pytest.approx(handle.tls.not_after.timestamp())
         assert 4.9 < handle.tls.days_left() < 5.1
