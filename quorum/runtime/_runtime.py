@@ -65,7 +65,7 @@ from .._host import (
     ReadNotConfirmedError,
     ReplicaHost,
 )
-from .._messages import Message
+from .._messages import FetchRequest, Message
 from .._node import QuorumDescription, QuorumNode, Snapshot
 from .._output import Output, Role, RoleChange
 from .._persist import apply_output
@@ -79,6 +79,11 @@ __all__ = ["LeaderApplication", "Proposal", "ProposalLostError", "QuorumRuntime"
 # The first retry of a failed disk write round, and the longest backoff.
 DISK_RETRY_MIN_S = 0.05
 DISK_RETRY_MAX_S = 5.0
+
+_GAP_MAX_HELP = (
+    "Leader only: the longest voter fetch gap in this leadership (check quorum resigns past"
+    " check_quorum_factor x fetch timeout)."
+)
 
 logger = logging.getLogger("pykraft.quorum")
 
@@ -294,6 +299,11 @@ class QuorumRuntime:
         # point a failed round returns to.
         self._durable_log_end = 0
         self._role_watchers: list[trio.Event] = []
+        # While leading: when each other voter's last Fetch was served (trio
+        # time), for the voter fetch gap metric, the interval check quorum
+        # watches (docs/operations.md, "Broker stampede").
+        self._voter_fetch_served_s: dict[int, float] | None = None
+        self._voter_fetch_gap_max_s = 0.0
         self._stopping = False
         self.application = leader_application
         self.host = self._recover()
@@ -443,7 +453,10 @@ class QuorumRuntime:
             if node.is_leader and node.current_tick % 50 == 0:
                 self.metrics.observe_lag(node)
         elif kind == "message":
-            host.step(item[1])
+            message = item[1]
+            if self._voter_fetch_served_s is not None and type(message) is FetchRequest:
+                self._observe_voter_fetch(message.src)
+            host.step(message)
         elif kind == "persisted":
             host.persisted(item[1])
         elif kind == "persist_failed":
@@ -458,6 +471,25 @@ class QuorumRuntime:
             raise AssertionError(f"unknown inbox item {kind!r}")
         if _trace.enabled and kind != "tick":
             _trace.stamp("core-" + kind, item[1] if kind == "persisted" else None)
+
+    def _observe_voter_fetch(self, voter: int) -> None:
+        """A voter's Fetch is served, while this node leads: the time since
+        its previous one (or since the election) goes to the metrics."""
+        served = self._voter_fetch_served_s
+        assert served is not None
+        last_s = served.get(voter)
+        if last_s is None:
+            return  # an observer (a broker)
+        now_s = trio.current_time()
+        served[voter] = now_s
+        gap_s = now_s - last_s
+        self.metrics.histogram(
+            "pykraft_quorum_voter_fetch_gap_seconds",
+            "Leader only: time between two Fetches of one voter served (from the election for the first).",
+        ).observe(gap_s)
+        if gap_s > self._voter_fetch_gap_max_s:
+            self._voter_fetch_gap_max_s = gap_s
+            self.metrics.set_gauge("pykraft_quorum_voter_fetch_gap_max_seconds", gap_s, _GAP_MAX_HELP)
 
     async def _ticker(self) -> None:
         period_s = self.config.tick_ms / 1000
@@ -704,6 +736,13 @@ class QuorumRuntime:
             event.reason,
         )
         self.metrics.on_role_change(event)
+        if event.role is Role.LEADER and event.node_id == self.config.node_id:
+            now_s = trio.current_time()
+            self._voter_fetch_served_s = {voter: now_s for voter in self.config.voters if voter != event.node_id}
+            self._voter_fetch_gap_max_s = 0.0
+            self.metrics.set_gauge("pykraft_quorum_voter_fetch_gap_max_seconds", 0.0, _GAP_MAX_HELP)
+        elif event.role is not Role.LEADER:
+            self._voter_fetch_served_s = None
         if self._event_sink is not None:
             self._event_sink(
                 {

@@ -19,7 +19,8 @@ per connection. Past that last bound, or while more than
 ``write_backlog_bytes_max`` of answers wait to be written (a client that
 sends and never reads), the connection is not read until answers drain.
 
-Replication first: quorum messages (Vote, BeginQuorumEpoch, Fetch, ...) go
+Replication first (the rule is ``quorum.service_class``, which the simulator
+applies too): quorum messages (Vote, BeginQuorumEpoch, Fetch, ...) go
 to the core from the task that read them, whatever a connection's client
 requests are doing, and never count against the in-flight bound (only
 against their own connection's unwritten answers); a task
@@ -42,6 +43,7 @@ from typing import Any
 import trio
 
 from .._messages import MESSAGE_TYPES, FetchRequest, FetchSnapshotRequest, Message
+from .._service import ServiceClass, service_class
 from ..wire import (
     NODE_LIMITS,
     ApplicationRequest,
@@ -549,7 +551,7 @@ class TcpTransport(Transport):
                 # written (the peer does not read them), nor, for client
                 # requests, past the in-flight bound. Quorum messages never
                 # wait behind client requests.
-                client_request = nursery is not None and type(message) not in _QUORUM_MESSAGE_TYPES
+                client_request = nursery is not None and service_class(message) is ServiceClass.CLIENT
                 while connection.writer.pending_bytes > limits.write_backlog_bytes_max or (
                     client_request and connection.requests_in_flight >= limits.requests_in_flight_max
                 ):
