@@ -65,7 +65,7 @@ from registration import decode_message as decode_controller_message
 from registration import encode_message as encode_controller_message
 from registration.client import AdminClient
 
-from ._common import free_ports, latency_summary_ms, rss_bytes, write_json
+from ._common import free_ports, install_cleanup_handlers, latency_summary_ms, rss_bytes, write_json
 
 CLUSTER_ID = "reconnect-bench"
 BIN = Path(sys.executable).parent
@@ -110,11 +110,11 @@ def histogram_quantile_s(text: str, name: str, quantile: float) -> float | None:
 
 
 def metric_value(text: str, name: str) -> float | None:
-    """The value of the first sample of ``name`` in ``text``."""
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return None
+    """The sum of the samples of ``name`` in ``text`` (None if it has none)."""
+    values = [
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{") or line.startswith(name + " ")
+    ]
+    return sum(values) if values else None
 
 
 @dataclass(slots=True)
@@ -254,6 +254,39 @@ class Broker:
                 self.stats.online_at_s.setdefault(self.broker_id, trio.current_time())
 
 
+async def _cluster_ready(bootstrap: list[str]) -> bool:
+    """The active controller answers a DescribeCluster."""
+    try:
+        async with AdminClient(bootstrap, cluster_id=CLUSTER_ID, timeout_s=5) as admin:
+            await admin.describe_cluster()
+    except Exception:  # noqa: BLE001 - not yet
+        return False
+    return True
+
+
+async def _register(bootstrap: list[str], broker_ids: range) -> dict[int, int]:
+    """Register every broker through the admin client; their epochs.
+    Raises ``RuntimeError`` when one is refused."""
+    epochs: dict[int, int] = {}
+    async with AdminClient(bootstrap, cluster_id=CLUSTER_ID, timeout_s=30) as admin:
+        for broker_id in broker_ids:
+            request = RegisterBrokerRequest(
+                broker_id=broker_id,
+                incarnation_id=f"bench-{broker_id}",
+                cluster_id=CLUSTER_ID,
+                listeners=(("PLAINTEXT", "127.0.0.1", 9000 + broker_id),),
+            )
+            for _ in range(100):
+                response = await admin.register_broker(request)
+                if response.error.name != "NOT_LEADER":
+                    break
+                await trio.sleep(0.05)
+            if response.error is not ControllerErrorCode.NONE:
+                raise RuntimeError(f"registration of {broker_id} failed: {response.error.name} {response.message}")
+            epochs[broker_id] = response.broker_epoch
+    return epochs
+
+
 async def _progress(stats: FleetStats, brokers: int) -> None:
     """A line on stderr every few seconds: how far the brokers are."""
     while True:
@@ -266,17 +299,24 @@ async def _progress(stats: FleetStats, brokers: int) -> None:
         )
 
 
-async def _leader(ports: dict[int, int], timeout_s: float = 2.0) -> tuple[int, int] | None:
-    """(leader, epoch) as the first voter that answers sees it."""
-    for node_id in sorted(ports):
+async def _leader(metrics_ports: dict[int, int], timeout_s: float = 5.0) -> tuple[int, int] | None:
+    """(leader, epoch) from the first voter whose metrics name a leader that
+    itself says it leads. Read from the metrics endpoint, not the quorum
+    port: asking must not take one of the connections the brokers fill."""
+    views: dict[int, tuple[int, int, str]] = {}
+    for node_id in sorted(metrics_ports):
         try:
-            async with QuorumClient([f"{node_id}@127.0.0.1:{ports[node_id]}"], cluster_id=CLUSTER_ID, retry_timeout_s=timeout_s) as client:
-                with trio.fail_after(timeout_s):
-                    description = await client.describe()
-        except Exception:  # noqa: BLE001 - a voter that is down or busy: ask the next
+            with trio.fail_after(timeout_s):
+                text = await scrape_metrics("127.0.0.1", metrics_ports[node_id])
+        except (OSError, trio.TooSlowError):
             continue
-        if description.leader_id is not None:
-            return description.leader_id, description.epoch
+        leader, epoch = metric_value(text, "pykraft_quorum_leader_id"), metric_value(text, "pykraft_quorum_epoch")
+        role = next((line.split('role="')[1].split('"')[0] for line in text.splitlines() if line.startswith("pykraft_quorum_role{")), "")
+        if leader is not None and epoch is not None:
+            views[node_id] = (int(leader), int(epoch), role)
+    for node_id, (leader, epoch, role) in sorted(views.items()):
+        if leader == node_id and role == "leader":
+            return leader, epoch
     return None
 
 
@@ -303,22 +343,33 @@ async def run(brokers: int, hold_s: float, data_dir: str) -> dict[str, Any]:
              "--data-dir", f"{data_dir}/c{node_id}", "--cluster-id", CLUSTER_ID,
              "--fetch-timeout-ms", str(FETCH_TIMEOUT_MS),
              "--metrics", f"127.0.0.1:{metrics_ports[node_id]}", "--log-level", "WARNING"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=open(f"{data_dir}/c{node_id}.log", "wb"),
         )
         for node_id in voters
     }  # fmt: skip
     stats = FleetStats()
     try:
         async def has_leader() -> bool:
-            return await _leader(voters) is not None
+            return await _leader(metrics_ports) is not None
 
         await _wait(has_leader, 60, "a first leader")
+        await _wait(lambda: _cluster_ready(bootstrap), 60, "the controller")
+        # Registered first, through the admin client: one process playing
+        # every broker would otherwise decode each broker's share of the
+        # registrations' records a thousand times over (every commit answers
+        # every parked broker Fetch), which real brokers, each in its own
+        # process, do not pay together.
+        started = trio.current_time()
+        broker_epochs = await _register(bootstrap, range(BROKER_ID_BASE, BROKER_ID_BASE + brokers))
+        registration_s = trio.current_time() - started
         async with QuorumClient(bootstrap, cluster_id=CLUSTER_ID) as client:
             start_offset = (await client.describe()).high_watermark
         fleet = [
             Broker(BROKER_ID_BASE + i, voters, f"127.0.0.{2 + i // BROKERS_PER_ADDRESS}", stats, start_offset)
             for i in range(brokers)
         ]
+        for broker in fleet:
+            broker.broker_epoch = broker_epochs[broker.broker_id]
         async with trio.open_nursery() as nursery:
             started = trio.current_time()
             nursery.start_soon(_progress, stats, brokers)
@@ -336,10 +387,11 @@ async def run(brokers: int, hold_s: float, data_dir: str) -> dict[str, Any]:
             await _wait(all_online, 300, f"{brokers} brokers Online")
             startup_s = trio.current_time() - started
             await trio.sleep(2.0)  # steady heartbeats
-            found = await _leader(voters)
+            await _wait(has_leader, 60, "the leader's metrics")
+            found = await _leader(metrics_ports)
             assert found is not None
             old_leader, old_epoch = found
-            survivors = {node_id: port for node_id, port in voters.items() if node_id != old_leader}
+            survivors = {node_id: port for node_id, port in metrics_ports.items() if node_id != old_leader}
             registrations_before = stats.registrations
             stats.online_at_s.clear()
             stats.min_epoch = old_epoch + 1
@@ -350,7 +402,7 @@ async def run(brokers: int, hold_s: float, data_dir: str) -> dict[str, Any]:
             new: list[tuple[int, int]] = []
 
             async def new_leader() -> bool:
-                found = await _leader(survivors, timeout_s=0.5)
+                found = await _leader(survivors)
                 if found is not None and found[1] > old_epoch:
                     new.append(found)
                     return True
@@ -365,6 +417,9 @@ async def run(brokers: int, hold_s: float, data_dir: str) -> dict[str, Any]:
                 node_id: metric_value(await scrape_metrics("127.0.0.1", metrics_ports[node_id]), "pykraft_quorum_elections_started_total")
                 for node_id in survivors
             }
+            refused_before = metric_value(
+                await scrape_metrics("127.0.0.1", metrics_ports[leader]), "pykraft_quorum_connections_refused_total"
+            ) or 0
             rss_peak = [rss_bytes(leader_pid) or 0]
             write_latencies_s: list[float] = []
             write_failures = [0]
@@ -408,6 +463,7 @@ async def run(brokers: int, hold_s: float, data_dir: str) -> dict[str, Any]:
                 for node_id in survivors
             }
             final = await _leader(survivors)
+            refused = (metric_value(text, "pykraft_quorum_connections_refused_total") or 0) - refused_before
             nursery.cancel_scope.cancel()
         gap_max_s = metric_value(text, GAP_MAX_METRIC)
 
@@ -418,6 +474,7 @@ async def run(brokers: int, hold_s: float, data_dir: str) -> dict[str, Any]:
 
         return {
             "brokers": brokers,
+            "registration_s": round(registration_s, 2),
             "startup_all_online_s": round(startup_s, 2),
             "killed": old_leader,
             "new_leader": leader,
@@ -439,7 +496,13 @@ async def run(brokers: int, hold_s: float, data_dir: str) -> dict[str, Any]:
             "fetch_errors": dict(sorted(stats.fetch_errors.items())),
             "registration_errors": dict(sorted(stats.registration_errors.items())),
             "reconnects": stats.reconnects,
+            "connections_refused_at_leader": int(refused),
         }
+    except BaseException:
+        for node_id in voters:  # what the controllers said, for the reader
+            lines = Path(f"{data_dir}/c{node_id}.log").read_text(errors="replace").splitlines()
+            print(f"[reconnect_bench] controller {node_id}'s last log lines:", *lines[-15:], sep="\n  ", file=sys.stderr)
+        raise
     finally:
         for process in processes.values():
             process.kill()
@@ -470,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.brokers = 200
+    install_cleanup_handlers()  # SIGTERM unwinds: the controllers are killed
     with tempfile.TemporaryDirectory(prefix="reconnect-bench-") as directory:
         result = trio.run(run, args.brokers, args.hold, directory)
     print(f"reconnect bench: {result['brokers']} brokers, 3 controllers (fsync), the leader killed (SIGKILL)")
