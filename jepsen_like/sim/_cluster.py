@@ -98,9 +98,10 @@ class SimOptions:
     # so no flood can delay another input. Set, a voter serves one input at
     # a time, a quorum message taking ``service_quorum_us`` and anything
     # else (a client or controller request) ``service_client_us``, in the
-    # order ``quorum.service_class`` gives (the trio runtime's rule: quorum
-    # messages first); ``service_priority`` off serves in arrival order
-    # (test-only: it shows what the rule buys).
+    # order ``quorum.service_class`` gives (the trio runtime's rule: voters'
+    # quorum messages, then brokers', then client requests);
+    # ``service_priority`` off serves in arrival order (test-only: it shows
+    # what the rule buys).
     service_quorum_us: int = 0
     service_client_us: int = 0
     service_priority: bool = True
@@ -492,7 +493,8 @@ class Simulation:
     def _enqueue_for_service(self, node: SimNode, event: _Event) -> None:
         """An input arrived at a voter that models its service time: it
         waits its turn (``quorum.service_class`` decides the turn)."""
-        served_as = service_class(event.payload) if event.kind == "deliver" else ServiceClass.CLIENT
+        voters = range(1, self.options.voters + 1)
+        served_as = service_class(event.payload, voters) if event.kind == "deliver" else ServiceClass.CLIENT
         rank = int(served_as) if self.options.service_priority else 0
         heapq.heappush(node.service_queue, (rank, event.seq, self.now_us, event))
         node.service_queue_peak = max(node.service_queue_peak, len(node.service_queue))
@@ -503,7 +505,7 @@ class Simulation:
         if not node.service_queue:
             return
         _rank, _seq, arrived_us, event = heapq.heappop(node.service_queue)
-        quorum = event.kind == "deliver" and service_class(event.payload) is ServiceClass.QUORUM
+        quorum = event.kind == "deliver" and service_class(event.payload, ()) is not ServiceClass.CLIENT
         cost_us = self.options.service_quorum_us if quorum else self.options.service_client_us
         node.service_busy = True
         self._push(cost_us, "served", node.node_id, node.incarnation, (arrived_us, event))

@@ -69,6 +69,7 @@ from .._messages import FetchRequest, Message
 from .._node import QuorumDescription, QuorumNode, Snapshot
 from .._output import Output, Role, RoleChange
 from .._persist import apply_output
+from .._service import ServiceClass, service_class
 from .._types import Entry, SnapshotId
 from ._metrics import Metrics
 from ._state_machine import StateMachine
@@ -79,6 +80,16 @@ __all__ = ["LeaderApplication", "Proposal", "ProposalLostError", "QuorumRuntime"
 # The first retry of a failed disk write round, and the longest backoff.
 DISK_RETRY_MIN_S = 0.05
 DISK_RETRY_MAX_S = 5.0
+
+# Brokers' (observers') quorum messages wait in their own queue and are
+# served this many at a time; between two batches every other task runs,
+# the voters' connection readers among them (``_serve_observers``).
+OBSERVER_BATCH_MESSAGES = 16
+# Past this many waiting, the oldest is dropped (a lost packet to Raft: the
+# broker asks again after its request timeout). Each broker has one Fetch in
+# flight, so only more brokers than connections_max, or a peer sending
+# Fetches without waiting for answers, reaches it.
+OBSERVER_QUEUE_MESSAGES_MAX = 4096
 
 _GAP_MAX_HELP = (
     "Leader only: the longest voter fetch gap in this leadership (check quorum resigns past"
@@ -281,6 +292,12 @@ class QuorumRuntime:
         # timers), more ticks change nothing: a longer pause is cut to this.
         self._max_catch_up_ticks = int(max(60_000, 2 * longest_timeout_ms) // config.tick_ms)
         self._inbox_wakeup = trio.Event()
+        # Quorum messages from non-voters (brokers' Fetches), served after the
+        # voters' (quorum.service_class; docs/operations.md, "A broker
+        # stampede"): a voter's Fetch, handled by the task that read it,
+        # never waits for them.
+        self._observer_queue: deque[Message] = deque()
+        self._observer_wakeup = trio.Event()
         self._core_busy = True  # until run() has handled the initial output
         self._core_error: BaseException | None = None
         self._persist_queue: deque[Output] = deque()
@@ -377,6 +394,7 @@ class QuorumRuntime:
                 await nursery.start(self.transport.run, self._deliver, self._unreachable)
                 nursery.start_soon(self._persister)
                 nursery.start_soon(self._ticker)
+                nursery.start_soon(self._serve_observers)
                 self.host.start()
                 task_status.started()
                 await self._core_task()
@@ -688,7 +706,32 @@ class QuorumRuntime:
         if message.dst != self.config.node_id:
             logger.warning("dropped a message addressed to node %d: %r", message.dst, type(message).__name__)
             return
+        if service_class(message, self.config.voter_set) is ServiceClass.OBSERVER:
+            queue = self._observer_queue
+            if len(queue) >= OBSERVER_QUEUE_MESSAGES_MAX:
+                queue.popleft()
+                self.metrics.add_to_counter(
+                    "pykraft_quorum_observer_messages_dropped_total",
+                    help_text="Brokers' quorum messages dropped because too many were waiting to be served.",
+                )
+            queue.append(message)
+            self._observer_wakeup.set()
+            return
         self._submit(("message", message))
+
+    async def _serve_observers(self) -> None:
+        """Hand brokers' quorum messages to the core, a batch at a time,
+        letting every other task (a voter's connection reader, which hands
+        its Fetch to the core at once) run between two batches."""
+        queue = self._observer_queue
+        while True:
+            if not queue:
+                self._observer_wakeup = trio.Event()
+                await self._observer_wakeup.wait()
+                continue
+            for _ in range(min(OBSERVER_BATCH_MESSAGES, len(queue))):
+                self._submit(("message", queue.popleft()))
+            await trio.lowlevel.checkpoint()
 
     def _unreachable(self, peer: int) -> None:
         self._submit(("unreachable", peer))

@@ -269,6 +269,7 @@ class TcpTransport(Transport):
         self.cluster_id = cluster_id
         self.listen = listen
         self.peer_addresses = {peer: address for peer, address in peer_addresses.items() if peer != node_id}
+        self._voters = frozenset(peer_addresses) | {node_id}
         self.request_handler = request_handler
         self.fast_request_handler = fast_request_handler
         self.connection_limits = connection_limits
@@ -551,7 +552,7 @@ class TcpTransport(Transport):
                 # written (the peer does not read them), nor, for client
                 # requests, past the in-flight bound. Quorum messages never
                 # wait behind client requests.
-                client_request = nursery is not None and service_class(message) is ServiceClass.CLIENT
+                client_request = nursery is not None and service_class(message, self._voters) is ServiceClass.CLIENT
                 while connection.writer.pending_bytes > limits.write_backlog_bytes_max or (
                     client_request and connection.requests_in_flight >= limits.requests_in_flight_max
                 ):
