@@ -20,7 +20,8 @@ per connection. Past that last bound, or while more than
 sends and never reads), the connection is not read until answers drain.
 
 Replication first (the rule is ``quorum.service_class``, which the simulator
-applies too): quorum messages (Vote, BeginQuorumEpoch, Fetch, ...) go
+applies too; brokers' quorum messages then wait behind the voters' in the
+runtime's observer queue): quorum messages (Vote, BeginQuorumEpoch, Fetch, ...) go
 to the core from the task that read them, whatever a connection's client
 requests are doing, and never count against the in-flight bound (only
 against their own connection's unwritten answers); a task
