@@ -18,7 +18,8 @@ jitter: the worst case; a real observer waits for its fetch timeout first),
 follows the leader named in the answer, and heartbeats there, or registers
 again if its session had expired. Measured:
 
-- time to a new leader (the survivors' DescribeQuorum);
+- time to a new leader (read from the survivors' metrics endpoints, which
+  take none of the quorum port's connections);
 - the gap between a voter's Fetches served at the new leader (its metric
   ``pykraft_quorum_voter_fetch_gap_seconds``: p50 / p99 as the upper bound
   of their histogram bucket, capped at the largest, which is exact),

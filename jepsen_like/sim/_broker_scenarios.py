@@ -23,6 +23,13 @@ partition led by an Online broker, and a new topic committed.
 - ``controlled-shutdown`` (seed 001 "Stopping"): every partition the broker
   led has a new leader in the committed log before the broker goes Offline
   (its own view and the controller's).
+- ``broker-stampede`` (issue 15 part 4): 1,000 brokers by default; the
+  active controller is killed and every broker comes back to the new one
+  at once, with voters that take time to serve what they read
+  (``SimOptions.service_quorum_us``). The new leader must keep its
+  leadership and serve each live voter's Fetches within the fetch timeout
+  of each other (checked every 10 ms), writes must commit, and every broker
+  must be heard unfenced by the new controller and be Online again.
 """
 
 from __future__ import annotations

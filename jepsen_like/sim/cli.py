@@ -11,7 +11,8 @@ Trace legend (one line per event; the first column is virtual time in ms):
   every dropped one, and every commit.
 
 In the broker scenarios (``fast-bounce``, ``broker-cut-from-controller``,
-``controlled-shutdown``) brokers are ``bNNN`` and also:
+``controlled-shutdown``, ``broker-stampede``; ``--brokers N`` sets how many)
+brokers are ``bNNN`` and also:
 
 - ``nN CONTROLLER active|inactive`` — the controller on voter N;
 - ``bN REGISTER attempt K -> nM`` / ``bN registration refused: ERROR`` —

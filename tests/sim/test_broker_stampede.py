@@ -98,3 +98,10 @@ def test_a_voter_serves_quorum_messages_before_client_requests():
     # At most the client request in service and the other voter's Fetch.
     assert first and max(first) <= 1000 + 100
     assert max(in_order) >= 100_000
+
+
+def test_brokers_is_refused_for_a_scenario_without_brokers():
+    outcome = CliRunner().invoke(sim_command, ["--scenario", "zombie-leader", "--brokers", "5", "--trace", "none"])
+
+    assert outcome.exit_code == 2
+    assert "zombie-leader runs no brokers" in outcome.output
