@@ -5,7 +5,8 @@
 Runs bench.quorum_bench (pykraft vs etcd / ZooKeeper / PySyncObj), then every
 hook in OTHER_BENCHES whose module exists (for example bench.checker_bench,
 owned by the checker work, and bench.metadata_bench, pykraft vs Apache Kafka's
-KRaft, bench.abuse_bench, hostile clients against the leader, and
+KRaft, bench.abuse_bench, hostile clients against the leader, bench.reconnect_bench,
+a broker stampede after a controller failover,
 bench.write_cpu_bench, the write path's CPU per write, and bench.metrics_cost_bench,
 what metrics cost on the hot path), calling its `main(argv)` with `--quick` when
 given `--quick`.  A missing module is skipped with a message.
@@ -26,6 +27,7 @@ OTHER_BENCHES = [
     "bench.heartbeat_bench",
     "bench.metadata_bench",
     "bench.abuse_bench",
+    "bench.reconnect_bench",
     "bench.write_cpu_bench",
     "bench.playground_bench",
     "bench.metrics_cost_bench",

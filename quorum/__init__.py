@@ -58,6 +58,7 @@ from ._node import (
 )
 from ._output import Output, ReadFailed, ReadReady, Role, RoleChange
 from ._persist import DurableTarget, apply_output
+from ._service import ServiceClass, service_class
 from ._state_machine import KeyValueStateMachine
 from ._types import ElectionState, Entry, Epoch, NodeId, Offset, OffsetAndEpoch, RecordKind, SnapshotId
 
@@ -112,6 +113,7 @@ __all__ = [
     "ReplicaDescription",
     "ReplicaHost",
     "ReplicaPort",
+    "ServiceClass",
     "Role",
     "RoleChange",
     "Snapshot",
@@ -122,4 +124,5 @@ __all__ = [
     "apply_output",
     "describe_message",
     "message_type_name",
+    "service_class",
 ]

@@ -898,6 +898,13 @@ class QuorumNode:
             # No answer will come: retry after the backoff, not the deadline.
             fetcher.in_flight = None
             fetcher.next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
+            if self._role is Role.UNATTACHED:
+                # An observer looking for its leader asks the next voter, as
+                # it does when a request times out: asking the dead one again
+                # would find nobody, ever (broker-stampede seed 1: brokers
+                # whose turn had come to the killed controller never found
+                # the new one).
+                self._bootstrap_index += 1
         state = self._state
         if (
             self.config.fast_failover

@@ -23,6 +23,13 @@ partition led by an Online broker, and a new topic committed.
 - ``controlled-shutdown`` (seed 001 "Stopping"): every partition the broker
   led has a new leader in the committed log before the broker goes Offline
   (its own view and the controller's).
+- ``broker-stampede`` (issue 15 part 4): 1,000 brokers by default; the
+  active controller is killed and every broker comes back to the new one
+  at once, with voters that take time to serve what they read
+  (``SimOptions.service_quorum_us``). The new leader must keep its
+  leadership and serve each live voter's Fetches within the fetch timeout
+  of each other (checked every 10 ms), writes must commit, and every broker
+  must be heard unfenced by the new controller and be Online again.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from quorum import FetchRequest
 from registration import BrokerHeartbeat, BrokerState
 
 from ._brokers import BrokerSimOptions, BrokerSimulation, MetadataReader
@@ -482,8 +490,214 @@ controlled_shutdown.figures = (  # type: ignore[attr-defined]
 )
 
 
+
+# =========================================================================
+# broker-stampede (issue 15 part 4)
+# =========================================================================
+
+#: A voter's service time per input in ``broker-stampede``: a broker's or
+#: voter's Fetch costs the leader about 110 us end to end (20 % of a core
+#: for 1,815 heartbeats/s, bench/heartbeat_bench.py); a controller request
+#: (RegisterBroker: a proposal, its answer) is put at 500 us.
+STAMPEDE_SERVICE_QUORUM_US = 110
+STAMPEDE_SERVICE_CLIENT_US = 500
+STAMPEDE_BROKERS = 1000
+#: The cluster runs this long before the leader is killed.
+STAMPEDE_STEADY_MS = 2000
+#: After every broker is back, the leader must hold on this much longer.
+STAMPEDE_HOLD_MS = 3000
+
+
+def stampede_options(seed: int) -> BrokerSimOptions:
+    """``broker-stampede``: three voters, 1,000 brokers, voters that take
+    time to serve what they read (``SimOptions.service_quorum_us``; from
+    the kill on). The seed draws nothing here: the network and disks are
+    the defaults."""
+    del seed
+    return BrokerSimOptions(
+        voters=3,
+        brokers=STAMPEDE_BROKERS,
+        service_quorum_us=STAMPEDE_SERVICE_QUORUM_US,
+        service_client_us=STAMPEDE_SERVICE_CLIENT_US,
+    )
+
+
+def broker_stampede(sim_: Simulation, result: ScenarioResult) -> None:
+    """Every broker registered and heartbeating; the controller leader is
+    killed; all brokers find the new leader and heartbeat (or register
+    again) at once. Checked: the new leader keeps its leadership (no later
+    election), each live voter's Fetches are served at the new leader
+    within the fetch timeout of each other, writes commit meanwhile, and
+    every broker is back (heard by the new controller, Online in its own
+    view and in the committed log)."""
+    sim = _sim(sim_)
+    options = sim.broker_options
+    brokers = options.broker_ids
+    voters = options.voter_ids
+    # The voters serve at no cost until the kill: the cluster's start, a
+    # stampede of its own (every broker registering at once), is not what
+    # this scenario measures, and at 1,000 brokers it costs minutes of
+    # simulation.
+    service_us = (options.service_quorum_us, options.service_client_us)
+    options.service_quorum_us = options.service_client_us = 0
+    _bring_up(sim, result)
+    traffic = _Traffic(sim)
+    sim.run_for(STAMPEDE_STEADY_MS)
+    old_leader = sim.active_controller()
+    if old_leader is None:
+        raise InvariantViolation("liveness", "no active controller before the kill")
+
+    # What the new leader serves, from the kill on.
+    served_fetches: dict[int, list[float]] = {}  # live voter -> times its Fetches were served
+    voter_wait_max_us = [0]
+    broker_fetches: list[float] = []
+    heard_ok: set[int] = set()
+    watch = {"leader": None}
+
+    def on_served(node: Any, payload: Any, waited_us: int) -> None:
+        if node.node_id != watch["leader"] or not isinstance(payload, FetchRequest):
+            return
+        if payload.src in voters:
+            served_fetches.setdefault(payload.src, []).append(sim.now_ms)
+            voter_wait_max_us[0] = max(voter_wait_max_us[0], waited_us)
+        else:
+            broker_fetches.append(sim.now_ms)
+
+    sim.served_watchers.append(on_served)
+    heartbeats_before = len(sim.heartbeats_seen)
+    registrations_before = sim.registrations_sent
+    killed_at = sim.now_ms
+    sim._say(f"NEMESIS kill -9 n{old_leader} (the active controller) under {len(brokers)} brokers")
+    sim.crash(old_leader)
+    options.service_quorum_us, options.service_client_us = service_us
+    if not sim.run_until_true(lambda: sim.leader() not in (None, old_leader), BROKER_LIVENESS_BOUND_MS, 1):
+        raise InvariantViolation("liveness", f"no new leader within {BROKER_LIVENESS_BOUND_MS} ms of the kill")
+    leader = sim.leader()
+    assert leader is not None
+    watch["leader"] = leader
+    elected_at = sim.now_ms
+    leader_node = sim.nodes[leader]
+    assert leader_node.core is not None
+    epoch = leader_node.core.epoch
+    result.failover_ms = round(elected_at - killed_at, 3)
+    roles_before = len(sim.role_log)
+    topics_before = _topics_created(sim)
+    live_voters = [v for v in voters if v not in (leader, old_leader)]
+    watching = [True]
+
+    def leadership_lost() -> InvariantViolation | None:
+        later = [event for event in sim.role_log[roles_before:] if event.epoch > epoch]
+        if not later and sim.leader() == leader:
+            return None
+        first = later[0] if later else None
+        return InvariantViolation(
+            "leadership-lost",
+            f"n{leader} lost the leadership of epoch {epoch} during the stampede"
+            + (f": n{first.node_id} {first.role.value} e{first.epoch} ({first.reason})" if first else ""),
+        )
+
+    def watchdog() -> None:
+        # Checked as it happens (every 10 ms), so that a starved voter is
+        # named as such, not as a liveness failure later.
+        if not watching[0]:
+            return
+        lost = leadership_lost()
+        if lost is not None:
+            raise lost
+        for voter in live_voters:
+            last = (served_fetches.get(voter) or [elected_at])[-1]
+            if sim.now_ms - last >= options.fetch_timeout_ms:
+                raise InvariantViolation(
+                    "voter-starved",
+                    f"n{voter}'s Fetches went {sim.now_ms - last:.0f} ms without being served at n{leader}"
+                    f" (fetch timeout {options.fetch_timeout_ms} ms)",
+                )
+        sim.schedule(10, watchdog)
+
+    watchdog()
+
+    def back() -> bool:
+        seen = sim.heartbeats_seen
+        while seen_index[0] < len(seen):
+            beat = seen[seen_index[0]]
+            seen_index[0] += 1
+            if beat.error.name == "NONE" and beat.time_ms >= elected_at:
+                heard_ok.add(beat.broker_id)
+        image = sim.truth.image
+        return len(heard_ok) == len(brokers) and all(
+            sim.broker_state(b) is BrokerState.ONLINE and image.broker_state(b) is BrokerState.ONLINE for b in brokers
+        )
+
+    seen_index = [heartbeats_before]
+    if not sim.run_until_true(back, BROKER_LIVENESS_BOUND_MS):
+        missing = [b for b in brokers if b not in heard_ok][:5]
+        raise InvariantViolation(
+            "liveness", f"brokers not back {BROKER_LIVENESS_BOUND_MS} ms after the kill (not heard from: {missing} ...)"
+        )
+    back_at = sim.now_ms
+    if sim.active_controller() != leader:
+        raise InvariantViolation("leadership-lost", f"n{leader}'s controller is not the active one")
+    sim.run_for(STAMPEDE_HOLD_MS)
+    window_end = sim.now_ms
+
+    watching[0] = False
+    lost = leadership_lost()
+    if lost is not None:
+        raise lost
+    gap_max_ms = 0.0
+    for voter in live_voters:
+        times = [elected_at, *served_fetches.get(voter, []), window_end]
+        gap_max_ms = max(gap_max_ms, max(b - a for a, b in zip(times, times[1:])))
+    result.extra.update(
+        brokers=len(brokers),
+        killed=old_leader,
+        new_leader=leader,
+        voter_fetch_gap_max_ms=round(gap_max_ms, 3),
+        voter_fetch_wait_max_ms=round(voter_wait_max_us[0] / 1000, 3),
+        leader_queue_peak=leader_node.service_queue_peak,
+        broker_fetches_peak_100ms=_busiest(broker_fetches, 100.0),
+        heartbeats_after_kill=len(sim.heartbeats_seen) - heartbeats_before,
+        registrations_after_kill=sim.registrations_sent - registrations_before,
+        all_back_ms=round(back_at - killed_at, 3),
+        topics_created_during=_topics_created(sim) - topics_before,
+    )
+    if gap_max_ms >= options.fetch_timeout_ms:  # pragma: no cover - the watchdog raises first
+        raise InvariantViolation("voter-starved", f"a voter's Fetches went {gap_max_ms:.0f} ms without being served")
+    if result.extra["topics_created_during"] == 0:
+        raise InvariantViolation("liveness", "no write committed during the stampede")
+    traffic.stop()
+    sim.served_watchers.remove(on_served)
+    _settle(sim, result, brokers)
+    _finish(sim, result)
+
+
+def _busiest(times_ms: list[float], window_ms: float) -> int:
+    """The most of ``times_ms`` (ascending) within any ``window_ms``."""
+    most, first = 0, 0
+    for last, time_ms in enumerate(times_ms):
+        while time_ms - times_ms[first] >= window_ms:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def _topics_created(sim: BrokerSimulation) -> int:
+    return sum(1 for op in sim.history if op["type"] == "ok" and op["f"] == "create_topic")
+
+
+broker_stampede.simulation_factory = BrokerSimulation  # type: ignore[attr-defined]
+broker_stampede.options_factory = stampede_options  # type: ignore[attr-defined]
+broker_stampede.figures = (  # type: ignore[attr-defined]
+    "voter_fetch_gap_max_ms",
+    "voter_fetch_wait_max_ms",
+    "leader_queue_peak",
+    "all_back_ms",
+)
+
+
 BROKER_SCENARIOS: dict[str, Callable[[Simulation, ScenarioResult], None]] = {
     "fast-bounce": fast_bounce,
     "broker-cut-from-controller": broker_cut_from_controller,
     "controlled-shutdown": controlled_shutdown,
+    "broker-stampede": broker_stampede,
 }

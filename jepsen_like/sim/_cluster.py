@@ -42,10 +42,12 @@ from quorum import (
     ReplicaHost,
     Role,
     RoleChange,
+    ServiceClass,
     Snapshot,
     SnapshotId,
     apply_output,
     describe_message,
+    service_class,
 )
 
 from ._network import LinkFaults, Network
@@ -91,6 +93,18 @@ class SimOptions:
     # The chance that a crash also damages the crashed node's durable log
     # (a flipped bit in a sealed record; issue 14): 0 never.
     disk_damage_rate: float = 0.0
+    # A voter's service time per input it reads from the network (issue 15
+    # part 4). 0, the default: every input is served the instant it arrives,
+    # so no flood can delay another input. Set, a voter serves one input at
+    # a time, a quorum message taking ``service_quorum_us`` and anything
+    # else (a client or controller request) ``service_client_us``, in the
+    # order ``quorum.service_class`` gives (the trio runtime's rule: voters'
+    # quorum messages, then brokers', then client requests);
+    # ``service_priority`` off serves in arrival order (test-only: it shows
+    # what the rule buys).
+    service_quorum_us: int = 0
+    service_client_us: int = 0
+    service_priority: bool = True
     # An observer of the run, not an option of it (never in ``describe()``):
     # the visual replay's ``Recording`` (``_recorder.py``). None: no cost.
     recorder: Any = None
@@ -128,7 +142,22 @@ class SimOptions:
             # Only when on, so that the options of runs without damage read
             # as they always did.
             **({"disk_damage_rate": self.disk_damage_rate} if self.disk_damage_rate else {}),
+            # The same for the service model.
+            **(
+                {
+                    "service_quorum_us": self.service_quorum_us,
+                    "service_client_us": self.service_client_us,
+                    "service_priority": self.service_priority,
+                }
+                if self.models_service
+                else {}
+            ),
         }
+
+    @property
+    def models_service(self) -> bool:
+        """Whether voters take time to serve what they read."""
+        return self.service_quorum_us > 0 or self.service_client_us > 0
 
 
 class SimDisk:
@@ -319,6 +348,12 @@ class SimNode:
         # it (ticks, messages, disk completions) waits here, in order.
         self.paused = False
         self.held: list[_Event] = []
+        # The service model (SimOptions.service_quorum_us): inputs waiting to
+        # be served, as (class, sequence, arrival time, event), and whether
+        # one is being served.
+        self.service_queue: list[tuple[int, int, int, Any]] = []
+        self.service_busy = False
+        self.service_queue_peak = 0  # the longest the queue grew (a scenario resets it)
 
     @property
     def core(self) -> QuorumNode | None:
@@ -383,6 +418,10 @@ class Simulation:
         self._recorder = self.options.recorder
         self.nodes: dict[int, SimNode] = {i: SimNode(i, self.options) for i in range(1, self.options.voters + 1)}
         self.events_processed = 0
+        # Called with (node, input, microseconds it waited to be served) for
+        # every message and client request a node serves (scenarios measure
+        # service with it; with the service model off the wait is 0).
+        self.served_watchers: list[Callable[[SimNode, Any, int], None]] = []
         # invariant bookkeeping
         self.leaders_by_epoch: dict[int, tuple[int, int]] = {}
         self.committed: dict[int, tuple[int, int, bytes]] = {}  # offset -> (epoch, kind, data)
@@ -464,20 +503,58 @@ class Simulation:
             return
         host = node.host
         assert host is not None
-        if kind == "tick":
+        if kind in ("deliver", "client") and self.options.models_service and node.node_id <= self.options.voters:
+            self._enqueue_for_service(node, event)
+        elif kind == "served":
+            node.service_busy = False
+            arrived_us, waiting = event.payload
+            self._serve_input(node, waiting, self.now_us - arrived_us)
+            self._serve_next(node)
+        elif kind == "tick":
             host.tick()
             self._push(self.options.tick_ms * US_PER_MS, "tick", node.node_id, node.incarnation)
-        elif kind == "deliver":
-            self._say_full(f"n{node.node_id} <- {describe_message(event.payload)}")
-            host.step(event.payload)
+        elif kind in ("deliver", "client"):
+            self._serve_input(node, event, 0)
         elif kind == "disk":
             self._disk_done(node, event.payload)
         elif kind == "unreachable":
             host.peer_unreachable(event.payload)
-        elif kind == "client":
-            event.payload(node)
         else:  # pragma: no cover - a simulator bug
             raise HarnessInvariantError(f"unknown event {kind}")
+
+    def _serve_input(self, node: SimNode, event: _Event, waited_us: int) -> None:
+        """A message (``deliver``) or client request (``client``) served."""
+        host = node.host
+        assert host is not None
+        if event.kind == "deliver":
+            self._say_full(f"n{node.node_id} <- {describe_message(event.payload)}")
+            host.step(event.payload)
+        else:
+            event.payload(node)
+        for watcher in self.served_watchers:
+            watcher(node, event.payload, waited_us)
+
+    # -- the service model (SimOptions.service_quorum_us) -------------------
+
+    def _enqueue_for_service(self, node: SimNode, event: _Event) -> None:
+        """An input arrived at a voter that models its service time: it
+        waits its turn (``quorum.service_class`` decides the turn)."""
+        voters = range(1, self.options.voters + 1)
+        served_as = service_class(event.payload, voters) if event.kind == "deliver" else ServiceClass.CLIENT
+        rank = int(served_as) if self.options.service_priority else 0
+        heapq.heappush(node.service_queue, (rank, event.seq, self.now_us, event))
+        node.service_queue_peak = max(node.service_queue_peak, len(node.service_queue))
+        if not node.service_busy:
+            self._serve_next(node)
+
+    def _serve_next(self, node: SimNode) -> None:
+        if not node.service_queue:
+            return
+        _rank, _seq, arrived_us, event = heapq.heappop(node.service_queue)
+        quorum = event.kind == "deliver" and service_class(event.payload, ()) is not ServiceClass.CLIENT
+        cost_us = self.options.service_quorum_us if quorum else self.options.service_client_us
+        node.service_busy = True
+        self._push(cost_us, "served", node.node_id, node.incarnation, (arrived_us, event))
 
     # =====================================================================
     # Processes
@@ -492,6 +569,8 @@ class Simulation:
         node.disk_busy = False
         # A new process trusts what it finds on disk, torn writes included.
         disk.durable_end = None
+        node.service_queue.clear()
+        node.service_busy = False
         node.machine = self._new_machine(node_id)
         if disk.damaged_from is not None or disk.election_state_lost:
             try:
@@ -554,6 +633,8 @@ class Simulation:
         node.disk_busy = False
         node.paused = False
         node.held.clear()
+        node.service_queue.clear()  # what it had read dies with it
+        node.service_busy = False
         # The kernel resets the dead process's connections: peers that can
         # still reach this host learn of it one hop later.
         for peer_id, peer in sorted(self.nodes.items()):

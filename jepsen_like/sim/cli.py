@@ -11,7 +11,8 @@ Trace legend (one line per event; the first column is virtual time in ms):
   every dropped one, and every commit.
 
 In the broker scenarios (``fast-bounce``, ``broker-cut-from-controller``,
-``controlled-shutdown``) brokers are ``bNNN`` and also:
+``controlled-shutdown``, ``broker-stampede``; ``--brokers N`` sets how many)
+brokers are ``bNNN`` and also:
 
 - ``nN CONTROLLER active|inactive`` — the controller on voter N;
 - ``bN REGISTER attempt K -> nM`` / ``bN registration refused: ERROR`` —
@@ -41,8 +42,9 @@ from ._scenarios import SCENARIOS, default_options, run_scenario
 MAX_PLAYGROUND_FILE_BYTES = 8 * 1024 * 1024
 
 
-def _replay_command(scenario: str, seed: int, check_quorum: bool, pre_vote: bool) -> str:
+def _replay_command(scenario: str, seed: int, check_quorum: bool, pre_vote: bool, brokers: int | None = None) -> str:
     flags = ("" if check_quorum else " --no-check-quorum") + ("" if pre_vote else " --no-pre-vote")
+    flags += "" if brokers is None else f" --brokers {brokers}"
     return f"jepsen-like sim --scenario {scenario} --seed {seed}{flags}"
 
 
@@ -52,6 +54,12 @@ def _replay_command(scenario: str, seed: int, check_quorum: bool, pre_vote: bool
 @click.option("--check-quorum/--no-check-quorum", default=True, help="KAFKA-15489 leader progress timeout.")
 @click.option("--pre-vote/--no-pre-vote", default=True, help="KIP-996 pre-vote.")
 @click.option("--json", "as_json", is_flag=True, help="End with a one-line JSON summary.")
+@click.option(
+    "--brokers",
+    type=click.IntRange(1, 100_000),
+    default=None,
+    help="Brokers in a broker scenario (its own default otherwise: 1,000 for broker-stampede).",
+)
 @click.option(
     "--trace",
     type=click.Choice(["story", "full", "none"]),
@@ -79,6 +87,7 @@ def sim_command(
     check_quorum: bool,
     pre_vote: bool,
     as_json: bool,
+    brokers: int | None,
     trace: str,
     html_path: str | None,
     playground_path: str | None,
@@ -90,6 +99,10 @@ def sim_command(
     options = default_options(scenario, seed)
     options.check_quorum = check_quorum
     options.pre_vote = pre_vote
+    if brokers is not None:
+        if not hasattr(options, "brokers"):
+            raise click.UsageError(f"--brokers: {scenario} runs no brokers")
+        options.brokers = brokers
     if html_path is not None:
         from ._recorder import Recording
 
@@ -106,11 +119,11 @@ def sim_command(
     for example in result.stale_examples:
         click.echo(f"    stale: {json.dumps(example, sort_keys=True)}")
     if not result.valid:
-        click.echo(f"    replay: {_replay_command(scenario, seed, check_quorum, pre_vote)}")
+        click.echo(f"    replay: {_replay_command(scenario, seed, check_quorum, pre_vote, brokers)}")
     if html_path is not None:
         from ._replay_html import write_replay
 
-        command = f"{_replay_command(scenario, seed, check_quorum, pre_vote)} --html {html_path}"
+        command = f"{_replay_command(scenario, seed, check_quorum, pre_vote, brokers)} --html {html_path}"
         click.echo(f"    replay page: {write_replay(result, html_path, command=command)}")
     if as_json:
         click.echo(json.dumps(result.summary(), sort_keys=True, default=str))

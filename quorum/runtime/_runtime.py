@@ -66,10 +66,11 @@ from .._host import (
     ReadNotConfirmedError,
     ReplicaHost,
 )
-from .._messages import Message
+from .._messages import FetchRequest, Message
 from .._node import QuorumDescription, QuorumNode, Snapshot
 from .._output import Output, Role, RoleChange
 from .._persist import apply_output
+from .._service import ServiceClass, service_class
 from .._types import Entry, SnapshotId
 from ._metrics import Metrics
 from ._state_machine import StateMachine
@@ -82,6 +83,21 @@ HEALTH_APPLY_LAG_RECORDS_MAX = 10_000
 # The first retry of a failed disk write round, and the longest backoff.
 DISK_RETRY_MIN_S = 0.05
 DISK_RETRY_MAX_S = 5.0
+
+# Brokers' (observers') quorum messages wait in their own queue and are
+# served this many at a time; between two batches every other task runs,
+# the voters' connection readers among them (``_serve_observers``).
+OBSERVER_BATCH_MESSAGES = 16
+# Past this many waiting, the oldest is dropped (a lost packet to Raft: the
+# broker asks again after its request timeout). Each broker has one Fetch in
+# flight, so only more brokers than connections_max, or a peer sending
+# Fetches without waiting for answers, reaches it.
+OBSERVER_QUEUE_MESSAGES_MAX = 4096
+
+_GAP_MAX_HELP = (
+    "Leader only: the longest voter fetch gap in this leadership (check quorum resigns past"
+    " check_quorum_factor x fetch timeout)."
+)
 
 logger = logging.getLogger("pykraft.quorum")
 
@@ -280,6 +296,12 @@ class QuorumRuntime:
         # timers), more ticks change nothing: a longer pause is cut to this.
         self._max_catch_up_ticks = int(max(60_000, 2 * longest_timeout_ms) // config.tick_ms)
         self._inbox_wakeup = trio.Event()
+        # Quorum messages from non-voters (brokers' Fetches), served after the
+        # voters' (quorum.service_class; docs/operations.md, "A broker
+        # stampede"): a voter's Fetch, handled by the task that read it,
+        # never waits for them.
+        self._observer_queue: deque[Message] = deque()
+        self._observer_wakeup = trio.Event()
         self._core_busy = True  # until run() has handled the initial output
         self._core_error: BaseException | None = None
         self._persist_queue: deque[Output] = deque()
@@ -298,6 +320,11 @@ class QuorumRuntime:
         # point a failed round returns to.
         self._durable_log_end = 0
         self._role_watchers: list[trio.Event] = []
+        # While leading: when each other voter's last Fetch was served (trio
+        # time), for the voter fetch gap metric, the interval check quorum
+        # watches (docs/operations.md, "Broker stampede").
+        self._voter_fetch_served_s: dict[int, float] | None = None
+        self._voter_fetch_gap_max_s = 0.0
         self._stopping = False
         self.application = leader_application
         self.host = self._recover()
@@ -526,6 +553,7 @@ class QuorumRuntime:
                 await nursery.start(self.transport.run, self._deliver, self._unreachable)
                 nursery.start_soon(self._persister)
                 nursery.start_soon(self._ticker)
+                nursery.start_soon(self._serve_observers)
                 self.host.start()
                 task_status.started()
                 await self._core_task()
@@ -599,7 +627,10 @@ class QuorumRuntime:
         if kind == "tick":
             host.tick()
         elif kind == "message":
-            host.step(item[1])
+            message = item[1]
+            if self._voter_fetch_served_s is not None and type(message) is FetchRequest:
+                self._observe_voter_fetch(message.src)
+            host.step(message)
         elif kind == "persisted":
             host.persisted(item[1])
         elif kind == "persist_failed":
@@ -614,6 +645,25 @@ class QuorumRuntime:
             raise AssertionError(f"unknown inbox item {kind!r}")
         if _trace.enabled and kind != "tick":
             _trace.stamp("core-" + kind, item[1] if kind == "persisted" else None)
+
+    def _observe_voter_fetch(self, voter: int) -> None:
+        """A voter's Fetch is served, while this node leads: the time since
+        its previous one (or since the election) goes to the metrics."""
+        served = self._voter_fetch_served_s
+        assert served is not None
+        last_s = served.get(voter)
+        if last_s is None:
+            return  # an observer (a broker)
+        now_s = trio.current_time()
+        served[voter] = now_s
+        gap_s = now_s - last_s
+        self.metrics.histogram(
+            "pykraft_quorum_voter_fetch_gap_seconds",
+            "Leader only: time between two Fetches of one voter served (from the election for the first).",
+        ).observe(gap_s)
+        if gap_s > self._voter_fetch_gap_max_s:
+            self._voter_fetch_gap_max_s = gap_s
+            self.metrics.set_gauge("pykraft_quorum_voter_fetch_gap_max_seconds", gap_s, _GAP_MAX_HELP)
 
     async def _ticker(self) -> None:
         period_s = self.config.tick_ms / 1000
@@ -820,7 +870,32 @@ class QuorumRuntime:
         if message.dst != self.config.node_id:
             logger.warning("dropped a message addressed to node %d: %r", message.dst, type(message).__name__)
             return
+        if service_class(message, self.config.voter_set) is ServiceClass.OBSERVER:
+            queue = self._observer_queue
+            if len(queue) >= OBSERVER_QUEUE_MESSAGES_MAX:
+                queue.popleft()
+                self.metrics.add_to_counter(
+                    "pykraft_quorum_observer_messages_dropped_total",
+                    help_text="Brokers' quorum messages dropped because too many were waiting to be served.",
+                )
+            queue.append(message)
+            self._observer_wakeup.set()
+            return
         self._submit(("message", message))
+
+    async def _serve_observers(self) -> None:
+        """Hand brokers' quorum messages to the core, a batch at a time,
+        letting every other task (a voter's connection reader, which hands
+        its Fetch to the core at once) run between two batches."""
+        queue = self._observer_queue
+        while True:
+            if not queue:
+                self._observer_wakeup = trio.Event()
+                await self._observer_wakeup.wait()
+                continue
+            for _ in range(min(OBSERVER_BATCH_MESSAGES, len(queue))):
+                self._submit(("message", queue.popleft()))
+            await trio.lowlevel.checkpoint()
 
     def _unreachable(self, peer: int) -> None:
         self._submit(("unreachable", peer))
@@ -869,6 +944,13 @@ class QuorumRuntime:
             event.reason,
         )
         self.metrics.on_role_change(event)
+        if event.role is Role.LEADER and event.node_id == self.config.node_id:
+            now_s = trio.current_time()
+            self._voter_fetch_served_s = {voter: now_s for voter in self.config.voters if voter != event.node_id}
+            self._voter_fetch_gap_max_s = 0.0
+            self.metrics.set_gauge("pykraft_quorum_voter_fetch_gap_max_seconds", 0.0, _GAP_MAX_HELP)
+        elif event.role is not Role.LEADER:
+            self._voter_fetch_served_s = None
         if self._event_sink is not None:
             self._event_sink(
                 {

@@ -29,7 +29,9 @@ only fetches as itself), client requests are put to the ``authorize``
 callback. A refusal is answered with CLUSTER_AUTHORIZATION_FAILED, counted
 and logged with the principal; the connection stays open.
 
-Replication first: quorum messages (Vote, BeginQuorumEpoch, Fetch, ...) go
+Replication first (the rule is ``quorum.service_class``, which the simulator
+applies too; brokers' quorum messages then wait behind the voters' in the
+runtime's observer queue): quorum messages (Vote, BeginQuorumEpoch, Fetch, ...) go
 to the core from the task that read them, whatever a connection's client
 requests are doing, and never count against the in-flight bound (only
 against their own connection's unwritten answers); a task
@@ -54,6 +56,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from .._access import Principal, PrincipalKind, refuse_quorum_message
 from .._messages import MESSAGE_TYPES, FetchRequest, FetchResponse, FetchSnapshotRequest, Message
+from .._service import ServiceClass, service_class
 from ..wire import (
     NODE_LIMITS,
     ApplicationRequest,
@@ -329,6 +332,7 @@ class TcpTransport(Transport):
         self.cluster_id = cluster_id
         self.listen = listen
         self.peer_addresses = {peer: address for peer, address in peer_addresses.items() if peer != node_id}
+        self._voters = frozenset(peer_addresses) | {node_id}
         self.request_handler = request_handler
         self.fast_request_handler = fast_request_handler
         self.connection_limits = connection_limits
@@ -716,7 +720,7 @@ class TcpTransport(Transport):
                 # written (the peer does not read them), nor, for client
                 # requests, past the in-flight bound. Quorum messages never
                 # wait behind client requests.
-                client_request = nursery is not None and type(message) not in _QUORUM_MESSAGE_TYPES
+                client_request = nursery is not None and service_class(message, self._voters) is ServiceClass.CLIENT
                 while connection.writer.pending_bytes > limits.write_backlog_bytes_max or (
                     client_request
                     and (

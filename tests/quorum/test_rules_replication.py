@@ -309,6 +309,29 @@ def test_observer_finds_the_leader_through_a_voters_answer():
     assert cluster.log_entries(4) == cluster.log_entries(2)
 
 
+def test_observer_asks_the_next_voter_when_the_one_it_asked_is_unreachable():
+    """KIP-595 observers ask the voters in turn. Regression (simulator,
+    broker-stampede seed 1): an observer whose turn had come to a dead
+    voter heard "connection refused" for every Fetch, which cleared the
+    request before its deadline could move the turn on, and asked the dead
+    voter forever; after a controller failover those brokers never found
+    the new leader."""
+    cluster = Cluster(3, observers=(4,))
+    cluster.elect(2)
+    cluster.crash(1)  # the observer's first turn
+
+    for _ in range(300):
+        cluster.tick(2, 3, 4)
+        for _request in cluster.drop(FetchRequest, src=4, dst=1):
+            # What the transport reports when the connection is refused.
+            cluster.handle(4, cluster.node(4).peer_unreachable(1))
+        cluster.deliver_all()
+        if cluster.role(4) is Role.FOLLOWER:
+            break
+
+    assert (cluster.role(4), cluster.node(4).leader_id) == (Role.FOLLOWER, 2)
+
+
 def test_follower_acknowledges_only_records_its_disk_holds():
     """KIP-595: a Fetch's offset acknowledges every record below it, so a
     follower never sends one before those records are durable."""

@@ -10,7 +10,7 @@ import random
 import pytest
 import trio
 
-from quorum import NotLeaderError, QuorumConfig, Role
+from quorum import FetchRequest, NotLeaderError, QuorumConfig, Role
 from quorum.runtime import KeyValueStateMachine, MemoryNetwork, QuorumRuntime
 from quorum.storage import MemoryStorage
 
@@ -244,3 +244,33 @@ async def test_snapshots_let_the_retention_policy_delete_old_segments(tmp_path, 
         assert [machine.get(b"k%d" % key)[0] for key in (0, 6)] == [b"v" * 100 + b"399", b"v" * 100 + b"398"]
 
     await run_node(open_storage(), check)
+
+
+async def test_a_voters_fetch_is_served_before_the_brokers_fetches_read_before_it(cluster, autojump_clock):
+    """Issue 15 part 4 (quorum.service_class): brokers' Fetches wait in
+    their own queue, served a batch at a time; a voter's Fetch read after
+    200 of them goes to the core at once, and theirs are all served after."""
+    leader = await cluster.leader()
+    node = leader.node
+    follower = min(v for v in VOTERS if v != node.node_id)
+    await trio.sleep(2)  # idle: the follower's Fetch is parked
+    brokers = range(1000, 1200)
+    for broker in brokers:
+        leader._deliver(
+            FetchRequest(src=broker, dst=node.node_id, epoch=node.epoch, fetch_offset=0, last_fetched_epoch=0, request_id=1)
+        )
+    before = {r.node_id: r.last_fetch_ms for r in node.describe().voters}
+    request = FetchRequest(
+        src=follower, dst=node.node_id, epoch=node.epoch, fetch_offset=node.log.end_offset,
+        last_fetched_epoch=node.log.last_epoch, request_id=(1 << 40),
+    )  # fmt: skip
+    leader._deliver(request)
+
+    # Handed to the core by the delivering task, before any broker's.
+    assert {r.node_id: r.last_fetch_ms for r in node.describe().voters}[follower] != before[follower]
+    assert node.describe().observers == ()
+    assert len(leader._observer_queue) == len(brokers)
+    with trio.fail_after(5):
+        while leader._observer_queue:
+            await trio.sleep(0)
+    assert {r.node_id for r in node.describe().observers} == set(brokers)
