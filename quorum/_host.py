@@ -250,6 +250,11 @@ class ReplicaHost:
         self.application_active = False
         self.applied_offset = 0
         self._last_snapshot_offset = 0
+        # Snapshots the state machine failed to take (its ``snapshot()``
+        # raised): each is skipped, logged (at ERROR only for the first of a
+        # run of failures) and retried ``snapshot_every_records`` later.
+        self.snapshot_failures = 0
+        self._snapshot_failing = False
         if snapshot is not None:
             state_machine.restore(snapshot.data)
             self.applied_offset = self._last_snapshot_offset = snapshot.snapshot_id.end_offset
@@ -534,9 +539,34 @@ class ReplicaHost:
         epoch = self.core.log.epoch_at(applied - 1)
         if epoch is None or applied > self.core.high_watermark:
             return
+        # Set before trying: a failed snapshot is retried only after another
+        # ``snapshot_every_records`` records, not on every output.
         self._last_snapshot_offset = applied
         snapshot_id = SnapshotId(applied, epoch)
-        output = self.core.snapshot_taken(snapshot_id, self.state_machine.snapshot())
+        try:
+            data = self.state_machine.snapshot()
+        except Exception as error:  # a user's state machine: contained, never fatal
+            # Nothing is lost by skipping it: the log behind the last good
+            # snapshot stays, so this replica (and a follower fetching from
+            # it) still has every record; only compaction waits.
+            self.snapshot_failures += 1
+            level = logging.DEBUG if self._snapshot_failing else logging.ERROR
+            self._snapshot_failing = True
+            logger.log(
+                level,
+                "node %d: the state machine failed to snapshot at offset %d (%s: %s); the log is kept "
+                "and the snapshot retried %d records later",
+                self.config.node_id,
+                applied,
+                type(error).__name__,
+                error,
+                self.snapshot_every_records,
+            )
+            return
+        if self._snapshot_failing:
+            self._snapshot_failing = False
+            logger.info("node %d: the state machine snapshots again (offset %d)", self.config.node_id, applied)
+        output = self.core.snapshot_taken(snapshot_id, data)
         self.port.snapshot_changed(snapshot_id, False)
         self._handle(output)
 

@@ -70,6 +70,8 @@ class Metrics:
         # errors"); failed write rounds by errno name.
         self.disk_failed = 0
         self.disk_failures: dict[str, int] = {}
+        # Snapshots the state machine failed to take (skipped, retried later).
+        self.snapshot_failures = 0
         self.commit_seconds = Histogram()
         self.fsync_seconds = Histogram()
         # Metrics an application adds (the controller's): name -> labels -> value.
@@ -166,6 +168,11 @@ class Metrics:
         ]
         for errno_name, count in sorted(self.disk_failures.items()):
             lines.append(f'pykraft_quorum_disk_failures_total{{{labels}errno="{errno_name}"}} {count}')
+        lines += [
+            "# HELP pykraft_quorum_snapshot_failures_total Snapshots the state machine failed to take (skipped, retried later).",
+            "# TYPE pykraft_quorum_snapshot_failures_total counter",
+            f"pykraft_quorum_snapshot_failures_total{{{node}}} {self.snapshot_failures}",
+        ]
         lines += self.commit_seconds.render(
             "pykraft_quorum_commit_latency_seconds", "Proposal to commit, on the leader.", labels
         )

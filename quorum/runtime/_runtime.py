@@ -674,6 +674,7 @@ class QuorumRuntime:
             self._persist_queue.append(output)
             self._persist_queued()
         self.metrics.observe_node(self.node)
+        self.metrics.snapshot_failures = self.host.snapshot_failures
 
     def attach_fetch_extension(self, provider: Callable[[], Any], consumer: Callable[[Any], None]) -> None:
         """Add ``provider()`` to every Fetch this node sends, and hand each
