@@ -66,6 +66,7 @@ _DIRECTIVE = re.compile(r"<!-- docs-test: (?P<words>[^\n]*?) -->")
 _PORT = re.compile(r"127\.0\.0\.1:(\d{4,5})\b")
 _BACKGROUND = re.compile(r"(?<![&|>])&(?P<tail>\s*(?:[A-Za-z_]\w*=\$!)?\s*(?:#.*)?)$")
 _EXIT = re.compile(r"#.*\bexit (\d+)\b")
+_JOB_REPORT = re.compile(r"^bash: line \d+: +\d+ (?:Killed|Terminated) .*\n", re.M)
 
 
 @dataclass
@@ -241,11 +242,15 @@ class ShellSession:
                     raise RuntimeError(f"the shell exited running: {command}")
                 received += chunk
         status = int(received.decode().rsplit(marker, 1)[1].split()[0])
-        return status, output.read_text(errors="replace")
+        # bash reports a background job that a signal ended when it next
+        # looks (an interactive shell's "[1]+ Killed"): not the command's output.
+        text = _JOB_REPORT.sub("", output.read_text(errors="replace"))
+        return status, text
 
     def background_log(self) -> str:
-        path = self.workdir / "background.log"
-        return path.read_text(errors="replace")[-4000:] if path.exists() else "(no background.log)"
+        """The end of every log the page's background processes wrote."""
+        logs = sorted(self.workdir.glob("*.log"))
+        return "\n".join(f"--- {path.name}:\n{path.read_text(errors='replace')[-3000:]}" for path in logs) or "(no logs)"
 
     def close(self, timeout_s: float = 20) -> None:
         """Stop every process the session started (its process group)."""
