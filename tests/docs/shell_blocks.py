@@ -1,7 +1,7 @@
 """The shell blocks of the documentation, and a shell session to run them.
 
 A *shell block* is a fenced block labelled ``sh``, ``bash``, ``shell`` or
-``console``, or an unlabelled one whose first line starts with ``$ ``:
+``console``, or an unlabelled one with a line that starts with ``$ ``:
 
 - in a ``$`` transcript each ``$ command`` is followed by the output the page
   shows for it; ``...`` on a line of its own stands for lines left out;
@@ -104,13 +104,15 @@ class Block:
 
     def commands(self) -> list[Command]:
         lines = self.body.splitlines()
-        if lines and lines[0].startswith("$ "):
+        if any(line.startswith("$ ") for line in lines):
             commands: list[Command] = []
             for line in lines:
                 if line.startswith("$ "):
                     commands.append(Command(line[2:], []))
-                else:
+                elif commands:
                     commands[-1].expected.append(line)  # type: ignore[union-attr]
+                else:
+                    raise ValueError(f"{self.where}: a transcript starts with output, not a $ command: {line}")
             return commands
         joined = re.sub(r"\\\n\s*", " ", self.body)
         return [Command(line, None) for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
@@ -123,7 +125,7 @@ def shell_blocks(page: Path) -> list[Block]:
         lang, body, indent = match["lang"], match["body"], match["indent"]
         if indent:
             body = "".join(line[len(indent) :] if line.startswith(indent) else line for line in body.splitlines(True))
-        if lang in SHELL_LANGS or (lang == "" and body.startswith("$ ")):
+        if lang in SHELL_LANGS or (lang == "" and re.search(r"^\$ ", body, re.M)):
             directives = [m["words"].split() for m in _DIRECTIVE.finditer(match["directives"])]
             line = text.count("\n", 0, match.start("indent")) + 1
             found.append(Block(page, line, lang, body, directives))
