@@ -108,6 +108,14 @@ class StateMachine(Protocol):
     ``snapshot`` returns the state reflecting every record applied so far;
     ``restore`` replaces the state with a snapshot's. All three must be
     deterministic: every replica applies the same records.
+
+    A state machine whose ``apply`` cannot raise, whatever the records (it
+    decides for itself what a bad record does, identically everywhere), may
+    say so with a class attribute ``apply_never_raises = True``: the host
+    then hands it whole batches, which saves a call per record. If it
+    raises all the same, the node stops: records after the failing one in
+    the batch would be lost here and applied on a replica whose batches
+    differ, so nothing can be contained.
     """
 
     def apply(self, entries: Sequence[Entry]) -> dict[int, bytes] | None: ...
@@ -512,6 +520,11 @@ class ReplicaHost:
         logged, and becomes the proposer's ``ApplyFailedError``."""
         apply = self.state_machine.apply
         keep_answers = bool(self.pending_proposals)
+        if getattr(self.state_machine, "apply_never_raises", False):
+            answers = apply(data)
+            if answers and keep_answers:
+                self._answers.update(answers)
+            return
         for entry in data:
             try:
                 answers = apply([entry])
