@@ -19,7 +19,9 @@ servers a page starts serve its later blocks:
 - every loopback port the page's blocks name (``127.0.0.1:PORT``) is
   replaced, wherever the number appears in them, by a port free on this
   machine (``tests.loopback.free_ports``): the same page port, the same
-  free port, across the page;
+  free port, across the page. Ports below 1000 stay: a page that needs a
+  port nobody listens on names port 9, since a port free at the start may
+  be taken by another process by the time the page uses it;
 - a command sent to the background (a trailing ``&``, optionally followed
   by ``NAME=$!``) whose output the page does not redirect writes it to
   ``background.log``; every process the session started is stopped at the

@@ -14,9 +14,11 @@ import test_embedding_doc
 from shell_blocks import PAGES, ROOT, run_page, shell_blocks
 
 RUN_ELSEWHERE = {ROOT / "docs" / "embedding.md": "tests/docs/test_embedding_doc.py"}
-RUN_HERE = [page for page in PAGES if page not in RUN_ELSEWHERE and any(
-    block.not_run_reason is None for block in shell_blocks(page)
-)]
+RUN_HERE = [
+    page
+    for page in PAGES
+    if page not in RUN_ELSEWHERE and any(block.not_run_reason is None for block in shell_blocks(page))
+]
 
 
 def test_every_shell_block_is_run_or_says_why_not():
