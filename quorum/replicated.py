@@ -180,7 +180,7 @@ class ReplicatedStateMachine:
     encoding before the call) and fails with a ``TypeError`` description,
     deterministically on every replica. The check is one encoding of the
     state per call, and that encoding is the snapshot: ``snapshot()`` costs
-    nothing and cannot fail."""
+    nothing."""
 
     def __init__(self, target: Replicated) -> None:
         """Raises ``TypeError`` naming the class when msgpack cannot encode
@@ -188,7 +188,7 @@ class ReplicatedStateMachine:
         self.target = target
         self._commands = _methods(type(target), "replicated")
         self._queries = _methods(type(target), "query")
-        self._encoded_state = self._encode_state()
+        self._encoded_state: bytes | None = self._encode_state()
 
     def _encode_state(self) -> bytes:
         try:
@@ -209,13 +209,13 @@ class ReplicatedStateMachine:
             outcome = _encode_outcome(function.__name__, lambda: function(self.target, *args, **kwargs), entry.offset)
             try:
                 self._encoded_state = self._encode_state()
-            except TypeError as error:
+            except Exception as error:  # the user's state or snapshot_state(): contained
                 # Undone from the encoding before the call: every replica ran
                 # the same call on the same state, so every replica fails it
                 # here and returns to the same state.
-                self.restore(self._encoded_state)
-                description = f"TypeError: {error}; the call was undone"
-                logger.error("%s() at offset %d left %s; the replica goes on", function.__name__, entry.offset, error)
+                self._undo()
+                description = f"{type(error).__name__}: {error}; the call was undone"
+                logger.error("%s() at offset %d: %s", function.__name__, entry.offset, description)
                 outcome = msgpack.packb([1, description], use_bin_type=True)
             answers[entry.offset] = outcome
         return answers
@@ -231,8 +231,16 @@ class ReplicatedStateMachine:
         function, args, kwargs = call
         return _encode_outcome(function.__name__, lambda: function(self.target, *args, **kwargs), None)
 
+    def _undo(self) -> None:
+        previous, self._encoded_state = self._encoded_state, None
+        self.restore(previous)  # on success, sets the encoding again
+
     def snapshot(self) -> bytes:
-        """The state's encoding after the last call (never raises)."""
+        """The state's encoding after the last call. Raises
+        ``RuntimeError`` only after ``restore_state()`` failed to undo a
+        call, until a call succeeds again (the host skips the snapshot)."""
+        if self._encoded_state is None:
+            raise RuntimeError(f"the state of {type(self.target).__name__} is unknown: restore_state() failed")
         return self._encoded_state
 
     def restore(self, data: bytes) -> None:

@@ -211,7 +211,41 @@ async def test_a_call_that_leaves_the_state_unencodable_is_undone_everywhere_and
     for machine in machines.values():
         assert machine.target.tags == {"a": ["x", "z"]}
         assert msgpack.unpackb(machine.snapshot(), raw=False) == {"tags": {"a": ["x", "z"]}}
-    assert sum("left the state of Tagger" in record.getMessage() for record in caplog.records) == len(VOTERS)
+    assert sum("state of Tagger cannot be snapshotted" in record.getMessage() for record in caplog.records) == len(VOTERS)
+
+
+class Fragile(Replicated):
+    """``snapshot_state()`` raises while ``broken`` is set."""
+
+    def __init__(self) -> None:
+        self.items: list[int] = []
+
+    @replicated
+    def add(self, item, break_it=False):
+        self.items.append(item)
+        if break_it:
+            self.broken = True
+        return len(self.items)
+
+    def snapshot_state(self):
+        if getattr(self, "broken", False):
+            raise AttributeError("no snapshot while broken")
+        return {"items": self.items}
+
+    def restore_state(self, state):
+        vars(self).pop("broken", None)
+        self.items = state["items"]
+
+
+def test_a_call_after_which_snapshot_state_raises_is_undone_too():
+    machine = ReplicatedStateMachine(Fragile())
+    calls = [encode_call("add", [1], {}), encode_call("add", [2], {"break_it": True}), encode_call("add", [3], {})]
+    entries = [Entry(offset=offset, epoch=1, kind=RecordKind.DATA, data=data) for offset, data in enumerate(calls)]
+    answers = {offset: msgpack.unpackb(answer, raw=False) for offset, answer in machine.apply(entries).items()}
+    assert answers[0] == [0, 1] and answers[2] == [0, 2]
+    assert answers[1] == [1, "AttributeError: no snapshot while broken; the call was undone"]
+    assert machine.target.items == [1, 3]
+    assert msgpack.unpackb(machine.snapshot(), raw=False) == {"items": [1, 3]}
 
 
 class UnsnapshottableLedger(Ledger):
