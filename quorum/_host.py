@@ -517,7 +517,9 @@ class ReplicaHost:
         give the same result however records are grouped, and one record per
         call tells exactly which record raised. An exception is contained to
         its record (deterministic: every replica raises at the same one),
-        logged, and becomes the proposer's ``ApplyFailedError``."""
+        logged, and becomes the proposer's ``ApplyFailedError``. A machine
+        that declares ``apply_never_raises`` gets the whole list in one call
+        (see ``StateMachine``)."""
         apply = self.state_machine.apply
         keep_answers = bool(self.pending_proposals)
         if getattr(self.state_machine, "apply_never_raises", False):
