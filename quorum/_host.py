@@ -114,6 +114,14 @@ class StateMachine(Protocol):
     ``snapshot`` returns the state reflecting every record applied so far;
     ``restore`` replaces the state with a snapshot's. All three must be
     deterministic: every replica applies the same records.
+
+    A state machine whose ``apply`` cannot raise, whatever the records (it
+    decides for itself what a bad record does, identically everywhere), may
+    say so with a class attribute ``apply_never_raises = True``: the host
+    then hands it whole batches, which saves a call per record. If it
+    raises all the same, the node stops: records after the failing one in
+    the batch would be lost here and applied on a replica whose batches
+    differ, so nothing can be contained.
     """
 
     def apply(self, entries: Sequence[Entry]) -> dict[int, bytes] | None: ...
@@ -256,6 +264,11 @@ class ReplicaHost:
         self.application_active = False
         self.applied_offset = 0
         self._last_snapshot_offset = 0
+        # Snapshots the state machine failed to take (its ``snapshot()``
+        # raised): each is skipped, logged (at ERROR only for the first of a
+        # run of failures) and retried ``snapshot_every_records`` later.
+        self.snapshot_failures = 0
+        self._snapshot_failing = False
         if snapshot is not None:
             state_machine.restore(snapshot.data)
             self.applied_offset = self._last_snapshot_offset = snapshot.snapshot_id.end_offset
@@ -510,7 +523,9 @@ class ReplicaHost:
         give the same result however records are grouped, and one record per
         call tells exactly which record raised. An exception is contained to
         its record (deterministic: every replica raises at the same one),
-        logged, and becomes the proposer's ``ApplyFailedError``."""
+        logged, and becomes the proposer's ``ApplyFailedError``. A machine
+        that declares ``apply_never_raises`` gets the whole list in one call
+        (see ``StateMachine``)."""
         apply = self.state_machine.apply
         keep_answers = bool(self.pending_proposals)
         if getattr(type(self.state_machine), "apply_never_raises", False) is True:
@@ -545,9 +560,34 @@ class ReplicaHost:
         epoch = self.core.log.epoch_at(applied - 1)
         if epoch is None or applied > self.core.high_watermark:
             return
+        # Set before trying: a failed snapshot is retried only after another
+        # ``snapshot_every_records`` records, not on every output.
         self._last_snapshot_offset = applied
         snapshot_id = SnapshotId(applied, epoch)
-        output = self.core.snapshot_taken(snapshot_id, self.state_machine.snapshot())
+        try:
+            data = self.state_machine.snapshot()
+        except Exception as error:  # a user's state machine: contained, never fatal
+            # Nothing is lost by skipping it: the log behind the last good
+            # snapshot stays, so this replica (and a follower fetching from
+            # it) still has every record; only compaction waits.
+            self.snapshot_failures += 1
+            level = logging.DEBUG if self._snapshot_failing else logging.ERROR
+            self._snapshot_failing = True
+            logger.log(
+                level,
+                "node %d: the state machine failed to snapshot at offset %d (%s: %s); the log is kept "
+                "and the snapshot retried %d records later",
+                self.config.node_id,
+                applied,
+                type(error).__name__,
+                error,
+                self.snapshot_every_records,
+            )
+            return
+        if self._snapshot_failing:
+            self._snapshot_failing = False
+            logger.info("node %d: the state machine snapshots again (offset %d)", self.config.node_id, applied)
+        output = self.core.snapshot_taken(snapshot_id, data)
         self.port.snapshot_changed(snapshot_id, False)
         self._handle(output)
 

@@ -23,6 +23,10 @@ class KeyValueStateMachine:
     offset, so the runtime can hand them to whoever proposed the record.
     """
 
+    # Any bytes are a record (ignored if not one of the above): apply
+    # cannot raise, so the host hands it whole batches (``StateMachine``).
+    apply_never_raises = True
+
     CAS_APPLIED = b"\x01"
     CAS_REFUSED = b"\x00"
     # Every record either applies or is skipped (not a key-value command):

@@ -42,7 +42,10 @@ msgpack cannot encode raise ``TypeError``, a call larger than
 ``quorum.runtime.PROPOSAL_BYTES_MAX`` (just under 1 MiB: what a
 forwarded call may carry) ``ValueError``. An exception raised by a replicated
 method is contained: every replica logs it and goes on, and the caller gets
-``ApplyFailedError`` naming the exception.
+``ApplyFailedError`` naming the exception. The state must stay msgpack-able
+(snapshots are its encoding): ``start()`` raises ``TypeError`` when it is
+not, and a call that leaves it unencodable is undone on every replica and
+fails with ``ApplyFailedError`` (``TypeError: ...; the call was undone``).
 """
 
 from __future__ import annotations
@@ -169,12 +172,32 @@ class ReplicatedStateMachine:
     """A ``quorum.StateMachine`` around a ``Replicated`` object, for use
     with ``quorum.runtime.open_quorum_node`` from trio code. ``apply`` runs
     the ``@replicated`` methods and answers each call with its encoded
-    outcome; ``query`` answers a client's read (a forwarded ``@query``)."""
+    outcome; ``query`` answers a client's read (a forwarded ``@query``).
+
+    The state must stay msgpack-able, or no snapshot could be taken: the
+    constructor raises ``TypeError`` when the initial state is not, and a
+    call that leaves it so is undone (the state is restored from its
+    encoding before the call) and fails with a ``TypeError`` description,
+    deterministically on every replica. The check is one encoding of the
+    state per call, and that encoding is the snapshot: ``snapshot()`` costs
+    nothing."""
 
     def __init__(self, target: Replicated) -> None:
+        """Raises ``TypeError`` naming the class when msgpack cannot encode
+        its ``snapshot_state()`` (a ``set`` attribute, say)."""
         self.target = target
         self._commands = _methods(type(target), "replicated")
         self._queries = _methods(type(target), "query")
+        self._encoded_state: bytes | None = self._encode_state()
+
+    def _encode_state(self) -> bytes:
+        try:
+            return msgpack.packb(self.target.snapshot_state(), use_bin_type=True)
+        except (TypeError, ValueError, OverflowError) as error:
+            raise TypeError(
+                f"the state of {type(self.target).__name__} cannot be snapshotted with msgpack ({error}): "
+                "keep msgpack-able public attributes or override snapshot_state() and restore_state()"
+            ) from None
 
     def apply(self, entries: Sequence[Entry]) -> dict[int, bytes]:
         answers: dict[int, bytes] = {}
@@ -183,9 +206,18 @@ class ReplicatedStateMachine:
             if call is None:
                 continue  # not a call of this class: ignored, as KeyValueStateMachine does
             function, args, kwargs = call
-            answers[entry.offset] = _encode_outcome(
-                function.__name__, lambda: function(self.target, *args, **kwargs), entry.offset
-            )
+            outcome = _encode_outcome(function.__name__, lambda: function(self.target, *args, **kwargs), entry.offset)
+            try:
+                self._encoded_state = self._encode_state()
+            except Exception as error:  # the user's state or snapshot_state(): contained
+                # Undone from the encoding before the call: every replica ran
+                # the same call on the same state, so every replica fails it
+                # here and returns to the same state.
+                self._undo()
+                description = f"{type(error).__name__}: {error}; the call was undone"
+                logger.error("%s() at offset %d: %s", function.__name__, entry.offset, description)
+                outcome = msgpack.packb([1, description], use_bin_type=True)
+            answers[entry.offset] = outcome
         return answers
 
     def run_query(self, name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
@@ -199,20 +231,21 @@ class ReplicatedStateMachine:
         function, args, kwargs = call
         return _encode_outcome(function.__name__, lambda: function(self.target, *args, **kwargs), None)
 
+    def _undo(self) -> None:
+        previous, self._encoded_state = self._encoded_state, None
+        self.restore(previous)  # on success, sets the encoding again
+
     def snapshot(self) -> bytes:
-        """Raises ``TypeError`` naming the class when msgpack cannot encode
-        its ``snapshot_state()`` (a ``set`` attribute, say): override the
-        hooks for such state."""
-        try:
-            return msgpack.packb(self.target.snapshot_state(), use_bin_type=True)
-        except (TypeError, ValueError, OverflowError) as error:
-            raise TypeError(
-                f"the state of {type(self.target).__name__} cannot be snapshotted with msgpack ({error}): "
-                "keep msgpack-able public attributes or override snapshot_state() and restore_state()"
-            ) from error
+        """The state's encoding after the last call. Raises
+        ``RuntimeError`` only after ``restore_state()`` failed to undo a
+        call, until a call succeeds again (the host skips the snapshot)."""
+        if self._encoded_state is None:
+            raise RuntimeError(f"the state of {type(self.target).__name__} is unknown: restore_state() failed")
+        return self._encoded_state
 
     def restore(self, data: bytes) -> None:
         self.target.restore_state(msgpack.unpackb(data, raw=False, strict_map_key=False))
+        self._encoded_state = data
 
     @staticmethod
     def _decode(data: bytes, methods: dict[str, Callable[..., Any]]) -> tuple[Callable[..., Any], list, dict] | None:
@@ -274,8 +307,9 @@ class Replicated:
         go to ``quorum.runtime.NodeConfig``; ``tls=TlsConfig(ca, cert, key)``
         among them makes the node and its forwarding client mutual TLS with
         this node's certificate (docs/security.md). Raises ``ValueError`` for a bad
-        setting, ``RuntimeError`` if already started, and what opening the
-        node raises (``OSError`` for a port in use, the storage errors).
+        setting, ``RuntimeError`` if already started, ``TypeError`` if
+        msgpack cannot encode the object's state (see ``snapshot_state``), and
+        what opening the node raises (``OSError`` for a port in use, the storage errors).
         """
         if self._replica is not None:
             raise RuntimeError(f"{type(self).__name__} is already started")

@@ -485,7 +485,13 @@ class QuorumRuntime:
         )
         # Read here, in the loop's thread: scrapes are served by the loop.
         busy.add_metric([label], max(0.0, time.thread_time() - self._loop_thread_cpu_started_s))
-        families += [lag, age, appended, busy]
+        snapshot_failures = CounterMetricFamily(
+            "pykraft_quorum_snapshot_failures_total",
+            "Snapshots the state machine failed to take (skipped, retried later).",
+            labels=["node"],
+        )
+        snapshot_failures.add_metric([label], host.snapshot_failures)
+        families += [lag, age, appended, busy, snapshot_failures]
         return families
 
     def health(self) -> tuple[bool, str]:

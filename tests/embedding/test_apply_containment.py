@@ -164,11 +164,138 @@ def test_the_default_snapshot_round_trips_public_attributes():
     assert vars(other.target) == {"total": 3, "log": [1, 2]}
 
 
-def test_state_msgpack_cannot_encode_is_named_with_the_hooks_to_override():
+def test_state_msgpack_cannot_encode_is_refused_at_the_start_naming_the_hooks_to_override():
     counter = Counter()
     counter.seen = {1, 2}
     with pytest.raises(TypeError, match="state of Counter cannot be snapshotted.*override snapshot_state"):
-        ReplicatedStateMachine(counter).snapshot()
+        ReplicatedStateMachine(counter)
+    with pytest.raises(TypeError, match="state of Counter cannot be snapshotted"):
+        counter.start(node_id=1, voters="1@127.0.0.1:1")  # refused before any port is opened
+
+
+class Tagger(Replicated):
+    """``tag`` may leave a ``set`` in the state, which msgpack cannot encode."""
+
+    def __init__(self) -> None:
+        self.tags: dict[str, list[str]] = {}
+
+    @replicated
+    def tag(self, name, value, as_set=False):
+        self.tags.setdefault(name, []).append(value)
+        if as_set:
+            self.tags[name] = set(self.tags[name])
+        return len(self.tags[name])
+
+
+async def test_a_call_that_leaves_the_state_unencodable_is_undone_everywhere_and_snapshots_go_on(
+    nursery, autojump_clock, caplog
+):
+    """Regression: the call used to succeed, and the next snapshot raised in
+    the node's task, which stopped the node. Now the call fails at the
+    caller, every replica undoes it, and every replica can snapshot."""
+    leader, runtimes, machines = await start_cluster(nursery, lambda: ReplicatedStateMachine(Tagger()))
+
+    async def call(*args):
+        last, answers = await leader.propose_with_answers([encode_call("tag", args, {})])
+        failed, value = msgpack.unpackb(answers[0], raw=False)
+        return last, failed, value
+
+    assert (await call("a", "x"))[1:] == (0, 1)
+    with caplog.at_level(logging.ERROR, logger="pykraft.replicated"):
+        failed, description = (await call("a", "y", True))[1:]
+    assert failed == 1
+    assert description.startswith("TypeError: the state of Tagger cannot be snapshotted") and "undone" in description
+    last, failed, value = await call("a", "z")
+    assert (failed, value) == (0, 2)  # "y" was undone with its call
+    await wait_applied_everywhere(runtimes, last + 1)
+    for machine in machines.values():
+        assert machine.target.tags == {"a": ["x", "z"]}
+        assert msgpack.unpackb(machine.snapshot(), raw=False) == {"tags": {"a": ["x", "z"]}}
+    assert sum("state of Tagger cannot be snapshotted" in record.getMessage() for record in caplog.records) == len(VOTERS)
+
+
+class Fragile(Replicated):
+    """``snapshot_state()`` raises while ``broken`` is set."""
+
+    def __init__(self) -> None:
+        self.items: list[int] = []
+
+    @replicated
+    def add(self, item, break_it=False):
+        self.items.append(item)
+        if break_it:
+            self.broken = True
+        return len(self.items)
+
+    def snapshot_state(self):
+        if getattr(self, "broken", False):
+            raise AttributeError("no snapshot while broken")
+        return {"items": self.items}
+
+    def restore_state(self, state):
+        vars(self).pop("broken", None)
+        self.items = state["items"]
+
+
+def test_a_call_after_which_snapshot_state_raises_is_undone_too():
+    machine = ReplicatedStateMachine(Fragile())
+    calls = [encode_call("add", [1], {}), encode_call("add", [2], {"break_it": True}), encode_call("add", [3], {})]
+    entries = [Entry(offset=offset, epoch=1, kind=RecordKind.DATA, data=data) for offset, data in enumerate(calls)]
+    answers = {offset: msgpack.unpackb(answer, raw=False) for offset, answer in machine.apply(entries).items()}
+    assert answers[0] == [0, 1] and answers[2] == [0, 2]
+    assert answers[1] == [1, "AttributeError: no snapshot while broken; the call was undone"]
+    assert machine.target.items == [1, 3]
+    assert msgpack.unpackb(machine.snapshot(), raw=False) == {"items": [1, 3]}
+
+
+class UnsnapshottableLedger(Ledger):
+    """A plain state machine whose ``snapshot()`` raises until ``fixed``."""
+
+    fixed = False
+
+    def snapshot(self) -> bytes:
+        if not self.fixed:
+            raise TypeError("cannot encode a set")
+        return super().snapshot()
+
+
+async def test_a_state_machine_whose_snapshot_raises_keeps_the_node_running_and_is_retried(
+    nursery, autojump_clock, caplog
+):
+    """Regression: the exception of ``snapshot()`` escaped the node's task
+    and stopped the node. Now the snapshot is skipped, logged once at ERROR,
+    counted, and retried ``snapshot_every_records`` records later."""
+    network = MemoryNetwork()
+    machine = UnsnapshottableLedger()
+    runtime = QuorumRuntime(
+        QuorumConfig(node_id=1, voters=(1,)),
+        machine,
+        storage=MemoryStorage(),
+        transport=network.transport(1),
+        rng=random.Random(1),
+        io_in_thread=False,
+        snapshot_every_records=2,
+    )
+    await nursery.start(runtime.run)
+    with trio.fail_after(30):
+        while not runtime.node.leader_has_committed_own_epoch:
+            await trio.sleep(0.01)
+    with caplog.at_level(logging.DEBUG, logger="pykraft.quorum"):
+        for amount in range(1, 7):
+            await runtime.propose_with_answers([str(amount).encode()])
+    assert machine.total == 21  # the node kept applying
+    failures = runtime.host.snapshot_failures
+    assert failures >= 2  # retried, not given up
+    assert "pykraft_quorum_snapshot_failures_total{node=\"1\"} %d" % failures in runtime.metrics.render()
+    failing = [record for record in caplog.records if "failed to snapshot" in record.getMessage()]
+    assert [record.levelno for record in failing] == [logging.ERROR] + [logging.DEBUG] * (failures - 1)
+    assert runtime.node.log.start_offset == 0  # nothing compacted behind a snapshot that was not taken
+    machine.fixed = True
+    with caplog.at_level(logging.INFO, logger="pykraft.quorum"):
+        for amount in range(3):
+            await runtime.propose_with_answers([b"1"])
+    assert runtime.host.snapshot_failures == failures
+    assert any("snapshots again" in record.getMessage() for record in caplog.records)
 
 
 def test_records_that_are_not_calls_of_the_class_are_ignored():

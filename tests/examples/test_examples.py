@@ -36,6 +36,17 @@ def free_voters(count: int) -> str:
     return voters
 
 
+def test_every_example_is_run_by_a_test():
+    """A new file in examples/ needs a test here (or in
+    tests/broker_agent/test_example.py) that runs it."""
+    here = Path(__file__).read_text()
+    broker_test = (EXAMPLES.parent / "tests" / "broker_agent" / "test_example.py").read_text()
+    run = set(re.findall(r'run_example\("(\w+\.py)"', here)) | set(re.findall(r'"examples" / "(\w+\.py)"', broker_test))
+    examples = {path.name for path in EXAMPLES.glob("*.py")}
+    assert examples, EXAMPLES
+    assert not examples - run, f"examples no test runs: {sorted(examples - run)}"
+
+
 def test_replicated_counter_adds_from_any_node_and_reads_linearizably():
     out = run_example("replicated_counter.py", free_voters(3))
     assert out.splitlines() == ["node 3 adds 5, total 5", "node 1 adds 2, total 7", "node 2 reads 7"]

@@ -8,11 +8,13 @@ from collections import deque
 from typing import Any
 
 from quorum import (
+    Entry,
     KeyValueStateMachine,
     NotLeaderError,
     Output,
     Proposal,
     QuorumConfig,
+    RecordKind,
     ReplicaHost,
     Role,
     VoteRequest,
@@ -196,3 +198,66 @@ def test_messages_the_core_drops_are_logged_once_per_interval_with_a_count(caplo
     assert "49 more since the last such line" in lines[1]
     assert host.core.counters["messages_out_of_range"] == 51
     assert host.core.role is Role.LEADER
+
+
+class RecordingMachine(KeyValueStateMachine):
+    """Records how many entries each ``apply`` call got."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[int] = []
+
+    def apply(self, entries: Any) -> dict[int, bytes]:
+        self.calls.append(len(entries))
+        return super().apply(entries)
+
+
+class RecordingPerRecordMachine(RecordingMachine):
+    apply_never_raises = False
+
+
+def apply_one_batch(machine: RecordingMachine) -> list[Any]:
+    disk = InstantDisk()
+    host = ReplicaHost(QuorumConfig(node_id=1, voters=(1,)), machine, disk, rng=random.Random(7), fetch_session=0)
+    host.start()
+    disk.settle(host)
+    elect(host, disk)
+    machine.calls.clear()
+    results: list[Any] = []
+    records = [KeyValueStateMachine.encode_cas(b"k", None, b"a"), KeyValueStateMachine.encode_cas(b"k", None, b"b"), b"\xc1"]
+    host.propose(records, lambda result, error: results.append((result, error)))
+    disk.settle(host)
+    return results
+
+
+def test_a_machine_whose_apply_never_raises_gets_whole_batches_with_the_same_answers() -> None:
+    batched, per_record = RecordingMachine(), RecordingPerRecordMachine()
+    assert apply_one_batch(batched) == apply_one_batch(per_record)
+    assert batched.calls == [3]  # the three records in one call
+    assert per_record.calls == [1, 1, 1]
+    assert batched.values == per_record.values
+
+
+def test_the_key_value_machine_never_raises_and_batches_change_nothing() -> None:
+    """What lets it take whole batches: any bytes are a record (or ignored),
+    and one call per record gives the same state and answers as one call."""
+    rng = random.Random(18)
+    samples = [KeyValueStateMachine.encode_put(b"k", b"v"), KeyValueStateMachine.encode_cas(b"k", b"v", b"w")]
+    records = []
+    for _ in range(3000):
+        data = bytearray(rng.choice(samples + [b""]))
+        for _ in range(rng.randrange(4)):
+            if data and rng.random() < 0.7:
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            else:
+                data.insert(rng.randrange(len(data) + 1), rng.randrange(256))
+        records.append(bytes(data))
+    records += [b"\xc1", b"\x81\x90\x01", b"\x81\x91\x01\x01", b"\xd9\x01\xff", b"\xc7\x01\xff\x00"]
+    entries = [Entry(offset=offset, epoch=1, kind=RecordKind.DATA, data=data) for offset, data in enumerate(records)]
+    batched, one_by_one = KeyValueStateMachine(), KeyValueStateMachine()
+    answers = batched.apply(entries)
+    single: dict[int, bytes] = {}
+    for entry in entries:
+        single.update(one_by_one.apply([entry]))
+    assert answers == single and batched.values == one_by_one.values
+    assert answers  # some records were real compare-and-sets
