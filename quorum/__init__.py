@@ -42,6 +42,7 @@ from ._node import (
     QuorumError,
     QuorumInvariantError,
     QuorumNode,
+    ReconfigurationError,
     RepairState,
     ReplicaDescription,
     Snapshot,
@@ -50,6 +51,7 @@ from ._output import Output, ReadFailed, ReadReady, Role, RoleChange
 from ._persist import DurableTarget, apply_output
 from ._state_machine import KeyValueStateMachine
 from ._types import ElectionState, Entry, Epoch, NodeId, Offset, OffsetAndEpoch, RecordKind, SnapshotId
+from ._voters import Voter, VoterSet
 
 __all__ = [
     "MESSAGE_TYPES",
@@ -86,6 +88,7 @@ __all__ = [
     "QuorumError",
     "QuorumInvariantError",
     "QuorumNode",
+    "ReconfigurationError",
     "RepairState",
     "ReadFailed",
     "ReadNotConfirmedError",
@@ -101,6 +104,8 @@ __all__ = [
     "StateMachine",
     "VoteRequest",
     "VoteResponse",
+    "Voter",
+    "VoterSet",
     "apply_output",
     "describe_message",
     "message_type_name",

@@ -43,6 +43,7 @@ from ._messages import ErrorCode, FetchRequest, Message
 from ._node import CoreHooks, NotLeaderError, QuorumNode, RepairState, Snapshot
 from ._output import Output, ReadReady, RoleChange
 from ._types import ElectionState, Entry, RecordKind, SnapshotId
+from ._voters import state_machine_data
 
 logger = logging.getLogger("pykraft.quorum")
 
@@ -251,7 +252,7 @@ class ReplicaHost:
         self.applied_offset = 0
         self._last_snapshot_offset = 0
         if snapshot is not None:
-            state_machine.restore(snapshot.data)
+            state_machine.restore(state_machine_data(snapshot.data, config.dynamic_voters))
             self.applied_offset = self._last_snapshot_offset = snapshot.snapshot_id.end_offset
         # Proposals in flight, by the offset of their last record.
         self.pending_proposals: dict[int, _PendingProposal] = {}
@@ -447,7 +448,7 @@ class ReplicaHost:
             port.role_changed(event)
         if output.snapshot_loaded is not None:
             snapshot_id, data = output.snapshot_loaded
-            self.state_machine.restore(data)
+            self.state_machine.restore(state_machine_data(data, self.config.dynamic_voters))
             self.applied_offset = self._last_snapshot_offset = snapshot_id.end_offset
             port.snapshot_changed(snapshot_id, True)
         if output.committed:

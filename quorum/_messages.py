@@ -139,6 +139,10 @@ class FetchRequest:
     request_id: int
     read_token: int = 0
     extension: Any = None
+    # The fetcher's directory id (KIP-853 ReplicaDirectoryId): with dynamic
+    # voters, the leader counts a voter's acknowledgement only from the
+    # disk it was added with. None: not known (a static voter set).
+    directory_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -271,6 +275,7 @@ def describe_message(message: Message) -> str:
             return (
                 f"{head} #{_request_number(message.request_id)} offset={message.fetch_offset}"
                 f" last=e{message.last_fetched_epoch} token={message.read_token}"
+                + ("" if message.directory_id is None else f" dir={message.directory_id[:8]}")
             )
         case FetchResponse():
             parts = [f"{head} #{_request_number(message.request_id)}"]
