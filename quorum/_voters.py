@@ -25,9 +25,12 @@ from dataclasses import dataclass, field
 from ._quorum_math import majority
 from ._types import NODE_ID_MAX
 
-# Directory ids are short printable strings (format writes 32 hex digits);
-# the bound keeps a hostile peer or a damaged record from carrying more.
+# Directory ids are short strings of letters, digits, '-' and '_' (format
+# writes 32 hex digits; Kafka's are base64url): they sit inside the
+# ``ID@HOST:PORT:DIRECTORY`` lists operators type. The bound keeps a hostile
+# peer or a damaged record from carrying more.
 DIRECTORY_ID_CHARS_MAX = 64
+_DIRECTORY_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 # An endpoint is "host:port"; a voter has a handful at most.
 ENDPOINT_CHARS_MAX = 255
 ENDPOINTS_MAX = 8
@@ -42,18 +45,18 @@ _SNAPSHOT_MAGIC = b"KVS1"
 
 
 def check_directory_id(directory_id: object, name: str = "directory_id") -> str | None:
-    """``directory_id`` if it is None or a non-empty printable ASCII string
-    of at most ``DIRECTORY_ID_CHARS_MAX`` characters; raises ``ValueError``
-    otherwise."""
+    """``directory_id`` if it is None or 1..``DIRECTORY_ID_CHARS_MAX``
+    letters, digits, '-' and '_'; raises ``ValueError`` otherwise."""
     if directory_id is None:
         return None
     if (
         not isinstance(directory_id, str)
         or not 0 < len(directory_id) <= DIRECTORY_ID_CHARS_MAX
-        or not directory_id.isascii()
-        or not directory_id.isprintable()
+        or not set(directory_id) <= _DIRECTORY_ID_CHARS
     ):
-        raise ValueError(f"{name} must be 1..{DIRECTORY_ID_CHARS_MAX} printable ASCII characters, got {directory_id!r}")
+        raise ValueError(
+            f"{name} must be 1..{DIRECTORY_ID_CHARS_MAX} letters, digits, '-' or '_', got {directory_id!r}"
+        )
     return directory_id
 
 
