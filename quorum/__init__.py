@@ -49,6 +49,7 @@ from ._node import (
 )
 from ._output import Output, ReadFailed, ReadReady, Role, RoleChange
 from ._persist import DurableTarget, apply_output
+from ._quorum_math import majorities_overlap
 from ._state_machine import KeyValueStateMachine
 from ._types import ElectionState, Entry, Epoch, NodeId, Offset, OffsetAndEpoch, RecordKind, SnapshotId
 from ._voters import Voter, VoterSet
@@ -108,5 +109,6 @@ __all__ = [
     "VoterSet",
     "apply_output",
     "describe_message",
+    "majorities_overlap",
     "message_type_name",
 ]

@@ -43,7 +43,7 @@ from ._messages import ErrorCode, FetchRequest, Message
 from ._node import CoreHooks, NotLeaderError, QuorumNode, RepairState, Snapshot
 from ._output import Output, ReadReady, RoleChange
 from ._types import ElectionState, Entry, RecordKind, SnapshotId
-from ._voters import state_machine_data
+from ._voters import Voter, state_machine_data
 
 logger = logging.getLogger("pykraft.quorum")
 
@@ -378,6 +378,21 @@ class ReplicaHost:
             output = Output()
         self._handle(output)
         self._drive_application(ticked=False)
+
+    def add_voter(self, voter: Voter) -> int:
+        """Append a VOTERS record adding ``voter`` (KIP-853); returns its
+        offset: the change is done once that record is committed. Raises
+        ``NotLeaderError`` or ``ReconfigurationError`` (nothing changed)."""
+        offset, output = self.core.add_voter(voter)
+        self._handle(output)
+        return offset
+
+    def remove_voter(self, node_id: int, directory_id: str | None = None) -> int:
+        """Append a VOTERS record removing ``node_id``; returns and raises
+        as ``add_voter``."""
+        offset, output = self.core.remove_voter(node_id, directory_id)
+        self._handle(output)
+        return offset
 
     def leader_local_offset(self) -> int:
         """For a leader-local read (answered from this node's own state, as

@@ -52,6 +52,8 @@ class VoteRequest:
     epoch; for a pre-vote, the epoch it *would* stand in (its current epoch
     + 1). A pre-vote changes nothing at the receiver and persists nothing.
     ``last_epoch``/``end_offset`` describe the candidate's log.
+    ``voter_directory_id``: the directory id the candidate's voter set
+    names for the receiver (KIP-853 VoterDirectoryId); None when unknown.
     """
 
     src: int
@@ -60,6 +62,7 @@ class VoteRequest:
     last_epoch: int
     end_offset: int
     pre_vote: bool
+    voter_directory_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -262,7 +265,8 @@ def describe_message(message: Message) -> str:
     match message:
         case VoteRequest():
             kind = "pre" if message.pre_vote else "vote"
-            return f"{head} {kind} last=e{message.last_epoch}@{message.end_offset}"
+            voter = "" if message.voter_directory_id is None else f" voter-dir={message.voter_directory_id[:8]}"
+            return f"{head} {kind} last=e{message.last_epoch}@{message.end_offset}{voter}"
         case VoteResponse():
             kind = "pre" if message.pre_vote else "vote"
             verdict = "granted" if message.granted else "rejected"

@@ -619,6 +619,24 @@ class QuorumNode:
         return self._is_voter and self._repair is None
 
     @property
+    def _stands(self) -> bool:
+        """Does this node stand for election when its timer fires: a voter
+        that votes (``_votes``), or a node whose own removal is the last,
+        uncommitted change in its log (Raft thesis §4.2.2, Figure 4.6: it
+        may still be needed to commit that change; a leader that removed
+        itself and crashed may hold the only copy). Such a node counts
+        only the votes of its set, which lacks itself, and grants none."""
+        return self._votes or (self._repair is None and self.removal_pending)
+
+    @property
+    def removal_pending(self) -> bool:
+        """Is this node's own removal the last voter change in its log,
+        not yet known to be committed (it was a voter of the set before)?"""
+        if self._is_voter or not self._voter_records or self._voter_records[-1][0] < self._hw:
+            return False
+        return self.voters_at(self._voter_records[-1][0]).holds(self.node_id, self.config.directory_id)
+
+    @property
     def epoch(self) -> int:
         """The latest epoch this node knows; never decreases (KIP-595)."""
         return self._epoch
@@ -1030,7 +1048,7 @@ class QuorumNode:
         state = self._state
         if (
             self.config.fast_failover
-            and self._votes
+            and self._stands
             and isinstance(state, FollowerState)
             and peer == self._leader_id
             and not state.leader_unreachable
@@ -1066,7 +1084,7 @@ class QuorumNode:
         if self.config.dynamic_voters:
             # The records that made the set may leave the log with this
             # snapshot: it carries the set in force at its end (KIP-853).
-            data = join_snapshot(self._voters_at(end), data)
+            data = join_snapshot(self.voters_at(end), data)
         self._snapshot = Snapshot(snapshot_id, data)
         self._out.snapshot = (snapshot_id, data)
         # Keep a tail of records behind the snapshot, so that a follower a
@@ -1081,7 +1099,7 @@ class QuorumNode:
             if self._voter_records:
                 # The set in force at the new log start becomes the base;
                 # the set in force now does not change.
-                self._base_voters = self._voters_at(keep_from)
+                self._base_voters = self.voters_at(keep_from)
                 self._voter_records = [record for record in self._voter_records if record[0] >= keep_from]
         return self._flush()
 
@@ -1191,7 +1209,7 @@ class QuorumNode:
                 self._counters["votes_refused_repairing"] += 1
                 self._reply_vote(message, granted=False)
                 return False
-            if not self._votes or message.src not in self._voter_ids:
+            if not (self._votes or self._addressed_as_voter(message)) or message.src not in self._voter_ids:
                 self._counters["votes_refused_not_voter"] += 1
                 self._reply_vote(message, granted=False, error=ErrorCode.INVALID_REQUEST)
                 return False
@@ -1226,6 +1244,21 @@ class QuorumNode:
             self._refuse(message, ErrorCode.NOT_LEADER)
             return False
         return True
+
+    def _addressed_as_voter(self, request: VoteRequest) -> bool:
+        """KIP-853: is this node, not a voter of its own set, named as a
+        voter by the candidate's set, with this very disk? A voter just
+        added may not hold the record that added it when the leader is
+        lost; without its vote the new set could never elect anyone (a set
+        of two whose other member waits for it). Safe: the candidate counts
+        the votes of its own set, and this node still votes once per epoch
+        (Raft thesis §4.1: it is the candidate's configuration that counts).
+        A node repairing its log or whose disk failed never votes."""
+        return (
+            self._repair is None
+            and self.config.directory_id is not None
+            and request.voter_directory_id == self.config.directory_id
+        )
 
     def _hands_over(self, request: EndQuorumEpochRequest) -> bool:
         """Is ``request`` our own leader resigning in our epoch? A leader
@@ -1310,7 +1343,7 @@ class QuorumNode:
             self._become_unattached(
                 self._log.last_epoch, reason="log is ahead of the election state", trigger=Trigger.START
             )
-        elif stored.leader_id == self.node_id and self._votes:
+        elif stored.leader_id == self.node_id and self._stands:
             # A leader that restarts must not lead or vote again in the same
             # epoch: it may have lost unflushed records of that epoch. It
             # resigns at once (the first tick sends EndQuorumEpoch), with no
@@ -1407,7 +1440,7 @@ class QuorumNode:
         if running_deadline is not None:
             deadline = running_deadline
         fetcher = None
-        if not self._votes:
+        if not self._stands:
             # An observer keeps echoing the last read token it had: no leader
             # counts an observer's token (only voters confirm reads).
             previous = self._fetcher
@@ -1450,7 +1483,7 @@ class QuorumNode:
 
     def _stand(self, reason: str, trigger: Trigger) -> None:
         """An election timer fired: pre-vote first (KIP-996) unless disabled."""
-        if not self._votes:
+        if not self._stands:
             if isinstance(self._state, ResignedState):
                 # A leader removed from the voter set (KIP-853) handed over;
                 # it now follows the new leader as an observer, keeping its
@@ -1473,7 +1506,7 @@ class QuorumNode:
             self._rearm_election_timer()
             return
         # A lone voter has nobody to disrupt, so it skips the pre-vote.
-        if self.config.pre_vote and len(self._voters) > 1:
+        if self.config.pre_vote and not (len(self._voters) == 1 and self._is_voter):
             self._become_prospective(reason, trigger)
         else:
             self._become_candidate(reason, trigger)
@@ -1509,7 +1542,7 @@ class QuorumNode:
         self._set_election_state(self._epoch + 1, self.node_id, None)
         candidacy.election_deadline = self._draw_election_deadline()
         self._event(reason)
-        if len(candidacy.granted) >= self._voters.majority:
+        if len(candidacy.granted & self._voter_ids) >= self._voters.majority:
             self._become_leader()  # a single voter is its own majority
         else:
             self._request_votes(pre_vote=False)
@@ -1635,14 +1668,14 @@ class QuorumNode:
             self._send_begin_quorum_epoch(leader, force=False)
 
     def _tick_follower(self, now: int, follower: FollowerState) -> None:
-        if self._votes and now >= follower.fetch_deadline:
+        if self._stands and now >= follower.fetch_deadline:
             # KIP-595 fetch timeout: the leader is presumed gone.
             if follower.leader_unreachable:
                 self._stand("leader unreachable: its connection was reset", Trigger.FETCH_TIMEOUT)
             else:
                 self._stand("fetch timeout: no fetch from the leader", Trigger.FETCH_TIMEOUT)
             return
-        if not self._votes and now >= follower.fetch_deadline:
+        if not self._stands and now >= follower.fetch_deadline:
             # An observer that lost its leader goes looking for the new one.
             self._become_unattached(self._epoch, reason="fetch timeout", trigger=Trigger.FETCH_TIMEOUT)
             return
@@ -2145,7 +2178,7 @@ class QuorumNode:
         if found:
             self._voters_changed()
 
-    def _voters_at(self, offset: int) -> VoterSet:
+    def voters_at(self, offset: int) -> VoterSet:
         """The voter set in force for a record at ``offset`` (the last
         VOTERS record before it, else the base)."""
         voters = self._base_voters
@@ -2293,16 +2326,17 @@ class QuorumNode:
         # A pre-vote asks about the epoch we would stand in, without
         # moving to it (KIP-996); a vote is in the epoch we already took.
         epoch = self._epoch + 1 if pre_vote else self._epoch
-        for voter in self._voters.ids:
-            if voter != self.node_id:
+        for voter in self._voters.voters:
+            if voter.node_id != self.node_id:
                 self._send(
                     VoteRequest(
                         src=self.node_id,
-                        dst=voter,
+                        dst=voter.node_id,
                         epoch=epoch,
                         last_epoch=last.epoch,
                         end_offset=last.offset,
                         pre_vote=pre_vote,
+                        voter_directory_id=voter.directory_id,
                     )
                 )
 
@@ -2335,7 +2369,7 @@ class QuorumNode:
         # (§3.6.1), so that the winner holds every committed record.
         granted = False
         if (
-            self._votes
+            (self._votes or self._addressed_as_voter(request))
             # §3.8: a vote the disk cannot record is never granted.
             and self._disk_failure is None
             and self._role in (Role.UNATTACHED, Role.PROSPECTIVE)
@@ -2349,8 +2383,12 @@ class QuorumNode:
             deadline = self._draw_election_deadline()
             if self._role is Role.PROSPECTIVE or self._voted_for is None:
                 # §3.8: the vote is recorded, and durable before the
-                # response leaves (the Output contract orders it).
-                self._enter_role(Role.UNATTACHED, Trigger.GRANTED_VOTE, UnattachedState(election_deadline=deadline))
+                # response leaves (the Output contract orders it). A node
+                # that does not stand keeps looking for the leader.
+                fetcher = None if self._stands else FetcherState(next_fetch_tick=self._tick)
+                self._enter_role(
+                    Role.UNATTACHED, Trigger.GRANTED_VOTE, UnattachedState(election_deadline=deadline, fetcher=fetcher)
+                )
                 self._set_election_state(self._epoch, request.src, None)
                 self._event(f"voted for {request.src}")
             else:
@@ -2366,7 +2404,7 @@ class QuorumNode:
         """
         granted = (
             request.epoch > self._epoch
-            and self._votes
+            and (self._votes or self._addressed_as_voter(request))
             # Could not vote for real (§3.8), so it must not encourage.
             and self._disk_failure is None
             and self._role is not Role.LEADER
@@ -2397,13 +2435,15 @@ class QuorumNode:
         candidacy = self._role_state(CandidacyState)
         (candidacy.granted if response.granted else candidacy.rejected).add(response.src)
         majority = self._voters.majority
-        if len(candidacy.granted) >= majority:
+        # Only the voters of our set count: ourselves too, unless we stand
+        # while our own removal is pending (``_stands``).
+        if len(candidacy.granted & self._voter_ids) >= majority:
             # Raft thesis §3.4: a majority of the voters, ourselves included.
             if response.pre_vote:
                 self._become_candidate("won the pre-vote", Trigger.WON_PRE_VOTE)
             else:
                 self._become_leader()
-        elif len(candidacy.rejected) > len(self._voters) - majority:
+        elif len(candidacy.rejected & self._voter_ids) > len(self._voters) - majority:
             # Too many refusals for any majority to remain: lost already, so
             # do not wait out the timer.
             if response.pre_vote:
@@ -2430,7 +2470,7 @@ class QuorumNode:
                 reason=f"leader {request.src} resigned",
                 trigger=Trigger.LEADER_RESIGNED,
             )
-        if self._role is Role.UNATTACHED and self._votes:
+        if self._role is Role.UNATTACHED and self._stands:
             # The most up-to-date successor stands at once, the next
             # after a short wait, and so on (KIP-595 EndQuorumEpoch).
             successors = request.preferred_successors

@@ -491,3 +491,69 @@ def test_snapshot_bytes_round_trip_and_refuse_foreign_bytes():
 def test_a_voter_set_payload_is_checked(payload):
     with pytest.raises(ValueError):
         VoterSet.decode(payload)
+
+
+def test_a_leader_that_removed_itself_and_crashed_stands_again():
+    """Found by the sweep (random, seed 14): leader 1 of {1, 2} removes
+    itself; the record reaches nobody before it crashes. Node 2 holds
+    {1, 2} and needs node 1's vote, which a non-voter never grants; node 1
+    holds {2} and the longer log. Raft thesis §4.2.2 (Figure 4.6): a node
+    whose own removal is the uncommitted last change still stands, counting
+    only the votes of its set; it wins with node 2's vote, commits its
+    removal, and hands over."""
+    cluster = dynamic_cluster(2)
+    cluster.elect(1)
+    cluster.block(1, 2)
+    remove(cluster, 1, 1)
+    cluster.drop()  # the record reaches nobody
+    cluster.crash(1)
+    cluster.restart(1)
+    assert cluster.node(1).removal_pending and not cluster.node(1).is_voter
+    assert cluster.node(2).voters.ids == (1, 2)
+    cluster.heal()
+    cluster.run(5000)
+
+    assert cluster.node(2).voters.ids == (2,)
+    assert cluster.leaders() == [2]
+    assert cluster.node(2).leader_has_committed_own_epoch
+    assert not cluster.node(1).removal_pending
+    assert cluster.node(1).role in (Role.FOLLOWER, Role.UNATTACHED)
+
+
+def test_a_voter_added_without_the_record_votes_when_the_candidate_names_its_disk():
+    """Found by the sweep (random, seed 221): leader 1 of {1} adds 2, and
+    the record reaches nobody before node 1 loses its leadership (check
+    quorum, now counted over {1, 2}). Node 1 needs node 2's vote; node 2
+    holds {1} and is no voter in its own eyes. KIP-853: the candidate's
+    VoteRequest names the directory id its set has for node 2, and a node
+    so named votes (once per epoch, as any voter)."""
+    cluster = caught_up_observer(voters=1, observer=2)
+    cluster.isolate(1)
+    add(cluster, 1, 2)
+    cluster.drop()
+    cluster.run(CHECK_QUORUM_TICKS + 1, nodes=(1,))
+    assert cluster.role(1) is Role.RESIGNED
+    assert cluster.node(2).voters.ids == (1,)
+    cluster.heal()
+    cluster.run(3000)
+
+    assert cluster.leaders() == [1]
+    assert cluster.node(1).leader_has_committed_own_epoch
+    assert cluster.node(2).voters.ids == (1, 2) and cluster.node(2).is_voter
+
+
+def test_a_non_voter_named_with_another_disk_does_not_vote():
+    """The exception is for the disk the candidate's set names: a node whose
+    disk was wiped (a new directory id) is not that voter."""
+    cluster = dynamic_cluster(3)
+    cluster.elect(1)
+    wipe(cluster, 3)
+    node3 = cluster.node(3)
+    cluster.inject(
+        VoteRequest(
+            src=2, dst=3, epoch=node3.epoch + 1, last_epoch=9, end_offset=99, pre_vote=False,
+            voter_directory_id=directory(3, generation=0),
+        )
+    )  # fmt: skip
+    assert node3.voted_for is None
+    assert node3.counters["votes_refused_not_voter"] == 1
