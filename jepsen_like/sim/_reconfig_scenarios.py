@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import Any
 
-from quorum import NotLeaderError, ReconfigurationError, ReplicaHost, Voter, VoterSet
+from quorum import NotLeaderError, ReconfigurationError, RecordKind, ReplicaHost, Voter, VoterSet
 
 from ._cluster import InvariantViolation, Simulation, SimOptions
 from ._result import ScenarioResult
@@ -261,12 +262,26 @@ RECONFIG_SCENARIOS = {
 
 
 def _sets_in_force(sim: Simulation, operator: Operator) -> list[VoterSet]:
-    """The last committed voter set, and the leader's if it differs."""
+    """The last committed voter set and every set a node holds, up or down
+    (a crashed node's uncommitted set may be committed once it restarts
+    and leads): each may be the one a future majority is counted in."""
     sets = [operator.voters()]
-    leader = sim.leader()
-    if leader is not None:
-        sets.append(sim.nodes[leader].core.voters)  # type: ignore[union-attr]
+    for _node_id, node in sorted(sim.nodes.items()):
+        if node.core is not None:
+            held = node.core.voters
+        else:
+            held = _last_voters_on_disk(node.disk.log)
+        if held is not None and held not in sets:
+            sets.append(held)
     return sets
+
+
+def _last_voters_on_disk(log: Any) -> VoterSet | None:
+    for offset in range(log.end_offset - 1, log.start_offset - 1, -1):
+        entry = log.entry(offset)
+        if entry is not None and entry.kind is RecordKind.VOTERS:
+            return VoterSet.decode(entry.data)
+    return None
 
 
 def damage_survivable(sim: Simulation) -> bool:
@@ -282,6 +297,8 @@ def damage_survivable(sim: Simulation) -> bool:
     operator = Operator(sim)
     for voters in _sets_in_force(sim, operator):
         if len(voters) < 3:
+            return False
+        if any(sim.nodes[node_id].disk.damaged_from is not None for node_id in voters.ids):
             return False
         if any(not voters.holds(node_id, operator.directory_of(node_id)) for node_id in voters.ids):
             return False
@@ -305,7 +322,14 @@ def random_reconfiguration(sim: Simulation, rng: random.Random, until_ms: float)
         if sim.now_ms >= until_ms:
             return
         voters = operator.voters()
-        wiped = [node_id for node_id in voters.ids if not voters.holds(node_id, operator.directory_of(node_id))]
+        wiped = sorted(
+            {
+                node_id
+                for voter_set in _sets_in_force(sim, operator)
+                for node_id in voter_set.ids
+                if not voter_set.holds(node_id, operator.directory_of(node_id))
+            }
+        )
         roll = rng.random()
         if wiped:
             victim = wiped[0]
@@ -321,15 +345,22 @@ def random_reconfiguration(sim: Simulation, rng: random.Random, until_ms: float)
                 node_id = rng.choice(voters.ids)
                 operator.try_once(f"remove n{node_id}", lambda host: host.remove_voter(node_id))
         else:
-            outsiders = [node_id for node_id in nodes if node_id not in voters]
-            leader = sim.leader()
-            current = sim.nodes[leader].core.voters if leader is not None else voters  # type: ignore[union-attr]
-            if len(voters) >= 3 and current == voters and rng.random() < 0.5:
-                outsiders = [node_id for node_id in voters.ids if node_id != leader]
-            outsiders = [node_id for node_id in outsiders if node_id not in current or len(voters) >= 3]
-            repairing = any(sim.nodes[node_id].disk.repair is not None for node_id in current.ids)
-            if outsiders and not repairing:
-                sim.wipe_disk(rng.choice(outsiders))
+            # A wipe loses that disk's copy. Any node outside every set in
+            # force may lose it; a voter only while every set in force has
+            # three voters or more, none wiped (checked above) and none with
+            # a damaged log (found at the next start, or under repair): one
+            # lost copy per set at a time, which Raft survives.
+            sets = _sets_in_force(sim, operator)
+            members = sorted({node_id for voter_set in sets for node_id in voter_set.ids})
+            damaged = any(
+                sim.nodes[node_id].disk.repair is not None or sim.nodes[node_id].disk.damaged_from is not None
+                for node_id in members
+            )
+            victims = [node_id for node_id in nodes if node_id not in members]
+            if min(len(voter_set) for voter_set in sets) >= 3 and not damaged and rng.random() < 0.5:
+                victims = [node_id for node_id in members if node_id != sim.leader()]
+            if victims:
+                sim.wipe_disk(rng.choice(victims))
         sim.schedule(rng.uniform(300, 1500), step)
 
     sim.schedule(rng.uniform(0, 500), step)
