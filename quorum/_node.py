@@ -1209,7 +1209,7 @@ class QuorumNode:
                 self._counters["votes_refused_repairing"] += 1
                 self._reply_vote(message, granted=False)
                 return False
-            if not (self._votes or self._addressed_as_voter(message)) or message.src not in self._voter_ids:
+            if not (self._votes or self._addressed_as_voter(message)) or not self._hears_candidate(message):
                 self._counters["votes_refused_not_voter"] += 1
                 self._reply_vote(message, granted=False, error=ErrorCode.INVALID_REQUEST)
                 return False
@@ -1217,11 +1217,13 @@ class QuorumNode:
                 self._counters["votes_ignored_leader_alive"] += 1
                 self._reply_vote(message, granted=False)
                 return False
-        if message.epoch > self._epoch and message.src not in self._voter_ids:
+        if message.epoch > self._epoch and message.src not in self._voter_ids and not isinstance(message, VoteRequest):
             # An observer's Fetch from a later epoch: an honest observer only
             # learns epochs from voters, who will tell us themselves; a
             # non-voter alone never moves this node's epoch (as Kafka's
-            # leader answers UNKNOWN_LEADER_EPOCH without adopting it).
+            # leader answers UNKNOWN_LEADER_EPOCH without adopting it). A
+            # candidate outside our set that we hear (``_hears_candidate``)
+            # does: its set may be later than ours.
             self._counters["messages_refused_not_voter"] += 1
             self._refuse(message, ErrorCode.UNKNOWN_LEADER_EPOCH)
             return False
@@ -1259,6 +1261,20 @@ class QuorumNode:
             and self.config.directory_id is not None
             and request.voter_directory_id == self.config.directory_id
         )
+
+    def _hears_candidate(self, request: VoteRequest) -> bool:
+        """Is ``request``'s sender a candidate this node may answer: a voter
+        of its set, or, with dynamic voters, any candidate whose log is at
+        least as up to date as ours. Raft thesis §4.1: a server grants its
+        vote to a candidate outside its latest configuration, for that
+        candidate may hold a later one (a voter that missed its own
+        addition's record, or this node's removal, would otherwise never
+        get a majority together). The candidate counts only the votes of
+        its own set; a stale or removed node cannot pass the log check, and
+        a live leader's lease still refuses it (§4.2.3)."""
+        if request.src in self._voter_ids:
+            return True
+        return self.config.dynamic_voters and _log_up_to_date(request, self._log)
 
     def _hands_over(self, request: EndQuorumEpochRequest) -> bool:
         """Is ``request`` our own leader resigning in our epoch? A leader

@@ -557,3 +557,26 @@ def test_a_non_voter_named_with_another_disk_does_not_vote():
     )  # fmt: skip
     assert node3.voted_for is None
     assert node3.counters["votes_refused_not_voter"] == 1
+
+
+def test_a_voter_with_a_stale_set_votes_for_an_up_to_date_candidate_outside_it():
+    """Found by the sweep (random, seed 918): voters {1, 2, 3}; node 3 is cut
+    off while 1 adds 4 and removes 2: {1, 3, 4}. Leader 1 dies. Node 4 needs
+    node 3's vote, and node 3 still holds {1, 2, 3}, without node 4. Raft
+    thesis §4.1: a server grants its vote to a candidate outside its latest
+    configuration (whose log is up to date: it may hold a later one)."""
+    cluster = caught_up_observer()
+    cluster.isolate(3)
+    add(cluster, 1, 4)
+    settle(cluster, 4)
+    remove(cluster, 1, 2)
+    settle(cluster, 4)
+    assert cluster.node(4).voters.ids == (1, 3, 4) and not cluster.node(1).voter_change_pending
+    assert cluster.node(3).voters.ids == (1, 2, 3)
+    cluster.crash(1)
+    cluster.heal()
+    cluster.run(4000)
+
+    assert cluster.leaders() == [4]
+    assert cluster.node(4).leader_has_committed_own_epoch
+    assert cluster.node(3).voters.ids == (1, 3, 4)
