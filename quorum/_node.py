@@ -73,6 +73,17 @@ never stands, and fetches from the leader until its log provably holds
 every committed record it may have acknowledged (``_maybe_finish_repair``;
 Protocol-Aware Recovery, FAST '18; docs/storage.md, "Repair").
 
+Voters. The voter set is node state that outlives roles: static (the
+config's ``voters``) or, with ``bootstrap_voters``, dynamic (KIP-853): the
+last VOTERS record in the log, committed or not, else the snapshot's or
+the bootstrap set (Raft thesis §4.1). It is put in force where the log
+changes (``_note_voter_records``, ``_truncate_log``, ``_install_snapshot``)
+and every count reads it: majorities, check quorum, pre-vote, elections,
+the high watermark and ReadIndex. A voter is an id and a directory id: a
+wiped disk is another replica. A leader appends one change at a time, only
+after committing a record of its own epoch (``_reconfiguring_leader``);
+a leader that removed itself resigns once that is committed (``_flush``).
+
 Commitment. The high watermark is the largest offset a majority of voters
 has acknowledged, once that passes the leader's LEADER_CHANGE record
 (Raft thesis §3.6.2); the arithmetic is in ``_quorum_math.py``. Followers
