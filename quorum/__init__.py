@@ -52,6 +52,7 @@ from ._node import (
     QuorumError,
     QuorumInvariantError,
     QuorumNode,
+    ReconfigurationError,
     RepairState,
     ReplicaDescription,
     Snapshot,
@@ -59,8 +60,10 @@ from ._node import (
 from ._output import Output, ReadFailed, ReadReady, Role, RoleChange
 from ._persist import DurableTarget, apply_output
 from ._service import ServiceClass, service_class
+from ._quorum_math import majorities_overlap
 from ._state_machine import KeyValueStateMachine
 from ._types import ElectionState, Entry, Epoch, NodeId, Offset, OffsetAndEpoch, RecordKind, SnapshotId
+from ._voters import Voter, VoterSet
 
 __all__ = [
     "AccessControlList",
@@ -105,6 +108,7 @@ __all__ = [
     "QuorumError",
     "QuorumInvariantError",
     "QuorumNode",
+    "ReconfigurationError",
     "RepairState",
     "ReadFailed",
     "ReadNotConfirmedError",
@@ -121,8 +125,11 @@ __all__ = [
     "StateMachine",
     "VoteRequest",
     "VoteResponse",
+    "Voter",
+    "VoterSet",
     "apply_output",
     "describe_message",
+    "majorities_overlap",
     "message_type_name",
     "service_class",
 ]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ._voters import Voter, VoterSet, check_directory_id
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QuorumConfig:
@@ -21,7 +23,16 @@ class QuorumConfig:
     """
 
     node_id: int
-    voters: tuple[int, ...]
+    # A static voter set (KIP-595): these ids vote, for the life of the
+    # cluster. Derived from ``bootstrap_voters`` when that is given.
+    voters: tuple[int, ...] = ()
+    # Dynamic voters (KIP-853): the initial voter set, as ``kraft-quorum
+    # format`` wrote it (ids, directory ids, endpoints); every later set is
+    # a VOTERS record in the log. Empty: the static ``voters`` hold.
+    bootstrap_voters: tuple[Voter, ...] = ()
+    # This node's directory id (meta.json): with dynamic voters, a node is
+    # a voter only with the directory it was added with (KIP-853).
+    directory_id: str | None = None
     tick_ms: int = 10
     # Base election timeout; each wait is drawn uniformly from [T, 2T)
     # (controller.quorum.election.timeout.ms).
@@ -61,6 +72,13 @@ class QuorumConfig:
     voter_set: frozenset[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.bootstrap_voters:
+            bootstrap = VoterSet(tuple(self.bootstrap_voters))
+            if self.voters and tuple(sorted(self.voters)) != bootstrap.ids:
+                raise ValueError(f"voters {self.voters} differ from the bootstrap voters {bootstrap.ids}")
+            object.__setattr__(self, "bootstrap_voters", bootstrap.voters)
+            object.__setattr__(self, "voters", bootstrap.ids)
+        check_directory_id(self.directory_id)
         if not self.voters:
             raise ValueError("at least one voter is required")
         if len(set(self.voters)) != len(self.voters):
@@ -90,6 +108,19 @@ class QuorumConfig:
     def ticks(self, duration_ms: float) -> int:
         """Whole ticks covering ``duration_ms`` (at least one)."""
         return max(1, math.ceil(duration_ms / self.tick_ms))
+
+    @property
+    def dynamic_voters(self) -> bool:
+        """Whether the voter set changes at run time (KIP-853)."""
+        return bool(self.bootstrap_voters)
+
+    @property
+    def initial_voter_set(self) -> VoterSet:
+        """The voter set before any VOTERS record: the bootstrap set, or
+        the static one."""
+        if self.bootstrap_voters:
+            return VoterSet(self.bootstrap_voters)
+        return VoterSet.of_ids(self.voters)
 
     @property
     def is_voter(self) -> bool:

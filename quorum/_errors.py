@@ -5,6 +5,9 @@ error says who must act:
 
 - ``NotLeaderError``: the caller asked a non-leader to do a leader's work.
   Nothing is wrong; retry at the leader it names, if any.
+- ``ReconfigurationError``: a voter change the leader refuses (one at a
+  time, only once the leader has committed in its own epoch, only a
+  caught-up new voter). Nothing changed; retry later or fix the request.
 - ``QuorumInvariantError``: a safety rule would be broken (an epoch going
   back, two leaders in one epoch, a truncation below the high watermark).
   It is the only "bug in us" error: either this node or a peer does not
@@ -34,6 +37,18 @@ class NotLeaderError(QuorumError):
         super().__init__(f"not the leader (leader hint {leader_id}, epoch {epoch})")
         self.leader_id = leader_id
         self.epoch = epoch
+
+
+class ReconfigurationError(QuorumError):
+    """The leader refuses a voter change (KIP-853): the caller's request
+    cannot be done now (another change is not yet committed, the leader has
+    not yet committed a record of its own epoch, the new voter is not caught
+    up) or at all (a static voter set, an unknown voter, the last voter).
+    Nothing changed; ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class QuorumInvariantError(QuorumError):

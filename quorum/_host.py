@@ -43,6 +43,7 @@ from ._messages import ErrorCode, FetchRequest, Message
 from ._node import CoreHooks, NotLeaderError, QuorumNode, RepairState, Snapshot
 from ._output import Output, ReadReady, RoleChange
 from ._types import ElectionState, Entry, RecordKind, SnapshotId
+from ._voters import Voter, state_machine_data
 
 logger = logging.getLogger("pykraft.quorum")
 
@@ -270,7 +271,7 @@ class ReplicaHost:
         self.snapshot_failures = 0
         self._snapshot_failing = False
         if snapshot is not None:
-            state_machine.restore(snapshot.data)
+            state_machine.restore(state_machine_data(snapshot.data, config.dynamic_voters))
             self.applied_offset = self._last_snapshot_offset = snapshot.snapshot_id.end_offset
         # Proposals in flight, by the offset of their last record.
         self.pending_proposals: dict[int, _PendingProposal] = {}
@@ -397,6 +398,21 @@ class ReplicaHost:
         self._handle(output)
         self._drive_application(ticked=False)
 
+    def add_voter(self, voter: Voter) -> int:
+        """Append a VOTERS record adding ``voter`` (KIP-853); returns its
+        offset: the change is done once that record is committed. Raises
+        ``NotLeaderError`` or ``ReconfigurationError`` (nothing changed)."""
+        offset, output = self.core.add_voter(voter)
+        self._handle(output)
+        return offset
+
+    def remove_voter(self, node_id: int, directory_id: str | None = None) -> int:
+        """Append a VOTERS record removing ``node_id``; returns and raises
+        as ``add_voter``."""
+        offset, output = self.core.remove_voter(node_id, directory_id)
+        self._handle(output)
+        return offset
+
     def leader_local_offset(self) -> int:
         """For a leader-local read (answered from this node's own state, as
         Kafka's controller does): the applied offset, if this node leads and
@@ -466,7 +482,7 @@ class ReplicaHost:
             port.role_changed(event)
         if output.snapshot_loaded is not None:
             snapshot_id, data = output.snapshot_loaded
-            self.state_machine.restore(data)
+            self.state_machine.restore(state_machine_data(data, self.config.dynamic_voters))
             self.applied_offset = self._last_snapshot_offset = snapshot_id.end_offset
             port.snapshot_changed(snapshot_id, True)
         if output.committed:

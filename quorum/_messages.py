@@ -53,6 +53,8 @@ class VoteRequest:
     epoch; for a pre-vote, the epoch it *would* stand in (its current epoch
     + 1). A pre-vote changes nothing at the receiver and persists nothing.
     ``last_epoch``/``end_offset`` describe the candidate's log.
+    ``voter_directory_id``: the directory id the candidate's voter set
+    names for the receiver (KIP-853 VoterDirectoryId); None when unknown.
     """
 
     src: int
@@ -61,6 +63,7 @@ class VoteRequest:
     last_epoch: int
     end_offset: int
     pre_vote: bool
+    voter_directory_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,6 +143,10 @@ class FetchRequest:
     request_id: int
     read_token: int = 0
     extension: Any = None
+    # The fetcher's directory id (KIP-853 ReplicaDirectoryId): with dynamic
+    # voters, the leader counts a voter's acknowledgement only from the
+    # disk it was added with. None: not known (a static voter set).
+    directory_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -259,7 +266,8 @@ def describe_message(message: Message) -> str:
     match message:
         case VoteRequest():
             kind = "pre" if message.pre_vote else "vote"
-            return f"{head} {kind} last=e{message.last_epoch}@{message.end_offset}"
+            voter = "" if message.voter_directory_id is None else f" voter-dir={message.voter_directory_id[:8]}"
+            return f"{head} {kind} last=e{message.last_epoch}@{message.end_offset}{voter}"
         case VoteResponse():
             kind = "pre" if message.pre_vote else "vote"
             verdict = "granted" if message.granted else "rejected"
@@ -272,6 +280,7 @@ def describe_message(message: Message) -> str:
             return (
                 f"{head} #{_request_number(message.request_id)} offset={message.fetch_offset}"
                 f" last=e{message.last_fetched_epoch} token={message.read_token}"
+                + ("" if message.directory_id is None else f" dir={message.directory_id[:8]}")
             )
         case FetchResponse():
             parts = [f"{head} #{_request_number(message.request_id)}"]

@@ -73,6 +73,17 @@ never stands, and fetches from the leader until its log provably holds
 every committed record it may have acknowledged (``_maybe_finish_repair``;
 Protocol-Aware Recovery, FAST '18; docs/storage.md, "Repair").
 
+Voters. The voter set is node state that outlives roles: static (the
+config's ``voters``) or, with ``bootstrap_voters``, dynamic (KIP-853): the
+last VOTERS record in the log, committed or not, else the snapshot's or
+the bootstrap set (Raft thesis §4.1). It is put in force where the log
+changes (``_note_voter_records``, ``_truncate_log``, ``_install_snapshot``)
+and every count reads it: majorities, check quorum, pre-vote, elections,
+the high watermark and ReadIndex. A voter is an id and a directory id: a
+wiped disk is another replica. A leader appends one change at a time, only
+after committing a record of its own epoch (``_reconfiguring_leader``);
+a leader that removed itself resigns once that is committed (``_flush``).
+
 Commitment. The high watermark is the largest offset a majority of voters
 has acknowledged, once that passes the leader's LEADER_CHANGE record
 (Raft thesis §3.6.2); the arithmetic is in ``_quorum_math.py``. Followers
@@ -105,7 +116,7 @@ from functools import partial
 from typing import Any, Callable, TypeVar
 
 from ._config import QuorumConfig
-from ._errors import NotLeaderError, QuorumError, QuorumInvariantError
+from ._errors import NotLeaderError, QuorumError, QuorumInvariantError, ReconfigurationError
 from ._log import MemoryLog
 from ._messages import (
     BeginQuorumEpochRequest,
@@ -151,6 +162,7 @@ from ._types import (
     RecordKind,
     SnapshotId,
 )
+from ._voters import Voter, VoterSet, join_snapshot, split_snapshot, voter_set_problem
 
 # The errors live in _errors.py; ``quorum/__init__.py`` imports them from here.
 __all__ = [
@@ -160,6 +172,7 @@ __all__ = [
     "QuorumError",
     "QuorumInvariantError",
     "QuorumNode",
+    "ReconfigurationError",
     "ReplicaDescription",
     "Snapshot",
 ]
@@ -228,6 +241,9 @@ class ReplicaDescription:
     node_id: int
     log_end_offset: int | None
     last_fetch_ms: int | None  # logical ms since this node started
+    # The directory id the voter set names (voters), or the one the
+    # replica's latest Fetch carried (observers); None when not known.
+    directory_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +336,10 @@ _Request = FetchRequest | FetchSnapshotRequest | VoteRequest | BeginQuorumEpochR
 _Response = FetchResponse | FetchSnapshotResponse | VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse
 _REQUEST_TYPES = (FetchRequest, FetchSnapshotRequest, VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest)
 _RESPONSE_TYPES = (FetchResponse, FetchSnapshotResponse, VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse)
+# What any node may send, voter or not: fetches (observers fetch), votes
+# (refused later, with their own answer) and answers to a fetch (accepted
+# only as the answer to the request in flight, ``FetcherState.accept``).
+_ANY_SENDER_TYPES = (FetchRequest, FetchSnapshotRequest, VoteRequest, FetchResponse, FetchSnapshotResponse)
 
 
 def _later_epoch_reason(request: _Request) -> str:
@@ -364,7 +384,7 @@ _NUMERIC_FIELDS: dict[type, tuple[tuple[str, int], ...]] = {
 _COMMON_FIELDS = (("src", NODE_ID_MAX), ("epoch", EPOCH_MAX))
 
 
-def _field_out_of_range(message: _Request | _Response) -> str | None:
+def _field_out_of_range(message: _Request | _Response, dynamic_voters: bool) -> str | None:
     """The first number in ``message`` that lies outside what the wire and
     storage can hold (the limits in ``_types.py``), described; None when
     every one fits.
@@ -393,7 +413,7 @@ def _field_out_of_range(message: _Request | _Response) -> str | None:
             if problem is not None:
                 return problem
         if message.records:
-            return _records_problem(message.records, message.epoch)
+            return _records_problem(message.records, message.epoch, dynamic_voters)
     elif kind is FetchSnapshotRequest or (kind is FetchSnapshotResponse and message.snapshot_id is not None):
         return _snapshot_id_problem(message.snapshot_id)
     elif kind is EndQuorumEpochRequest:
@@ -415,11 +435,13 @@ def _offset_and_epoch_problem(what: str, offset: int, epoch: int, *, offset_name
     return None
 
 
-def _records_problem(records: Sequence[Entry], leader_epoch: int) -> str | None:
+def _records_problem(records: Sequence[Entry], leader_epoch: int, dynamic_voters: bool) -> str | None:
     """What is wrong with a Fetch answer's records, or None: offsets must
     run on without a gap and end within ``OFFSET_MAX``, and epochs never
     decrease (KIP-595: a log is ordered by epoch) nor pass the epoch of the
-    leader that sent them (it holds no records of a later one)."""
+    leader that sent them (it holds no records of a later one). A VOTERS
+    record must hold a valid voter set, and only a dynamic cluster has any
+    (a static one would lose them in its snapshots)."""
     expected = records[0].offset
     if expected < 0 or expected + len(records) - 1 > OFFSET_MAX:
         return f"records {expected}..{expected + len(records) - 1} outside 0..{OFFSET_MAX}"
@@ -429,6 +451,12 @@ def _records_problem(records: Sequence[Entry], leader_epoch: int) -> str | None:
             return f"record at offset {entry.offset} where {expected} was expected"
         if not previous_epoch <= entry.epoch <= leader_epoch:
             return f"record epoch {entry.epoch} at offset {entry.offset} outside {previous_epoch}..{leader_epoch}"
+        if entry.kind is RecordKind.VOTERS:
+            if not dynamic_voters:
+                return f"a voter set record at offset {entry.offset} in a cluster with static voters"
+            problem = voter_set_problem(entry.data)
+            if problem is not None:
+                return f"voter set record at offset {entry.offset}: {problem}"
         previous_epoch = entry.epoch
         expected += 1
     return None
@@ -495,10 +523,6 @@ class QuorumNode:
         repairing: RepairState | None = None,
     ) -> None:
         self.config = config
-        # A voter repairing a damaged log acts as an observer until its log
-        # is repaired from a leader (``_maybe_finish_repair``): it grants
-        # no vote and never stands. An observer has nothing to repair.
-        self._repair = repairing if config.is_voter else None
         self.node_id = config.node_id
         self._rng = rng
         self._snapshot = snapshot
@@ -561,6 +585,27 @@ class QuorumNode:
         # How often each kind of input was turned away (``counters``); for
         # the host's metrics and logs, never part of a decision.
         self._counters: dict[str, int] = dict.fromkeys(_COUNTER_NAMES, 0)
+        # The voter set (KIP-853), node state that outlives roles: the set
+        # in force at the log start (the snapshot's, or the bootstrap or
+        # static set), and every VOTERS record in the log, oldest first. The
+        # set in force is the last record's, committed or not (Raft thesis
+        # §4.1: a server uses the latest configuration in its log); a
+        # truncated record takes its set with it.
+        self._base_voters = config.initial_voter_set
+        if config.dynamic_voters and snapshot is not None:
+            # Raises ValueError for a snapshot without the header: storage
+            # handed over bytes this cluster never wrote.
+            self._base_voters = split_snapshot(snapshot.data)[0]
+        self._voter_records: list[tuple[int, VoterSet]] = []
+        self._voters = self._base_voters
+        self._voter_ids = frozenset(self._voters.ids)
+        self._is_voter = self._voters.holds(self.node_id, config.directory_id)
+        if config.dynamic_voters:
+            self._note_voter_records(self._log.slice(self._log.start_offset))
+        # A voter repairing a damaged log acts as an observer until its log
+        # is repaired from a leader (``_maybe_finish_repair``): it grants
+        # no vote and never stands. An observer has nothing to repair.
+        self._repair = repairing if self._is_voter else None
 
         self._initialize(stored)
 
@@ -585,7 +630,25 @@ class QuorumNode:
         """Does this node take part in elections: a voter whose log is not
         under repair. Protocol-Aware Recovery (FAST '18): a node must not
         vote with a copy of the log it knows to be damaged, nor stand."""
-        return self.config.is_voter and self._repair is None
+        return self._is_voter and self._repair is None
+
+    @property
+    def _stands(self) -> bool:
+        """Does this node stand for election when its timer fires: a voter
+        that votes (``_votes``), or a node whose own removal is the last,
+        uncommitted change in its log (Raft thesis §4.2.2, Figure 4.6: it
+        may still be needed to commit that change; a leader that removed
+        itself and crashed may hold the only copy). Such a node counts
+        only the votes of its set, which lacks itself, and grants none."""
+        return self._votes or (self._repair is None and self.removal_pending)
+
+    @property
+    def removal_pending(self) -> bool:
+        """Is this node's own removal the last voter change in its log,
+        not yet known to be committed (it was a voter of the set before)?"""
+        if self._is_voter or not self._voter_records or self._voter_records[-1][0] < self._hw:
+            return False
+        return self.voters_at(self._voter_records[-1][0]).holds(self.node_id, self.config.directory_id)
 
     @property
     def epoch(self) -> int:
@@ -667,6 +730,22 @@ class QuorumNode:
         state = self._state
         return isinstance(state, LeaderState) and self._hw > state.epoch_start_offset
 
+    @property
+    def voters(self) -> VoterSet:
+        """The voter set in force here: the last VOTERS record in the log,
+        committed or not, else the snapshot's, bootstrap or static set."""
+        return self._voters
+
+    @property
+    def is_voter(self) -> bool:
+        """Is this node (its id and directory id) in its own voter set?"""
+        return self._is_voter
+
+    @property
+    def voter_change_pending(self) -> bool:
+        """Is the last VOTERS record in the log not yet committed?"""
+        return bool(self._voter_records) and self._voter_records[-1][0] >= self._hw
+
     def describe(self) -> QuorumDescription:
         """DescribeQuorum, answered from this node's own view."""
         voters: list[ReplicaDescription] = []
@@ -674,19 +753,28 @@ class QuorumNode:
         # Only a leader hears from replicas; any other role knows itself.
         state = self._state
         replicas = state.replicas if isinstance(state, LeaderState) else {}
-        for node_id in sorted(set(self.config.voters) | set(replicas)):
+        for node_id in sorted(self._voter_ids | set(replicas)):
+            voter = self._voters.get(node_id)
+            if voter is not None:
+                directory_id = voter.directory_id
+            elif node_id == self.node_id:
+                directory_id = self.config.directory_id
+            else:
+                directory_id = replicas[node_id].directory_id
             if self._role is Role.LEADER and node_id == self.node_id:
                 # A leader is current with itself at every tick.
-                description = ReplicaDescription(node_id, self._log.end_offset, self._tick * self.config.tick_ms)
+                description = ReplicaDescription(
+                    node_id, self._log.end_offset, self._tick * self.config.tick_ms, directory_id
+                )
             elif self._role is Role.LEADER and node_id in replicas:
                 replica = replicas[node_id]
                 last_ms = None if replica.last_fetch_tick is None else replica.last_fetch_tick * self.config.tick_ms
-                description = ReplicaDescription(node_id, replica.end_offset, last_ms)
+                description = ReplicaDescription(node_id, replica.end_offset, last_ms, directory_id)
             elif node_id == self.node_id:
-                description = ReplicaDescription(node_id, self._log.end_offset, None)
+                description = ReplicaDescription(node_id, self._log.end_offset, None, directory_id)
             else:
-                description = ReplicaDescription(node_id, None, None)
-            (voters if node_id in self.config.voter_set else observers).append(description)
+                description = ReplicaDescription(node_id, None, None, directory_id)
+            (voters if voter is not None else observers).append(description)
         return QuorumDescription(
             node_id=self.node_id,
             role=self._role,
@@ -801,6 +889,92 @@ class QuorumNode:
             self._append_as_leader(RecordKind.DATA, payloads)
         return first, self._flush()
 
+    def add_voter(self, voter: Voter) -> tuple[int, Output]:
+        """Add ``voter`` to the voter set (KIP-853 AddRaftVoter): append a
+        VOTERS record, in force here and on each replica from the moment it
+        is appended (Raft thesis §4.1). Returns the record's offset (the
+        change is done once it is committed) and the output.
+
+        The new voter must be caught up: it fetched from this leader within
+        the fetch timeout, with ``voter.directory_id`` when given, and its
+        log reaches the high watermark. Otherwise a majority that needs it
+        could not commit until it caught up (§4.2.1).
+
+        Raises ``NotLeaderError`` when this node does not lead, and
+        ``ReconfigurationError`` when the change is refused (see
+        ``_reconfiguring_leader``; the voter is already one; not caught up).
+        """
+        leader = self._reconfiguring_leader()
+        if voter.node_id in self._voters:
+            raise ReconfigurationError(f"node {voter.node_id} is already a voter")
+        replica = leader.replicas.get(voter.node_id)
+        window = self.config.ticks(self.config.fetch_timeout_ms)
+        if replica is None or replica.last_fetch_tick is None or self._tick - replica.last_fetch_tick >= window:
+            raise ReconfigurationError(
+                f"node {voter.node_id} has not fetched from this leader within the fetch timeout"
+            )
+        if voter.directory_id is not None and replica.directory_id != voter.directory_id:
+            raise ReconfigurationError(
+                f"node {voter.node_id} fetches with directory {replica.directory_id}, not {voter.directory_id}"
+            )
+        if replica.end_offset is None or replica.end_offset < self._hw:
+            raise ReconfigurationError(
+                f"node {voter.node_id} is not caught up: its log ends at {replica.end_offset},"
+                f" the high watermark is {self._hw}"
+            )
+        if voter.directory_id is None and replica.directory_id is not None:
+            # The voter is the replica that proved itself caught up: its disk.
+            voter = Voter(voter.node_id, replica.directory_id, voter.endpoints)
+        return self._append_voter_set(self._voters.with_voter(voter))
+
+    def remove_voter(self, node_id: int, directory_id: str | None = None) -> tuple[int, Output]:
+        """Remove voter ``node_id`` (with ``directory_id`` when given) from
+        the voter set (KIP-853 RemoveRaftVoter); returns as ``add_voter``.
+        A leader that removes itself leads on without counting itself and
+        resigns once the change is committed (Raft thesis §4.2.2).
+
+        Raises ``NotLeaderError`` when this node does not lead, and
+        ``ReconfigurationError`` when the change is refused (see
+        ``_reconfiguring_leader``; not a voter; the last voter)."""
+        self._reconfiguring_leader()
+        voter = self._voters.get(node_id)
+        if voter is None or (directory_id is not None and voter.directory_id not in (None, directory_id)):
+            raise ReconfigurationError(f"node {node_id} (directory {directory_id}) is not a voter")
+        if len(self._voters) == 1:
+            raise ReconfigurationError(f"node {node_id} is the last voter")
+        return self._append_voter_set(self._voters.without(node_id))
+
+    def _reconfiguring_leader(self) -> LeaderState:
+        """This leader's state, if it may append a voter change now.
+
+        One change at a time, and only once the leader has committed a
+        record of its own epoch (Raft thesis §4.1 and the fix to the
+        single-server change bug reported on raft-dev in 2015: a new leader
+        may hold an uncommitted change of an earlier epoch that a rival's
+        log lacks; a second change appended on top of it can produce two
+        sets whose majorities do not overlap). Committing the LEADER_CHANGE
+        record first settles the earlier change, one way or the other.
+
+        Raises ``NotLeaderError``, or ``ReconfigurationError`` for a static
+        voter set, a leader without a commit in its epoch, or a change not
+        yet committed."""
+        if not self.config.dynamic_voters:
+            raise ReconfigurationError("this cluster has a static voter set (no bootstrap voters were formatted)")
+        if self._role is not Role.LEADER:
+            raise NotLeaderError(self._leader_hint(), self._epoch)
+        if not self.leader_has_committed_own_epoch:
+            raise ReconfigurationError("the leader has not yet committed a record of its own epoch")
+        if self.voter_change_pending:
+            raise ReconfigurationError(
+                f"the voter change at offset {self._voter_records[-1][0]} is not yet committed: one change at a time"
+            )
+        return self._leading
+
+    def _append_voter_set(self, voters: VoterSet) -> tuple[int, Output]:
+        offset = self._log.end_offset
+        self._append_as_leader(RecordKind.VOTERS, [voters.encode()])
+        return offset, self._flush()
+
     def read_index(self, read_id: Any) -> Output:
         """Start a linearizable read (ReadIndex, Raft thesis §6.4).
 
@@ -908,7 +1082,7 @@ class QuorumNode:
         state = self._state
         if (
             self.config.fast_failover
-            and self._votes
+            and self._stands
             and isinstance(state, FollowerState)
             and peer == self._leader_id
             and not state.leader_unreachable
@@ -941,6 +1115,10 @@ class QuorumNode:
             return self._flush()  # not newer than ours: nothing to gain
         if self._log.epoch_at(end - 1) not in (snapshot_id.epoch, None) and end > 0:
             raise ValueError(f"snapshot epoch {snapshot_id.epoch} does not match the log at {end - 1}")
+        if self.config.dynamic_voters:
+            # The records that made the set may leave the log with this
+            # snapshot: it carries the set in force at its end (KIP-853).
+            data = join_snapshot(self.voters_at(end), data)
         self._snapshot = Snapshot(snapshot_id, data)
         self._out.snapshot = (snapshot_id, data)
         # Keep a tail of records behind the snapshot, so that a follower a
@@ -952,6 +1130,11 @@ class QuorumNode:
                 raise QuorumInvariantError(f"node {self.node_id}: no record at {keep_from - 1}, inside its own log")
             self._log.delete_before(keep_from, epoch_before)
             self._out.delete_before = keep_from
+            if self._voter_records:
+                # The set in force at the new log start becomes the base;
+                # the set in force now does not change.
+                self._base_voters = self.voters_at(keep_from)
+                self._voter_records = [record for record in self._voter_records if record[0] >= keep_from]
         return self._flush()
 
     # =====================================================================
@@ -1005,16 +1188,25 @@ class QuorumNode:
     def _epoch_prologue(self, message: _Request | _Response) -> bool:
         """Epoch handling of any message; True when its handler should run.
         See the comment above for the rules and where they come from."""
-        problem = _field_out_of_range(message)
+        problem = _field_out_of_range(message, self.config.dynamic_voters)
         if problem is not None:
             self._drop_malformed(message, problem)
             return False
-        if message.src not in self.config.voter_set and not isinstance(message, (FetchRequest, FetchSnapshotRequest, VoteRequest)):
+        if (
+            message.src not in self._voter_ids
+            and not isinstance(message, _ANY_SENDER_TYPES)
+            and not (isinstance(message, EndQuorumEpochRequest) and self._hands_over(message))
+        ):
             # Only voters lead, hand over or answer what this node sends to
             # voters; observers only fetch (KIP-595; Kafka refuses such a
             # sender with INCONSISTENT_VOTER_SET). Without this, one forged
             # BeginQuorumEpoch from an unknown id deposes a healthy leader.
             # (A VoteRequest from a non-voter gets its own refusal below.)
+            # Fetch answers are matched to the request in flight instead: a
+            # fetcher asks a leader its own set may not hold yet (a new node
+            # learning the set from the log), and a leader that removed
+            # itself leads until the change commits (Raft thesis §4.2.2);
+            # that leader's hand-over is heard too (``_hands_over``).
             self._counters["messages_refused_not_voter"] += 1
             if isinstance(message, _RESPONSE_TYPES):
                 return False
@@ -1047,11 +1239,11 @@ class QuorumNode:
             self._refuse(message, ErrorCode.FENCED_LEADER_EPOCH)
             return False
         if isinstance(message, VoteRequest):
-            if self._repair is not None and message.src in self.config.voter_set:
+            if self._repair is not None and message.src in self._voter_ids:
                 self._counters["votes_refused_repairing"] += 1
                 self._reply_vote(message, granted=False)
                 return False
-            if not self._votes or message.src not in self.config.voter_set:
+            if not (self._votes or self._addressed_as_voter(message)) or not self._hears_candidate(message):
                 self._counters["votes_refused_not_voter"] += 1
                 self._reply_vote(message, granted=False, error=ErrorCode.INVALID_REQUEST)
                 return False
@@ -1059,11 +1251,13 @@ class QuorumNode:
                 self._counters["votes_ignored_leader_alive"] += 1
                 self._reply_vote(message, granted=False)
                 return False
-        if message.epoch > self._epoch and message.src not in self.config.voter_set:
+        if message.epoch > self._epoch and message.src not in self._voter_ids and not isinstance(message, VoteRequest):
             # An observer's Fetch from a later epoch: an honest observer only
             # learns epochs from voters, who will tell us themselves; a
             # non-voter alone never moves this node's epoch (as Kafka's
-            # leader answers UNKNOWN_LEADER_EPOCH without adopting it).
+            # leader answers UNKNOWN_LEADER_EPOCH without adopting it). A
+            # candidate outside our set that we hear (``_hears_candidate``)
+            # does: its set may be later than ours.
             self._counters["messages_refused_not_voter"] += 1
             self._refuse(message, ErrorCode.UNKNOWN_LEADER_EPOCH)
             return False
@@ -1086,6 +1280,44 @@ class QuorumNode:
             self._refuse(message, ErrorCode.NOT_LEADER)
             return False
         return True
+
+    def _addressed_as_voter(self, request: VoteRequest) -> bool:
+        """KIP-853: is this node, not a voter of its own set, named as a
+        voter by the candidate's set, with this very disk? A voter just
+        added may not hold the record that added it when the leader is
+        lost; without its vote the new set could never elect anyone (a set
+        of two whose other member waits for it). Safe: the candidate counts
+        the votes of its own set, and this node still votes once per epoch
+        (Raft thesis §4.1: it is the candidate's configuration that counts).
+        A node repairing its log or whose disk failed never votes."""
+        return (
+            self._repair is None
+            and self.config.directory_id is not None
+            and request.voter_directory_id == self.config.directory_id
+        )
+
+    def _hears_candidate(self, request: VoteRequest) -> bool:
+        """Is ``request``'s sender a candidate this node may answer: a voter
+        of its set, or, with dynamic voters, any candidate whose log is at
+        least as up to date as ours. Raft thesis §4.1: a server grants its
+        vote to a candidate outside its latest configuration, for that
+        candidate may hold a later one (a voter that missed its own
+        addition's record, or this node's removal, would otherwise never
+        get a majority together). The candidate counts only the votes of
+        its own set; a stale or removed node cannot pass the log check, and
+        a live leader's lease still refuses it (§4.2.3)."""
+        if request.src in self._voter_ids:
+            return True
+        return self.config.dynamic_voters and _log_up_to_date(request, self._log)
+
+    def _hands_over(self, request: EndQuorumEpochRequest) -> bool:
+        """Is ``request`` our own leader resigning in our epoch? A leader
+        that removed itself from the voter set resigns once the change is
+        committed (Raft thesis §4.2.2); its voters must hear the hand-over,
+        or they would wait out a whole fetch timeout."""
+        return (
+            self._role is Role.FOLLOWER and request.epoch == self._epoch and request.src == self._leader_id
+        )
 
     def _drop_malformed(self, message: Message, problem: str) -> None:
         """A peer sent what no correct node sends: count it and tell the
@@ -1161,7 +1393,7 @@ class QuorumNode:
             self._become_unattached(
                 self._log.last_epoch, reason="log is ahead of the election state", trigger=Trigger.START
             )
-        elif stored.leader_id == self.node_id and self._votes:
+        elif stored.leader_id == self.node_id and self._stands:
             # A leader that restarts must not lead or vote again in the same
             # epoch: it may have lost unflushed records of that epoch. It
             # resigns at once (the first tick sends EndQuorumEpoch), with no
@@ -1258,7 +1490,7 @@ class QuorumNode:
         if running_deadline is not None:
             deadline = running_deadline
         fetcher = None
-        if not self._votes:
+        if not self._stands:
             # An observer keeps echoing the last read token it had: no leader
             # counts an observer's token (only voters confirm reads).
             previous = self._fetcher
@@ -1301,7 +1533,14 @@ class QuorumNode:
 
     def _stand(self, reason: str, trigger: Trigger) -> None:
         """An election timer fired: pre-vote first (KIP-996) unless disabled."""
-        if not self._votes:
+        if not self._stands:
+            if isinstance(self._state, ResignedState):
+                # A leader removed from the voter set (KIP-853) handed over;
+                # it now follows the new leader as an observer, keeping its
+                # vote record for this epoch (Raft thesis §3.8).
+                self._become_unattached(
+                    self._epoch, voted_for=self._voted_for, reason="not a voter: observing", trigger=trigger
+                )
             return
         if self._disk_failure is not None:
             # The vote for ourselves could not be made durable (§3.8), so
@@ -1317,7 +1556,7 @@ class QuorumNode:
             self._rearm_election_timer()
             return
         # A lone voter has nobody to disrupt, so it skips the pre-vote.
-        if self.config.pre_vote and len(self.config.voters) > 1:
+        if self.config.pre_vote and not (len(self._voters) == 1 and self._is_voter):
             self._become_prospective(reason, trigger)
         else:
             self._become_candidate(reason, trigger)
@@ -1353,7 +1592,7 @@ class QuorumNode:
         self._set_election_state(self._epoch + 1, self.node_id, None)
         candidacy.election_deadline = self._draw_election_deadline()
         self._event(reason)
-        if len(candidacy.granted) >= self.config.majority:
+        if len(candidacy.granted & self._voter_ids) >= self._voters.majority:
             self._become_leader()  # a single voter is its own majority
         else:
             self._request_votes(pre_vote=False)
@@ -1361,7 +1600,11 @@ class QuorumNode:
     def _become_leader(self) -> None:
         """Raft thesis §3.4: a majority voted for us. Every voter starts
         unacknowledged: nothing learned in another role is trusted."""
-        replicas = {voter: ReplicaState(voter, is_voter=True) for voter in self.config.voters if voter != self.node_id}
+        replicas = {
+            voter: ReplicaState(voter, is_voter=self._voters.holds(voter, None))
+            for voter in self._voters.ids
+            if voter != self.node_id
+        }
         leader = LeaderState(
             epoch_start_offset=self._log.end_offset,
             replicas=replicas,
@@ -1464,7 +1707,8 @@ class QuorumNode:
         # KAFKA-15489 check quorum: resign when a majority of voters has not
         # fetched within check_quorum_factor * fetch_timeout. A single voter
         # is its own majority (KAFKA-16144).
-        if self.config.check_quorum and len(self.config.voters) > 1 and now >= leader.check_quorum_deadline:
+        alone = len(self._voters) == 1 and self._is_voter
+        if self.config.check_quorum and not alone and now >= leader.check_quorum_deadline:
             self._become_resigned("check quorum: no fetch from a majority of voters", Trigger.CHECK_QUORUM)
             return
         # KIP-595 long poll over: answer with whatever there is (at least
@@ -1478,14 +1722,14 @@ class QuorumNode:
             self._send_begin_quorum_epoch(leader, force=False)
 
     def _tick_follower(self, now: int, follower: FollowerState) -> None:
-        if self._votes and now >= follower.fetch_deadline:
+        if self._stands and now >= follower.fetch_deadline:
             # KIP-595 fetch timeout: the leader is presumed gone.
             if follower.leader_unreachable:
                 self._stand("leader unreachable: its connection was reset", Trigger.FETCH_TIMEOUT)
             else:
                 self._stand("fetch timeout: no fetch from the leader", Trigger.FETCH_TIMEOUT)
             return
-        if not self._votes and now >= follower.fetch_deadline:
+        if not self._stands and now >= follower.fetch_deadline:
             # An observer that lost its leader goes looking for the new one.
             self._become_unattached(self._epoch, reason="fetch timeout", trigger=Trigger.FETCH_TIMEOUT)
             return
@@ -1508,15 +1752,26 @@ class QuorumNode:
         self._log.append(entries)
         self._out.append.extend(entries)
         self._complete_parked_fetches(self._leading)
+        if kind is RecordKind.VOTERS:
+            self._note_voter_records(entries)
 
     def _maybe_advance_high_watermark(self) -> None:
         leader = self._leading
         # The leader's own acknowledgement is its *durable* end (§10.2.1);
         # a replica's is its fetch offset, which it sends only once the
         # records below it are durable (_output.py).
-        acknowledged = [self._durable_end if self.node_id in self.config.voter_set else None]
-        acknowledged += [replica.end_offset for replica in leader.replicas.values() if replica.is_voter]
-        new_hw = next_high_watermark(self._hw, acknowledged, self.config.majority, leader.epoch_start_offset)
+        # Counted over the voter set in force, even when the record that
+        # made it is not yet committed (Raft thesis §4.1); a leader that
+        # removed itself does not count itself (§4.2.2).
+        replicas = leader.replicas
+        acknowledged: list[int | None] = []
+        for voter in self._voters.ids:
+            if voter == self.node_id:
+                acknowledged.append(self._durable_end if self._is_voter else None)
+            else:
+                replica = replicas.get(voter)
+                acknowledged.append(replica.end_offset if replica is not None and replica.is_voter else None)
+        new_hw = next_high_watermark(self._hw, acknowledged, self._voters.majority, leader.epoch_start_offset)
         if new_hw > self._hw:
             self._advance_high_watermark(new_hw)
 
@@ -1549,8 +1804,12 @@ class QuorumNode:
         replica = leader.replicas.get(request.src)
         if replica is None:
             # An observer's first Fetch this leadership.
-            replica = ReplicaState(request.src, is_voter=request.src in self.config.voter_set)
+            replica = ReplicaState(request.src, is_voter=False)
             leader.replicas[request.src] = replica
+        # KIP-853: a voter counts only from the disk it was added with; the
+        # same id with a wiped disk is another replica.
+        replica.directory_id = request.directory_id
+        replica.is_voter = self._voters.holds(request.src, request.directory_id)
         replica.last_fetch_tick = self._tick
         fetch_session = request.request_id >> 32
         if replica.fetch_session != fetch_session:
@@ -1563,8 +1822,8 @@ class QuorumNode:
         if replica.is_voter:
             leader.record_voter_fetch(
                 request.src,
-                leader_is_voter=self.config.is_voter,
-                majority_size=self.config.majority,
+                leader_is_voter=self._is_voter,
+                majority_size=self._voters.majority,
                 next_deadline=self._tick + self.config.ticks(self.config.check_quorum_ms),
             )
         extension = None
@@ -1659,7 +1918,7 @@ class QuorumNode:
         if not leader.parked:
             return
         if observers_only:
-            voters = self.config.voter_set
+            voters = self._voter_ids
             for replica_id in sorted(leader.parked):
                 if replica_id not in voters:
                     self._answer_fetch(leader, leader.parked.pop(replica_id))
@@ -1677,7 +1936,7 @@ class QuorumNode:
         voter_tokens = [replica.acked_read_token for replica in leader.replicas.values() if replica.is_voter]
         still_waiting: list[PendingRead] = []
         for read in leader.pending_reads:
-            if read_confirmed(read.token_needed, voter_tokens, self.config.is_voter, self.config.majority):
+            if read_confirmed(read.token_needed, voter_tokens, self._is_voter, self._voters.majority):
                 self._out.reads.append(ReadReady(read.read_id, self._hw))
             else:
                 still_waiting.append(read)
@@ -1715,9 +1974,11 @@ class QuorumNode:
     def _serve_fetch_snapshot(self, leader: LeaderState, request: FetchSnapshotRequest) -> None:
         """KIP-630 FetchSnapshot in this leader's epoch: one chunk."""
         reply = partial(self._reply_fetch_snapshot, request)
-        replica = leader.replicas.setdefault(
-            request.src, ReplicaState(request.src, is_voter=request.src in self.config.voter_set)
-        )
+        replica = leader.replicas.get(request.src)
+        if replica is None:
+            replica = leader.replicas[request.src] = ReplicaState(
+                request.src, is_voter=self._voters.holds(request.src, None)
+            )
         # A snapshot fetch is a fetch: it counts for check quorum
         # (KAFKA-15489), or a leader would resign while feeding a snapshot
         # to a majority that is catching up.
@@ -1725,8 +1986,8 @@ class QuorumNode:
         if replica.is_voter:
             leader.record_voter_fetch(
                 request.src,
-                leader_is_voter=self.config.is_voter,
-                majority_size=self.config.majority,
+                leader_is_voter=self._is_voter,
+                majority_size=self._voters.majority,
                 next_deadline=self._tick + self.config.ticks(self.config.check_quorum_ms),
             )
         snapshot = self._snapshot
@@ -1755,7 +2016,7 @@ class QuorumNode:
         # Half the fetch timeout: a voter hears from us at least twice
         # before its own fetch timeout could make it stand.
         half_fetch = self.config.ticks(self.config.fetch_timeout_ms / 2)
-        for voter in self.config.voters:
+        for voter in self._voters.ids:
             if voter == self.node_id:
                 continue
             replica = leader.replicas[voter]
@@ -1770,8 +2031,8 @@ class QuorumNode:
         successors = resigned.successors
         if not successors:
             # After a restart the ranking is lost: name every other voter.
-            successors = tuple(voter for voter in self.config.voters if voter != self.node_id)
-        for voter in self.config.voters:
+            successors = tuple(voter for voter in self._voters.ids if voter != self.node_id)
+        for voter in self._voters.ids:
             if voter != self.node_id and voter not in resigned.end_epoch_acked:
                 self._send(
                     EndQuorumEpochRequest(
@@ -1800,7 +2061,7 @@ class QuorumNode:
         else:
             # An observer without a leader asks the voters in turn; a
             # non-leader answers NOT_LEADER with the leader it knows.
-            voters = self.config.voters
+            voters = self._voters.ids
             target = voters[self._bootstrap_index % len(voters)]
         if target is None:
             return
@@ -1838,6 +2099,7 @@ class QuorumNode:
                 request_id=self._fetch_request_id,
                 read_token=fetcher.read_token,
                 extension=provider() if provider is not None else None,
+                directory_id=self.config.directory_id,
             )
         )
 
@@ -1908,6 +2170,9 @@ class QuorumNode:
             if response.records:
                 self._log.append(response.records)
                 self._out.append.extend(response.records)
+                if self.config.dynamic_voters:
+                    # In force on append (Raft thesis §4.1; KIP-853).
+                    self._note_voter_records(response.records)
             # Bounded by our own log: a follower cannot commit records it
             # does not hold yet (the high watermark may run ahead of them).
             self._advance_high_watermark(min(response.high_watermark, self._log.end_offset))
@@ -1951,6 +2216,56 @@ class QuorumNode:
                 f"{repair.damaged_from_offset}): voting again"
             )
 
+    # =====================================================================
+    # The voter set (KIP-853; Raft thesis §4.1)
+    # =====================================================================
+
+    def _note_voter_records(self, entries: Sequence[Entry]) -> None:
+        """Appended records: each VOTERS record among them takes effect
+        now, committed or not (Raft thesis §4.1). Raises ``ValueError`` for
+        a payload that is not a voter set (the wire checked a peer's; one
+        from our own storage is damage)."""
+        found = False
+        for entry in entries:
+            if entry.kind is RecordKind.VOTERS:
+                self._voter_records.append((entry.offset, VoterSet.decode(entry.data)))
+                found = True
+        if found:
+            self._voters_changed()
+
+    def voters_at(self, offset: int) -> VoterSet:
+        """The voter set in force for a record at ``offset`` (the last
+        VOTERS record before it, else the base)."""
+        voters = self._base_voters
+        for record_offset, record_voters in self._voter_records:
+            if record_offset >= offset:
+                break
+            voters = record_voters
+        return voters
+
+    def _voters_changed(self) -> None:
+        """The last VOTERS record changed (appended, truncated, or a
+        snapshot replaced the log): put its set in force. A leader re-reads
+        its replica table, since majorities are now counted over the new
+        set: the high watermark and reads may move at once."""
+        voters = self._voter_records[-1][1] if self._voter_records else self._base_voters
+        if voters == self._voters:
+            return
+        self._voters = voters
+        self._voter_ids = frozenset(voters.ids)
+        self._is_voter = voters.holds(self.node_id, self.config.directory_id)
+        self._out.voters_changed = voters
+        state = self._state
+        if isinstance(state, LeaderState):
+            for voter in voters.ids:
+                if voter != self.node_id and voter not in state.replicas:
+                    state.replicas[voter] = ReplicaState(voter, is_voter=False)
+            for replica in state.replicas.values():
+                replica.is_voter = voters.holds(replica.node_id, replica.directory_id)
+            state.fetched_voters = {voter for voter in state.fetched_voters if state.replicas[voter].is_voter}
+            self._maybe_advance_high_watermark()
+            self._check_pending_reads(state)
+
     def _truncate_diverging(self, diverging: OffsetAndEpoch) -> None:
         # KIP-595: keep our records of the diverging epoch only up to where
         # the leader's records of it end; if we have no records of that
@@ -1979,6 +2294,12 @@ class QuorumNode:
         if end_offset >= self._log.end_offset:
             return
         self._log.truncate_to(end_offset)
+        if self._voter_records and self._voter_records[-1][0] >= end_offset:
+            # An uncommitted voter change truncated: the set before it is in
+            # force again (KIP-853; Raft thesis §4.1).
+            while self._voter_records and self._voter_records[-1][0] >= end_offset:
+                self._voter_records.pop()
+            self._voters_changed()
         out = self._out
         out.append = [entry for entry in out.append if entry.offset < end_offset]
         out.truncate_to = end_offset if out.truncate_to is None else min(out.truncate_to, end_offset)
@@ -2009,7 +2330,17 @@ class QuorumNode:
         download.buffer += response.chunk
         if len(download.buffer) >= response.size:
             fetcher.download = None
-            self._install_snapshot(Snapshot(download.snapshot_id, bytes(download.buffer)))
+            snapshot = Snapshot(download.snapshot_id, bytes(download.buffer))
+            if self.config.dynamic_voters:
+                try:
+                    split_snapshot(snapshot.data)
+                except ValueError as error:
+                    # A dynamic cluster's snapshot always carries its voter
+                    # set: these bytes are not one (the leader's fault).
+                    self._drop_malformed(response, f"snapshot {download.snapshot_id.end_offset}: {error}")
+                    fetcher.next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
+                    return
+            self._install_snapshot(snapshot)
         self._maybe_send_fetch(self._tick)
 
     def _install_snapshot(self, snapshot: Snapshot) -> None:
@@ -2019,6 +2350,12 @@ class QuorumNode:
         snapshot_id = snapshot.snapshot_id
         self._snapshot = snapshot
         self._log.reset(snapshot_id)
+        if self.config.dynamic_voters:
+            # The snapshot carries the set in force at its end (checked on
+            # arrival, ``_on_fetch_snapshot_response``).
+            self._base_voters = split_snapshot(snapshot.data)[0]
+            self._voter_records.clear()
+            self._voters_changed()
         out = self._out
         out.snapshot = (snapshot_id, snapshot.data)
         out.reset_log = True
@@ -2044,16 +2381,17 @@ class QuorumNode:
         # A pre-vote asks about the epoch we would stand in, without
         # moving to it (KIP-996); a vote is in the epoch we already took.
         epoch = self._epoch + 1 if pre_vote else self._epoch
-        for voter in self.config.voters:
-            if voter != self.node_id:
+        for voter in self._voters.voters:
+            if voter.node_id != self.node_id:
                 self._send(
                     VoteRequest(
                         src=self.node_id,
-                        dst=voter,
+                        dst=voter.node_id,
                         epoch=epoch,
                         last_epoch=last.epoch,
                         end_offset=last.offset,
                         pre_vote=pre_vote,
+                        voter_directory_id=voter.directory_id,
                     )
                 )
 
@@ -2086,7 +2424,7 @@ class QuorumNode:
         # (§3.6.1), so that the winner holds every committed record.
         granted = False
         if (
-            self._votes
+            (self._votes or self._addressed_as_voter(request))
             # §3.8: a vote the disk cannot record is never granted.
             and self._disk_failure is None
             and self._role in (Role.UNATTACHED, Role.PROSPECTIVE)
@@ -2100,8 +2438,12 @@ class QuorumNode:
             deadline = self._draw_election_deadline()
             if self._role is Role.PROSPECTIVE or self._voted_for is None:
                 # §3.8: the vote is recorded, and durable before the
-                # response leaves (the Output contract orders it).
-                self._enter_role(Role.UNATTACHED, Trigger.GRANTED_VOTE, UnattachedState(election_deadline=deadline))
+                # response leaves (the Output contract orders it). A node
+                # that does not stand keeps looking for the leader.
+                fetcher = None if self._stands else FetcherState(next_fetch_tick=self._tick)
+                self._enter_role(
+                    Role.UNATTACHED, Trigger.GRANTED_VOTE, UnattachedState(election_deadline=deadline, fetcher=fetcher)
+                )
                 self._set_election_state(self._epoch, request.src, None)
                 self._event(f"voted for {request.src}")
             else:
@@ -2117,7 +2459,7 @@ class QuorumNode:
         """
         granted = (
             request.epoch > self._epoch
-            and self._votes
+            and (self._votes or self._addressed_as_voter(request))
             # Could not vote for real (§3.8), so it must not encourage.
             and self._disk_failure is None
             and self._role is not Role.LEADER
@@ -2147,14 +2489,16 @@ class QuorumNode:
         # Sets, not counters: a duplicated answer is counted once.
         candidacy = self._role_state(CandidacyState)
         (candidacy.granted if response.granted else candidacy.rejected).add(response.src)
-        majority = self.config.majority
-        if len(candidacy.granted) >= majority:
+        majority = self._voters.majority
+        # Only the voters of our set count: ourselves too, unless we stand
+        # while our own removal is pending (``_stands``).
+        if len(candidacy.granted & self._voter_ids) >= majority:
             # Raft thesis §3.4: a majority of the voters, ourselves included.
             if response.pre_vote:
                 self._become_candidate("won the pre-vote", Trigger.WON_PRE_VOTE)
             else:
                 self._become_leader()
-        elif len(candidacy.rejected) > len(self.config.voters) - majority:
+        elif len(candidacy.rejected & self._voter_ids) > len(self._voters) - majority:
             # Too many refusals for any majority to remain: lost already, so
             # do not wait out the timer.
             if response.pre_vote:
@@ -2181,7 +2525,7 @@ class QuorumNode:
                 reason=f"leader {request.src} resigned",
                 trigger=Trigger.LEADER_RESIGNED,
             )
-        if self._role is Role.UNATTACHED and self._votes:
+        if self._role is Role.UNATTACHED and self._stands:
             # The most up-to-date successor stands at once, the next
             # after a short wait, and so on (KIP-595 EndQuorumEpoch).
             successors = request.preferred_successors
@@ -2223,6 +2567,11 @@ class QuorumNode:
         """Hand the output of one input to the driver. An output with
         persistence work gets the next sequence number; ``persisted`` with
         that number later tells us how far the log is durable."""
+        if self._role is Role.LEADER and not self._is_voter and not self.voter_change_pending:
+            # A leader that removed itself led until the change committed
+            # (Raft thesis §4.2.2: it replicates it without counting
+            # itself); now it hands over and keeps no vote (KIP-853).
+            self._become_resigned("removed from the voter set: the change is committed", Trigger.RESIGN_REQUESTED)
         out = self._out
         self._out = Output()
         if out.has_persistence:

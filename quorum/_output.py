@@ -35,6 +35,7 @@ from typing import Any
 
 from ._messages import Message
 from ._types import ElectionState, Entry, SnapshotId
+from ._voters import VoterSet
 
 
 class Role(enum.Enum):
@@ -99,6 +100,9 @@ class Output:
     snapshot_loaded: tuple[SnapshotId, bytes] | None = None
     reads: list[ReadReady | ReadFailed] = field(default_factory=list)
     events: list[RoleChange] = field(default_factory=list)
+    # The voter set in force after this input, when the input changed it (a
+    # VOTERS record appended or truncated, a snapshot installed; KIP-853).
+    voters_changed: VoterSet | None = None
 
     @property
     def has_persistence(self) -> bool:
@@ -119,4 +123,5 @@ class Output:
             or self.snapshot_loaded
             or self.reads
             or self.events
+            or self.voters_changed is not None
         )

@@ -88,3 +88,21 @@ def check_quorum_met(voters_fetched: int, leader_is_voter: bool, majority_size: 
     fetches from itself, so it counts itself; a single voter is its own
     majority (KAFKA-16144)."""
     return voters_fetched + (1 if leader_is_voter else 0) >= majority_size
+
+
+def majorities_overlap(voters_before: Iterable[int], voters_after: Iterable[int]) -> bool:
+    """Whether every majority of ``voters_before`` shares a member with
+    every majority of ``voters_after``: the property that lets a
+    configuration change take effect on append (Raft thesis §4.1: sets that
+    differ by one voter always overlap, so two leaders, one per set, can
+    never be elected in one epoch).
+
+    The worst case puts each majority on the voters the other set lacks
+    first; the two then meet only if what is left over cannot be placed on
+    the shared voters without a common member. Raises ``ValueError`` for an
+    empty set."""
+    before, after = set(voters_before), set(voters_after)
+    shared = before & after
+    spill_before = max(0, majority(len(before)) - len(before - after))
+    spill_after = max(0, majority(len(after)) - len(after - before))
+    return spill_before + spill_after > len(shared)

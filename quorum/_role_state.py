@@ -66,6 +66,9 @@ class ReplicaState:
     # The process (fetch session) of its latest Fetch: a new one is a
     # restart, which knows no high watermark yet.
     fetch_session: int | None = None
+    # The directory id its latest Fetch carried (KIP-853): ``is_voter``
+    # holds only while it is the one the voter set names.
+    directory_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

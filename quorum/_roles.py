@@ -76,6 +76,7 @@ ROLE_TRANSITIONS: tuple[RoleTransition, ...] = (
     RoleTransition(_C, _C, Trigger.ELECTION_TIMEOUT, "election backoff over: stand in the next epoch (pre-vote off)"),
     RoleTransition(_R, _P, Trigger.ELECTION_TIMEOUT, "a resigned leader stands once nobody took over"),
     RoleTransition(_R, _C, Trigger.ELECTION_TIMEOUT, "a resigned leader stands (pre-vote off)"),
+    RoleTransition(_R, _U, Trigger.ELECTION_TIMEOUT, "a leader removed from the voter set observes (KIP-853)"),
     # Pre-vote and vote outcomes.
     RoleTransition(_P, _C, Trigger.WON_PRE_VOTE, "KIP-996: a majority would vote"),
     RoleTransition(_P, _F, Trigger.LOST_PRE_VOTE, "KIP-996: back to the known leader, same epoch"),

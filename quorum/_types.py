@@ -53,6 +53,11 @@ class RecordKind(enum.IntEnum):
     # high watermark can advance only on a record of the leader's own epoch
     # (Raft thesis §3.6.2; KIP-595 LeaderChangeMessage).
     LEADER_CHANGE = 1
+    # A dynamic cluster's voter set (KIP-853 VotersRecord; Raft thesis §4.1
+    # single-server changes): the whole set after one voter was added or
+    # removed. It takes effect on every node as soon as it is appended,
+    # committed or not, and is undone if the record is truncated.
+    VOTERS = 2
 
 
 class Entry(NamedTuple):

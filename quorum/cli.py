@@ -30,7 +30,16 @@ import trio
 from .cli_errors import CommandError, ReportingGroup, record_listen_addresses
 from .cli_tls import client_tls, tls_client_options, tls_from_settings
 from .runtime import EXPIRY_WARNING_DAYS, ConnectionLimits, KeyValueStateMachine, NodeConfig, open_quorum_node, parse_voters
-from .storage import EXIT_NOT_A_DATA_DIR, check_storage_report, dump_log, dump_log_command
+from ._voters import Voter
+from .storage import (
+    EXIT_NOT_A_DATA_DIR,
+    StorageOwnershipError,
+    check_storage_report,
+    dump_log,
+    dump_log_command,
+    format_data_dir,
+    new_directory_id,
+)
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -439,6 +448,92 @@ def dump_log_cli(directory: Path, **options: Any) -> None:
             exit_code=EXIT_NOT_A_DATA_DIR,
         )
     dump_log_command.callback(directory=directory, **options)  # type: ignore[misc]
+
+
+def parse_initial_voters(text: str) -> tuple[Voter, ...]:
+    """``ID@HOST:PORT:DIRECTORY,...`` (Kafka's ``--initial-controllers``)
+    as voters. Raises ``ValueError`` with the item at fault."""
+    voters: list[Voter] = []
+    for item in text.split(","):
+        item = item.strip()
+        try:
+            node, rest = item.split("@", 1)
+            endpoint, directory = rest.rsplit(":", 1)
+            _address(endpoint)
+            voters.append(Voter(int(node), directory, (endpoint,)))
+        except ValueError as error:
+            raise ValueError(f"initial voter {item!r} is not ID@HOST:PORT:DIRECTORY ({error})") from None
+    return tuple(voters)
+
+
+@main.command("format")
+@click.option("--data-dir", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--node-id", required=True, type=click.IntRange(min=0))
+@click.option("--cluster-id", required=True)
+@click.option(
+    "--initial-voters",
+    help="ID@HOST:PORT:DIRECTORY,... : a dynamic-voter cluster's first voter set (the same on every node "
+    "formatted before the cluster first starts, including nodes to be added later).",
+)
+@click.option("--standalone", is_flag=True, help="A dynamic-voter cluster of this node alone; add the others later.")
+@click.option("--listen", help="HOST:PORT this node listens on (with --standalone).")
+@click.option("--directory-id", help="Use this directory id instead of a fresh random one (ids given to --initial-voters).")
+def format_command(
+    data_dir: Path,
+    node_id: int,
+    cluster_id: str,
+    initial_voters: str | None,
+    standalone: bool,
+    listen: str | None,
+    directory_id: str | None,
+) -> None:
+    """Format an empty DATA_DIR: node id, cluster id and a fresh random
+    directory id in meta.json (KIP-853). Without --initial-voters or
+    --standalone the cluster's voters are the static --voters list given at
+    start-up."""
+    try:
+        if standalone and initial_voters:
+            raise ValueError("give --standalone or --initial-voters, not both")
+        voters: tuple[Voter, ...] = ()
+        if initial_voters:
+            voters = parse_initial_voters(initial_voters)
+            mine = [voter for voter in voters if voter.node_id == node_id]
+            if mine and directory_id is None:
+                # This node is one of the initial voters: its directory id is
+                # the one the list names, or no other node could count it.
+                directory_id = mine[0].directory_id
+            elif mine and mine[0].directory_id != directory_id:
+                raise ValueError(
+                    f"--directory-id {directory_id} differs from the one --initial-voters names for node {node_id}"
+                )
+        if standalone:
+            if listen is None:
+                raise ValueError("--standalone needs --listen HOST:PORT (where the other nodes will find this one)")
+            _address(listen)
+            directory_id = directory_id or new_directory_id()
+            voters = (Voter(node_id, directory_id, (listen,)),)
+        identity = format_data_dir(
+            data_dir, node_id=node_id, cluster_id=cluster_id, directory_id=directory_id, bootstrap_voters=voters
+        )
+    except ValueError as error:
+        raise click.UsageError(str(error)) from error
+    except StorageOwnershipError as error:
+        raise CommandError(str(error), hint="Format only an empty directory.") from error
+    click.echo(
+        json.dumps(
+            {
+                "data_dir": str(data_dir),
+                "node_id": identity.node_id,
+                "cluster_id": identity.cluster_id,
+                "directory_id": identity.directory_id,
+                "voters": "dynamic" if identity.bootstrap_voters else "static",
+                "bootstrap_voters": [
+                    f"{voter.node_id}@{','.join(voter.endpoints)}:{voter.directory_id}"
+                    for voter in identity.bootstrap_voters
+                ],
+            }
+        )
+    )
 
 
 @main.command("check-storage")

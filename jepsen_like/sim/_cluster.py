@@ -43,11 +43,16 @@ from quorum import (
     Role,
     RoleChange,
     ServiceClass,
+    RecordKind,
     Snapshot,
     SnapshotId,
+    Voter,
+    VoteRequest,
+    VoterSet,
     apply_output,
     describe_message,
     service_class,
+    majorities_overlap,
 )
 
 from ._network import LinkFaults, Network
@@ -105,14 +110,25 @@ class SimOptions:
     service_quorum_us: int = 0
     service_client_us: int = 0
     service_priority: bool = True
+    # Dynamic voters (KIP-853): ``voters`` is the bootstrap set, and
+    # ``spare_nodes`` more nodes start as observers that may be added.
+    # ``reconfigure``: the random scenario's nemesis also changes voters.
+    dynamic_voters: bool = False
+    spare_nodes: int = 0
+    reconfigure: bool = False
     # An observer of the run, not an option of it (never in ``describe()``):
     # the visual replay's ``Recording`` (``_recorder.py``). None: no cost.
     recorder: Any = None
 
-    def quorum_config(self, node_id: int) -> QuorumConfig:
+    def quorum_config(self, node_id: int, directory_id: str | None = None) -> QuorumConfig:
+        dynamic: dict[str, Any] = {}
+        if self.dynamic_voters:
+            bootstrap = tuple(Voter(voter, disk_directory_id(voter, 0)) for voter in range(1, self.voters + 1))
+            dynamic = {"bootstrap_voters": bootstrap, "directory_id": directory_id}
         return QuorumConfig(
             node_id=node_id,
             voters=tuple(range(1, self.voters + 1)),
+            **dynamic,
             tick_ms=self.tick_ms,
             election_timeout_ms=self.election_timeout_ms,
             fetch_timeout_ms=self.fetch_timeout_ms,
@@ -152,12 +168,25 @@ class SimOptions:
                 if self.models_service
                 else {}
             ),
+            # Likewise only for a cluster with dynamic voters.
+            **(
+                {"dynamic_voters": True, "spare_nodes": self.spare_nodes, "reconfigure": self.reconfigure}
+                if self.dynamic_voters
+                else {}
+            ),
         }
 
     @property
     def models_service(self) -> bool:
         """Whether voters take time to serve what they read."""
         return self.service_quorum_us > 0 or self.service_client_us > 0
+
+
+def disk_directory_id(node_id: int, generation: int) -> str:
+    """The directory id of ``node_id``'s disk after ``generation`` wipes
+    (what ``kraft-quorum format`` would draw at random; here, from the
+    position, so that a seed replays)."""
+    return f"d{node_id}-{generation}"
 
 
 class SimDisk:
@@ -198,6 +227,8 @@ class SimDisk:
         self.damaged_from: int | None = None
         self.repair: RepairState | None = None
         self.election_state_lost = False
+        # The directory id ``format`` gave this disk (dynamic voters only).
+        self.directory_id: str | None = None
 
     def failure_at(self, now_us: int) -> str | None:
         """The error a write started at ``now_us`` fails with, or None."""
@@ -337,6 +368,13 @@ class SimNode:
         self.node_id = node_id
         self.options = options
         self.disk = SimDisk()
+        # How often the disk was wiped and formatted again (a new directory).
+        self.disk_generation = 0
+        if options.dynamic_voters:
+            self.disk.directory_id = disk_directory_id(node_id, 0)
+        # The last vote this process recorded (epoch, voted_for): a new one
+        # must come from a voter of the set the node holds.
+        self.last_vote: tuple[int, int] | None = None
         self.host: ReplicaHost | None = None  # None while the process is down
         self.incarnation = 0
         self.pipeline: deque[Output] = deque()
@@ -416,7 +454,8 @@ class Simulation:
         self._trace = trace
         self._full_trace = full_trace
         self._recorder = self.options.recorder
-        self.nodes: dict[int, SimNode] = {i: SimNode(i, self.options) for i in range(1, self.options.voters + 1)}
+        node_count = self.options.voters + self.options.spare_nodes
+        self.nodes: dict[int, SimNode] = {i: SimNode(i, self.options) for i in range(1, node_count + 1)}
         self.events_processed = 0
         # Called with (node, input, microseconds it waited to be served) for
         # every message and client request a node serves (scenarios measure
@@ -429,6 +468,7 @@ class Simulation:
         self.role_log: list[RoleChange] = []
         self.resignations: list[tuple[int, int, str]] = []  # (time_us, node, reason)
         self.history: list[dict[str, Any]] = []
+        self._delivering: Message | None = None
         self._next_process = 0
         self._read_ids = 0
         # Random disk failure windows (options.disk_fault_rate) until heal().
@@ -528,7 +568,10 @@ class Simulation:
         assert host is not None
         if event.kind == "deliver":
             self._say_full(f"n{node.node_id} <- {describe_message(event.payload)}")
+            # The message being handled, for the vote invariant (_check_voters).
+            self._delivering = event.payload
             host.step(event.payload)
+            self._delivering = None
         else:
             event.payload(node)
         for watcher in self.served_watchers:
@@ -582,7 +625,7 @@ class Simulation:
             if found is not None:
                 self._say(f"n{node_id} {found}")
         node.host = ReplicaHost(
-            self.options.quorum_config(node_id),
+            self.options.quorum_config(node_id, disk.directory_id),
             node.machine,
             _SimPort(self, node),
             rng=rng,
@@ -598,6 +641,8 @@ class Simulation:
         )
         assert node.core is not None
         node.last_hw = node.core.high_watermark
+        stored = disk.election_state
+        node.last_vote = (stored.epoch, stored.voted_for) if stored and stored.voted_for is not None else None
         # What a crash took away (an epoch learned but never persisted, so
         # never acted upon) is not a regression: compare with the disk.
         durable_epoch = disk.election_state.epoch if disk.election_state else 0
@@ -681,6 +726,16 @@ class Simulation:
         held, node.held = node.held, []
         for event in held:
             self._push(0, event.kind, event.node, event.incarnation, event.payload)
+    def wipe_disk(self, node_id: int) -> None:
+        """``node_id``'s disk is replaced by an empty one, formatted afresh
+        (a new directory id, KIP-853); the node crashes and restarts on it."""
+        node = self.nodes[node_id]
+        self.crash(node_id)
+        node.disk_generation += 1
+        node.disk = SimDisk()
+        node.disk.directory_id = disk_directory_id(node_id, node.disk_generation)
+        self._say(f"NEMESIS n{node_id} DISK WIPED (directory {node.disk.directory_id})")
+        self._start(node_id)
 
     def restart(self, node_id: int) -> None:
         if self.nodes[node_id].core is not None:
@@ -728,6 +783,8 @@ class Simulation:
             raise InvariantViolation("hw-regress", f"n{node.node_id} high watermark {node.last_hw} -> {core.high_watermark}")
         node.last_hw = core.high_watermark
         self._check_epoch(node)
+        if self.options.dynamic_voters:
+            self._check_voters(node, output)
         self._send_all(output.early_messages)
         node.pipeline.append(output)
         self._pump(node)
@@ -840,6 +897,56 @@ class Simulation:
                 )
             self._check_leader_completeness(node)
 
+    def _check_voters(self, node: SimNode, output: Output) -> None:
+        """Dynamic voters: a node grants a vote only while it is a voter in
+        the set it holds, or to a candidate whose set names it, with the
+        disk it has, as a voter (KIP-853: a voter just added that lacks the
+        record); it votes for itself only as a voter or while its own
+        removal is the uncommitted last change in its log (Raft thesis
+        §4.2.2: it stands, counting only the votes of its set); and every voter set
+        appended to a log differs from the set before it so little that
+        every majority of one meets every majority of the other (Raft
+        thesis §4.1, single-server changes)."""
+        core = node.core
+        assert core is not None
+        state = output.election_state
+        if state is not None and state.voted_for is not None:
+            vote = (state.epoch, state.voted_for)
+            if vote != node.last_vote:
+                node.last_vote = vote
+                standing_while_removed = state.voted_for == node.node_id and core.removal_pending
+                request = self._delivering
+                addressed = (
+                    isinstance(request, VoteRequest)
+                    and request.src == state.voted_for
+                    and request.voter_directory_id is not None
+                    and request.voter_directory_id == node.disk.directory_id
+                )
+                if not core.is_voter and not standing_while_removed and not addressed:
+                    raise InvariantViolation(
+                        "vote-by-non-voter",
+                        f"n{node.node_id} voted for n{state.voted_for} in epoch {state.epoch} while not a voter of "
+                        f"{core.voters.describe()}",
+                    )
+        for entry in output.append:
+            if entry.kind is RecordKind.VOTERS:
+                before = core.voters_at(entry.offset)
+                after = VoterSet.decode(entry.data)
+                if not majorities_overlap(before.ids, after.ids):
+                    raise InvariantViolation(
+                        "voter-sets-overlap",
+                        f"n{node.node_id} appended voters {after.describe()} at offset {entry.offset} after "
+                        f"{before.describe()}: two majorities could be disjoint",
+                    )
+
+    def committed_voters(self) -> VoterSet | None:
+        """The voter set of the last committed VOTERS record, if any."""
+        for offset in sorted(self.committed, reverse=True):
+            _epoch, kind, data = self.committed[offset]
+            if kind == int(RecordKind.VOTERS):
+                return VoterSet.decode(data)
+        return None
+
     def _check_epoch(self, node: SimNode) -> None:
         assert node.core is not None
         epoch = node.core.epoch
@@ -882,9 +989,18 @@ class Simulation:
         node, every acknowledged write present in them, and every committed
         record on the disks of a majority (persist before acknowledging)."""
         majority = len(self.nodes) // 2 + 1
+        holders_of = list(self.nodes.values())
+        if self.options.dynamic_voters:
+            # Held by a majority of the last committed voter set, each on
+            # the disk it was added with (a wiped disk holds nothing of it).
+            final = self.committed_voters() or self.options.quorum_config(1).initial_voter_set
+            majority = final.majority
+            holders_of = [
+                node for node_id, node in sorted(self.nodes.items()) if final.holds(node_id, node.disk.directory_id)
+            ]
         for offset, record in sorted(self.committed.items()):
             holders = 0
-            for node in self.nodes.values():
+            for node in holders_of:
                 log = node.disk.log
                 if offset < log.start_offset:
                     holders += 1  # behind the disk's snapshot

@@ -21,10 +21,18 @@ from quorum import QuorumInvariantError, Role, VoteRequest
 from ._broker_scenarios import BROKER_SCENARIOS
 from ._cluster import InvariantViolation, Simulation, SimOptions
 from ._network import LinkFaults
+from ._reconfig_scenarios import RECONFIG_SCENARIOS, damage_survivable, random_reconfiguration
+from ._scenario_kit import (
+    LIVENESS_BOUND_MS,
+    _count_ops,
+    _every,
+    _heal_and_check_liveness,
+    _last_data_committed,
+    _wait_for_leader,
+    _Workload,
+)
 from ._result import ScenarioResult
 
-# After healing, a leader must be elected and a write committed within this.
-LIVENESS_BOUND_MS = 20_000
 
 
 # =========================================================================
@@ -95,84 +103,6 @@ def find_stale_reads(
 # =========================================================================
 # Shared pieces
 # =========================================================================
-
-
-class _Workload:
-    """Unique-valued writes and reads of a few keys, issued on a schedule."""
-
-    def __init__(self, sim: Simulation, keys: tuple[str, ...] = ("x",)) -> None:
-        self.sim = sim
-        self.keys = keys
-        self.counter = 0
-        self.busy: set[int] = set()
-
-    def next_value(self) -> str:
-        self.counter += 1
-        return f"v{self.counter}"
-
-    def write(self, node_id: int | None, key: str | None = None) -> None:
-        if node_id is None:
-            return
-        process = self.sim.new_process()
-        self.sim.client_write(process, node_id, key or self.keys[0], self.next_value())
-
-    def read(self, node_id: int | None, mode: str, key: str | None = None) -> None:
-        if node_id is None:
-            return
-        process = self.sim.new_process()
-        self.sim.client_read(process, node_id, key or self.keys[0], mode)
-
-
-def _wait_for_leader(sim: Simulation, timeout_ms: float = 15_000) -> int:
-    if not sim.run_until_true(lambda: sim.stable_leader() is not None, timeout_ms):
-        raise InvariantViolation("liveness", f"no leader elected within {timeout_ms} ms")
-    leader = sim.stable_leader()
-    assert leader is not None
-    return leader
-
-
-def _heal_and_check_liveness(sim: Simulation, workload: _Workload) -> float:
-    """Heal every fault, restart every node, and require a leader and a new
-    committed write within the bound. Returns the time it took (ms)."""
-    sim.heal()
-    for node_id in sorted(sim.nodes):
-        sim.restart(node_id)
-    started = sim.now_ms
-    committed_before = len(sim.committed)
-    deadline = started + LIVENESS_BOUND_MS
-    while sim.now_ms < deadline:
-        leader = sim.stable_leader()
-        if leader is not None:
-            workload.write(leader)
-            if sim.run_until_true(lambda: len(sim.committed) > committed_before and _last_data_committed(sim, started), 1000):
-                return sim.now_ms - started
-        else:
-            sim.run_for(50)
-    raise InvariantViolation("liveness", f"no write committed within {LIVENESS_BOUND_MS} ms of healing")
-
-
-def _last_data_committed(sim: Simulation, since_ms: float) -> bool:
-    since_ns = since_ms * 1e6
-    return any(op["type"] == "ok" and op["f"] == "write" and op["time"] >= since_ns for op in sim.history)
-
-
-def _count_ops(history: list[dict[str, Any]]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for event in history:
-        if event["type"] != "invoke":
-            counts[event["type"]] = counts.get(event["type"], 0) + 1
-    return counts
-
-
-def _every(sim: Simulation, period_ms: float, until_ms: float, action: Callable[[], None]) -> None:
-    """Schedule ``action`` every ``period_ms`` until ``until_ms``."""
-
-    def fire() -> None:
-        if sim.now_ms <= until_ms:
-            action()
-            sim.schedule(period_ms, fire)
-
-    sim.schedule(0, fire)
 
 
 # =========================================================================
@@ -428,7 +358,9 @@ vote_flood.options_factory = lambda seed: SimOptions(voters=random.Random(seed ^
 def random_faults(sim: Simulation, result: ScenarioResult) -> None:
     """Everything at random from the seed: crashes and restarts (never more
     than a minority down), partitions of every shape, lossy links,
-    snapshots, and clients reading in both modes on every node."""
+    snapshots, and clients reading in both modes on every node; with
+    ``reconfigure``, voters added, removed and wiped too
+    (``random_reconfiguration``)."""
     rng = sim._rng
     nodes = sorted(sim.nodes)
     workload = _Workload(sim, keys=("a", "b", "c"))
@@ -447,7 +379,7 @@ def random_faults(sim: Simulation, result: ScenarioResult) -> None:
             victim = rng.choice([n for n in nodes if n not in down])
             sim.crash(victim)
             damage_rate = sim.options.disk_damage_rate
-            if damage_rate and not repairing and rng.random() < damage_rate:
+            if damage_rate and not repairing and damage_survivable(sim) and rng.random() < damage_rate:
                 sim.damage_disk(victim)
         elif roll < 0.35 and down:
             sim.restart(rng.choice(down))
@@ -481,6 +413,8 @@ def random_faults(sim: Simulation, result: ScenarioResult) -> None:
         sim.schedule(rng.uniform(200, 1500), fault)
 
     sim.schedule(rng.uniform(0, 500), fault)
+    if sim.options.reconfigure:
+        random_reconfiguration(sim, rng, until)
     keys = workload.keys
 
     def client_round() -> None:
@@ -605,6 +539,7 @@ SCENARIOS: dict[str, Callable[[Simulation, ScenarioResult], None]] = {
     "random": random_faults,
     "disk-full": disk_full,
     "damaged-log": damaged_log,
+    **RECONFIG_SCENARIOS,
     **BROKER_SCENARIOS,
 }
 
@@ -612,14 +547,25 @@ SCENARIOS: dict[str, Callable[[Simulation, ScenarioResult], None]] = {
 def random_options(seed: int) -> SimOptions:
     """Options drawn from the seed, for sweeps."""
     rng = random.Random(seed ^ 0x5EED)
+    voters = rng.choice((3, 3, 3, 5))
+    snapshot_every_records = rng.choice((0, 0, 20))
+    disk_latency_max_ms = rng.choice((1.0, 5.0))
+    # Drawn last, so the draws above keep their values.
+    disk_fault_rate = rng.choice((0.0, 0.0, 0.0, 0.002))
+    # Drawn after it, for the same reason.
+    disk_damage_rate = rng.choice((0.0, 0.0, 0.0, 0.5))
+    # Dynamic voters and the membership nemesis (KIP-853), after those: a
+    # run that draws no reconfiguration replays as it did before.
+    reconfigure = rng.random() < 0.3
     return SimOptions(
-        voters=rng.choice((3, 3, 3, 5)),
-        snapshot_every_records=rng.choice((0, 0, 20)),
-        disk_latency_max_ms=rng.choice((1.0, 5.0)),
-        # Drawn last, so the draws above keep their values.
-        disk_fault_rate=rng.choice((0.0, 0.0, 0.0, 0.002)),
-        # Drawn after it, for the same reason.
-        disk_damage_rate=rng.choice((0.0, 0.0, 0.0, 0.5)),
+        voters=voters,
+        snapshot_every_records=snapshot_every_records,
+        disk_latency_max_ms=disk_latency_max_ms,
+        disk_fault_rate=disk_fault_rate,
+        disk_damage_rate=disk_damage_rate,
+        dynamic_voters=reconfigure,
+        spare_nodes=2 if reconfigure else 0,
+        reconfigure=reconfigure,
     )
 
 

@@ -39,9 +39,18 @@ from ._segments import (
     SegmentInfo,
 )
 from ._snapshots import SnapshotStore, SnapshotWriter
-from ._storage import FileStorage, MemoryStorage, RecoveredState, RetentionPolicy
+from ._storage import (
+    DataDirIdentity,
+    FileStorage,
+    MemoryStorage,
+    RecoveredState,
+    RetentionPolicy,
+    format_data_dir,
+    new_directory_id,
+)
 
 __all__ = [
+    "DataDirIdentity",
     "DEFAULT_INDEX_INTERVAL_BYTES",
     "DEFAULT_SEGMENT_BYTES_MAX",
     "ELECTION_STATE_FILE_NAME",
@@ -78,7 +87,9 @@ __all__ = [
     "check_storage",
     "check_storage_report",
     "dump_log",
+    "format_data_dir",
     "dump_log_command",
     "format_item",
     "main",
+    "new_directory_id",
 ]

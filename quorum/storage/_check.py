@@ -139,7 +139,11 @@ def _check_small_files(root: Path, result: StorageCheck, *, holds_data: bool) ->
     else:
         try:
             document = decode_checked_json(meta.read_bytes())
-            result.sound(f"{meta}: node {document.get('node_id')} of cluster {document.get('cluster_id')!r}")
+            directory = document.get("directory_id")
+            result.sound(
+                f"{meta}: node {document.get('node_id')} of cluster {document.get('cluster_id')!r}"
+                + ("" if directory is None else f", directory {directory}")
+            )
         except ValueError as error:
             result.damaged(f"{meta}: {error}")
     state = root / ELECTION_STATE_FILE_NAME

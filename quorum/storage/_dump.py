@@ -101,7 +101,7 @@ def _dump_small_files(root: Path) -> Iterator[dict[str, Any]]:
         try:
             document = decode_checked_json(meta.read_bytes())
             yield {"type": "meta", "file": str(meta), "node_id": document.get("node_id"),
-                   "cluster_id": document.get("cluster_id")}
+                   "cluster_id": document.get("cluster_id"), "directory_id": document.get("directory_id")}
         except ValueError as error:
             yield {"type": "error", "file": str(meta), "reason": f"damaged: {error}"}
     state = root / ELECTION_STATE_FILE_NAME

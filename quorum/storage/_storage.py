@@ -22,6 +22,7 @@ import abc
 import logging
 import os
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import Any
 from .._types import ElectionState, Entry, SnapshotId
 from ._election import ELECTION_STATE_FILE_NAME, ElectionStateFile
 from .._node import RepairState
+from .._voters import Voter, VoterSet, check_directory_id
 from ._errors import REPAIR_ADVICE, DamagedLogError, MissingElectionStateError, StorageError, StorageOwnershipError
 from ._files import atomic_write, decode_checked_json, encode_checked_json, fsync_directory, is_plain_int
 from ._memory import MemoryElectionState, MemoryLogStore, MemorySnapshotStore, MemorySnapshotWriter
@@ -354,8 +356,12 @@ class FileStorage(_Facade):
         lock_fd: int,
         logger: logging.Logger,
         log_options: dict[str, Any] | None = None,
+        identity: DataDirIdentity | None = None,
     ) -> None:
         self.data_dir = data_dir
+        # What ``format`` wrote (meta.json): the directory id and, for a
+        # dynamic-voter cluster, the bootstrap voters. None: no meta.json.
+        self.identity = identity
         # How ``open`` opened the log, to open it the same way again.
         self._log_options = log_options or {}
         self.log = log
@@ -413,7 +419,8 @@ class FileStorage(_Facade):
             fsync_directory(data_dir.parent)
         lock_fd = _lock(data_dir)
         try:
-            node_id, cluster_id = _check_meta(data_dir, node_id, cluster_id, fsync)
+            identity = _check_meta(data_dir, node_id, cluster_id, fsync)
+            node_id, cluster_id = (identity.node_id, identity.cluster_id) if identity else (None, None)
             holds_state = (data_dir / ELECTION_STATE_FILE_NAME).exists()
             election = ElectionStateFile(data_dir, fsync=fsync, logger=log_)
             snapshots = SnapshotStore(data_dir / SNAPSHOT_DIR_NAME, fsync=fsync, logger=log_)
@@ -455,6 +462,7 @@ class FileStorage(_Facade):
             snapshots=snapshots,
             node_id=node_id,
             cluster_id=cluster_id,
+            identity=identity,
             retention=retention if retention is not None else RetentionPolicy(),
             lock_fd=lock_fd,
             logger=log_,
@@ -690,9 +698,86 @@ def _holds_data(data_dir: Path) -> bool:
     return snapshot_dir.is_dir() and any(snapshot_dir.glob("*.snapshot"))
 
 
-def _check_meta(
-    data_dir: Path, node_id: int | None, cluster_id: str | None, fsync: bool
-) -> tuple[int | None, str | None]:
+@dataclass(frozen=True, slots=True)
+class DataDirIdentity:
+    """What ``meta.json`` says a data directory is: whose (node and cluster
+    id), which disk (``directory_id``, random per ``format``: KIP-853, a
+    wiped disk formatted again is another replica), and, for a cluster with
+    dynamic voters, the bootstrap voter set (empty: static voters, or a
+    directory written before directory ids existed)."""
+
+    node_id: int
+    cluster_id: str
+    directory_id: str | None = None
+    bootstrap_voters: tuple[Voter, ...] = ()
+
+
+def new_directory_id() -> str:
+    """A fresh random directory id: 32 hex digits (uuid4)."""
+    return uuid.uuid4().hex
+
+
+def format_data_dir(
+    data_dir: str | Path,
+    *,
+    node_id: int,
+    cluster_id: str,
+    directory_id: str | None = None,
+    bootstrap_voters: Sequence[Voter] = (),
+    fsync: bool = True,
+) -> DataDirIdentity:
+    """Format a new data directory (``kraft-quorum format``): write
+    ``meta.json`` with the node id, the cluster id, a directory id (fresh
+    and random unless given) and the bootstrap voters (empty: a static
+    voter list given at start-up instead).
+
+    Raises ``StorageOwnershipError`` if the directory is already formatted
+    or holds a node's data (formatting again would give that data a new
+    identity, and let a wiped disk vote as its old self), ``ValueError``
+    for a bad id or voter set, ``OSError``."""
+    data_dir = Path(data_dir)
+    if not is_plain_int(node_id) or node_id < 0 or not isinstance(cluster_id, str) or not cluster_id:
+        raise ValueError(f"bad node_id {node_id!r} or cluster_id {cluster_id!r}")
+    directory_id = check_directory_id(new_directory_id() if directory_id is None else directory_id)
+    voters = VoterSet(tuple(bootstrap_voters)).voters if bootstrap_voters else ()
+    if (data_dir / META_FILE_NAME).exists() or (data_dir.is_dir() and _holds_data(data_dir)):
+        raise StorageOwnershipError(
+            f"{data_dir} is already formatted or holds a node's data: format only an empty directory "
+            f"(a replaced disk is formatted fresh and added again as a voter; docs/operations.md)"
+        )
+    created = not data_dir.exists()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if created and fsync:
+        fsync_directory(data_dir.parent)
+    document: dict[str, Any] = {"version": 1, "node_id": node_id, "cluster_id": cluster_id, "directory_id": directory_id}
+    if voters:
+        document["bootstrap_voters"] = [[voter.node_id, voter.directory_id, list(voter.endpoints)] for voter in voters]
+    atomic_write(data_dir / META_FILE_NAME, encode_checked_json(document), fsync=fsync)
+    return DataDirIdentity(node_id, cluster_id, directory_id, voters)
+
+
+def _identity_from(document: dict[str, Any]) -> DataDirIdentity:
+    """Raises ``ValueError`` or ``KeyError`` for a document ``format`` (or
+    a first open) would not have written."""
+    if document.get("version") != 1:
+        raise ValueError(f"unknown version {document.get('version')!r}")
+    node_id, cluster_id = document["node_id"], document["cluster_id"]
+    if not is_plain_int(node_id) or node_id < 0 or not isinstance(cluster_id, str) or not cluster_id:
+        raise ValueError(f"bad node_id {node_id!r} or cluster_id {cluster_id!r}")
+    directory_id = check_directory_id(document.get("directory_id"))
+    rows = document.get("bootstrap_voters", [])
+    if not isinstance(rows, list):
+        raise ValueError("bootstrap_voters is not a list")
+    voters: list[Voter] = []
+    for row in rows:
+        if not isinstance(row, list) or len(row) != 3 or not isinstance(row[2], list):
+            raise ValueError(f"malformed bootstrap voter {row!r}")
+        voters.append(Voter(row[0], row[1], tuple(row[2])))
+    bootstrap = VoterSet(tuple(voters)).voters if voters else ()
+    return DataDirIdentity(node_id, cluster_id, directory_id, bootstrap)
+
+
+def _check_meta(data_dir: Path, node_id: int | None, cluster_id: str | None, fsync: bool) -> DataDirIdentity | None:
     path = data_dir / META_FILE_NAME
     try:
         raw = path.read_bytes()
@@ -708,26 +793,22 @@ def _check_meta(
                 f"tell which node and cluster the data belongs to; {REPAIR_ADVICE}."
             )
         if node_id is None and cluster_id is None:
-            return None, None
+            return None
         if node_id is None or cluster_id is None:
             raise ValueError("give both node_id and cluster_id (or neither) when opening a new data directory")
         if not is_plain_int(node_id) or node_id < 0 or not isinstance(cluster_id, str) or not cluster_id:
             raise ValueError(f"bad node_id {node_id!r} or cluster_id {cluster_id!r}")
-        atomic_write(
-            path, encode_checked_json({"version": 1, "node_id": node_id, "cluster_id": cluster_id}), fsync=fsync
-        )
-        return node_id, cluster_id
+        # Not formatted: the first open writes the ids (static voters). It
+        # gets a directory id too, so that it can be added as a voter later.
+        return format_data_dir(data_dir, node_id=node_id, cluster_id=cluster_id, fsync=fsync)
     try:
-        document = decode_checked_json(raw)
-        if document.get("version") != 1:
-            raise ValueError(f"unknown version {document.get('version')!r}")
-        stored_node = document["node_id"]
-        stored_cluster = document["cluster_id"]
+        identity = _identity_from(decode_checked_json(raw))
     except (ValueError, KeyError) as error:
         raise StorageOwnershipError(
             f"{path} is damaged ({error}), so this node refuses to start: it cannot tell which node and cluster "
             f"{data_dir} belongs to; {REPAIR_ADVICE}."
         ) from None
+    stored_node, stored_cluster = identity.node_id, identity.cluster_id
     if node_id is not None and node_id != stored_node:
         raise StorageOwnershipError(
             f"{data_dir} belongs to node {stored_node} of cluster {stored_cluster!r}, not node {node_id}: "
@@ -738,4 +819,4 @@ def _check_meta(
             f"{data_dir} belongs to cluster {stored_cluster!r} (node {stored_node}), not cluster {cluster_id!r}: "
             f"check --cluster-id, or give this node its own data directory"
         )
-    return stored_node, stored_cluster
+    return identity

@@ -38,6 +38,7 @@ from .._messages import (
 )
 from .._node import ReplicaDescription
 from .._types import Entry, OffsetAndEpoch, RecordKind, SnapshotId
+from .._voters import check_directory_id, voter_set_problem
 from ._checks import (
     INT64_MAX,
     RECORD_KINDS,
@@ -227,6 +228,12 @@ def _records(raw: Any, message_epoch: int, build: bool) -> tuple[Entry, ...]:
             ):
                 record_kind = kinds.get(kind)
                 if record_kind is not None:
+                    if record_kind is RecordKind.VOTERS:
+                        # A voter set decides who votes: checked here, at the
+                        # edge, as every other field (the core checks again).
+                        problem = voter_set_problem(data)
+                        if problem is not None:
+                            raise ValueError(f"records[{next_offset - first_offset}] holds no voter set: {problem}")
                     if build:
                         append(Entry(offset, epoch, record_kind, data))
                     next_offset += 1
@@ -268,12 +275,29 @@ def _encode_records(records: tuple[Entry, ...]) -> list:
 # --------------------------------------------------------------------------
 
 
+def fields_with_optional_tail(body: Any, count: int) -> list:
+    """``body`` as ``count`` fields, the last of which a peer that predates
+    it may leave out (it then reads as nil): fields added later (KIP-853's
+    directory ids) go at the end, so old and new peers understand each
+    other during a rolling upgrade."""
+    if type(body) is list and len(body) == count - 1:
+        return [*body, None]
+    return fields(body, count)
+
+
+def _directory_id(value: Any, name: str) -> str | None:
+    try:
+        return check_directory_id(value, name)
+    except ValueError:
+        raise ValueError(f"{name} must be nil or a directory id, got {describe_value(value)}") from None
+
+
 def encode_vote_request(m: VoteRequest) -> list:
-    return [m.src, m.dst, m.epoch, m.last_epoch, m.end_offset, m.pre_vote]
+    return [m.src, m.dst, m.epoch, m.last_epoch, m.end_offset, m.pre_vote, m.voter_directory_id]
 
 
 def decode_vote_request(body: Any, limits: WireLimits, build: bool) -> VoteRequest:
-    src, dst, epoch, last_epoch, end_offset, pre_vote = fields(body, 6)
+    src, dst, epoch, last_epoch, end_offset, pre_vote, voter_directory_id = fields_with_optional_tail(body, 7)
     return VoteRequest(
         src=check_node_id(src, "src"),
         dst=check_node_id(dst, "dst"),
@@ -281,6 +305,7 @@ def decode_vote_request(body: Any, limits: WireLimits, build: bool) -> VoteReque
         last_epoch=check_epoch(last_epoch, "last_epoch"),
         end_offset=check_int64(end_offset, "end_offset"),
         pre_vote=check_bool(pre_vote, "pre_vote"),
+        voter_directory_id=_directory_id(voter_directory_id, "voter_directory_id"),
     )
 
 
@@ -355,11 +380,16 @@ def decode_end_quorum_epoch_response(body: Any, limits: WireLimits, build: bool)
 
 
 def encode_fetch_request(m: FetchRequest) -> list:
-    return [m.src, m.dst, m.epoch, m.fetch_offset, m.last_fetched_epoch, m.request_id, m.read_token, m.extension]
+    return [
+        m.src, m.dst, m.epoch, m.fetch_offset, m.last_fetched_epoch, m.request_id, m.read_token, m.extension,
+        m.directory_id,
+    ]  # fmt: skip
 
 
 def decode_fetch_request(body: Any, limits: WireLimits, build: bool) -> FetchRequest:
-    src, dst, epoch, fetch_offset, last_fetched_epoch, request_id, read_token, extension = fields(body, 8)
+    src, dst, epoch, fetch_offset, last_fetched_epoch, request_id, read_token, extension, directory_id = (
+        fields_with_optional_tail(body, 9)
+    )
     return FetchRequest(
         src=check_node_id(src, "src"),
         dst=check_node_id(dst, "dst"),
@@ -369,6 +399,7 @@ def decode_fetch_request(body: Any, limits: WireLimits, build: bool) -> FetchReq
         request_id=check_int64(request_id, "request_id"),
         read_token=check_int64(read_token, "read_token"),
         extension=_extension(extension, limits),
+        directory_id=_directory_id(directory_id, "directory_id"),
     )
 
 

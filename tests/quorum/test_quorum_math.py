@@ -127,3 +127,32 @@ def test_single_voter_is_its_own_majority() -> None:
     assert check_quorum_met(0, True, majority(1))
     assert read_confirmed(5, [], True, majority(1))
     assert next_high_watermark(0, [3], majority(1), 0) == 3
+
+
+def _majorities_overlap_brute_force(before: frozenset[int], after: frozenset[int]) -> bool:
+    """Every majority of ``before`` meets every majority of ``after``:
+    enumerate them all."""
+    from itertools import combinations
+
+    def majorities(voters: frozenset[int]) -> list[set[int]]:
+        size = len(voters) // 2 + 1
+        return [set(group) for group in combinations(sorted(voters), size)]
+
+    return all(a & b for a in majorities(before) for b in majorities(after))
+
+
+def test_majorities_overlap_matches_brute_force():
+    """Raft thesis §4.1: sets differing by one voter always overlap; the
+    function agrees with enumeration on every pair of subsets of 1..6."""
+    from itertools import combinations
+
+    from quorum._quorum_math import majorities_overlap
+
+    universe = range(1, 7)
+    subsets = [frozenset(c) for size in range(1, 7) for c in combinations(universe, size)]
+    for before in subsets:
+        for after in subsets:
+            expected = _majorities_overlap_brute_force(before, after)
+            assert majorities_overlap(before, after) == expected, (sorted(before), sorted(after))
+            if len(before ^ after) <= 1:
+                assert expected

@@ -71,6 +71,11 @@ def _random(seed: int, *, pre_vote: bool = True) -> SimOptions:
     # damaged; the seeds that now draw damage would run other schedules.
     # With it off, no draw of the run changes (damage draws only when on).
     options.disk_damage_rate = 0.0
+    # Likewise found before the membership nemesis (dynamic voters), which
+    # random_options draws last: off, the run draws as it did.
+    options.dynamic_voters = False
+    options.spare_nodes = 0
+    options.reconfigure = False
     return options
 
 

@@ -22,6 +22,8 @@ from quorum import (
     SnapshotId,
     VoteRequest,
     VoteResponse,
+    Voter,
+    VoterSet,
 )
 from quorum.wire import (
     HELLO_ROLES,
@@ -62,6 +64,8 @@ msgpack_scalars = (
     | st.text(max_size=20)
     | st.binary(max_size=20)
 )
+# KIP-853 directory ids: nil, or 1..64 letters, digits, '-' and '_'.
+directory_ids = st.none() | st.text("abcdefABCDEF0123456789-_", min_size=1, max_size=64)
 # A plain msgpack value as an extension decodes back to (lists, not tuples).
 extensions = st.recursive(
     msgpack_scalars,
@@ -71,14 +75,23 @@ extensions = st.recursive(
 )
 
 
+def _entry(draw, offset: int, epoch: int, kind: RecordKind) -> Entry:
+    """A record whose payload its kind allows: a VOTERS record holds a
+    voter set (the wire refuses anything else)."""
+    if kind is RecordKind.VOTERS:
+        ids = draw(st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=5, unique=True))
+        voters = VoterSet(tuple(Voter(node_id, draw(directory_ids), ("h:1",)) for node_id in ids))
+        return Entry(offset, epoch, kind, voters.encode())
+    return Entry(offset, epoch, kind, draw(st.binary(max_size=40)))
+
+
 @st.composite
 def records(draw, epoch_max: int) -> tuple[Entry, ...]:
     count = draw(st.integers(0, 8))
     start = draw(st.integers(0, INT64_MAX - count) | st.just(0))
     epochs = sorted(draw(st.lists(st.integers(0, epoch_max), min_size=count, max_size=count)))
     return tuple(
-        Entry(start + index, epoch, draw(st.sampled_from(list(RecordKind))), draw(st.binary(max_size=40)))
-        for index, epoch in enumerate(epochs)
+        _entry(draw, start + index, epoch, draw(st.sampled_from(list(RecordKind)))) for index, epoch in enumerate(epochs)
     )
 
 
@@ -91,7 +104,8 @@ def _quorum_fields(**more):
 
 
 vote_requests = st.builds(
-    VoteRequest, **_quorum_fields(last_epoch=epochs, end_offset=int64s, pre_vote=st.booleans())
+    VoteRequest,
+    **_quorum_fields(last_epoch=epochs, end_offset=int64s, pre_vote=st.booleans(), voter_directory_id=directory_ids),
 )
 vote_responses = st.builds(
     VoteResponse,
@@ -112,6 +126,7 @@ fetch_requests = st.builds(
         request_id=int64s,
         read_token=int64s,
         extension=st.none() | extensions,
+        directory_id=directory_ids,
     ),
 )
 

@@ -181,6 +181,11 @@ def test_an_unsupported_version_is_recoverable(version):
         ({"end_offset": 1.0}, "end_offset"),
         ({"last_epoch": None}, "last_epoch"),
         ({"last_epoch": "7"}, "last_epoch"),
+        ({"voter_directory_id": 7}, "voter_directory_id"),
+        ({"voter_directory_id": ""}, "voter_directory_id"),
+        ({"voter_directory_id": "a:b"}, "voter_directory_id"),  # would break ID@HOST:PORT:DIR lists
+        ({"voter_directory_id": "d" * 65}, "voter_directory_id"),
+        ({"voter_directory_id": b"dir"}, "voter_directory_id"),
     ],
 )
 def test_a_field_of_the_wrong_type_or_range_is_named(changes, field):
@@ -201,6 +206,21 @@ def test_wrong_arity_is_invalid(arity):
         _decode(envelope)
 
 
+def test_directory_ids_are_optional_trailing_fields_for_older_peers():
+    """KIP-853's directory ids came later: a VoteRequest of 6 fields and a
+    FetchRequest of 8 (a peer that predates them) decode with None; a
+    FetchRequest's directory id is checked like any other field."""
+    vote = _decode(_vote_body()).message
+    assert vote.voter_directory_id is None
+    assert _decode(_vote_body(voter_directory_id="abc-1_2")).message.voter_directory_id == "abc-1_2"
+    fetch = [2, 1, 7, 40, 6, 99, 3, None]
+    assert _decode([7, 1, 11, CLUSTER, fetch]).message.directory_id is None
+    assert _decode([7, 1, 11, CLUSTER, [*fetch, "d3"]]).message.directory_id == "d3"
+    for bad in (3, "", "no spaces", "x" * 65):
+        with pytest.raises(InvalidMessageError, match="directory_id must be"):
+            _decode([7, 1, 11, CLUSTER, [*fetch, bad]])
+
+
 def test_an_unknown_error_code_is_invalid():
     with pytest.raises(InvalidMessageError, match="error must be a known error code"):
         _decode([4, 1, 1, CLUSTER, [2, 1, 7, 5]])
@@ -216,7 +236,8 @@ GOOD = [[10, 6, 1, b""], [11, 7, 0, b"a"], [12, 7, 0, b"b"]]
         ([[10, 6, 1, b""], [10, 7, 0, b"b"]], r"records\[1\]\.offset is 10, expected 11"),
         ([[10, 7, 1, b""], [11, 6, 0, b"b"]], r"records\[1\]\.epoch 6 is below"),
         ([[10, 8, 0, b""]], r"records\[0\]\.epoch 8 is above the sender's epoch 7"),
-        ([[10, 7, 2, b""]], r"records\[0\]\.kind must be a known record kind"),
+        ([[10, 7, 3, b""]], r"records\[0\]\.kind must be a known record kind"),
+        ([[10, 7, 2, b"not a voter set"]], r"records\[0\] holds no voter set"),
         ([[10, 7, True, b""]], r"records\[0\]\.kind"),
         ([[10, 7, 0, "text"]], r"records\[0\]\.data must be bytes"),
         ([[10, 7, 0]], r"records\[0\] must be an array"),

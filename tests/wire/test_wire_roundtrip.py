@@ -82,5 +82,5 @@ def test_the_envelope_and_body_layout_is_the_documented_one():
         ],
     ]  # fmt: skip
     vote = encode_message(EXAMPLES[VoteRequest], correlation_id=0, cluster_id="c")
-    # length 13; [1, 1, 0, "c", [2, 1, 8, 7, 43, true]]
-    assert vote == bytes.fromhex("0000000d" "95010100a163" "96020108072bc3")
+    # length 14; [1, 1, 0, "c", [2, 1, 8, 7, 43, true, nil]] (nil: no voter directory id)
+    assert vote == bytes.fromhex("0000000e" "95010100a163" "97020108072bc3c0")

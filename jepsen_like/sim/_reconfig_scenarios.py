@@ -1,0 +1,366 @@
+"""Simulator scenarios that change the voter set (KIP-853; Raft thesis §4
+single-server changes) while the network, the processes and the disks
+fail: grow 1 -> 3 -> 5 and shrink 5 -> 3, replace a voter whose disk was
+wiped, remove the leader, remove a partitioned voter, add a voter that then
+dies; and the random reconfiguration nemesis of the sweep.
+
+An ``Operator`` asks the leader for one change at a time and retries until
+the change is committed (a leader change may lose an uncommitted one). The
+simulation checks after every output that a node votes only while it is a
+voter of the set it holds, and that every voter set appended to a log
+overlaps the one before it (``Simulation._check_voters``); at the end, every
+committed record is on a majority of the last committed set.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from quorum import NotLeaderError, ReconfigurationError, RecordKind, ReplicaHost, Voter, VoterSet
+
+from ._cluster import InvariantViolation, Simulation, SimOptions
+from ._result import ScenarioResult
+from ._scenario_kit import _every, _heal_and_check_liveness, _wait_for_leader, _Workload
+
+# An operator gives up on one change after this long (faults included).
+CHANGE_TIMEOUT_MS = 20_000
+# How often the operator looks at the cluster while a change is under way.
+OPERATOR_PERIOD_MS = 50
+
+
+class Operator:
+    """Changes voters through whichever node leads, one change at a time.
+
+    ``change`` returns once the change is committed (True) or the timeout
+    passed (False), running the simulation meanwhile."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+
+    def voters(self) -> VoterSet:
+        """The last committed voter set (the bootstrap set before any)."""
+        committed = self.sim.committed_voters()
+        return committed if committed is not None else self.sim.options.quorum_config(1).initial_voter_set
+
+    def directory_of(self, node_id: int) -> str | None:
+        return self.sim.nodes[node_id].disk.directory_id
+
+    def add(self, node_id: int, timeout_ms: float = CHANGE_TIMEOUT_MS) -> bool:
+        voter = Voter(node_id, self.directory_of(node_id))
+        return self._change(f"add n{node_id}", lambda host: host.add_voter(voter), lambda voters: voters.get(node_id) == voter, timeout_ms)
+
+    def remove(self, node_id: int, timeout_ms: float = CHANGE_TIMEOUT_MS) -> bool:
+        return self._change(f"remove n{node_id}", lambda host: host.remove_voter(node_id), lambda voters: node_id not in voters, timeout_ms)
+
+    def try_once(self, description: str, apply: Callable[[ReplicaHost], int]) -> bool:
+        """Ask the current leader once (no waiting): True if it appended."""
+        sim = self.sim
+        leader = sim.stable_leader()
+        if leader is None:
+            return False
+        host = sim.nodes[leader].host
+        assert host is not None
+        if host.core.voter_change_pending:
+            return False
+        try:
+            offset = apply(host)
+        except (NotLeaderError, ReconfigurationError) as refused:
+            sim._say_full(f"OPERATOR {description} at n{leader} refused: {refused}")
+            return False
+        sim._say(f"OPERATOR {description} at n{leader}: voters record at offset {offset}")
+        return True
+
+    def _change(
+        self,
+        description: str,
+        apply: Callable[[ReplicaHost], int],
+        done: Callable[[VoterSet], bool],
+        timeout_ms: float,
+    ) -> bool:
+        sim = self.sim
+        deadline = sim.now_ms + timeout_ms
+        while sim.now_ms < deadline:
+            if done(self.voters()):
+                return True
+            self.try_once(description, apply)
+            sim.run_for(OPERATOR_PERIOD_MS)
+        return done(self.voters())
+
+
+def dynamic_options(voters: int, spare_nodes: int) -> Callable[[int], SimOptions]:
+    """An ``options_factory``: a dynamic-voter cluster of this shape."""
+
+    def factory(seed: int) -> SimOptions:
+        del seed
+        return SimOptions(voters=voters, dynamic_voters=True, spare_nodes=spare_nodes)
+
+    return factory
+
+
+def _write_continuously(sim: Simulation, until_ms: float) -> None:
+    """A client writing to whoever leads, every 100 ms until ``until_ms``."""
+    workload = _Workload(sim, keys=("a", "b"))
+    _every(sim, 100, until_ms, lambda: workload.write(sim.leader(), sim._rng.choice(workload.keys)))
+
+
+def _require(ok: bool, what: str) -> None:
+    if not ok:
+        raise InvariantViolation("liveness", f"{what} was not committed within {CHANGE_TIMEOUT_MS} ms")
+
+
+def _finish(sim: Simulation, result: ScenarioResult, operator: Operator) -> None:
+    _heal_and_check_liveness(sim, _Workload(sim))
+    result.extra["final_voters"] = list(operator.voters().ids)
+
+
+def grow_and_shrink(sim: Simulation, result: ScenarioResult) -> None:
+    """One voter grows to 3, then 5, under writes, a leader crash and a
+    partition; then shrinks to 3 by removing the leader and a partitioned
+    voter. ``add_ms``: how long each caught-up voter took to be added."""
+    operator = Operator(sim)
+    _wait_for_leader(sim)
+    _write_continuously(sim, sim.now_ms + 60_000)
+    added_ms: list[float] = []
+    for node_id in (2, 3):
+        started = sim.now_ms
+        _require(operator.add(node_id), f"adding n{node_id}")
+        added_ms.append(round(sim.now_ms - started, 3))
+    sim.crash(_wait_for_leader(sim))
+    _wait_for_leader(sim)
+    sim.heal()
+    for node_id in sorted(sim.nodes):
+        sim.restart(node_id)
+    # A voter is cut off while the next two join.
+    isolated = sim._rng.choice((1, 2, 3))
+    sim.network.isolate(isolated, sorted(sim.nodes))
+    sim._say(f"PARTITION n{isolated} alone")
+    for node_id in (4, 5):
+        started = sim.now_ms
+        _require(operator.add(node_id), f"adding n{node_id}")
+        added_ms.append(round(sim.now_ms - started, 3))
+    # Shrink: the partitioned voter, then whoever leads.
+    _require(operator.remove(isolated), f"removing the partitioned n{isolated}")
+    leader = _wait_for_leader(sim)
+    _require(operator.remove(leader), f"removing the leader n{leader}")
+    if len(operator.voters()) != 3:
+        raise InvariantViolation("scenario", f"expected 3 voters, got {operator.voters().describe()}")
+    result.extra["add_ms"] = added_ms
+    _finish(sim, result, operator)
+
+
+grow_and_shrink.options_factory = dynamic_options(1, 4)  # type: ignore[attr-defined]
+
+
+def replace_voter(sim: Simulation, result: ScenarioResult) -> None:
+    """A follower's disk is wiped: it comes back with a new directory id,
+    an observer that neither votes nor counts. The operator removes its old
+    self and adds it again under the new directory, while another voter is
+    partitioned for a while and the leader crashes once."""
+    operator = Operator(sim)
+    leader = _wait_for_leader(sim)
+    _write_continuously(sim, sim.now_ms + 60_000)
+    sim.run_for(500)
+    victim, other = [node_id for node_id in sorted(sim.nodes) if node_id != leader][:2]
+    sim.wipe_disk(victim)
+    if sim.nodes[victim].core.is_voter:  # type: ignore[union-attr]
+        raise InvariantViolation("directory-id", f"n{victim} with a wiped disk still counts itself a voter")
+    sim.network.isolate(other, sorted(sim.nodes))
+    sim._say(f"PARTITION n{other} alone")
+    sim.schedule(3000, sim.network.heal)
+    _require(operator.remove(victim), f"removing the wiped n{victim}")
+    sim.crash(_wait_for_leader(sim))
+    sim.schedule(2000, lambda: [sim.restart(node_id) for node_id in sorted(sim.nodes)])
+    started = sim.now_ms
+    _require(operator.add(victim), f"adding n{victim} with its new disk")
+    result.extra["replace_ms"] = round(sim.now_ms - started, 3)
+    _finish(sim, result, operator)
+
+
+replace_voter.options_factory = dynamic_options(3, 0)  # type: ignore[attr-defined]
+
+
+def remove_leader(sim: Simulation, result: ScenarioResult) -> None:
+    """The leader removes itself under write load (Raft thesis §4.2.2): it
+    leads until the change commits, then hands over. ``unavailable_ms``:
+    from the change's commit to the first write the next leader commits."""
+    operator = Operator(sim)
+    leader = _wait_for_leader(sim)
+    _write_continuously(sim, sim.now_ms + 30_000)
+    sim.run_for(500)
+    _require(operator.remove(leader), f"removing the leader n{leader}")
+    committed_at = sim.now_ms
+    first_write: list[float] = []
+
+    def next_write() -> bool:
+        for event in sim.history:
+            if event["type"] == "ok" and event["f"] == "write" and event["time"] > committed_at * 1e6:
+                first_write.append(event["time"] / 1e6)
+                return True
+        return False
+
+    if not sim.run_until_true(next_write, 10_000):
+        raise InvariantViolation("liveness", "no write committed after the leader removed itself")
+    result.extra["unavailable_ms"] = round(first_write[0] - committed_at, 3)
+    if sim.leader() == leader:
+        raise InvariantViolation("removed-leader", f"n{leader} still leads after removing itself")
+    _finish(sim, result, operator)
+
+
+remove_leader.options_factory = dynamic_options(3, 0)  # type: ignore[attr-defined]
+
+
+def remove_partitioned_voter(sim: Simulation, result: ScenarioResult) -> None:
+    """A voter of five is partitioned and removed by the other four; after
+    healing it learns of its removal and disrupts nobody."""
+    operator = Operator(sim)
+    leader = _wait_for_leader(sim)
+    _write_continuously(sim, sim.now_ms + 30_000)
+    victim = [node_id for node_id in sorted(sim.nodes) if node_id != leader][-1]
+    sim.network.isolate(victim, sorted(sim.nodes))
+    sim._say(f"PARTITION n{victim} alone")
+    sim.run_for(3000)
+    _require(operator.remove(victim), f"removing the partitioned n{victim}")
+    epoch = sim.nodes[sim.leader()].core.epoch  # type: ignore[index,union-attr]
+    sim.heal()
+    if not sim.run_until_true(lambda: victim not in sim.nodes[victim].core.voters, 10_000):  # type: ignore[union-attr]
+        raise InvariantViolation("liveness", f"n{victim} never learned it was removed")
+    current = sim.leader()
+    result.extra["leader_kept"] = current is not None and sim.nodes[current].core.epoch == epoch  # type: ignore[union-attr]
+    _finish(sim, result, operator)
+
+
+remove_partitioned_voter.options_factory = dynamic_options(5, 0)  # type: ignore[attr-defined]
+
+
+def add_voter_that_dies(sim: Simulation, result: ScenarioResult) -> None:
+    """A fourth voter is added and dies at once: three of four still commit;
+    the operator then removes the dead voter."""
+    operator = Operator(sim)
+    _wait_for_leader(sim)
+    _write_continuously(sim, sim.now_ms + 30_000)
+    _require(operator.add(4), "adding n4")
+    sim.crash(4)
+    before = len(sim.committed)
+    if not sim.run_until_true(lambda: len(sim.committed) > before + 3, 10_000):
+        raise InvariantViolation("liveness", "three of four voters did not commit")
+    _require(operator.remove(4), "removing the dead n4")
+    _finish(sim, result, operator)
+
+
+add_voter_that_dies.options_factory = dynamic_options(3, 1)  # type: ignore[attr-defined]
+
+
+RECONFIG_SCENARIOS = {
+    "reconfig-grow-shrink": grow_and_shrink,
+    "reconfig-replace-voter": replace_voter,
+    "reconfig-remove-leader": remove_leader,
+    "reconfig-remove-partitioned": remove_partitioned_voter,
+    "reconfig-add-then-dies": add_voter_that_dies,
+}
+
+
+def _sets_in_force(sim: Simulation, operator: Operator) -> list[VoterSet]:
+    """The last committed voter set and every set a node holds, up or down
+    (a crashed node's uncommitted set may be committed once it restarts
+    and leads): each may be the one a future majority is counted in."""
+    sets = [operator.voters()]
+    for _node_id, node in sorted(sim.nodes.items()):
+        if node.core is not None:
+            held = node.core.voters
+        else:
+            held = _last_voters_on_disk(node.disk.log)
+        if held is not None and held not in sets:
+            sets.append(held)
+    return sets
+
+
+def _last_voters_on_disk(log: Any) -> VoterSet | None:
+    for offset in range(log.end_offset - 1, log.start_offset - 1, -1):
+        entry = log.entry(offset)
+        if entry is not None and entry.kind is RecordKind.VOTERS:
+            return VoterSet.decode(entry.data)
+    return None
+
+
+def damage_survivable(sim: Simulation) -> bool:
+    """May the nemesis damage a voter's log now? Always without dynamic
+    voters (the random scenario's own rule applies). With them, only while
+    every voter set in force has three voters or more and none of them lost
+    its disk: a damaged voter neither votes nor counts until a leader
+    repairs it, so in a set of two, or beside a wiped voter, no majority is
+    left to elect that leader (a stall the protocol cannot and should not
+    avoid: Raft survives the loss of a minority of copies, not more)."""
+    if not sim.options.reconfigure:
+        return True
+    operator = Operator(sim)
+    for voters in _sets_in_force(sim, operator):
+        if len(voters) < 3:
+            return False
+        if any(sim.nodes[node_id].disk.damaged_from is not None for node_id in voters.ids):
+            return False
+        if any(not voters.holds(node_id, operator.directory_of(node_id)) for node_id in voters.ids):
+            return False
+    return True
+
+
+def random_reconfiguration(sim: Simulation, rng: random.Random, until_ms: float) -> None:
+    """The sweep's membership nemesis: every so often, one change through
+    the leader (add a caught-up non-voter, remove a voter, the leader
+    included) or a disk wipe. A voter whose disk was wiped is removed before
+    anything else changes, and at most one voter of three or more is ever
+    wiped at a time: more would lose acknowledged records legitimately
+    (each wipe is a lost copy, and Raft survives only a minority of them)."""
+    operator = Operator(sim)
+    nodes = sorted(sim.nodes)
+    # With log damage drawn too, sets stay at three voters or more (see
+    # ``damage_survivable``).
+    smallest = 3 if sim.options.disk_damage_rate else 1
+
+    def step() -> None:
+        if sim.now_ms >= until_ms:
+            return
+        voters = operator.voters()
+        wiped = sorted(
+            {
+                node_id
+                for voter_set in _sets_in_force(sim, operator)
+                for node_id in voter_set.ids
+                if not voter_set.holds(node_id, operator.directory_of(node_id))
+            }
+        )
+        roll = rng.random()
+        if wiped:
+            victim = wiped[0]
+            operator.try_once(f"remove wiped n{victim}", lambda host: host.remove_voter(victim))
+        elif roll < 0.4:
+            candidates = [node_id for node_id in nodes if node_id not in voters and sim.nodes[node_id].core is not None]
+            if candidates and len(voters) < 5:
+                node_id = rng.choice(candidates)
+                voter = Voter(node_id, operator.directory_of(node_id))
+                operator.try_once(f"add n{node_id}", lambda host: host.add_voter(voter))
+        elif roll < 0.75:
+            if len(voters) > smallest:
+                node_id = rng.choice(voters.ids)
+                operator.try_once(f"remove n{node_id}", lambda host: host.remove_voter(node_id))
+        else:
+            # A wipe loses that disk's copy. Any node outside every set in
+            # force may lose it; a voter only while every set in force has
+            # three voters or more, none wiped (checked above) and none with
+            # a damaged log (found at the next start, or under repair): one
+            # lost copy per set at a time, which Raft survives.
+            sets = _sets_in_force(sim, operator)
+            members = sorted({node_id for voter_set in sets for node_id in voter_set.ids})
+            damaged = any(
+                sim.nodes[node_id].disk.repair is not None or sim.nodes[node_id].disk.damaged_from is not None
+                for node_id in members
+            )
+            victims = [node_id for node_id in nodes if node_id not in members]
+            if min(len(voter_set) for voter_set in sets) >= 3 and not damaged and rng.random() < 0.5:
+                victims = [node_id for node_id in members if node_id != sim.leader()]
+            if victims:
+                sim.wipe_disk(rng.choice(victims))
+        sim.schedule(rng.uniform(300, 1500), step)
+
+    sim.schedule(rng.uniform(0, 500), step)

@@ -1,0 +1,218 @@
+"""The voter set: who votes, who counts toward a majority (KIP-853).
+
+A cluster's voters are either *static* (``QuorumConfig.voters``, fixed for
+the life of the cluster, as before KIP-853) or *dynamic*: the initial set
+comes from ``QuorumConfig.bootstrap_voters`` (written once by ``kraft-quorum
+format``) and every later set is a ``VOTERS`` control record in the log.
+
+A voter is a node id *and* a directory id: the random id ``format`` wrote
+into that node's data directory (``meta.json``). A node whose disk was
+wiped comes back with a new directory id and is not the voter it used to be
+(its votes and acknowledgements were lost with the disk), so it is an
+observer until it is added again (KIP-853, "directory id").
+
+A dynamic cluster's snapshots carry the voter set that holds at their end
+(``join_snapshot``): a follower that installs a snapshot learns the set with
+it, since the records that made it are no longer in anyone's log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ._quorum_math import majority
+from ._types import NODE_ID_MAX
+
+# Directory ids are short strings of letters, digits, '-' and '_' (format
+# writes 32 hex digits; Kafka's are base64url): they sit inside the
+# ``ID@HOST:PORT:DIRECTORY`` lists operators type. The bound keeps a hostile
+# peer or a damaged record from carrying more.
+DIRECTORY_ID_CHARS_MAX = 64
+_DIRECTORY_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+# An endpoint is "host:port"; a voter has a handful at most.
+ENDPOINT_CHARS_MAX = 255
+ENDPOINTS_MAX = 8
+# Voter sets stay small: every change is one voter (Raft thesis §4.1), and
+# every majority is counted over the whole set on every acknowledgement.
+VOTERS_MAX = 255
+
+# A dynamic cluster's snapshot: this magic, then the length of the voter
+# set's encoding (4 bytes, big-endian), the encoding, then the state
+# machine's own bytes.
+_SNAPSHOT_MAGIC = b"KVS1"
+
+
+def check_directory_id(directory_id: object, name: str = "directory_id") -> str | None:
+    """``directory_id`` if it is None or 1..``DIRECTORY_ID_CHARS_MAX``
+    letters, digits, '-' and '_'; raises ``ValueError`` otherwise."""
+    if directory_id is None:
+        return None
+    if (
+        not isinstance(directory_id, str)
+        or not 0 < len(directory_id) <= DIRECTORY_ID_CHARS_MAX
+        or not set(directory_id) <= _DIRECTORY_ID_CHARS
+    ):
+        raise ValueError(
+            f"{name} must be 1..{DIRECTORY_ID_CHARS_MAX} letters, digits, '-' or '_', got {directory_id!r}"
+        )
+    return directory_id
+
+
+@dataclass(frozen=True, slots=True)
+class Voter:
+    """One voter: a node id, the directory id of the disk it votes with
+    (None: not known, as in a static voter list, which then matches any),
+    and the endpoints ("host:port") it listens on. Raises ``ValueError``
+    for a value out of range."""
+
+    node_id: int
+    directory_id: str | None = None
+    endpoints: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if type(self.node_id) is not int or not 0 <= self.node_id <= NODE_ID_MAX:
+            raise ValueError(f"voter node id must be in 0..{NODE_ID_MAX}, got {self.node_id!r}")
+        check_directory_id(self.directory_id)
+        if not isinstance(self.endpoints, tuple) or len(self.endpoints) > ENDPOINTS_MAX:
+            raise ValueError(f"voter {self.node_id}: at most {ENDPOINTS_MAX} endpoints in a tuple")
+        for endpoint in self.endpoints:
+            if not isinstance(endpoint, str) or not 0 < len(endpoint) <= ENDPOINT_CHARS_MAX or not endpoint.isprintable():
+                raise ValueError(f"voter {self.node_id}: endpoint {endpoint!r} is not a printable host:port")
+
+    def describe(self) -> str:
+        """``id`` or ``id/directory`` (the first 8 characters), for logs."""
+        return str(self.node_id) if self.directory_id is None else f"{self.node_id}/{self.directory_id[:8]}"
+
+
+@dataclass(frozen=True, slots=True)
+class VoterSet:
+    """A set of voters, sorted by node id, each id once. Raises
+    ``ValueError`` when empty, too large or when an id repeats."""
+
+    voters: tuple[Voter, ...]
+    # Looked up on every Fetch and Vote: a dict, not a scan.
+    _by_id: dict[int, Voter] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        voters = tuple(sorted(self.voters, key=lambda voter: voter.node_id))
+        if not voters:
+            raise ValueError("a voter set needs at least one voter")
+        if len(voters) > VOTERS_MAX:
+            raise ValueError(f"a voter set holds at most {VOTERS_MAX} voters, not {len(voters)}")
+        ids = tuple(voter.node_id for voter in voters)
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"voter ids repeat: {ids}")
+        object.__setattr__(self, "voters", voters)
+        object.__setattr__(self, "_by_id", {voter.node_id: voter for voter in voters})
+
+    @classmethod
+    def of_ids(cls, node_ids: Iterable[int]) -> VoterSet:
+        """A static voter set: these ids, directory ids unknown."""
+        return cls(tuple(Voter(node_id) for node_id in node_ids))
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        """The voters' node ids, ascending."""
+        return tuple(voter.node_id for voter in self.voters)
+
+    @property
+    def majority(self) -> int:
+        """More than half of the voters (Raft thesis §3.4)."""
+        return majority(len(self.voters))
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._by_id
+
+    def __len__(self) -> int:
+        return len(self.voters)
+
+    def get(self, node_id: int) -> Voter | None:
+        """The voter with ``node_id``, or None."""
+        return self._by_id.get(node_id)
+
+    def holds(self, node_id: int, directory_id: str | None) -> bool:
+        """Is (``node_id``, ``directory_id``) a voter here? A voter whose
+        directory id is not known matches any directory; a known one
+        matches only itself (KIP-853: a wiped disk is another replica)."""
+        voter = self._by_id.get(node_id)
+        return voter is not None and (voter.directory_id is None or voter.directory_id == directory_id)
+
+    def with_voter(self, voter: Voter) -> VoterSet:
+        """This set plus ``voter``; raises ``ValueError`` if its id is here."""
+        if voter.node_id in self:
+            raise ValueError(f"node {voter.node_id} is already a voter")
+        return VoterSet(self.voters + (voter,))
+
+    def without(self, node_id: int) -> VoterSet:
+        """This set less ``node_id``; raises ``ValueError`` if it is not
+        here or is the last voter."""
+        if node_id not in self:
+            raise ValueError(f"node {node_id} is not a voter")
+        return VoterSet(tuple(voter for voter in self.voters if voter.node_id != node_id))
+
+    def describe(self) -> str:
+        """``{1, 2/ab12cd34, 3}``, for logs and events."""
+        return "{" + ", ".join(voter.describe() for voter in self.voters) + "}"
+
+    # -- the VOTERS control record -------------------------------------------
+
+    def encode(self) -> bytes:
+        """The payload of a ``VOTERS`` record: deterministic JSON."""
+        rows = [[voter.node_id, voter.directory_id, list(voter.endpoints)] for voter in self.voters]
+        return json.dumps({"voters": rows}, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> VoterSet:
+        """Read a ``VOTERS`` record's payload. Raises ``ValueError`` for
+        anything ``encode`` would not have written."""
+        try:
+            document = json.loads(bytes(data).decode())
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"voter set record is not JSON: {error}") from None
+        rows = document.get("voters") if isinstance(document, dict) else None
+        if not isinstance(rows, list) or len(rows) > VOTERS_MAX:
+            raise ValueError("voter set record has no list of voters")
+        voters = []
+        for row in rows:
+            if not isinstance(row, list) or len(row) != 3 or not isinstance(row[2], list):
+                raise ValueError(f"voter set record has a malformed voter {row!r}")
+            voters.append(Voter(row[0], row[1], tuple(row[2])))
+        return cls(tuple(voters))
+
+
+def voter_set_problem(data: bytes) -> str | None:
+    """Why ``data`` is not a valid ``VOTERS`` payload, or None."""
+    try:
+        VoterSet.decode(data)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def join_snapshot(voters: VoterSet, state_data: bytes) -> bytes:
+    """A dynamic cluster's snapshot bytes: the voter set that holds at the
+    snapshot's end, then the state machine's snapshot."""
+    encoded = voters.encode()
+    return _SNAPSHOT_MAGIC + len(encoded).to_bytes(4, "big") + encoded + state_data
+
+
+def split_snapshot(data: bytes) -> tuple[VoterSet, bytes]:
+    """The inverse of ``join_snapshot``. Raises ``ValueError`` for bytes it
+    did not write (a static cluster's snapshot, or damage)."""
+    head = len(_SNAPSHOT_MAGIC)
+    if bytes(data[:head]) != _SNAPSHOT_MAGIC or len(data) < head + 4:
+        raise ValueError("not a dynamic-voter snapshot (no voter set header)")
+    length = int.from_bytes(data[head : head + 4], "big")
+    if len(data) < head + 4 + length:
+        raise ValueError("snapshot voter set header is cut short")
+    voters = VoterSet.decode(bytes(data[head + 4 : head + 4 + length]))
+    return voters, bytes(data[head + 4 + length :])
+
+
+def state_machine_data(snapshot_data: bytes, dynamic_voters: bool) -> bytes:
+    """The state machine's part of a snapshot: all of it in a static
+    cluster, what follows the voter set in a dynamic one. Raises what
+    ``split_snapshot`` raises."""
+    return split_snapshot(snapshot_data)[1] if dynamic_voters else snapshot_data

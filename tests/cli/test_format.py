@@ -1,0 +1,97 @@
+"""``kraft-quorum format`` (KIP-853 directory ids): meta.json gets the node
+id, the cluster id, a fresh random directory id and, for a dynamic-voter
+cluster, the bootstrap voters; storage reads them back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from quorum import Voter
+from quorum.cli import main
+from quorum.storage import FileStorage, StorageOwnershipError, format_data_dir
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_format_writes_a_fresh_random_directory_id_each_time(tmp_path):
+    first = run("format", "--data-dir", str(tmp_path / "a"), "--node-id", "1", "--cluster-id", "c")
+    second = run("format", "--data-dir", str(tmp_path / "b"), "--node-id", "1", "--cluster-id", "c")
+    assert first.exit_code == second.exit_code == 0, first.output + second.output
+    one, two = json.loads(first.output), json.loads(second.output)
+    assert one["voters"] == "static"
+    assert len(one["directory_id"]) == 32 and one["directory_id"] != two["directory_id"]
+    storage = FileStorage.open(tmp_path / "a", node_id=1, cluster_id="c", fsync=False)
+    try:
+        assert storage.identity.directory_id == one["directory_id"]
+        assert storage.identity.bootstrap_voters == ()
+    finally:
+        storage.close()
+
+
+def test_format_refuses_a_formatted_or_used_directory(tmp_path):
+    assert run("format", "--data-dir", str(tmp_path), "--node-id", "1", "--cluster-id", "c").exit_code == 0
+    again = run("format", "--data-dir", str(tmp_path), "--node-id", "1", "--cluster-id", "c")
+    assert again.exit_code != 0
+    assert "already formatted" in again.output
+    used = tmp_path / "used"
+    FileStorage.open(used, node_id=2, cluster_id="c", fsync=False).close()  # a first open writes meta.json
+    with pytest.raises(StorageOwnershipError):
+        format_data_dir(used, node_id=2, cluster_id="c", fsync=False)
+
+
+def test_format_standalone_bootstraps_a_dynamic_cluster_of_one(tmp_path):
+    result = run(
+        "format", "--data-dir", str(tmp_path), "--node-id", "1", "--cluster-id", "c",
+        "--standalone", "--listen", "127.0.0.1:9093",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    storage = FileStorage.open(tmp_path, node_id=1, cluster_id="c", fsync=False)
+    try:
+        identity = storage.identity
+    finally:
+        storage.close()
+    assert identity.bootstrap_voters == (Voter(1, shown["directory_id"], ("127.0.0.1:9093",)),)
+
+
+def test_format_with_initial_voters_takes_this_nodes_directory_id_from_the_list(tmp_path):
+    voters = "1@h1:9093:aaaa,2@h2:9093:bbbb,3@h3:9093:cccc"
+    result = run("format", "--data-dir", str(tmp_path), "--node-id", "2", "--cluster-id", "c", "--initial-voters", voters)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["directory_id"] == "bbbb"
+    storage = FileStorage.open(tmp_path, fsync=False)
+    try:
+        assert [voter.node_id for voter in storage.identity.bootstrap_voters] == [1, 2, 3]
+        assert storage.identity.bootstrap_voters[0] == Voter(1, "aaaa", ("h1:9093",))
+    finally:
+        storage.close()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--initial-voters", "1@h1:9093"],  # no directory id
+        ["--initial-voters", "x@h1:9093:aaaa"],
+        ["--initial-voters", "1@h1:9093:aaaa,1@h2:9093:bbbb"],  # an id twice
+        ["--standalone"],  # no --listen
+        ["--standalone", "--listen", "h:1", "--initial-voters", "1@h1:9093:aaaa"],
+        ["--directory-id", "has space"],
+    ],
+)
+def test_format_refuses_bad_arguments_and_writes_nothing(tmp_path, args):
+    result = run("format", "--data-dir", str(tmp_path / "d"), "--node-id", "1", "--cluster-id", "c", *args)
+    assert result.exit_code == 2, result.output
+    assert not (tmp_path / "d" / "meta.json").exists()
+
+
+def test_a_damaged_bootstrap_voter_list_refuses_to_start(tmp_path):
+    format_data_dir(tmp_path, node_id=1, cluster_id="c", bootstrap_voters=(Voter(1, "aaaa"),), fsync=False)
+    meta = tmp_path / "meta.json"
+    meta.write_text(meta.read_text().replace('"aaaa"', '""'))
+    with pytest.raises(StorageOwnershipError):
+        FileStorage.open(tmp_path, fsync=False)

@@ -1,0 +1,582 @@
+"""Dynamic voters (KIP-853; Raft thesis §4 single-server changes): one rule
+per test, driven through the scripted ``Cluster``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from harness import CHECK_QUORUM_TICKS, FETCH_TIMEOUT_TICKS, Cluster, Disk, record
+
+from quorum import (
+    EndQuorumEpochRequest,
+    FetchRequest,
+    FetchResponse,
+    NotLeaderError,
+    RecordKind,
+    ReconfigurationError,
+    Role,
+    Voter,
+    VoterSet,
+    VoteRequest,
+)
+from quorum._voters import join_snapshot, split_snapshot
+
+
+def directory(node_id: int, generation: int = 0) -> str:
+    """The directory id ``format`` would have written (one per disk)."""
+    return f"dir-{node_id}-{generation}"
+
+
+def dynamic_cluster(voters: int = 3, *, observers: tuple[int, ...] = (), **overrides) -> Cluster:
+    """Voters ``1..voters`` bootstrapped with their directory ids, plus
+    observers (formatted without being voters), all started."""
+    bootstrap = tuple(Voter(node_id, directory(node_id)) for node_id in range(1, voters + 1))
+    ids = tuple(range(1, voters + 1)) + tuple(observers)
+    cluster = Cluster(voters, observers=observers, down=ids, bootstrap_voters=bootstrap, **overrides)
+    for node_id in ids:
+        replica = cluster.replicas[node_id]
+        replica.config = dataclasses.replace(replica.config, directory_id=directory(node_id))
+        cluster.restart(node_id)
+    return cluster
+
+
+def wipe(cluster: Cluster, node_id: int, generation: int = 1) -> None:
+    """``node_id`` loses its disk and is formatted again: a new directory id."""
+    if cluster.replicas[node_id].up:
+        cluster.crash(node_id)
+    replica = cluster.replicas[node_id]
+    replica.disk = Disk()
+    replica.config = dataclasses.replace(replica.config, directory_id=directory(node_id, generation))
+    cluster.restart(node_id)
+
+
+def add(cluster: Cluster, leader: int, node_id: int, generation: int = 0) -> int:
+    offset, output = cluster.node(leader).add_voter(Voter(node_id, directory(node_id, generation)))
+    cluster.handle(leader, output)
+    return offset
+
+
+def remove(cluster: Cluster, leader: int, node_id: int) -> int:
+    offset, output = cluster.node(leader).remove_voter(node_id)
+    cluster.handle(leader, output)
+    return offset
+
+
+def caught_up_observer(voters: int = 3, observer: int = 4, **overrides) -> Cluster:
+    """Leader 1 of voters 1..``voters``, with ``observer`` fetching and
+    caught up; replication settled."""
+    cluster = dynamic_cluster(voters, observers=(observer,), **overrides)
+    cluster.elect(1)
+    cluster.tick(observer)  # an observer fetches on its own clock
+    cluster.deliver_all()
+    assert cluster.node(observer).leader_id == 1
+    return cluster
+
+
+def settle(cluster: Cluster, *observers: int) -> None:
+    """Deliver everything; observers fetch once more so that they learn the
+    high watermark."""
+    cluster.deliver_all()
+    for node_id in observers:
+        cluster.tick(node_id, times=60)
+        cluster.deliver_all()
+
+
+# -- the record: in force on append, undone by truncation ---------------------------
+
+
+def test_a_voter_set_record_is_in_force_on_append_before_it_commits():
+    """Raft thesis §4.1: a server uses the latest configuration in its log,
+    committed or not. The leader counts the new majority (3 of 4) at once,
+    and a follower holds the new set as soon as it appends the record."""
+    cluster = caught_up_observer()
+    offset = add(cluster, 1, 4)
+
+    assert cluster.node(1).voters.ids == (1, 2, 3, 4)
+    assert cluster.node(1).high_watermark <= offset
+    cluster.deliver(FetchResponse, dst=2)  # the record reaches node 2 only
+    assert cluster.node(2).voters.ids == (1, 2, 3, 4)
+    assert cluster.node(2).high_watermark <= offset
+    assert cluster.node(3).voters.ids == (1, 2, 3)
+
+
+def test_the_new_majority_counts_for_commitment_at_once():
+    """With 4 voters a majority is 3: the leader and one follower no longer
+    commit the record that made the set (nor anything after it)."""
+    cluster = caught_up_observer()
+    cluster.block(1, 3)
+    cluster.block(1, 4)
+    offset = add(cluster, 1, 4)
+    cluster.run(30)
+
+    assert cluster.node(2).log.end_offset > offset
+    assert cluster.node(1).high_watermark == offset
+
+    cluster.heal()
+    cluster.run(200)
+    assert cluster.node(1).high_watermark > offset
+
+
+def test_truncating_an_uncommitted_voter_record_restores_the_previous_set():
+    """KIP-853: a VOTERS record that a later leader truncates takes its set
+    with it: the node reverts to the set before it."""
+    cluster = caught_up_observer()
+    cluster.isolate(1)
+    add(cluster, 1, 4)  # only on node 1
+    assert cluster.node(1).voters.ids == (1, 2, 3, 4)
+
+    cluster.time_out(3)
+    cluster.elect(2)  # epoch 2, among 2 and 3
+    cluster.run(CHECK_QUORUM_TICKS + 1, nodes=(1,))  # node 1 resigns
+    cluster.heal()
+    cluster.run(400)
+
+    assert cluster.node(1).role is Role.FOLLOWER and cluster.node(1).leader_id == 2
+    assert cluster.node(1).voters.ids == (1, 2, 3)
+    changed = [output.voters_changed for output in cluster.replica(1).outputs if output.voters_changed is not None]
+    assert [voters.ids for voters in changed] == [(1, 2, 3, 4), (1, 2, 3)]
+
+
+def test_a_voter_record_with_a_malformed_payload_is_dropped():
+    """Hostile input: a Fetch answer carrying a VOTERS record that is not a
+    voter set is dropped and counted; the follower's log does not move."""
+    cluster = caught_up_observer()
+    follower = cluster.node(2)
+    end = follower.log.end_offset
+    request = cluster.sent(2, FetchRequest)[-1]
+    bad = FetchResponse(
+        src=1,
+        dst=2,
+        epoch=follower.epoch,
+        request_id=request.request_id,
+        leader_id=1,
+        high_watermark=0,
+        log_start_offset=0,
+        records=(record(end, follower.epoch, b"not json", RecordKind.VOTERS),),
+    )
+    cluster.inject(bad)
+
+    assert follower.log.end_offset == end
+    assert follower.counters["messages_out_of_range"] == 1
+
+
+def test_a_static_cluster_refuses_voter_changes_and_voter_records():
+    cluster = Cluster(3, observers=(4,))
+    cluster.elect(1)
+    with pytest.raises(ReconfigurationError, match="static"):
+        cluster.node(1).add_voter(Voter(4))
+    follower = cluster.node(2)
+    request = cluster.sent(2, FetchRequest)[-1]
+    voters = VoterSet.of_ids((1, 2, 3, 4)).encode()
+    end = follower.log.end_offset
+    cluster.inject(
+        FetchResponse(
+            src=1,
+            dst=2,
+            epoch=follower.epoch,
+            request_id=request.request_id,
+            leader_id=1,
+            high_watermark=0,
+            log_start_offset=0,
+            records=(record(end, follower.epoch, voters, RecordKind.VOTERS),),
+        )
+    )
+    assert follower.log.end_offset == end
+    assert follower.voters.ids == (1, 2, 3)
+
+
+# -- the leader's rules: one change at a time, after a commit in its epoch ---------
+
+
+def test_add_voter_refuses_a_replica_that_is_not_caught_up():
+    cluster = dynamic_cluster(3, observers=(4,))
+    cluster.elect(1)
+    with pytest.raises(ReconfigurationError, match="not fetched"):
+        cluster.node(1).add_voter(Voter(4, directory(4)))
+    cluster.tick(4)
+    cluster.deliver_all()
+    with pytest.raises(ReconfigurationError, match="directory"):
+        cluster.node(1).add_voter(Voter(4, directory(4, generation=9)))
+    add(cluster, 1, 4)
+    assert cluster.node(1).voters.get(4) == Voter(4, directory(4))
+
+
+def test_add_voter_refuses_a_replica_behind_the_high_watermark():
+    cluster = caught_up_observer()
+    cluster.block(1, 4)
+    cluster.propose(1, b"x")
+    settle(cluster)
+    cluster.unblock(1, 4)
+    with pytest.raises(ReconfigurationError, match="not caught up"):
+        cluster.node(1).add_voter(Voter(4, directory(4)))
+
+
+def test_one_voter_change_at_a_time():
+    """Raft thesis §4.1: the next change waits until the last one commits."""
+    cluster = caught_up_observer()
+    add(cluster, 1, 4)
+    with pytest.raises(ReconfigurationError, match="one change at a time"):
+        cluster.node(1).remove_voter(3)
+    settle(cluster, 4)
+    assert not cluster.node(1).voter_change_pending
+    remove(cluster, 1, 3)
+    assert cluster.node(1).voters.ids == (1, 2, 4)
+
+
+def test_a_new_leader_changes_voters_only_after_committing_in_its_epoch():
+    """The single-server change bug (raft-dev, 2015): a new leader must
+    commit a record of its own epoch before it appends a change."""
+    cluster = dynamic_cluster(3)
+    cluster.win_election(1)  # the followers' first Fetches still in flight
+    with pytest.raises(ReconfigurationError, match="own epoch"):
+        cluster.node(1).remove_voter(3)
+    cluster.deliver_all()
+    remove(cluster, 1, 3)
+
+
+def test_only_a_leader_changes_voters_and_never_the_last_one():
+    cluster = dynamic_cluster(1)
+    cluster.elect(1)
+    with pytest.raises(ReconfigurationError, match="last voter"):
+        cluster.node(1).remove_voter(1)
+    with pytest.raises(ReconfigurationError, match="not a voter"):
+        cluster.node(1).remove_voter(7)
+    bigger = dynamic_cluster(3)
+    bigger.elect(1)
+    with pytest.raises(NotLeaderError):
+        bigger.node(2).remove_voter(3)
+
+
+def test_the_2015_single_server_change_bug_cannot_happen():
+    """Ongaro's raft-dev report (2015): voters {1,2,3,4}. Leader 1 adds 5,
+    and the record reaches only 5. Node 2 wins epoch 2 (votes of 2, 3, 4)
+    and at once removes 1, committed by {2, 3, 4} without ever committing
+    a record of epoch 2 under the old set. Node 1 then wins epoch 3 with 4
+    and 5 ({1..5}: 3 of 5) and overwrites the committed removal.
+
+    With the rule, node 2 may not change voters before its LEADER_CHANGE is
+    committed by 3 of {1,2,3,4}; that record then reaches a voter of every
+    majority node 1 could gather, which refuses it: its log is behind."""
+    cluster = dynamic_cluster(4, observers=(5,))
+    cluster.elect(1)
+    cluster.tick(5)
+    cluster.deliver_all()
+    for peer in (2, 3, 4):
+        cluster.block(1, peer)
+    add(cluster, 1, 5)
+    cluster.deliver_all()  # the record reaches node 5 only
+    assert cluster.node(5).voters.ids == (1, 2, 3, 4, 5)
+
+    cluster.time_out(3, 4)
+    cluster.win_election(2)
+    with pytest.raises(ReconfigurationError, match="own epoch"):
+        cluster.node(2).remove_voter(1)
+    cluster.deliver_all()  # 3 and 4 fetch: epoch 2 is committed under {1..4}
+    offset = remove(cluster, 2, 1)
+    cluster.deliver_all()
+    assert cluster.node(2).high_watermark > offset
+    committed = [entry for entry in cluster.log_entries(2) if entry.offset < cluster.node(2).high_watermark]
+
+    # Node 1 stands for epoch 3 with its set {1..5}; everyone may answer it.
+    cluster.heal()
+    cluster.block(1, 2)
+    cluster.block(1, 3)
+    cluster.crash(1)
+    cluster.restart(1)
+    cluster.run(3000)
+
+    assert 1 not in cluster.leaders()
+    for node_id in (2, 3, 4):
+        assert cluster.log_entries(node_id)[: len(committed)] == committed
+
+
+# -- removal, the leader's own included ----------------------------------------------
+
+
+def test_a_removed_leader_leads_until_the_change_commits_then_hands_over():
+    """Raft thesis §4.2.2: the leader replicates its own removal without
+    counting itself, resigns once it is committed, and the remaining voters
+    hear its EndQuorumEpoch though it is no longer in their set."""
+    cluster = dynamic_cluster(3)
+    cluster.elect(1)
+    offset = remove(cluster, 1, 1)
+    assert cluster.node(1).role is Role.LEADER
+    assert not cluster.node(1).is_voter
+
+    cluster.deliver(FetchResponse)  # the record reaches 2 and 3
+    cluster.deliver(FetchRequest)  # their acknowledgement commits it
+    assert cluster.node(1).high_watermark > offset
+    assert cluster.node(1).role is Role.RESIGNED
+    hand_overs = cluster.pending(EndQuorumEpochRequest, src=1)
+    assert {message.dst for message in hand_overs} == {2, 3}
+
+    cluster.run(2000)
+    leaders = cluster.leaders()
+    assert leaders in ([2], [3])
+    assert cluster.node(1).role is Role.FOLLOWER and cluster.node(1).leader_id == leaders[0]
+    assert cluster.node(2).counters["messages_refused_not_voter"] == 0
+
+
+def test_a_removed_voter_never_stands_and_grants_no_vote():
+    cluster = dynamic_cluster(3)
+    cluster.elect(1)
+    remove(cluster, 1, 3)
+    settle(cluster)
+    assert cluster.node(3).voters.ids == (1, 2)
+
+    cluster.isolate(3)
+    cluster.tick(3, times=3 * FETCH_TIMEOUT_TICKS)
+    assert cluster.node(3).role in (Role.UNATTACHED, Role.FOLLOWER)
+    assert cluster.sent(3, VoteRequest) == []
+
+    cluster.heal()
+    node3 = cluster.node(3)
+    cluster.inject(VoteRequest(src=2, dst=3, epoch=node3.epoch + 1, last_epoch=9, end_offset=99, pre_vote=False))
+    assert node3.voted_for is None
+    assert node3.counters["votes_refused_not_voter"] == 1
+
+
+def test_two_voters_commit_without_the_removed_third():
+    """After 3 is removed from {1, 2, 3}, a majority is 2 of {1, 2}: with 3
+    gone for good, 1 and 2 still commit."""
+    cluster = dynamic_cluster(3)
+    cluster.elect(1)
+    remove(cluster, 1, 3)
+    settle(cluster)
+    cluster.crash(3)
+    first = cluster.propose(1, b"after")
+    cluster.run(100)
+    assert cluster.node(1).high_watermark > first
+
+
+# -- directory ids: a wiped disk is not the voter it was ------------------------------
+
+
+def test_a_wiped_voter_is_an_observer_whose_fetches_do_not_count():
+    """KIP-853: node 3 comes back with an empty disk and a new directory
+    id. It neither stands nor votes, and the leader does not count its
+    acknowledgements: with node 2 away, nothing commits."""
+    cluster = dynamic_cluster(3)
+    cluster.elect(1)
+    wipe(cluster, 3)
+    assert not cluster.node(3).is_voter
+    cluster.crash(2)
+    first = cluster.propose(1, b"needs a real majority")
+    cluster.run(200)
+
+    assert cluster.node(3).log.end_offset > first  # it replicates...
+    assert cluster.node(1).high_watermark <= first  # ...but does not count
+    assert cluster.sent(3, VoteRequest) == []
+
+
+def test_a_wiped_voter_is_replaced_by_removing_and_adding_it_again():
+    cluster = dynamic_cluster(3)
+    cluster.elect(1)
+    wipe(cluster, 3)
+    remove(cluster, 1, 3)
+    settle(cluster, 3)
+    add(cluster, 1, 3, generation=1)
+    settle(cluster, 3)
+
+    voters = cluster.node(1).voters
+    assert voters.get(3) == Voter(3, directory(3, generation=1))
+    assert cluster.node(3).is_voter
+    cluster.crash(2)
+    first = cluster.propose(1, b"counted again")
+    cluster.run(200)
+    assert cluster.node(1).high_watermark > first
+
+
+# -- everything else follows the set --------------------------------------------------
+
+
+def test_check_quorum_follows_the_voter_set():
+    """A single voter never resigns (KAFKA-16144); once a second voter is
+    added, a leader it stops fetching from resigns at check quorum."""
+    cluster = caught_up_observer(voters=1, observer=2)
+    cluster.tick(1, times=2 * CHECK_QUORUM_TICKS)
+    assert cluster.role(1) is Role.LEADER
+    cluster.deliver_all()
+    add(cluster, 1, 2)
+    settle(cluster, 2)
+    assert cluster.node(2).voters.ids == (1, 2)
+    cluster.isolate(1)
+    cluster.run(CHECK_QUORUM_TICKS + 5, nodes=(1,))
+    assert cluster.role(1) is Role.RESIGNED
+
+
+def test_grow_one_to_three_then_elect_from_the_new_set():
+    cluster = dynamic_cluster(1, observers=(2, 3))
+    cluster.elect(1)
+    for node_id in (2, 3):
+        cluster.tick(node_id)
+        settle(cluster, 2, 3)
+        add(cluster, 1, node_id)
+        settle(cluster, 2, 3)
+    assert [cluster.node(node_id).voters.ids for node_id in (1, 2, 3)] == [(1, 2, 3)] * 3
+    cluster.crash(1)
+    cluster.run(3000)
+    assert cluster.leaders() in ([2], [3])
+
+
+def test_read_index_needs_a_majority_of_the_current_set():
+    """ReadIndex (Raft thesis §6.4) over {1, 2, 3, 4}: the leader and one
+    follower confirm 2 of 4, which is not a majority."""
+    cluster = caught_up_observer()
+    add(cluster, 1, 4)
+    settle(cluster, 4)
+    cluster.block(1, 3)
+    cluster.block(1, 4)
+    cluster.read_index(1, "r")
+    cluster.run(100)
+    assert cluster.replica(1).reads == []
+    cluster.heal()
+    cluster.run(200)
+    assert [read.read_id for read in cluster.replica(1).reads] == ["r"]
+
+
+# -- snapshots ---------------------------------------------------------------------
+
+
+def test_a_snapshot_carries_the_voter_set_to_a_follower_that_installs_it():
+    """A dynamic cluster's snapshot holds the set in force at its end: a
+    replica that installs it learns a set whose record it never saw."""
+    cluster = caught_up_observer(observer=4, snapshot_retained_records=0)
+    cluster.crash(3)
+    add(cluster, 1, 4)
+    settle(cluster, 4)
+    cluster.propose(1, b"x")
+    settle(cluster, 4)
+    snapshot_id = cluster.take_snapshot(1)
+    voters, state = split_snapshot(cluster.node(1).snapshot.data)
+    assert voters.ids == (1, 2, 3, 4)
+    assert state == f"state below {snapshot_id.end_offset}".encode()
+    assert cluster.node(1).log.start_offset == snapshot_id.end_offset
+
+    wipe(cluster, 3)  # empty log: it must take the snapshot
+    cluster.run(300)
+    assert cluster.node(3).snapshot is not None
+    assert cluster.node(3).voters.ids == (1, 2, 3, 4)
+    assert not cluster.node(3).is_voter  # the set names its old directory
+
+
+def test_a_restarted_node_reads_its_voter_set_from_its_snapshot():
+    cluster = caught_up_observer(snapshot_retained_records=0)
+    add(cluster, 1, 4)
+    settle(cluster, 4)
+    cluster.propose(1, b"x")
+    settle(cluster, 4)
+    cluster.take_snapshot(2)
+    cluster.crash(2)
+    cluster.restart(2)
+    assert cluster.node(2).log.start_offset > 0
+    assert cluster.node(2).voters.ids == (1, 2, 3, 4)
+
+
+def test_snapshot_bytes_round_trip_and_refuse_foreign_bytes():
+    voters = VoterSet((Voter(1, "a", ("h:1",)), Voter(2)))
+    assert split_snapshot(join_snapshot(voters, b"state")) == (voters, b"state")
+    with pytest.raises(ValueError):
+        split_snapshot(b"plain state machine bytes")
+    with pytest.raises(ValueError):
+        split_snapshot(join_snapshot(voters, b"")[:-3])
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"", b"[]", b'{"voters":[]}', b'{"voters":[[1,null,[]],[1,null,[]]]}', b'{"voters":[[-1,null,[]]]}',
+     b'{"voters":[[1,"",[]]]}', b'{"voters":[[1,null,[7]]]}', b"\xff"],
+)
+def test_a_voter_set_payload_is_checked(payload):
+    with pytest.raises(ValueError):
+        VoterSet.decode(payload)
+
+
+def test_a_leader_that_removed_itself_and_crashed_stands_again():
+    """Found by the sweep (random, seed 14): leader 1 of {1, 2} removes
+    itself; the record reaches nobody before it crashes. Node 2 holds
+    {1, 2} and needs node 1's vote, which a non-voter never grants; node 1
+    holds {2} and the longer log. Raft thesis §4.2.2 (Figure 4.6): a node
+    whose own removal is the uncommitted last change still stands, counting
+    only the votes of its set; it wins with node 2's vote, commits its
+    removal, and hands over."""
+    cluster = dynamic_cluster(2)
+    cluster.elect(1)
+    cluster.block(1, 2)
+    remove(cluster, 1, 1)
+    cluster.drop()  # the record reaches nobody
+    cluster.crash(1)
+    cluster.restart(1)
+    assert cluster.node(1).removal_pending and not cluster.node(1).is_voter
+    assert cluster.node(2).voters.ids == (1, 2)
+    cluster.heal()
+    cluster.run(5000)
+
+    assert cluster.node(2).voters.ids == (2,)
+    assert cluster.leaders() == [2]
+    assert cluster.node(2).leader_has_committed_own_epoch
+    assert not cluster.node(1).removal_pending
+    assert cluster.node(1).role in (Role.FOLLOWER, Role.UNATTACHED)
+
+
+def test_a_voter_added_without_the_record_votes_when_the_candidate_names_its_disk():
+    """Found by the sweep (random, seed 221): leader 1 of {1} adds 2, and
+    the record reaches nobody before node 1 loses its leadership (check
+    quorum, now counted over {1, 2}). Node 1 needs node 2's vote; node 2
+    holds {1} and is no voter in its own eyes. KIP-853: the candidate's
+    VoteRequest names the directory id its set has for node 2, and a node
+    so named votes (once per epoch, as any voter)."""
+    cluster = caught_up_observer(voters=1, observer=2)
+    cluster.isolate(1)
+    add(cluster, 1, 2)
+    cluster.drop()
+    cluster.run(CHECK_QUORUM_TICKS + 1, nodes=(1,))
+    assert cluster.role(1) is Role.RESIGNED
+    assert cluster.node(2).voters.ids == (1,)
+    cluster.heal()
+    cluster.run(3000)
+
+    assert cluster.leaders() == [1]
+    assert cluster.node(1).leader_has_committed_own_epoch
+    assert cluster.node(2).voters.ids == (1, 2) and cluster.node(2).is_voter
+
+
+def test_a_non_voter_named_with_another_disk_does_not_vote():
+    """The exception is for the disk the candidate's set names: a node whose
+    disk was wiped (a new directory id) is not that voter."""
+    cluster = dynamic_cluster(3)
+    cluster.elect(1)
+    wipe(cluster, 3)
+    node3 = cluster.node(3)
+    cluster.inject(
+        VoteRequest(
+            src=2, dst=3, epoch=node3.epoch + 1, last_epoch=9, end_offset=99, pre_vote=False,
+            voter_directory_id=directory(3, generation=0),
+        )
+    )  # fmt: skip
+    assert node3.voted_for is None
+    assert node3.counters["votes_refused_not_voter"] == 1
+
+
+def test_a_voter_with_a_stale_set_votes_for_an_up_to_date_candidate_outside_it():
+    """Found by the sweep (random, seed 918): voters {1, 2, 3}; node 3 is cut
+    off while 1 adds 4 and removes 2: {1, 3, 4}. Leader 1 dies. Node 4 needs
+    node 3's vote, and node 3 still holds {1, 2, 3}, without node 4. Raft
+    thesis §4.1: a server grants its vote to a candidate outside its latest
+    configuration (whose log is up to date: it may hold a later one)."""
+    cluster = caught_up_observer()
+    cluster.isolate(3)
+    add(cluster, 1, 4)
+    settle(cluster, 4)
+    remove(cluster, 1, 2)
+    settle(cluster, 4)
+    assert cluster.node(4).voters.ids == (1, 3, 4) and not cluster.node(1).voter_change_pending
+    assert cluster.node(3).voters.ids == (1, 2, 3)
+    cluster.crash(1)
+    cluster.heal()
+    cluster.run(4000)
+
+    assert cluster.leaders() == [4]
+    assert cluster.node(4).leader_has_committed_own_epoch
+    assert cluster.node(3).voters.ids == (1, 3, 4)
