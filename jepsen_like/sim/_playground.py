@@ -105,8 +105,8 @@ class _NodeOptions(SimOptions):
 
     __slots__ = ("overrides",)
 
-    def quorum_config(self, node_id: int) -> QuorumConfig:
-        return _own_config(self, node_id, SimOptions.quorum_config(self, node_id))
+    def quorum_config(self, node_id: int, directory_id: str | None = None) -> QuorumConfig:
+        return _own_config(self, node_id, SimOptions.quorum_config(self, node_id, directory_id))
 
 
 class _BrokerNodeOptions(BrokerSimOptions):
@@ -114,8 +114,8 @@ class _BrokerNodeOptions(BrokerSimOptions):
 
     __slots__ = ("overrides",)
 
-    def quorum_config(self, node_id: int) -> QuorumConfig:
-        return _own_config(self, node_id, BrokerSimOptions.quorum_config(self, node_id))
+    def quorum_config(self, node_id: int, directory_id: str | None = None) -> QuorumConfig:
+        return _own_config(self, node_id, BrokerSimOptions.quorum_config(self, node_id, directory_id))
 
 
 def _field(raw: Mapping[str, Any], name: str, kind: type, where: str) -> Any:
