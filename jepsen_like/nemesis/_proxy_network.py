@@ -12,6 +12,14 @@ direction) and what dst answers on it (b→a).
 
 A cut pair ``(src, dst)`` therefore stalls link (src, dst) a→b and link
 (dst, src) b→a: nothing src sends reaches dst, on either connection.
+
+Nodes of the roles in ``per_client_listener_roles`` get one more port per
+client (``client_listen_address``), and each client's link forwards to its
+own: a system that tells its clients where to reconnect (Kafka's brokers
+advertise one address per listener, and answer a client with the
+addresses of the listener it came in on) can then advertise each client
+its own links, so that every client's path to every broker stays cuttable
+on its own.
 """
 
 from __future__ import annotations
@@ -52,11 +60,14 @@ class ProxyNetwork(NetworkTopology):
         proxy_host: str = DEFAULT_PROXY_HOST,
         proxy_stderr: str | os.PathLike[str] | None = None,
         seed: int = 0,
+        per_client_listener_roles: tuple[str, ...] = (),
     ) -> None:
         """Nothing starts until ``open()`` (or ``with``).
 
         Raises ``ValueError`` for a malformed ``run_id``."""
         super().__init__(run_id)
+        self.per_client_listener_roles = tuple(per_client_listener_roles)
+        self._client_listen: dict[tuple[MemberId, NodeId], tuple[str, int]] = {}  # (client, node) -> its own port
         self.node_host = node_host
         self.proxy_host = proxy_host
         self.proxy_stderr = proxy_stderr
@@ -91,6 +102,16 @@ class ProxyNetwork(NetworkTopology):
     def listen_address(self, node_id: NodeId) -> tuple[str, int]:
         self._node(node_id)
         return self._listen[node_id]
+
+    def client_listen_address(self, node_id: NodeId, client_id: MemberId) -> tuple[str, int]:
+        """The address node ``node_id`` must listen on for client
+        ``client_id`` alone (its role is in ``per_client_listener_roles``).
+
+        Raises ``UnknownMemberError``, or ``KeyError`` when the node has no
+        port of its own for that client."""
+        self._node(node_id)
+        self.member(client_id)
+        return self._client_listen[(client_id, node_id)]
 
     def address_for(self, src: MemberId, dst: NodeId) -> tuple[str, int]:
         self.member(src)
@@ -141,6 +162,8 @@ class ProxyNetwork(NetworkTopology):
         for src, dst in new_pairs:
             name = f"{self.prefix}{src.label}->{dst.label}"
             host, port = self._listen[dst.member_id]  # type: ignore[index]
+            if not src.is_node and dst.role in self.per_client_listener_roles:
+                host, port = self._client_listen[(src.member_id, dst.member_id)] = (self.node_host, self._free_node_port())  # type: ignore[index]
             link_port = proxy.add_link(name, 0, host, port)
             self._links[(src.member_id, dst.member_id)] = (name, link_port)
             self._applied[name] = _link_state(None, None, None, None)
@@ -161,7 +184,7 @@ class ProxyNetwork(NetworkTopology):
             self._applied.update(changes)
 
     def _free_node_port(self) -> int:
-        taken = {port for _, port in self._listen.values()}
+        taken = {port for _, port in self._listen.values()} | {port for _, port in self._client_listen.values()}
         for _ in range(64):
             with socket.socket() as probe:
                 probe.bind((self.node_host, 0))
