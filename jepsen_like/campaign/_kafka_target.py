@@ -2,19 +2,27 @@
 
 The same layout as a pykraft campaign (``_cluster``): controllers 1..N in
 zones ``az<i>``, brokers 101.., workload clients and the harness, every
-link through the nemesis's proxy. Kafka is told its addresses so that
-every link stays its own and can be cut:
+link through the nemesis's proxy. Kafka tells its peers where to
+reconnect (a controller leader sends its own controller endpoints in
+BeginQuorumEpoch and Fetch answers, KIP-853; a broker answers a client with
+its advertised addresses), so each member gets listeners of its own
+(``ProxyNetwork(per_source_listener_roles=...)``: one port on the node per
+member that links to it) and each listener advertises that member's own
+proxy link. Listener names are the members': ``NODE2``, ``NODE101``,
+``CLIENT0``, ``HARNESS``.
 
-- each controller's ``controller.quorum.voters`` names the other voters at
-  the proxy links *it* must use (its own entry at its listen address), and
-  so does each broker's: a zombie leader or a broker cut from the
-  controllers is a proxy rule, as for pykraft;
-- a broker has one listener per client (``CLIENT0``, ``HARNESS``...), on a
-  port of its own that only that client's links lead to
-  (``ProxyNetwork(per_client_listener_roles=("broker",))``), and advertises
-  on it the client's own links to every broker. Kafka answers a client
-  with the addresses of the listener the request came in on, so each
-  client keeps using its own, cuttable, links after bootstrap;
+- a controller listens on ``NODE<x>`` for every other node ``x`` and lists
+  them all in ``controller.listener.names``, its own ``NODE<n>`` first:
+  Kafka looks a leader's endpoint up by the first controller listener name
+  of the node that connects, so node ``x`` always reaches a controller
+  through link ``x -> controller``. ``controller.quorum.voters`` names the
+  voters at the same links (its own entry at its listen address). A zombie
+  leader or a broker cut from the controllers is a proxy rule, as for
+  pykraft;
+- a broker has one listener per client (``CLIENT0``, ``HARNESS``...), and
+  advertises on it the client's own links to every broker: Kafka answers a
+  client with the addresses of the listener the request came in on, so
+  each client keeps using its own, cuttable, links after bootstrap;
 - brokers replicate from each other on ``INTERNAL``, advertised at their
   listen address: one address per broker for every other broker, which a
   per-pair proxy link cannot be. The workload never produces, so that
@@ -66,14 +74,14 @@ CAMPAIGN_JVM_FLAGS = (
 )
 DEFAULT_KAFKA_HEAP_MB = 256
 INTERNAL_LISTENER = "INTERNAL"
-CONTROLLER_LISTENER = "CONTROLLER"
 
 
-def listener_name(client_id: str) -> str:
-    """A client's listener on every broker: its id in capitals (Kafka
-    listener names are case-sensitive; capitals keep them apart from the
-    protocol names)."""
-    return re.sub(r"[^A-Z0-9_]", "_", client_id.upper())
+def listener_name(member_id: int | str) -> str:
+    """A member's own listener on the nodes it talks to: ``NODE<id>`` for a
+    node, the client's id in capitals for a client."""
+    if isinstance(member_id, int):
+        return f"NODE{member_id}"
+    return re.sub(r"[^A-Z0-9_]", "_", member_id.upper())
 
 
 @dataclass(slots=True, frozen=True)
@@ -98,8 +106,8 @@ class KafkaCampaignCluster:
         problem = kafka_problem()
         if problem:
             raise KafkaNotFetched(problem)
-        if not isinstance(network, ProxyNetwork) or "broker" not in network.per_client_listener_roles:
-            raise ValueError("a Kafka campaign needs --net proxy (each client's links to the brokers are listeners of their own)")
+        if not isinstance(network, ProxyNetwork) or not {"controller", "broker"} <= set(network.per_source_listener_roles):
+            raise ValueError("a Kafka campaign needs --net proxy with a listener per source (each member's links are listeners of their own)")
         if settings.controllers < 1 or settings.brokers < 1:
             raise ValueError("a Kafka campaign needs at least one controller and one broker (clients talk to brokers)")
         self.network: ProxyNetwork = network
@@ -176,29 +184,44 @@ class KafkaCampaignCluster:
         return ports
 
     def _routed_properties(self, node: KafkaNode) -> dict[str, str]:
-        network = self.network
-        host, port = network.listen_address(node.node_id)
-        properties = {"controller.quorum.voters": network.voters_arg(node.node_id, self.controller_ids)}
+        network, node_id = self.network, node.node_id
+        own = listener_name(node_id)
+
+        def per_source(sources: list[Any]) -> tuple[list[str], list[str], list[str]]:
+            names, listeners, advertised = [], [], []
+            for src in sources:
+                name = listener_name(src)
+                listen_host, listen_port = network.source_listen_address(node_id, src)
+                link_host, link_port = network.address_for(src, node_id)
+                names.append(name)
+                listeners.append(f"{name}://{listen_host}:{listen_port}")
+                advertised.append(f"{name}://{link_host}:{link_port}")
+            return names, listeners, advertised
+
+        properties = {"controller.quorum.voters": network.voters_arg(node_id, self.controller_ids)}
+        host, port = network.listen_address(node_id)
         if "broker" not in node.roles:
-            properties["listeners"] = f"{CONTROLLER_LISTENER}://{host}:{port}"
-            properties["listener.security.protocol.map"] = f"{CONTROLLER_LISTENER}:PLAINTEXT"
+            names, listeners, advertised = per_source([other for other in network.nodes() if other != node_id])
+            # Its own name at its listen address (its entry in the voters;
+            # the harness probes it there); nobody else dials by that name.
+            properties.update(
+                {
+                    # The first name is the one this node dials others by.
+                    "controller.listener.names": ",".join([own, *names]),
+                    "listeners": ",".join([f"{own}://{host}:{port}", *listeners]),
+                    "advertised.listeners": ",".join([f"{own}://{host}:{port}", *advertised]),
+                    "listener.security.protocol.map": ",".join(f"{name}:PLAINTEXT" for name in [own, *names]),
+                }
+            )
             return properties
-        listeners = [f"{INTERNAL_LISTENER}://{host}:{port}"]
-        advertised = [f"{INTERNAL_LISTENER}://{host}:{port}"]
-        names = [CONTROLLER_LISTENER, INTERNAL_LISTENER]
-        for client in network.clients() + network.observers():
-            name = listener_name(client)
-            own_host, own_port = network.client_listen_address(node.node_id, client)
-            link_host, link_port = network.address_for(client, node.node_id)
-            listeners.append(f"{name}://{own_host}:{own_port}")
-            advertised.append(f"{name}://{link_host}:{link_port}")
-            names.append(name)
+        names, listeners, advertised = per_source(network.clients() + network.observers())
         properties.update(
             {
-                "listeners": ",".join(listeners),
-                "advertised.listeners": ",".join(advertised),
+                "controller.listener.names": own,
+                "listeners": ",".join([f"{INTERNAL_LISTENER}://{host}:{port}", *listeners]),
+                "advertised.listeners": ",".join([f"{INTERNAL_LISTENER}://{host}:{port}", *advertised]),
                 "inter.broker.listener.name": INTERNAL_LISTENER,
-                "listener.security.protocol.map": ",".join(f"{name}:PLAINTEXT" for name in names),
+                "listener.security.protocol.map": ",".join(f"{name}:PLAINTEXT" for name in [own, INTERNAL_LISTENER, *names]),
             }
         )
         return properties

@@ -141,7 +141,7 @@ class Campaign:
         run_id = f"{options.seed % 4096:x}{int(time.time()) % 100000:x}"[:6]
         (self.run_dir / "network.json").write_text(json.dumps({"backend": options.net, "run_id": run_id}))
         high_watermarks: dict[int, int] = {}
-        network_options: dict[str, Any] = {"per_client_listener_roles": ("broker",)} if options.system == "kafka" else {}
+        network_options: dict[str, Any] = {"per_source_listener_roles": ("controller", "broker")} if options.system == "kafka" else {}
         with open_network(options.net, run_id=run_id, **network_options) as network:
             self.network = network
             cluster = self.cluster = self._make_cluster(network)
