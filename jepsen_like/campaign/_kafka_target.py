@@ -379,19 +379,10 @@ class KafkaCampaignCluster:
                 continue
             events.extend(kafka_node_events(text, node_id, start_wall_ns))
         events.sort(key=lambda event: (event["time"], event["node"]))
-        written = 0
-        last_state: dict[str, str] = {}
         with open(path, "w", encoding="utf-8") as out:
             for event in events:
-                if event["kind"] == "controller_broker_state":
-                    # Every controller replays the record; the first to
-                    # log it (the active one, which wrote it) stands for all.
-                    if last_state.get(event["broker_id"]) == event["state"]:
-                        continue
-                    last_state[event["broker_id"]] = event["state"]
                 out.write(json.dumps(event) + "\n")
-                written += 1
-        return written
+        return len(events)
 
     def discard_data(self) -> None:
         """Remove every Kafka data directory and configuration the run
