@@ -55,12 +55,22 @@ READS_AFTER_DELETE = 8
 ABSENT = frozenset({"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID"})
 
 
+#: A topic name's life, in order; it only moves forward (one create in
+#: flight at a time, one delete ever), except that a refused create sends
+#: it back from "creating" to "new".
+PHASES = ("new", "creating", "created", "deleted")
+
+
 @dataclass(slots=True)
 class _Topic:
     name: str
     descriptor: dict[str, int]
-    phase: str = "new"  # new -> created (maybe) -> deleted (maybe) -> retired
+    phase: str = "new"
     ops: int = 0
+
+    def advance(self, phase: str) -> None:
+        if PHASES.index(phase) > PHASES.index(self.phase):
+            self.phase = phase
 
 
 @dataclass(slots=True)
@@ -192,6 +202,7 @@ class KafkaWorkload:
             futures[topic.name].result(timeout=timeout_s + 1)
 
         process, record = session.process, self.history.record
+        topic.advance("creating")
         record(process, "invoke", "cas", key, value, op="create_topic")
         try:
             await trio.to_thread.run_sync(create)
@@ -200,14 +211,16 @@ class KafkaWorkload:
             if name in CREATE_REFUSED:
                 record(process, "fail", "cas", key, value, op="create_topic", error=f"{name}: {error}"[:200])
                 if name == "TOPIC_ALREADY_EXISTS":
-                    topic.phase = "created"
+                    topic.advance("created")
+                elif topic.phase == "creating":
+                    topic.phase = "new"  # nothing was written: try again
                 return
             record(process, "info", "cas", key, value, op="create_topic", error=f"indeterminate: {name}: {error}"[:200])
-            topic.phase = "created"  # it may exist: never created again
+            topic.advance("created")  # it may exist: never created again
             self._retire(session)
             return
         record(process, "ok", "cas", key, value, op="create_topic")
-        topic.phase = "created"
+        topic.advance("created")
 
     async def _delete(self, session: _Session, topic: _Topic) -> None:
         key = f"topic/{topic.name}"
@@ -219,7 +232,7 @@ class KafkaWorkload:
             futures[topic.name].result(timeout=timeout_s + 1)
 
         process, record = session.process, self.history.record
-        topic.phase = "deleted"  # whatever the answer: a name lives once
+        topic.advance("deleted")  # whatever the answer: a name lives once
         record(process, "invoke", "write", key, None, op="delete_topic")
         try:
             await trio.to_thread.run_sync(delete)
