@@ -73,7 +73,11 @@ def timeline(run_dir: Path, from_s: float = 0.0) -> list[str]:
     if path.exists():
         events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     events.sort(key=lambda e: (e["time"], str(e["node"])))
-    brokers = {str(b) for b in data.broker_nodes} | {str(n) for e in events for n in [e.get("node")] if isinstance(n, str) and len(n) >= 3}
+    # The run's own brokers (101..): pykraft's metadata workload also
+    # registers synthetic brokers (1001..), left out here.
+    campaign = data.meta.get("campaign") or data.options
+    brokers = {str(101 + index) for index in range(int(campaign.get("brokers", 0) or 0))}
+    events = [e for e in events if "broker_id" not in e or str(e["broker_id"]) in brokers]
     lines = _role_lines(events, brokers)
     for fault in data.faults:
         lines.append((fault.start_ns, f"FAULT {fault.label()} starts"))
@@ -99,8 +103,10 @@ def _merge_controller_views(lines: list[tuple[int, str]]) -> list[tuple[int, str
                 if time_ns - earlier_ns > 1_000_000_000:
                     break
                 if earlier.startswith("controller") and earlier.endswith(": " + what):
-                    names = earlier.partition(": ")[0].removeprefix("controllers ").removeprefix("controller ")
-                    merged[position] = (earlier_ns, f"controllers {names},{who.removeprefix('controller ')}: {what}")
+                    names = earlier.partition(": ")[0].removeprefix("controllers ").removeprefix("controller ").split(",")
+                    names = list(dict.fromkeys([*names, who.removeprefix("controller ")]))
+                    label = "controllers" if len(names) > 1 else "controller"
+                    merged[position] = (earlier_ns, f"{label} {','.join(names)}: {what}")
                     joined = True
                     break
             if not joined:

@@ -12,12 +12,18 @@ stale-read check can only use its *value* rule: a read is stale when the
 value it returns has exactly one writer and a later write completed more
 than the bound before the read. For that rule to see every stale answer,
 each topic name lives once: created (until one attempt is acknowledged or
-may have been), read, perhaps deleted once, read again, retired; a name
-is never created again. docs/kafka-campaign.md has the model.
+may have been), read for ``TOPIC_LIFE_S``, deleted once, read for
+``READS_AFTER_DELETE_S`` more, retired; a name is never created again. Both
+spans are longer than the staleness bound plus the longest broker cut of
+the scenarios, so that a broker answering from an old image is asked about
+topics whose change is older than the bound. docs/kafka-campaign.md has
+the model.
 
-Each client holds one ``AdminClient`` per broker, bootstrapped from its own
-link to that broker (librdkafka connects sparsely, so a client's reads
-meant for broker B mostly go to B; ``node`` records who answered). Every
+Each client holds one reading ``AdminClient`` per broker, bootstrapped
+from its own link to that broker and used for Metadata only (librdkafka
+connects sparsely: it never dials the other brokers, so a read meant for
+broker B goes to B; ``node`` records who answered), and one writing client
+bootstrapped from all of them for CreateTopics and DeleteTopics. Every
 call runs in a worker thread with a bounded timeout.
 
 Outcomes: ``ok`` when Kafka answered success; ``fail`` only for answers
@@ -49,8 +55,15 @@ CREATE_REFUSED = frozenset(
 )
 #: ... and a DeleteTopics.
 DELETE_REFUSED = frozenset({"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID", "INVALID_TOPIC_EXCEPTION", "INVALID_REQUEST"})
-#: Reads of a deleted topic before its name is retired.
-READS_AFTER_DELETE = 8
+#: How long a topic lives (s, at least; each draws up to twice as long, so
+#: that lives overlap) before it is deleted, and is read after its
+#: deletion before its name is retired: longer than the staleness bound
+#: (6 s with the campaign's timers) plus the longest broker cut (7 s).
+TOPIC_LIFE_S = 14.0
+READS_AFTER_DELETE_S = 14.0
+#: Topic names live at once (their lives overlap, so a creation or a
+#: deletion comes every few seconds).
+TOPICS_LIVE = 6
 #: Metadata answers for a topic that does not exist.
 ABSENT = frozenset({"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID"})
 
@@ -67,16 +80,20 @@ class _Topic:
     descriptor: dict[str, int]
     phase: str = "new"
     ops: int = 0
+    since_s: float = 0.0  # when it entered its phase (trio's clock)
+    life_s: float = TOPIC_LIFE_S
 
     def advance(self, phase: str) -> None:
         if PHASES.index(phase) > PHASES.index(self.phase):
             self.phase = phase
+            self.since_s = trio.current_time()
 
 
 @dataclass(slots=True)
 class _Session:
     process: int
-    admins: dict[int, Any] = field(default_factory=dict)  # broker id -> AdminClient
+    readers: dict[int, Any] = field(default_factory=dict)  # broker id -> AdminClient for Metadata
+    writer: Any = None  # AdminClient for CreateTopics / DeleteTopics
 
 
 def _error_name(error: BaseException) -> str:
@@ -106,11 +123,12 @@ class KafkaWorkload:
         self._process_ids = itertools.count(0)
         self._names = itertools.count(0)
         self._topics: list[_Topic] = []
-        self._live = [self._new_topic() for _ in range(options.topics_live)]
+        self._live = [self._new_topic() for _ in range(TOPICS_LIVE)]
 
     def _new_topic(self) -> _Topic:
         replicas = min(len(self.broker_ids), self.options.brokers_online_replication_max)
-        topic = _Topic(f"t{next(self._names)}", topic_descriptor(self.rng.randint(1, 3), self.rng.randint(1, max(1, replicas))))
+        descriptor = topic_descriptor(self.rng.randint(1, 3), self.rng.randint(1, max(1, replicas)))
+        topic = _Topic(f"t{next(self._names)}", descriptor, life_s=self.rng.uniform(TOPIC_LIFE_S, 2 * TOPIC_LIFE_S))
         self._topics.append(topic)
         return topic
 
@@ -121,14 +139,15 @@ class KafkaWorkload:
     # Clients
     # ------------------------------------------------------------------
 
-    def _admins(self, endpoints: ClientEndpoints) -> dict[int, Any]:
+    def _open(self, process: int, endpoints: ClientEndpoints) -> _Session:
         from confluent_kafka.admin import AdminClient
 
         timeout_ms = int(self.options.request_timeout_s * 1000)
-        return {
-            broker_id: AdminClient(
+
+        def admin(bootstrap: list[tuple[str, int]]) -> Any:
+            return AdminClient(
                 {
-                    "bootstrap.servers": f"{host}:{port}",
+                    "bootstrap.servers": ",".join(f"{host}:{port}" for host, port in bootstrap),
                     "socket.timeout.ms": max(timeout_ms, 10),
                     "socket.connection.setup.timeout.ms": max(timeout_ms, 1000),
                     "reconnect.backoff.max.ms": 500,
@@ -136,8 +155,9 @@ class KafkaWorkload:
                     "log_level": 3,
                 }
             )
-            for broker_id, (host, port) in sorted(endpoints.brokers.items())
-        }
+
+        brokers = sorted(endpoints.brokers.items())
+        return _Session(process, {broker_id: admin([address]) for broker_id, address in brokers}, admin([a for _, a in brokers]))
 
     async def run(self, deadline_s: float) -> None:
         """Run every client until ``deadline_s`` (trio's clock)."""
@@ -147,7 +167,7 @@ class KafkaWorkload:
 
     async def _client(self, client_index: int, deadline_s: float) -> None:
         endpoints = self.endpoints(client_index)
-        session = _Session(next(self._process_ids), await trio.to_thread.run_sync(self._admins, endpoints))
+        session = await trio.to_thread.run_sync(self._open, next(self._process_ids), endpoints)
         try:
             while trio.current_time() < deadline_s:
                 try:
@@ -158,7 +178,8 @@ class KafkaWorkload:
                     session.process = next(self._process_ids)
                 await trio.sleep(self.options.think_s)
         finally:
-            session.admins.clear()
+            session.readers.clear()
+            session.writer = None
 
     def _close_pending(self, process: int, error: BaseException) -> None:
         invoke = self.history.pending.get(process)
@@ -171,7 +192,7 @@ class KafkaWorkload:
         index = self.rng.randrange(len(self._live))
         topic = self._live[index]
         topic.ops += 1
-        if topic.phase == "deleted" and topic.ops >= self.options.ops_per_topic + READS_AFTER_DELETE:
+        if topic.phase == "deleted" and trio.current_time() - topic.since_s >= READS_AFTER_DELETE_S:
             self._live[index] = self._new_topic()
         return topic
 
@@ -179,7 +200,7 @@ class KafkaWorkload:
         topic = self._pick()
         if topic.phase == "new":
             await self._create(session, topic)
-        elif topic.phase == "created" and (self.rng.random() < 0.1 or topic.ops >= self.options.ops_per_topic):
+        elif topic.phase == "created" and trio.current_time() - topic.since_s >= topic.life_s:
             await self._delete(session, topic)
         else:
             await self._read(session, topic, self.rng.choice(self.broker_ids))
@@ -194,7 +215,7 @@ class KafkaWorkload:
 
         key, value = f"topic/{topic.name}", [None, topic.descriptor]
         timeout_s = self.options.request_timeout_s
-        admin = session.admins[self.rng.choice(self.broker_ids)]
+        admin = session.writer
 
         def create() -> None:
             new = NewTopic(topic.name, topic.descriptor["partitions"], topic.descriptor["replication_factor"])
@@ -225,7 +246,7 @@ class KafkaWorkload:
     async def _delete(self, session: _Session, topic: _Topic) -> None:
         key = f"topic/{topic.name}"
         timeout_s = self.options.request_timeout_s
-        admin = session.admins[self.rng.choice(self.broker_ids)]
+        admin = session.writer
 
         def delete() -> None:
             futures = admin.delete_topics([topic.name], operation_timeout=timeout_s, request_timeout=timeout_s)
@@ -251,7 +272,7 @@ class KafkaWorkload:
         Returns whether it was answered (ok)."""
         key = f"topic/{topic.name}"
         timeout_s = self.options.request_timeout_s
-        admin = session.admins[broker_id]
+        admin = session.readers[broker_id]
         extra: dict[str, Any] = {"mode": "broker", "op": "metadata", "broker_id": str(broker_id)}
         if final:
             extra["final"] = True
@@ -285,7 +306,7 @@ class KafkaWorkload:
         """After the faults healed and the cluster went quiet: one read of
         every touched topic from every broker (``final: true``), through
         the harness's own links; a read that fails is tried once more."""
-        session = _Session(1_000_000, await trio.to_thread.run_sync(self._admins, endpoints))
+        session = await trio.to_thread.run_sync(self._open, 1_000_000, endpoints)
         process_ids = itertools.count(1_000_001)
         try:
             for topic in self._topics:
@@ -297,7 +318,8 @@ class KafkaWorkload:
                             break
                         session.process = next(process_ids)
         finally:
-            session.admins.clear()
+            session.readers.clear()
+            session.writer = None
 
 
 __all__ = ["KafkaWorkload"]

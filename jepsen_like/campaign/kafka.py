@@ -14,9 +14,11 @@ directory under the run's directory (``server.properties``, ``data/``,
 ``server.log``), all listening on 127.0.0.1 only. It stops every process it
 started by pid and removes what it created when asked to.
 
-Used by the side-by-side benchmark (``bench/metadata_bench.py``) and meant
-for the campaign's Kafka target as well; it lives in the campaign package
-because that is the layer that runs real processes.
+Used by the side-by-side benchmark (``bench/metadata_bench.py``) and by
+the campaign's Kafka target (``_kafka_target.py``, which passes each node's
+routed listeners through ``node_properties`` and runs ``command(node_id)``
+under its own process control); it lives in the campaign package because
+that is the layer that runs real processes.
 
 The client side (topic creation and description) goes through
 ``confluent_kafka`` (the ``bench`` extra), imported only when used.
