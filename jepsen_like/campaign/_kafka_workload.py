@@ -10,12 +10,15 @@ broker that answered (librdkafka's ``orig_broker_id``).
 Kafka's Metadata answers carry no metadata-log offset, so the checker's
 stale-read check can only use its *value* rule: a read is stale when the
 value it returns has exactly one writer and a later write completed more
-than the bound before the read. For that rule to see every stale answer,
+than the bound before the read. For that rule to see stale answers,
 each topic name lives once: created (until one attempt is acknowledged or
-may have been), read for ``TOPIC_LIFE_S``, deleted once, read for
-``READS_AFTER_DELETE_S`` more, retired; a name is never created again. Both
-spans are longer than the staleness bound plus the longest broker cut of
-the scenarios, so that a broker answering from an old image is asked about
+may have been), read for its life (``TOPIC_LIFE_S`` to twice that), then
+either kept (half the names: retired without a deletion, so that "no such
+topic" has no writer and a broker that misses the creation is caught) or
+deleted once and read for ``READS_AFTER_DELETE_S`` more (so that a broker
+still showing it is caught); a name is never created again. Both spans are
+longer than the staleness bound plus the longest broker cut of the
+scenarios, so that a broker answering from an old image is asked about
 topics whose change is older than the bound. docs/kafka-campaign.md has
 the model.
 
@@ -82,6 +85,7 @@ class _Topic:
     ops: int = 0
     since_s: float = 0.0  # when it entered its phase (trio's clock)
     life_s: float = TOPIC_LIFE_S
+    kept: bool = False  # never deleted: retired once its life is over
 
     def advance(self, phase: str) -> None:
         if PHASES.index(phase) > PHASES.index(self.phase):
@@ -128,7 +132,9 @@ class KafkaWorkload:
     def _new_topic(self) -> _Topic:
         replicas = min(len(self.broker_ids), self.options.brokers_online_replication_max)
         descriptor = topic_descriptor(self.rng.randint(1, 3), self.rng.randint(1, max(1, replicas)))
-        topic = _Topic(f"t{next(self._names)}", descriptor, life_s=self.rng.uniform(TOPIC_LIFE_S, 2 * TOPIC_LIFE_S))
+        topic = _Topic(
+            f"t{next(self._names)}", descriptor, life_s=self.rng.uniform(TOPIC_LIFE_S, 2 * TOPIC_LIFE_S), kept=self.rng.random() < 0.5
+        )
         self._topics.append(topic)
         return topic
 
@@ -192,7 +198,10 @@ class KafkaWorkload:
         index = self.rng.randrange(len(self._live))
         topic = self._live[index]
         topic.ops += 1
-        if topic.phase == "deleted" and trio.current_time() - topic.since_s >= READS_AFTER_DELETE_S:
+        now = trio.current_time()
+        if (topic.phase == "deleted" and now - topic.since_s >= READS_AFTER_DELETE_S) or (
+            topic.kept and topic.phase == "created" and now - topic.since_s >= topic.life_s
+        ):
             self._live[index] = self._new_topic()
         return topic
 
@@ -200,7 +209,7 @@ class KafkaWorkload:
         topic = self._pick()
         if topic.phase == "new":
             await self._create(session, topic)
-        elif topic.phase == "created" and trio.current_time() - topic.since_s >= topic.life_s:
+        elif topic.phase == "created" and not topic.kept and trio.current_time() - topic.since_s >= topic.life_s:
             await self._delete(session, topic)
         else:
             await self._read(session, topic, self.rng.choice(self.broker_ids))
