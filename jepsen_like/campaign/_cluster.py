@@ -369,10 +369,6 @@ class Cluster:
                         written += 1
         return written
 
-    def discard_data(self) -> None:
-        """Nothing: pykraft's data directories stay in the run directory
-        (``kraft-quorum dump-log`` reads them)."""
-
     def write_node_events(self, path: Path, start_wall_ns: int) -> int:
         """The nodes' own event logs (wall-clock ns) as the checker's node
         events (ns since the history began: the same host's clock). Returns

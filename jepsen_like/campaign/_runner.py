@@ -179,13 +179,14 @@ class Campaign:
                 self._phase("stopping the cluster")
                 cluster.processes.stop_all()
                 self.history.close()
+                if options.system == "kafka":
+                    # Also on Ctrl-C: nothing of Kafka's outlives the run
+                    # but its logs (in logs/).
+                    cluster.discard_data()
             self._phase("collecting node events and log dumps")
-            try:
-                if cluster.write_log_dumps(self.run_dir / "log-dumps.jsonl", high_watermarks) == 0 and options.system == "kafka":
-                    (self.run_dir / "log-dumps.jsonl").unlink(missing_ok=True)
-                cluster.write_node_events(self.run_dir / "node-events.jsonl", self.history.start_wall_ns)
-            finally:
-                cluster.discard_data()
+            if cluster.write_log_dumps(self.run_dir / "log-dumps.jsonl", high_watermarks) == 0 and options.system == "kafka":
+                (self.run_dir / "log-dumps.jsonl").unlink(missing_ok=True)
+            cluster.write_node_events(self.run_dir / "node-events.jsonl", self.history.start_wall_ns)
             self._write_meta()
         counts = dict(self.history.counts)
         result = CampaignResult(
