@@ -171,6 +171,9 @@ class KafkaCampaignCluster:
             "num.network.threads": "1",
             "num.io.threads": "2",
             "num.recovery.threads.per.data.dir": "1",
+            # The log cleaner's dedupe buffer (128 MB by default) is
+            # allocated at start-up: it alone would not fit a small heap.
+            "log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024),
         }
 
     def _listen_ports(self, count: int) -> list[int]:
