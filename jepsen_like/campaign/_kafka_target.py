@@ -84,6 +84,16 @@ def listener_name(member_id: int | str) -> str:
     return re.sub(r"[^A-Z0-9_]", "_", member_id.upper())
 
 
+def client_problem() -> str | None:
+    """None when the Kafka client the workload uses can be imported; else
+    one sentence saying how to install it."""
+    try:
+        import confluent_kafka  # noqa: F401 - only whether it imports
+    except ImportError:
+        return "the Kafka campaign's client is missing: pip install confluent-kafka==2.16.1 (the bench extra)"
+    return None
+
+
 @dataclass(slots=True, frozen=True)
 class ControllerAnswer:
     """What one controller's persisted election state says (the shape of
@@ -103,7 +113,7 @@ class KafkaCampaignCluster:
     ``ValueError`` when ``network`` cannot route Kafka (not the proxy)."""
 
     def __init__(self, network: NetworkTopology, settings: ClusterSettings, run_dir: Path, *, heap_mb: int = DEFAULT_KAFKA_HEAP_MB) -> None:
-        problem = kafka_problem()
+        problem = kafka_problem() or client_problem()
         if problem:
             raise KafkaNotFetched(problem)
         if not isinstance(network, ProxyNetwork) or not {"controller", "broker"} <= set(network.per_source_listener_roles):
@@ -478,4 +488,4 @@ def kafka_node_events(text: str, node_id: int, start_wall_ns: int) -> list[dict[
     return events
 
 
-__all__ = ["CAMPAIGN_JVM_FLAGS", "DEFAULT_KAFKA_HEAP_MB", "KafkaCampaignCluster", "kafka_node_events", "listener_name"]
+__all__ = ["CAMPAIGN_JVM_FLAGS", "DEFAULT_KAFKA_HEAP_MB", "KafkaCampaignCluster", "client_problem", "kafka_node_events", "listener_name"]

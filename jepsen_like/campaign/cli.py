@@ -75,9 +75,10 @@ def campaign_command(
     )
     display: Any = LiveProgress() if sys.stdout.isatty() and not plain else PlainProgress()
     if system == "kafka":
+        from ._kafka_target import client_problem
         from .kafka import kafka_problem
 
-        problem = kafka_problem()
+        problem = kafka_problem() or client_problem()
         if problem:
             raise click.UsageError(problem)
     try:
