@@ -35,7 +35,6 @@ import signal
 import socket
 import subprocess
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,10 +107,16 @@ def kafka_problem() -> str | None:
     return None
 
 
-def new_cluster_id() -> str:
+def new_cluster_id(random_bytes: Callable[[int], bytes] = os.urandom) -> str:
     """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding
-    (what ``kafka-storage random-uuid`` prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+    (what ``kafka-storage random-uuid`` prints), never starting with ``-``:
+    ``kafka-storage format --cluster-id -abc...`` reads such an id as an
+    option and fails (one id in 64), which is why Kafka's own
+    ``Uuid.randomUuid`` draws again; so does this."""
+    while True:
+        text = base64.urlsafe_b64encode(random_bytes(16)).rstrip(b"=").decode("ascii")
+        if not text.startswith("-"):
+            return text
 
 
 def loopback_ports(count: int) -> list[int]:
