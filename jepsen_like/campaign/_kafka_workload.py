@@ -5,7 +5,10 @@ key ``topic/<name>``, value ``{"partitions": p, "replication_factor": r}``
 while the topic exists and ``null`` when it does not; CreateTopics is
 ``cas [null, descriptor]``, DeleteTopics ``write null``, a Metadata read a
 ``read`` in mode ``broker`` (bounded staleness) whose ``node`` is the
-broker that answered (librdkafka's ``orig_broker_id``).
+broker that answered (librdkafka's ``orig_broker_id``; before librdkafka
+has learned the id of the broker it bootstrapped from, that is -1 and the
+answer names the address it came from, ``host:port/bootstrap``, which is
+one client link and so one broker).
 
 Kafka's Metadata answers carry no metadata-log offset, so the checker's
 stale-read check can only use its *value* rule: a read is stale when the
@@ -98,6 +101,7 @@ class _Session:
     process: int
     readers: dict[int, Any] = field(default_factory=dict)  # broker id -> AdminClient for Metadata
     writer: Any = None  # AdminClient for CreateTopics / DeleteTopics
+    addresses: dict[str, int] = field(default_factory=dict)  # "host:port" of a link -> its broker
 
 
 def _error_name(error: BaseException) -> str:
@@ -108,6 +112,18 @@ def _error_name(error: BaseException) -> str:
     if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
         return str(error.args[0].name())
     return type(error).__name__
+
+
+def _answered_by(metadata: Any, addresses: dict[str, int]) -> str | None:
+    """The broker a Metadata answer came from: its id, or (from a
+    bootstrap connection, id -1) the broker behind the address it came
+    from; None when neither is known."""
+    if isinstance(metadata.orig_broker_id, int) and metadata.orig_broker_id >= 0:
+        return str(metadata.orig_broker_id)
+    name = str(metadata.orig_broker_name or "")
+    address = name.split("/", 1)[0]
+    broker_id = addresses.get(address)
+    return None if broker_id is None else str(broker_id)
 
 
 class KafkaWorkload:
@@ -163,7 +179,12 @@ class KafkaWorkload:
             )
 
         brokers = sorted(endpoints.brokers.items())
-        return _Session(process, {broker_id: admin([address]) for broker_id, address in brokers}, admin([a for _, a in brokers]))
+        return _Session(
+            process,
+            {broker_id: admin([address]) for broker_id, address in brokers},
+            admin([a for _, a in brokers]),
+            {f"{host}:{port}": broker_id for broker_id, (host, port) in brokers},
+        )
 
     async def run(self, deadline_s: float) -> None:
         """Run every client until ``deadline_s`` (trio's clock)."""
@@ -292,7 +313,7 @@ class KafkaWorkload:
         except Exception as error:  # noqa: BLE001 - a read that got no answer changed nothing
             record(process, "fail", "read", key, None, error=f"{_error_name(error)}: {error}"[:200], **extra)
             return False
-        node = str(metadata.orig_broker_id) if metadata.orig_broker_id is not None and metadata.orig_broker_id >= 0 else None
+        node = _answered_by(metadata, session.addresses)
         answer = metadata.topics.get(topic.name)
         error_name = None if answer is None or answer.error is None else str(answer.error.name())
         if answer is None or error_name in ABSENT:
