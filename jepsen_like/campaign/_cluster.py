@@ -95,6 +95,31 @@ class ClusterSettings:
         return config.effective_staleness_bound_ms
 
 
+def controller_ids(settings: ClusterSettings) -> list[int]:
+    return list(range(1, settings.controllers + 1))
+
+
+def broker_ids(settings: ClusterSettings) -> list[int]:
+    return list(range(FIRST_BROKER_ID, FIRST_BROKER_ID + settings.brokers))
+
+
+def client_name(index: int) -> str:
+    return f"client{index}"
+
+
+def lay_out(network: NetworkTopology, settings: ClusterSettings) -> None:
+    """Add the run's members to ``network`` as the module docstring lays
+    them out (every system a campaign targets gets the same layout)."""
+    zones = [f"az{i}" for i in range(1, settings.controllers + 1)]
+    for node_id in controller_ids(settings):
+        network.add_node(node_id, "controller", zone=zones[node_id - 1])
+    for position, broker_id in enumerate(broker_ids(settings)):
+        network.add_node(broker_id, "broker", zone=zones[position % len(zones)])
+    for index in range(settings.clients):
+        network.add_client(client_name(index), zone=zones[index % len(zones)])
+    network.add_client(OBSERVER, observer=True)
+
+
 @dataclass(slots=True)
 class QuorumView:
     """What the controllers say about the quorum, as the harness sees it."""
@@ -123,14 +148,7 @@ class Cluster:
             self.tls = self.tls_config("client-admin")
         # node id -> its metrics port on 127.0.0.1, when settings.metrics.
         self.metrics_ports: dict[int, int] = {}
-        zones = [f"az{i}" for i in range(1, settings.controllers + 1)]
-        for node_id in self.controller_ids:
-            network.add_node(node_id, "controller", zone=zones[node_id - 1])
-        for position, broker_id in enumerate(self.broker_ids):
-            network.add_node(broker_id, "broker", zone=zones[position % len(zones)])
-        for index in range(settings.clients):
-            network.add_client(self.client_name(index), zone=zones[index % len(zones)])
-        network.add_client(OBSERVER, observer=True)
+        lay_out(network, settings)
         if settings.metrics:
             self.metrics_ports = dict(zip(self.controller_ids + self.broker_ids, _free_ports(settings.controllers + settings.brokers)))
         for node_id in self.controller_ids:
@@ -144,15 +162,15 @@ class Cluster:
 
     @property
     def controller_ids(self) -> list[int]:
-        return list(range(1, self.settings.controllers + 1))
+        return controller_ids(self.settings)
 
     @property
     def broker_ids(self) -> list[int]:
-        return list(range(FIRST_BROKER_ID, FIRST_BROKER_ID + self.settings.brokers))
+        return broker_ids(self.settings)
 
     @staticmethod
     def client_name(index: int) -> str:
-        return f"client{index}"
+        return client_name(index)
 
     def zone_of(self, node_id: int) -> str | None:
         return self.network.member(node_id).zone

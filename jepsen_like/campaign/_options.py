@@ -14,6 +14,10 @@ from ._cluster import ClusterSettings
 @dataclass(slots=True)
 class CampaignOptions:
     scenario: str = "chaos"
+    # "pykraft" (kraft-controller / kraft-broker) or "kafka" (Apache Kafka
+    # 4.4's KRaft, fetched by `make kafka`; see docs/kafka-campaign.md).
+    system: str = "pykraft"
+    kafka_heap_mb: int = 256
     time_limit_s: float = 60.0
     controllers: int = 3
     brokers: int = 3

@@ -1,7 +1,8 @@
 """A fault-injection campaign against real processes on this machine.
 
 One run: start the cluster (``kraft-controller`` voters and ``kraft-broker``
-observers) behind the nemesis's network, wait until it is ready, run the
+observers, or with ``system="kafka"`` Apache Kafka's controllers and
+brokers: ``_kafka_target``) behind the nemesis's network, wait until it is ready, run the
 workload and the nemesis for the time limit, heal every fault, let the
 cluster quiesce, read every key a last time, dump every node's committed
 log, stop everything, and check the history with the Spark checker.
@@ -27,6 +28,8 @@ from jepsen_like.nemesis import NetFault, NetworkTopology, open_network
 
 from ._cluster import CLUSTER_ID, Cluster, QuorumView, _free_ports
 from ._history import HistoryRecorder
+from ._kafka_target import KafkaCampaignCluster
+from ._kafka_workload import KafkaWorkload
 from ._options import CampaignOptions
 from ._processes import NodeProcess, ProcessGroup
 from ._scenarios import NEMESIS_SCENARIOS, SMALL_DISK_SCENARIOS
@@ -34,6 +37,12 @@ from ._storage_faults import SmallDisk, small_disk_unavailable
 from ._workloads import ClientEndpoints, Workload, WorkloadOptions
 
 logger = logging.getLogger("pykraft.campaign")
+
+SYSTEMS = ("pykraft", "kafka")
+#: Scenarios that speak pykraft's own wire protocol.
+# Scenarios that speak pykraft's protocol (hostile clients) or damage its
+# storage format: they have no Kafka form.
+PYKRAFT_ONLY_SCENARIOS = frozenset({"hostile-clients", "storage"})
 
 
 @dataclass(slots=True)
@@ -72,6 +81,19 @@ class Campaign:
             raise ValueError("--prometheus needs --net proxy: in network namespaces the metrics endpoints are not on this host's loopback")
         if options.scenario not in NEMESIS_SCENARIOS:
             raise ValueError(f"unknown scenario {options.scenario!r}; choose one of {', '.join(sorted(NEMESIS_SCENARIOS))}")
+        if options.system not in SYSTEMS:
+            raise ValueError(f"system must be one of {', '.join(SYSTEMS)}, got {options.system!r}")
+        if options.system == "kafka":
+            if options.net != "proxy":
+                raise ValueError("a Kafka campaign runs on --net proxy only (docs/kafka-campaign.md)")
+            if options.scenario in PYKRAFT_ONLY_SCENARIOS:
+                raise ValueError(
+                    f"scenario {options.scenario!r} speaks pykraft's protocol or damages its files; it has no Kafka form"
+                )
+            if options.tls or options.prometheus:
+                raise ValueError("--tls and --prometheus set up pykraft's own listeners and endpoints: not for a Kafka campaign")
+            if options.brokers < 1:
+                raise ValueError("a Kafka campaign needs at least one broker (its clients talk to brokers)")
         self.options = options
         self.spark = spark
         self.settings = options.cluster_settings()
@@ -97,7 +119,7 @@ class Campaign:
         self._fault_tokens = iter(range(1, 10**9))
         self.history: HistoryRecorder | None = None
         self.network: NetworkTopology | None = None
-        self.cluster: Cluster | None = None
+        self.cluster: Cluster | KafkaCampaignCluster | None = None
         self.small_disk: tuple[int, SmallDisk] | None = None
         self.small_disk_unavailable: str | None = None
         self.phase = "starting"
@@ -131,14 +153,15 @@ class Campaign:
         run_id = f"{options.seed % 4096:x}{int(time.time()) % 100000:x}"[:6]
         (self.run_dir / "network.json").write_text(json.dumps({"backend": options.net, "run_id": run_id}))
         high_watermarks: dict[int, int] = {}
-        with open_network(options.net, run_id=run_id) as network, contextlib.ExitStack() as disks:
+        network_options: dict[str, Any] = {"per_source_listener_roles": ("controller", "broker")} if options.system == "kafka" else {}
+        with open_network(options.net, run_id=run_id, **network_options) as network, contextlib.ExitStack() as disks:
             self.network = network
-            cluster = self.cluster = Cluster(network, self.settings, self.run_dir)
+            cluster = self.cluster = self._make_cluster(network)
             self.history = HistoryRecorder(self.run_dir / "history.jsonl")
             try:
                 self._mount_small_disk(disks)
-                self._phase(f"starting {options.controllers} controllers and {options.brokers} brokers")
-                cluster.start_all()
+                self._phase(f"starting {options.controllers} controllers and {options.brokers} brokers ({options.system})")
+                await trio.to_thread.run_sync(cluster.start_all)
                 if options.prometheus:
                     self._phase("starting Prometheus")
                     self.prometheus = await trio.to_thread.run_sync(self._start_prometheus, cluster)
@@ -148,13 +171,7 @@ class Campaign:
                     self._phase("waiting for the brokers to be Online")
                     if not await cluster.wait_for_brokers_online(cluster.broker_ids, timeout_s=45):
                         logger.warning("not every broker came Online before the workload started")
-                workload = Workload(
-                    self.history,
-                    self.client_endpoints,
-                    _workload_options(options),
-                    cluster_id=CLUSTER_ID,
-                    rng=random.Random(self.rng.getrandbits(64)),
-                )
+                workload = self._make_workload()
                 self.started_s = trio.current_time()
                 self.deadline_s = self.started_s + options.time_limit_s
                 self._phase(f"running {options.scenario}")
@@ -180,8 +197,13 @@ class Campaign:
                 if self.prometheus is not None:
                     self.prometheus.stop()
                 self.history.close()
+                if options.system == "kafka":
+                    # Also on Ctrl-C: nothing of Kafka's outlives the run
+                    # but its logs (in logs/).
+                    cluster.discard_data()
             self._phase("collecting node events and log dumps")
-            cluster.write_log_dumps(self.run_dir / "log-dumps.jsonl", high_watermarks)
+            if cluster.write_log_dumps(self.run_dir / "log-dumps.jsonl", high_watermarks) == 0 and options.system == "kafka":
+                (self.run_dir / "log-dumps.jsonl").unlink(missing_ok=True)
             cluster.write_node_events(self.run_dir / "node-events.jsonl", self.history.start_wall_ns)
             self._write_meta()
         counts = dict(self.history.counts)
@@ -221,6 +243,18 @@ class Campaign:
         disk = SmallDisk(self.cluster.data_dir(node_id))
         disks.callback(disk.close)
         self.small_disk = (node_id, disk)
+    def _make_cluster(self, network: NetworkTopology) -> Cluster | KafkaCampaignCluster:
+        if self.options.system == "kafka":
+            return KafkaCampaignCluster(network, self.settings, self.run_dir, heap_mb=self.options.kafka_heap_mb)
+        return Cluster(network, self.settings, self.run_dir)
+
+    def _make_workload(self) -> Workload | KafkaWorkload:
+        assert self.history is not None
+        options = self.options
+        rng = random.Random(self.rng.getrandbits(64))
+        if options.system == "kafka":
+            return KafkaWorkload(self.history, self.client_endpoints, _workload_options(options), rng=rng)
+        return Workload(self.history, self.client_endpoints, _workload_options(options), cluster_id=CLUSTER_ID, rng=rng)
 
     def client_endpoints(self, index: int) -> ClientEndpoints:
         """How workload client ``index`` reaches the cluster: every
@@ -353,7 +387,8 @@ class Campaign:
     def _write_meta(self) -> None:
         options = self.options
         meta: dict[str, Any] = {
-            "model": "register" if options.workload == "register" else "metadata",
+            "system": options.system,
+            "model": "register" if options.workload == "register" and options.system == "pykraft" else "metadata",
             "check_quorum_factor": 1.5,
             "fetch_timeout_ms": options.fetch_timeout_ms,
             # Register reads carry their key's version; see _workloads.py.

@@ -19,6 +19,8 @@ from ._workloads import WORKLOADS
 
 
 @click.command("campaign")
+@click.option("--system", type=click.Choice(["pykraft", "kafka"]), default="pykraft", show_default=True, help="kafka: Apache Kafka 4.4's KRaft (make kafka fetches it; docs/kafka-campaign.md).")
+@click.option("--kafka-heap-mb", type=click.IntRange(128, 4096), default=256, show_default=True, help="Heap of each Kafka JVM (--system kafka).")
 @click.option("--scenario", type=click.Choice(sorted(NEMESIS_SCENARIOS)), default="chaos", show_default=True)
 @click.option("--time-limit", "time_limit_s", type=float, default=60.0, show_default=True, help="Seconds of workload and faults.")
 @click.option("--controllers", type=click.IntRange(1, 9), default=3, show_default=True, help="kraft-controller voters.")
@@ -36,6 +38,8 @@ from ._workloads import WORKLOADS
 @click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal.")
 @click.option("--prometheus", is_flag=True, help="Start Debian's Prometheus scraping every node; the report links its queries.")
 def campaign_command(
+    system: str,
+    kafka_heap_mb: int,
     scenario: str,
     time_limit_s: float,
     controllers: int,
@@ -57,6 +61,8 @@ def campaign_command(
     check it. Exits 0 only when the history is valid."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     options = CampaignOptions(
+        system=system,
+        kafka_heap_mb=kafka_heap_mb,
         scenario=scenario,
         time_limit_s=time_limit_s,
         controllers=controllers,
@@ -81,7 +87,17 @@ def campaign_command(
         if net != "proxy":
             raise click.UsageError("--prometheus needs --net proxy (the metrics endpoints must be on this host's loopback)")
     display: Any = LiveProgress() if sys.stdout.isatty() and not plain else PlainProgress()
-    campaign = Campaign(options, status=display.status)
+    if system == "kafka":
+        from ._kafka_target import client_problem
+        from .kafka import kafka_problem
+
+        problem = kafka_problem() or client_problem()
+        if problem:
+            raise click.UsageError(problem)
+    try:
+        campaign = Campaign(options, status=display.status)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
 
     async def main() -> CampaignResult:
         async with trio.open_nursery() as nursery:

@@ -14,9 +14,11 @@ directory under the run's directory (``server.properties``, ``data/``,
 ``server.log``), all listening on 127.0.0.1 only. It stops every process it
 started by pid and removes what it created when asked to.
 
-Used by the side-by-side benchmark (``bench/metadata_bench.py``) and meant
-for the campaign's Kafka target as well; it lives in the campaign package
-because that is the layer that runs real processes.
+Used by the side-by-side benchmark (``bench/metadata_bench.py``) and by
+the campaign's Kafka target (``_kafka_target.py``, which passes each node's
+routed listeners through ``node_properties`` and runs ``command(node_id)``
+under its own process control); it lives in the campaign package because
+that is the layer that runs real processes.
 
 The client side (topic creation and description) goes through
 ``confluent_kafka`` (the ``bench`` extra), imported only when used.
@@ -33,7 +35,6 @@ import signal
 import socket
 import subprocess
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,10 +107,16 @@ def kafka_problem() -> str | None:
     return None
 
 
-def new_cluster_id() -> str:
+def new_cluster_id(random_bytes: Callable[[int], bytes] = os.urandom) -> str:
     """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding
-    (what ``kafka-storage random-uuid`` prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+    (what ``kafka-storage random-uuid`` prints), never starting with ``-``:
+    ``kafka-storage format --cluster-id -abc...`` reads such an id as an
+    option and fails (one id in 64), which is why Kafka's own
+    ``Uuid.randomUuid`` draws again; so does this."""
+    while True:
+        text = base64.urlsafe_b64encode(random_bytes(16)).rstrip(b"=").decode("ascii")
+        if not text.startswith("-"):
+            return text
 
 
 def loopback_ports(count: int) -> list[int]:
@@ -179,7 +186,12 @@ class KafkaCluster:
     ``controllers`` voters with ids 1..N; ``brokers`` brokers with ids
     101..; with ``combined`` the N nodes are controllers and brokers at once
     (``brokers`` must then be 0). ``overrides`` are extra server properties
-    for every node. ``allocate_ports(count)`` returns free loopback ports.
+    for every node, ``node_properties(node)`` more for one node (a
+    campaign routes each node's links through its proxy this way: its own
+    voter addresses, listeners and advertised listeners).
+    ``allocate_ports(count)`` returns free loopback ports: the controllers'
+    controller ports, then (combined) their broker ports, then the brokers'
+    ports. ``jvm_flags`` replace Kafka's own JVM flags.
     """
 
     def __init__(
@@ -192,6 +204,8 @@ class KafkaCluster:
         heap_mb: int = DEFAULT_HEAP_MB,
         overrides: dict[str, str] | None = None,
         allocate_ports: Callable[[int], list[int]] = loopback_ports,
+        node_properties: Callable[[KafkaNode], dict[str, str]] | None = None,
+        jvm_flags: tuple[str, ...] = JVM_FLAGS,
     ) -> None:
         if not 1 <= controllers <= 9:
             raise ValueError(f"controllers must be 1..9, not {controllers}")
@@ -204,6 +218,8 @@ class KafkaCluster:
         self.run_dir = Path(run_dir)
         self.heap_mb = heap_mb
         self.overrides = dict(overrides or {})
+        self.node_properties = node_properties
+        self.jvm_flags = tuple(jvm_flags)
         self.cluster_id = new_cluster_id()
         roles_of_voters = ("broker", "controller") if combined else ("controller",)
         ports = allocate_ports(2 * controllers + brokers)
@@ -284,6 +300,8 @@ class KafkaCluster:
                 }
             )
         properties.update(self.overrides)
+        if self.node_properties is not None:
+            properties.update(self.node_properties(node))
         return properties
 
     def _java(self, main_class: str, *args: str, heap_mb: int, node: KafkaNode) -> list[str]:
@@ -291,7 +309,7 @@ class KafkaCluster:
             "java",
             f"-Xmx{heap_mb}m",
             f"-Xms{heap_mb}m",
-            *JVM_FLAGS,
+            *self.jvm_flags,
             f"-Dlog4j2.configurationFile={self._log4j_path}",
             f"-Dkafka.logs.dir={node.directory}",
             "-cp",
@@ -342,12 +360,18 @@ class KafkaCluster:
     # Processes
     # ------------------------------------------------------------------
 
+    def command(self, node_id: int) -> list[str]:
+        """The argv that runs one node (``kafka.Kafka`` on its
+        ``server.properties``), once its storage is formatted."""
+        node = self.nodes[node_id]
+        return self._java("kafka.Kafka", str(node.config_path), heap_mb=self.heap_mb, node=node)
+
     def start_node(self, node_id: int) -> None:
         """Start one node on its formatted storage (no wait)."""
         node = self.nodes[node_id]
         if node.running:
             return
-        argv = self._java("kafka.Kafka", str(node.config_path), heap_mb=self.heap_mb, node=node)
+        argv = self.command(node_id)
         with open(node.log_path, "ab") as out:
             out.write(f"\n=== start: {' '.join(argv)}\n".encode())
             out.flush()

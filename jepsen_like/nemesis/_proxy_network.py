@@ -12,6 +12,15 @@ direction) and what dst answers on it (b→a).
 
 A cut pair ``(src, dst)`` therefore stalls link (src, dst) a→b and link
 (dst, src) b→a: nothing src sends reaches dst, on either connection.
+
+Nodes of the roles in ``per_source_listener_roles`` get one more port per
+member that links to them (``source_listen_address``), and each member's
+link forwards to its own: a system that tells its peers and clients where
+to reconnect (Kafka advertises one address per listener name: a broker
+answers a client with the addresses of the listener it came in on, a
+controller leader sends its controller listeners to the other nodes) can
+then advertise each member its own links, so that every path stays
+cuttable on its own.
 """
 
 from __future__ import annotations
@@ -52,11 +61,14 @@ class ProxyNetwork(NetworkTopology):
         proxy_host: str = DEFAULT_PROXY_HOST,
         proxy_stderr: str | os.PathLike[str] | None = None,
         seed: int = 0,
+        per_source_listener_roles: tuple[str, ...] = (),
     ) -> None:
         """Nothing starts until ``open()`` (or ``with``).
 
         Raises ``ValueError`` for a malformed ``run_id``."""
         super().__init__(run_id)
+        self.per_source_listener_roles = tuple(per_source_listener_roles)
+        self._source_listen: dict[tuple[MemberId, NodeId], tuple[str, int]] = {}  # (src, node) -> src's own port
         self.node_host = node_host
         self.proxy_host = proxy_host
         self.proxy_stderr = proxy_stderr
@@ -91,6 +103,17 @@ class ProxyNetwork(NetworkTopology):
     def listen_address(self, node_id: NodeId) -> tuple[str, int]:
         self._node(node_id)
         return self._listen[node_id]
+
+    def source_listen_address(self, node_id: NodeId, src: MemberId) -> tuple[str, int]:
+        """The address node ``node_id`` must listen on for what member
+        ``src`` sends it, alone (the node's role is in
+        ``per_source_listener_roles``).
+
+        Raises ``UnknownMemberError``, or ``KeyError`` when the node has no
+        port of its own for that member."""
+        self._node(node_id)
+        self.member(src)
+        return self._source_listen[(src, node_id)]
 
     def address_for(self, src: MemberId, dst: NodeId) -> tuple[str, int]:
         self.member(src)
@@ -141,6 +164,8 @@ class ProxyNetwork(NetworkTopology):
         for src, dst in new_pairs:
             name = f"{self.prefix}{src.label}->{dst.label}"
             host, port = self._listen[dst.member_id]  # type: ignore[index]
+            if dst.role in self.per_source_listener_roles:
+                host, port = self._source_listen[(src.member_id, dst.member_id)] = (self.node_host, self._free_node_port())  # type: ignore[index]
             link_port = proxy.add_link(name, 0, host, port)
             self._links[(src.member_id, dst.member_id)] = (name, link_port)
             self._applied[name] = _link_state(None, None, None, None)
@@ -161,7 +186,7 @@ class ProxyNetwork(NetworkTopology):
             self._applied.update(changes)
 
     def _free_node_port(self) -> int:
-        taken = {port for _, port in self._listen.values()}
+        taken = {port for _, port in self._listen.values()} | {port for _, port in self._source_listen.values()}
         for _ in range(64):
             with socket.socket() as probe:
                 probe.bind((self.node_host, 0))

@@ -258,3 +258,55 @@ def test_observers_are_never_cut(net):
     net.isolate(2, clients=True)
     modes = net.link_modes()
     assert all(modes[(OBSERVER, node)] == "pass" for node in NODES)
+
+
+def _accept_one(server: socket.socket, timeout_s: float) -> bytes | None:
+    """The first bytes of the first connection ``server`` gets, or None."""
+    server.settimeout(timeout_s)
+    try:
+        conn, _ = server.accept()
+    except TimeoutError:
+        return None
+    with conn:
+        conn.settimeout(timeout_s)
+        try:
+            return conn.recv(64)
+        except TimeoutError:
+            return None
+
+
+def test_a_port_per_source_lets_each_member_reach_a_node_on_its_own_cuttable_listener():
+    """With per-source listeners (what the Kafka target advertises), each
+    member's link to a node of that role ends at a port of the node's own
+    for that member; nodes of other roles keep their one listen address;
+    a cut of one member's link leaves the others' alone."""
+    with ProxyNetwork(per_source_listener_roles=("broker",)) as net:
+        net.add_node(1, "controller", zone="az1")
+        net.add_node(101, "broker", zone="az1")
+        net.add_client("c1")
+        net.add_client("c2")
+        ports = {src: net.source_listen_address(101, src) for src in (1, "c1", "c2")}
+        assert len(set(ports.values()) | {net.listen_address(101)}) == 4, "one port per source, apart from the listen address"
+        with pytest.raises(KeyError):
+            net.source_listen_address(1, "c1")  # controllers are not in the roles
+        servers = {}
+        try:
+            for src, address in ports.items():
+                server = socket.socket()
+                server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                server.bind(address)
+                server.listen()
+                servers[src] = server
+            fault = net.isolate_from(101, ["c1"])
+            for src in ("c1", "c2"):
+                with socket.create_connection(net.address_for(src, 101), timeout=5) as conn:
+                    conn.sendall(f"from {src}".encode())
+                    received = _accept_one(servers[src], timeout_s=1.0 if src == "c1" else 5.0)
+                    assert received == (None if src == "c1" else b"from c2"), (src, received)
+            net.heal(fault)
+            with socket.create_connection(net.address_for("c1", 101), timeout=5) as conn:
+                conn.sendall(b"from c1")
+                assert _accept_one(servers["c1"], timeout_s=5.0) == b"from c1"
+        finally:
+            for server in servers.values():
+                server.close()
