@@ -382,6 +382,10 @@ class QuorumRuntime:
         self._write_seconds = metrics.histogram(
             "pykraft_quorum_disk_write_duration_seconds", "The writes of one group round, before its fsync."
         )
+        self._voter_fetch_gap_seconds = metrics.histogram(
+            "pykraft_quorum_voter_fetch_gap_seconds",
+            "Leader only: time between two Fetches of one voter served (from the election for the first).",
+        )
         self._disk_failed_gauge = metrics.gauge(
             "pykraft_quorum_disk_failed", "1 while writes to this node's disk fail (it acknowledges nothing)."
         )
@@ -663,10 +667,7 @@ class QuorumRuntime:
         now_s = trio.current_time()
         served[voter] = now_s
         gap_s = now_s - last_s
-        self.metrics.histogram(
-            "pykraft_quorum_voter_fetch_gap_seconds",
-            "Leader only: time between two Fetches of one voter served (from the election for the first).",
-        ).observe(gap_s)
+        self._voter_fetch_gap_seconds.observe(gap_s)
         if gap_s > self._voter_fetch_gap_max_s:
             self._voter_fetch_gap_max_s = gap_s
             self.metrics.set_gauge("pykraft_quorum_voter_fetch_gap_max_seconds", gap_s, _GAP_MAX_HELP)
