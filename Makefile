@@ -33,7 +33,7 @@ test: $(STAMP)
 	@tools/prometheus-tools.sh
 	@tools/kafka-fetch.sh
 	@tools/playground-fetch.sh
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not long" --durations=15
 
 # The project's main job: a fault-injection campaign against real processes
 # (partitions, kill -9, pauses), its history checked by the Spark checker.
@@ -53,6 +53,7 @@ sim-demo: $(STAMP)
 # Long seed sweeps and the long hypothesis profile.
 soak: $(STAMP)
 	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest -q -p no:cacheprovider -m "not processes" tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m long tests
 	$(BIN)/jepsen-like sweep --seeds 10000
 
 # Apache Kafka 4.4.0's jars (tools/kafka/pom.xml), fetched from Maven Central

@@ -312,7 +312,15 @@ async def _leader(metrics_ports: dict[int, int], timeout_s: float = 5.0) -> tupl
         except (OSError, trio.TooSlowError):
             continue
         leader, epoch = metric_value(text, "pykraft_quorum_leader_id"), metric_value(text, "pykraft_quorum_epoch")
-        role = next((line.split('role="')[1].split('"')[0] for line in text.splitlines() if line.startswith("pykraft_quorum_role{")), "")
+        # One sample per role, 1 for the current one (prometheus_client).
+        role = next(
+            (
+                line.split('role="')[1].split('"')[0]
+                for line in text.splitlines()
+                if line.startswith("pykraft_quorum_role{") and float(line.rsplit(" ", 1)[1]) == 1
+            ),
+            "",
+        )
         if leader is not None and epoch is not None:
             views[node_id] = (int(leader), int(epoch), role)
     for node_id, (leader, epoch, role) in sorted(views.items()):

@@ -123,6 +123,9 @@ class KafkaCampaignCluster:
         self.network: ProxyNetwork = network
         self.settings = settings
         self.run_dir = run_dir
+        # A Kafka campaign runs without pykraft's TLS (the runner refuses
+        # --tls): the clients' endpoints carry no certificate.
+        self.tls: None = None
         self.logs_dir = run_dir / "logs"
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.processes = ProcessGroup()
@@ -145,6 +148,11 @@ class KafkaCampaignCluster:
     # ------------------------------------------------------------------
     # Members
     # ------------------------------------------------------------------
+
+    def broker_tls(self, broker_id: int) -> None:
+        """No certificates in a Kafka campaign (see ``tls``)."""
+        del broker_id
+        return None
 
     @property
     def controller_ids(self) -> list[int]:

@@ -139,6 +139,7 @@ async def test_hostile_clients_at_the_members_ports_lose_nothing_and_writes_go_o
     assert result.report is not None and "hostile-" in result.report.read_text()
 
 
+@pytest.mark.long  # two minutes and more on 2 cores: make soak
 async def test_storage_faults_on_real_processes_are_recorded_survived_and_lose_nothing(tmp_path):
     """Issue 14 part 5: kill -9 a voter and damage its stopped files (a
     flipped bit in a batch a valid batch follows, a torn last write, the

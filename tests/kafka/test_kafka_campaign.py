@@ -30,6 +30,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.long  # six JVMs for a minute or more on 2 cores: make soak
 async def test_a_short_kafka_chaos_campaign_is_recorded_faulted_checked_valid_and_leaves_nothing_behind(tmp_path):
     problem = kafka_problem()
     if problem:
