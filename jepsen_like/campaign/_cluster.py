@@ -129,7 +129,33 @@ class QuorumView:
     high_watermarks: dict[int, int]
 
 
-class Cluster:
+class ClusterMembers:
+    """Who is in a run, as ``lay_out`` placed them: for every system a
+    campaign targets (its ``settings`` and ``network``)."""
+
+    settings: ClusterSettings
+    network: NetworkTopology
+
+    @property
+    def controller_ids(self) -> list[int]:
+        return controller_ids(self.settings)
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return broker_ids(self.settings)
+
+    @staticmethod
+    def client_name(index: int) -> str:
+        return client_name(index)
+
+    def zone_of(self, node_id: int) -> str | None:
+        return self.network.member(node_id).zone
+
+    def zones(self) -> list[str]:
+        return self.network.zones()
+
+
+class Cluster(ClusterMembers):
     """Lays the nodes out on ``network`` and starts them as processes."""
 
     def __init__(self, network: NetworkTopology, settings: ClusterSettings, run_dir: Path) -> None:
@@ -157,26 +183,8 @@ class Cluster:
             self.processes.add(NodeProcess(broker_id, "broker", self._broker_argv(broker_id), self._log(broker_id)))
 
     # ------------------------------------------------------------------
-    # Members
+    # Members' files
     # ------------------------------------------------------------------
-
-    @property
-    def controller_ids(self) -> list[int]:
-        return controller_ids(self.settings)
-
-    @property
-    def broker_ids(self) -> list[int]:
-        return broker_ids(self.settings)
-
-    @staticmethod
-    def client_name(index: int) -> str:
-        return client_name(index)
-
-    def zone_of(self, node_id: int) -> str | None:
-        return self.network.member(node_id).zone
-
-    def zones(self) -> list[str]:
-        return self.network.zones()
 
     def event_log(self, node_id: int) -> Path:
         return self.logs_dir / f"node{node_id}.events.jsonl"

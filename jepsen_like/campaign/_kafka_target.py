@@ -57,7 +57,7 @@ import trio
 
 from jepsen_like.nemesis import NetworkTopology, ProxyNetwork
 
-from ._cluster import OBSERVER, ClusterSettings, QuorumView, broker_ids, client_name, controller_ids, lay_out
+from ._cluster import OBSERVER, ClusterMembers, ClusterSettings, QuorumView, broker_ids, client_name, controller_ids, lay_out
 from ._processes import NodeProcess, ProcessGroup
 from .kafka import KafkaCluster, KafkaNode, KafkaNotFetched, kafka_problem
 
@@ -104,7 +104,7 @@ class ControllerAnswer:
     high_watermark: int | None = None
 
 
-class KafkaCampaignCluster:
+class KafkaCampaignCluster(ClusterMembers):
     """Kafka controllers and brokers laid out on ``network`` (a
     ``ProxyNetwork`` with per-client broker listeners). The same interface
     as ``Cluster``, for the runner and the scenarios.
@@ -154,23 +154,6 @@ class KafkaCampaignCluster:
         del broker_id
         return None
 
-    @property
-    def controller_ids(self) -> list[int]:
-        return controller_ids(self.settings)
-
-    @property
-    def broker_ids(self) -> list[int]:
-        return broker_ids(self.settings)
-
-    @staticmethod
-    def client_name(index: int) -> str:
-        return client_name(index)
-
-    def zone_of(self, node_id: int) -> str | None:
-        return self.network.member(node_id).zone
-
-    def zones(self) -> list[str]:
-        return self.network.zones()
 
     # ------------------------------------------------------------------
     # Configuration
