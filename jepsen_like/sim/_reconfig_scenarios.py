@@ -332,8 +332,16 @@ def random_reconfiguration(sim: Simulation, rng: random.Random, until_ms: float)
         )
         roll = rng.random()
         if wiped:
-            victim = wiped[0]
-            operator.try_once(f"remove wiped n{victim}", lambda host: host.remove_voter(victim))
+            # Remove a wiped voter of the current set. One that only an
+            # older set in force (a stale node's log) still holds with its
+            # old disk is not removed: the current set may have re-added it
+            # with its new disk, and removing that healthy voter beside
+            # another wiped one would leave no majority (sweep seeds 16276
+            # and 17203). Nothing else changes until the sets agree.
+            current_wiped = [node_id for node_id in wiped if node_id in voters.ids and not voters.holds(node_id, operator.directory_of(node_id))]
+            if current_wiped:
+                victim = current_wiped[0]
+                operator.try_once(f"remove wiped n{victim}", lambda host: host.remove_voter(victim))
         elif roll < 0.4:
             candidates = [node_id for node_id in nodes if node_id not in voters and sim.nodes[node_id].core is not None]
             if candidates and len(voters) < 5:
