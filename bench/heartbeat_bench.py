@@ -34,10 +34,11 @@ from quorum import FetchRequest, FetchResponse
 from quorum.client import QuorumClient
 from quorum.runtime import scrape_metrics
 from quorum.wire import FrameDecoder, decode_message, encode_message
-from registration import BrokerHeartbeat, RegisterBrokerRequest
+from registration import BrokerHeartbeat
 from registration.client import AdminClient
 
 from ._common import free_ports
+from .reconnect_bench import register_brokers
 
 CLUSTER_ID = "heartbeat-bench"
 BIN = Path(sys.executable).parent
@@ -168,25 +169,9 @@ async def run(brokers: int, seconds: float, connections: int) -> dict[str, objec
             for node_id in voters
         }  # fmt: skip
         try:
-            epochs: dict[int, int] = {}
-            async with AdminClient(bootstrap, cluster_id=CLUSTER_ID, timeout_s=30) as admin:
-                started = time.perf_counter()
-                for broker_id in range(1000, 1000 + brokers):
-                    request = RegisterBrokerRequest(
-                        broker_id=broker_id,
-                        incarnation_id=f"bench-{broker_id}",
-                        cluster_id=CLUSTER_ID,
-                        listeners=(("PLAINTEXT", "127.0.0.1", 9000 + broker_id),),
-                    )
-                    for _ in range(100):
-                        response = await admin.register_broker(request)
-                        if response.error.name != "NOT_LEADER":
-                            break
-                        await trio.sleep(0.05)
-                    if response.error:
-                        raise RuntimeError(f"registration of {broker_id} failed: {response.error.name} {response.message}")
-                    epochs[broker_id] = response.broker_epoch
-                registration_s = time.perf_counter() - started
+            started = time.perf_counter()
+            epochs = await register_brokers(bootstrap, range(1000, 1000 + brokers), CLUSTER_ID)
+            registration_s = time.perf_counter() - started
             async with QuorumClient(bootstrap, cluster_id=CLUSTER_ID) as client:
                 description = await client.describe()
             leader = description.leader_id

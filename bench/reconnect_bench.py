@@ -265,16 +265,17 @@ async def _cluster_ready(bootstrap: list[str]) -> bool:
     return True
 
 
-async def _register(bootstrap: list[str], broker_ids: range) -> dict[int, int]:
-    """Register every broker through the admin client; their epochs.
-    Raises ``RuntimeError`` when one is refused."""
+async def register_brokers(bootstrap: list[str], broker_ids: range, cluster_id: str = CLUSTER_ID) -> dict[int, int]:
+    """Register every broker through the admin client (retrying while no
+    leader answers); their epochs. Raises ``RuntimeError`` when one is
+    refused. Also used by ``bench.heartbeat_bench``."""
     epochs: dict[int, int] = {}
-    async with AdminClient(bootstrap, cluster_id=CLUSTER_ID, timeout_s=30) as admin:
+    async with AdminClient(bootstrap, cluster_id=cluster_id, timeout_s=30) as admin:
         for broker_id in broker_ids:
             request = RegisterBrokerRequest(
                 broker_id=broker_id,
                 incarnation_id=f"bench-{broker_id}",
-                cluster_id=CLUSTER_ID,
+                cluster_id=cluster_id,
                 listeners=(("PLAINTEXT", "127.0.0.1", 9000 + broker_id),),
             )
             for _ in range(100):
@@ -369,7 +370,7 @@ async def run(brokers: int, hold_s: float, data_dir: str) -> dict[str, Any]:
         # every parked broker Fetch), which real brokers, each in its own
         # process, do not pay together.
         started = trio.current_time()
-        broker_epochs = await _register(bootstrap, range(BROKER_ID_BASE, BROKER_ID_BASE + brokers))
+        broker_epochs = await register_brokers(bootstrap, range(BROKER_ID_BASE, BROKER_ID_BASE + brokers))
         registration_s = trio.current_time() - started
         async with QuorumClient(bootstrap, cluster_id=CLUSTER_ID) as client:
             start_offset = (await client.describe()).high_watermark

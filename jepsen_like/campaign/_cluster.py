@@ -130,11 +130,14 @@ class QuorumView:
 
 
 class ClusterMembers:
-    """Who is in a run, as ``lay_out`` placed them: for every system a
-    campaign targets (its ``settings`` and ``network``)."""
+    """Who is in a run, as ``lay_out`` placed them, and waiting for its
+    leader: for every system a campaign targets (it has ``settings``,
+    ``network`` and an async ``quorum_view()`` asking its own system)."""
 
     settings: ClusterSettings
     network: NetworkTopology
+    # How often ``wait_for_leader`` asks ``quorum_view`` (which a target defines).
+    leader_poll_s = 0.1
 
     @property
     def controller_ids(self) -> list[int]:
@@ -153,6 +156,15 @@ class ClusterMembers:
 
     def zones(self) -> list[str]:
         return self.network.zones()
+
+    async def wait_for_leader(self, timeout_s: float) -> QuorumView:
+        """Raises ``trio.TooSlowError`` when no leader shows in time."""
+        with trio.fail_after(timeout_s):
+            while True:
+                view = await self.quorum_view()
+                if view.leader is not None:
+                    return view
+                await trio.sleep(self.leader_poll_s)
 
 
 class Cluster(ClusterMembers):
@@ -353,15 +365,6 @@ class Cluster(ClusterMembers):
                 return {}
         wanted = set(self.broker_ids)
         return {b.broker_id: (b.state, b.broker_epoch) for b in cluster.brokers if b.broker_id in wanted}
-
-    async def wait_for_leader(self, timeout_s: float) -> QuorumView:
-        """Raises ``trio.TooSlowError`` when no leader shows in time."""
-        with trio.fail_after(timeout_s):
-            while True:
-                view = await self.quorum_view()
-                if view.leader is not None:
-                    return view
-                await trio.sleep(0.1)
 
     async def wait_for_brokers_online(
         self, broker_ids: list[int], timeout_s: float, *, not_epochs: dict[int, int] | None = None

@@ -112,6 +112,9 @@ class KafkaCampaignCluster(ClusterMembers):
     Raises ``KafkaNotFetched`` when Kafka is not in the cache and
     ``ValueError`` when ``network`` cannot route Kafka (not the proxy)."""
 
+    # Each look at the quorum asks a controller over the admin client.
+    leader_poll_s = 0.2
+
     def __init__(self, network: NetworkTopology, settings: ClusterSettings, run_dir: Path, *, heap_mb: int = DEFAULT_KAFKA_HEAP_MB) -> None:
         problem = kafka_problem() or client_problem()
         if problem:
@@ -331,15 +334,6 @@ class KafkaCampaignCluster(ClusterMembers):
         if live is None:
             return {}
         return {broker_id: ("Online" if broker_id in live else "Fenced", -1) for broker_id in self.broker_ids}
-
-    async def wait_for_leader(self, timeout_s: float) -> QuorumView:
-        """Raises ``trio.TooSlowError`` when no leader shows in time."""
-        with trio.fail_after(timeout_s):
-            while True:
-                view = await self.quorum_view()
-                if view.leader is not None:
-                    return view
-                await trio.sleep(0.2)
 
     async def wait_for_brokers_online(
         self, broker_ids: list[int], timeout_s: float, *, not_epochs: dict[int, int] | None = None

@@ -626,8 +626,9 @@ def encode_describe_quorum_response(m: DescribeQuorumResponse) -> list:
     ]
 
 
-def decode_describe_quorum_response(body: Any, limits: WireLimits, build: bool) -> DescribeQuorumResponse:
-    error, leader_id, epoch, high_watermark, voters, observers = fields(body, 6)
+def _describe_quorum_response(head: Any, limits: WireLimits, **version_fields: Any) -> DescribeQuorumResponse:
+    """The six fields both versions share, and what a version adds."""
+    error, leader_id, epoch, high_watermark, voters, observers = head
     return DescribeQuorumResponse(
         error=check_error_code(error),
         leader_id=leader_id,
@@ -635,9 +636,12 @@ def decode_describe_quorum_response(body: Any, limits: WireLimits, build: bool) 
         high_watermark=high_watermark,
         voters=_replicas(voters, "voters", limits),
         observers=_replicas(observers, "observers", limits),
-        repairing=None,
-        version=1,
+        **version_fields,
     )
+
+
+def decode_describe_quorum_response(body: Any, limits: WireLimits, build: bool) -> DescribeQuorumResponse:
+    return _describe_quorum_response(fields(body, 6), limits, repairing=None, version=1)
 
 
 def encode_describe_quorum_response_v2(m: DescribeQuorumResponse) -> list:
@@ -645,18 +649,9 @@ def encode_describe_quorum_response_v2(m: DescribeQuorumResponse) -> list:
 
 
 def decode_describe_quorum_response_v2(body: Any, limits: WireLimits, build: bool) -> DescribeQuorumResponse:
-    error, leader_id, epoch, high_watermark, voters, observers, node_id, disk_failure, repairing = fields(body, 9)
-    return DescribeQuorumResponse(
-        error=check_error_code(error),
-        leader_id=leader_id,
-        epoch=epoch,
-        high_watermark=high_watermark,
-        voters=_replicas(voters, "voters", limits),
-        observers=_replicas(observers, "observers", limits),
-        node_id=node_id,
-        disk_failure=disk_failure,
-        repairing=repairing,
-        version=2,
+    *head, node_id, disk_failure, repairing = fields(body, 9)
+    return _describe_quorum_response(
+        head, limits, node_id=node_id, disk_failure=disk_failure, repairing=repairing, version=2
     )
 
 
