@@ -307,7 +307,8 @@ async def test_a_follower_on_a_slow_link_reports_its_apply_lag_in_records_and_ti
     time since it learned the next one to apply was committed, until it has
     applied them; the leader, which applies in the step that commits,
     reports none. Before this, a follower's own high watermark (which stops
-    at its log end) made both figures 0 however far behind it was."""
+    at its log end) made both figures 0 however far behind it was, and a
+    /ready first asked while it lagged said it had caught up."""
     cluster = Cluster(nursery, fetch_bytes_max=64)  # a record or two per Fetch answer
     cluster.network = SlowLinkNetwork(nursery)
     await cluster.start_all()
@@ -328,6 +329,12 @@ async def test_a_follower_on_a_slow_link_reports_its_apply_lag_in_records_and_ti
             assert slow.metrics.value("pykraft_quorum_apply_lag_records") == records
             assert slow.metrics.value("pykraft_quorum_apply_lag_seconds") == pytest.approx(seconds)
             seen.append((trio.current_time() - written_at, records, seconds))
+            if records > 0:
+                # /health and /ready count what the leader committed too.
+                healthy, reason = slow.health()
+                assert healthy and reason.endswith(f", {records} records to apply")
+                ready, why = slow.ready()
+                assert not ready and why.startswith("catching up: applied"), why
             await trio.sleep(0.05)
 
     lagging = [(elapsed, records, seconds) for elapsed, records, seconds in seen if records > 0]
@@ -340,5 +347,6 @@ async def test_a_follower_on_a_slow_link_reports_its_apply_lag_in_records_and_ti
     assert max(seconds for _, _, seconds in lagging) >= 1.0
     healthy, reason = slow.health()
     assert healthy and reason.endswith(", 0 records to apply")
+    assert slow.ready()[0] is True
     assert slow.apply_lag() == (0, 0.0)
     assert slow.metrics.value("pykraft_quorum_apply_lag_seconds") == 0
