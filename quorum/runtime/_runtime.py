@@ -515,7 +515,8 @@ class QuorumRuntime:
         far. The core's own high watermark stops at its log end (KIP-595: a
         follower adopts the leader's only up to there), and a record is
         applied in the step that commits it locally, so only the leader's
-        figure shows a follower that lags (docs/operations.md, "Apply lag").
+        figure shows a follower that lags (docs/operations.md, "Apply lag in
+        records and in time").
         A few comparisons per Fetch answer; nothing on the leader."""
         node = self.node
         if response.error is not ErrorCode.NONE or response.epoch != node.epoch or response.src != node.leader_id:
@@ -546,7 +547,8 @@ class QuorumRuntime:
         waits). Kafka's ``last-applied-record-lag-ms`` counts from the
         record's append on the leader instead; this leaves out the commit
         and the Fetch answer's trip, and needs no clock shared between
-        nodes. Call in the trio thread."""
+        nodes. Call in the trio thread: raises ``RuntimeError`` outside
+        the trio run while a lag is being timed."""
         applied = self.host.applied_offset
         learned = self._learned_commits
         while learned and learned[0][0] <= applied:
