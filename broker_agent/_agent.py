@@ -465,11 +465,10 @@ class BrokerAgent:
         epoch = self.lifecycle.broker_epoch
         metrics.set_gauge("pykraft_broker_epoch", -1 if epoch is None else epoch, "Broker epoch (KIP-380), -1 if none.")
         metrics.set_gauge("pykraft_broker_image_offset", self.image_offset, "Metadata records reflected in the image.")
-        node = self.runtime.node
         metrics.set_gauge(
             "pykraft_broker_metadata_lag_records",
-            max(0, node.log.end_offset - self.image_offset),
-            "Records fetched but not yet committed and applied (a lower bound on the lag behind the leader).",
+            self.runtime.apply_lag()[0],
+            "Records the controllers committed (their leader's high watermark in a Fetch answer) not yet in the image.",
         )
         fresh = self.lifecycle.fresh_fetch_sent_ms
         metrics.set_gauge(

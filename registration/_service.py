@@ -270,7 +270,9 @@ class ControllerApplication:
             "pykraft_controller_last_committed_record_offset", "Offset of the last committed record, -1 if none.",
             labels=["node"],
         )  # fmt: skip
-        committed.add_metric([label], runtime.node.high_watermark - 1)
+        # As far as this node knows: on a standby, its leader's high
+        # watermark (its own stops at its log end, where it applies).
+        committed.add_metric([label], runtime.host.applied_offset + runtime.apply_lag()[0] - 1)
         return [brokers, is_active, applied, committed]
 
     def handle_request(self, payload: bytes, now_ms: int) -> _Reply:

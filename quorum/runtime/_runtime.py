@@ -66,7 +66,7 @@ from .._host import (
     ReadNotConfirmedError,
     ReplicaHost,
 )
-from .._messages import FetchRequest, Message
+from .._messages import ErrorCode, FetchRequest, FetchResponse, Message
 from .._node import QuorumDescription, QuorumNode, Snapshot
 from .._output import Output, Role, RoleChange
 from .._persist import apply_output
@@ -80,6 +80,9 @@ __all__ = ["LeaderApplication", "Proposal", "ProposalLostError", "QuorumRuntime"
 
 # GET /health fails while more committed records than this wait to be applied.
 HEALTH_APPLY_LAG_RECORDS_MAX = 10_000
+# The leader high watermarks a follower keeps, with when it learned each,
+# for the apply lag in time (``_note_leader_high_watermark``).
+LEARNED_COMMITS_MAX = 1024
 # The first retry of a failed disk write round, and the longest backoff.
 DISK_RETRY_MIN_S = 0.05
 DISK_RETRY_MAX_S = 5.0
@@ -409,6 +412,10 @@ class QuorumRuntime:
         # The high watermark a leader first told this node since it started:
         # /ready waits until the state machine has applied that far.
         self._first_high_watermark: int | None = None
+        # (leader high watermark, trio time this node first heard of it),
+        # rising, for the high watermarks it has not applied up to yet: the
+        # apply lag in records and in time (``apply_lag``).
+        self._learned_commits: deque[tuple[int, float]] = deque()
 
     def _count_disk_failure(self, errno_name: str) -> None:
         self.metrics.add_to_counter(
@@ -434,6 +441,7 @@ class QuorumRuntime:
         voted_for = node.voted_for
         high_watermark = node.high_watermark
         applied = host.applied_offset
+        lag_records, lag_s = self.apply_lag()
         families = [
             role,
             gauge("pykraft_quorum_leader_id", "Current leader, -1 if unknown.", -1 if leader is None else leader),
@@ -446,8 +454,11 @@ class QuorumRuntime:
             gauge("pykraft_quorum_log_start_offset", "First offset still in the log (behind it: the snapshot).",
                   node.log.start_offset),  # fmt: skip
             gauge("pykraft_quorum_applied_offset", "Offset after the last record the state machine applied.", applied),
-            gauge("pykraft_quorum_apply_lag_records", "Committed records (as this node knows) not yet applied.",
-                  max(0, high_watermark - applied)),  # fmt: skip
+            gauge("pykraft_quorum_apply_lag_records",
+                  "Records this node knows committed (its leader's high watermark) and has not applied.", lag_records),
+            gauge("pykraft_quorum_apply_lag_seconds",
+                  "How long ago this node learned that the next record it has to apply was committed (0: none waits).",
+                  lag_s),  # fmt: skip
             gauge("pykraft_quorum_proposals_pending", "Proposals appended here and not yet committed.",
                   len(host.pending_proposals)),  # fmt: skip
             gauge("pykraft_quorum_reads_pending", "Linearizable reads waiting for their barrier.", len(host.pending_reads)),
@@ -498,13 +509,62 @@ class QuorumRuntime:
         families += [lag, age, appended, busy, snapshot_failures]
         return families
 
+    def _note_leader_high_watermark(self, response: FetchResponse) -> None:
+        """After the core took ``response``: note how far the leader has
+        committed, and when this node learned it, if it has not applied that
+        far. The core's own high watermark stops at its log end (KIP-595: a
+        follower adopts the leader's only up to there), and a record is
+        applied in the step that commits it locally, so only the leader's
+        figure shows a follower that lags (docs/operations.md, "Apply lag in
+        records and in time").
+        A few comparisons per Fetch answer; nothing on the leader."""
+        node = self.node
+        if response.error is not ErrorCode.NONE or response.epoch != node.epoch or response.src != node.leader_id:
+            return
+        learned = self._learned_commits
+        high_watermark = response.high_watermark
+        applied = self.host.applied_offset
+        if high_watermark <= applied:
+            learned.clear()
+            return
+        while learned and learned[0][0] <= applied:
+            learned.popleft()
+        if learned and high_watermark <= learned[-1][0]:
+            return
+        if len(learned) >= LEARNED_COMMITS_MAX:
+            # Bounded: widen the newest range instead. Its records then
+            # count from when the first of them was learned (the lag in
+            # time may read high by that range's span, never low).
+            learned[-1] = (high_watermark, learned[-1][1])
+            return
+        learned.append((high_watermark, trio.current_time()))
+
+    def apply_lag(self) -> tuple[int, float]:
+        """(records, seconds): the records this node knows committed (its
+        own high watermark, or its leader's, whichever is further) and has
+        not applied; and how long ago, on trio's clock, it first learned
+        that the next record it has to apply was committed (0 when none
+        waits). Kafka's ``last-applied-record-lag-ms`` counts from the
+        record's append on the leader instead; this leaves out the commit
+        and the Fetch answer's trip, and needs no clock shared between
+        nodes. Call in the trio thread: raises ``RuntimeError`` outside
+        the trio run while a lag is being timed."""
+        applied = self.host.applied_offset
+        learned = self._learned_commits
+        while learned and learned[0][0] <= applied:
+            learned.popleft()
+        known_committed = max(self.node.high_watermark, learned[-1][0] if learned else 0)
+        if not learned:
+            return max(0, known_committed - applied), 0.0
+        return known_committed - applied, max(0.0, trio.current_time() - learned[0][1])
+
     def health(self) -> tuple[bool, str]:
         """``GET /health``: (healthy, one-line reason). Healthy when this
         node knows a leader (the core forgets one it has not heard from
         within the fetch timeout; a leader resigns when check-quorum fails),
         its disk accepts writes, it is not repairing its log, and it has
         applied all but at most ``HEALTH_APPLY_LAG_RECORDS_MAX`` of the
-        records it knows committed."""
+        records it knows committed (``apply_lag``)."""
         node = self.node
         if self._disk_failure is not None:
             return False, f"disk writes fail ({self._disk_failure})"
@@ -512,10 +572,10 @@ class QuorumRuntime:
             return False, "repairing a damaged log"
         if node.leader_id is None:
             return False, f"no leader known in epoch {node.epoch} (role {node.role.value})"
-        lag = node.high_watermark - self.host.applied_offset
+        lag, _ = self.apply_lag()
         if lag > HEALTH_APPLY_LAG_RECORDS_MAX:
             return False, f"{lag} committed records not applied (limit {HEALTH_APPLY_LAG_RECORDS_MAX})"
-        return True, f"leader {node.leader_id} in epoch {node.epoch}, {max(0, lag)} records to apply"
+        return True, f"leader {node.leader_id} in epoch {node.epoch}, {lag} records to apply"
 
     def ready(self) -> tuple[bool, str]:
         """``GET /ready``: (ready, one-line reason). Ready once the state
@@ -524,7 +584,9 @@ class QuorumRuntime:
         long as it is healthy (``health``)."""
         node = self.node
         if self._first_high_watermark is None and node.leader_id is not None:
-            self._first_high_watermark = node.high_watermark
+            # What this node knows committed: its leader's high watermark
+            # once a Fetch answer told it (its own stops at its log end).
+            self._first_high_watermark = self.host.applied_offset + self.apply_lag()[0]
         if self._first_high_watermark is None:
             return False, "no leader heard of since start"
         applied = self.host.applied_offset
@@ -641,6 +703,8 @@ class QuorumRuntime:
             if self._voter_fetch_served_s is not None and type(message) is FetchRequest:
                 self._observe_voter_fetch(message.src)
             host.step(message)
+            if type(message) is FetchResponse:
+                self._note_leader_high_watermark(message)
         elif kind == "persisted":
             host.persisted(item[1])
         elif kind == "persist_failed":

@@ -46,6 +46,8 @@ import dataclasses
 import errno
 import itertools
 import logging
+import socket
+import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -112,6 +114,35 @@ LARGE_FRAME_WINDOW_S = 30.0
 # after a pause rather than give up the listener (as trio.serve_listeners).
 _ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 _ACCEPT_RETRY_S = 0.1
+# Linux's ``struct tcp_info`` (linux/tcp.h, a stable ABI): ``tcpi_rtt``, the
+# kernel's smoothed round-trip time of the connection in microseconds, is
+# the u32 at byte 68 (8 bytes of u8 fields, then 15 u32s before it).
+_TCP_INFO_RTT = struct.Struct("=I")
+_TCP_INFO_RTT_OFFSET = 68
+_TCP_INFO_BYTES = 104
+
+
+def smoothed_round_trip_s(stream: trio.abc.Stream) -> float | None:
+    """The kernel's smoothed round-trip time (RFC 6298 SRTT) of the TCP
+    connection under ``stream`` (a TLS stream's too), in seconds; None where
+    the platform has no ``TCP_INFO`` (Linux only), the socket is gone, or
+    no segment has been acknowledged yet. Costs one ``getsockopt``; never
+    raises."""
+    option = getattr(socket, "TCP_INFO", None)
+    if option is None:
+        return None
+    while not hasattr(stream, "socket"):
+        stream = getattr(stream, "transport_stream", None)  # under TLS: the stream it wraps
+        if stream is None:
+            return None
+    try:
+        raw = stream.socket.getsockopt(socket.IPPROTO_TCP, option, _TCP_INFO_BYTES)
+    except (OSError, ValueError):
+        return None
+    if len(raw) < _TCP_INFO_RTT_OFFSET + _TCP_INFO_RTT.size:
+        return None
+    (rtt_us,) = _TCP_INFO_RTT.unpack_from(raw, _TCP_INFO_RTT_OFFSET)
+    return rtt_us / 1e6 if rtt_us else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -386,7 +417,18 @@ class TcpTransport(Transport):
             labels=["node"],
         )
         unknown.add_metric([node], sum(1 for peer in self.peer_addresses if peer not in self._links))
-        return [received, sent, unknown]
+        # Read from the kernel here, at scrape time: nothing on the hot path
+        # (docs/operations.md, "Peer round-trip time", says why this measure).
+        round_trip = GaugeMetricFamily(
+            "pykraft_quorum_peer_round_trip_time_seconds",
+            "The kernel's smoothed TCP round-trip time (TCP_INFO tcpi_rtt) of this node's link to each configured voter.",
+            labels=["node", "peer"],
+        )
+        for peer, link in sorted(self._links.items()):
+            rtt_s = smoothed_round_trip_s(link.stream)
+            if rtt_s is not None:
+                round_trip.add_metric([node, str(peer)], rtt_s)
+        return [received, sent, unknown, round_trip]
 
     def _track(self, connection: _Connection) -> None:
         self._open_connections.add(connection)

@@ -13,8 +13,11 @@ REQUIRED_ALERTS = {
     "PykraftCommitLatencyHigh",
     "PykraftFsyncLatencyHigh",
     "PykraftApplyLagHigh",
+    "PykraftApplyLagTimeHigh",
     "PykraftFencedBrokers",
     "PykraftDiskFailing",
+    "PykraftCertificateExpiringSoon",
+    "PykraftCertificateExpiryCritical",
 }
 
 

@@ -1,7 +1,9 @@
 """Debian's Prometheus on loopback scraping a 3-controller cluster and a
-broker (issue 25): the leader, the high watermark and commit latency reach
-it and move with a write; the alert rules load and evaluate; every panel
-query of the Grafana dashboard parses and returns series."""
+broker, with mutual TLS between them (issue 25): the leader, the high
+watermark and commit latency reach it and move with a write; each node's
+round-trip time to each voter is there and plausible; the alert rules load
+and evaluate; every panel query of the Grafana dashboard parses and returns
+series (the certificate expiry panel needs TLS on)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from prometheus_tools import require_prometheus
 
 from broker_agent import BrokerConfig, open_broker
 from jepsen_like.prometheus import ALERT_RULES, KEY_QUERIES, dashboard_queries, scrape_config, start_prometheus
-from quorum.runtime import NodeConfig
+from quorum.runtime import NodeConfig, TlsConfig, create_cluster_certificates
 from registration import ControllerConfig, open_controller_node
 from registration.client import AdminClient
 
@@ -35,6 +37,10 @@ async def wait_for(prometheus, promql: str, accept, what: str):
             await trio.sleep(0.2)  # the next scrape (every 0.25 s)
 
 
+def tls_for(certs, stem: str) -> TlsConfig:
+    return TlsConfig(certs / "ca.pem", certs / f"{stem}.pem", certs / f"{stem}-key.pem")
+
+
 def by_node(result) -> dict[str, float]:
     return {series["metric"]["node"]: float(series["value"][1]) for series in result}
 
@@ -43,6 +49,8 @@ async def test_prometheus_scrapes_a_cluster_and_a_broker_and_sees_a_write(tmp_pa
     require_prometheus()
     *controller_ports, prometheus_port = free_ports(4)
     voters = {node_id: ("127.0.0.1", port) for node_id, port in zip((1, 2, 3), controller_ports)}
+    certs = tmp_path / "certs"
+    create_cluster_certificates(certs, nodes=list(voters), brokers=[101], clients=["admin"])
     async with AsyncExitStack() as stack:
         controllers = []
         for node_id in voters:
@@ -53,6 +61,8 @@ async def test_prometheus_scrapes_a_cluster_and_a_broker_and_sees_a_write(tmp_pa
                 fsync=False,
                 metrics_listen=("127.0.0.1", 0),
                 quorum=QUORUM,
+                tls=tls_for(certs, f"node-{node_id}"),
+                acl_file=certs / "acl.txt",
             )
             controllers.append(
                 await stack.enter_async_context(
@@ -67,6 +77,7 @@ async def test_prometheus_scrapes_a_cluster_and_a_broker_and_sees_a_write(tmp_pa
             fsync=False,
             metrics_listen=("127.0.0.1", 0),
             quorum=QUORUM,
+            tls=tls_for(certs, "broker-101"),
             **TIMERS,
         )
         broker = await stack.enter_async_context(open_broker(broker_config))
@@ -96,7 +107,8 @@ async def test_prometheus_scrapes_a_cluster_and_a_broker_and_sees_a_write(tmp_pa
         before_commits = by_node(await trio.to_thread.run_sync(prometheus.query, commits))[leader]
 
         # A write: a topic created through the active controller.
-        async with AdminClient([f"{node_id}@{host}:{port}" for node_id, (host, port) in voters.items()]) as admin:
+        bootstrap = [f"{node_id}@{host}:{port}" for node_id, (host, port) in voters.items()]
+        async with AdminClient(bootstrap, tls=tls_for(certs, "client-admin")) as admin:
             created = await admin.create_topic("t", partitions=1, replication_factor=1)
             assert not created.results[0].error
             written = (await admin.describe_cluster(linearizable=True)).offset
@@ -116,6 +128,17 @@ async def test_prometheus_scrapes_a_cluster_and_a_broker_and_sees_a_write(tmp_pa
         )
         assert 0 < float(p99[0]["value"][1]) < 5
 
+        # Each controller's round-trip time to the two other voters, and the
+        # broker's to each controller (TCP_INFO under the TLS streams): a
+        # loopback figure, well under a second.
+        round_trips = await wait_for(
+            prometheus, "pykraft_quorum_peer_round_trip_time_seconds", lambda result: len(result) == 9, "round trips"
+        )
+        assert {(series["metric"]["node"], series["metric"]["peer"]) for series in round_trips} == {
+            (node, peer) for node in ("1", "2", "3", "101") for peer in ("1", "2", "3") if node != peer
+        }
+        assert all(0 < float(series["value"][1]) < 1.0 for series in round_trips), round_trips
+
         # The alert rules loaded and evaluate without error; none fires on
         # a healthy cluster.
         with trio.fail_after(WAIT_S):
@@ -124,7 +147,7 @@ async def test_prometheus_scrapes_a_cluster_and_a_broker_and_sees_a_write(tmp_pa
                 if rules and all(rule["health"] == "ok" for rule in rules):
                     break
                 await trio.sleep(0.2)  # the next evaluation (every 0.25 s)
-        assert len(rules) == 7
+        assert len(rules) == 10
         assert all(rule["state"] == "inactive" for rule in rules), [(r["name"], r["state"]) for r in rules]
 
         # Every dashboard panel's query, and the report's key queries, parse

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import trio
+import trio.testing
 from prometheus_client.parser import text_string_to_metric_families
 
 from quorum.runtime import KeyValueStateMachine, Metrics, NodeConfig, http_get, open_quorum_node, serve_metrics
@@ -169,3 +170,24 @@ async def test_a_node_with_metrics_off_keeps_none_and_serves_no_endpoint(tmp_pat
         assert metrics.text() == ""
         # The health checks still answer (they read the node, not the registry).
         assert metrics.health_check()[0] is True
+
+
+async def test_peer_round_trip_time_reads_the_socket_under_a_stream_or_nothing():
+    from quorum.runtime._tcp import smoothed_round_trip_s
+
+    # No socket beneath (a memory stream): no figure, no error.
+    left, _right = trio.testing.memory_stream_pair()
+    assert smoothed_round_trip_s(left) is None
+    # A TCP connection that has carried data: the kernel's figure, on loopback.
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    with trio.fail_after(10):
+        client = await trio.open_tcp_stream("127.0.0.1", port)
+        server = await listeners[0].accept()
+        await client.send_all(b"ping")
+        assert await server.receive_some(4) == b"ping"
+        while (round_trip_s := smoothed_round_trip_s(client)) is None:  # until the ACK is in
+            await trio.sleep(0.01)
+    assert 0 < round_trip_s < 1.0
+    for resource in (client, server, *listeners):
+        await resource.aclose()

@@ -274,3 +274,79 @@ async def test_a_voters_fetch_is_served_before_the_brokers_fetches_read_before_i
         while leader._observer_queue:
             await trio.sleep(0)
     assert {r.node_id for r in node.describe().observers} == set(brokers)
+
+
+class SlowLinkNetwork(MemoryNetwork):
+    """A ``MemoryNetwork`` on which every message to one node (once chosen
+    with ``slow_down``) arrives ``delay_s`` of trio's clock late."""
+
+    def __init__(self, nursery):
+        super().__init__()
+        self._nursery = nursery
+        self._slow_node: int | None = None
+        self._delay_s = 0.0
+
+    def slow_down(self, node_id: int, delay_s: float) -> None:
+        self._slow_node, self._delay_s = node_id, delay_s
+
+    def _send(self, message):
+        if message.dst != self._slow_node:
+            super()._send(message)
+            return
+
+        async def later():
+            await trio.sleep(self._delay_s)
+            MemoryNetwork._send(self, message)
+
+        self._nursery.start_soon(later)
+
+
+async def test_a_follower_on_a_slow_link_reports_its_apply_lag_in_records_and_time(nursery, autojump_clock):
+    """Issue 25 (Kafka's last-applied-record-lag-ms): a follower that learns
+    of commits it has not fetched yet reports them, in records and in the
+    time since it learned the next one to apply was committed, until it has
+    applied them; the leader, which applies in the step that commits,
+    reports none. Before this, a follower's own high watermark (which stops
+    at its log end) made both figures 0 however far behind it was, and a
+    /ready first asked while it lagged said it had caught up."""
+    cluster = Cluster(nursery, fetch_bytes_max=64)  # a record or two per Fetch answer
+    cluster.network = SlowLinkNetwork(nursery)
+    await cluster.start_all()
+    leader = await cluster.leader()
+    slow = cluster.runtimes[min(node_id for node_id in VOTERS if node_id != leader.config.node_id)]
+    with trio.fail_after(5):
+        await slow.wait_until(lambda: slow.applied_offset == leader.applied_offset)
+    assert slow.apply_lag() == (0, 0.0)
+
+    cluster.network.slow_down(slow.config.node_id, delay_s=0.1)
+    written_at = trio.current_time()
+    last = await leader.propose([KeyValueStateMachine.encode_put(b"k%03d" % i, b"v" * 20) for i in range(60)])
+    seen = []
+    with trio.fail_after(60):
+        while slow.applied_offset <= last:
+            records, seconds = slow.apply_lag()
+            assert leader.apply_lag() == (0, 0.0)
+            assert slow.metrics.value("pykraft_quorum_apply_lag_records") == records
+            assert slow.metrics.value("pykraft_quorum_apply_lag_seconds") == pytest.approx(seconds)
+            seen.append((trio.current_time() - written_at, records, seconds))
+            if records > 0:
+                # /health and /ready count what the leader committed too.
+                healthy, reason = slow.health()
+                assert healthy and reason.endswith(f", {records} records to apply")
+                ready, why = slow.ready()
+                assert not ready and why.startswith("catching up: applied"), why
+            await trio.sleep(0.05)
+
+    lagging = [(elapsed, records, seconds) for elapsed, records, seconds in seen if records > 0]
+    assert len(lagging) > 10, seen  # dozens of 0.1 s round trips to catch up
+    # Never more than it has to apply, never learned before the write, and
+    # the records fall while the time since the first unapplied commit grows.
+    assert all(records <= 60 for _, records, _ in lagging)
+    assert all(0 <= seconds <= elapsed for elapsed, _, seconds in lagging)
+    assert [records for _, records, _ in lagging] == sorted((records for _, records, _ in lagging), reverse=True)
+    assert max(seconds for _, _, seconds in lagging) >= 1.0
+    healthy, reason = slow.health()
+    assert healthy and reason.endswith(", 0 records to apply")
+    assert slow.ready()[0] is True
+    assert slow.apply_lag() == (0, 0.0)
+    assert slow.metrics.value("pykraft_quorum_apply_lag_seconds") == 0

@@ -115,6 +115,20 @@ async def test_three_voters_replicate_over_tls_and_a_plaintext_client_is_refused
         assert cluster.counter("pykraft_tls_handshake_failures_total") >= 1
         # Still serving after the refusals.
         await write_as(cluster, tls_for(certs, "client-admin"), b"b")
+        # Peer round-trip time (issue 25) is read under the TLS stream: each
+        # node reports one for each other voter, a loopback figure.
+        with trio.fail_after(WAIT_S):
+            while True:
+                round_trips = {
+                    handle.node_id: handle.runtime.metrics.samples("pykraft_quorum_peer_round_trip_time_seconds")
+                    for handle in cluster.handles
+                }
+                if all(len(samples) == 2 for samples in round_trips.values()):
+                    break
+                await trio.sleep(0.05)
+        for node_id, samples in round_trips.items():
+            assert {dict(labels)["peer"] for labels in samples} == {str(peer) for peer in (1, 2, 3) if peer != node_id}
+            assert all(0 < seconds < 1.0 for seconds in samples.values()), samples
         nursery.cancel_scope.cancel()
 
 
