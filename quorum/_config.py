@@ -70,6 +70,9 @@ class QuorumConfig:
     # detected by the fetch timeout alone.
     fast_failover: bool = True
     voter_set: frozenset[int] = field(init=False, repr=False)
+    # ``ticks`` answers, by duration: the core asks for the same few
+    # durations on every Fetch it serves or sends (hot path).
+    _ticks_by_duration_ms: dict[float, int] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.bootstrap_voters:
@@ -107,7 +110,13 @@ class QuorumConfig:
 
     def ticks(self, duration_ms: float) -> int:
         """Whole ticks covering ``duration_ms`` (at least one)."""
-        return max(1, math.ceil(duration_ms / self.tick_ms))
+        try:
+            return self._ticks_by_duration_ms[duration_ms]
+        except KeyError:
+            ticks = max(1, math.ceil(duration_ms / self.tick_ms))
+            if len(self._ticks_by_duration_ms) < 64:  # a handful in practice
+                self._ticks_by_duration_ms[duration_ms] = ticks
+            return ticks
 
     @property
     def dynamic_voters(self) -> bool:

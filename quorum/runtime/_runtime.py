@@ -288,6 +288,7 @@ class QuorumRuntime:
         # Logical time: ticks fed to the core since trio's clock read
         # ``_clock_origin_s`` (set in ``run``). See ``_feed_due_ticks``.
         self._clock_origin_s: float | None = None
+        self._clock: trio.abc.Clock | None = None  # the run's clock, asked directly (hot path)
         self._ticks_fed = 0
         longest_timeout_ms = max(
             2 * config.election_timeout_ms,
@@ -618,7 +619,8 @@ class QuorumRuntime:
         """Serve until cancelled."""
         if self._io_in_thread:
             self._disk_thread = _DiskThread(self._write_batch, trio.lowlevel.current_trio_token())
-        self._clock_origin_s = trio.current_time()
+        self._clock = trio.lowlevel.current_clock()
+        self._clock_origin_s = self._clock.current_time()
         self._loop_thread_cpu_started_s = time.thread_time()
         try:
             async with trio.open_nursery() as nursery:
@@ -664,9 +666,9 @@ class QuorumRuntime:
         """Feed the core every tick due by trio's clock that it has not had
         yet, so that its timers (check quorum above all) are current before
         it handles the next input. Called with the core held."""
-        if self._clock_origin_s is None:
+        if self._clock is None:
             return
-        elapsed_ms = (trio.current_time() - self._clock_origin_s) * 1000
+        elapsed_ms = (self._clock.current_time() - self._clock_origin_s) * 1000
         # The epsilon keeps a wake-up exactly on a tick boundary from being
         # rounded down to the tick before.
         due = int((elapsed_ms + 1e-6) // self.config.tick_ms)
@@ -728,7 +730,8 @@ class QuorumRuntime:
         last_s = served.get(voter)
         if last_s is None:
             return  # an observer (a broker)
-        now_s = trio.current_time()
+        assert self._clock is not None  # set in ``run``, before any message
+        now_s = self._clock.current_time()
         served[voter] = now_s
         gap_s = now_s - last_s
         self._voter_fetch_gap_seconds.observe(gap_s)
@@ -875,7 +878,7 @@ class QuorumRuntime:
     def _take_persist_batch(self) -> tuple[list[Output], list[Output]]:
         batch = list(self._persist_queue)
         self._persist_queue.clear()
-        return batch, [output for output in batch if output.has_persistence]
+        return batch, [output for output in batch if output.persist_seq is not None]
 
     def _send_persisted(self, batch: list[Output]) -> None:
         # Persist before acknowledging: only now may the messages leave
@@ -982,7 +985,8 @@ class QuorumRuntime:
             self.transport.send(message)
         if output.append:
             self._records_appended["proposal" if self.node.is_leader else "fetch"] += len(output.append)
-        if output.has_persistence or output.messages:
+        # The core numbers exactly the outputs with persistence work.
+        if output.persist_seq is not None or output.messages:
             self._persist_queue.append(output)
             self._persist_queued()
 
