@@ -336,6 +336,7 @@ _Request = FetchRequest | FetchSnapshotRequest | VoteRequest | BeginQuorumEpochR
 _Response = FetchResponse | FetchSnapshotResponse | VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse
 _REQUEST_TYPES = (FetchRequest, FetchSnapshotRequest, VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest)
 _RESPONSE_TYPES = (FetchResponse, FetchSnapshotResponse, VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse)
+_MESSAGE_TYPES = _REQUEST_TYPES + _RESPONSE_TYPES
 # What any node may send, voter or not: fetches (observers fetch), votes
 # (refused later, with their own answer) and answers to a fetch (accepted
 # only as the answer to the request in flight, ``FetcherState.accept``).
@@ -838,7 +839,7 @@ class QuorumNode:
         a ``TypeError``."""
         if message.dst != self.node_id:
             raise ValueError(f"message for node {message.dst} delivered to node {self.node_id}")
-        if not isinstance(message, _REQUEST_TYPES + _RESPONSE_TYPES):
+        if not isinstance(message, _MESSAGE_TYPES):
             raise TypeError(f"not a quorum message: {message!r}")
         if not self._epoch_prologue(message):
             return self._flush()

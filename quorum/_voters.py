@@ -94,6 +94,8 @@ class VoterSet:
     voters: tuple[Voter, ...]
     # Looked up on every Fetch and Vote: a dict, not a scan.
     _by_id: dict[int, Voter] = field(init=False, repr=False, compare=False)
+    # ``ids``, built once: the leader walks them on every commit.
+    _ids: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         voters = tuple(sorted(self.voters, key=lambda voter: voter.node_id))
@@ -106,6 +108,7 @@ class VoterSet:
             raise ValueError(f"voter ids repeat: {ids}")
         object.__setattr__(self, "voters", voters)
         object.__setattr__(self, "_by_id", {voter.node_id: voter for voter in voters})
+        object.__setattr__(self, "_ids", ids)
 
     @classmethod
     def of_ids(cls, node_ids: Iterable[int]) -> VoterSet:
@@ -115,7 +118,7 @@ class VoterSet:
     @property
     def ids(self) -> tuple[int, ...]:
         """The voters' node ids, ascending."""
-        return tuple(voter.node_id for voter in self.voters)
+        return self._ids
 
     @property
     def majority(self) -> int:
