@@ -233,7 +233,7 @@ class Cluster(ClusterMembers):
 
     def _tls_argv(self, stem: str, *, acl: bool) -> list[str]:
         if self.tls is None:
-            return []
+            return ["--plaintext"]  # chosen explicitly (docs/security.md, "Defaults")
         argv = [
             "--tls-ca", str(self.certs_dir / "ca.pem"),
             "--tls-cert", str(self.certs_dir / f"{stem}.pem"),
