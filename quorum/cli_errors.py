@@ -130,7 +130,7 @@ def _describe_quorum_error(error: QuorumError) -> click.ClickException:
     # Imported here, not at the top: a command line that never talks to a
     # cluster or a disk (``jepsen-like check``) must not load the runtime,
     # storage or client to be able to report its own errors.
-    from .client import IndeterminateError, NotAuthorizedError, QuorumClientError, WrongClusterError
+    from .client import IndeterminateError, NotAuthorizedError, QuorumClientError, TlsRequiredError, WrongClusterError
     from .storage import StorageError
 
     text = _sentence(str(error))
@@ -146,6 +146,9 @@ def _describe_quorum_error(error: QuorumError) -> click.ClickException:
         return CommandError(
             text, hint="Use a client certificate the cluster's ACL file allows (docs/security.md, \"ACLs\").", exit_code=EXIT_FAILED
         )
+    if isinstance(error, TlsRequiredError):
+        # The sentence says what to give; nothing was acted on.
+        return CommandError(text, exit_code=EXIT_USAGE)
     if isinstance(error, IndeterminateError):
         return CommandError(
             text, hint="The request may or may not have taken effect: read before you retry it.", exit_code=EXIT_UNREACHABLE
