@@ -45,7 +45,7 @@ def test_check_records_names_what_is_wrong():
 
 
 async def test_bad_records_fail_at_the_call_and_a_raising_apply_fails_only_its_record(tmp_path):
-    config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, data_dir=tmp_path / "node1")
+    config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, data_dir=tmp_path / "node1", plaintext=True)
     async with open_quorum_node(config, Strict()) as node:
         with trio.fail_after(10):
             await node.wait_for_leader()

@@ -53,6 +53,7 @@ async def test_prometheus_scrapes_a_cluster_and_a_broker_and_sees_a_write(tmp_pa
                 fsync=False,
                 metrics_listen=("127.0.0.1", 0),
                 quorum=QUORUM,
+                plaintext=True,
             )
             controllers.append(
                 await stack.enter_async_context(
@@ -68,6 +69,7 @@ async def test_prometheus_scrapes_a_cluster_and_a_broker_and_sees_a_write(tmp_pa
             metrics_listen=("127.0.0.1", 0),
             quorum=QUORUM,
             **TIMERS,
+            plaintext=True,
         )
         broker = await stack.enter_async_context(open_broker(broker_config))
         with trio.fail_after(WAIT_S):
