@@ -149,8 +149,10 @@ class _Connection:
         self.waiting: dict[int, tuple[trio.Event, list[Any]]] = {}
         self.correlation = itertools.count(1)
         self.broken: BaseException | None = None
-        # The server closed the connection before sending a byte: what a
-        # TLS listener does to plaintext (``QuorumClient._call`` asks why).
+        # The server closed (or reset) the connection before sending a
+        # byte: what a TLS listener does to plaintext (``QuorumClient._call``
+        # asks why).
+        self.received_any = False
         self.closed_before_answering = False
         # Set when the client moved to another node: the connection closes
         # once the requests still in flight on it are answered.
@@ -168,13 +170,11 @@ class _Connection:
     async def read_loop(self) -> None:
         decoder = FrameDecoder()
         try:
-            received_any = False
             while not (self.retiring and not self.waiting):
                 data = await self.stream.receive_some(256 * 1024)
                 if not data:
-                    self.closed_before_answering = not received_any
                     raise trio.BrokenResourceError("connection closed by the server")
-                received_any = True
+                self.received_any = True
                 decoder.feed(data)
                 while (payload := decoder.next_frame()) is not None:
                     decoded = decode_message(payload, expected_cluster_id=self.cluster_id)
@@ -186,6 +186,7 @@ class _Connection:
         except ClusterIdMismatchError as error:
             self.fail(WrongClusterError(f"{self.address} belongs to another cluster: {error}"))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, RemoteProtocolError) as error:
+            self.closed_before_answering = not self.received_any and isinstance(error, (trio.BrokenResourceError, OSError))
             self.fail(error)
         finally:
             if self.retiring:

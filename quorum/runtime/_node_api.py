@@ -471,13 +471,7 @@ async def open_quorum_node(
     acl = AclFile(config.acl_file)
     storage = open_storage(config)
     metrics = Metrics(config.node_id, enabled=config.metrics_enabled)
-    if config.tls is None:
-        logger.warning(
-            "node %d runs without TLS (plaintext, chosen explicitly): any process that reaches %s:%d "
-            "may speak as any node, broker or client",
-            config.node_id, *(config.listen or ("-", 0)),
-        )  # fmt: skip
-    else:
+    if config.tls is not None:
         logger.info("node %d: mutual TLS 1.3 as %s; plaintext connections are refused", config.node_id, config.tls.principal)
         note_certificate_expiry(metrics, config.tls)
     own_event_log = event_log is None
@@ -523,7 +517,14 @@ async def open_quorum_node(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime.run)
-            if config.tls is not None:
+            if config.tls is None:
+                # Once listening, so that the line names the bound port.
+                logger.warning(
+                    "node %d runs without TLS (plaintext, chosen explicitly): any process that reaches %s:%d "
+                    "may speak as any node, broker or client",
+                    config.node_id, (config.listen or ("-", 0))[0], handle.listen_port,
+                )  # fmt: skip
+            else:
                 nursery.start_soon(warn_before_expiry, config.tls)
             if config.metrics_listen is not None:
                 host, port = config.metrics_listen
