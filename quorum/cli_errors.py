@@ -17,7 +17,8 @@ Exit statuses (docs/operations.md, "Errors and exit codes"):
 0     done
 1     the cluster answered and the answer is no (a refused request, an
       unknown topic), or a check found a problem
-2     a usage error: a bad flag or setting (click's own)
+2     a usage error: a bad flag or setting (click's own); no TLS and no
+      ``--plaintext`` for a listener; a plaintext client to a TLS node
 3     the node refused its data directory, or the directory failed
 4     not a node's data directory (``check-storage``, ``dump-log``;
       ``quorum.storage.EXIT_NOT_A_DATA_DIR``)
