@@ -60,7 +60,7 @@ def _address(text: str) -> tuple[str, int]:
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="This broker's certificate (PEM; SAN pykraft://broker/ID).")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="This broker's private key (PEM).")
 @click.option("--acl-file", type=click.Path(exists=True, dir_okay=False), help="Which clients may read (reloaded on SIGHUP).")
-@click.option("--plaintext", is_flag=True, help="No TLS, chosen explicitly (teaching, quick starts).")
+@click.option("--plaintext", is_flag=True, help="Run without TLS (teaching, quick starts): this or the --tls-* files.")
 @click.option("--log-level", default="INFO", show_default=True)
 def main(
     broker_id: int,

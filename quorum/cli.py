@@ -106,7 +106,9 @@ _NODE_OPTIONS = [
     click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="This node's certificate (PEM; SAN pykraft://node/ID)."),
     click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="This node's private key (PEM)."),
     click.option("--acl-file", type=click.Path(exists=True, dir_okay=False), help="Who may administer and read (reloaded on SIGHUP)."),
-    click.option("--plaintext", is_flag=True, default=None, help="No TLS, chosen explicitly (teaching, quick starts)."),
+    click.option(
+        "--plaintext", is_flag=True, default=None, help="Run without TLS (teaching, quick starts): this or the --tls-* files."
+    ),
     click.option("--log-level", default="INFO", show_default=True),
 ]
 

@@ -76,7 +76,7 @@ def tls_from_settings(settings: dict[str, Any]) -> TlsConfig | None:
         return None
     missing = [f"--{key.replace('_', '-')}" for key, value in given.items() if not value]
     if missing:
-        raise click.UsageError(f"TLS needs {', '.join(missing)} too (or none of the --tls-* options, for plaintext)")
+        raise click.UsageError(f"TLS needs {', '.join(missing)} too (or none of the --tls-* options: a plaintext client, or a --plaintext node)")
     return TlsConfig(str(given["tls_ca"]), str(given["tls_cert"]), str(given["tls_key"]))
 
 

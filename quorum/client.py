@@ -86,8 +86,9 @@ class NoAnswerError(IndeterminateError):
 
 
 class TlsRequiredError(QuorumClientError):
-    """The server speaks TLS and this client was given none: no request was
-    acted on (the server closed the connection before reading any)."""
+    """The server speaks TLS and this client was given none. A TLS listener
+    reads no plaintext request: it closed the connection without acting on
+    one."""
 
 
 class Server(NamedTuple):
@@ -255,7 +256,7 @@ class QuorumClient:
         # The DescribeQuorum version to ask in: 1 once a node refused 2.
         self._describe_version = 2
         # Servers a plaintext client already asked whether they speak TLS.
-        self._plaintext_servers_checked: dict[Server, bool] = {}
+        self._plaintext_servers_checked: set[Server] = set()
         self._connect_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
         self._nursery_manager: Any = None
@@ -398,9 +399,9 @@ class QuorumClient:
         """Raise ``TlsRequiredError`` when ``server`` speaks TLS (this
         client has no ``tls``); return when it does not or does not say
         within the time left."""
-        if self._plaintext_servers_checked.get(server):
+        if server in self._plaintext_servers_checked:
             return
-        self._plaintext_servers_checked[server] = True
+        self._plaintext_servers_checked.add(server)
         if await speaks_tls(server.host, server.port, timeout_s=max(0.0, deadline - trio.current_time())):
             raise TlsRequiredError(
                 f"{server} requires TLS and this client has none: give it a TlsConfig "

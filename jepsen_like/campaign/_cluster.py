@@ -91,7 +91,7 @@ class ClusterSettings:
             session_timeout_ms=self.session_timeout_ms,
             heartbeat_interval_ms=self.heartbeat_interval_ms,
             quorum={"election_timeout_ms": self.election_timeout_ms, "fetch_timeout_ms": self.fetch_timeout_ms},
-            plaintext=True,
+            plaintext=True,  # only computes the bound; the brokers run with or without TLS as --tls says
         )
         return config.effective_staleness_bound_ms
 
