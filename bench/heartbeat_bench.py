@@ -161,7 +161,7 @@ async def run(brokers: int, seconds: float, connections: int) -> dict[str, objec
     with tempfile.TemporaryDirectory(prefix="heartbeat-bench-") as directory:
         processes = {
             node_id: subprocess.Popen(
-                [str(BIN / "kraft-controller"), "--node-id", str(node_id), "--voters", voters_arg,
+                [str(BIN / "kraft-controller"), "--plaintext", "--node-id", str(node_id), "--voters", voters_arg,
                  "--data-dir", f"{directory}/c{node_id}", "--cluster-id", CLUSTER_ID,
                  "--metrics", f"127.0.0.1:{metrics_ports[node_id]}", "--log-level", "WARNING"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ports = free_ports(3)
     voters = ",".join(f"{i + 1}@{LOOPBACK}:{port}" for i, port in enumerate(ports))
     processes = [
-        ManagedProcess(f"pykraft-{i + 1}", [executable, "node", "--node-id", str(i + 1), "--voters", voters,
+        ManagedProcess(f"pykraft-{i + 1}", [executable, "node", "--plaintext", "--node-id", str(i + 1), "--voters", voters,
                                             "--data-dir", str(workdir / f"node{i + 1}"), "--cluster-id", "bench"],
                        workdir / f"node{i + 1}.log", env={"PYKRAFT_TRACE_DIR": str(trace_dir)})
         for i in range(3)

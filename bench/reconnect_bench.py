@@ -349,7 +349,7 @@ async def run(brokers: int, hold_s: float, data_dir: str) -> dict[str, Any]:
     bootstrap = [f"{i}@127.0.0.1:{p}" for i, p in voters.items()]
     processes = {
         node_id: subprocess.Popen(
-            [str(BIN / "kraft-controller"), "--node-id", str(node_id), "--voters", voters_arg,
+            [str(BIN / "kraft-controller"), "--plaintext", "--node-id", str(node_id), "--voters", voters_arg,
              "--data-dir", f"{data_dir}/c{node_id}", "--cluster-id", CLUSTER_ID,
              "--fetch-timeout-ms", str(FETCH_TIMEOUT_MS),
              "--metrics", f"127.0.0.1:{metrics_ports[node_id]}", "--log-level", "WARNING"],

@@ -147,7 +147,7 @@ def _commit_through_processes(records: list[bytes]) -> float:
     with tempfile.TemporaryDirectory(prefix="registration-bench-") as directory:
         processes = [
             subprocess.Popen(
-                [binary, "node", "--node-id", str(i + 1), "--voters", voters, "--data-dir", f"{directory}/n{i + 1}",
+                [binary, "node", "--plaintext", "--node-id", str(i + 1), "--voters", voters, "--data-dir", f"{directory}/n{i + 1}",
                  "--log-level", "WARNING"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )

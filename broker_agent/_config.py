@@ -35,8 +35,9 @@ class BrokerConfig:
 
     ``tls`` (a certificate naming ``pykraft://broker/ID``) makes every
     connection mutual TLS: to the controllers (fetches, heartbeats,
-    registration) and from clients (docs/security.md). ``acl_file``
-    restricts which clients may read from this broker.
+    registration) and from clients (docs/security.md); without it the
+    broker must say ``plaintext=True`` (plaintext is chosen, never a
+    default). ``acl_file`` restricts which clients may read from this broker.
 
     Raises ``ValueError`` on construction for a value that cannot work.
     """
@@ -63,6 +64,7 @@ class BrokerConfig:
     controlled_shutdown_on_exit: bool = True
     quorum: dict[str, Any] = field(default_factory=dict)
     tls: TlsConfig | None = None
+    plaintext: bool = False
     acl_file: Path | str | None = None
 
     def __post_init__(self) -> None:
@@ -122,6 +124,7 @@ class BrokerConfig:
             metrics_listen=self.metrics_listen,
             quorum=dict(self.quorum),
             tls=self.tls,
+            plaintext=self.plaintext,
             acl_file=self.acl_file,
         )
 

@@ -1,7 +1,7 @@
 """``kraft-broker``: run one broker until SIGTERM or SIGINT.
 
     kraft-broker --broker-id 101 --bootstrap 1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093 \\
-        --listen 127.0.0.1:9201 [--rack r1] [--data-dir data/b101] [--event-log b101.events.jsonl]
+        --listen 127.0.0.1:9201 --plaintext [--rack r1] [--data-dir data/b101] [--event-log b101.events.jsonl]
 
 The first SIGTERM or SIGINT starts a controlled shutdown (the controller
 moves this broker's leaderships off, then says shut down; bounded by
@@ -23,7 +23,7 @@ import trio
 
 from quorum.cli import reload_on_sighup
 from quorum.cli_errors import ReportingCommand, record_listen_addresses
-from quorum.cli_tls import tls_from_settings
+from quorum.cli_tls import listener_tls
 from quorum.runtime import parse_voters
 
 from ._agent import open_broker
@@ -60,7 +60,7 @@ def _address(text: str) -> tuple[str, int]:
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="This broker's certificate (PEM; SAN pykraft://broker/ID).")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="This broker's private key (PEM).")
 @click.option("--acl-file", type=click.Path(exists=True, dir_okay=False), help="Which clients may read (reloaded on SIGHUP).")
-@click.option("--plaintext", is_flag=True, help="No TLS, chosen explicitly (teaching, quick starts).")
+@click.option("--plaintext", is_flag=True, help="Run without TLS (teaching, quick starts): this or the --tls-* files.")
 @click.option("--log-level", default="INFO", show_default=True)
 def main(
     broker_id: int,
@@ -96,9 +96,7 @@ def main(
         quorum["election_timeout_ms"] = election_timeout_ms
     if fetch_timeout_ms is not None:
         quorum["fetch_timeout_ms"] = fetch_timeout_ms
-    tls = tls_from_settings({"tls_ca": tls_ca, "tls_cert": tls_cert, "tls_key": tls_key})
-    if tls is not None and plaintext:
-        raise click.UsageError("--plaintext and --tls-* exclude each other")
+    tls = listener_tls({"tls_ca": tls_ca, "tls_cert": tls_cert, "tls_key": tls_key, "plaintext": plaintext}, config_file=False)
     try:
         config = BrokerConfig(
             broker_id=broker_id,
@@ -116,6 +114,7 @@ def main(
             controlled_shutdown_on_exit=False,  # signals drive it here
             quorum=quorum,
             tls=tls,
+            plaintext=tls is None,
             acl_file=acl_file,
         )
     except (ValueError, TypeError) as error:

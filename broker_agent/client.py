@@ -34,6 +34,7 @@ from typing import Any
 import trio
 
 from quorum import PrincipalKind
+from quorum.client import speaks_tls
 from quorum.runtime import PeerNotAuthenticatedError, TlsConfig
 from quorum.wire import ApplicationRequest, ApplicationResponse, ErrorFrame, FrameDecoder, decode_message, encode_message
 from registration.client import AdminClient
@@ -95,6 +96,8 @@ class _Connection:
         self.cluster_id = cluster_id
         self.decoder = FrameDecoder()
         self.correlation_id = 0
+        # Nothing came back yet: a broker that closes then may require TLS.
+        self.received_any = False
 
     async def request(self, message: Any) -> Any:
         self.correlation_id += 1
@@ -108,6 +111,7 @@ class _Connection:
             data = await self.stream.receive_some(256 * 1024)
             if not data:
                 raise trio.BrokenResourceError("connection closed by the broker")
+            self.received_any = True
             self.decoder.feed(data)
 
     async def aclose(self) -> None:
@@ -150,6 +154,8 @@ class MetadataClient:
         self._index = 0
         self._connections: dict[tuple[str, int], _Connection] = {}
         self._epochs: dict[tuple[str, int], int] = {}
+        # Brokers a plaintext client already asked whether they speak TLS.
+        self._plaintext_addresses_checked: set[tuple[str, int]] = set()
         self.high_image_offset = -1
         self.refused_older_answers = 0
         self.last_address: tuple[str, int] | None = None
@@ -224,6 +230,7 @@ class MetadataClient:
         refusal."""
         timeout_s = max(0.001, min(self.request_timeout_s, deadline - trio.current_time()))
         raw: Any = None
+        connection: _Connection | None = None
         with trio.move_on_after(timeout_s):
             try:
                 connection = await self._connect(address)
@@ -233,6 +240,9 @@ class MetadataClient:
                 ValueError,
             ) as error:  # fmt: skip
                 await self._drop(address)
+                closed_unanswered = connection is not None and not connection.received_any
+                if self.tls is None and closed_unanswered and isinstance(error, (trio.BrokenResourceError, OSError)):
+                    await self._refuse_if_tls_required(address, deadline)
                 return None, f"{type(error).__name__}: {error}"
         if raw is None:
             await self._drop(address)  # its answer may still come: do not read it as the next one's
@@ -277,6 +287,18 @@ class MetadataClient:
             connection = _Connection(stream, self.cluster_id)
             self._connections[address] = connection
         return connection
+
+    async def _refuse_if_tls_required(self, address: tuple[str, int], deadline: float) -> None:
+        """Raise ``MetadataClientError`` when the broker at ``address``
+        speaks TLS (this client has none); asked once per address."""
+        if address in self._plaintext_addresses_checked:
+            return
+        self._plaintext_addresses_checked.add(address)
+        if await speaks_tls(*address, timeout_s=max(0.0, deadline - trio.current_time())):
+            raise MetadataClientError(
+                f"{address[0]}:{address[1]} requires TLS and this client has none: give it a TlsConfig "
+                "(on the command line --tls-ca, --tls-cert and --tls-key)"
+            )
 
     async def _drop(self, address: tuple[str, int]) -> None:
         connection = self._connections.pop(address, None)

@@ -93,14 +93,14 @@ async def demo(seconds: float, *, partitions: int = 6, instances: int = 3) -> Fe
     quorum = {"election_timeout_ms": 500, "fetch_timeout_ms": 1000}
     timers = dict(session_timeout_ms=2000, heartbeat_interval_ms=500)
     store = FencedStore()
-    controller_config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, quorum=quorum)
+    controller_config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, quorum=quorum, plaintext=True)
     async with open_controller_node(controller_config, ControllerConfig(cluster_id="pykraft", **timers)) as controller:
         bootstrap = {1: ("127.0.0.1", controller.listen_port)}
         async with trio.open_nursery() as nursery:
             scopes = []
             for broker_id in range(101, 101 + instances):
                 config = BrokerConfig(
-                    broker_id=broker_id, bootstrap=bootstrap, listen=("127.0.0.1", 0), quorum=quorum, **timers
+                    broker_id=broker_id, bootstrap=bootstrap, listen=("127.0.0.1", 0), quorum=quorum, plaintext=True, **timers
                 )
                 scope = trio.CancelScope()
                 scopes.append(scope)

@@ -43,7 +43,7 @@ def main(voters: str, base_dir: str) -> None:
     nodes = {
         # A snapshot every 4 records (default 10,000), to show a restart from one.
         node_id: Dictionary().start(
-            node_id=node_id, voters=voters, data_dir=f"{base_dir}/node{node_id}", snapshot_every_records=4
+            node_id=node_id, voters=voters, data_dir=f"{base_dir}/node{node_id}", snapshot_every_records=4, plaintext=True
         )
         for node_id in (1, 2, 3)
     }
@@ -66,7 +66,12 @@ def main(voters: str, base_dir: str) -> None:
     print("linearizable read on a follower:", follower.get("color"))
     follower.close()
     strict = Dictionary().start(
-        node_id=follower_id, voters=voters, data_dir=f"{base_dir}/node{follower_id}", forward=False, read="follower"
+        node_id=follower_id,
+        voters=voters,
+        data_dir=f"{base_dir}/node{follower_id}",
+        forward=False,
+        read="follower",
+        plaintext=True,
     )
     nodes[follower_id] = strict
     strict.wait_for_leader(timeout_s=30)

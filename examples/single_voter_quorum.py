@@ -88,6 +88,7 @@ def node_config(data_dir: str) -> NodeConfig:
         # Keep only 5 records behind each snapshot (default 1000), so the
         # log start visibly moves.
         quorum={"snapshot_retained_records": 5},
+        plaintext=True,
     )
 
 

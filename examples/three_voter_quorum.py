@@ -89,7 +89,7 @@ async def run(base_dir: Path, writes: int) -> None:
     ports = free_ports(3)
     addresses = {node_id: ("127.0.0.1", port) for node_id, port in zip((1, 2, 3), ports)}
     configs = {
-        node_id: NodeConfig(node_id=node_id, voters=addresses, data_dir=base_dir / f"node{node_id}", quorum=TIMERS)
+        node_id: NodeConfig(node_id=node_id, voters=addresses, data_dir=base_dir / f"node{node_id}", quorum=TIMERS, plaintext=True)
         for node_id in addresses
     }
     print("voters: " + ",".join(f"{n}@{host}:{port}" for n, (host, port) in addresses.items()))

@@ -1,6 +1,7 @@
 """``kraft-quorum``: run a quorum node, inspect a quorum, decode a log.
 
-    kraft-quorum node --node-id 1 --voters 1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093 --data-dir data/1
+    kraft-quorum node --node-id 1 --voters 1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093 --data-dir data/1 \
+        --tls-ca certs/ca.pem --tls-cert certs/node-1.pem --tls-key certs/node-1-key.pem   # or --plaintext
     kraft-quorum describe --bootstrap 127.0.0.1:9091 --status
     kraft-quorum write --bootstrap 1@127.0.0.1:9091 KEY VALUE
     kraft-quorum read --bootstrap 1@127.0.0.1:9091 KEY
@@ -9,8 +10,9 @@
     kraft-quorum certs --dir certs --nodes 1,2,3 --brokers 7 --clients admin
 
 With certificates (``--tls-ca/--tls-cert/--tls-key``, docs/security.md)
-every connection is mutual TLS 1.3; a node given none runs plaintext and
-says so in one log line.
+every connection is mutual TLS 1.3. A node runs plaintext only when told
+so (``--plaintext``) and says so in one log line; given neither, it
+refuses to start.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import click
 import trio
 
 from .cli_errors import CommandError, ReportingGroup, record_listen_addresses
-from .cli_tls import client_tls, tls_client_options, tls_from_settings
+from .cli_tls import client_tls, listener_tls, tls_client_options
 from .runtime import EXPIRY_WARNING_DAYS, ConnectionLimits, KeyValueStateMachine, NodeConfig, open_quorum_node, parse_voters
 from ._voters import Voter
 from .storage import (
@@ -104,7 +106,9 @@ _NODE_OPTIONS = [
     click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="This node's certificate (PEM; SAN pykraft://node/ID)."),
     click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="This node's private key (PEM)."),
     click.option("--acl-file", type=click.Path(exists=True, dir_okay=False), help="Who may administer and read (reloaded on SIGHUP)."),
-    click.option("--plaintext", is_flag=True, default=None, help="No TLS, chosen explicitly (teaching, quick starts)."),
+    click.option(
+        "--plaintext", is_flag=True, default=None, help="Run without TLS (teaching, quick starts): this or the --tls-* files."
+    ),
     click.option("--log-level", default="INFO", show_default=True),
 ]
 
@@ -169,9 +173,7 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
         if key in settings
     }
     quorum.update(settings.get("quorum", {}))
-    tls = tls_from_settings(settings)
-    if tls is not None and settings.get("plaintext"):
-        raise ValueError("--plaintext and --tls-* exclude each other")
+    tls = listener_tls(settings, config_file=True)
     return NodeConfig(
         node_id=int(settings["node_id"]),
         voters=parse_voters(voters) if isinstance(voters, str) else {int(k): _address(v) for k, v in voters.items()},
@@ -188,6 +190,7 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
         connection_limits=ConnectionLimits(**{key: settings[key] for key in _CONNECTION_LIMIT_KEYS if key in settings}),
         on_damage=settings.get("on_damage", "repair"),
         tls=tls,
+        plaintext=tls is None,
         acl_file=settings.get("acl_file"),
     )
 

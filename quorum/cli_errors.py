@@ -17,7 +17,8 @@ Exit statuses (docs/operations.md, "Errors and exit codes"):
 0     done
 1     the cluster answered and the answer is no (a refused request, an
       unknown topic), or a check found a problem
-2     a usage error: a bad flag or setting (click's own)
+2     a usage error: a bad flag or setting (click's own); no TLS and no
+      ``--plaintext`` for a listener; a plaintext client to a TLS node
 3     the node refused its data directory, or the directory failed
 4     not a node's data directory (``check-storage``, ``dump-log``;
       ``quorum.storage.EXIT_NOT_A_DATA_DIR``)
@@ -130,7 +131,7 @@ def _describe_quorum_error(error: QuorumError) -> click.ClickException:
     # Imported here, not at the top: a command line that never talks to a
     # cluster or a disk (``jepsen-like check``) must not load the runtime,
     # storage or client to be able to report its own errors.
-    from .client import IndeterminateError, NotAuthorizedError, QuorumClientError, WrongClusterError
+    from .client import IndeterminateError, NotAuthorizedError, QuorumClientError, TlsRequiredError, WrongClusterError
     from .storage import StorageError
 
     text = _sentence(str(error))
@@ -146,6 +147,9 @@ def _describe_quorum_error(error: QuorumError) -> click.ClickException:
         return CommandError(
             text, hint="Use a client certificate the cluster's ACL file allows (docs/security.md, \"ACLs\").", exit_code=EXIT_FAILED
         )
+    if isinstance(error, TlsRequiredError):
+        # The sentence says what to give; nothing was acted on.
+        return CommandError(text, exit_code=EXIT_USAGE)
     if isinstance(error, IndeterminateError):
         return CommandError(
             text, hint="The request may or may not have taken effect: read before you retry it.", exit_code=EXIT_UNREACHABLE

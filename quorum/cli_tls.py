@@ -4,7 +4,10 @@ A client command takes ``--tls-ca``, ``--tls-cert`` and ``--tls-key``, or
 ``--command-config FILE`` (a TOML file with ``tls_ca``, ``tls_cert`` and
 ``tls_key``, as Kafka's ``--command-config``); flags win over the file.
 Node processes take the same three settings in their own options or
-``--config`` file, plus ``acl_file`` and ``plaintext``.
+``--config`` file, plus ``acl_file`` and ``plaintext``. A process that
+listens (``kraft-quorum node``, ``kraft-controller``, ``kraft-broker``)
+must choose: the three TLS settings, or ``--plaintext`` (``plaintext =
+true``); with neither it refuses to start (``listener_tls``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 import click
 
+from .cli_errors import EXIT_USAGE, CommandError
 from .runtime import TlsConfig
 
 TLS_KEYS = ("tls_ca", "tls_cert", "tls_key")
@@ -72,8 +76,32 @@ def tls_from_settings(settings: dict[str, Any]) -> TlsConfig | None:
         return None
     missing = [f"--{key.replace('_', '-')}" for key, value in given.items() if not value]
     if missing:
-        raise click.UsageError(f"TLS needs {', '.join(missing)} too (or none of the --tls-* options, for plaintext)")
+        raise click.UsageError(f"TLS needs {', '.join(missing)} too (or none of the --tls-* options: a plaintext client, or a --plaintext node)")
     return TlsConfig(str(given["tls_ca"]), str(given["tls_cert"]), str(given["tls_key"]))
+
+
+def listener_tls(settings: dict[str, Any], *, config_file: bool) -> TlsConfig | None:
+    """The ``TlsConfig`` of a process that listens, from its ``tls_*`` and
+    ``plaintext`` settings; None when plaintext was chosen. ``config_file``:
+    the command takes a ``--config`` file (its keys are named too).
+
+    Raises ``CommandError`` (a usage error, in one sentence) when neither
+    TLS nor plaintext was chosen, ``click.UsageError`` for both or for an
+    incomplete TLS setting, ``TlsError`` for files that cannot be used."""
+    plaintext = settings.get("plaintext", False)
+    if type(plaintext) is not bool:
+        raise click.UsageError(f"plaintext must be true or false, got {plaintext!r}")
+    tls = tls_from_settings(settings)
+    if tls is not None and plaintext:
+        raise click.UsageError("--plaintext and --tls-* exclude each other: give one")
+    if tls is None and not plaintext:
+        in_file = " (in --config: tls_ca, tls_cert and tls_key, or plaintext = true)" if config_file else ""
+        raise CommandError(
+            "no TLS chosen: give --tls-ca, --tls-cert and --tls-key (`kraft-quorum certs` makes them), "
+            f"or --plaintext to run without TLS{in_file}.",
+            exit_code=EXIT_USAGE,
+        )
+    return tls
 
 
 def with_client_tls(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -18,7 +18,10 @@ With ``tls`` (a ``quorum.runtime.TlsConfig``) every connection is mutual
 TLS 1.3, and the server must prove it is a quorum node (the one a
 ``ID@HOST:PORT`` entry names; a broker, which is an observer node too,
 only when ``server_kinds`` admits it: DescribeQuorum of a broker's view). A request the server's ACL does not allow
-raises ``NotAuthorizedError`` (docs/security.md).
+raises ``NotAuthorizedError`` (docs/security.md). Without ``tls``, a server
+that closes the connection before answering is asked whether it speaks
+TLS; if it does, the client gives up at once with ``TlsRequiredError``
+rather than retrying what can never work.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import logging
+import ssl
 from typing import Any, NamedTuple
 
 import trio
@@ -81,6 +85,12 @@ class NoAnswerError(IndeterminateError):
     (the connection stayed up): the server may still act on it."""
 
 
+class TlsRequiredError(QuorumClientError):
+    """The server speaks TLS and this client was given none. A TLS listener
+    reads no plaintext request: it closed the connection without acting on
+    one."""
+
+
 class Server(NamedTuple):
     """One bootstrap entry; ``node_id`` is None for a ``HOST:PORT`` entry."""
 
@@ -108,6 +118,29 @@ def _parse_bootstrap(entries: list[str]) -> list[Server]:
     return parsed
 
 
+async def speaks_tls(host: str, port: int, *, timeout_s: float = 2.0) -> bool:
+    """Whether the server at ``host:port`` answers a TLS ClientHello with a
+    handshake (False: it does not, or not within ``timeout_s``, or cannot
+    be reached). Nothing is sent over the connection and its certificate is
+    not checked: this only tells a plaintext client why it was refused."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # a diagnosis, not a channel: nothing is trusted or sent
+    with trio.move_on_after(timeout_s):
+        try:
+            stream = trio.SSLStream(await trio.open_tcp_stream(host, port), context)
+        except OSError:
+            return False
+        try:
+            await stream.do_handshake()
+            return True
+        except trio.BrokenResourceError:
+            return False
+        finally:
+            await trio.aclose_forcefully(stream)
+    return False
+
+
 class _Connection:
     def __init__(self, stream: trio.abc.Stream, cluster_id: str, server: Server) -> None:
         self.stream = stream
@@ -117,6 +150,11 @@ class _Connection:
         self.waiting: dict[int, tuple[trio.Event, list[Any]]] = {}
         self.correlation = itertools.count(1)
         self.broken: BaseException | None = None
+        # The server closed (or reset) the connection before sending a
+        # byte: what a TLS listener does to plaintext (``QuorumClient._call``
+        # asks why).
+        self.received_any = False
+        self.closed_before_answering = False
         # Set when the client moved to another node: the connection closes
         # once the requests still in flight on it are answered.
         self.retiring = False
@@ -137,6 +175,7 @@ class _Connection:
                 data = await self.stream.receive_some(256 * 1024)
                 if not data:
                     raise trio.BrokenResourceError("connection closed by the server")
+                self.received_any = True
                 decoder.feed(data)
                 while (payload := decoder.next_frame()) is not None:
                     decoded = decode_message(payload, expected_cluster_id=self.cluster_id)
@@ -148,6 +187,7 @@ class _Connection:
         except ClusterIdMismatchError as error:
             self.fail(WrongClusterError(f"{self.address} belongs to another cluster: {error}"))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, RemoteProtocolError) as error:
+            self.closed_before_answering = not self.received_any and isinstance(error, (trio.BrokenResourceError, OSError))
             self.fail(error)
         finally:
             if self.retiring:
@@ -215,6 +255,8 @@ class QuorumClient:
         self._last_answered_by: Server | None = None
         # The DescribeQuorum version to ask in: 1 once a node refused 2.
         self._describe_version = 2
+        # Servers a plaintext client already asked whether they speak TLS.
+        self._plaintext_servers_checked: set[Server] = set()
         self._connect_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
         self._nursery_manager: Any = None
@@ -320,13 +362,14 @@ class QuorumClient:
                 response = await connection.request(message, min(self.request_timeout_s, max(0.001, remaining_s)))
             except WrongClusterError:
                 raise
-            except IndeterminateError as error:
-                if not retry_indeterminate:
+            except (IndeterminateError, QuorumClientError) as error:
+                # Closed before a byte came back: a TLS listener does that
+                # to plaintext, before reading a request (none was acted on).
+                if self.tls is None and connection.closed_before_answering:
+                    await self._refuse_if_tls_required(connection.server, deadline)
+                if isinstance(error, IndeterminateError) and not retry_indeterminate:
                     raise
-                last_error = error
-                await self._move_to(None, connection)
-                continue
-            except QuorumClientError as error:  # not even sent: safe to retry
+                # IndeterminateError retried (a read), or not even sent: safe to retry.
                 last_error = error
                 await self._move_to(None, connection)
                 continue
@@ -351,6 +394,19 @@ class QuorumClient:
         # The last failure is the cause: a NoAnswerError or other
         # IndeterminateError there means a retried request was in flight.
         raise QuorumClientError(f"no node served the request within {self.retry_timeout_s} s: {last_error}") from last_error
+
+    async def _refuse_if_tls_required(self, server: Server, deadline: float) -> None:
+        """Raise ``TlsRequiredError`` when ``server`` speaks TLS (this
+        client has no ``tls``); return when it does not or does not say
+        within the time left."""
+        if server in self._plaintext_servers_checked:
+            return
+        self._plaintext_servers_checked.add(server)
+        if await speaks_tls(server.host, server.port, timeout_s=max(0.0, deadline - trio.current_time())):
+            raise TlsRequiredError(
+                f"{server} requires TLS and this client has none: give it a TlsConfig "
+                "(on the command line --tls-ca, --tls-cert and --tls-key, or --command-config)"
+            )
 
     async def propose(self, records: list[bytes]) -> int:
         """Commit ``records``; returns the offset of the first. Raises

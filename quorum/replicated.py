@@ -17,7 +17,7 @@
         def value(self):
             return self.total
 
-    counter = Counter().start(node_id=1, voters="1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093")
+    counter = Counter().start(node_id=1, voters="1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093", plaintext=True)
     counter.add(5)        # blocks until committed; returns what add returned on the leader
     counter.value()       # a linearizable read
 
@@ -304,10 +304,12 @@ class Replicated:
         None keeps the log in memory. ``forward``: a call on a follower goes
         to the leader (else ``NotLeaderError``). ``read``: one of
         ``READ_MODES``. ``timeout_s`` bounds every call. ``node_options``
-        go to ``quorum.runtime.NodeConfig``; ``tls=TlsConfig(ca, cert, key)``
-        among them makes the node and its forwarding client mutual TLS with
-        this node's certificate (docs/security.md). Raises ``ValueError`` for a bad
-        setting, ``RuntimeError`` if already started, ``TypeError`` if
+        go to ``quorum.runtime.NodeConfig``, and one of two must be among
+        them: ``tls=TlsConfig(ca, cert, key)`` makes the node and its
+        forwarding client mutual TLS with this node's certificate
+        (docs/security.md), ``plaintext=True`` chooses no TLS (teaching,
+        quick starts). Raises ``ValueError`` for a bad setting (neither of
+        the two, say), ``RuntimeError`` if already started, ``TypeError`` if
         msgpack cannot encode the object's state (see ``snapshot_state``), and
         what opening the node raises (``OSError`` for a port in use, the storage errors).
         """

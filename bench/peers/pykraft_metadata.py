@@ -74,6 +74,7 @@ class PykraftMetadataCluster(TopicCreationWrites, PykraftCluster):
         for i in range(self.voters):
             argv = [
                 str(_executable("kraft-controller")),
+                "--plaintext",
                 "--node-id", str(i + 1),
                 "--voters", voters,
                 "--data-dir", str(self.workdir / f"controller{i + 1}"),
@@ -86,6 +87,7 @@ class PykraftMetadataCluster(TopicCreationWrites, PykraftCluster):
             "kraft-broker",
             [
                 str(_executable("kraft-broker")),
+                "--plaintext",
                 "--broker-id", str(BROKER_ID),
                 "--bootstrap", voters,
                 "--listen", f"{LOOPBACK}:{broker_port}",

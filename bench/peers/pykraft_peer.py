@@ -211,7 +211,7 @@ class PykraftCluster(Cluster):
         self.runner = _AsyncRunner(_uses_trio())
         self.workdir = make_temp_dir("pykraft")
         self.ports = free_ports(self.voters)
-        tls_argv: Callable[[int], list[str]] = lambda node_id: []  # noqa: E731
+        tls_argv: Callable[[int], list[str]] = lambda node_id: ["--plaintext"]  # noqa: E731
         if self.tls:
             from quorum.runtime import TlsConfig, create_cluster_certificates
 

@@ -91,6 +91,7 @@ class ClusterSettings:
             session_timeout_ms=self.session_timeout_ms,
             heartbeat_interval_ms=self.heartbeat_interval_ms,
             quorum={"election_timeout_ms": self.election_timeout_ms, "fetch_timeout_ms": self.fetch_timeout_ms},
+            plaintext=True,  # only computes the bound; the brokers run with or without TLS as --tls says
         )
         return config.effective_staleness_bound_ms
 
@@ -233,7 +234,7 @@ class Cluster(ClusterMembers):
 
     def _tls_argv(self, stem: str, *, acl: bool) -> list[str]:
         if self.tls is None:
-            return []
+            return ["--plaintext"]  # chosen explicitly (docs/security.md, "Defaults")
         argv = [
             "--tls-ca", str(self.certs_dir / "ca.pem"),
             "--tls-cert", str(self.certs_dir / f"{stem}.pem"),

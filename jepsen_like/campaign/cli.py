@@ -34,7 +34,7 @@ from ._workloads import WORKLOADS
 @click.option("--store", type=click.Path(file_okay=False, path_type=Path), default=Path("store"), show_default=True)
 @click.option("--no-check", is_flag=True, help="Record only; do not run the checker.")
 @click.option("--checker", type=click.Choice(["spark", "reference"]), default="spark", show_default=True, help="reference: the checker's pure-Python twin (short runs only).")
-@click.option("--tls/--no-tls", default=False, show_default=True, help="Mutual TLS on every connection: a CA and certificates per run (docs/security.md).")
+@click.option("--tls/--no-tls", default=False, show_default=True, help="Mutual TLS on every connection: a CA and certificates per run (docs/security.md); off, every node and broker runs --plaintext.")
 @click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal.")
 @click.option("--prometheus", is_flag=True, help="Start Debian's Prometheus scraping every node; the report links its queries.")
 def campaign_command(

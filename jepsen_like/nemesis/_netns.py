@@ -270,7 +270,7 @@ class NetnsNetwork(NetworkTopology):
         ok, reason = NetnsNetwork.available()
         with NetnsNetwork() as net:
             net.add_node(1, "controller", zone="az1")
-            argv = net.run_in(1, ["kraft-quorum", "node", "--node-id", "1", "--voters", net.voters_arg(1),
+            argv = net.run_in(1, ["kraft-quorum", "node", "--plaintext", "--node-id", "1", "--voters", net.voters_arg(1),
                                   "--listen", "%s:%d" % net.listen_address(1)])
             net.isolate(1)
     """

@@ -46,7 +46,7 @@ class ProxyNetwork(NetworkTopology):
         with ProxyNetwork() as net:
             net.add_node(1, "controller", zone="az1")
             net.add_client("c1", zone="az1")
-            argv = ["kraft-quorum", "node", "--node-id", "1",
+            argv = ["kraft-quorum", "node", "--plaintext", "--node-id", "1",
                     "--voters", net.voters_arg(1), "--listen", "%s:%d" % net.listen_address(1)]
             net.isolate(1)
     """

@@ -99,6 +99,22 @@ def check_records(records: Sequence[bytes]) -> None:
         raise ValueError(f"the proposal holds {size} bytes, over the limit of {PROPOSAL_BYTES_MAX}")
 
 
+def check_transport_choice(tls: TlsConfig | None, plaintext: bool) -> None:
+    """Check that a process that listens chose TLS or plaintext, exactly one
+    (issue 16, "Defaults": plaintext only when chosen). Raises
+    ``ValueError`` saying how to choose, or ``TypeError`` for a
+    ``plaintext`` that is not a bool."""
+    if type(plaintext) is not bool:
+        raise TypeError(f"plaintext must be True or False, got {plaintext!r}")
+    if tls is not None and plaintext:
+        raise ValueError("plaintext=True and tls exclude each other: give one")
+    if tls is None and not plaintext:
+        raise ValueError(
+            "no TLS chosen: give tls=TlsConfig(ca, cert, key) (`kraft-quorum certs` makes the files), "
+            "or plaintext=True to run without TLS"
+        )
+
+
 @dataclass(kw_only=True)
 class NodeConfig:
     """Everything one node process needs.
@@ -111,8 +127,9 @@ class NodeConfig:
     (docs/operations.md, "Hostile peers and clients").
 
     ``tls`` makes every connection mutual TLS 1.3 and refuses plaintext
-    (docs/security.md); None is plaintext, which the node announces in
-    one log line at startup. ``acl_file`` names the ACL (reloaded by
+    (docs/security.md). A node without ``tls`` must say ``plaintext=True``:
+    plaintext is a choice (teaching, examples, quick starts), never a
+    default, and the node announces it in one log line at startup. ``acl_file`` names the ACL (reloaded by
     ``QuorumNodeHandle.reload_security``); None keeps the defaults (reads
     for every authenticated principal, administration for none).
     """
@@ -138,9 +155,11 @@ class NodeConfig:
     # (docs/storage.md, "Repair"), or "refuse" to start (an operator steps in).
     on_damage: str = "repair"
     tls: TlsConfig | None = None
+    plaintext: bool = False
     acl_file: Path | str | None = None
 
     def __post_init__(self) -> None:
+        check_transport_choice(self.tls, self.plaintext)
         if self.acl_file is not None and self.tls is None:
             raise ValueError("acl_file needs tls: on a plaintext listener nobody is authenticated")
         if not self.metrics_enabled and self.metrics_listen is not None:
@@ -452,12 +471,7 @@ async def open_quorum_node(
     acl = AclFile(config.acl_file)
     storage = open_storage(config)
     metrics = Metrics(config.node_id, enabled=config.metrics_enabled)
-    if config.tls is None:
-        logger.warning(
-            "node %d: PLAINTEXT, no TLS: any process that reaches %s:%d may speak as any node, broker or client",
-            config.node_id, *(config.listen or ("-", 0)),
-        )  # fmt: skip
-    else:
+    if config.tls is not None:
         logger.info("node %d: mutual TLS 1.3 as %s; plaintext connections are refused", config.node_id, config.tls.principal)
         note_certificate_expiry(metrics, config.tls)
     own_event_log = event_log is None
@@ -503,7 +517,14 @@ async def open_quorum_node(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime.run)
-            if config.tls is not None:
+            if config.tls is None:
+                # Once listening, so that the line names the bound port.
+                logger.warning(
+                    "node %d runs without TLS (plaintext, chosen explicitly): any process that reaches %s:%d "
+                    "may speak as any node, broker or client",
+                    config.node_id, (config.listen or ("-", 0))[0], handle.listen_port,
+                )  # fmt: skip
+            else:
                 nursery.start_soon(warn_before_expiry, config.tls)
             if config.metrics_listen is not None:
                 host, port = config.metrics_listen

@@ -112,7 +112,7 @@ class MemoryCluster:
             quorum=dict(QUORUM),
         )
         settings.update(overrides)
-        return BrokerConfig(**settings)
+        return BrokerConfig(**settings, plaintext=True)
 
     async def start_broker(self, broker_id: int, incarnation_id: str | None = None, **overrides: Any) -> BrokerAgent:
         config = self.broker_config(broker_id, **overrides)

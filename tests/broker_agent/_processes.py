@@ -67,6 +67,7 @@ class BrokerCluster:
             node_id,
             [
                 str(BIN / "kraft-controller"),
+                "--plaintext",
                 "--node-id", str(node_id),
                 "--voters", self.voters_arg,
                 "--data-dir", str(self.directory / f"controller{node_id}"),
@@ -84,6 +85,7 @@ class BrokerCluster:
             broker_id,
             [
                 str(BIN / "kraft-broker"),
+                "--plaintext",
                 "--broker-id", str(broker_id),
                 "--bootstrap", self.voters_arg,
                 "--listen", f"127.0.0.1:{self.broker_ports[broker_id]}",

@@ -131,10 +131,10 @@ BASE = dict(broker_id=101, bootstrap={1: ("127.0.0.1", 9001)}, listen=("127.0.0.
 )
 def test_bad_config_is_refused_with_a_clear_error(settings_, problem):
     with pytest.raises(ValueError, match=problem):
-        BrokerConfig(**{**BASE, **settings_})
+        BrokerConfig(**{**BASE, **settings_}, plaintext=True)
 
 
 def test_the_staleness_bound_is_the_session_plus_check_quorum():
-    config = BrokerConfig(**BASE, session_timeout_ms=2000, heartbeat_interval_ms=500, quorum={"fetch_timeout_ms": 1000})
+    config = BrokerConfig(**BASE, session_timeout_ms=2000, heartbeat_interval_ms=500, quorum={"fetch_timeout_ms": 1000}, plaintext=True)
     assert config.effective_staleness_bound_ms == 2000 + 1500
-    assert BrokerConfig(**BASE, staleness_bound_ms=20_000).effective_staleness_bound_ms == 20_000
+    assert BrokerConfig(**BASE, staleness_bound_ms=20_000, plaintext=True).effective_staleness_bound_ms == 20_000

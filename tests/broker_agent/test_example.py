@@ -55,7 +55,7 @@ def test_the_example_runs_as_a_script():
 def test_kraft_broker_refuses_bad_arguments_with_a_usage_error():
     kraft_broker = Path(sys.executable).parent / "kraft-broker"
     result = subprocess.run(
-        [str(kraft_broker), "--broker-id", "1", "--bootstrap", "1@127.0.0.1:9", "--listen", "127.0.0.1:0"],
+        [str(kraft_broker), "--plaintext", "--broker-id", "1", "--bootstrap", "1@127.0.0.1:9", "--listen", "127.0.0.1:0"],
         capture_output=True,
         text=True,
         timeout=30,

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.processes  # real sockets
 
 
 async def test_open_broker_serves_restarts_from_its_data_dir_and_shuts_down_cleanly(tmp_path):
-    controller_config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, quorum=QUORUM, fsync=False)
+    controller_config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, quorum=QUORUM, fsync=False, plaintext=True)
     async with open_controller_node(controller_config, ControllerConfig(cluster_id="pykraft", **TIMERS)) as controller:
         bootstrap = {1: ("127.0.0.1", controller.listen_port)}
         config = BrokerConfig(
@@ -36,6 +36,7 @@ async def test_open_broker_serves_restarts_from_its_data_dir_and_shuts_down_clea
             event_log=tmp_path / "b101.jsonl",
             quorum=QUORUM,
             **TIMERS,
+            plaintext=True,
         )
         with trio.fail_after(30):
             async with open_broker(config) as broker:

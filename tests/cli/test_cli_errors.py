@@ -130,7 +130,7 @@ class TwoVoters:
         self.voters = ",".join(f"{node_id}@127.0.0.1:{port}" for node_id, port in self.ports.items())
         self.nodes = {
             node_id: Process(
-                directory, f"node{node_id}", "kraft-quorum", "node", "--node-id", node_id, "--voters", self.voters,
+                directory, f"node{node_id}", "kraft-quorum", "node", "--plaintext", "--node-id", node_id, "--voters", self.voters,
                 "--data-dir", self.data_dir(node_id), *QUORUM_ARGS,
             )  # fmt: skip
             for node_id in self.ports
@@ -165,7 +165,7 @@ def two_voters(tmp_path_factory) -> Iterator[TwoVoters]:
 def controller(tmp_path_factory) -> Iterator[int]:
     """One ``kraft-controller`` voter and no broker; yields its port."""
     (port,) = free_ports(1)
-    process = Process(tmp_path_factory.mktemp("controller"), "controller", "kraft-controller", "--node-id", 1,
+    process = Process(tmp_path_factory.mktemp("controller"), "controller", "kraft-controller", "--plaintext", "--node-id", 1,
                       "--voters", f"1@127.0.0.1:{port}")  # fmt: skip
     try:
         wait_for(lambda: (answer := describe(port)) is not None and answer.leader_id == 1, "the controller to lead")
@@ -215,7 +215,7 @@ def test_a_wrong_cluster_id_says_which_cluster_answered(two_voters):
 
 def test_a_listen_port_in_use_is_one_sentence(two_voters):
     port = two_voters.ports[1]
-    result = run("kraft-quorum", "node", "--node-id", 1, "--voters", two_voters.voters)
+    result = run("kraft-quorum", "node", "--plaintext", "--node-id", 1, "--voters", two_voters.voters)
     assert_reported(
         result, EXIT_OS_ERROR, f"cannot listen on 127.0.0.1:{port} (--listen): address already in use", "stop it"
     )
@@ -224,7 +224,7 @@ def test_a_listen_port_in_use_is_one_sentence(two_voters):
 def test_a_second_node_on_one_data_dir_is_refused_by_the_lock(two_voters):
     (port,) = free_ports(1)
     data_dir = two_voters.data_dir(1)
-    result = run("kraft-quorum", "node", "--node-id", 1, "--voters", f"1@127.0.0.1:{port}", "--data-dir", data_dir)
+    result = run("kraft-quorum", "node", "--plaintext", "--node-id", 1, "--voters", f"1@127.0.0.1:{port}", "--data-dir", data_dir)
     (line,) = assert_reported(result, EXIT_STORAGE_REFUSED, f"{data_dir} is already open in another process")
     assert line.endswith("stop that process, or give this one its own directory.")
 
@@ -234,16 +234,16 @@ def test_an_event_log_in_a_missing_folder_says_to_create_it(tmp_path, command):
     (port,) = free_ports(1)
     event_log = tmp_path / "absent" / "events.jsonl"
     if command == "kraft-quorum":
-        args = ["node", "--node-id", 1, "--voters", f"1@127.0.0.1:{port}"]
+        args = ["node", "--plaintext", "--node-id", 1, "--voters", f"1@127.0.0.1:{port}"]
     else:  # it fails before it would reach the (absent) controller
-        args = ["--broker-id", 101, "--bootstrap", f"1@127.0.0.1:{port}", "--listen", "127.0.0.1:0"]
+        args = ["--plaintext", "--broker-id", 101, "--bootstrap", f"1@127.0.0.1:{port}", "--listen", "127.0.0.1:0"]
     result = run(command, *args, "--event-log", event_log)
     assert_reported(result, EXIT_OS_ERROR, f"cannot open {event_log}", f"mkdir -p {event_log.parent}")
 
 
 def test_a_node_without_data_dir_says_it_runs_in_memory(tmp_path):
     (port,) = free_ports(1)
-    node = Process(tmp_path, "node", "kraft-quorum", "node", "--node-id", 1, "--voters", f"1@127.0.0.1:{port}")
+    node = Process(tmp_path, "node", "kraft-quorum", "node", "--plaintext", "--node-id", 1, "--voters", f"1@127.0.0.1:{port}")
     try:
         node.wait_for_output("serving on port")
     finally:
@@ -309,12 +309,12 @@ def test_creating_a_topic_with_no_online_broker_waits_then_gives_the_reason(cont
 def test_creating_a_topic_waits_until_a_broker_is_online(tmp_path):
     controller_port, broker_port = free_ports(2)
     bootstrap = f"1@127.0.0.1:{controller_port}"
-    controller = Process(tmp_path, "controller", "kraft-controller", "--node-id", 1, "--voters", bootstrap)
+    controller = Process(tmp_path, "controller", "kraft-controller", "--plaintext", "--node-id", 1, "--voters", bootstrap)
     create = broker = None
     try:
         create = Process(tmp_path, "create", "kraft-topics", "create", "--bootstrap", bootstrap, "--timeout-s", 60, "orders")
         create.wait_for_output("waiting up to 60 s for 1 Online broker(s)")
-        broker = Process(tmp_path, "broker", "kraft-broker", "--broker-id", 101, "--bootstrap", bootstrap,
+        broker = Process(tmp_path, "broker", "kraft-broker", "--plaintext", "--broker-id", 101, "--bootstrap", bootstrap,
                          "--listen", f"127.0.0.1:{broker_port}")  # fmt: skip
         assert create.process.wait(timeout=COMMAND_TIMEOUT_S) == 0, create.output()
         assert "created orders (" in create.output()

@@ -170,7 +170,7 @@ def test_state_msgpack_cannot_encode_is_refused_at_the_start_naming_the_hooks_to
     with pytest.raises(TypeError, match="state of Counter cannot be snapshotted.*override snapshot_state"):
         ReplicatedStateMachine(counter)
     with pytest.raises(TypeError, match="state of Counter cannot be snapshotted"):
-        counter.start(node_id=1, voters="1@127.0.0.1:1")  # refused before any port is opened
+        counter.start(node_id=1, voters="1@127.0.0.1:1", plaintext=True)  # refused before any port is opened
 
 
 class Tagger(Replicated):

@@ -68,7 +68,7 @@ def voters_text(count: int) -> str:
 @pytest.fixture
 def counters():
     voters = voters_text(3)
-    nodes = [Counter().start(node_id=node_id, voters=voters) for node_id in (1, 2, 3)]
+    nodes = [Counter().start(node_id=node_id, voters=voters, plaintext=True) for node_id in (1, 2, 3)]
     try:
         leader_id = nodes[0].wait_for_leader(timeout_s=30)
         for node in nodes:
@@ -159,7 +159,7 @@ def test_a_raising_method_fails_that_call_on_the_leader_and_through_a_follower(c
 
 
 def test_a_call_with_no_leader_times_out_and_a_stopped_object_says_so():
-    lonely = Counter().start(node_id=1, voters=voters_text(3), timeout_s=0.5)
+    lonely = Counter().start(node_id=1, voters=voters_text(3), timeout_s=0.5, plaintext=True)
     try:
         with pytest.raises(TimeoutError):
             lonely.add(1)
@@ -168,17 +168,17 @@ def test_a_call_with_no_leader_times_out_and_a_stopped_object_says_so():
     with pytest.raises(RuntimeError, match="not started"):
         lonely.add(1)
     with pytest.raises(ValueError, match="unknown read mode"):
-        Counter().start(node_id=1, voters="1@127.0.0.1:1", read="stale")
+        Counter().start(node_id=1, voters="1@127.0.0.1:1", read="stale", plaintext=True)
 
 
 def test_state_comes_back_from_snapshot_and_log_after_a_restart(tmp_path):
     voters = voters_text(1)
-    with Registry().start(node_id=1, voters=voters, data_dir=str(tmp_path), snapshot_every_records=5) as registry:
+    with Registry().start(node_id=1, voters=voters, data_dir=str(tmp_path), snapshot_every_records=5, plaintext=True) as registry:
         registry.wait_for_leader(timeout_s=30)
         for index in range(12):
             registry.put(f"k{index}", [index, "v"])
         assert registry.get("k3") == [3, "v"]
-    with Registry().start(node_id=1, voters=voters, data_dir=str(tmp_path)) as registry:
+    with Registry().start(node_id=1, voters=voters, data_dir=str(tmp_path), plaintext=True) as registry:
         registry.wait_for_leader(timeout_s=30)
         assert registry.restored == 1  # from the snapshot, then the log's tail
         assert registry.get("k11") == [11, "v"]

@@ -37,6 +37,7 @@ async def start_cluster(nursery: trio.Nursery, tmp_path, voters: int = 3) -> tup
             voters=addresses,
             data_dir=tmp_path / f"node{index + 1}",
             quorum={"election_timeout_ms": 300, "fetch_timeout_ms": 1500},
+            plaintext=True,
         )
         async with open_quorum_node(config) as node:
             handles[index] = node

@@ -66,7 +66,7 @@ async def test_isolating_the_leader_elects_another_and_heal_reunites(kind, tmp_p
             for node_id in NODE_IDS:
                 host, port = net.listen_address(node_id)
                 argv = [
-                    str(BIN / "kraft-quorum"), "node", "--node-id", str(node_id),
+                    str(BIN / "kraft-quorum"), "node", "--plaintext", "--node-id", str(node_id),
                     "--voters", net.voters_arg(node_id), "--listen", f"{host}:{port}",
                     "--election-timeout-ms", "300", "--fetch-timeout-ms", "1000",
                 ]  # fmt: skip

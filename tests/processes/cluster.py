@@ -41,6 +41,7 @@ class ProcessCluster:
             [
                 str(BIN / "kraft-quorum"),
                 "node",
+                "--plaintext",
                 "--node-id",
                 str(node_id),
                 "--voters",

@@ -52,7 +52,7 @@ def test_node_refuses_a_damaged_data_dir_with_one_sentence(tmp_path, damage, sen
     ports = free_ports(3)
     voters = ",".join(f"{i}@127.0.0.1:{port}" for i, port in zip((1, 2, 3), ports))
     node = subprocess.run(
-        [str(BIN / "kraft-quorum"), "node", "--node-id", "1", "--voters", voters, "--data-dir", str(data_dir), *flags],
+        [str(BIN / "kraft-quorum"), "node", "--plaintext", "--node-id", "1", "--voters", voters, "--data-dir", str(data_dir), *flags],
         capture_output=True,
         text=True,
         timeout=60,

@@ -163,7 +163,7 @@ def test_the_campaign_keeps_controller_events_tagged_with_the_controller(tmp_pat
 
 async def test_kraft_controller_writes_broker_events_to_its_event_log(tmp_path):
     events_path = tmp_path / "node1.events.jsonl"
-    config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, data_dir=tmp_path / "c1", event_log=events_path)
+    config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, data_dir=tmp_path / "c1", event_log=events_path, plaintext=True)
     async with open_controller_node(config) as node:
         with trio.fail_after(10):
             await node.wait_for_leader()

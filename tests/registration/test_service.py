@@ -9,7 +9,7 @@ from registration.client import AdminClient
 
 
 def single_voter(tmp_path) -> NodeConfig:
-    return NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, data_dir=tmp_path / "c1", metrics_listen=("127.0.0.1", 0))
+    return NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, data_dir=tmp_path / "c1", metrics_listen=("127.0.0.1", 0), plaintext=True)
 
 
 async def test_admin_requests_reach_the_controller_and_registrations_are_replicated(tmp_path):

@@ -33,7 +33,7 @@ CLUSTER = "pykraft"
 
 
 def single_voter(data_dir) -> NodeConfig:
-    return NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, data_dir=data_dir)
+    return NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, data_dir=data_dir, plaintext=True)
 
 
 def run_cli(*arguments: str):

@@ -57,6 +57,7 @@ async def start_cluster(nursery: trio.Nursery, tmp_path, voters: int = 3, **limi
             data_dir=tmp_path / f"node{node_id}",
             quorum=TIMERS,
             connection_limits=ConnectionLimits(**limits),
+            plaintext=True,
         )
         for node_id in addresses
     ]

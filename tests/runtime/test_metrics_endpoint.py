@@ -14,7 +14,8 @@ from quorum.runtime import KeyValueStateMachine, Metrics, NodeConfig, http_get, 
 
 def voter(tmp_path, node_id: int, voters: dict[int, tuple[str, int]]) -> NodeConfig:
     return NodeConfig(
-        node_id=node_id, voters=voters, data_dir=tmp_path / f"node{node_id}", metrics_listen=("127.0.0.1", 0)
+        node_id=node_id, voters=voters, data_dir=tmp_path / f"node{node_id}", metrics_listen=("127.0.0.1", 0),
+        plaintext=True,
     )
 
 
@@ -158,8 +159,8 @@ async def test_a_hostile_scraper_is_bounded_and_does_not_stall_the_others():
 
 async def test_a_node_with_metrics_off_keeps_none_and_serves_no_endpoint(tmp_path):
     with pytest.raises(ValueError, match="metrics_listen needs metrics_enabled"):
-        NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, metrics_listen=("127.0.0.1", 0), metrics_enabled=False)
-    config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, data_dir=tmp_path / "off", metrics_enabled=False)
+        NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, metrics_listen=("127.0.0.1", 0), metrics_enabled=False, plaintext=True)
+    config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, data_dir=tmp_path / "off", metrics_enabled=False, plaintext=True)
     async with open_quorum_node(config) as node:
         with trio.fail_after(10):
             await node.wait_for_leader()

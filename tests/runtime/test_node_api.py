@@ -11,7 +11,7 @@ from quorum.runtime import KeyValueStateMachine, NodeConfig, open_quorum_node
 
 
 def single_voter(tmp_path, **extra) -> NodeConfig:
-    return NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, data_dir=tmp_path / "node1", **extra)
+    return NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, data_dir=tmp_path / "node1", **extra, plaintext=True)
 
 
 async def test_a_single_voter_commits_and_reads_with_no_setup(tmp_path):
@@ -63,7 +63,7 @@ def test_node_configuration_from_a_toml_file_and_flags(tmp_path):
     toml = tmp_path / "node.toml"
     toml.write_text(
         'node_id = 2\nvoters = "1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093"\n'
-        'data_dir = "/tmp/x"\n[quorum]\nelection_timeout_ms = 500\n'
+        'data_dir = "/tmp/x"\nplaintext = true\n[quorum]\nelection_timeout_ms = 500\n'
     )
     import tomllib
 
@@ -101,5 +101,7 @@ def test_a_typo_in_the_toml_file_is_refused_by_name(tmp_path):
 
 
 def test_retention_settings_reach_the_node_config():
-    config = _node_config({"node_id": 1, "voters": "1@127.0.0.1:9091", "retention_bytes": 4096, "retention_ms": None})
+    config = _node_config(
+        {"node_id": 1, "voters": "1@127.0.0.1:9091", "retention_bytes": 4096, "retention_ms": None, "plaintext": True}
+    )
     assert (config.retention_bytes, config.retention_ms) == (4096, None)

@@ -76,6 +76,7 @@ async def test_last_answered_by_names_the_node_that_answered(tmp_path):
         voters={1: ("127.0.0.1", node_port)},
         data_dir=tmp_path / "node1",
         quorum={"election_timeout_ms": 100},
+        plaintext=True,
     )
     async with open_quorum_node(config) as node:
         with trio.fail_after(20):

@@ -22,6 +22,7 @@ def voter_configs(tmp_path) -> list[NodeConfig]:
             voters=voters,
             data_dir=tmp_path / f"node{node_id}",
             quorum={"election_timeout_ms": 200, "fetch_timeout_ms": 1000},
+            plaintext=True,
         )
         for node_id in voters
     ]

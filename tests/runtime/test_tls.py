@@ -24,7 +24,7 @@ from quorum import (
     VoteRequest,
     VoteResponse,
 )
-from quorum.client import NotAuthorizedError, QuorumClient, QuorumClientError
+from quorum.client import NotAuthorizedError, QuorumClient, QuorumClientError, TlsRequiredError, speaks_tls
 from quorum.runtime import (
     CertificateAuthority,
     KeyValueStateMachine,
@@ -109,9 +109,14 @@ async def test_three_voters_replicate_over_tls_and_a_plaintext_client_is_refused
         await cluster.start(nursery)
         offset = await write_as(cluster, tls_for(certs, "client-admin"), b"a")
         assert offset >= 0
-        async with QuorumClient(cluster.bootstrap, cluster_id=CLUSTER, retry_timeout_s=2) as plaintext:
-            with pytest.raises(QuorumClientError):
-                await plaintext.propose(put(b"plain", b"v"))
+        # A plaintext client learns why at once, in one sentence, rather
+        # than retrying for its whole retry timeout.
+        async with QuorumClient(cluster.bootstrap, cluster_id=CLUSTER, retry_timeout_s=60) as plaintext:
+            with trio.fail_after(WAIT_S):
+                with pytest.raises(TlsRequiredError, match=r"^1@127\.0\.0\.1:\d+ requires TLS and this client has none: give it a TlsConfig"):
+                    await plaintext.propose(put(b"plain", b"v"))
+                with pytest.raises(TlsRequiredError):
+                    await plaintext.describe()
         assert cluster.counter("pykraft_tls_handshake_failures_total") >= 1
         # Still serving after the refusals.
         await write_as(cluster, tls_for(certs, "client-admin"), b"b")
@@ -129,6 +134,24 @@ async def test_three_voters_replicate_over_tls_and_a_plaintext_client_is_refused
         for node_id, samples in round_trips.items():
             assert {dict(labels)["peer"] for labels in samples} == {str(peer) for peer in (1, 2, 3) if peer != node_id}
             assert all(0 < seconds < 1.0 for seconds in samples.values()), samples
+        nursery.cancel_scope.cancel()
+
+
+async def test_speaks_tls_tells_a_tls_listener_from_a_plaintext_one(certs: Path) -> None:
+    cluster = Cluster(certs, size=1)
+    plaintext_config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, cluster_id=CLUSTER, plaintext=True)
+    async with trio.open_nursery() as nursery:
+        await cluster.start(nursery)
+        async with open_quorum_node(plaintext_config) as plaintext_node:
+            (_, tls_port) = cluster.voters[1]
+            assert await speaks_tls("127.0.0.1", tls_port)
+            assert not await speaks_tls("127.0.0.1", plaintext_node.listen_port)
+            assert not await speaks_tls("127.0.0.1", free_ports(1)[0])  # nobody listens
+            # The plaintext node still serves after the probe's ClientHello.
+            async with QuorumClient([f"127.0.0.1:{plaintext_node.listen_port}"], cluster_id=CLUSTER) as client:
+                with trio.fail_after(WAIT_S):
+                    await plaintext_node.wait_for_leader()
+                    assert await client.propose(put(b"k", b"v")) >= 0
         nursery.cancel_scope.cancel()
 
 

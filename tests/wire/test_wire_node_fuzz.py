@@ -44,7 +44,7 @@ class RunningNode:
     async def _main(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
-        config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, quorum={"election_timeout_ms": 100})
+        config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, quorum={"election_timeout_ms": 100}, plaintext=True)
         async with open_quorum_node(config) as node:
             await node.wait_for_leader()
             self.node, self.port = node, node.listen_port
