@@ -45,7 +45,7 @@ from quorum import QuorumConfig
 from ._brokers import BrokerSimOptions, BrokerSimulation
 from ._cluster import US_PER_MS, InvariantViolation, SimOptions, Simulation
 from ._recorder import Recording
-from ._scenarios import find_stale_reads
+from ._reads import find_stale_reads
 
 FORMAT = 1
 MAX_VOTERS = 7
@@ -220,6 +220,7 @@ class Playground:
         self.trace: list[str] = []
         self.actions: list[Action] = []
         self.violation: str | None = None
+        self._stale_reads: tuple[int, list[dict[str, Any]]] = (0, [])  # (history length judged, verdict)
         simulation_class = BrokerSimulation if self.brokers else Simulation
         self.sim = simulation_class(seed, sim_options, trace=self.trace.append)
 
@@ -421,14 +422,20 @@ class Playground:
         }
 
     def stale_reads(self) -> list[dict[str, Any]]:
-        """The reads that broke their contract, by the very call the
-        simulator's verdict makes (``run_scenario``, the replay page): a
-        leader-local read may miss writes acknowledged less than one
-        check-quorum window (``check_quorum_factor`` x ``fetch_timeout_ms``)
-        before it; a broker's, less than design.md's staleness bound."""
-        options = self.sim.options
-        leader_local_bound_ms = options.check_quorum_factor * options.fetch_timeout_ms
-        return find_stale_reads(self.sim.history, leader_local_bound_ms, getattr(options, "staleness_bound_ms", None))
+        """The reads that broke their contract, judged by the checker's own
+        stale-read check (``find_stale_reads``: the verdict ``run_scenario``
+        and the replay page give too): a leader-local read may miss writes
+        acknowledged less than one check-quorum window
+        (``check_quorum_factor`` x ``fetch_timeout_ms``) before it; a
+        broker's, less than design.md's staleness bound. Judged again only
+        when the history has grown (the page asks every frame)."""
+        history = self.sim.history
+        if self._stale_reads[0] != len(history):
+            options = self.sim.options
+            leader_local_bound_ms = options.check_quorum_factor * options.fetch_timeout_ms
+            stale = find_stale_reads(history, leader_local_bound_ms, getattr(options, "staleness_bound_ms", None))
+            self._stale_reads = (len(history), stale)
+        return self._stale_reads[1]
 
     def _ops(self, stale: set[int]) -> list[dict[str, Any]]:
         """Client operations, invoke paired with completion."""

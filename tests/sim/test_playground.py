@@ -15,6 +15,7 @@ import pytest
 from _playground_solutions import SOLUTIONS, recorded_session, solve_in_python
 from click.testing import CliRunner
 
+from jepsen_like.checker import check_reference
 from jepsen_like.sim._lessons import LESSONS, check_json, lesson, lessons_json
 from jepsen_like.sim._playground import PageDriver, Playground, PlaygroundError
 from jepsen_like.sim.cli import sim_command
@@ -210,7 +211,10 @@ def test_the_build_ships_the_simulators_import_graph_and_pure_python_msgpack():
     shipped = [arcname for arcname, _ in builder.python_sources()]
     for needed in ("jepsen_like/sim/_playground.py", "jepsen_like/sim/_lessons.py", "quorum/_node.py", "registration/_controller.py", "broker_agent/_driver.py", "msgpack/fallback.py"):
         assert needed in shipped
-    assert not [name for name in shipped if name.startswith(("quorum/runtime", "quorum/storage", "jepsen_like/checker")) or not name.endswith(".py")]
+    # the checker's pure-Python reference checks judge the page's reads; its Spark job stays out
+    assert "jepsen_like/checker/_reference.py" in shipped
+    spark_side = ("jepsen_like/checker/_job.py", "jepsen_like/checker/_frames.py", "jepsen_like/checker/_tier1.py", "jepsen_like/checker/_synth.py")
+    assert not [name for name in shipped if name.startswith(("quorum/runtime", "quorum/storage", *spark_side)) or not name.endswith(".py")]
 
 
 def test_learn_raft_links_every_lesson():
@@ -268,10 +272,11 @@ def test_broker_actions_are_refused_where_they_make_no_sense():
         with_brokers.act(do="set", node=101, option="pre_vote", on=False)
 
 
-def test_stale_reads_are_judged_by_the_simulators_own_bound():
+def test_stale_reads_are_judged_by_the_checkers_own_check(tmp_path):
     """A leader-local read may miss a write acknowledged less than one
     check-quorum window earlier (run_scenario's verdict says the same); a
-    later one is stale, and the page's view flags exactly that read."""
+    later one is stale, and the page's view flags exactly that read: the one
+    the checker's reference path flags in the same history read from disk."""
     playground = Playground(7, {"check_quorum": False})
     playground.run_until(3 * S)
     playground.act(do="cut", node=1, peer=2)
@@ -288,3 +293,11 @@ def test_stale_reads_are_judged_by_the_simulators_own_bound():
     (stale,) = playground.stale_reads()
     flagged = [op for op in playground.view()["ops"] if op["stale"]]
     assert [op["process"] for op in flagged] == [stale["process"]] and flagged[0]["start_us"] == 11 * S
+    history_dir = tmp_path / "page-history"
+    history_dir.mkdir()
+    (history_dir / "history.jsonl").write_text("".join(json.dumps(event) + "\n" for event in playground.sim.history), encoding="utf-8")
+    options = playground.sim.options
+    (history_dir / "meta.json").write_text(json.dumps({"fetch_timeout_ms": options.fetch_timeout_ms, "check_quorum_factor": options.check_quorum_factor}), encoding="utf-8")
+    [checked] = check_reference([str(history_dir)])
+    witnesses = checked.checks["stale-read"]["witnesses"]
+    assert [witness["read"]["process"] for witness in witnesses] == [stale["process"]]
