@@ -27,11 +27,32 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_session_replays_to_the_same_trace_and_view():
     original = recorded_session()
     document = json.loads(json.dumps(original.session()))
-    assert document["until_us"] == 12 * S and len(document["actions"]) == 13
+    assert document["until_us"] == 12 * S and len(document["actions"]) == 15
     replayed = Playground.replay(document)
     assert replayed.trace == original.trace
     assert replayed.view() == original.view()
     assert any("PAUSE" in line for line in original.trace) and any("check_quorum off" in line for line in original.trace)
+    assert any("PARTITION zone az3 (n3) | n1 n2" in line for line in original.trace)
+    assert any("HEAL zone az3 (n3) - n1 n2" in line for line in original.trace)
+
+
+def test_a_zone_is_cut_from_the_rest_in_one_action_and_mended_in_one():
+    """Brokers share their voter's zone (as the campaign lays clusters out):
+    cutting az1 cuts n1 and b101 from everyone else, not from each other."""
+    playground = broker_session()  # voters 1-3, brokers 101 and 102
+    assert playground.view()["zones"] == {"az1": [1, 101], "az2": [2, 102], "az3": [3]}
+    playground.act(do="heal")
+    playground.act(do="cut_zone", zone="az1")
+    inside, outside = (1, 101), (2, 3, 102)
+    assert playground.sim.network.blocked_links == {(a, b) for x in inside for y in outside for a, b in ((x, y), (y, x))}
+    playground.act(do="cut", node=2, peer=3)
+    playground.act(do="mend_zone", zone="az1")
+    assert playground.sim.network.blocked_links == {(2, 3), (3, 2)}  # a link cut on its own stays cut
+    for zone, complaint in (("az9", "must be one of az1, az2, az3"), (["az1"], "must be a string")):
+        with pytest.raises(PlaygroundError, match=complaint):
+            playground.act(do="cut_zone", zone=zone)
+    with pytest.raises(PlaygroundError, match="holds every node"):
+        Playground(7, {"voters": 1}).act(do="cut_zone", zone="az1")
 
 
 def test_time_in_small_steps_reaches_the_same_state_as_one_jump():
@@ -63,7 +84,7 @@ def test_rewind_replays_and_keeps_later_actions_until_the_learner_acts():
     driver = PageDriver()
     assert driver.load(json.dumps(original.session())) == ""
     driver.rewind(4_500_000)
-    assert driver.playground.now_us == 4_500_000 and len(driver.future) == 13 - 5
+    assert driver.playground.now_us == 4_500_000 and len(driver.future) == 15 - 5
     driver.advance(12 * S)
     assert driver.playground.trace == original.trace
     driver.rewind(4 * S)
