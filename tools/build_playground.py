@@ -77,6 +77,7 @@ lessons.check_json("election", driver)
 playground.PageDriver.from_json(7, '{"brokers": true}').view_json()
 """
 COMPILE_TIMEOUT_S = 600
+COMPILED_KEPT = 8
 
 
 def default_pyodide_dir() -> Path:
@@ -137,8 +138,10 @@ def compiled_zips(pyodide_dir: Path, sources_zip: bytes) -> tuple[bytes, bytes] 
     for part in (PYODIDE_VERSION.encode(), sources_zip, stdlib, FIRST_SCREEN.encode(), paths.encode(), runner.read_bytes(), script.read_bytes()):
         key.update(hashlib.sha256(part).digest())
     cache = pyodide_dir.parent / "playground-compiled" / key.hexdigest()[:32]
-    if (cache / "pykraft.zip").is_file() and (cache / "python_stdlib.zip").is_file():
+    try:
         return (cache / "pykraft.zip").read_bytes(), (cache / "python_stdlib.zip").read_bytes()
+    except OSError:
+        pass  # not compiled yet (or pruned just now by another build)
     node = shutil.which("node")
     if node is None:
         print("build_playground: no Node.js: the page ships Python sources and compiles them at every load (slower)", file=sys.stderr)
@@ -160,9 +163,19 @@ def compiled_zips(pyodide_dir: Path, sources_zip: bytes) -> tuple[bytes, bytes] 
             why = "timed out" if done is None else (done.stderr.strip().splitlines() or ["no output"])[-1]
             print(f"build_playground: compiling with Pyodide under Node.js failed ({why}): the page ships Python sources (slower)", file=sys.stderr)
             return None
-        cache.mkdir(parents=True, exist_ok=True)
+        # Into the cache whole or not at all: builds may run side by side.
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=cache.name + ".partial-", dir=cache.parent))
         for name in ("pykraft.zip", "python_stdlib.zip"):
-            shutil.copyfile(work_dir / name, cache / name)
+            shutil.copyfile(work_dir / name, staging / name)
+        try:
+            staging.rename(cache)
+        except OSError:  # another build got there first, with the same bytes
+            shutil.rmtree(staging, ignore_errors=True)
+        # Every tree that builds leaves an entry (some 4 MB): keep the newest.
+        entries = sorted((e for e in cache.parent.iterdir() if ".partial-" not in e.name), key=lambda e: e.stat().st_mtime, reverse=True)
+        for stale in entries[COMPILED_KEPT:]:
+            shutil.rmtree(stale, ignore_errors=True)
         return (work_dir / "pykraft.zip").read_bytes(), (work_dir / "python_stdlib.zip").read_bytes()
 
 

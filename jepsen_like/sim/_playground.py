@@ -36,8 +36,10 @@ they are at that moment (an availability zone cut off, seed 003).
 
 Zones (:func:`zones`): voter i in ``az((i - 1) % Z + 1)`` and the j-th
 broker (101, 102, ...) in ``az((j - 1) % Z + 1)``, with Z = min(3, voters):
-a zone holds a voter and its brokers together, as the fault-injection
-campaign lays its clusters out (``jepsen_like/campaign/_cluster.py``).
+a zone holds voters and brokers together, as in the fault-injection
+campaign's clusters (``jepsen_like/campaign/_cluster.py``, one zone per
+controller there; at most three here, as in a typical cloud region, so that
+with five voters one zone holds two of them).
 """
 
 from __future__ import annotations
