@@ -52,6 +52,8 @@ def find_stale_reads(
     Raises ``ValueError`` (the checker's HistoryFormatError) for a broker
     read when ``broker_bound_ms`` is None, or for a malformed history.
     """
+    # The checker's leader-local bound is check_quorum_factor x fetch_timeout_ms;
+    # the caller has already multiplied them.
     meta = HistoryMeta(model="metadata", check_quorum_factor=1.0, fetch_timeout_ms=leader_local_bound_ms, staleness_bound_ms=broker_bound_ms)
     by_index = {event["index"]: event for event in history}
     stale = []
