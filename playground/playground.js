@@ -32,8 +32,17 @@
   var py = null, mod = null, lessonsMod = null, driver = null;
   var state = { playing: false, speed: 1, lesson: '', lessons: [], lastFrame: 0, view: null, lessonDone: false };
 
+  // The first load, phase by phase: milliseconds from the navigation's
+  // start (performance's time origin) to the end of each phase, also as
+  // performance marks ('playground:NAME'). The benchmark and the browser
+  // test read them (window.playground.timings).
   var timings = {};
-  function status(text) { $('load-status').textContent = text; timings[text] = Math.round(performance.now()); }
+  function mark(name) {
+    timings[name] = Math.round(performance.now());
+    if (performance.mark) performance.mark('playground:' + name);
+  }
+  mark('scripts-parsed');  // bundle.js, Pyodide's two scripts and this one
+  function status(text) { $('load-status').textContent = text; }
 
   function newDriver(seed, options) {
     var next;
@@ -161,6 +170,7 @@
     if (fields.node !== undefined) b.dataset.node = fields.node;
     if (fields.peer !== undefined) b.dataset.peer = fields.peer;
     if (fields.mode !== undefined) b.dataset.mode = fields.mode;
+    if (fields.zone !== undefined) b.dataset.zone = fields.zone;
     if (extra) b.dataset.extra = extra;
     b.addEventListener('click', function () {
       if (extra === 'x10') {
@@ -202,6 +212,21 @@
       if (isCut) btn.className = 'cut';
       box.appendChild(btn);
     });
+    // A zone in one click: every link between its nodes and the others.
+    var zoneNames = Object.keys(v.zones);
+    if (zoneNames.length > 1) {
+      zoneNames.forEach(function (zone) {
+        var inside = v.zones[zone], whole = true;
+        v.nodes.forEach(function (n) {
+          if (inside.indexOf(n.id) >= 0) return;
+          inside.forEach(function (m) { if (!cut[Math.min(m, n.id) + '-' + Math.max(m, n.id)]) whole = false; });
+        });
+        var members = inside.map(function (id) { return name(id, v); }).join(' ');
+        var zb = button((whole ? 'mend zone ' : 'cut zone ') + zone + ' (' + members + ')', { do: whole ? 'mend_zone' : 'cut_zone', zone: zone });
+        if (whole) zb.className = 'cut';
+        box.appendChild(zb);
+      });
+    }
     box.appendChild(button('heal all', { do: 'heal' }));
     if (v.brokers) box.appendChild(button('add broker', { do: 'add_broker' }));
   }
@@ -218,7 +243,7 @@
       head.className = 'head';
       var broker = n.broker ? (n.up ? '<span class="broker-state">broker ' + n.broker.state + ', broker epoch ' + (n.broker.epoch === null ? '–' : n.broker.epoch) +
         ', heartbeats answered ' + n.broker.heartbeats + (n.broker.last_heartbeat_ms === null ? '' : ' (last at ' + (n.broker.last_heartbeat_ms / 1000).toFixed(2) + ' s)') + '</span>' : '') : '';
-      head.innerHTML = '<b>' + name(n.id, v) + '</b>' + broker + (n.up
+      head.innerHTML = '<b>' + name(n.id, v) + '</b><span class="zone">' + n.zone + '</span>' + broker + (n.up
         ? '<span class="role">' + n.role + (n.paused ? ' (paused)' : '') + '</span><span>epoch ' + n.epoch + '</span><span>vote ' +
           (n.vote === null ? '–' : 'n' + n.vote) + '</span><span>leader ' + (n.leader === null ? '–' : 'n' + n.leader) +
           '</span><span>HW ' + n.hw + '</span><span>log ' + n.log_start + '..' + n.log_end + '</span>'
@@ -463,13 +488,19 @@
   async function main() {
     status('starting Pyodide ' + window.PYKRAFT_PYODIDE_VERSION);
     var base = location.href.split('#')[0].split('?')[0].replace(/[^/]*$/, '');
-    py = await loadPyodide({ indexURL: base, stdout: function (s) { console.log(s); }, stderr: function (s) { console.warn(s); } });
-    status('unpacking pykraft');
-    py.unpackArchive(bytesOf('pykraft.zip').buffer, 'zip', { extractDir: '/home/pyodide/pykraft' });
-    py.runPython("import sys; sys.path.insert(0, '/home/pyodide/pykraft')");
+    // No packages: the page needs nothing beyond the standard library and
+    // its own zip (msgpack's pure-Python modules are in it).
+    py = await loadPyodide({ indexURL: base, packages: [], stdout: function (s) { console.log(s); }, stderr: function (s) { console.warn(s); } });
+    mark('pyodide-booted');
     status('importing pykraft');
+    // zipimport reads the zip in place: compiled .pyc beside each source
+    // when the build had Node.js (tools/build_playground.py).
+    py.FS.writeFile(window.PYKRAFT_ZIP_PATH, bytesOf('pykraft.zip'));
+    py.runPython("import sys; sys.path.insert(0, " + JSON.stringify(window.PYKRAFT_ZIP_PATH) + ")");
     mod = py.pyimport('jepsen_like.sim._playground');
+    mark('playground-imported');
     lessonsMod = py.pyimport('jepsen_like.sim._lessons');
+    mark('lessons-imported');
     state.lessons = JSON.parse(lessonsMod.lessons_json());
     state.lessons.forEach(function (l) {
       var option = document.createElement('option');
@@ -483,7 +514,9 @@
     var params = new URLSearchParams(hash);
     if (params.get('session')) loadSession(b64urlDecode(params.get('session')));
     else if (params.get('lesson')) startLesson(params.get('lesson'));
+    mark('first-steps');
     render();
+    mark('first-render');
     status('ready');
     window.playground.timings = timings;
     // From the navigation's start (performance's time origin), not this script's.

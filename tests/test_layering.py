@@ -19,8 +19,10 @@ The rules (docs/architecture.md, "Layers"):
     the subpackage may import its ancestors' private modules (it is inside
     them);
 (d) there are no import cycles, function-local imports included;
-(e) ``import jepsen_like.sim`` works without trio, fcntl, socket or
-    threading (the simulator is meant to run in a browser under Pyodide).
+(e) ``import jepsen_like.sim`` (with the names its ``__init__`` imports on
+    first use, and the playground's modules) works without trio, fcntl,
+    socket or threading (the simulator is meant to run in a browser under
+    Pyodide).
 
 An import under ``if TYPE_CHECKING:`` counts like any other: a layer that
 needs another's types depends on it.
@@ -463,7 +465,11 @@ class Browser(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Browser())
 sys.path.insert(0, ROOT)
 try:
-    import jepsen_like.sim  # noqa: F401
+    import jepsen_like.sim
+    # the names its __init__ imports on first use, and what the playground page imports
+    for name in jepsen_like.sim.__all__:
+        getattr(jepsen_like.sim, name)
+    import jepsen_like.sim._playground, jepsen_like.sim._lessons  # noqa: F401, E401
 except ImportError as error:
     steps = [
         f"{{os.path.relpath(frame.filename, ROOT)}}:{{frame.lineno}}"

@@ -11,6 +11,15 @@ modules) as base64. Browsers refuse ``fetch`` on file:// URLs, so the page
 answers Pyodide's fetches from that bundle: the same folder works from disk
 and from any static host, and never touches the network.
 
+The Python goes in compiled: the build runs Pyodide itself under Node.js
+(tools/pyodide-run.mjs with tools/playground_compile.py) to turn
+``pykraft.zip``'s modules, and the standard-library modules the page's first
+screen imports, into .pyc of Pyodide's own CPython version (3.13; the
+repository's Python may be another, whose bytecode the page could not
+load). Without Node.js the folder ships sources, which the page compiles at
+every load (slower, same behaviour), and the build says so in one line.
+Compiled zips are cached under the Pyodide cache, keyed by their inputs.
+
 Pyodide comes from tools/playground-fetch.sh (npm, version pinned) in
 ``${PYKRAFT_CACHE:-~/.cache/pykraft}/pyodide-VERSION``. Exit 2 with one line
 when it is missing.
@@ -20,12 +29,14 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -37,10 +48,36 @@ PAGE_FILES = ("index.html", "playground.css", "playground.js")
 # scripts, which load as <script> tags: file:// allows those).
 PYODIDE_SCRIPTS = ("pyodide.js", "pyodide.asm.js")
 PYODIDE_BLOBS = ("pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
-# What the page imports; the build ships exactly their import graph.
-ENTRY_MODULES = ("jepsen_like.sim._playground", "jepsen_like.sim._lessons")
+# What the page imports, at start and on first use (a cluster with brokers,
+# the first stale-read check); the build ships exactly their import graph.
+ENTRY_MODULES = ("jepsen_like.sim._playground", "jepsen_like.sim._lessons", "jepsen_like.sim._brokers", "jepsen_like.sim._reads")
 # Fixed zip timestamps: the same tree builds the same bundle.
 _ZIP_TIME = (2020, 1, 1, 0, 0, 0)
+# Where the page puts pykraft.zip in Pyodide's file system (on sys.path:
+# zipimport reads it in place), and where Pyodide mounts its standard library.
+PYKRAFT_ZIP_PATH = "/home/pyodide/pykraft.zip"
+STDLIB_ZIP_PATH = "/lib/python313.zip"
+# What the page does before and just after its first screen (playground.js,
+# main()), run at build time to learn which standard-library modules to
+# compile.
+FIRST_SCREEN = """
+import jepsen_like.sim._playground as playground
+import jepsen_like.sim._lessons as lessons
+lessons.lessons_json()
+driver = playground.PageDriver.from_json(7, "{}")
+driver.view_json()
+driver.advance(2_000_000)
+driver.act('{"do": "write", "node": 1, "key": "k", "value": "v1"}')
+driver.act('{"do": "read", "node": 1, "key": "k", "mode": "leader-local"}')
+driver.advance(3_000_000)
+driver.view_json()
+driver.session_json()
+driver.rewind(1_000_000)
+lessons.check_json("election", driver)
+playground.PageDriver.from_json(7, '{"brokers": true}').view_json()
+"""
+COMPILE_TIMEOUT_S = 600
+COMPILED_KEPT = 8
 
 
 def default_pyodide_dir() -> Path:
@@ -89,6 +126,59 @@ def python_zip() -> bytes:
     return buffer.getvalue()
 
 
+def compiled_zips(pyodide_dir: Path, sources_zip: bytes) -> tuple[bytes, bytes] | None:
+    """(pykraft.zip, python_stdlib.zip) with bytecode compiled by Pyodide's
+    own CPython under Node.js (module docstring), from the cache when these
+    inputs were compiled before; None, with one line on stderr, when Node.js
+    is missing or the compile fails."""
+    runner, script = ROOT / "tools" / "pyodide-run.mjs", ROOT / "tools" / "playground_compile.py"
+    stdlib = (pyodide_dir / "python_stdlib.zip").read_bytes()
+    paths = json.dumps({"pykraft": PYKRAFT_ZIP_PATH, "stdlib": STDLIB_ZIP_PATH}, sort_keys=True)
+    key = hashlib.sha256()
+    for part in (PYODIDE_VERSION.encode(), sources_zip, stdlib, FIRST_SCREEN.encode(), paths.encode(), runner.read_bytes(), script.read_bytes()):
+        key.update(hashlib.sha256(part).digest())
+    cache = pyodide_dir.parent / "playground-compiled" / key.hexdigest()[:32]
+    try:
+        return (cache / "pykraft.zip").read_bytes(), (cache / "python_stdlib.zip").read_bytes()
+    except OSError:
+        pass  # not compiled yet (or pruned just now by another build)
+    node = shutil.which("node")
+    if node is None:
+        print("build_playground: no Node.js: the page ships Python sources and compiles them at every load (slower)", file=sys.stderr)
+        return None
+    with tempfile.TemporaryDirectory(prefix="playground-compile-") as work:
+        work_dir = Path(work)
+        (work_dir / "pykraft-src.zip").write_bytes(sources_zip)
+        (work_dir / "python_stdlib.zip").write_bytes(stdlib)
+        (work_dir / "first-screen.py").write_text(FIRST_SCREEN, encoding="utf-8")
+        (work_dir / "paths.json").write_text(paths, encoding="utf-8")
+        try:
+            done = subprocess.run(
+                [node, str(runner), str(pyodide_dir), str(work_dir), str(script)],
+                capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            done = None
+        if done is None or done.returncode != 0:
+            why = "timed out" if done is None else (done.stderr.strip().splitlines() or ["no output"])[-1]
+            print(f"build_playground: compiling with Pyodide under Node.js failed ({why}): the page ships Python sources (slower)", file=sys.stderr)
+            return None
+        # Into the cache whole or not at all: builds may run side by side.
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=cache.name + ".partial-", dir=cache.parent))
+        for name in ("pykraft.zip", "python_stdlib.zip"):
+            shutil.copyfile(work_dir / name, staging / name)
+        try:
+            staging.rename(cache)
+        except OSError:  # another build got there first, with the same bytes
+            shutil.rmtree(staging, ignore_errors=True)
+        # Every tree that builds leaves an entry (some 4 MB): keep the newest.
+        entries = sorted((e for e in cache.parent.iterdir() if ".partial-" not in e.name), key=lambda e: e.stat().st_mtime, reverse=True)
+        for stale in entries[COMPILED_KEPT:]:
+            shutil.rmtree(stale, ignore_errors=True)
+        return (work_dir / "pykraft.zip").read_bytes(), (work_dir / "python_stdlib.zip").read_bytes()
+
+
 def build(out: Path, pyodide_dir: Path) -> Path:
     """Write the playground folder to ``out`` (replacing it); its index."""
     missing = [name for name in (*PYODIDE_SCRIPTS, *PYODIDE_BLOBS) if not (pyodide_dir / name).is_file()]
@@ -102,10 +192,17 @@ def build(out: Path, pyodide_dir: Path) -> Path:
     for name in PYODIDE_SCRIPTS:
         shutil.copyfile(pyodide_dir / name, out / name)
     blobs = {name: (pyodide_dir / name).read_bytes() for name in PYODIDE_BLOBS}
-    blobs["pykraft.zip"] = python_zip()
+    sources_zip = python_zip()
+    compiled = compiled_zips(pyodide_dir, sources_zip)
+    if compiled is None:
+        blobs["pykraft.zip"] = sources_zip
+    else:
+        blobs["pykraft.zip"], blobs["python_stdlib.zip"] = compiled
     with open(out / "bundle.js", "w", encoding="ascii") as bundle:
         bundle.write(f"// Built by tools/build_playground.py: Pyodide {PYODIDE_VERSION} and pykraft's modules, as base64.\n")
         bundle.write(f"window.PYKRAFT_PYODIDE_VERSION = {json.dumps(PYODIDE_VERSION)};\n")
+        bundle.write(f"window.PYKRAFT_ZIP_PATH = {json.dumps(PYKRAFT_ZIP_PATH)};\n")
+        bundle.write(f"window.PYKRAFT_COMPILED = {json.dumps(compiled is not None)};\n")
         bundle.write("window.PYKRAFT_FILES = {\n")
         for name, data in blobs.items():
             bundle.write(f"{json.dumps(name)}: \"{base64.b64encode(data).decode('ascii')}\",\n")

@@ -4,13 +4,21 @@ linearizability) and a pure-Python reference checker for little histories.
 It imports nothing of the system it checks: it reads histories, node event
 logs and log dumps in the formats docs/checker.md describes, so histories
 from other systems in the same format can be checked too.
+
+The Spark job (``check``, ``check_sources``) and the synthesizer
+(``synthesize``, ``SynthesisResult``, ``ANOMALY_KINDS``) are imported on
+first use: importing the package needs neither pyspark nor numpy/pandas, so
+the reference checks run where those do not exist (the browser playground,
+under Pyodide).
 """
 
+from importlib import import_module
+from typing import Any
+
 from jepsen_like.checker._errors import HistoryFormatError
-from jepsen_like.checker._job import check, check_sources
 from jepsen_like.checker._load import HistoryMeta, HistorySource, discover_histories, read_meta
 from jepsen_like.checker._models import KV, METADATA, MODELS, REGISTER, Model, Operation, get_model
-from jepsen_like.checker._reference import check_reference, check_source_reference
+from jepsen_like.checker._reference import check_reference, check_source_reference, stale_reads_of_events
 from jepsen_like.checker._report import (
     CHECK_NAMES,
     HistoryResult,
@@ -18,9 +26,30 @@ from jepsen_like.checker._report import (
     print_summary,
     write_results,
 )
-from jepsen_like.checker._synth import ANOMALY_KINDS, SynthesisResult, synthesize
 from jepsen_like.checker._spark import DEFAULT_MASTER, spark_session
 from jepsen_like.checker._wgl import DEFAULT_BUDGET_STEPS, KeyVerdict, check_operations
+
+# Public names whose modules import pyspark (``_job``) or numpy and pandas
+# (``_synth``): loaded by ``__getattr__`` when first asked for.
+_LAZY = {
+    "check": "jepsen_like.checker._job",
+    "check_sources": "jepsen_like.checker._job",
+    "ANOMALY_KINDS": "jepsen_like.checker._synth",
+    "SynthesisResult": "jepsen_like.checker._synth",
+    "synthesize": "jepsen_like.checker._synth",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The lazily imported public names (PEP 562); raises AttributeError
+    for any other name, and ImportError when pyspark (or numpy/pandas) is
+    missing."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [
@@ -51,6 +80,7 @@ __all__ = [
     "print_summary",
     "read_meta",
     "spark_session",
+    "stale_reads_of_events",
     "synthesize",
     "write_results",
 ]

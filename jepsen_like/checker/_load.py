@@ -335,14 +335,24 @@ def read_history_events(source: HistorySource) -> list[dict[str, Any]]:
     Raises :class:`HistoryFormatError` naming the file and line of the first
     malformed event.
     """
-    events: list[dict[str, Any]] = []
     if source.file_format == "parquet":
         records = _read_parquet_records(source.path)
     else:
         records = _iter_json_lines(source.path)
+    return history_events((f"{source.path}:{line_number}", record) for line_number, record in records)
+
+
+def history_events(records: Iterable[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Events given as ``(where, record)`` pairs (a history held in memory,
+    or a file's lines), validated and normalised as a history file's are,
+    in index order. ``record`` is normalised in place.
+
+    Raises :class:`HistoryFormatError` naming ``where`` for the first
+    malformed event.
+    """
+    events: list[dict[str, Any]] = []
     seen_indexes: set[int] = set()
-    for line_number, record in records:
-        where = f"{source.path}:{line_number}"
+    for where, record in records:
         _check_event(where, record)
         if record["index"] in seen_indexes:
             raise HistoryFormatError(f"{where}: index {record['index']} appears more than once")
@@ -502,6 +512,7 @@ __all__ = [
     "HistorySource",
     "OPTIONAL_FIELDS",
     "discover_histories",
+    "history_events",
     "locate_lines",
     "pair_operations",
     "read_history_events",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from jepsen_like.checker._errors import HistoryFormatError
@@ -18,6 +19,7 @@ from jepsen_like.checker._load import (
     HistoryMeta,
     HistorySource,
     discover_histories,
+    history_events,
     pair_operations,
     read_history_events,
     read_log_dumps,
@@ -687,3 +689,25 @@ def check_reference(
     if isinstance(paths, str):
         paths = [paths]
     return [check_source_reference(source, model=model, max_witnesses=max_witnesses) for source in discover_histories(paths)]
+
+
+def stale_reads_of_events(
+    events: Sequence[Mapping[str, Any]], meta: HistoryMeta, *, model: str | None = None, name: str = "history"
+) -> list[dict[str, Any]]:
+    """The stale-read check (:func:`stale_reads`) on a history held in
+    memory: ``events`` as a history file's lines (docs/checker.md; they are
+    copied, not changed), ``meta`` as its meta file. The witnesses, one per
+    stale read in the order of the reads' invokes, as ``check_reference``
+    lists them (``read``, ``missed_write``, ``rule``, ``bound_ms``, and
+    ``read_from`` for the value rule). For a live view of a history that
+    keeps growing (the browser playground), where reading a file per look
+    would be silly.
+
+    Raises :class:`HistoryFormatError` for a malformed event or pairing, or
+    for a leader-local or broker read whose bound ``meta`` does not give.
+    """
+    checked = history_events((f"{name}: event {position}", dict(event)) for position, event in enumerate(events))
+    source = HistorySource(name=name, path=Path(name), file_format="jsonl", meta=meta)
+    operations, _ = pair_operations(source, checked)
+    the_model = get_model(resolve_model_name(source, {op.f for op in operations}, model))
+    return [witness for _, witness in stale_reads(_History(operations, the_model), meta)]

@@ -57,6 +57,13 @@ class Network:
                     self._blocked.add((a, b))
                     self._blocked.add((b, a))
 
+    def rejoin(self, side_a: list[int], side_b: list[int]) -> None:
+        """Mend every link between the two sides, both ways (undoes ``split``)."""
+        for a in side_a:
+            for b in side_b:
+                self._blocked.discard((a, b))
+                self._blocked.discard((b, a))
+
     def unblock(self, src: int, dst: int) -> None:
         """Mend one directed link (a no-op when it was not cut)."""
         self._blocked.discard((src, dst))

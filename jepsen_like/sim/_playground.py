@@ -30,7 +30,16 @@ voter 1..N or a broker 101, 102, ...); ``add_broker`` (with the option
 ``mode``: linearizable or leader-local; with brokers: list topics through
 broker ``node``); ``set`` (``node``, ``option``: check_quorum or pre_vote,
 ``on``): a voter's own setting, which takes effect when its process next
-starts (as a changed configuration does).
+starts (as a changed configuration does); ``cut_zone`` / ``mend_zone``
+(``zone``): every link between the nodes of one zone and all the others, as
+they are at that moment (an availability zone cut off, seed 003).
+
+Zones (:func:`zones`): voter i in ``az((i - 1) % Z + 1)`` and the j-th
+broker (101, 102, ...) in ``az((j - 1) % Z + 1)``, with Z = min(3, voters):
+a zone holds voters and brokers together, as in the fault-injection
+campaign's clusters (``jepsen_like/campaign/_cluster.py``, one zone per
+controller there; at most three here, as in a typical cloud region, so that
+with five voters one zone holds two of them).
 """
 
 from __future__ import annotations
@@ -38,14 +47,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from quorum import QuorumConfig
 
-from ._brokers import BrokerSimOptions, BrokerSimulation
 from ._cluster import US_PER_MS, InvariantViolation, SimOptions, Simulation
 from ._recorder import Recording
-from ._scenarios import find_stale_reads
 
 FORMAT = 1
 MAX_VOTERS = 7
@@ -58,6 +66,9 @@ NODE_OPTIONS = ("check_quorum", "pre_vote")
 # Dropped messages stay on screen (marked) this long after they were sent.
 DROPPED_SHOWN_US = 30 * US_PER_MS
 _NODE_ACTIONS = ("crash", "restart", "pause", "resume")
+_ZONE_ACTIONS = ("cut_zone", "mend_zone")
+# Availability zones a cluster spreads over (fewer when it has fewer voters).
+MAX_ZONES = 3
 
 
 class PlaygroundError(ValueError):
@@ -78,6 +89,7 @@ class Action:
     mode: str | None = None
     option: str | None = None
     on: bool | None = None
+    zone: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__ if getattr(self, name) is not None}
@@ -109,13 +121,25 @@ class _NodeOptions(SimOptions):
         return _own_config(self, node_id, SimOptions.quorum_config(self, node_id, directory_id))
 
 
-class _BrokerNodeOptions(BrokerSimOptions):
-    """The same, for a cluster with brokers."""
+@cache
+def _with_brokers() -> tuple[type[SimOptions], type[Simulation]]:
+    """The options and simulation classes of a cluster with brokers.
 
-    __slots__ = ("overrides",)
+    Imported on first use: the controller's and the broker's brains are
+    much of what the page would otherwise load before its first screen,
+    which has none (a Python import in the browser runs every dataclass
+    decorator of the modules it loads)."""
+    from ._brokers import BrokerSimOptions, BrokerSimulation
 
-    def quorum_config(self, node_id: int, directory_id: str | None = None) -> QuorumConfig:
-        return _own_config(self, node_id, BrokerSimOptions.quorum_config(self, node_id, directory_id))
+    class _BrokerNodeOptions(BrokerSimOptions):
+        """SimOptions with per-node overrides, for a cluster with brokers."""
+
+        __slots__ = ("overrides",)
+
+        def quorum_config(self, node_id: int, directory_id: str | None = None) -> QuorumConfig:
+            return _own_config(self, node_id, BrokerSimOptions.quorum_config(self, node_id, directory_id))
+
+    return _BrokerNodeOptions, BrokerSimulation
 
 
 def _field(raw: Mapping[str, Any], name: str, kind: type, where: str) -> Any:
@@ -127,6 +151,21 @@ def _field(raw: Mapping[str, Any], name: str, kind: type, where: str) -> Any:
     if kind is str and (not isinstance(value, str) or not 0 < len(value) <= MAX_TEXT):
         raise PlaygroundError(f"{where}: {name!r} must be a string of 1 to {MAX_TEXT} characters, not {value!r}")
     return value
+
+
+def zones(nodes: Sequence[int], voters: int) -> dict[str, list[int]]:
+    """Each zone's nodes (zones and nodes in order) in a cluster of
+    ``voters`` voters: voter i in ``az((i - 1) % Z + 1)``, the j-th broker
+    (in id order) in ``az((j - 1) % Z + 1)``, Z = min(3, voters)."""
+    found: dict[str, list[int]] = {}
+    brokers_seen = 0
+    for node_id in sorted(nodes):
+        if node_id <= voters:
+            position = node_id - 1
+        else:
+            position, brokers_seen = brokers_seen, brokers_seen + 1
+        found.setdefault(f"az{position % min(MAX_ZONES, voters) + 1}", []).append(node_id)
+    return dict(sorted(found.items()))
 
 
 def parse_action(raw: Any, nodes: Sequence[int], voters: int, where: str = "action") -> Action:
@@ -154,6 +193,14 @@ def parse_action(raw: Any, nodes: Sequence[int], voters: int, where: str = "acti
         return Action(at_us, do, node=a, peer=b)
     if do in ("heal", "add_broker"):
         return Action(at_us, do)
+    if do in _ZONE_ACTIONS:
+        zone = _field(raw, "zone", str, where)
+        members = zones(nodes, voters)
+        if zone not in members:
+            raise PlaygroundError(f"{where}: 'zone' must be one of {', '.join(members)}, not {zone!r}")
+        if len(members) == 1:
+            raise PlaygroundError(f"{where}: zone {zone} holds every node: there is nothing to cut it from")
+        return Action(at_us, do, zone=zone)
     if do == "write":
         return Action(at_us, do, node=node(), key=_field(raw, "key", str, where), value=_field(raw, "value", str, where))
     if do == "read":
@@ -205,7 +252,7 @@ class Playground:
         self.brokers = options.get("brokers", False)
         if self.brokers:
             self.options["brokers"] = True
-        options_class = _BrokerNodeOptions if self.brokers else _NodeOptions
+        options_class, simulation_class = _with_brokers() if self.brokers else (_NodeOptions, Simulation)
         sim_options = options_class(
             voters=voters,
             check_quorum=self.options["check_quorum"],
@@ -220,7 +267,7 @@ class Playground:
         self.trace: list[str] = []
         self.actions: list[Action] = []
         self.violation: str | None = None
-        simulation_class = BrokerSimulation if self.brokers else Simulation
+        self._stale_reads: tuple[int, list[dict[str, Any]]] = (0, [])  # (history length judged, verdict)
         self.sim = simulation_class(seed, sim_options, trace=self.trace.append)
 
     # -- time -------------------------------------------------------------------
@@ -284,6 +331,17 @@ class Playground:
             sim.network.unblock(action.node, action.peer)
             sim.network.unblock(action.peer, action.node)
             self.trace.append(f"{sim.now_ms:10.3f} HEAL {self._name(action.node)} - {self._name(action.peer)}")
+        elif do in _ZONE_ACTIONS:
+            inside = zones(sim.nodes, self.options["voters"])[action.zone]
+            outside = [node_id for node_id in sorted(sim.nodes) if node_id not in inside]
+            if do == "cut_zone":
+                sim.network.split(inside, outside)
+                word, joint = "PARTITION", "|"
+            else:
+                sim.network.rejoin(inside, outside)
+                word, joint = "HEAL", "-"
+            names = lambda ids: " ".join(self._name(node_id) for node_id in ids)  # noqa: E731
+            self.trace.append(f"{sim.now_ms:10.3f} {word} zone {action.zone} ({names(inside)}) {joint} {names(outside)}")
         elif do == "heal":
             sim.heal()
         elif do == "add_broker":
@@ -355,10 +413,12 @@ class Playground:
         sim = self.sim
         now = sim.now_us
         nodes = []
+        zone_members = zones(sim.nodes, self.options["voters"])
+        zone_by_node = {node_id: zone for zone, members in zone_members.items() for node_id in members}
         for node_id, node in sorted(sim.nodes.items()):
             core = node.core
             is_broker = node_id > self.options["voters"]
-            entry: dict[str, Any] = {"id": node_id, "up": core is not None, "paused": node.paused, "broker": None}
+            entry: dict[str, Any] = {"id": node_id, "up": core is not None, "paused": node.paused, "broker": None, "zone": zone_by_node[node_id]}
             if is_broker:
                 process = sim.broker_process(node_id)
                 beats = [seen for seen in sim.heartbeats_seen if seen.broker_id == node_id]
@@ -411,6 +471,7 @@ class Playground:
             "leader": sim.leader(),
             "nodes": nodes,
             "cut": sorted([a, b] for a, b in sim.network.blocked_links if a < b),
+            "zones": zone_members,
             "messages": messages,
             "ops": self._ops(stale),
             "trace": self.trace[-60:],
@@ -421,14 +482,23 @@ class Playground:
         }
 
     def stale_reads(self) -> list[dict[str, Any]]:
-        """The reads that broke their contract, by the very call the
-        simulator's verdict makes (``run_scenario``, the replay page): a
-        leader-local read may miss writes acknowledged less than one
-        check-quorum window (``check_quorum_factor`` x ``fetch_timeout_ms``)
-        before it; a broker's, less than design.md's staleness bound."""
-        options = self.sim.options
-        leader_local_bound_ms = options.check_quorum_factor * options.fetch_timeout_ms
-        return find_stale_reads(self.sim.history, leader_local_bound_ms, getattr(options, "staleness_bound_ms", None))
+        """The reads that broke their contract, judged by the checker's own
+        stale-read check (``find_stale_reads``: the verdict ``run_scenario``
+        and the replay page give too): a leader-local read may miss writes
+        acknowledged less than one check-quorum window
+        (``check_quorum_factor`` x ``fetch_timeout_ms``) before it; a
+        broker's, less than design.md's staleness bound. Judged again only
+        when the history has grown (the page asks every frame)."""
+        history = self.sim.history
+        if self._stale_reads[0] != len(history):
+            # On first use: the checker is not needed before the first operation.
+            from ._reads import find_stale_reads
+
+            options = self.sim.options
+            leader_local_bound_ms = options.check_quorum_factor * options.fetch_timeout_ms
+            stale = find_stale_reads(history, leader_local_bound_ms, getattr(options, "staleness_bound_ms", None))
+            self._stale_reads = (len(history), stale)
+        return self._stale_reads[1]
 
     def _ops(self, stale: set[int]) -> list[dict[str, Any]]:
         """Client operations, invoke paired with completion."""

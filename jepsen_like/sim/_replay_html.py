@@ -36,7 +36,7 @@ from jepsen_like.report import ROLE_STYLE, esc, linear_ticks, num, script_json, 
 
 from ._recorder import Recording
 from ._result import ScenarioResult
-from ._scenarios import find_stale_reads
+from ._reads import find_stale_reads
 
 # At most this many message copies go into the page; past it, Fetch and
 # FetchResp (the bulk of any run) are thinned evenly, everything else kept.

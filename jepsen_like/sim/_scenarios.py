@@ -14,13 +14,13 @@ from __future__ import annotations
 import random
 import traceback
 from collections.abc import Callable
-from typing import Any
 
 from quorum import QuorumInvariantError, Role, VoteRequest
 
 from ._broker_scenarios import BROKER_SCENARIOS
 from ._cluster import InvariantViolation, Simulation, SimOptions
 from ._network import LinkFaults
+from ._reads import find_stale_reads
 from ._reconfig_scenarios import RECONFIG_SCENARIOS, damage_survivable, random_reconfiguration
 from ._scenario_kit import (
     LIVENESS_BOUND_MS,
@@ -32,77 +32,6 @@ from ._scenario_kit import (
     _Workload,
 )
 from ._result import ScenarioResult
-
-
-
-# =========================================================================
-# The read contract
-# =========================================================================
-
-
-#: Operations that write a version (``offset``: the last record written) and
-#: that read one (``offset``: the last record reflected), per key.
-WRITE_OPS = frozenset({"write", "create_topic"})
-READ_OPS = frozenset({"read", "cluster_metadata", "list_topics", "describe_topic", "find_leader"})
-
-
-def find_stale_reads(
-    history: list[dict[str, Any]], leader_local_bound_ms: float, broker_bound_ms: float | None = None
-) -> list[dict[str, Any]]:
-    """Reads that broke their contract (``../shared/design.md``).
-
-    A linearizable read is stale if it misses a write acknowledged before
-    the read was invoked; a leader-local read, if it misses one acknowledged
-    more than ``leader_local_bound_ms`` before; a read from a broker (mode
-    ``broker``), one acknowledged more than ``broker_bound_ms`` before (the
-    broker staleness bound). "Misses" compares versions: the offset of the
-    write a read saw against the acknowledged write's.
-
-    Raises ``ValueError`` for a broker read when ``broker_bound_ms`` is None.
-    """
-    invoked: dict[int, dict[str, Any]] = {}
-    writes: dict[str, list[tuple[int, int]]] = {}
-    reads: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    for event in history:
-        if event["type"] == "invoke":
-            invoked[event["process"]] = event
-            continue
-        start = invoked.pop(event["process"], None)
-        if start is None or event["type"] != "ok":
-            continue
-        if event["f"] in WRITE_OPS:
-            writes.setdefault(event["key"], []).append((event["time"], event["offset"]))
-        elif event["f"] in READ_OPS:
-            reads.append((start, event))
-    bounds_ns = {"leader-local": int(leader_local_bound_ms * 1_000_000)}
-    if broker_bound_ms is not None:
-        bounds_ns["broker"] = int(broker_bound_ms * 1_000_000)
-    stale = []
-    for start, done in reads:
-        mode = start.get("mode")
-        if mode == "broker" and broker_bound_ms is None:
-            raise ValueError("a history with broker reads needs broker_bound_ms")
-        threshold = start["time"] - bounds_ns.get(mode, 0)
-        seen = done.get("offset", -1)
-        missed = [offset for acked_at, offset in writes.get(done["key"], []) if acked_at < threshold and offset > seen]
-        if missed:
-            stale.append(
-                {
-                    "process": done["process"],
-                    "node": done.get("node"),
-                    "mode": start.get("mode"),
-                    "invoked_ms": start["time"] / 1e6,
-                    "value": done["value"],
-                    "offset_seen": seen,
-                    "missed_offset": max(missed),
-                }
-            )
-    return stale
-
-
-# =========================================================================
-# Shared pieces
-# =========================================================================
 
 
 # =========================================================================

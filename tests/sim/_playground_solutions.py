@@ -116,5 +116,9 @@ def recorded_session() -> Playground:
     playground.act(do="heal")
     playground.act(do="read", node=3, key="x", mode="linearizable")
     playground.act(do="set", node=2, option="pre_vote", on=False)
+    playground.run_until(10 * S)
+    playground.act(do="cut_zone", zone="az3")
+    playground.run_until(11 * S)
+    playground.act(do="mend_zone", zone="az3")
     playground.run_until(12 * S)
     return playground

@@ -141,7 +141,7 @@ def test_find_stale_reads_holds_broker_reads_to_the_staleness_bound():
     ]
     stale = find_stale_reads(history, 3000, broker_bound_ms=6000)
     assert [(example["node"], example["missed_offset"]) for example in stale] == [(101, 7)]
-    with pytest.raises(ValueError, match="broker_bound_ms"):
+    with pytest.raises(ValueError, match="staleness_bound_ms"):
         find_stale_reads(history, 3000)
 
 

@@ -15,6 +15,7 @@ import pytest
 from _playground_solutions import SOLUTIONS, recorded_session, solve_in_python
 from click.testing import CliRunner
 
+from jepsen_like.checker import check_reference
 from jepsen_like.sim._lessons import LESSONS, check_json, lesson, lessons_json
 from jepsen_like.sim._playground import PageDriver, Playground, PlaygroundError
 from jepsen_like.sim.cli import sim_command
@@ -26,11 +27,32 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_session_replays_to_the_same_trace_and_view():
     original = recorded_session()
     document = json.loads(json.dumps(original.session()))
-    assert document["until_us"] == 12 * S and len(document["actions"]) == 13
+    assert document["until_us"] == 12 * S and len(document["actions"]) == 15
     replayed = Playground.replay(document)
     assert replayed.trace == original.trace
     assert replayed.view() == original.view()
     assert any("PAUSE" in line for line in original.trace) and any("check_quorum off" in line for line in original.trace)
+    assert any("PARTITION zone az3 (n3) | n1 n2" in line for line in original.trace)
+    assert any("HEAL zone az3 (n3) - n1 n2" in line for line in original.trace)
+
+
+def test_a_zone_is_cut_from_the_rest_in_one_action_and_mended_in_one():
+    """Brokers share their voter's zone (as the campaign lays clusters out):
+    cutting az1 cuts n1 and b101 from everyone else, not from each other."""
+    playground = broker_session()  # voters 1-3, brokers 101 and 102
+    assert playground.view()["zones"] == {"az1": [1, 101], "az2": [2, 102], "az3": [3]}
+    playground.act(do="heal")
+    playground.act(do="cut_zone", zone="az1")
+    inside, outside = (1, 101), (2, 3, 102)
+    assert playground.sim.network.blocked_links == {(a, b) for x in inside for y in outside for a, b in ((x, y), (y, x))}
+    playground.act(do="cut", node=2, peer=3)
+    playground.act(do="mend_zone", zone="az1")
+    assert playground.sim.network.blocked_links == {(2, 3), (3, 2)}  # a link cut on its own stays cut
+    for zone, complaint in (("az9", "must be one of az1, az2, az3"), (["az1"], "must be a string")):
+        with pytest.raises(PlaygroundError, match=complaint):
+            playground.act(do="cut_zone", zone=zone)
+    with pytest.raises(PlaygroundError, match="holds every node"):
+        Playground(7, {"voters": 1}).act(do="cut_zone", zone="az1")
 
 
 def test_time_in_small_steps_reaches_the_same_state_as_one_jump():
@@ -62,7 +84,7 @@ def test_rewind_replays_and_keeps_later_actions_until_the_learner_acts():
     driver = PageDriver()
     assert driver.load(json.dumps(original.session())) == ""
     driver.rewind(4_500_000)
-    assert driver.playground.now_us == 4_500_000 and len(driver.future) == 13 - 5
+    assert driver.playground.now_us == 4_500_000 and len(driver.future) == 15 - 5
     driver.advance(12 * S)
     assert driver.playground.trace == original.trace
     driver.rewind(4 * S)
@@ -210,7 +232,10 @@ def test_the_build_ships_the_simulators_import_graph_and_pure_python_msgpack():
     shipped = [arcname for arcname, _ in builder.python_sources()]
     for needed in ("jepsen_like/sim/_playground.py", "jepsen_like/sim/_lessons.py", "quorum/_node.py", "registration/_controller.py", "broker_agent/_driver.py", "msgpack/fallback.py"):
         assert needed in shipped
-    assert not [name for name in shipped if name.startswith(("quorum/runtime", "quorum/storage", "jepsen_like/checker")) or not name.endswith(".py")]
+    # the checker's pure-Python reference checks judge the page's reads; its Spark job stays out
+    assert "jepsen_like/checker/_reference.py" in shipped
+    spark_side = ("jepsen_like/checker/_job.py", "jepsen_like/checker/_frames.py", "jepsen_like/checker/_tier1.py", "jepsen_like/checker/_synth.py")
+    assert not [name for name in shipped if name.startswith(("quorum/runtime", "quorum/storage", *spark_side)) or not name.endswith(".py")]
 
 
 def test_learn_raft_links_every_lesson():
@@ -268,10 +293,11 @@ def test_broker_actions_are_refused_where_they_make_no_sense():
         with_brokers.act(do="set", node=101, option="pre_vote", on=False)
 
 
-def test_stale_reads_are_judged_by_the_simulators_own_bound():
+def test_stale_reads_are_judged_by_the_checkers_own_check(tmp_path):
     """A leader-local read may miss a write acknowledged less than one
     check-quorum window earlier (run_scenario's verdict says the same); a
-    later one is stale, and the page's view flags exactly that read."""
+    later one is stale, and the page's view flags exactly that read: the one
+    the checker's reference path flags in the same history read from disk."""
     playground = Playground(7, {"check_quorum": False})
     playground.run_until(3 * S)
     playground.act(do="cut", node=1, peer=2)
@@ -288,3 +314,11 @@ def test_stale_reads_are_judged_by_the_simulators_own_bound():
     (stale,) = playground.stale_reads()
     flagged = [op for op in playground.view()["ops"] if op["stale"]]
     assert [op["process"] for op in flagged] == [stale["process"]] and flagged[0]["start_us"] == 11 * S
+    history_dir = tmp_path / "page-history"
+    history_dir.mkdir()
+    (history_dir / "history.jsonl").write_text("".join(json.dumps(event) + "\n" for event in playground.sim.history), encoding="utf-8")
+    options = playground.sim.options
+    (history_dir / "meta.json").write_text(json.dumps({"fetch_timeout_ms": options.fetch_timeout_ms, "check_quorum_factor": options.check_quorum_factor}), encoding="utf-8")
+    [checked] = check_reference([str(history_dir)])
+    witnesses = checked.checks["stale-read"]["witnesses"]
+    assert [witness["read"]["process"] for witness in witnesses] == [stale["process"]]
