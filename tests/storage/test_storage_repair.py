@@ -69,7 +69,8 @@ def test_repair_keeps_the_prefix_moves_the_rest_aside_and_records_the_repair(tmp
         # One line names the file, the offset and what happens next.
         [line] = [record.getMessage() for record in caplog.records if "damaged at byte" in record.getMessage()]
         assert str(log_dir / first) in line and f"below {len(kept)}" in line and "repairs its log from a leader" in line
-        # The log goes on from the prefix.
+        # The log goes on from the prefix (in a new epoch, recorded first).
+        storage.write_election_state(ElectionState(epoch=4, leader_id=2))
         storage.append(make_entries(len(kept), 3, epoch=4))
         storage.flush()
 
