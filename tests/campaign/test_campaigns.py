@@ -159,7 +159,7 @@ async def test_storage_faults_on_real_processes_are_recorded_survived_and_lose_n
     assert len(starts) == len([e for e in nemesis if e["value"].get("phase") == "end"])
     kinds = {e["value"]["fault"]["kind"] for e in starts}
     # This machine's tests run as root (tests/runtime/test_disk_full_process.py mounts too).
-    assert {"flip-byte", "torn-write", "election-state-lost", "restart-all-voters", "disk-full"} <= kinds, kinds
+    assert {"flip-byte", "torn-write", "election-state-lost", "election-state-rollback", "restart-all-voters", "disk-full"} <= kinds, kinds
     for start in starts:
         fault = start["value"]["fault"]
         assert start["time"] > 0 and ("node" in fault or fault["nodes"] == [1, 2, 3]), fault
@@ -170,6 +170,8 @@ async def test_storage_faults_on_real_processes_are_recorded_survived_and_lose_n
     assert outcomes["torn-write"]["outcome"] == "torn tail cut", outcomes["torn-write"]
     lost = outcomes["election-state-lost"]
     assert lost["outcome"] == "refused" and "refuses to start" in lost["refusal"], lost
+    rollback = outcomes["election-state-rollback"]
+    assert rollback["outcome"] == "newer copy taken" and rollback["rolled_back_to"] < rollback["generation"], rollback
     assert outcomes["disk-full"]["outcome"] == "resumed", outcomes["disk-full"]
     assert outcomes["restart-all-voters"]["leader_after_s"] is not None
     for fault in outcomes.values():
