@@ -161,3 +161,27 @@ def test_check_storage_reports_a_repair_under_way(tmp_path):
     [line] = [text for text in report.splitlines() if text.startswith("REPAIR")]
     assert "damage found at offset" in line and "damaged-7" in line and "up to offset 30" in line
     assert code == 0 and report.endswith("verdict: sound")
+
+
+def test_a_flipped_bit_in_the_last_batch_is_repaired_not_cut(tmp_path):
+    """Issue 14's known limit: the last batch may have been fsynced and
+    acknowledged, so a flipped bit in it (a whole batch, no zeroed sector)
+    is damage: check-storage says so, a plain open refuses, and a repairing
+    open keeps the prefix, moves the batch aside and neither votes nor
+    stands until a leader gave it back."""
+    from quorum.storage import EXIT_DAMAGED, check_storage
+
+    build(tmp_path)
+    segment = segment_files(tmp_path / "log")[-1]
+    start, end = batch_spans(segment)[-1]
+    flip_bit(segment, (start + end) // 2)
+    damaged_bytes = segment.read_bytes()
+    check = check_storage(tmp_path)
+    assert check.exit_code == EXIT_DAMAGED
+    assert any("last batch, which is whole and has no zeroed 512-byte sector" in line for line in check.lines)
+    with pytest.raises(DamagedLogError, match="a flipped bit, not a torn write"):
+        FileStorage.open(tmp_path, fsync=False)
+    with FileStorage.open(tmp_path, fsync=False, repair_damage=True, now_ms=99) as storage:
+        assert storage.repair == RepairState(damaged_from_offset=27, restart_epoch=3, acknowledged_end=None)
+        assert list(storage.entries_from()) == make_entries(0, 27, epoch=3)
+    assert (tmp_path / "damaged-99" / segment.name).read_bytes() == damaged_bytes
