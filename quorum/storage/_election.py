@@ -126,7 +126,7 @@ class ElectionStateFile:
             )
             for name in choice.stale:
                 path = self._path if name == "primary" else self._witness_path
-                atomic_write(path, encode_election_copy(ElectionCopy(choice.copy.generation, choice.copy.state)), fsync=self._fsync)
+                atomic_write(path, encode_election_copy(choice.copy), fsync=self._fsync)
         self._generation = choice.copy.generation
         self._last = choice.copy.state
         return choice.copy.state
