@@ -32,6 +32,7 @@ from ._storage_faults import (
     NothingToDamageError,
     SmallDisk,
     flip_byte,
+    kept_election_state_is_older,
     lose_election_state,
     roll_back_election_state,
     save_election_state,
@@ -696,6 +697,19 @@ async def storage(campaign: RunningCampaign, deadline_s: float) -> None:
         if not round_kinds:
             round_kinds = rng.sample(kinds, len(kinds))
         kind = round_kinds.pop()
+        if kind == "election-state-rollback":
+            older = [
+                n for n in cluster.controller_ids
+                if kept_election_state_is_older(cluster.data_dir(n), storage_keep_dir(campaign, n))
+            ]  # fmt: skip
+            if not older and round_kinds:
+                # No election since the copies were saved: roll back later
+                # in this round, after faults that cause one.
+                round_kinds.insert(0, kind)
+                kind = round_kinds.pop()
+            else:
+                await damage_stopped_files(campaign, rng.choice(older or list(cluster.controller_ids)), kind, rng)
+                continue
         if kind == "restart-all-voters":
             await restart_all_voters(campaign, rng.uniform(0.2, 2.0))
         elif kind == "disk-full":

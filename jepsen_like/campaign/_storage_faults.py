@@ -150,6 +150,17 @@ def _generation(raw: bytes) -> int:
     return generation if isinstance(generation, int) else 0
 
 
+def kept_election_state_is_older(data_dir: Path, keep_dir: Path) -> bool:
+    """Whether the copy ``save_election_state`` kept is older than the
+    node's current election state (an election happened since)."""
+    try:
+        older = (keep_dir / SAVED_ELECTION_STATE).read_bytes()
+        current = (data_dir / ELECTION_STATE_FILE).read_bytes()
+    except FileNotFoundError:
+        return False
+    return _generation(older) < _generation(current)
+
+
 def roll_back_election_state(data_dir: Path, keep_dir: Path, rng: random.Random) -> dict[str, Any]:
     """Put the copy ``save_election_state`` kept over the primary or the
     witness (drawn) of the stopped node: a restored backup, a file system
