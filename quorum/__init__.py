@@ -59,6 +59,13 @@ from ._node import (
 )
 from ._output import Output, ReadFailed, ReadReady, Role, RoleChange
 from ._persist import DurableTarget, apply_output
+from ._election_copies import (
+    ElectionChoice,
+    ElectionCopy,
+    UndecidableElectionState,
+    choose_election_copy,
+    rolled_back_by_log,
+)
 from ._service import ServiceClass, service_class
 from ._quorum_math import majorities_overlap
 from ._state_machine import KeyValueStateMachine
@@ -81,6 +88,11 @@ __all__ = [
     "CommitTimer",
     "CoreHooks",
     "DurableTarget",
+    "ElectionChoice",
+    "ElectionCopy",
+    "UndecidableElectionState",
+    "choose_election_copy",
+    "rolled_back_by_log",
     "ElectionState",
     "EndQuorumEpochRequest",
     "EndQuorumEpochResponse",

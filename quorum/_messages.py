@@ -147,6 +147,11 @@ class FetchRequest:
     # voters, the leader counts a voter's acknowledgement only from the
     # disk it was added with. None: not known (a static voter set).
     directory_id: str | None = None
+    # The fetcher repairs a damaged log (docs/storage.md, "Repair"): it
+    # neither votes nor stands until done. Lets the leader show which
+    # voters repair (DescribeQuorum version 3). Sent on the wire only when
+    # true: absent, as from a peer that predates it, means not repairing.
+    repairing: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -281,6 +286,7 @@ def describe_message(message: Message) -> str:
                 f"{head} #{_request_number(message.request_id)} offset={message.fetch_offset}"
                 f" last=e{message.last_fetched_epoch} token={message.read_token}"
                 + ("" if message.directory_id is None else f" dir={message.directory_id[:8]}")
+                + (" repairing" if message.repairing else "")
             )
         case FetchResponse():
             parts = [f"{head} #{_request_number(message.request_id)}"]

@@ -263,8 +263,12 @@ class QuorumDescription:
     # "EIO"), while it has not yet succeeded again; None when healthy.
     disk_failure: str | None = None
     # This node repairs a damaged log (``RepairState``): it neither votes
-    # nor stands. Local only: peers' repairs are not known.
+    # nor stands.
     repairing: bool = False
+    # A leader's view of its peers: the voters whose latest Fetch said they
+    # repair a damaged log (``FetchRequest.repairing``); empty on any
+    # other role.
+    repairing_voters: tuple[int, ...] = ()
 
 
 # The fetch-extension hook: called by the leader for every valid Fetch that
@@ -404,6 +408,8 @@ def _field_out_of_range(message: _Request | _Response, dynamic_voters: bool) -> 
         value = getattr(message, name)
         if value is not None and not 0 <= value <= highest:
             return f"{name} {value} outside 0..{highest}"
+    if kind is FetchRequest and type(message.repairing) is not bool:
+        return f"repairing {message.repairing!r} is not a bool"
     if kind is FetchResponse:
         if message.diverging is not None:
             problem = _offset_and_epoch_problem("diverging", message.diverging.offset, message.diverging.epoch)
@@ -788,6 +794,11 @@ class QuorumNode:
             observers=tuple(observers),
             disk_failure=self._disk_failure,
             repairing=self._repair is not None,
+            repairing_voters=tuple(
+                node_id for node_id, replica in sorted(replicas.items()) if replica.repairing and node_id in self._voter_ids
+            )
+            if self._role is Role.LEADER
+            else (),
         )
 
     # =====================================================================
@@ -1811,6 +1822,7 @@ class QuorumNode:
         # same id with a wiped disk is another replica.
         replica.directory_id = request.directory_id
         replica.is_voter = self._voters.holds(request.src, request.directory_id)
+        replica.repairing = request.repairing
         replica.last_fetch_tick = self._tick
         fetch_session = request.request_id >> 32
         if replica.fetch_session != fetch_session:
@@ -2101,6 +2113,7 @@ class QuorumNode:
                 read_token=fetcher.read_token,
                 extension=provider() if provider is not None else None,
                 directory_id=self.config.directory_id,
+                repairing=self._repair is not None,
             )
         )
 

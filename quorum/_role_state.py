@@ -69,6 +69,9 @@ class ReplicaState:
     # The directory id its latest Fetch carried (KIP-853): ``is_voter``
     # holds only while it is the one the voter set names.
     directory_id: str | None = None
+    # Its latest Fetch said it repairs a damaged log (it votes for nobody
+    # until done): shown by DescribeQuorum, never used to decide anything.
+    repairing: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -335,6 +335,7 @@ def describe_command(bootstrap: str, cluster_id: str, timeout_s: float, view: st
                     "answered_by": answer.node_id,
                     "disk_failure": answer.disk_failure,
                     "repairing": answer.repairing,
+                    "repairing_voters": None if answer.repairing_voters is None else list(answer.repairing_voters),
                     "replicas": [
                         {"kind": kind, "node_id": r.node_id, "log_end_offset": r.log_end_offset, "last_fetch_ms": r.last_fetch_ms}
                         for kind, r in replicas
@@ -376,7 +377,12 @@ def _storage_lines(answer: Any) -> list[str]:
         return ["AnsweredBy:    unknown (the node answered DescribeQuorum version 1: no disk or repair status)"]
     disk = f"FAILED ({answer.disk_failure}): acknowledging nothing until a write succeeds" if answer.disk_failure else "ok"
     repair = "yes: repairing a damaged log from the leader; not voting until done" if answer.repairing else "no"
-    return [f"AnsweredBy:    {answer.node_id}", f"Disk:          {disk}", f"Repairing:     {repair}"]
+    lines = [f"AnsweredBy:    {answer.node_id}", f"Disk:          {disk}", f"Repairing:     {repair}"]
+    # Version 3: the voters the answering leader knows to be repairing.
+    if answer.version >= 3 and answer.node_id == answer.leader_id:
+        repairing = list(answer.repairing_voters or ())
+        lines.append(f"VotersRepairing: {repairing if repairing else 'none'}")
+    return lines
 
 
 def _certificate_expiry(tls: Any) -> list[dict[str, Any]]:

@@ -253,8 +253,9 @@ class QuorumClient:
         self._index = 0
         self._connection: _Connection | None = None
         self._last_answered_by: Server | None = None
-        # The DescribeQuorum version to ask in: 1 once a node refused 2.
-        self._describe_version = 2
+        # The DescribeQuorum version to ask in: one lower each time a node
+        # refuses it (an older pykraft).
+        self._describe_version = 3
         # Servers a plaintext client already asked whether they speak TLS.
         self._plaintext_servers_checked: set[Server] = set()
         self._connect_lock = trio.Lock()
@@ -437,16 +438,18 @@ class QuorumClient:
 
     async def describe(self) -> DescribeQuorumResponse:
         """DescribeQuorum from the first node that answers (not necessarily
-        the leader: its view may lag). Asked in version 2 (the answering
-        node's id, disk failure and repair); a node that refuses version 2
-        (an older pykraft: INVALID_REQUEST, "version 2 is not supported") is
-        asked again in version 1, whose answer has ``repairing`` None.
-        Raises what ``_call`` raises."""
-        if self._describe_version == 2:
+        the leader: its view may lag). Asked in version 3 (the answering
+        node's id, disk failure and repair, and a leader's repairing
+        voters); a node that refuses it (an older pykraft: INVALID_REQUEST,
+        "version 3 is not supported") is asked again in version 2, then 1,
+        whose answers have ``repairing_voters`` (and, in 1, ``repairing``)
+        None. Raises what ``_call`` raises."""
+        while self._describe_version > 1:
+            version = self._describe_version
             try:
-                return await self._call(DescribeQuorumRequest(version=2), retry_indeterminate=True)
+                return await self._call(DescribeQuorumRequest(version=version), retry_indeterminate=True)
             except QuorumClientError as error:
-                if "version 2 is not supported" not in str(error):
+                if f"version {version} is not supported" not in str(error):
                     raise
-                self._describe_version = 1
+                self._describe_version = version - 1
         return await self._call(DescribeQuorumRequest(version=1), retry_indeterminate=True)

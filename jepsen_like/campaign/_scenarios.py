@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 import trio
@@ -31,7 +32,10 @@ from ._storage_faults import (
     NothingToDamageError,
     SmallDisk,
     flip_byte,
+    kept_election_state_is_older,
     lose_election_state,
+    roll_back_election_state,
+    save_election_state,
     restore_election_state,
     torn_write,
 )
@@ -511,20 +515,27 @@ async def voters_caught_up(campaign: RunningCampaign, timeout_s: float) -> bool:
 
 async def damage_stopped_files(campaign: RunningCampaign, node_id: int, kind: str, rng: random.Random) -> None:
     """kill -9 voter ``node_id``, damage its files (``kind``: ``flip-byte``,
-    ``torn-write`` or ``election-state-lost``), start it again and record
-    what it did: ``flip-byte`` must start repairing and finish (``the log
-    is repaired``), ``torn-write`` must start and cut a torn tail (at the
-    byte the nemesis wrote from, or before it if the kill tore a write too),
-    ``election-state-lost`` must refuse to start (exit status 3); the
-    nemesis then puts the very file back, as an operator who kept it would,
-    and starts the node again. Recorded as ``storage-<kind>``: the start
-    event names the node, the file and the byte offset; the end event adds
-    the ``outcome``."""
+    ``torn-write``, ``election-state-lost`` or ``election-state-rollback``),
+    start it again and record what it did: ``flip-byte`` must start
+    repairing and finish (``the log is repaired``), ``torn-write`` must
+    start and cut a torn tail (at the byte the nemesis wrote from, or
+    before it if the kill tore a write too), ``election-state-lost`` must
+    refuse to start (exit status 3); the nemesis then puts the very file
+    back, as an operator who kept it would, and starts the node again.
+    ``election-state-rollback`` (one copy replaced by an older one saved
+    while the node ran) must start and say it took the newer copy. Recorded
+    as ``storage-<kind>``: the start event names the node, the file and the
+    byte offset; the end event adds the ``outcome``."""
     cluster = campaign.cluster
     assert cluster is not None
     node = campaign.processes.nodes[node_id]
     data_dir = cluster.data_dir(node_id)
-    damage = {"flip-byte": flip_byte, "torn-write": torn_write}.get(kind)
+    keep_dir = storage_keep_dir(campaign, node_id)
+    damage = {
+        "flip-byte": flip_byte,
+        "torn-write": torn_write,
+        "election-state-rollback": lambda data_dir, rng: roll_back_election_state(data_dir, keep_dir, rng),
+    }.get(kind)
     back_s = 30.0
 
     async def start() -> dict[str, Any]:
@@ -533,7 +544,7 @@ async def damage_stopped_files(campaign: RunningCampaign, node_id: int, kind: st
             if damage is not None:
                 done = await trio.to_thread.run_sync(damage, data_dir, rng)
             else:
-                done = await trio.to_thread.run_sync(lose_election_state, data_dir, cluster.run_dir / "storage-faults" / f"node{node_id}")
+                done = await trio.to_thread.run_sync(lose_election_state, data_dir, keep_dir)
         except NothingToDamageError as error:
             done = {"kind": kind, "skipped": str(error)}
         return {"node": node_id, "role": node.role, **done}
@@ -557,6 +568,11 @@ async def damage_stopped_files(campaign: RunningCampaign, node_id: int, kind: st
                 repairing = await _wait_for_log_line(node, mark, "repairs its log from a leader", back_s)
                 repaired = repairing and await _wait_for_log_line(node, mark, "the log is repaired", back_s)
                 value["outcome"] = "repaired" if repaired else "repairing, not finished" if repairing else "no repair started"
+            elif kind == "election-state-rollback" and "skipped" not in value:
+                found = await _wait_for_log_line(node, mark, "the election state in", back_s)
+                line = [l for l in _log_since(node, mark).splitlines() if "the election state in" in l]
+                value["outcome"] = "newer copy taken" if found else "rollback not noticed"
+                value["finding"] = line[-1] if line else None
             elif kind == "torn-write" and "skipped" not in value:
                 cut = await _wait_for_log_line(node, mark, "torn tail: truncating at byte", back_s)
                 value["outcome"] = "torn tail cut" if cut else "torn tail not cut"
@@ -572,6 +588,14 @@ async def damage_stopped_files(campaign: RunningCampaign, node_id: int, kind: st
                     node.start()
 
     await campaign.fault_with(f"storage-{kind}", start, body)
+
+
+def storage_keep_dir(campaign: RunningCampaign, node_id: int) -> Path:
+    """Where the storage nemesis keeps files it took from, or saved of,
+    ``node_id``'s data directory."""
+    cluster = campaign.cluster
+    assert cluster is not None
+    return cluster.run_dir / "storage-faults" / f"node{node_id}"
 
 
 async def restart_all_voters(campaign: RunningCampaign, down_s: float) -> None:
@@ -634,7 +658,14 @@ async def fill_disk(campaign: RunningCampaign, full_s: float) -> None:
     await campaign.fault_with("disk-full", start, body)
 
 
-STORAGE_FAULT_KINDS = ("flip-byte", "torn-write", "election-state-lost", "restart-all-voters", "disk-full")
+STORAGE_FAULT_KINDS = (
+    "flip-byte",
+    "torn-write",
+    "election-state-lost",
+    "election-state-rollback",
+    "restart-all-voters",
+    "disk-full",
+)
 
 
 async def storage(campaign: RunningCampaign, deadline_s: float) -> None:
@@ -642,7 +673,8 @@ async def storage(campaign: RunningCampaign, deadline_s: float) -> None:
     each only once every voter holds the committed log again (so at most
     one copy of three is ever damaged): a flipped bit in a batch a valid
     batch follows, a torn last write, a lost election state (refused, then
-    put back), every voter killed at once, a full disk (root only: the
+    put back), an election state rolled back to an older copy saved while
+    the node ran (the newer copy taken), every voter killed at once, a full disk (root only: the
     kinds are taken in a shuffled order each round, and ``disk-full`` is
     left out with one status line without root)."""
     cluster = campaign.cluster
@@ -658,9 +690,26 @@ async def storage(campaign: RunningCampaign, deadline_s: float) -> None:
         if not await voters_caught_up(campaign, timeout_s=min(30.0, max(1.0, _left(deadline_s) - 12))):
             campaign.status("storage: the voters did not all catch up; no storage fault until they do")
             continue
+        # A copy of each voter's election state, saved while it runs: the
+        # older copy a later rollback restores (elections happen between).
+        for node_id in cluster.controller_ids:
+            await trio.to_thread.run_sync(save_election_state, cluster.data_dir(node_id), storage_keep_dir(campaign, node_id))
         if not round_kinds:
             round_kinds = rng.sample(kinds, len(kinds))
         kind = round_kinds.pop()
+        if kind == "election-state-rollback":
+            older = [
+                n for n in cluster.controller_ids
+                if kept_election_state_is_older(cluster.data_dir(n), storage_keep_dir(campaign, n))
+            ]  # fmt: skip
+            if not older and round_kinds:
+                # No election since the copies were saved: roll back later
+                # in this round, after faults that cause one.
+                round_kinds.insert(0, kind)
+                kind = round_kinds.pop()
+            else:
+                await damage_stopped_files(campaign, rng.choice(older or list(cluster.controller_ids)), kind, rng)
+                continue
         if kind == "restart-all-voters":
             await restart_all_voters(campaign, rng.uniform(0.2, 2.0))
         elif kind == "disk-full":

@@ -13,6 +13,7 @@ fault's kind, the file, the byte offset and what was done there.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -23,6 +24,9 @@ from typing import Any
 from quorum.storage import dump_log
 
 ELECTION_STATE_FILE = "quorum-state.json"
+ELECTION_WITNESS_FILE = "quorum-state.witness.json"
+# The older copy of the election state ``save_election_state`` keeps.
+SAVED_ELECTION_STATE = "quorum-state.json.saved"
 
 
 class NothingToDamageError(Exception):
@@ -119,6 +123,72 @@ def restore_election_state(data_dir: Path, kept: str) -> None:
     """Put back the very file ``lose_election_state`` took (the node was
     stopped all along, so it is the current one, not a rolled-back copy)."""
     shutil.move(kept, data_dir / ELECTION_STATE_FILE)
+
+
+def save_election_state(data_dir: Path, keep_dir: Path) -> bool:
+    """Copy the node's ``quorum-state.json`` into ``keep_dir`` now, while
+    the node runs (the file is only ever replaced whole, by a rename, so a
+    read sees one version): the older valid copy that
+    ``roll_back_election_state`` restores later. False when there is none
+    yet, or a copy is already kept."""
+    kept = keep_dir / SAVED_ELECTION_STATE
+    if kept.exists():
+        return False
+    try:
+        raw = (data_dir / ELECTION_STATE_FILE).read_bytes()
+    except FileNotFoundError:
+        return False
+    keep_dir.mkdir(parents=True, exist_ok=True)
+    kept.write_bytes(raw)
+    return True
+
+
+def _generation(raw: bytes) -> int:
+    """The generation a copy of the election state claims (0 for a file
+    written before generations existed)."""
+    generation = json.loads(raw).get("generation", 0)
+    return generation if isinstance(generation, int) else 0
+
+
+def kept_election_state_is_older(data_dir: Path, keep_dir: Path) -> bool:
+    """Whether the copy ``save_election_state`` kept is older than the
+    node's current election state (an election happened since)."""
+    try:
+        older = (keep_dir / SAVED_ELECTION_STATE).read_bytes()
+        current = (data_dir / ELECTION_STATE_FILE).read_bytes()
+    except FileNotFoundError:
+        return False
+    return _generation(older) < _generation(current)
+
+
+def roll_back_election_state(data_dir: Path, keep_dir: Path, rng: random.Random) -> dict[str, Any]:
+    """Put the copy ``save_election_state`` kept over the primary or the
+    witness (drawn) of the stopped node: a restored backup, a file system
+    that lost its last renames. The next start must take the newer copy and
+    say so in one line (docs/storage.md, "Election state rolled back"): it
+    remembers every vote it cast. The kept copy is used up. Raises
+    ``NothingToDamageError`` when no copy is kept or the kept one is not
+    older than the node's (no election since it was saved)."""
+    kept = keep_dir / SAVED_ELECTION_STATE
+    if not kept.exists():
+        raise NothingToDamageError(f"no older election state of {data_dir} is kept")
+    older = kept.read_bytes()
+    current = (data_dir / ELECTION_STATE_FILE).read_bytes()
+    if _generation(older) >= _generation(current):
+        kept.unlink()
+        raise NothingToDamageError(f"the kept election state of {data_dir} is not older than the node's (no election since)")
+    target = rng.choice((ELECTION_STATE_FILE, ELECTION_WITNESS_FILE))
+    (data_dir / target).write_bytes(older)
+    with open(data_dir / target, "rb") as restored:
+        os.fsync(restored.fileno())
+    kept.unlink()
+    return {
+        "kind": "election-state-rollback",
+        "file": target,
+        "offset": 0,
+        "generation": _generation(current),
+        "rolled_back_to": _generation(older),
+    }
 
 
 # =========================================================================

@@ -394,7 +394,14 @@ def fault_targets(fault: Any) -> list[str]:
 #: Faults that kill -9 the node they are about when they start (a dead
 #: process has no role): ``kill``, and the storage campaign's faults that
 #: damage a stopped node's files or restart every voter.
-KILLING_FAULTS = ("kill", "storage-flip-byte", "storage-torn-write", "storage-election-state-lost", "restart-all-voters")
+KILLING_FAULTS = (
+    "kill",
+    "storage-flip-byte",
+    "storage-torn-write",
+    "storage-election-state-lost",
+    "storage-election-state-rollback",
+    "restart-all-voters",
+)
 
 
 def role_spans(events: list[dict[str, Any]], nodes: list[str], faults: list[Fault], end_ns: int) -> dict[str, list[RoleSpan]]:

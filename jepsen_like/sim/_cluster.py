@@ -28,6 +28,7 @@ from typing import Any
 
 from jepsen_like import HarnessInvariantError
 from quorum import (
+    ElectionCopy,
     ElectionState,
     Entry,
     LeaderApplication,
@@ -49,8 +50,11 @@ from quorum import (
     Voter,
     VoteRequest,
     VoterSet,
+    UndecidableElectionState,
     apply_output,
+    choose_election_copy,
     describe_message,
+    rolled_back_by_log,
     service_class,
     majorities_overlap,
 )
@@ -98,6 +102,9 @@ class SimOptions:
     # The chance that a crash also damages the crashed node's durable log
     # (a flipped bit in a sealed record; issue 14): 0 never.
     disk_damage_rate: float = 0.0
+    # The chance that a crash also rolls one copy of the crashed node's
+    # election state back to an older valid one (issue 14): 0 never.
+    election_rollback_rate: float = 0.0
     # A voter's service time per input it reads from the network (issue 15
     # part 4). 0, the default: every input is served the instant it arrives,
     # so no flood can delay another input. Set, a voter serves one input at
@@ -158,6 +165,7 @@ class SimOptions:
             # Only when on, so that the options of runs without damage read
             # as they always did.
             **({"disk_damage_rate": self.disk_damage_rate} if self.disk_damage_rate else {}),
+            **({"election_rollback_rate": self.election_rollback_rate} if self.election_rollback_rate else {}),
             # The same for the service model.
             **(
                 {
@@ -189,6 +197,10 @@ def disk_directory_id(node_id: int, generation: int) -> str:
     return f"d{node_id}-{generation}"
 
 
+# How many earlier copies of the election state a SimDisk keeps to roll back to.
+ELECTION_HISTORY_MAX = 8
+
+
 class SimDisk:
     """A node's durable state: what survives a crash. The simulator's and
     the rule tests' (tests/quorum/harness.py) disk alike."""
@@ -199,7 +211,16 @@ class SimDisk:
         entries: Iterable[Entry] = (),
         snapshot: Snapshot | None = None,
     ) -> None:
+        # The election state is kept twice, as FileStorage keeps it
+        # (quorum-state.json and its witness, each with a generation that
+        # grows at every write): ``election_state`` / ``election_generation``
+        # are the primary, ``election_witness`` the witness.
+        # ``election_history``: the copies written before (the latest
+        # ``ELECTION_HISTORY_MAX``), which ``roll_back_election_copy`` restores.
         self.election_state = election_state
+        self.election_generation = 0 if election_state is None else 1
+        self.election_witness: ElectionCopy | None = None if election_state is None else ElectionCopy(1, election_state)
+        self.election_history: list[ElectionCopy] = []
         self.snapshot = snapshot
         self.log = MemoryLog(snapshot.snapshot_id if snapshot else None, entries)
         self.writes = 0
@@ -245,7 +266,14 @@ class SimDisk:
     # -- the applier's target (quorum.DurableTarget) --------------------------
 
     def write_election_state(self, state: ElectionState) -> None:
+        # The primary, then the witness, both durable before anything that
+        # depends on them leaves (quorum/_election_copies.py).
+        if self.election_state is not None:
+            self.election_history.append(ElectionCopy(self.election_generation, self.election_state))
+            del self.election_history[:-ELECTION_HISTORY_MAX]
+        self.election_generation += 1
         self.election_state = state
+        self.election_witness = ElectionCopy(self.election_generation, state)
 
     def write_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
         self.snapshot = Snapshot(snapshot_id, data)
@@ -281,18 +309,56 @@ class SimDisk:
         self.election_state = None
         self.election_state_lost = True
 
+    def roll_back_election_copy(self, copy: str, generations_back: int) -> ElectionCopy | None:
+        """An older, valid version of one copy of the election state
+        (``copy``: "primary" or "witness") is restored, ``generations_back``
+        writes back (or the oldest kept): a restored backup, or a file
+        system that lost the last renames. Returns the copy restored, or
+        None if none older was written."""
+        assert copy in ("primary", "witness") and generations_back >= 1
+        if not self.election_history:
+            return None
+        older = self.election_history[max(0, len(self.election_history) - generations_back)]
+        if copy == "primary":
+            self.election_state, self.election_generation = older.state, older.generation
+        else:
+            self.election_witness = older
+        return older
+
     def recover(self) -> str | None:
-        """What storage does at a start: damage found in the log is opened
-        for repair as ``FileStorage.open(repair_damage=True)`` does (the
-        repair recorded, the valid prefix kept, the rest moved aside: here,
-        dropped from the live log); returns a line saying so, or None. A
-        lost election state beside data is refused: raises ``RuntimeError``
-        (docs/storage.md, "Election state lost beside a log")."""
-        if self.election_state_lost and (self.log.end_offset > 0 or self.snapshot is not None):
-            raise RuntimeError("the election state is lost beside a log: the node refuses to start")
+        """What storage does at a start. The two copies of the election
+        state are reconciled as ``ElectionStateFile.read`` does (the newer
+        copy wins; the stale one is written again), and a state the log
+        proves older is refused, as ``FileStorage.open`` does. Damage found
+        in the log is opened for repair as ``FileStorage.open(repair_damage=True)``
+        does (the repair recorded, the valid prefix kept, the rest moved
+        aside: here, dropped from the live log). Returns a line saying what
+        was found, or None. A lost election state beside data (or beside
+        its witness) is refused: raises ``RuntimeError`` (docs/storage.md,
+        "Election state lost beside a log", "Election state rolled back")."""
+        if self.election_state_lost and (
+            self.log.end_offset > 0 or self.snapshot is not None or self.election_witness is not None
+        ):
+            raise RuntimeError("the election state is lost beside a log or its witness: the node refuses to start")
+        findings = []
+        if self.election_state is not None:
+            try:
+                choice = choose_election_copy(
+                    ElectionCopy(self.election_generation, self.election_state), self.election_witness
+                )
+            except UndecidableElectionState as error:
+                raise RuntimeError(f"the election state copies disagree ({error}): the node refuses to start") from None
+            if choice.finding is not None:
+                findings.append(f"election state: {choice.finding}")
+                self.election_state, self.election_generation = choice.copy.state, choice.copy.generation
+                self.election_witness = choice.copy
+            log_epoch = max(self.log.last_epoch, self.snapshot.snapshot_id.epoch if self.snapshot else 0)
+            reason = rolled_back_by_log(self.election_state, log_epoch)
+            if reason is not None:
+                raise RuntimeError(f"the election state was rolled back ({reason}): the node refuses to start")
         damaged = self.damaged_from
         if damaged is None:
-            return None
+            return "; ".join(findings) or None
         self.damaged_from = None
         found = RepairState(
             damaged_from_offset=damaged,
@@ -302,7 +368,8 @@ class SimDisk:
         self.repair = found if self.repair is None else self.repair.merged_with(found)
         end = self.log.end_offset
         self.log.truncate_to(damaged)
-        return f"log damaged at offset {damaged} (of {end}): repairing from a leader"
+        findings.append(f"log damaged at offset {damaged} (of {end}): repairing from a leader")
+        return "; ".join(findings)
 
     def finish_repair(self) -> None:
         self.repair = None
@@ -465,6 +532,8 @@ class Simulation:
         self.leaders_by_epoch: dict[int, tuple[int, int]] = {}
         self.committed: dict[int, tuple[int, int, bytes]] = {}  # offset -> (epoch, kind, data)
         self.max_epoch_seen: dict[int, int] = {i: 0 for i in self.nodes}
+        # (node, disk generation, epoch) -> the vote that disk made durable.
+        self.durable_votes: dict[tuple[int, int, int], int] = {}
         self.role_log: list[RoleChange] = []
         self.resignations: list[tuple[int, int, str]] = []  # (time_us, node, reason)
         self.history: list[dict[str, Any]] = []
@@ -615,15 +684,14 @@ class Simulation:
         node.service_queue.clear()
         node.service_busy = False
         node.machine = self._new_machine(node_id)
-        if disk.damaged_from is not None or disk.election_state_lost:
-            try:
-                found = disk.recover()
-            except RuntimeError as refusal:
-                node.incarnation -= 1
-                self._say(f"n{node_id} REFUSES TO START ({refusal})")
-                return
-            if found is not None:
-                self._say(f"n{node_id} {found}")
+        try:
+            found = disk.recover()
+        except RuntimeError as refusal:
+            node.incarnation -= 1
+            self._say(f"n{node_id} REFUSES TO START ({refusal})")
+            return
+        if found is not None:
+            self._say(f"n{node_id} {found}")
         node.host = ReplicaHost(
             self.options.quorum_config(node_id, disk.directory_id),
             node.machine,
@@ -704,6 +772,28 @@ class Simulation:
         if not disk.damage_log(offset):
             return False
         self._say(f"n{node_id} DISK DAMAGE at offset {offset} (log end {disk.log.end_offset})")
+        return True
+
+    def roll_back_election_state(self, node_id: int, copy: str | None = None, generations_back: int | None = None) -> bool:
+        """One copy of ``node_id``'s election state ("primary" or "witness";
+        drawn from the seed when None) is replaced by an older valid one,
+        ``generations_back`` writes back (drawn when None): a restored
+        backup, a file system that lost its last renames (issue 14). Its
+        next start finds it out (``SimDisk.recover``). True if a copy went
+        back."""
+        disk = self.nodes[node_id].disk
+        if copy is None:
+            copy = self._rng.choice(("primary", "witness"))
+        if generations_back is None:
+            generations_back = self._rng.randint(1, ELECTION_HISTORY_MAX)
+        newest = disk.election_generation
+        older = disk.roll_back_election_copy(copy, generations_back)
+        if older is None:
+            return False
+        self._say(
+            f"NEMESIS n{node_id} ELECTION STATE ROLLBACK: the {copy} goes back from generation {newest} to "
+            f"{older.generation} (epoch {older.state.epoch}, voted for {older.state.voted_for})"
+        )
         return True
 
     def pause(self, node_id: int) -> None:
@@ -835,6 +925,7 @@ class Simulation:
             self._say(f"n{node.node_id} DISK RESUMED at output {persist_seq}")
         node.pipeline.popleft()
         disk.apply(head)
+        self._check_one_vote_per_epoch(node, head.election_state)
         node.disk_busy = False
         self._send_all(head.messages)
         node.host.persisted(persist_seq)
@@ -896,6 +987,21 @@ class Simulation:
                     f"n{previous[0]} (start {previous[1]}) and n{me[0]} (start {me[1]}) both lead epoch {event.epoch}",
                 )
             self._check_leader_completeness(node)
+
+    def _check_one_vote_per_epoch(self, node: SimNode, state: ElectionState | None) -> None:
+        """A vote made durable (so about to be sent) never differs from one
+        the same disk made durable before in that epoch, across restarts
+        (Raft thesis §3.8): what a lost or rolled-back election state would
+        break."""
+        if state is None or state.voted_for is None:
+            return
+        key = (node.node_id, node.disk_generation, state.epoch)
+        earlier = self.durable_votes.setdefault(key, state.voted_for)
+        if earlier != state.voted_for:
+            raise InvariantViolation(
+                "double-vote",
+                f"n{node.node_id} voted for n{earlier} and then for n{state.voted_for} in epoch {state.epoch}",
+            )
 
     def _check_voters(self, node: SimNode, output: Output) -> None:
         """Dynamic voters: a node grants a vote only while it is a voter in

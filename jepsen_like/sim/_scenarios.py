@@ -310,6 +310,11 @@ def random_faults(sim: Simulation, result: ScenarioResult) -> None:
             damage_rate = sim.options.disk_damage_rate
             if damage_rate and not repairing and damage_survivable(sim) and rng.random() < damage_rate:
                 sim.damage_disk(victim)
+            # One copy of the election state rolled back: always found and
+            # undone at the next start, so any node may take it.
+            rollback_rate = sim.options.election_rollback_rate
+            if rollback_rate and rng.random() < rollback_rate:
+                sim.roll_back_election_state(victim)
         elif roll < 0.35 and down:
             sim.restart(rng.choice(down))
         elif roll < 0.5:
@@ -458,6 +463,53 @@ def damaged_log(sim: Simulation, result: ScenarioResult) -> None:
     _heal_and_check_liveness(sim, workload)
 
 
+def election_rollback(sim: Simulation, result: ScenarioResult) -> None:
+    """Issue 14: one voter (F) votes in a few elections; then, while it is
+    down, one copy of its election state is rolled back to the oldest copy
+    kept (the primary on even seeds, the witness on odd ones). Its restart
+    must take the newer copy, so it remembers every vote it cast, and the
+    cluster goes on. ``extra``: ``generations_back`` (how far the copy went
+    back), ``copy``."""
+    workload = _Workload(sim)
+    leader = _wait_for_leader(sim)
+    follower = [n for n in sorted(sim.nodes) if n != leader][0]
+    for _ in range(3):
+        # The leader crashes; F helps elect the next one (two of three up).
+        current = _wait_for_leader(sim)
+        if current == follower:
+            sim.crash(current)
+            sim.restart(current)
+            current = _wait_for_leader(sim)
+        workload.write(current)
+        sim.run_for(100)
+        sim.crash(current)
+        _wait_for_leader(sim)
+        sim.restart(current)
+        sim.run_for(200)
+    disk = sim.nodes[follower].disk
+    sim.crash(follower)
+    before = (disk.election_generation, disk.election_state)
+    copy = "primary" if sim.seed % 2 == 0 else "witness"
+    if not sim.roll_back_election_state(follower, copy, 8):
+        raise InvariantViolation("scenario", f"n{follower} wrote no older election state to roll back to")
+    rolled = disk.election_generation if copy == "primary" else disk.election_witness.generation
+    result.extra["copy"] = copy
+    result.extra["generations_back"] = before[0] - rolled
+    sim.restart(follower)
+    if sim.nodes[follower].core is None:
+        raise InvariantViolation("liveness", f"n{follower} refused to start after one copy was rolled back")
+    if (disk.election_generation, disk.election_state) != before:
+        raise InvariantViolation(
+            "election-rollback",
+            f"n{follower} restarted with {disk.election_state} (generation {disk.election_generation}) instead of "
+            f"{before[1]} (generation {before[0]})",
+        )
+    for _ in range(5):
+        workload.write(sim.stable_leader())
+        sim.run_for(100)
+    _heal_and_check_liveness(sim, workload)
+
+
 SCENARIOS: dict[str, Callable[[Simulation, ScenarioResult], None]] = {
     "zombie-leader": zombie_leader,
     "leader-crash": leader_crash,
@@ -468,6 +520,7 @@ SCENARIOS: dict[str, Callable[[Simulation, ScenarioResult], None]] = {
     "random": random_faults,
     "disk-full": disk_full,
     "damaged-log": damaged_log,
+    "election-rollback": election_rollback,
     **RECONFIG_SCENARIOS,
     **BROKER_SCENARIOS,
 }
@@ -486,12 +539,15 @@ def random_options(seed: int) -> SimOptions:
     # Dynamic voters and the membership nemesis (KIP-853), after those: a
     # run that draws no reconfiguration replays as it did before.
     reconfigure = rng.random() < 0.3
+    # After those too: election-state rollbacks at crashes.
+    election_rollback_rate = rng.choice((0.0, 0.0, 0.0, 0.5))
     return SimOptions(
         voters=voters,
         snapshot_every_records=snapshot_every_records,
         disk_latency_max_ms=disk_latency_max_ms,
         disk_fault_rate=disk_fault_rate,
         disk_damage_rate=disk_damage_rate,
+        election_rollback_rate=election_rollback_rate,
         dynamic_voters=reconfigure,
         spare_nodes=2 if reconfigure else 0,
         reconfigure=reconfigure,

@@ -300,6 +300,7 @@ async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
                 node_id=description.node_id,
                 disk_failure=description.disk_failure,
                 repairing=description.repairing,
+                repairing_voters=description.repairing_voters,
                 # In the version asked for: an old client reads version 1.
                 version=request.version,
             )

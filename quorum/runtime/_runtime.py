@@ -102,6 +102,10 @@ _GAP_MAX_HELP = (
     " check_quorum_factor x fetch timeout)."
 )
 
+_VOTER_REPAIRING_HELP = (
+    "Leader only: 1 while this voter's latest Fetch says it repairs a damaged log (it neither votes nor stands)."
+)
+
 logger = logging.getLogger("pykraft.quorum")
 
 
@@ -329,6 +333,9 @@ class QuorumRuntime:
         # watches (docs/operations.md, "Broker stampede").
         self._voter_fetch_served_s: dict[int, float] | None = None
         self._voter_fetch_gap_max_s = 0.0
+        # While this node leads: the voters whose latest Fetch said they
+        # repair a damaged log (the pykraft_quorum_voter_repairing gauge).
+        self._voters_repairing: set[int] = set()
         self._stopping = False
         self.application = leader_application
         self.host = self._recover()
@@ -704,6 +711,8 @@ class QuorumRuntime:
             message = item[1]
             if self._voter_fetch_served_s is not None and type(message) is FetchRequest:
                 self._observe_voter_fetch(message.src)
+                if message.src in self._voter_fetch_served_s and message.repairing != (message.src in self._voters_repairing):
+                    self._observe_voter_repairing(message.src, message.repairing)
             host.step(message)
             if type(message) is FetchResponse:
                 self._note_leader_high_watermark(message)
@@ -738,6 +747,15 @@ class QuorumRuntime:
         if gap_s > self._voter_fetch_gap_max_s:
             self._voter_fetch_gap_max_s = gap_s
             self.metrics.set_gauge("pykraft_quorum_voter_fetch_gap_max_seconds", gap_s, _GAP_MAX_HELP)
+
+    def _observe_voter_repairing(self, voter: int, repairing: bool) -> None:
+        """While this node leads, ``voter``'s Fetch said it started (or
+        finished) repairing a damaged log: the gauge says so, per voter."""
+        if repairing:
+            self._voters_repairing.add(voter)
+        else:
+            self._voters_repairing.discard(voter)
+        self.metrics.set_gauge("pykraft_quorum_voter_repairing", 1 if repairing else 0, _VOTER_REPAIRING_HELP, voter=str(voter))
 
     async def _ticker(self) -> None:
         period_s = self.config.tick_ms / 1000
@@ -1026,6 +1044,11 @@ class QuorumRuntime:
             self.metrics.set_gauge("pykraft_quorum_voter_fetch_gap_max_seconds", 0.0, _GAP_MAX_HELP)
         elif event.role is not Role.LEADER:
             self._voter_fetch_served_s = None
+        if event.role is not Role.LEADER or event.node_id != self.config.node_id:
+            # Only a leader hears the voters' Fetches: what it heard as leader
+            # is no longer known.
+            for voter in sorted(self._voters_repairing):
+                self._observe_voter_repairing(voter, False)
         if self._event_sink is not None:
             self._event_sink(
                 {

@@ -17,7 +17,7 @@ from ._check import (
     check_storage_report,
 )
 from ._dump import dump_log, dump_log_command, format_item, main
-from ._election import ELECTION_STATE_FILE_NAME, ElectionStateFile
+from ._election import ELECTION_STATE_FILE_NAME, ELECTION_WITNESS_FILE_NAME, ElectionStateFile
 from ._errors import (
     CorruptElectionStateError,
     CorruptLogMetadataError,
@@ -26,6 +26,7 @@ from ._errors import (
     DamagedLogError,
     LogFailedError,
     MissingElectionStateError,
+    RolledBackElectionStateError,
     SnapshotNotFoundError,
     StorageError,
     StorageOwnershipError,
@@ -54,6 +55,7 @@ __all__ = [
     "DEFAULT_INDEX_INTERVAL_BYTES",
     "DEFAULT_SEGMENT_BYTES_MAX",
     "ELECTION_STATE_FILE_NAME",
+    "ELECTION_WITNESS_FILE_NAME",
     "EXIT_DAMAGED",
     "EXIT_IN_USE",
     "EXIT_NOT_A_DATA_DIR",
@@ -75,6 +77,7 @@ __all__ = [
     "MissingElectionStateError",
     "MemoryStorage",
     "RecoveredState",
+    "RolledBackElectionStateError",
     "RetentionPolicy",
     "SegmentInfo",
     "SegmentedLog",

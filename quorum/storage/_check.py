@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._types import SnapshotId
-from ._election import ELECTION_STATE_FILE_NAME, decode_election_state
+from .._election_copies import rolled_back_by_log
+from ._election import ELECTION_STATE_FILE_NAME, ELECTION_WITNESS_FILE_NAME, read_election_copies
 from ._errors import CorruptElectionStateError, CorruptLogMetadataError
 from ._files import decode_checked_json
 from ._format import decode_snapshot, parse_snapshot_file_name
@@ -99,7 +100,7 @@ def check_storage(data_dir: Path | str) -> StorageCheck:
         result.lines.append(f"{root} is in use: a running process holds {root / LOCK_FILE_NAME}; stop it first")
         return result
     try:
-        holds_records, log_start = _check_log(root / LOG_DIR_NAME, result)
+        holds_records, log_start, log_epoch = _check_log(root / LOG_DIR_NAME, result)
         latest = _check_snapshots(root / SNAPSHOT_DIR_NAME, result)
         if log_start > 0 and (latest is None or log_start > latest.end_offset):
             # What FileStorage.load refuses (a hole before the log start).
@@ -107,7 +108,8 @@ def check_storage(data_dir: Path | str) -> StorageCheck:
                 f"{root / LOG_DIR_NAME}: the log starts at offset {log_start} and no snapshot covers the records "
                 f"below it (a segment is missing)"
             )
-        _check_small_files(root, result, holds_data=holds_records or latest is not None)
+        log_epoch = max(log_epoch, latest.epoch if latest is not None else 0)
+        _check_small_files(root, result, holds_data=holds_records or latest is not None, log_epoch=log_epoch)
         _check_repair_marker(root, result)
     finally:
         if lock_fd >= 0:
@@ -132,7 +134,7 @@ def _shared_lock(root: Path) -> int:
     return fd
 
 
-def _check_small_files(root: Path, result: StorageCheck, *, holds_data: bool) -> None:
+def _check_small_files(root: Path, result: StorageCheck, *, holds_data: bool, log_epoch: int) -> None:
     meta = root / META_FILE_NAME
     if not meta.exists():
         (result.damaged if holds_data else result.sound)(f"{meta}: missing")
@@ -147,18 +149,32 @@ def _check_small_files(root: Path, result: StorageCheck, *, holds_data: bool) ->
         except ValueError as error:
             result.damaged(f"{meta}: {error}")
     state = root / ELECTION_STATE_FILE_NAME
-    if not state.exists():
+    witness = root / ELECTION_WITNESS_FILE_NAME
+    if not state.exists() and not witness.exists():
         if holds_data:
             result.damaged(f"{state}: missing beside log records or snapshots (the vote cast is lost)")
         else:
             result.sound(f"{state}: none yet (a node that never ran)")
         return
     try:
-        decoded = decode_election_state(state.read_bytes(), state)
+        choice = read_election_copies(root)
     except CorruptElectionStateError as error:
         result.damaged(f"{state}: {error.reason}")
         return
-    result.sound(f"{state}: epoch {decoded.epoch}, voted for {decoded.voted_for}, leader {decoded.leader_id}")
+    assert choice is not None
+    decoded = choice.copy.state
+    if choice.finding is not None:
+        # The next start takes the copy chosen here and writes the other one
+        # again: like a torn tail, a finding the start settles by itself.
+        result.sound(f"{state}: {choice.finding}; the next start writes the {' and '.join(choice.stale)} again")
+    reason = rolled_back_by_log(decoded, log_epoch)
+    if reason is not None:
+        result.damaged(f"{state}: rolled back ({reason}): the votes cast since are lost")
+        return
+    result.sound(
+        f"{state}: epoch {decoded.epoch}, voted for {decoded.voted_for}, leader {decoded.leader_id}"
+        f" (generation {choice.copy.generation})"
+    )
 
 
 def _check_repair_marker(root: Path, result: StorageCheck) -> None:
@@ -180,18 +196,18 @@ def _check_repair_marker(root: Path, result: StorageCheck) -> None:
     )
 
 
-def _check_log(log_dir: Path, result: StorageCheck) -> tuple[bool, int]:
-    """Returns whether the log holds records (or starts above 0), and
-    where it starts."""
+def _check_log(log_dir: Path, result: StorageCheck) -> tuple[bool, int, int]:
+    """Returns whether the log holds records (or starts above 0), where it
+    starts, and the epoch of its last valid record (0 if none)."""
     if not log_dir.is_dir():
         result.sound(f"{log_dir}: no log yet")
-        return False, 0
+        return False, 0, 0
     checkpoint_path = log_dir / CHECKPOINT_FILE_NAME
     try:
         checkpoint = read_log_start_checkpoint(log_dir)
     except CorruptLogMetadataError as error:
         result.damaged(f"{checkpoint_path}: {error.reason}")
-        return True, 0
+        return True, 0, 0
     if checkpoint is not None:
         result.sound(f"{checkpoint_path}: the log starts at offset {checkpoint}")
     listing = list_log_directory(log_dir)
@@ -211,7 +227,7 @@ def _check_log(log_dir: Path, result: StorageCheck) -> tuple[bool, int]:
                 f"{log_dir / segment_file_name(bases[0])}: the log should start at offset {checkpoint} but its first "
                 f"segment starts at offset {bases[0]} (a segment is missing)"
             )
-            return True, checkpoint
+            return True, checkpoint, 0
 
     def read_segment(base: int) -> bytes:
         data = (log_dir / segment_file_name(base)).read_bytes()
@@ -224,7 +240,7 @@ def _check_log(log_dir: Path, result: StorageCheck) -> tuple[bool, int]:
     lost = lost_segment(log_dir, bases, listing.index_bases, checkpoint)
     if lost is not None:
         result.damaged(f"{lost.path} at byte {lost.position}: {lost.what}")
-        return True, bases[0] if bases else (checkpoint or 0)
+        return True, bases[0] if bases else (checkpoint or 0), 0
     scan = scan_segments(log_dir, bases, DEFAULT_INDEX_INTERVAL_BYTES, read_segment)
     problem_found = scan.damage is not None or scan.verdict.torn
     for i, segment in enumerate(scan.segments):
@@ -239,7 +255,8 @@ def _check_log(log_dir: Path, result: StorageCheck) -> tuple[bool, int]:
     elif scan.verdict.torn:
         result.torn(scan.verdict.describe())
     start = bases[0] if bases else (checkpoint or 0)
-    return scan.verdict.end_offset > start or start > 0, start
+    last_epoch = max((segment.last_epoch for segment in scan.segments if segment.last_epoch is not None), default=0)
+    return scan.verdict.end_offset > start or start > 0, start, last_epoch
 
 
 def _check_snapshots(snapshot_dir: Path, result: StorageCheck) -> SnapshotId | None:

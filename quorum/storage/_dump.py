@@ -26,7 +26,7 @@ from typing import Any
 import click
 import msgpack
 
-from ._election import ELECTION_STATE_FILE_NAME, decode_election_state
+from ._election import ELECTION_STATE_FILE_NAME, ELECTION_WITNESS_FILE_NAME, decode_election_copy
 from ._errors import CorruptElectionStateError
 from ._files import decode_checked_json
 from ._format import (
@@ -104,11 +104,13 @@ def _dump_small_files(root: Path) -> Iterator[dict[str, Any]]:
                    "cluster_id": document.get("cluster_id"), "directory_id": document.get("directory_id")}
         except ValueError as error:
             yield {"type": "error", "file": str(meta), "reason": f"damaged: {error}"}
-    state = root / ELECTION_STATE_FILE_NAME
-    if state.exists():
+    for state in (root / ELECTION_STATE_FILE_NAME, root / ELECTION_WITNESS_FILE_NAME):
+        if not state.exists():
+            continue
         try:
-            decoded = decode_election_state(state.read_bytes(), state)
-            yield {"type": "election_state", "file": str(state), "epoch": decoded.epoch,
+            copy = decode_election_copy(state.read_bytes(), state)
+            decoded = copy.state
+            yield {"type": "election_state", "file": str(state), "generation": copy.generation, "epoch": decoded.epoch,
                    "voted_for": decoded.voted_for, "leader_id": decoded.leader_id}
         except CorruptElectionStateError as error:
             yield {"type": "error", "file": str(state), "reason": str(error)}

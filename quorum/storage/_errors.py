@@ -83,6 +83,13 @@ class MissingElectionStateError(CorruptElectionStateError):
     """
 
 
+class RolledBackElectionStateError(CorruptElectionStateError):
+    """Both copies of the election state agree, but the log (or the latest
+    snapshot) holds an epoch above theirs: the state went back in time (a
+    restored backup, a rolled-back file system), and the votes cast since
+    are lost. Refused like a lost state; see docs/storage.md."""
+
+
 class CorruptSnapshotError(StorageError):
     """A snapshot file (or a received snapshot) failed its header or CRC check."""
 

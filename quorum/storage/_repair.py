@@ -31,7 +31,7 @@ from pathlib import Path
 from .._node import RepairState
 from ._errors import REPAIR_ADVICE, CorruptLogMetadataError, DamagedLogError
 from ._files import atomic_write, encode_checked_json, fsync_directory, is_plain_int, read_checked_json
-from ._format import BatchProblem, parse_batch
+from ._format import BATCH_HEADER_BYTES, RECORD_HEADER_BYTES, BatchProblem, parse_batch
 from ._segments import (
     INDEX_SUFFIX,
     find_valid_batch,
@@ -51,7 +51,8 @@ class DamageCut:
     """What ``plan_damage_cut`` found: the damage ``path``/``position``/
     ``what``; the log keeps offsets below ``damaged_from_offset``;
     ``acknowledged_end`` is the end of every valid batch found on disk
-    (None if none is found after the damage); the damaged segment is cut at
+    (for damage in the log's last batch, a bound from its bytes; None if
+    nothing is found after the damage); the damaged segment is cut at
     ``cut_position`` (None: the whole file goes aside) and the files
     ``move`` go aside whole."""
 
@@ -96,6 +97,14 @@ def plan_damage_cut(directory: Path, index_interval_bytes: int) -> DamageCut | N
     if damaged_path.exists():
         data = damaged_path.read_bytes()
         ends += _valid_batch_ends(data, damage.position + 1, scan.verdict.end_offset)
+        if not later and not ends:
+            # Damage in the log's last batch (a whole batch, so not torn):
+            # it may have been acknowledged, and its own header cannot be
+            # trusted. Every record takes RECORD_HEADER_BYTES at least, so
+            # the bytes from the damage to the end of the file bound the
+            # offsets it held: an over-estimate, never an under-estimate.
+            records = max(1, (len(data) - damage.position - BATCH_HEADER_BYTES) // RECORD_HEADER_BYTES)
+            ends.append(scan.verdict.end_offset + records)
     for base in later:
         ends += _valid_batch_ends((directory / segment_file_name(base)).read_bytes(), 0, base)
     move: list[Path] = []

@@ -76,6 +76,7 @@ from ._files import (
 from ._format import (
     BATCH_HEADER_BYTES,
     CORRUPT,
+    TORN,
     FORMAT_VERSION,
     KINDS,
     MIN_BATCH_LENGTH,
@@ -1168,6 +1169,15 @@ def scan_segments(
             later = find_valid_batch(data, position + 1, expected + 1, epoch_floor)
             if later is not None:
                 what = f"bad batch ({problem.reason}), followed by a valid batch at byte {later}: not a torn write"
+            elif problem.kind != TORN:
+                # The last batch, whole (the file holds every byte its length
+                # claims) yet bad: torn only if a sector of it reads as zeros.
+                zeroed = zeroed_sector(data, position, _claimed_end(data, position))
+                if zeroed is None:
+                    what = (
+                        f"{problem.reason} in the last batch, which is whole and has no zeroed {SECTOR_BYTES}-byte "
+                        f"sector: a flipped bit, not a torn write"
+                    )
         if what is not None:
             return SegmentScan(segments, LogVerdict(expected), DamagedLogError(str(path), position, what))
         verdict = LogVerdict(
@@ -1182,6 +1192,41 @@ def scan_segments(
         )
         return SegmentScan(segments, verdict, None)
     return SegmentScan(segments, LogVerdict(expected if expected is not None else 0), None)
+
+
+# The unit a disk writes atomically, at the least: a torn append leaves
+# whole sectors of it unwritten (etcd's WAL decoder reasons the same way).
+SECTOR_BYTES = 512
+
+
+def zeroed_sector(data: bytes, start: int, end: int) -> int | None:
+    """The file position of the first all-zero piece of ``data[start:end]``
+    when it is cut at file-aligned ``SECTOR_BYTES`` boundaries, or None.
+
+    A torn append (a crash before every page of the write reached the disk,
+    the file size already grown) leaves sectors that were never written;
+    file systems read them as zeros (unwritten extents, holes). A bit flip
+    in a batch that was written whole leaves no such sector. So a bad last
+    batch with a zeroed piece is a torn write, one without is damage
+    (docs/storage.md, "Torn tail or damage")."""
+    position = start
+    while position < end:
+        piece_end = min(end, (position // SECTOR_BYTES + 1) * SECTOR_BYTES)
+        if not any(data[position:piece_end]):
+            return position
+        position = piece_end
+    return None
+
+
+def _claimed_end(data: bytes, position: int) -> int:
+    """Where the batch at ``position`` ends by its length field, or the end
+    of ``data`` when that field is implausible or claims more."""
+    if position + 4 > len(data):
+        return len(data)
+    (length,) = struct.unpack_from(">I", data, position)
+    if length < MIN_BATCH_LENGTH:
+        return len(data)
+    return min(len(data), position + 4 + length)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,10 +29,18 @@ from pathlib import Path
 from typing import Any
 
 from .._types import ElectionState, Entry, SnapshotId
-from ._election import ELECTION_STATE_FILE_NAME, ElectionStateFile
+from .._election_copies import rolled_back_by_log
+from ._election import ELECTION_STATE_FILE_NAME, ELECTION_WITNESS_FILE_NAME, ElectionStateFile
 from .._node import RepairState
 from .._voters import Voter, VoterSet, check_directory_id
-from ._errors import REPAIR_ADVICE, DamagedLogError, MissingElectionStateError, StorageError, StorageOwnershipError
+from ._errors import (
+    REPAIR_ADVICE,
+    DamagedLogError,
+    MissingElectionStateError,
+    RolledBackElectionStateError,
+    StorageError,
+    StorageOwnershipError,
+)
 from ._files import atomic_write, decode_checked_json, encode_checked_json, fsync_directory, is_plain_int
 from ._memory import MemoryElectionState, MemoryLogStore, MemorySnapshotStore, MemorySnapshotWriter
 from ._segments import (
@@ -449,6 +457,7 @@ class FileStorage(_Facade):
                 log = open_log()
             try:
                 _check_election_state_present(holds_state, election.path, log, snapshots)
+                _check_election_state_not_rolled_back(election, log, snapshots)
             except BaseException:
                 log.close()
                 raise
@@ -686,10 +695,31 @@ def _check_election_state_present(
     )
 
 
+def _check_election_state_not_rolled_back(election: ElectionStateFile, log: SegmentedLog, snapshots: SnapshotStore) -> None:
+    """Read the election state (reconciling its two copies, which refuses a
+    lost or damaged primary) and refuse a state the log proves older than
+    the truth: a node persists an epoch before it appends anything of that
+    epoch, so a later epoch in the log (or the latest snapshot) means the
+    state was rolled back, copies and all, and the votes cast since are
+    lost (docs/storage.md, "Election state rolled back")."""
+    stored = election.read()
+    if stored is None:
+        return
+    latest = snapshots.latest()
+    log_epoch = max(log.last_epoch, latest.epoch if latest is not None else 0)
+    reason = rolled_back_by_log(stored, log_epoch)
+    if reason is not None:
+        raise RolledBackElectionStateError(
+            f"the election state in {election.path} was rolled back ({reason}), so this node refuses to start "
+            f"rather than risk voting twice in one epoch: {REPAIR_ADVICE}.",
+            reason=reason,
+        )
+
+
 def _holds_data(data_dir: Path) -> bool:
     """True if ``data_dir`` holds an election state, a log segment with
     bytes in it, or a snapshot: the marks of a node that has run."""
-    if (data_dir / ELECTION_STATE_FILE_NAME).exists():
+    if (data_dir / ELECTION_STATE_FILE_NAME).exists() or (data_dir / ELECTION_WITNESS_FILE_NAME).exists():
         return True
     log_dir = data_dir / LOG_DIR_NAME
     if log_dir.is_dir() and any(path.stat().st_size > 0 for path in log_dir.glob("*.log")):

@@ -124,7 +124,7 @@ class ReadResponse:
 #: The DescribeQuorumResponse versions: 1 (six fields), 2 (adds
 #: ``disk_failure`` and ``repairing``). A response is sent in the version of
 #: its request (Kafka's rule), so an old client keeps getting version 1.
-DESCRIBE_QUORUM_VERSIONS = (1, 2)
+DESCRIBE_QUORUM_VERSIONS = (1, 2, 3)
 
 #: The longest errno name a DescribeQuorumResponse carries ("ENOSPC", "EIO").
 DISK_FAILURE_CHARS_MAX = 32
@@ -139,10 +139,10 @@ def _check_describe_version(value: object, name: str) -> None:
 class DescribeQuorumRequest:
     """KIP-595 DescribeQuorum: any node answers from its own view.
     ``version``: the request's (and so its answer's) wire version; 2 asks
-    for the storage conditions too. Raises ``ValueError`` for another
-    version."""
+    for the storage conditions too, 3 also for the voters a leader knows to
+    be repairing. Raises ``ValueError`` for another version."""
 
-    version: int = 2
+    version: int = 3
 
     def __post_init__(self) -> None:
         _check_describe_version(self.version, "version")
@@ -180,7 +180,11 @@ class DescribeQuorumResponse:
     node_id: int | None = None
     disk_failure: str | None = None
     repairing: bool | None = False
-    version: int = 2
+    # Version 3 (issue 14): the voters a leader knows to be repairing a
+    # damaged log (their latest Fetch said so; empty from any other node).
+    # An answer of version 1 or 2 carries none (decoded: None, not known).
+    repairing_voters: tuple[int, ...] | None = ()
+    version: int = 3
 
     def __post_init__(self) -> None:
         _set_error(self)
@@ -195,6 +199,10 @@ class DescribeQuorumResponse:
             check_str(self.disk_failure, "disk_failure", DISK_FAILURE_CHARS_MAX, allow_empty=False)
         if self.repairing is not None or self.version != 1:
             check_bool(self.repairing, "repairing")
+        if self.repairing_voters is not None or self.version >= 3:
+            voters = _as_tuple(self, "repairing_voters")
+            for index, node_id in enumerate(voters):
+                check_node_id(node_id, f"repairing_voters[{index}]")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -275,13 +275,13 @@ def _encode_records(records: tuple[Entry, ...]) -> list:
 # --------------------------------------------------------------------------
 
 
-def fields_with_optional_tail(body: Any, count: int) -> list:
-    """``body`` as ``count`` fields, the last of which a peer that predates
-    it may leave out (it then reads as nil): fields added later (KIP-853's
-    directory ids) go at the end, so old and new peers understand each
-    other during a rolling upgrade."""
-    if type(body) is list and len(body) == count - 1:
-        return [*body, None]
+def fields_with_optional_tail(body: Any, count: int, optional: int = 1) -> list:
+    """``body`` as ``count`` fields, the last ``optional`` of which a peer
+    that predates them may leave out (they then read as nil): fields added
+    later (KIP-853's directory ids) go at the end, so old and new peers
+    understand each other during a rolling upgrade."""
+    if type(body) is list and count - optional <= len(body) < count:
+        return [*body, *([None] * (count - len(body)))]
     return fields(body, count)
 
 
@@ -380,15 +380,20 @@ def decode_end_quorum_epoch_response(body: Any, limits: WireLimits, build: bool)
 
 
 def encode_fetch_request(m: FetchRequest) -> list:
-    return [
+    body = [
         m.src, m.dst, m.epoch, m.fetch_offset, m.last_fetched_epoch, m.request_id, m.read_token, m.extension,
         m.directory_id,
     ]  # fmt: skip
+    # ``repairing`` only when true: a Fetch of a node that does not repair
+    # is the very body a peer that predates the field decodes.
+    if m.repairing:
+        body.append(True)
+    return body
 
 
 def decode_fetch_request(body: Any, limits: WireLimits, build: bool) -> FetchRequest:
-    src, dst, epoch, fetch_offset, last_fetched_epoch, request_id, read_token, extension, directory_id = (
-        fields_with_optional_tail(body, 9)
+    src, dst, epoch, fetch_offset, last_fetched_epoch, request_id, read_token, extension, directory_id, repairing = (
+        fields_with_optional_tail(body, 10, optional=2)
     )
     return FetchRequest(
         src=check_node_id(src, "src"),
@@ -400,6 +405,7 @@ def decode_fetch_request(body: Any, limits: WireLimits, build: bool) -> FetchReq
         read_token=check_int64(read_token, "read_token"),
         extension=_extension(extension, limits),
         directory_id=_directory_id(directory_id, "directory_id"),
+        repairing=False if repairing is None else check_bool(repairing, "repairing"),
     )
 
 
@@ -641,7 +647,7 @@ def _describe_quorum_response(head: Any, limits: WireLimits, **version_fields: A
 
 
 def decode_describe_quorum_response(body: Any, limits: WireLimits, build: bool) -> DescribeQuorumResponse:
-    return _describe_quorum_response(fields(body, 6), limits, repairing=None, version=1)
+    return _describe_quorum_response(fields(body, 6), limits, repairing=None, repairing_voters=None, version=1)
 
 
 def encode_describe_quorum_response_v2(m: DescribeQuorumResponse) -> list:
@@ -651,7 +657,29 @@ def encode_describe_quorum_response_v2(m: DescribeQuorumResponse) -> list:
 def decode_describe_quorum_response_v2(body: Any, limits: WireLimits, build: bool) -> DescribeQuorumResponse:
     *head, node_id, disk_failure, repairing = fields(body, 9)
     return _describe_quorum_response(
-        head, limits, node_id=node_id, disk_failure=disk_failure, repairing=repairing, version=2
+        head, limits, node_id=node_id, disk_failure=disk_failure, repairing=repairing, repairing_voters=None, version=2
+    )
+
+
+def decode_describe_quorum_request_v3(body: Any, limits: WireLimits, build: bool) -> DescribeQuorumRequest:
+    fields(body, 0)
+    return DescribeQuorumRequest(version=3)
+
+
+def encode_describe_quorum_response_v3(m: DescribeQuorumResponse) -> list:
+    return [*encode_describe_quorum_response_v2(m), list(m.repairing_voters or ())]
+
+
+def decode_describe_quorum_response_v3(body: Any, limits: WireLimits, build: bool) -> DescribeQuorumResponse:
+    *head, node_id, disk_failure, repairing, repairing_voters = fields(body, 10)
+    return _describe_quorum_response(
+        head,
+        limits,
+        node_id=node_id,
+        disk_failure=disk_failure,
+        repairing=repairing,
+        repairing_voters=_node_ids(repairing_voters, "repairing_voters", limits),
+        version=3,
     )
 
 
@@ -729,11 +757,17 @@ SCHEMAS: tuple[MessageSchema, ...] = (
     MessageSchema(35, ReadResponse, encode_read_response, decode_read_response),
     MessageSchema(
         36, DescribeQuorumRequest, encode_describe_quorum_request, decode_describe_quorum_request,
-        ((2, encode_describe_quorum_request, decode_describe_quorum_request_v2),),
+        (
+            (2, encode_describe_quorum_request, decode_describe_quorum_request_v2),
+            (3, encode_describe_quorum_request, decode_describe_quorum_request_v3),
+        ),
     ),
     MessageSchema(
         37, DescribeQuorumResponse, encode_describe_quorum_response, decode_describe_quorum_response,
-        ((2, encode_describe_quorum_response_v2, decode_describe_quorum_response_v2),),
+        (
+            (2, encode_describe_quorum_response_v2, decode_describe_quorum_response_v2),
+            (3, encode_describe_quorum_response_v3, decode_describe_quorum_response_v3),
+        ),
     ),
     MessageSchema(38, ApplicationRequest, encode_application_request, decode_application_request),
     MessageSchema(39, ApplicationResponse, encode_application_response, decode_application_response),

@@ -143,11 +143,13 @@ async def test_hostile_clients_at_the_members_ports_lose_nothing_and_writes_go_o
 async def test_storage_faults_on_real_processes_are_recorded_survived_and_lose_nothing(tmp_path):
     """Issue 14 part 5: kill -9 a voter and damage its stopped files (a
     flipped bit in a batch a valid batch follows, a torn last write, the
-    election state taken away), restart every voter at once, fill a voter's
+    election state taken away, one copy of it rolled back to an older one
+    saved while the node ran), restart every voter at once, fill a voter's
     size-capped tmpfs. Each fault is in the history with its node, kind,
     file and byte offset, and did what docs/nemesis.md says it must: the
     damaged log repaired from a leader, the torn tail cut, the lost election
-    state refused (and the kept file put back), the full disk survived and
+    state refused (and the kept file put back), the rolled-back copy
+    noticed and the newer one taken, the full disk survived and
     resumed. The history is valid: nothing acknowledged was lost."""
     result = await run(tmp_path, None, scenario="storage", time_limit_s=60, seed=1, brokers=1, checker="reference")
     assert result.checker_error is None
@@ -159,7 +161,7 @@ async def test_storage_faults_on_real_processes_are_recorded_survived_and_lose_n
     assert len(starts) == len([e for e in nemesis if e["value"].get("phase") == "end"])
     kinds = {e["value"]["fault"]["kind"] for e in starts}
     # This machine's tests run as root (tests/runtime/test_disk_full_process.py mounts too).
-    assert {"flip-byte", "torn-write", "election-state-lost", "restart-all-voters", "disk-full"} <= kinds, kinds
+    assert {"flip-byte", "torn-write", "election-state-lost", "election-state-rollback", "restart-all-voters", "disk-full"} <= kinds, kinds
     for start in starts:
         fault = start["value"]["fault"]
         assert start["time"] > 0 and ("node" in fault or fault["nodes"] == [1, 2, 3]), fault
@@ -170,6 +172,8 @@ async def test_storage_faults_on_real_processes_are_recorded_survived_and_lose_n
     assert outcomes["torn-write"]["outcome"] == "torn tail cut", outcomes["torn-write"]
     lost = outcomes["election-state-lost"]
     assert lost["outcome"] == "refused" and "refuses to start" in lost["refusal"], lost
+    rollback = outcomes["election-state-rollback"]
+    assert rollback["outcome"] == "newer copy taken" and rollback["rolled_back_to"] < rollback["generation"], rollback
     assert outcomes["disk-full"]["outcome"] == "resumed", outcomes["disk-full"]
     assert outcomes["restart-all-voters"]["leader_after_s"] is not None
     for fault in outcomes.values():

@@ -274,11 +274,14 @@ def test_describe_replication_asked_of_a_follower_follows_the_leader_or_says_to_
     bootstrap = f"{follower}@{follower_address},{two_voters.voters}"
     followed = run("kraft-quorum", "describe", "--replication", "--bootstrap", bootstrap, "--timeout-s", "10")
     assert followed.returncode == 0, followed.stderr
-    table, storage_lines = followed.stdout.splitlines()[1:-3], followed.stdout.splitlines()[-3:]
+    table, storage_lines = followed.stdout.splitlines()[1:-4], followed.stdout.splitlines()[-4:]
     rows = {int(line.split()[0]): line.split() for line in table}
     assert sorted(rows) == [1, 2]
-    # The answering node (the leader) and its own storage conditions.
-    assert storage_lines == [f"AnsweredBy:    {leader}", "Disk:          ok", "Repairing:     no"], followed.stdout
+    # The answering node (the leader), its own storage conditions, and the
+    # voters it knows to be repairing (DescribeQuorum version 3).
+    assert storage_lines == [
+        f"AnsweredBy:    {leader}", "Disk:          ok", "Repairing:     no", "VotersRepairing: none",
+    ], followed.stdout  # fmt: skip
     assert rows[leader][-1] == "Leader"
     assert all(row[1].isdigit() and row[3].isdigit() for row in rows.values()), followed.stdout  # no dashes
 

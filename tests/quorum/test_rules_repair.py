@@ -220,3 +220,27 @@ def test_a_repair_found_again_keeps_the_earliest_damage_and_the_largest_bounds()
     assert recorded.merged_with(RepairState(5, 3, None)) == RepairState(5, 3, None)
     # The same damage, its end hidden by files a crashed repair moved aside.
     assert recorded.merged_with(RepairState(10, 3, None)) == recorded
+
+
+def test_the_leader_shows_which_voters_repair_from_their_fetches():
+    """A repairing voter says so in its Fetch (``FetchRequest.repairing``);
+    the leader's describe lists it among ``repairing_voters`` until a Fetch
+    says it is done. Only the leader knows: a follower lists nobody."""
+    cluster = cluster_with_tail_only_on_1_and_2()
+    end = cluster.node(1).log.end_offset
+    assert cluster.node(1).describe().repairing_voters == ()
+    cluster.crash(2)
+    cluster.damage(2, damaged_from_offset=2)
+    cluster.restart(2, repairing=RepairState(damaged_from_offset=2, restart_epoch=1, acknowledged_end=end + 1))
+
+    cluster.run(100, nodes=(1, 2))
+
+    fetches = cluster.sent(2, FetchRequest)
+    assert fetches and fetches[-1].repairing
+    assert cluster.node(1).describe().repairing_voters == (2,)
+    assert cluster.node(2).describe().repairing_voters == ()
+    cluster.propose(1, b"x1")
+    cluster.run(300, nodes=(1, 2))
+    assert cluster.node(2).repairing is None
+    assert not cluster.sent(2, FetchRequest)[-1].repairing
+    assert cluster.node(1).describe().repairing_voters == ()

@@ -24,12 +24,14 @@ def test_round_trip_across_instances(tmp_path, fsync):
     store.write(ElectionState(4))
     assert ElectionStateFile(tmp_path).read() == ElectionState(4)
     document = json.loads((tmp_path / "quorum-state.json").read_text())
-    assert document["version"] == 1 and isinstance(document["crc32"], int)
+    assert document["version"] == 2 and document["generation"] == 3 and isinstance(document["crc32"], int)
+    assert (tmp_path / "quorum-state.witness.json").read_bytes() == (tmp_path / "quorum-state.json").read_bytes()
 
 
-def test_leftover_temp_file_is_ignored_and_removed(tmp_path):
+@pytest.mark.parametrize("name", ["quorum-state.json.tmp", "quorum-state.witness.json.tmp"])
+def test_leftover_temp_file_is_ignored_and_removed(tmp_path, name):
     ElectionStateFile(tmp_path).write(ElectionState(5, voted_for=1))
-    temporary = tmp_path / "quorum-state.json.tmp"
+    temporary = tmp_path / name
     temporary.write_bytes(b'{"epoch": 99, "half a wri')
     store = ElectionStateFile(tmp_path)
     assert store.read() == ElectionState(5, voted_for=1)
@@ -56,7 +58,8 @@ def test_write_is_temp_fsync_rename_fsync_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(_files.os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
     monkeypatch.setattr(_files.os, "replace", lambda a, b: (events.append("rename"), real_replace(a, b))[1])
     ElectionStateFile(tmp_path).write(ElectionState(1, voted_for=1))
-    assert events == ["fsync", "rename", "fsync"]
+    # The primary, then the witness, each durable before the next step.
+    assert events == ["fsync", "rename", "fsync"] * 2
 
 
 @pytest.mark.parametrize(
@@ -65,10 +68,10 @@ def test_write_is_temp_fsync_rename_fsync_dir(tmp_path, monkeypatch):
         lambda raw: raw[:-5],
         lambda raw: b"",
         lambda raw: raw.replace(b'"epoch": 7', b'"epoch": 8'),
-        lambda raw: raw.replace(b'"version": 1', b'"version": 2'),
+        lambda raw: raw.replace(b'"version": 2', b'"version": 3'),
         lambda raw: b"\x00\xff garbage",
         lambda raw: b"[1, 2, 3]",
-        lambda raw: json.dumps({"epoch": 7, "voted_for": 2, "leader_id": None, "version": 1}).encode(),
+        lambda raw: json.dumps({"epoch": 7, "voted_for": 2, "leader_id": None, "version": 2, "generation": 1}).encode(),
     ],
     ids=["torn", "empty", "edited", "version", "binary", "not-object", "no-crc"],
 )
@@ -84,7 +87,7 @@ def test_a_bool_is_not_an_epoch(tmp_path):
     from quorum.storage._files import encode_checked_json
 
     (tmp_path / "quorum-state.json").write_bytes(
-        encode_checked_json({"version": 1, "epoch": True, "voted_for": None, "leader_id": None})
+        encode_checked_json({"version": 2, "generation": 1, "epoch": True, "voted_for": None, "leader_id": None})
     )
     with pytest.raises(CorruptElectionStateError, match="bad epoch"):
         ElectionStateFile(tmp_path).read()

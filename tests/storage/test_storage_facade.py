@@ -53,10 +53,10 @@ def test_persist_then_load(make_storage):
     storage = make_storage()
     storage.persist(election_state=ElectionState(2, voted_for=1), append=make_entries(0, 30, epoch=2))
     storage.persist(snapshot=(SnapshotId(20, 2), b"state@20"), delete_before=15)
-    storage.persist(truncate_to=28, append=make_entries(28, 3, epoch=3, tag="x"))
+    storage.persist(election_state=ElectionState(3, leader_id=2), truncate_to=28, append=make_entries(28, 3, epoch=3, tag="x"))
     expected = make_entries(0, 28, epoch=2) + make_entries(28, 3, epoch=3, tag="x")
     state = make_storage().load()
-    assert state.election_state == ElectionState(2, voted_for=1)
+    assert state.election_state == ElectionState(3, leader_id=2)
     assert (state.snapshot_id, state.snapshot_bytes) == (SnapshotId(20, 2), b"state@20")
     assert state.log_start_offset <= 15
     assert state.entries == expected[state.log_start_offset :]
@@ -70,7 +70,8 @@ def test_persist_then_load(make_storage):
 def test_follower_installs_a_snapshot_past_its_log(make_storage):
     storage = make_storage()
     storage.persist(election_state=ElectionState(1), append=make_entries(0, 10, epoch=1))
-    storage.persist(snapshot=(SnapshotId(100, 4), b"s"), delete_before=100)
+    # A node records an epoch before it installs anything of it.
+    storage.persist(election_state=ElectionState(4, leader_id=2), snapshot=(SnapshotId(100, 4), b"s"), delete_before=100)
     assert (storage.log_start_offset, storage.end_offset, storage.last_epoch) == (100, 100, 4)
     storage.persist(append=make_entries(100, 2, epoch=4))
     state = make_storage().load()
@@ -91,6 +92,7 @@ def test_reset_to_snapshot(make_storage):
 def test_load_discards_a_log_that_ends_before_the_snapshot(make_storage, caplog):
     storage = make_storage()
     storage.persist(election_state=ElectionState(1), append=make_entries(0, 10, epoch=1))
+    storage.write_election_state(ElectionState(3, leader_id=2))
     storage.write_snapshot(SnapshotId(50, 3), b"s")  # crash before the log was reset
     state = make_storage().load()
     assert (state.log_start_offset, state.entries, state.snapshot_id) == (50, [], SnapshotId(50, 3))
@@ -101,6 +103,7 @@ def test_load_discards_a_log_that_ends_before_the_snapshot(make_storage, caplog)
 def test_load_discards_a_log_that_disagrees_with_the_snapshot(make_storage, caplog):
     storage = make_storage()
     storage.persist(election_state=ElectionState(1), append=make_entries(0, 10, epoch=1))
+    storage.write_election_state(ElectionState(2, leader_id=2))
     storage.write_snapshot(SnapshotId(8, 2), b"s")  # the committed record 7 has epoch 2
     state = make_storage().load()
     assert (state.log_start_offset, state.entries) == (8, [])
@@ -224,13 +227,12 @@ def test_layout_and_fsync_on(tmp_path):
             snapshot=(SnapshotId(0, 0), b""),
         )
     names = sorted(p.name for p in (tmp_path / "d").iterdir())
-    assert names == [".lock", "log", "meta.json", "quorum-state.json", "snapshots"]
+    assert names == [".lock", "log", "meta.json", "quorum-state.json", "quorum-state.witness.json", "snapshots"]
 
 
 def test_corrupt_election_state_stops_startup(tmp_path):
     with FileStorage.open(tmp_path, fsync=False) as storage:
         storage.write_election_state(ElectionState(4, voted_for=1))
     (tmp_path / "quorum-state.json").write_bytes(b"{}")
-    with FileStorage.open(tmp_path, fsync=False) as storage:
-        with pytest.raises(CorruptElectionStateError):
-            storage.load()
+    with pytest.raises(CorruptElectionStateError):
+        FileStorage.open(tmp_path, fsync=False)

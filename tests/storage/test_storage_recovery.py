@@ -61,19 +61,64 @@ def test_torn_tail_at_every_byte_of_the_last_batch(tmp_path, template, caplog):
             assert caplog.text == ""
 
 
-def test_bit_flip_anywhere_in_the_last_batch(tmp_path, template, caplog):
+def test_bit_flip_anywhere_in_the_last_batch(tmp_path, template):
+    """Issue 14's known limit, closed: a flipped bit in the last batch,
+    which may have been fsynced and acknowledged, is damage, not a torn
+    write, because the batch is whole and none of its sectors reads as
+    zeros (etcd's WAL makes the same distinction). The one exception is a
+    flip in the length field that makes the batch claim more bytes than the
+    file holds: that is what a short write looks like, and it is cut."""
     entries, name, data, spans = template
     start, end = spans[-1]
+    cut_as_torn = []
     for position in range(start, end):
         for bit in range(8):
             damaged = bytearray(data)
             damaged[position] ^= 1 << bit
-            with caplog.at_level(logging.WARNING, logger="pykraft.storage"):
-                log = _reopen_with(tmp_path / "d", name, bytes(damaged))
-            assert all_entries(log) == entries[:16], (position, bit)
-            log.close()
-            assert (tmp_path / "d" / name).stat().st_size == start
-    assert "CRC mismatch" in caplog.text
+            directory = tmp_path / "d"
+            if directory.exists():
+                shutil.rmtree(directory)
+            directory.mkdir()
+            (directory / name).write_bytes(bytes(damaged))
+            length = int.from_bytes(damaged[start : start + 4], "big")
+            if start + 4 + length > len(damaged):
+                log = open_log(directory)
+                assert all_entries(log) == entries[:16] and log.recovery.torn, (position, bit)
+                log.close()
+                cut_as_torn.append((position, bit))
+                continue
+            error = _refused(directory)
+            assert error.position == start and "last batch" in error.what, (position, bit, error.what)
+    assert all(position < start + 4 for position, _ in cut_as_torn)
+    assert len(cut_as_torn) < 32
+
+
+def test_a_torn_append_that_left_a_zeroed_sector_is_cut(tmp_path):
+    """A crash that grew the file but did not write every sector of the
+    last batch leaves whole sectors of zeros (unwritten extents): a torn
+    write, cut, although the file holds every byte the batch claims."""
+    directory = tmp_path / "t"
+    log = open_log(directory)
+    log.append(make_entries(0, 4, epoch=1, size=9))
+    log.append(make_entries(4, 4, epoch=1, size=400))  # spans several sectors
+    log.close()
+    segment = segment_files(directory)[0]
+    data = bytearray(segment.read_bytes())
+    start, end = batch_spans(segment)[-1]
+    assert end - start > 1024
+    sector = (start // 512 + 1) * 512
+    data[sector : sector + 512] = bytes(512)
+    segment.write_bytes(bytes(data))
+    log = open_log(directory)
+    assert log.end_offset == 4 and log.recovery.torn and log.recovery.position == start
+    log.close()
+    # The same batch with one flipped bit instead of the zeroed sector: damage.
+    data = bytearray(segment.read_bytes())  # cut back to `start`
+    whole = bytearray(encode_batch(4, 1, make_entries(4, 4, epoch=1, size=400)))
+    whole[sector - start + 7] ^= 0x10
+    segment.write_bytes(bytes(data) + bytes(whole))
+    error = _refused(directory)
+    assert "no zeroed 512-byte sector: a flipped bit, not a torn write" in error.what
 
 
 def _refused(directory, **options):
@@ -143,14 +188,26 @@ def test_missing_first_segment_after_a_deletion_is_damage(tmp_path):
     assert f"checkpoint says offset {start}" in error.what
 
 
-@pytest.mark.parametrize("tail", [b"\0" * 4096, b"\0\0\0\x05garbage", b"\xff" * 40])
-def test_garbage_after_the_last_batch(tmp_path, template, tail):
+@pytest.mark.parametrize("tail", [b"\0" * 4096, b"\0" * 3, b"\xff" * 40])
+def test_a_torn_tail_after_the_last_batch(tmp_path, template, tail):
+    """Zeros (sectors never written), or a length claiming more than the
+    file holds (a short write): torn, cut."""
     entries, name, data, spans = template
     log = _reopen_with(tmp_path / "d", name, data + tail)
     assert all_entries(log) == entries
     assert log.recovery.torn and log.recovery.position == len(data) and log.recovery.end_offset == 20
     log.close()
     assert (tmp_path / "d" / name).stat().st_size == len(data)
+
+
+def test_whole_garbage_after_the_last_batch_is_damage(tmp_path, template):
+    """Bytes no torn append leaves (no zeroed sector, not short): damage."""
+    entries, name, data, spans = template
+    directory = tmp_path / "d"
+    directory.mkdir()
+    (directory / name).write_bytes(data + b"\0\0\0\x05garbage")
+    error = _refused(directory)
+    assert error.position == len(data) and "implausible batch length 5" in error.what
 
 
 def test_a_sound_log_says_so(tmp_path, template):

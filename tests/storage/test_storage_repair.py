@@ -69,7 +69,8 @@ def test_repair_keeps_the_prefix_moves_the_rest_aside_and_records_the_repair(tmp
         # One line names the file, the offset and what happens next.
         [line] = [record.getMessage() for record in caplog.records if "damaged at byte" in record.getMessage()]
         assert str(log_dir / first) in line and f"below {len(kept)}" in line and "repairs its log from a leader" in line
-        # The log goes on from the prefix.
+        # The log goes on from the prefix (in a new epoch, recorded first).
+        storage.write_election_state(ElectionState(epoch=4, leader_id=2))
         storage.append(make_entries(len(kept), 3, epoch=4))
         storage.flush()
 
@@ -160,3 +161,30 @@ def test_check_storage_reports_a_repair_under_way(tmp_path):
     [line] = [text for text in report.splitlines() if text.startswith("REPAIR")]
     assert "damage found at offset" in line and "damaged-7" in line and "up to offset 30" in line
     assert code == 0 and report.endswith("verdict: sound")
+
+
+def test_a_flipped_bit_in_the_last_batch_is_repaired_not_cut(tmp_path):
+    """Issue 14's known limit: the last batch may have been fsynced and
+    acknowledged, so a flipped bit in it (a whole batch, no zeroed sector)
+    is damage: check-storage says so, a plain open refuses, and a repairing
+    open keeps the prefix, moves the batch aside and neither votes nor
+    stands until a leader gave it back."""
+    from quorum.storage import EXIT_DAMAGED, check_storage
+
+    build(tmp_path)
+    segment = segment_files(tmp_path / "log")[-1]
+    start, end = batch_spans(segment)[-1]
+    flip_bit(segment, (start + end) // 2)
+    damaged_bytes = segment.read_bytes()
+    check = check_storage(tmp_path)
+    assert check.exit_code == EXIT_DAMAGED
+    assert any("last batch, which is whole and has no zeroed 512-byte sector" in line for line in check.lines)
+    with pytest.raises(DamagedLogError, match="a flipped bit, not a torn write"):
+        FileStorage.open(tmp_path, fsync=False)
+    with FileStorage.open(tmp_path, fsync=False, repair_damage=True, now_ms=99) as storage:
+        # The damaged batch's own header cannot be trusted: its 100 bytes
+        # bound what it held (a record takes 5 bytes at least, past the
+        # 25-byte batch header).
+        assert storage.repair == RepairState(damaged_from_offset=27, restart_epoch=3, acknowledged_end=27 + 15)
+        assert list(storage.entries_from()) == make_entries(0, 27, epoch=3)
+    assert (tmp_path / "damaged-99" / segment.name).read_bytes() == damaged_bytes

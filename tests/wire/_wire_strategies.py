@@ -127,6 +127,7 @@ fetch_requests = st.builds(
         read_token=int64s,
         extension=st.none() | extensions,
         directory_id=directory_ids,
+        repairing=st.booleans(),
     ),
 )
 
@@ -226,6 +227,7 @@ describe_quorum_responses = st.one_of(
         voters=_replicas(),
         observers=_replicas(),
         repairing=st.none(),
+        repairing_voters=st.none(),
         version=st.just(1),
     ),
     st.builds(
@@ -239,7 +241,22 @@ describe_quorum_responses = st.one_of(
         node_id=optional_node_ids,
         disk_failure=st.none() | st.sampled_from(["ENOSPC", "EIO", "EDQUOT"]) | st.text(min_size=1, max_size=32),
         repairing=st.booleans(),
+        repairing_voters=st.none(),
         version=st.just(2),
+    ),
+    st.builds(
+        DescribeQuorumResponse,
+        error=error_codes,
+        leader_id=optional_node_ids,
+        epoch=epochs,
+        high_watermark=int64s,
+        voters=_replicas(),
+        observers=_replicas(),
+        node_id=optional_node_ids,
+        disk_failure=st.none() | st.sampled_from(["ENOSPC", "EIO"]),
+        repairing=st.booleans(),
+        repairing_voters=st.lists(node_ids, unique=True, max_size=7).map(tuple),
+        version=st.just(3),
     ),
 )
 
@@ -294,6 +311,7 @@ EXAMPLES = {
         request_id=12,
         read_token=3,
         extension={"broker_id": 4, "broker_epoch": 17, "state": "online", "partitions": [[b"t", 0]]},
+        repairing=True,
     ),
     FetchResponse: FetchResponse(
         src=1,
@@ -339,5 +357,6 @@ EXAMPLES = {
         node_id=1,
         disk_failure="ENOSPC",
         repairing=False,
+        repairing_voters=(3,),
     ),
 }

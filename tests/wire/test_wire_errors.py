@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tracemalloc
+from dataclasses import replace
 
 import msgpack
 import pytest
@@ -469,7 +470,7 @@ def test_after_a_recoverable_error_the_connection_keeps_working():
 
 
 # ---------------------------------------------------------------------------
-# DescribeQuorum versions 1 and 2 (issue 14): the version, not the arity
+# DescribeQuorum versions 1, 2 and 3 (issue 14): the version, not the arity
 # ---------------------------------------------------------------------------
 
 _DESCRIBE_V1_BODY = [0, 1, 7, 41, [[1, 43, 9000]], []]
@@ -487,12 +488,39 @@ def test_a_describe_quorum_body_must_have_its_versions_arity():
         [37, 2, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, None, 1]],  # an int for a bool
         [37, 2, 5, CLUSTER, [*_DESCRIBE_V1_BODY, -1, None, False]],  # a negative node id
         [36, 2, 5, CLUSTER, [2]],  # a request body is empty in every version
+        [37, 3, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, None, False]],  # version 3 without repairing_voters
+        [37, 2, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, None, False, []]],  # version 2 with it
+        [37, 3, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, None, False, [2, 2]]],  # a voter twice
+        [37, 3, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, None, False, [-1]]],  # not a node id
+        [37, 3, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, None, False, None]],
     ):
         with pytest.raises(InvalidMessageError) as caught:
             _decode(envelope)
         assert caught.value.recoverable and caught.value.correlation_id == 5
+    v3 = _decode([37, 3, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, None, False, [2, 3]]]).message
+    assert (v3.repairing_voters, v3.version, v2.repairing_voters) == ((2, 3), 3, None)
     with pytest.raises(UnsupportedVersionError):
-        _decode([36, 3, 5, CLUSTER, []])
+        _decode([36, 4, 5, CLUSTER, []])
+
+
+def test_a_fetch_says_repairing_only_when_it_is_and_old_bodies_read_as_not_repairing():
+    """A Fetch of a node that does not repair is the body a peer that
+    predates ``repairing`` decodes (9 fields); a repairing one adds
+    ``true``; 8 and 9 fields read as not repairing."""
+    plain = FetchRequest(src=2, dst=1, epoch=3, fetch_offset=10, last_fetched_epoch=3, request_id=1)
+    for message, length in ((plain, 9), (replace(plain, repairing=True), 10)):
+        frame = encode_message(message, correlation_id=1, cluster_id=CLUSTER)
+        body = msgpack.unpackb(frame[4:])[4]
+        assert len(body) == length
+        assert decode_message(frame[4:], expected_cluster_id=CLUSTER).message == message
+    head = [2, 1, 3, 10, 3, 1, 0, None]
+    assert _decode([7, 1, 5, CLUSTER, head]).message.repairing is False
+    assert _decode([7, 1, 5, CLUSTER, [*head, None]]).message.repairing is False
+    assert _decode([7, 1, 5, CLUSTER, [*head, None, True]]).message.repairing is True
+    with pytest.raises(InvalidMessageError):
+        _decode([7, 1, 5, CLUSTER, [*head, None, 1]])  # an int for a bool
+    with pytest.raises(InvalidMessageError):
+        _decode([7, 1, 5, CLUSTER, [*head, None, True, 0]])  # a field too many
 
 
 def test_a_version_1_describe_quorum_answer_leaves_the_version_2_fields_out():
