@@ -35,6 +35,7 @@ from ._messages import ErrorCode
 from ._node import QuorumError
 from .wire import (
     ClusterIdMismatchError,
+    AddVoterRequest,
     ApplicationRequest,
     ApplicationResponse,
     DescribeQuorumRequest,
@@ -46,6 +47,8 @@ from .wire import (
     ReadRequest,
     ReadResponse,
     RemoteProtocolError,
+    RemoveVoterRequest,
+    VoterChangeResponse,
     decode_message,
     encode_message,
 )
@@ -69,6 +72,18 @@ class WrongClusterError(QuorumClientError):
 class NotAuthorizedError(QuorumClientError):
     """The server refused the request: this client's principal may not make
     it (CLUSTER_AUTHORIZATION_FAILED). It certainly did not happen."""
+
+
+class VoterChangeRefusedError(QuorumClientError):
+    """The leader refused an AddVoter or RemoveVoter request (KIP-853):
+    ``code`` is the ``ErrorCode`` (VOTER_CHANGE_IN_PROGRESS,
+    VOTER_NOT_CAUGHT_UP, DUPLICATE_VOTER, VOTER_NOT_FOUND,
+    INVALID_REQUEST), ``reason`` the leader's sentence. Nothing changed."""
+
+    def __init__(self, address: str, code: ErrorCode, reason: str) -> None:
+        super().__init__(f"{address} refused the voter change: {code.name}: {reason}")
+        self.code = code
+        self.reason = reason
 
 
 class IndeterminateError(QuorumClientError):
@@ -213,8 +228,8 @@ class QuorumClient:
         self._index = 0
         self._connection: _Connection | None = None
         self._last_answered_by: Server | None = None
-        # The DescribeQuorum version to ask in: 1 once a node refused 2.
-        self._describe_version = 2
+        # The DescribeQuorum version to ask in: lowered once a node refuses it.
+        self._describe_version = 3
         self._connect_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
         self._nursery_manager: Any = None
@@ -344,6 +359,16 @@ class QuorumClient:
                     await trio.sleep(min(backoff_s, max(0.0, deadline - trio.current_time())))
                     backoff_s = min(backoff_s * 2, 0.5)
                 continue
+            if error_code is not ErrorCode.NONE and type(response) is VoterChangeResponse:
+                refused = VoterChangeRefusedError(connection.address, error_code, response.message)
+                if error_code is not ErrorCode.VOTER_CHANGE_IN_PROGRESS:
+                    raise refused
+                # One change at a time (KIP-853): the one before is about to
+                # commit. Nothing happened; ask again shortly.
+                last_error = refused
+                await trio.sleep(min(backoff_s, max(0.0, deadline - trio.current_time())))
+                backoff_s = min(backoff_s * 2, 0.5)
+                continue
             if error_code is not ErrorCode.NONE:
                 raise QuorumClientError(f"{connection.address} answered {error_code.name}")
             self._last_answered_by = connection.server
@@ -381,16 +406,41 @@ class QuorumClient:
 
     async def describe(self) -> DescribeQuorumResponse:
         """DescribeQuorum from the first node that answers (not necessarily
-        the leader: its view may lag). Asked in version 2 (the answering
-        node's id, disk failure and repair); a node that refuses version 2
-        (an older pykraft: INVALID_REQUEST, "version 2 is not supported") is
-        asked again in version 1, whose answer has ``repairing`` None.
+        the leader: its view may lag). Asked in version 3 (each replica's
+        directory id; version 2 added the answering node's id, disk failure
+        and repair); a node that refuses a version (an older pykraft:
+        INVALID_REQUEST, "version N is not supported") is asked again in the
+        one before, which this client then keeps to: a version-2 answer has
+        no directory ids, a version-1 answer has ``repairing`` None too.
         Raises what ``_call`` raises."""
-        if self._describe_version == 2:
+        while self._describe_version > 1:
             try:
-                return await self._call(DescribeQuorumRequest(version=2), retry_indeterminate=True)
+                return await self._call(DescribeQuorumRequest(version=self._describe_version), retry_indeterminate=True)
             except QuorumClientError as error:
-                if "version 2 is not supported" not in str(error):
+                if f"version {self._describe_version} is not supported" not in str(error):
                     raise
-                self._describe_version = 1
+                self._describe_version -= 1
         return await self._call(DescribeQuorumRequest(version=1), retry_indeterminate=True)
+
+    async def add_voter(self, node_id: int, directory_id: str | None, endpoints: list[str]) -> int:
+        """KIP-853 AddRaftVoter at the leader: add replica ``node_id`` with
+        data directory ``directory_id`` (None: whichever fetches under that
+        id now), listening on ``endpoints`` ("host:port"). Returns the
+        offset of the committed VOTERS record. Raises ``ValueError`` for a
+        bad argument, ``VoterChangeRefusedError`` (nothing changed),
+        ``IndeterminateError`` (the connection failed with the request in
+        flight: describe the quorum to see whether it happened),
+        ``QuorumClientError`` (no leader served it in time)."""
+        request = AddVoterRequest(node_id=node_id, directory_id=directory_id, endpoints=tuple(endpoints))
+        response: VoterChangeResponse = await self._call(request, retry_indeterminate=False)
+        assert response.offset is not None
+        return response.offset
+
+    async def remove_voter(self, node_id: int, directory_id: str | None = None) -> int:
+        """KIP-853 RemoveRaftVoter at the leader: remove voter ``node_id``
+        (only if its directory is ``directory_id``, when given). Returns and
+        raises as ``add_voter``."""
+        request = RemoveVoterRequest(node_id=node_id, directory_id=directory_id)
+        response: VoterChangeResponse = await self._call(request, retry_indeterminate=False)
+        assert response.offset is not None
+        return response.offset

@@ -66,12 +66,14 @@ from .._host import (
     ReadNotConfirmedError,
     ReplicaHost,
 )
+from .._errors import NotLeaderError, ReconfigurationError
 from .._messages import FetchRequest, Message
 from .._node import QuorumDescription, QuorumNode, Snapshot
 from .._output import Output, Role, RoleChange
 from .._persist import apply_output
 from .._service import ServiceClass, service_class
 from .._types import Entry, SnapshotId
+from .._voters import Voter
 from ._metrics import Metrics
 from ._state_machine import StateMachine
 from . import _trace
@@ -953,7 +955,7 @@ class QuorumRuntime:
         self.metrics.on_role_change(event)
         if event.role is Role.LEADER and event.node_id == self.config.node_id:
             now_s = trio.current_time()
-            self._voter_fetch_served_s = {voter: now_s for voter in self.config.voters if voter != event.node_id}
+            self._voter_fetch_served_s = {voter: now_s for voter in self.node.voters.ids if voter != event.node_id}
             self._voter_fetch_gap_max_s = 0.0
             self.metrics.set_gauge("pykraft_quorum_voter_fetch_gap_max_seconds", 0.0, _GAP_MAX_HELP)
         elif event.role is not Role.LEADER:
@@ -1001,6 +1003,14 @@ class QuorumRuntime:
             waiter.resolve(None)
         elif name == "application":
             host.application_request(request[1], lambda answer, error, _offsets: waiter.resolve(answer, error))
+        elif name == "add_voter" or name == "remove_voter":
+            try:
+                if name == "add_voter":
+                    host.add_voter(request[1], done=waiter.resolve)
+                else:
+                    host.remove_voter(request[1], request[2], done=waiter.resolve)
+            except (NotLeaderError, ReconfigurationError) as refused:
+                waiter.resolve(None, refused)
         else:  # pragma: no cover - a runtime bug
             raise AssertionError(f"unknown local call {name!r}")
 
@@ -1066,6 +1076,25 @@ class QuorumRuntime:
         # (see the module docstring).
         self._submit(("clock",))
         return self.host.leader_local_offset()
+
+    async def add_voter(self, voter: Voter) -> int:
+        """Add ``voter`` to the voter set (KIP-853 AddRaftVoter) and wait
+        until the change is committed; returns the VOTERS record's offset.
+        The leader checks that the new voter is caught up (``QuorumNode.add_voter``).
+
+        Raises ``NotLeaderError``, ``ReconfigurationError`` (refused: nothing
+        changed; its ``code`` says why), ``ProposalLostError`` (another
+        leader's record took the offset: it did not happen) or
+        ``ProposalOutcomeUnknownError``. Wrap in ``trio.fail_after`` for a
+        bound: a cancelled wait leaves the outcome unknown."""
+        return await self._call("add_voter", voter)
+
+    async def remove_voter(self, node_id: int, directory_id: str | None = None) -> int:
+        """Remove voter ``node_id`` (with ``directory_id`` when given:
+        KIP-853, the disk being replaced) and wait until the change is
+        committed; returns and raises as ``add_voter``. A leader that
+        removes itself resigns once the change is committed."""
+        return await self._call("remove_voter", node_id, directory_id)
 
     async def resign(self) -> None:
         """Hand leadership over (graceful shutdown)."""

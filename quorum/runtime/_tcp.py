@@ -59,11 +59,13 @@ from .._messages import MESSAGE_TYPES, FetchRequest, FetchResponse, FetchSnapsho
 from .._service import ServiceClass, service_class
 from ..wire import (
     NODE_LIMITS,
+    AddVoterRequest,
     ApplicationRequest,
     DescribeQuorumRequest,
     ErrorFrame,
     ProposeRequest,
     ReadRequest,
+    RemoveVoterRequest,
     FrameDecoder,
     FrameTooLargeError,
     Hello,
@@ -83,7 +85,9 @@ from . import _trace
 logger = logging.getLogger("pykraft.transport")
 
 _QUORUM_MESSAGE_TYPES = frozenset(MESSAGE_TYPES)
-_CLIENT_REQUEST_TYPES = frozenset({ProposeRequest, ReadRequest, DescribeQuorumRequest, ApplicationRequest})
+_CLIENT_REQUEST_TYPES = frozenset(
+    {ProposeRequest, ReadRequest, DescribeQuorumRequest, ApplicationRequest, AddVoterRequest, RemoveVoterRequest}
+)
 _CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 RECONNECT_BACKOFF_MIN_S = 0.02
 RECONNECT_BACKOFF_MAX_S = 1.0

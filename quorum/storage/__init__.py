@@ -47,6 +47,7 @@ from ._storage import (
     RetentionPolicy,
     format_data_dir,
     new_directory_id,
+    read_data_dir_identity,
 )
 
 __all__ = [
@@ -92,4 +93,5 @@ __all__ = [
     "format_item",
     "main",
     "new_directory_id",
+    "read_data_dir_identity",
 ]
