@@ -361,10 +361,12 @@ class QuorumClient:
                 continue
             if error_code is not ErrorCode.NONE and type(response) is VoterChangeResponse:
                 refused = VoterChangeRefusedError(connection.address, error_code, response.message)
-                if error_code is not ErrorCode.VOTER_CHANGE_IN_PROGRESS:
+                if error_code not in (ErrorCode.VOTER_CHANGE_IN_PROGRESS, ErrorCode.VOTER_NOT_CAUGHT_UP):
                     raise refused
-                # One change at a time (KIP-853): the one before is about to
-                # commit. Nothing happened; ask again shortly.
+                # Nothing happened, and it may soon: the change before is
+                # about to commit (KIP-853, one at a time), or the new voter,
+                # fetching, reaches the high watermark as it moves under
+                # load. Ask again shortly, until the retry timeout.
                 last_error = refused
                 await trio.sleep(min(backoff_s, max(0.0, deadline - trio.current_time())))
                 backoff_s = min(backoff_s * 2, 0.5)
@@ -373,6 +375,8 @@ class QuorumClient:
                 raise QuorumClientError(f"{connection.address} answered {error_code.name}")
             self._last_answered_by = connection.server
             return response
+        if isinstance(last_error, VoterChangeRefusedError):
+            raise last_error  # the leader's own reason says what to do
         # The last failure is the cause: a NoAnswerError or other
         # IndeterminateError there means a retried request was in flight.
         raise QuorumClientError(f"no node served the request within {self.retry_timeout_s} s: {last_error}") from last_error
@@ -427,7 +431,9 @@ class QuorumClient:
         data directory ``directory_id`` (None: whichever fetches under that
         id now), listening on ``endpoints`` ("host:port"). Returns the
         offset of the committed VOTERS record. Raises ``ValueError`` for a
-        bad argument, ``VoterChangeRefusedError`` (nothing changed),
+        bad argument, ``VoterChangeRefusedError`` (nothing changed; a change
+        in progress and a voter not yet caught up are asked again until the
+        retry timeout),
         ``IndeterminateError`` (the connection failed with the request in
         flight: describe the quorum to see whether it happened),
         ``QuorumClientError`` (no leader served it in time)."""
