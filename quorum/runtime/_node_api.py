@@ -31,7 +31,7 @@ from .._config import QuorumConfig
 from .._messages import ErrorCode
 from .._errors import ReconfigurationError
 from .._node import NotLeaderError, QuorumDescription
-from .._voters import Voter
+from .._voters import Voter, endpoint_address
 from ..storage import DataDirIdentity, FileStorage, MemoryStorage, RetentionPolicy, read_data_dir_identity
 from ..wire import (
     NODE_LIMITS,
@@ -200,14 +200,7 @@ class NodeConfig:
 def _bootstrap_addresses(voters: Sequence[Voter]) -> dict[int, tuple[str, int]]:
     """Each bootstrap voter's first endpoint, as an address. Raises
     ``ValueError`` for an endpoint that is not ``HOST:PORT``."""
-    addresses = {}
-    for voter in voters:
-        if voter.endpoints:
-            host, _, port = voter.endpoints[0].rpartition(":")
-            if not host or not port.isdigit():
-                raise ValueError(f"bootstrap voter {voter.node_id}'s endpoint {voter.endpoints[0]!r} is not HOST:PORT")
-            addresses[voter.node_id] = (host.strip("[]"), int(port))
-    return addresses
+    return {voter.node_id: endpoint_address(voter.endpoints[0]) for voter in voters if voter.endpoints}
 
 
 class QuorumNodeHandle:

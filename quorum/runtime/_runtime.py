@@ -73,7 +73,7 @@ from .._output import Output, Role, RoleChange
 from .._persist import apply_output
 from .._service import ServiceClass, service_class
 from .._types import Entry, SnapshotId
-from .._voters import Voter
+from .._voters import Voter, endpoint_address
 from ._metrics import Metrics
 from ._state_machine import StateMachine
 from . import _trace
@@ -123,6 +123,11 @@ class Transport(abc.ABC):
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve until cancelled; ``task_status.started()`` once ready."""
+
+    def learn_voter_address(self, node_id: int, address: tuple[str, int]) -> None:
+        """A voter set in force here names voter ``node_id`` at ``address``
+        (KIP-853: added at run time): reach it there from now on. An
+        in-process network needs no addresses: the default does nothing."""
 
 
 @dataclass(slots=True)
@@ -331,6 +336,8 @@ class QuorumRuntime:
         self.application = leader_application
         self.host = self._recover()
         self.node = self.host.core
+        # The voter set whose endpoints the transport was last told of.
+        self._voters_addressed: Any = None
 
     # =====================================================================
     # Startup
@@ -655,8 +662,27 @@ class QuorumRuntime:
             return  # the ticks due were fed before it (_drain_inbox)
         else:  # pragma: no cover - a runtime bug
             raise AssertionError(f"unknown inbox item {kind!r}")
+        if self.node.voters is not self._voters_addressed:
+            self._address_voters()
         if _trace.enabled and kind != "tick":
             _trace.stamp("core-" + kind, item[1] if kind == "persisted" else None)
+
+    def _address_voters(self) -> None:
+        """The voter set changed (a VOTERS record appended, truncated or
+        installed with a snapshot): tell the transport where each voter
+        listens, so that a voter added at run time is reached like the
+        bootstrap ones (its first endpoint; one it cannot parse is logged
+        and left to answer over its own connections)."""
+        voters = self._voters_addressed = self.node.voters
+        for voter in voters.voters:
+            if voter.node_id == self.config.node_id or not voter.endpoints:
+                continue
+            try:
+                address = endpoint_address(voter.endpoints[0])
+            except ValueError as error:
+                logger.warning("node %d: voter %d: %s", self.config.node_id, voter.node_id, error)
+                continue
+            self.transport.learn_voter_address(voter.node_id, address)
 
     def _observe_voter_fetch(self, voter: int) -> None:
         """A voter's Fetch is served, while this node leads: the time since

@@ -407,6 +407,21 @@ class TcpTransport(Transport):
 
     # -- Transport -----------------------------------------------------------------
 
+    def learn_voter_address(self, node_id: int, address: tuple[str, int]) -> None:
+        """Reach voter ``node_id`` at ``address`` from now on, as a
+        bootstrap voter (KIP-853: added at run time). A voter this node
+        already knows keeps its address."""
+        if node_id == self.node_id or node_id in self.peer_addresses:
+            return
+        self.peer_addresses[node_id] = address
+        self.voter_ids = self.voter_ids | {node_id}
+        self._voters = self._voters | {node_id}
+        self._queues[node_id] = deque()
+        self._wakeups[node_id] = trio.Event()
+        logger.info("node %d: voter %d is at %s:%d", self.node_id, node_id, *address)
+        if self._nursery is not None:  # else ``run`` starts its link with the others
+            self._nursery.start_soon(self._peer_link, node_id)
+
     def send(self, message: Message) -> None:
         if type(message) is FetchRequest or type(message) is FetchSnapshotRequest:
             self._large_frames_until_s = trio.current_time() + LARGE_FRAME_WINDOW_S

@@ -9,8 +9,16 @@ import random
 import pytest
 import trio
 
-from quorum import ErrorCode, QuorumConfig, Voter
-from quorum.runtime import KeyValueStateMachine, MemoryNetwork, QuorumRuntime, handle_client_request
+from loopback import free_ports
+from quorum import BeginQuorumEpochRequest, ErrorCode, QuorumConfig, Voter
+from quorum.runtime import (
+    KeyValueStateMachine,
+    MemoryNetwork,
+    MemoryTransport,
+    QuorumRuntime,
+    TcpTransport,
+    handle_client_request,
+)
 from quorum.storage import MemoryStorage
 from quorum.wire import AddVoterRequest, DescribeQuorumRequest, RemoveVoterRequest
 
@@ -84,3 +92,67 @@ async def test_a_node_that_does_not_lead_names_the_leader(one_voter_and_an_obser
     for request in (AddVoterRequest(node_id=2, directory_id="disk-2"), RemoveVoterRequest(node_id=1)):
         answer = await handle_client_request(observer, request)
         assert (answer.error, answer.leader_hint) == (ErrorCode.NOT_LEADER, 1)
+
+
+class AddressBook(MemoryTransport):
+    """An in-process transport that also keeps the addresses the runtime
+    gives it, as the TCP transport does."""
+
+    def __init__(self, network: MemoryNetwork, node_id: int) -> None:
+        super().__init__(network, node_id)
+        self.addresses: dict[int, tuple[str, int]] = {}
+
+    def learn_voter_address(self, node_id: int, address: tuple[str, int]) -> None:
+        self.addresses[node_id] = address
+
+
+async def test_every_replica_learns_where_an_added_voter_listens(nursery, autojump_clock):
+    """A voter added at run time is reached at its endpoint by every node
+    that holds the new set, not only by the leader it fetched from."""
+    network = MemoryNetwork()
+    bootstrap = (Voter(1, "disk-1", ("127.0.0.1:9091",)), Voter(2, "disk-2", ("127.0.0.1:9092",)))
+    runtimes, books = {}, {}
+    for node_id in (1, 2, 3):
+        config = QuorumConfig(node_id=node_id, bootstrap_voters=bootstrap, directory_id=f"disk-{node_id}")
+        books[node_id] = AddressBook(network, node_id)
+        runtimes[node_id] = QuorumRuntime(
+            config, KeyValueStateMachine(), storage=MemoryStorage(), transport=books[node_id],
+            rng=random.Random(node_id), io_in_thread=False,
+        )  # fmt: skip
+        await nursery.start(runtimes[node_id].run)
+    with trio.fail_after(30):
+        leader = None
+        while leader is None:
+            leader = next((r for r in runtimes.values() if r.node.leader_has_committed_own_epoch), None)
+            await trio.sleep(0.01)
+        await runtimes[3].wait_until(lambda: runtimes[3].node.log.end_offset >= leader.node.high_watermark)
+        answer = await handle_client_request(
+            leader, AddVoterRequest(node_id=3, directory_id="disk-3", endpoints=("[::1]:9093",))
+        )
+        assert answer.error is ErrorCode.NONE
+        for node_id in (1, 2):
+            await runtimes[node_id].wait_until(lambda node_id=node_id: 3 in runtimes[node_id].node.voters)
+    assert books[1].addresses == {2: ("127.0.0.1", 9092), 3: ("::1", 9093)}
+    assert books[2].addresses == {1: ("127.0.0.1", 9091), 3: ("::1", 9093)}
+    assert books[3].addresses == {1: ("127.0.0.1", 9091), 2: ("127.0.0.1", 9092)}
+    nursery.cancel_scope.cancel()
+
+
+async def test_the_tcp_transport_dials_a_voter_it_learns_of():
+    """Node 1 starts knowing no peer; told where voter 2 listens, it
+    connects and delivers to it."""
+    (port_1, port_2) = free_ports(2)
+    received: list = []
+    one = TcpTransport(1, cluster_id="c", listen=("127.0.0.1", port_1), peer_addresses={})
+    two = TcpTransport(2, cluster_id="c", listen=("127.0.0.1", port_2), peer_addresses={})
+    async with trio.open_nursery() as nursery:
+        await nursery.start(one.run, lambda message: None, lambda peer: None)
+        await nursery.start(two.run, received.append, lambda peer: None)
+        one.learn_voter_address(2, ("127.0.0.1", port_2))
+        assert 2 in one.voter_ids
+        with trio.fail_after(10):
+            while not received:
+                one.send(BeginQuorumEpochRequest(src=1, dst=2, epoch=1))
+                await trio.sleep(0.05)
+        assert received[0] == BeginQuorumEpochRequest(src=1, dst=2, epoch=1)
+        nursery.cancel_scope.cancel()
