@@ -11,6 +11,7 @@ import json
 import os
 from functools import partial
 
+import pytest
 import trio
 from click.testing import CliRunner
 
@@ -129,10 +130,12 @@ async def test_describe_shows_a_node_repairing_a_damaged_log(tmp_path):
         assert "Repairing:     yes" in status.output and "Disk:          ok" in status.output
 
 
-async def test_a_client_falls_back_to_version_1_when_a_node_refuses_version_2():
-    """An older node knows DescribeQuorum version 1 only: it answers a
-    version-2 request with INVALID_REQUEST ("version 2 is not supported");
-    the client asks again in version 1, and keeps to it."""
+@pytest.mark.parametrize("newest", [1, 2])
+async def test_a_client_falls_back_to_the_version_an_older_node_knows(newest):
+    """An older node knows DescribeQuorum up to version ``newest`` only (1:
+    before issue 14; 2: before directory ids): it answers a later version
+    with INVALID_REQUEST ("version N is not supported"); the client asks
+    again one version lower, and keeps to the one answered."""
     requests: list[int] = []
 
     async def old_node(stream: trio.SocketStream) -> None:
@@ -144,14 +147,16 @@ async def test_a_client_falls_back_to_version_1_when_a_node_refuses_version_2():
                     envelope_version = payload[2]  # fixarray, type code, version (small ints)
                     requests.append(envelope_version)
                     correlation_id = decode_message(payload, expected_cluster_id=CLUSTER).correlation_id
-                    if envelope_version == 2:
+                    if envelope_version > newest:
                         answer = ErrorFrame(
                             code=ErrorCode.INVALID_REQUEST,
-                            message="version 2 is not supported (supported: [1])",
+                            message=f"version {envelope_version} is not supported (supported: {list(range(1, newest + 1))})",
                             correlation_id=correlation_id,
                         )
                     else:
-                        answer = DescribeQuorumResponse(leader_id=1, epoch=4, high_watermark=9, repairing=None, version=1)
+                        answer = DescribeQuorumResponse(
+                            leader_id=1, epoch=4, high_watermark=9, repairing=None if newest == 1 else False, version=newest
+                        )
                     await stream.send_all(encode_message(answer, correlation_id=correlation_id, cluster_id=CLUSTER))
 
     async with trio.open_nursery() as nursery:
@@ -160,6 +165,7 @@ async def test_a_client_falls_back_to_version_1_when_a_node_refuses_version_2():
         async with QuorumClient([f"127.0.0.1:{port}"], retry_timeout_s=5) as client:
             first = await client.describe()
             second = await client.describe()
-        assert first.version == second.version == 1 and first.repairing is None and first.epoch == 4
-        assert requests == [2, 1, 1]
+        assert first.version == second.version == newest and first.epoch == 4
+        assert (first.repairing is None) == (newest == 1)
+        assert requests == [*range(3, newest - 1, -1), newest]
         nursery.cancel_scope.cancel()
