@@ -111,6 +111,12 @@ _NODE_OPTIONS = [
     click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="This node's private key (PEM)."),
     click.option("--acl-file", type=click.Path(exists=True, dir_okay=False), help="Who may administer and read (reloaded on SIGHUP)."),
     click.option("--plaintext", is_flag=True, default=None, help="No TLS, chosen explicitly (teaching, quick starts)."),
+    click.option(
+        "--auto-join/--no-auto-join",
+        default=None,
+        help="With a --data-dir formatted for dynamic voters: once caught up, add this disk as a voter "
+        "(KIP-853 auto-join); never again once it has been one (an operator removed it).",
+    ),
     click.option("--log-level", default="INFO", show_default=True),
 ]
 
@@ -156,7 +162,7 @@ _SETTINGS_KEYS = frozenset(
         "node_id", "voters", "cluster_id", "listen", "data_dir", "fsync", "metrics_listen", "metrics_enabled", "event_log",
         "snapshot_every_records", "retention_bytes", "retention_ms", "quorum",
         "election_timeout_ms", "fetch_timeout_ms", "check_quorum", "pre_vote", "on_damage",
-        "tls_ca", "tls_cert", "tls_key", "acl_file", "plaintext",
+        "tls_ca", "tls_cert", "tls_key", "acl_file", "plaintext", "auto_join",
     }
     | _CONNECTION_LIMIT_KEYS
 )  # fmt: skip
@@ -200,6 +206,7 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
         on_damage=settings.get("on_damage", "repair"),
         tls=tls,
         acl_file=settings.get("acl_file"),
+        auto_join=bool(settings.get("auto_join", False)),
     )
 
 
@@ -217,15 +224,90 @@ async def serve_until_signalled(config: NodeConfig, open_node: Any) -> None:
             config.node_id,
         )
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async with open_node(config) as node:
+        async with open_node(config) as node, trio.open_nursery() as nursery:
             log.info("node %d serving on port %s", node.node_id, node.listen_port)
+            if config.auto_join:
+                nursery.start_soon(auto_join, node, config)
             async for signum in signals:
                 if signum == signal.SIGHUP:
                     reload_on_sighup(node, log)
                     continue
                 log.info("node %d got %s: shutting down", node.node_id, signal.Signals(signum).name)
                 break
+            nursery.cancel_scope.cancel()
     log.info("node %d stopped", config.node_id)
+
+
+#: Written into the data directory the first time this disk is a voter:
+#: from then on auto-join never adds it again (an operator who removes it
+#: means it; Kafka 4.2's auto-join re-added such a voter).
+AUTO_JOIN_MARKER = "auto-join-was-voter.json"
+
+
+def auto_join_action(node: Any, node_id: int, was_voter: bool) -> str:
+    """What auto-join does now (KIP-853 ``controller.quorum.auto.join.enable``),
+    from the core's view ``node`` (a ``QuorumNode``): "voter" (this disk is a
+    voter: remember it), "removed" (it was one and is not: never again),
+    "id-taken" (the voter set holds this node id with another directory: an
+    operator removes that one first), "wait" (no leader, or not caught up)
+    or "join". Pure: reads the node, does nothing."""
+    if node.is_voter:
+        return "voter"
+    if was_voter:
+        return "removed"
+    if node_id in node.voters:
+        return "id-taken"
+    if node.leader_id is None or node.repairing is not None or node.log.end_offset < node.high_watermark:
+        return "wait"
+    return "join"
+
+
+async def auto_join(node: Any, config: NodeConfig) -> None:
+    """Add this disk as a voter once it is caught up, then remember that it
+    was one (``AUTO_JOIN_MARKER``, fsynced) and never add it again. Asks
+    the leader every fetch timeout while the action is "join"; a refusal
+    is logged and asked again later."""
+    from .client import QuorumClient, QuorumClientError
+    from .storage import atomic_write_json
+
+    log = logging.getLogger("pykraft.node")
+    core, marker = node.runtime.node, Path(config.data_dir) / AUTO_JOIN_MARKER
+    was_voter = [marker.exists()]
+    said = None
+    interval_s = core.config.fetch_timeout_ms / 1000
+    endpoint = f"{config.listen[0]}:{config.listen[1]}"
+
+    def remember_being_a_voter() -> None:
+        # In the core task, on every change of the voter set: durable before
+        # any later record (a removal) is handled, however quick.
+        if core.is_voter and not was_voter[0]:
+            atomic_write_json(marker, {"directory_id": core.config.directory_id}, fsync=config.fsync)
+            was_voter[0] = True
+
+    node.runtime.watch_voter_set(remember_being_a_voter)
+    while True:
+        action = auto_join_action(core, config.node_id, was_voter[0])
+        if action != said and action in ("voter", "removed", "id-taken"):
+            text = {
+                "voter": "is a voter with directory %s: auto-join will not add it again once removed",
+                "removed": "directory %s was a voter and was removed: auto-join does not add it again",
+                "id-taken": "the voter set holds this node id with another directory: remove-voter it to let %s join",
+            }[action]
+            log.info("node %d: " + text, config.node_id, core.config.directory_id)
+        said = action
+        if action == "join":
+            leader = core.leader_id
+            known = core.voters.get(leader)
+            address = known.endpoints[0] if known is not None and known.endpoints else "%s:%d" % config.voters[leader]
+            try:
+                async with QuorumClient(
+                    [f"{leader}@{address}"], cluster_id=config.cluster_id, tls=config.tls, retry_timeout_s=interval_s
+                ) as client:
+                    offset = await client.add_voter(config.node_id, core.config.directory_id, [endpoint])
+                log.info("node %d: auto-join: added as a voter at offset %d", config.node_id, offset)
+            except QuorumClientError as error:
+                log.info("node %d: auto-join: not added yet: %s", config.node_id, error)
+        await trio.sleep(interval_s)
 
 
 def reload_on_sighup(node: Any, log: logging.Logger) -> None:

@@ -149,6 +149,9 @@ class NodeConfig:
     on_damage: str = "repair"
     tls: TlsConfig | None = None
     acl_file: Path | str | None = None
+    # KIP-853 auto-join, done by the node processes (``quorum.cli.auto_join``):
+    # needs a data directory formatted for dynamic voters.
+    auto_join: bool = False
     # What ``data_dir``'s meta.json says (read at construction), or None.
     identity: DataDirIdentity | None = field(init=False, default=None, repr=False)
 
@@ -161,6 +164,11 @@ class NodeConfig:
             raise ValueError(
                 "no voters: give the voters' addresses, or a data directory formatted with "
                 "--initial-voters or --standalone (kraft-quorum format)"
+            )
+        if self.auto_join and (self.identity is None or not self.identity.bootstrap_voters):
+            raise ValueError(
+                "auto_join needs a data directory formatted for dynamic voters "
+                "(kraft-quorum format --initial-voters or --standalone)"
             )
         if self.acl_file is not None and self.tls is None:
             raise ValueError("acl_file needs tls: on a plaintext listener nobody is authenticated")

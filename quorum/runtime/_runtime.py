@@ -336,8 +336,10 @@ class QuorumRuntime:
         self.application = leader_application
         self.host = self._recover()
         self.node = self.host.core
-        # The voter set whose endpoints the transport was last told of.
+        # The voter set whose endpoints the transport was last told of, and
+        # who else wants to hear of a new one (``watch_voter_set``).
         self._voters_addressed: Any = None
+        self._voter_set_watchers: list[Callable[[], None]] = []
 
     # =====================================================================
     # Startup
@@ -683,6 +685,16 @@ class QuorumRuntime:
                 logger.warning("node %d: voter %d: %s", self.config.node_id, voter.node_id, error)
                 continue
             self.transport.learn_voter_address(voter.node_id, address)
+        for watcher in self._voter_set_watchers:
+            watcher()
+
+    def watch_voter_set(self, watcher: Callable[[], None]) -> None:
+        """Call ``watcher()`` in the core task whenever the voter set in
+        force here changes (a VOTERS record appended or truncated, a
+        snapshot installed), before the next input is handled; and once now.
+        It must not block; what it raises stops the node."""
+        self._voter_set_watchers.append(watcher)
+        watcher()
 
     def _observe_voter_fetch(self, voter: int) -> None:
         """A voter's Fetch is served, while this node leads: the time since

@@ -38,6 +38,7 @@ from ._segments import (
     SegmentedLog,
     SegmentInfo,
 )
+from ._files import atomic_write_json
 from ._snapshots import SnapshotStore, SnapshotWriter
 from ._storage import (
     DataDirIdentity,
@@ -85,6 +86,7 @@ __all__ = [
     "StorageCheck",
     "StorageError",
     "StorageOwnershipError",
+    "atomic_write_json",
     "check_storage",
     "check_storage_report",
     "dump_log",

@@ -138,3 +138,6 @@ def test_a_node_formatted_for_dynamic_voters_starts_without_a_voter_list(tmp_pat
         NodeConfig(node_id=2, cluster_id="c", data_dir=tmp_path, quorum={"directory_id": "cccc"}).quorum_config()
     with pytest.raises(ValueError, match="no voters"):
         NodeConfig(node_id=1, data_dir=tmp_path / "never-formatted")
+    with pytest.raises(ValueError, match="auto_join needs a data directory formatted for dynamic voters"):
+        NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9191)}, data_dir=tmp_path / "static", auto_join=True)
+    assert NodeConfig(node_id=2, cluster_id="c", data_dir=tmp_path, auto_join=True).auto_join

@@ -40,13 +40,15 @@ class ProcessCluster:
             f"{i}@127.0.0.1:{p}:{self.directory_ids[i]}" for i, p in self.ports.items()
         )
 
-    def format(self, node_id: int, *, join: bool = False) -> str:
+    def format(self, node_id: int, *args: str, join: bool = False) -> str:
         """``kraft-quorum format`` node ``node_id``'s data directory with the
-        initial voters (``join``: a fresh directory id, as for a replaced
-        disk); returns the directory id it wrote."""
+        initial voters, or with ``args`` instead (``--standalone ...``);
+        ``join``: a fresh directory id, as for a replaced disk. Returns the
+        directory id it wrote."""
         command = [
             str(BIN / "kraft-quorum"), "format", "--data-dir", str(self.data_dir(node_id)), "--node-id", str(node_id),
-            "--cluster-id", "pykraft", "--initial-voters", self.initial_voters_arg, *(["--join"] if join else []),
+            "--cluster-id", "pykraft", *(args or ("--initial-voters", self.initial_voters_arg)),
+            *(["--join"] if join else []),
         ]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
         return json.loads(done.stdout)["directory_id"]
@@ -58,7 +60,8 @@ class ProcessCluster:
     def data_dir(self, node_id: int) -> Path:
         return self.directory / f"node{node_id}"
 
-    def start(self, node_id: int) -> None:
+    def start(self, node_id: int, *args: str) -> None:
+        """Start node ``node_id`` with the cluster's options and ``args``."""
         log = open(self.directory / f"node{node_id}.log", "ab")  # noqa: SIM115 - closed with the process
         self.processes[node_id] = subprocess.Popen(
             [
@@ -72,6 +75,7 @@ class ProcessCluster:
                 "--snapshot-every-records",
                 "200",
                 *self.extra_args,
+                *args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

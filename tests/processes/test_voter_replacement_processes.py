@@ -143,3 +143,42 @@ async def test_replacing_a_voters_disk_under_write_load(tmp_path):
         assert len(writer.acknowledged) >= 120
     finally:
         cluster.stop_all()
+
+
+async def test_auto_join_adds_a_new_disk_once_and_never_re_adds_a_removed_one(tmp_path):
+    """KIP-853 auto-join: node 2, formatted to join a cluster of one, adds
+    itself once caught up. Removed by the operator, it does not add itself
+    again, neither at once nor after a restart (Kafka 4.2 did)."""
+    cluster = ProcessCluster(tmp_path, voters=2, dynamic=True)
+    one = f"1@127.0.0.1:{cluster.ports[1]}"
+    try:
+        first = cluster.format(1, "--standalone", "--listen", f"127.0.0.1:{cluster.ports[1]}")
+        second = cluster.format(2, "--initial-voters", f"{one}:{first}", join=True)
+        cluster.start(1)
+        cluster.start(2, "--listen", f"127.0.0.1:{cluster.ports[2]}", "--auto-join")
+        async with QuorumClient([one], retry_timeout_s=30) as admin:
+
+            async def voters():
+                view = await admin.describe()
+                return {r.node_id: r.directory_id for r in view.voters}
+
+            await wait_for(lambda: _equals(voters, {1: first, 2: second}), 30, "node 2 to join by itself")
+            await admin.remove_voter(2, second)
+            refusal = "was a voter and was removed: auto-join does not add it again"
+            await wait_for(lambda: _logged(cluster, 2, refusal, 1), 30, "node 2 to see it was removed")
+            assert await voters() == {1: first}
+
+            cluster.kill(2, signal.SIGTERM)
+            cluster.start(2, "--listen", f"127.0.0.1:{cluster.ports[2]}", "--auto-join")
+            await wait_for(lambda: _logged(cluster, 2, refusal, 2), 30, "the restarted node 2 to see it was removed")
+            assert await voters() == {1: first}
+    finally:
+        cluster.stop_all()
+
+
+async def _equals(get, expected) -> bool:
+    return await get() == expected
+
+
+async def _logged(cluster: ProcessCluster, node_id: int, text: str, times: int) -> bool:
+    return cluster.log_text(node_id).count(text) >= times
