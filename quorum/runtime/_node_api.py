@@ -26,7 +26,7 @@ from typing import Any
 
 import trio
 
-from .._access import AccessControlList, Operation, Principal
+from .._access import AccessControlList, Operation, Principal, PrincipalKind
 from .._config import QuorumConfig
 from .._messages import ErrorCode
 from .._errors import ReconfigurationError
@@ -433,6 +433,13 @@ def authorize_client_request(
         if principal is None:
             return None
         kind = type(request)
+        if principal.kind is PrincipalKind.NODE and (kind is AddVoterRequest or kind is RemoveVoterRequest):
+            # A node may do anything an ACL grants, but the voter set is the
+            # operator's: a node's certificate only adds that node itself
+            # (auto-join), never another node and never removes one.
+            if kind is AddVoterRequest and request.node_id == principal.member_id:
+                return None
+            return f"{principal} may only add itself as a voter (auto-join), not send this {kind.__name__}"
         if kind is ApplicationRequest and application is not None:
             return application(principal, request.payload, acl.acl)
         operation = Operation.READ if kind is ReadRequest or kind is DescribeQuorumRequest else Operation.ADMIN
