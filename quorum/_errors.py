@@ -24,6 +24,8 @@ These names are public (``from quorum import QuorumError``) and stable.
 
 from __future__ import annotations
 
+from ._messages import ErrorCode
+
 
 class QuorumError(Exception):
     """Base class of the errors the core raises."""
@@ -44,11 +46,15 @@ class ReconfigurationError(QuorumError):
     cannot be done now (another change is not yet committed, the leader has
     not yet committed a record of its own epoch, the new voter is not caught
     up) or at all (a static voter set, an unknown voter, the last voter).
-    Nothing changed; ``reason`` says which."""
+    Nothing changed; ``reason`` says which, and ``code`` classes it as the
+    answer to an AddVoter or RemoveVoter request does: VOTER_CHANGE_IN_PROGRESS
+    (retry shortly), VOTER_NOT_CAUGHT_UP, DUPLICATE_VOTER, VOTER_NOT_FOUND or
+    INVALID_REQUEST (a static voter set, the last voter)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, code: ErrorCode = ErrorCode.INVALID_REQUEST) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.code = code
 
 
 class QuorumInvariantError(QuorumError):

@@ -398,18 +398,31 @@ class ReplicaHost:
         self._handle(output)
         self._drive_application(ticked=False)
 
-    def add_voter(self, voter: Voter) -> int:
+    def add_voter(self, voter: Voter, done: Done | None = None) -> int:
         """Append a VOTERS record adding ``voter`` (KIP-853); returns its
-        offset: the change is done once that record is committed. Raises
-        ``NotLeaderError`` or ``ReconfigurationError`` (nothing changed)."""
-        offset, output = self.core.add_voter(voter)
-        self._handle(output)
-        return offset
+        offset: the change is done once that record is committed. With
+        ``done``, ``done(offset, None)`` is called then, or ``done(None,
+        error)`` with ``ProposalLostError`` (another leader's record took the
+        offset: the change did not happen) or ``ProposalOutcomeUnknownError``,
+        as for a proposal. Raises ``NotLeaderError`` or
+        ``ReconfigurationError`` (nothing changed; ``done`` is not called)."""
+        return self._change_voters(lambda: self.core.add_voter(voter), done)
 
-    def remove_voter(self, node_id: int, directory_id: str | None = None) -> int:
-        """Append a VOTERS record removing ``node_id``; returns and raises
-        as ``add_voter``."""
-        offset, output = self.core.remove_voter(node_id, directory_id)
+    def remove_voter(self, node_id: int, directory_id: str | None = None, done: Done | None = None) -> int:
+        """Append a VOTERS record removing ``node_id``; returns, calls
+        ``done`` and raises as ``add_voter``."""
+        return self._change_voters(lambda: self.core.remove_voter(node_id, directory_id), done)
+
+    def _change_voters(self, change: Callable[[], tuple[int, Output]], done: Done | None) -> int:
+        offset, output = change()
+        if done is not None:
+            # Decided like a proposal: committed in this epoch, or lost. It is
+            # registered before the output is handled, which may commit it
+            # at once (a lone voter).
+            def voter_change_done(result: Any, error: BaseException | None) -> None:
+                done(None if result is None else result[0], error)
+
+            self.pending_proposals[offset] = _PendingProposal(self.core.epoch, offset, voter_change_done)
         self._handle(output)
         return offset
 

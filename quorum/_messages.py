@@ -43,6 +43,13 @@ class ErrorCode(enum.IntEnum):
     POSITION_OUT_OF_RANGE = 99
     DUPLICATE_BROKER_REGISTRATION = 101
     INCONSISTENT_CLUSTER_ID = 104
+    # KIP-853 voter changes (AddRaftVoter / RemoveRaftVoter).
+    DUPLICATE_VOTER = 126  # the node is already a voter
+    VOTER_NOT_FOUND = 127  # no voter with that id (and directory id)
+    # pykraft's own, where Kafka answers REQUEST_TIMED_OUT for both: an
+    # operator must tell "retry in a moment" from "the new voter lags".
+    VOTER_CHANGE_IN_PROGRESS = 1000  # another change is not yet committed, or the leader has no commit in its epoch yet
+    VOTER_NOT_CAUGHT_UP = 1001  # the new voter has not fetched lately or its log ends below the high watermark
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

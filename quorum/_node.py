@@ -762,26 +762,33 @@ class QuorumNode:
         replicas = state.replicas if isinstance(state, LeaderState) else {}
         for node_id in sorted(self._voter_ids | set(replicas)):
             voter = self._voters.get(node_id)
-            if voter is not None:
-                directory_id = voter.directory_id
-            elif node_id == self.node_id:
-                directory_id = self.config.directory_id
-            else:
-                directory_id = replicas[node_id].directory_id
-            if self._role is Role.LEADER and node_id == self.node_id:
+            own = node_id == self.node_id
+            replica = replicas.get(node_id)
+            fetching_directory_id = self.config.directory_id if own else (replica.directory_id if replica else None)
+            if self._role is Role.LEADER and own:
                 # A leader is current with itself at every tick.
-                description = ReplicaDescription(
-                    node_id, self._log.end_offset, self._tick * self.config.tick_ms, directory_id
-                )
-            elif self._role is Role.LEADER and node_id in replicas:
-                replica = replicas[node_id]
+                progress = (self._log.end_offset, self._tick * self.config.tick_ms)
+            elif replica is not None:
                 last_ms = None if replica.last_fetch_tick is None else replica.last_fetch_tick * self.config.tick_ms
-                description = ReplicaDescription(node_id, replica.end_offset, last_ms, directory_id)
-            elif node_id == self.node_id:
-                description = ReplicaDescription(node_id, self._log.end_offset, None, directory_id)
+                progress = (replica.end_offset, last_ms)
+            elif own:
+                progress = (self._log.end_offset, None)
             else:
-                description = ReplicaDescription(node_id, None, None, directory_id)
-            (voters if voter is not None else observers).append(description)
+                progress = (None, None)
+            # A voter's id fetching with another disk (KIP-853: a wiped disk
+            # formatted anew) is an observer until it is added; the voter it
+            # replaces shows no progress.
+            another_disk = (
+                voter is not None
+                and voter.directory_id is not None
+                and fetching_directory_id is not None
+                and fetching_directory_id != voter.directory_id
+            )
+            if voter is None or another_disk:
+                observers.append(ReplicaDescription(node_id, *progress, fetching_directory_id))
+            if voter is not None:
+                shown = (None, None) if another_disk else progress
+                voters.append(ReplicaDescription(node_id, *shown, voter.directory_id))
         return QuorumDescription(
             node_id=self.node_id,
             role=self._role,
@@ -918,21 +925,24 @@ class QuorumNode:
         """
         leader = self._reconfiguring_leader()
         if voter.node_id in self._voters:
-            raise ReconfigurationError(f"node {voter.node_id} is already a voter")
+            raise ReconfigurationError(f"node {voter.node_id} is already a voter", ErrorCode.DUPLICATE_VOTER)
         replica = leader.replicas.get(voter.node_id)
         window = self.config.ticks(self.config.fetch_timeout_ms)
         if replica is None or replica.last_fetch_tick is None or self._tick - replica.last_fetch_tick >= window:
             raise ReconfigurationError(
-                f"node {voter.node_id} has not fetched from this leader within the fetch timeout"
+                f"node {voter.node_id} has not fetched from this leader within the fetch timeout",
+                ErrorCode.VOTER_NOT_CAUGHT_UP,
             )
         if voter.directory_id is not None and replica.directory_id != voter.directory_id:
             raise ReconfigurationError(
-                f"node {voter.node_id} fetches with directory {replica.directory_id}, not {voter.directory_id}"
+                f"node {voter.node_id} fetches with directory {replica.directory_id}, not {voter.directory_id}",
+                ErrorCode.VOTER_NOT_CAUGHT_UP,
             )
         if replica.end_offset is None or replica.end_offset < self._hw:
             raise ReconfigurationError(
                 f"node {voter.node_id} is not caught up: its log ends at {replica.end_offset},"
-                f" the high watermark is {self._hw}"
+                f" the high watermark is {self._hw}",
+                ErrorCode.VOTER_NOT_CAUGHT_UP,
             )
         if voter.directory_id is None and replica.directory_id is not None:
             # The voter is the replica that proved itself caught up: its disk.
@@ -951,7 +961,7 @@ class QuorumNode:
         self._reconfiguring_leader()
         voter = self._voters.get(node_id)
         if voter is None or (directory_id is not None and voter.directory_id not in (None, directory_id)):
-            raise ReconfigurationError(f"node {node_id} (directory {directory_id}) is not a voter")
+            raise ReconfigurationError(f"node {node_id} (directory {directory_id}) is not a voter", ErrorCode.VOTER_NOT_FOUND)
         if len(self._voters) == 1:
             raise ReconfigurationError(f"node {node_id} is the last voter")
         return self._append_voter_set(self._voters.without(node_id))
@@ -975,10 +985,13 @@ class QuorumNode:
         if self._role is not Role.LEADER:
             raise NotLeaderError(self._leader_hint(), self._epoch)
         if not self.leader_has_committed_own_epoch:
-            raise ReconfigurationError("the leader has not yet committed a record of its own epoch")
+            raise ReconfigurationError(
+                "the leader has not yet committed a record of its own epoch", ErrorCode.VOTER_CHANGE_IN_PROGRESS
+            )
         if self.voter_change_pending:
             raise ReconfigurationError(
-                f"the voter change at offset {self._voter_records[-1][0]} is not yet committed: one change at a time"
+                f"the voter change at offset {self._voter_records[-1][0]} is not yet committed: one change at a time",
+                ErrorCode.VOTER_CHANGE_IN_PROGRESS,
             )
         return self._leading
 

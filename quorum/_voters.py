@@ -185,6 +185,15 @@ class VoterSet:
         return cls(tuple(voters))
 
 
+def endpoint_address(endpoint: str) -> tuple[str, int]:
+    """A voter's ``HOST:PORT`` endpoint (``[::1]:9093`` for IPv6) as
+    ``(host, port)``. Raises ``ValueError`` for anything else."""
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"endpoint {endpoint!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
 def voter_set_problem(data: bytes) -> str | None:
     """Why ``data`` is not a valid ``VOTERS`` payload, or None."""
     try:

@@ -3,6 +3,8 @@
     kraft-quorum node --node-id 1 --voters 1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093 --data-dir data/1 \
         --tls-ca certs/ca.pem --tls-cert certs/node-1.pem --tls-key certs/node-1-key.pem   # or --plaintext
     kraft-quorum describe --bootstrap 127.0.0.1:9091 --status
+    kraft-quorum add-voter --bootstrap 1@127.0.0.1:9091 --node-id 4 --directory-id ID --endpoint 127.0.0.1:9094
+    kraft-quorum remove-voter --bootstrap 1@127.0.0.1:9091 --node-id 3 --directory-id ID
     kraft-quorum write --bootstrap 1@127.0.0.1:9091 KEY VALUE
     kraft-quorum read --bootstrap 1@127.0.0.1:9091 KEY
     kraft-quorum dump-log data/1
@@ -64,7 +66,11 @@ def node_options(command: Any) -> Any:
 _NODE_OPTIONS = [
     click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="A TOML file of these options."),
     click.option("--node-id", type=int),
-    click.option("--voters", help="ID@HOST:PORT,... for every voter (Kafka's controller.quorum.voters)."),
+    click.option(
+        "--voters",
+        help="ID@HOST:PORT,... for every voter (Kafka's controller.quorum.voters); not needed with a --data-dir "
+        "formatted with --initial-voters or --standalone (its meta.json names them).",
+    ),
     click.option("--listen", help="HOST:PORT to listen on (default: this node's voter address)."),
     click.option("--data-dir", type=click.Path(file_okay=False), help="Where the log lives (default: in memory)."),
     click.option("--cluster-id", default=None, help="Refuse peers of other clusters.  [default: pykraft]"),
@@ -108,6 +114,12 @@ _NODE_OPTIONS = [
     click.option("--acl-file", type=click.Path(exists=True, dir_okay=False), help="Who may administer and read (reloaded on SIGHUP)."),
     click.option(
         "--plaintext", is_flag=True, default=None, help="Run without TLS (teaching, quick starts): this or the --tls-* files."
+    ),
+    click.option(
+        "--auto-join/--no-auto-join",
+        default=None,
+        help="With a --data-dir formatted for dynamic voters: once caught up, add this disk as a voter "
+        "(KIP-853 auto-join); never again once it has been one (an operator removed it).",
     ),
     click.option("--log-level", default="INFO", show_default=True),
 ]
@@ -154,7 +166,7 @@ _SETTINGS_KEYS = frozenset(
         "node_id", "voters", "cluster_id", "listen", "data_dir", "fsync", "metrics_listen", "metrics_enabled", "event_log",
         "snapshot_every_records", "retention_bytes", "retention_ms", "quorum",
         "election_timeout_ms", "fetch_timeout_ms", "check_quorum", "pre_vote", "on_damage",
-        "tls_ca", "tls_cert", "tls_key", "acl_file", "plaintext",
+        "tls_ca", "tls_cert", "tls_key", "acl_file", "plaintext", "auto_join",
     }
     | _CONNECTION_LIMIT_KEYS
 )  # fmt: skip
@@ -164,9 +176,14 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
     unknown = sorted(set(settings) - _SETTINGS_KEYS)
     if unknown:
         raise ValueError(f"unknown settings: {', '.join(unknown)} (known: {', '.join(sorted(_SETTINGS_KEYS))})")
-    if "node_id" not in settings or "voters" not in settings:
-        raise ValueError("--node-id and --voters are required (or give them in --config)")
-    voters = settings["voters"]
+    if "node_id" not in settings:
+        raise ValueError("--node-id is required (or give it in --config)")
+    if "voters" not in settings and "data_dir" not in settings:
+        raise ValueError(
+            "--voters is required (or give it in --config), unless --data-dir was formatted with "
+            "kraft-quorum format --initial-voters or --standalone"
+        )
+    voters = settings.get("voters", {})
     quorum = {
         key: settings[key]
         for key in ("election_timeout_ms", "fetch_timeout_ms", "check_quorum", "pre_vote")
@@ -192,6 +209,7 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
         tls=tls,
         plaintext=tls is None,
         acl_file=settings.get("acl_file"),
+        auto_join=bool(settings.get("auto_join", False)),
     )
 
 
@@ -209,15 +227,90 @@ async def serve_until_signalled(config: NodeConfig, open_node: Any) -> None:
             config.node_id,
         )
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async with open_node(config) as node:
+        async with open_node(config) as node, trio.open_nursery() as nursery:
             log.info("node %d serving on port %s", node.node_id, node.listen_port)
+            if config.auto_join:
+                nursery.start_soon(auto_join, node, config)
             async for signum in signals:
                 if signum == signal.SIGHUP:
                     reload_on_sighup(node, log)
                     continue
                 log.info("node %d got %s: shutting down", node.node_id, signal.Signals(signum).name)
                 break
+            nursery.cancel_scope.cancel()
     log.info("node %d stopped", config.node_id)
+
+
+#: Written into the data directory the first time this disk is a voter:
+#: from then on auto-join never adds it again (an operator who removes it
+#: means it; Kafka 4.2's auto-join re-added such a voter).
+AUTO_JOIN_MARKER = "auto-join-was-voter.json"
+
+
+def auto_join_action(node: Any, node_id: int, was_voter: bool) -> str:
+    """What auto-join does now (KIP-853 ``controller.quorum.auto.join.enable``),
+    from the core's view ``node`` (a ``QuorumNode``): "voter" (this disk is a
+    voter: remember it), "removed" (it was one and is not: never again),
+    "id-taken" (the voter set holds this node id with another directory: an
+    operator removes that one first), "wait" (no leader, or not caught up)
+    or "join". Pure: reads the node, does nothing."""
+    if node.is_voter:
+        return "voter"
+    if was_voter:
+        return "removed"
+    if node_id in node.voters:
+        return "id-taken"
+    if node.leader_id is None or node.repairing is not None or node.log.end_offset < node.high_watermark:
+        return "wait"
+    return "join"
+
+
+async def auto_join(node: Any, config: NodeConfig) -> None:
+    """Add this disk as a voter once it is caught up, then remember that it
+    was one (``AUTO_JOIN_MARKER``, fsynced) and never add it again. Asks
+    the leader every fetch timeout while the action is "join"; a refusal
+    is logged and asked again later."""
+    from .client import QuorumClient, QuorumClientError
+    from .storage import atomic_write_json
+
+    log = logging.getLogger("pykraft.node")
+    core, marker = node.runtime.node, Path(config.data_dir) / AUTO_JOIN_MARKER
+    was_voter = [marker.exists()]
+    said = None
+    interval_s = core.config.fetch_timeout_ms / 1000
+    endpoint = f"{config.listen[0]}:{config.listen[1]}"
+
+    def remember_being_a_voter() -> None:
+        # In the core task, on every change of the voter set: durable before
+        # any later record (a removal) is handled, however quick.
+        if core.is_voter and not was_voter[0]:
+            atomic_write_json(marker, {"directory_id": core.config.directory_id}, fsync=config.fsync)
+            was_voter[0] = True
+
+    node.runtime.watch_voter_set(remember_being_a_voter)
+    while True:
+        action = auto_join_action(core, config.node_id, was_voter[0])
+        if action != said and action in ("voter", "removed", "id-taken"):
+            text = {
+                "voter": "is a voter with directory %s: auto-join will not add it again once removed",
+                "removed": "directory %s was a voter and was removed: auto-join does not add it again",
+                "id-taken": "the voter set holds this node id with another directory: remove-voter it to let %s join",
+            }[action]
+            log.info("node %d: " + text, config.node_id, core.config.directory_id)
+        said = action
+        if action == "join":
+            leader = core.leader_id
+            known = core.voters.get(leader)
+            address = known.endpoints[0] if known is not None and known.endpoints else "%s:%d" % config.voters[leader]
+            try:
+                async with QuorumClient(
+                    [f"{leader}@{address}"], cluster_id=config.cluster_id, tls=config.tls, retry_timeout_s=interval_s
+                ) as client:
+                    offset = await client.add_voter(config.node_id, core.config.directory_id, [endpoint])
+                log.info("node %d: auto-join: added as a voter at offset %d", config.node_id, offset)
+            except QuorumClientError as error:
+                log.info("node %d: auto-join: not added yet: %s", config.node_id, error)
+        await trio.sleep(interval_s)
 
 
 def reload_on_sighup(node: Any, log: logging.Logger) -> None:
@@ -337,7 +430,13 @@ def describe_command(bootstrap: str, cluster_id: str, timeout_s: float, view: st
                     "repairing": answer.repairing,
                     "repairing_voters": None if answer.repairing_voters is None else list(answer.repairing_voters),
                     "replicas": [
-                        {"kind": kind, "node_id": r.node_id, "log_end_offset": r.log_end_offset, "last_fetch_ms": r.last_fetch_ms}
+                        {
+                            "kind": kind,
+                            "node_id": r.node_id,
+                            "log_end_offset": r.log_end_offset,
+                            "last_fetch_ms": r.last_fetch_ms,
+                            "directory_id": r.directory_id,
+                        }
                         for kind, r in replicas
                     ],
                     **({"certificates": expiry} if expiry else {}),
@@ -357,13 +456,18 @@ def describe_command(bootstrap: str, cluster_id: str, timeout_s: float, view: st
             warning = "   WARNING: renew it" if item["days_left"] < EXPIRY_WARNING_DAYS else ""
             click.echo(f"CertificateExpiry: {item['whose']} {item['not_after']} ({item['days_left']:.1f} days){warning}")
         return
-    click.echo(f"{'NodeId':>8} {'LogEndOffset':>14} {'Lag':>8} {'LastFetchMs':>12}  Status")
+    # Directory ids (KIP-853) exist only in a cluster with dynamic voters:
+    # the column a static cluster would fill with dashes is left out.
+    directories = any(replica.directory_id is not None for _, replica in replicas)
+    directory_header = f" {'DirectoryId':<32}" if directories else ""
+    click.echo(f"{'NodeId':>8} {'LogEndOffset':>14} {'Lag':>8} {'LastFetchMs':>12}{directory_header}  Status")
     for kind, replica in replicas:
         lag = "-" if replica.log_end_offset is None else max(0, answer.high_watermark - replica.log_end_offset)
         status = "Leader" if replica.node_id == answer.leader_id else kind.capitalize()
         last = "-" if replica.last_fetch_ms is None else replica.last_fetch_ms
         end = "-" if replica.log_end_offset is None else replica.log_end_offset
-        click.echo(f"{replica.node_id:>8} {end:>14} {lag:>8} {last:>12}  {status}")
+        directory = f" {replica.directory_id or '-':<32}" if directories else ""
+        click.echo(f"{replica.node_id:>8} {end:>14} {lag:>8} {last:>12}{directory}  {status}")
     for line in _storage_lines(answer):
         click.echo(line)
 
@@ -442,6 +546,73 @@ def read_command(bootstrap: str, cluster_id: str, timeout_s: float, mode: str, k
     click.echo(f"{key} = {shown}   (version {version}, read at offset {offset}, {mode})")
 
 
+@main.command("add-voter")
+@_bootstrap_option
+@_cluster_option
+@timeout_option
+@click.option("--node-id", required=True, type=click.IntRange(min=0), help="The replica to make a voter.")
+@click.option(
+    "--directory-id",
+    required=True,
+    help="Its data directory's id (format printed it; describe --replication shows it for an observer).",
+)
+@click.option("--endpoint", "endpoints", required=True, multiple=True, help="HOST:PORT it listens on (repeatable).")
+@tls_client_options
+def add_voter_command(
+    bootstrap: str, cluster_id: str, timeout_s: float, node_id: int, directory_id: str, endpoints: tuple[str, ...],
+    **tls_options: Any,
+) -> None:  # fmt: skip
+    """Make a caught-up observer a voter (KIP-853 AddRaftVoter; with TLS
+    the client's principal needs ``admin``). The leader refuses a replica
+    that has not fetched lately or lags behind the high watermark, and any
+    change while another is not yet committed (retried until --timeout-s)."""
+    try:
+        for endpoint in endpoints:
+            _address(endpoint)
+        Voter(node_id, directory_id, tuple(endpoints))
+    except ValueError as error:
+        raise click.UsageError(f"bad voter: {error}") from error
+    tls = client_tls(**tls_options)
+
+    async def run() -> int:
+        async with _client(bootstrap, cluster_id, timeout_s, tls) as client:
+            return await client.add_voter(node_id, directory_id, list(endpoints))
+
+    offset = trio.run(run)
+    click.echo(f"voter {node_id} (directory {directory_id}) added: the change committed at offset {offset}")
+
+
+@main.command("remove-voter")
+@_bootstrap_option
+@_cluster_option
+@timeout_option
+@click.option("--node-id", required=True, type=click.IntRange(min=0), help="The voter to remove.")
+@click.option(
+    "--directory-id",
+    help="Remove it only if this is its directory id (the disk being replaced; describe --replication shows it).",
+)
+@tls_client_options
+def remove_voter_command(
+    bootstrap: str, cluster_id: str, timeout_s: float, node_id: int, directory_id: str | None, **tls_options: Any
+) -> None:
+    """Remove a voter (KIP-853 RemoveRaftVoter; with TLS the client's
+    principal needs ``admin``). A leader that removes itself hands over
+    once the change is committed."""
+    try:
+        Voter(node_id, directory_id)
+    except ValueError as error:
+        raise click.UsageError(f"bad voter: {error}") from error
+    tls = client_tls(**tls_options)
+
+    async def run() -> int:
+        async with _client(bootstrap, cluster_id, timeout_s, tls) as client:
+            return await client.remove_voter(node_id, directory_id)
+
+    offset = trio.run(run)
+    shown = "" if directory_id is None else f" (directory {directory_id})"
+    click.echo(f"voter {node_id}{shown} removed: the change committed at offset {offset}")
+
+
 @main.command(
     "dump-log",
     params=list(dump_log_command.params),
@@ -487,6 +658,12 @@ def parse_initial_voters(text: str) -> tuple[Voter, ...]:
 @click.option("--standalone", is_flag=True, help="A dynamic-voter cluster of this node alone; add the others later.")
 @click.option("--listen", help="HOST:PORT this node listens on (with --standalone).")
 @click.option("--directory-id", help="Use this directory id instead of a fresh random one (ids given to --initial-voters).")
+@click.option(
+    "--join",
+    is_flag=True,
+    help="This disk joins a running cluster (a new node, or a replaced disk): a fresh directory id even if "
+    "--initial-voters names this node, so it starts as an observer until add-voter.",
+)
 def format_command(
     data_dir: Path,
     node_id: int,
@@ -495,6 +672,7 @@ def format_command(
     standalone: bool,
     listen: str | None,
     directory_id: str | None,
+    join: bool,
 ) -> None:
     """Format an empty DATA_DIR: node id, cluster id and a fresh random
     directory id in meta.json (KIP-853). Without --initial-voters or
@@ -504,10 +682,23 @@ def format_command(
         if standalone and initial_voters:
             raise ValueError("give --standalone or --initial-voters, not both")
         voters: tuple[Voter, ...] = ()
+        if join and not initial_voters:
+            raise ValueError("--join needs --initial-voters: the cluster's first voter set, as its nodes were formatted")
+        if join and standalone:
+            raise ValueError("give --join or --standalone, not both")
         if initial_voters:
             voters = parse_initial_voters(initial_voters)
             mine = [voter for voter in voters if voter.node_id == node_id]
-            if mine and directory_id is None:
+            if join:
+                # KIP-853: a replaced disk is another replica. Taking the id
+                # the list names would let it vote as the disk it replaces,
+                # whose votes and acknowledgements were lost with it.
+                if mine and directory_id == mine[0].directory_id:
+                    raise ValueError(
+                        f"--join takes a fresh directory id: {directory_id} is the one node {node_id}'s old disk had"
+                    )
+                directory_id = directory_id or new_directory_id()
+            elif mine and directory_id is None:
                 # This node is one of the initial voters: its directory id is
                 # the one the list names, or no other node could count it.
                 directory_id = mine[0].directory_id

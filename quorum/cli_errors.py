@@ -131,7 +131,14 @@ def _describe_quorum_error(error: QuorumError) -> click.ClickException:
     # Imported here, not at the top: a command line that never talks to a
     # cluster or a disk (``jepsen-like check``) must not load the runtime,
     # storage or client to be able to report its own errors.
-    from .client import IndeterminateError, NotAuthorizedError, QuorumClientError, TlsRequiredError, WrongClusterError
+    from .client import (
+        IndeterminateError,
+        NotAuthorizedError,
+        QuorumClientError,
+        TlsRequiredError,
+        VoterChangeRefusedError,
+        WrongClusterError,
+    )
     from .storage import StorageError
 
     text = _sentence(str(error))
@@ -150,6 +157,8 @@ def _describe_quorum_error(error: QuorumError) -> click.ClickException:
     if isinstance(error, TlsRequiredError):
         # The sentence says what to give; nothing was acted on.
         return CommandError(text, exit_code=EXIT_USAGE)
+    if isinstance(error, VoterChangeRefusedError):
+        return CommandError(text, hint=_VOTER_CHANGE_HINTS.get(error.code.name), exit_code=EXIT_FAILED)
     if isinstance(error, IndeterminateError):
         return CommandError(
             text, hint="The request may or may not have taken effect: read before you retry it.", exit_code=EXIT_UNREACHABLE
@@ -163,6 +172,17 @@ def _describe_quorum_error(error: QuorumError) -> click.ClickException:
     if isinstance(error, QuorumInvariantError):
         return _unexpected(error)
     return CommandError(text, exit_code=EXIT_FAILED)
+
+
+# What to do when the leader refuses a voter change (docs/operations.md,
+# "Replacing a voter"), by the answer's error code.
+_VOTER_CHANGE_HINTS = {
+    "VOTER_NOT_CAUGHT_UP": "Start the node (as an observer), wait until describe --replication shows it caught up, then retry.",
+    "DUPLICATE_VOTER": "It is a voter already (describe shows the set); to replace its disk, remove-voter it first.",
+    "VOTER_NOT_FOUND": "Check the node id and --directory-id against kraft-quorum describe --replication.",
+    "INVALID_REQUEST": "A static voter set (not formatted with --initial-voters or --standalone) cannot change, "
+    "nor can the last voter be removed.",
+}
 
 
 def _describe_os_error(error: OSError, listen_addresses: list[str] | tuple[str, ...]) -> click.ClickException:

@@ -39,6 +39,7 @@ from ._messages import ErrorCode
 from ._node import QuorumError
 from .wire import (
     ClusterIdMismatchError,
+    AddVoterRequest,
     ApplicationRequest,
     ApplicationResponse,
     DescribeQuorumRequest,
@@ -50,6 +51,8 @@ from .wire import (
     ReadRequest,
     ReadResponse,
     RemoteProtocolError,
+    RemoveVoterRequest,
+    VoterChangeResponse,
     decode_message,
     encode_message,
 )
@@ -73,6 +76,18 @@ class WrongClusterError(QuorumClientError):
 class NotAuthorizedError(QuorumClientError):
     """The server refused the request: this client's principal may not make
     it (CLUSTER_AUTHORIZATION_FAILED). It certainly did not happen."""
+
+
+class VoterChangeRefusedError(QuorumClientError):
+    """The leader refused an AddVoter or RemoveVoter request (KIP-853):
+    ``code`` is the ``ErrorCode`` (VOTER_CHANGE_IN_PROGRESS,
+    VOTER_NOT_CAUGHT_UP, DUPLICATE_VOTER, VOTER_NOT_FOUND,
+    INVALID_REQUEST), ``reason`` the leader's sentence. Nothing changed."""
+
+    def __init__(self, address: str, code: ErrorCode, reason: str) -> None:
+        super().__init__(f"{address} refused the voter change: {code.name}: {reason}")
+        self.code = code
+        self.reason = reason
 
 
 class IndeterminateError(QuorumClientError):
@@ -388,10 +403,24 @@ class QuorumClient:
                     await trio.sleep(min(backoff_s, max(0.0, deadline - trio.current_time())))
                     backoff_s = min(backoff_s * 2, 0.5)
                 continue
+            if error_code is not ErrorCode.NONE and type(response) is VoterChangeResponse:
+                refused = VoterChangeRefusedError(connection.address, error_code, response.message)
+                if error_code not in (ErrorCode.VOTER_CHANGE_IN_PROGRESS, ErrorCode.VOTER_NOT_CAUGHT_UP):
+                    raise refused
+                # Nothing happened, and it may soon: the change before is
+                # about to commit (KIP-853, one at a time), or the new voter,
+                # fetching, reaches the high watermark as it moves under
+                # load. Ask again shortly, until the retry timeout.
+                last_error = refused
+                await trio.sleep(min(backoff_s, max(0.0, deadline - trio.current_time())))
+                backoff_s = min(backoff_s * 2, 0.5)
+                continue
             if error_code is not ErrorCode.NONE:
                 raise QuorumClientError(f"{connection.address} answered {error_code.name}")
             self._last_answered_by = connection.server
             return response
+        if isinstance(last_error, VoterChangeRefusedError):
+            raise last_error  # the leader's own reason says what to do
         # The last failure is the cause: a NoAnswerError or other
         # IndeterminateError there means a retried request was in flight.
         raise QuorumClientError(f"no node served the request within {self.retry_timeout_s} s: {last_error}") from last_error
@@ -438,12 +467,14 @@ class QuorumClient:
 
     async def describe(self) -> DescribeQuorumResponse:
         """DescribeQuorum from the first node that answers (not necessarily
-        the leader: its view may lag). Asked in version 3 (the answering
-        node's id, disk failure and repair, and a leader's repairing
-        voters); a node that refuses it (an older pykraft: INVALID_REQUEST,
-        "version 3 is not supported") is asked again in version 2, then 1,
-        whose answers have ``repairing_voters`` (and, in 1, ``repairing``)
-        None. Raises what ``_call`` raises."""
+        the leader: its view may lag). Asked in version 3 (each replica's
+        directory id and a leader's repairing voters; version 2 added the
+        answering node's id, disk failure and repair); a node that refuses
+        a version (an older pykraft: INVALID_REQUEST, "version N is not
+        supported") is asked again in the one before, which this client
+        then keeps to: a version-2 answer has no directory ids and
+        ``repairing_voters`` None, a version-1 answer has ``repairing``
+        None too. Raises what ``_call`` raises."""
         while self._describe_version > 1:
             version = self._describe_version
             try:
@@ -453,3 +484,28 @@ class QuorumClient:
                     raise
                 self._describe_version = version - 1
         return await self._call(DescribeQuorumRequest(version=1), retry_indeterminate=True)
+
+    async def add_voter(self, node_id: int, directory_id: str | None, endpoints: list[str]) -> int:
+        """KIP-853 AddRaftVoter at the leader: add replica ``node_id`` with
+        data directory ``directory_id`` (None: whichever fetches under that
+        id now), listening on ``endpoints`` ("host:port"). Returns the
+        offset of the committed VOTERS record. Raises ``ValueError`` for a
+        bad argument, ``VoterChangeRefusedError`` (nothing changed; a change
+        in progress and a voter not yet caught up are asked again until the
+        retry timeout),
+        ``IndeterminateError`` (the connection failed with the request in
+        flight: describe the quorum to see whether it happened),
+        ``QuorumClientError`` (no leader served it in time)."""
+        request = AddVoterRequest(node_id=node_id, directory_id=directory_id, endpoints=tuple(endpoints))
+        response: VoterChangeResponse = await self._call(request, retry_indeterminate=False)
+        assert response.offset is not None
+        return response.offset
+
+    async def remove_voter(self, node_id: int, directory_id: str | None = None) -> int:
+        """KIP-853 RemoveRaftVoter at the leader: remove voter ``node_id``
+        (only if its directory is ``directory_id``, when given). Returns and
+        raises as ``add_voter``."""
+        request = RemoveVoterRequest(node_id=node_id, directory_id=directory_id)
+        response: VoterChangeResponse = await self._call(request, retry_indeterminate=False)
+        assert response.offset is not None
+        return response.offset

@@ -26,13 +26,16 @@ from typing import Any
 
 import trio
 
-from .._access import AccessControlList, Operation, Principal
+from .._access import AccessControlList, Operation, Principal, PrincipalKind
 from .._config import QuorumConfig
 from .._messages import ErrorCode
+from .._errors import ReconfigurationError
 from .._node import NotLeaderError, QuorumDescription
-from ..storage import FileStorage, MemoryStorage, RetentionPolicy
+from .._voters import Voter, endpoint_address
+from ..storage import DataDirIdentity, FileStorage, MemoryStorage, RetentionPolicy, read_data_dir_identity
 from ..wire import (
     NODE_LIMITS,
+    AddVoterRequest,
     ApplicationRequest,
     ApplicationResponse,
     DescribeQuorumRequest,
@@ -42,9 +45,11 @@ from ..wire import (
     ProposeResponse,
     ReadRequest,
     ReadResponse,
+    RemoveVoterRequest,
+    VoterChangeResponse,
 )
 from ._metrics import Metrics, serve_metrics
-from ._runtime import LeaderApplication, ProposalLostError, QuorumRuntime, ReadNotConfirmedError
+from ._runtime import LeaderApplication, ProposalLostError, ProposalOutcomeUnknownError, QuorumRuntime, ReadNotConfirmedError
 from ._state_machine import KeyValueStateMachine, StateMachine
 from ._acl_file import AclFile
 from ._tcp import ConnectionLimits, TcpTransport
@@ -120,7 +125,12 @@ class NodeConfig:
     """Everything one node process needs.
 
     ``voters`` maps every voter's id to its address. A node whose id is not
-    among them is an observer and must give ``listen``. ``data_dir`` None
+    among them is an observer and must give ``listen``. A ``data_dir``
+    formatted for dynamic voters (``kraft-quorum format --initial-voters``
+    or ``--standalone``, KIP-853) supplies them itself: its ``meta.json``
+    names the bootstrap voters with their endpoints (added to ``voters``,
+    which may then be empty) and this disk's directory id; the voter set
+    then changes at run time (``kraft-quorum add-voter``). ``data_dir`` None
     keeps everything in memory (tests, throwaway prototypes). ``quorum``
     overrides ``QuorumConfig`` fields (``election_timeout_ms``, ...).
     ``connection_limits`` bounds what peers and clients may cost the node
@@ -135,7 +145,7 @@ class NodeConfig:
     """
 
     node_id: int
-    voters: dict[int, tuple[str, int]]
+    voters: dict[int, tuple[str, int]] = field(default_factory=dict)
     cluster_id: str = "pykraft"
     listen: tuple[str, int] | None = None
     data_dir: Path | str | None = None
@@ -157,9 +167,28 @@ class NodeConfig:
     tls: TlsConfig | None = None
     plaintext: bool = False
     acl_file: Path | str | None = None
+    # KIP-853 auto-join, done by the node processes (``quorum.cli.auto_join``):
+    # needs a data directory formatted for dynamic voters.
+    auto_join: bool = False
+    # What ``data_dir``'s meta.json says (read at construction), or None.
+    identity: DataDirIdentity | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         check_transport_choice(self.tls, self.plaintext)
+        if self.data_dir is not None:
+            self.identity = read_data_dir_identity(self.data_dir)
+        if self.identity is not None and self.identity.bootstrap_voters:
+            self.voters = {**_bootstrap_addresses(self.identity.bootstrap_voters), **self.voters}
+        if not self.voters:
+            raise ValueError(
+                "no voters: give the voters' addresses, or a data directory formatted with "
+                "--initial-voters or --standalone (kraft-quorum format)"
+            )
+        if self.auto_join and (self.identity is None or not self.identity.bootstrap_voters):
+            raise ValueError(
+                "auto_join needs a data directory formatted for dynamic voters "
+                "(kraft-quorum format --initial-voters or --standalone)"
+            )
         if self.acl_file is not None and self.tls is None:
             raise ValueError("acl_file needs tls: on a plaintext listener nobody is authenticated")
         if not self.metrics_enabled and self.metrics_listen is not None:
@@ -175,7 +204,30 @@ class NodeConfig:
             self.listen = self.voters[self.node_id]
 
     def quorum_config(self) -> QuorumConfig:
-        return QuorumConfig(node_id=self.node_id, voters=tuple(self.voters), **self.quorum)
+        """The core's configuration: ``quorum``'s settings, with the
+        directory id and bootstrap voters of ``data_dir``'s meta.json when
+        it has them. Raises ``ValueError`` when ``quorum`` names another
+        directory id or other bootstrap voters than the disk's."""
+        settings = dict(self.quorum)
+        identity = self.identity
+        if identity is not None:
+            for name, stored in (("directory_id", identity.directory_id), ("bootstrap_voters", identity.bootstrap_voters)):
+                if not stored:
+                    continue
+                given = settings.setdefault(name, stored)
+                if (tuple(given) if name == "bootstrap_voters" else given) != stored:
+                    raise ValueError(f"quorum setting {name} {given!r} differs from {self.data_dir}'s meta.json: {stored!r}")
+        if settings.get("bootstrap_voters"):
+            # Dynamic voters: the set comes from the disk and the log, and
+            # ``voters`` is only where to reach them.
+            return QuorumConfig(node_id=self.node_id, **settings)
+        return QuorumConfig(node_id=self.node_id, voters=tuple(self.voters), **settings)
+
+
+def _bootstrap_addresses(voters: Sequence[Voter]) -> dict[int, tuple[str, int]]:
+    """Each bootstrap voter's first endpoint, as an address. Raises
+    ``ValueError`` for an endpoint that is not ``HOST:PORT``."""
+    return {voter.node_id: endpoint_address(voter.endpoints[0]) for voter in voters if voter.endpoints}
 
 
 class QuorumNodeHandle:
@@ -272,9 +324,39 @@ class QuorumNodeHandle:
         return self.runtime.statistics()
 
 
+async def handle_voter_change(runtime: QuorumRuntime, request: AddVoterRequest | RemoveVoterRequest) -> VoterChangeResponse:
+    """Serve a KIP-853 AddVoter or RemoveVoter request on this node: the
+    leader appends the change and answers once it is committed; every
+    refusal is an answer (NOT_LEADER with the leader hint, or the
+    ``ReconfigurationError``'s code and reason), logged once."""
+    if isinstance(request, AddVoterRequest):
+        what = f"add voter {request.node_id} (directory {request.directory_id})"
+    else:
+        what = f"remove voter {request.node_id} (directory {request.directory_id})"
+    try:
+        if isinstance(request, AddVoterRequest):
+            offset = await runtime.add_voter(Voter(request.node_id, request.directory_id, request.endpoints))
+        else:
+            offset = await runtime.remove_voter(request.node_id, request.directory_id)
+    except NotLeaderError as error:
+        return VoterChangeResponse(error=ErrorCode.NOT_LEADER, leader_hint=error.leader_id, message=str(error))
+    except ReconfigurationError as error:
+        logger.info("node %d: refused to %s: %s", runtime.config.node_id, what, error.reason)
+        return VoterChangeResponse(error=error.code, leader_hint=runtime.node.leader_id, message=error.reason)
+    except (ProposalLostError, ProposalOutcomeUnknownError) as error:
+        # A new leader's log replaced (or may have replaced) the change:
+        # the client asks the new leader, whose voter set tells the truth.
+        logger.info("node %d: %s: %s", runtime.config.node_id, what, error)
+        return VoterChangeResponse(error=ErrorCode.NOT_LEADER, leader_hint=runtime.node.leader_id, message=str(error))
+    logger.info("node %d: %s: committed at offset %d", runtime.config.node_id, what, offset)
+    return VoterChangeResponse(offset=offset)
+
+
 async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
     """Answer a client's wire request from this node."""
     node = runtime.node
+    if isinstance(request, (AddVoterRequest, RemoveVoterRequest)):
+        return await handle_voter_change(runtime, request)
     try:
         if isinstance(request, ProposeRequest):
             last, answers = await runtime.propose_with_answers(list(request.records))
@@ -371,6 +453,13 @@ def authorize_client_request(
         if principal is None:
             return None
         kind = type(request)
+        if principal.kind is PrincipalKind.NODE and (kind is AddVoterRequest or kind is RemoveVoterRequest):
+            # A node may do anything an ACL grants, but the voter set is the
+            # operator's: a node's certificate only adds that node itself
+            # (auto-join), never another node and never removes one.
+            if kind is AddVoterRequest and request.node_id == principal.member_id:
+                return None
+            return f"{principal} may only add itself as a voter (auto-join), not send this {kind.__name__}"
         if kind is ApplicationRequest and application is not None:
             return application(principal, request.payload, acl.acl)
         operation = Operation.READ if kind is ReadRequest or kind is DescribeQuorumRequest else Operation.ADMIN

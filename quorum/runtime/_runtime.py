@@ -66,12 +66,14 @@ from .._host import (
     ReadNotConfirmedError,
     ReplicaHost,
 )
+from .._errors import NotLeaderError, ReconfigurationError
 from .._messages import ErrorCode, FetchRequest, FetchResponse, Message
 from .._node import QuorumDescription, QuorumNode, Snapshot
 from .._output import Output, Role, RoleChange
 from .._persist import apply_output
 from .._service import ServiceClass, service_class
 from .._types import Entry, SnapshotId
+from .._voters import Voter, endpoint_address
 from ._metrics import Metrics
 from ._state_machine import StateMachine
 from . import _trace
@@ -128,6 +130,11 @@ class Transport(abc.ABC):
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve until cancelled; ``task_status.started()`` once ready."""
+
+    def learn_voter_address(self, node_id: int, address: tuple[str, int]) -> None:
+        """A voter set in force here names voter ``node_id`` at ``address``
+        (KIP-853: added at run time): reach it there from now on. An
+        in-process network needs no addresses: the default does nothing."""
 
 
 @dataclass(slots=True)
@@ -340,6 +347,10 @@ class QuorumRuntime:
         self.application = leader_application
         self.host = self._recover()
         self.node = self.host.core
+        # The voter set whose endpoints the transport was last told of, and
+        # who else wants to hear of a new one (``watch_voter_set``).
+        self._voters_addressed: Any = None
+        self._voter_set_watchers: list[Callable[[], None]] = []
 
     # =====================================================================
     # Startup
@@ -728,8 +739,37 @@ class QuorumRuntime:
             return  # the ticks due were fed before it (_drain_inbox)
         else:  # pragma: no cover - a runtime bug
             raise AssertionError(f"unknown inbox item {kind!r}")
+        if self.node.voters is not self._voters_addressed:
+            self._address_voters()
         if _trace.enabled and kind != "tick":
             _trace.stamp("core-" + kind, item[1] if kind == "persisted" else None)
+
+    def _address_voters(self) -> None:
+        """The voter set changed (a VOTERS record appended, truncated or
+        installed with a snapshot): tell the transport where each voter
+        listens, so that a voter added at run time is reached like the
+        bootstrap ones (its first endpoint; one it cannot parse is logged
+        and left to answer over its own connections)."""
+        voters = self._voters_addressed = self.node.voters
+        for voter in voters.voters:
+            if voter.node_id == self.config.node_id or not voter.endpoints:
+                continue
+            try:
+                address = endpoint_address(voter.endpoints[0])
+            except ValueError as error:
+                logger.warning("node %d: voter %d: %s", self.config.node_id, voter.node_id, error)
+                continue
+            self.transport.learn_voter_address(voter.node_id, address)
+        for watcher in self._voter_set_watchers:
+            watcher()
+
+    def watch_voter_set(self, watcher: Callable[[], None]) -> None:
+        """Call ``watcher()`` in the core task whenever the voter set in
+        force here changes (a VOTERS record appended or truncated, a
+        snapshot installed), before the next input is handled; and once now.
+        It must not block; what it raises stops the node."""
+        self._voter_set_watchers.append(watcher)
+        watcher()
 
     def _observe_voter_fetch(self, voter: int) -> None:
         """A voter's Fetch is served, while this node leads: the time since
@@ -1039,7 +1079,7 @@ class QuorumRuntime:
         self.metrics.on_role_change(event)
         if event.role is Role.LEADER and event.node_id == self.config.node_id:
             now_s = trio.current_time()
-            self._voter_fetch_served_s = {voter: now_s for voter in self.config.voters if voter != event.node_id}
+            self._voter_fetch_served_s = {voter: now_s for voter in self.node.voters.ids if voter != event.node_id}
             self._voter_fetch_gap_max_s = 0.0
             self.metrics.set_gauge("pykraft_quorum_voter_fetch_gap_max_seconds", 0.0, _GAP_MAX_HELP)
         elif event.role is not Role.LEADER:
@@ -1092,6 +1132,14 @@ class QuorumRuntime:
             waiter.resolve(None)
         elif name == "application":
             host.application_request(request[1], lambda answer, error, _offsets: waiter.resolve(answer, error))
+        elif name == "add_voter" or name == "remove_voter":
+            try:
+                if name == "add_voter":
+                    host.add_voter(request[1], done=waiter.resolve)
+                else:
+                    host.remove_voter(request[1], request[2], done=waiter.resolve)
+            except (NotLeaderError, ReconfigurationError) as refused:
+                waiter.resolve(None, refused)
         else:  # pragma: no cover - a runtime bug
             raise AssertionError(f"unknown local call {name!r}")
 
@@ -1157,6 +1205,25 @@ class QuorumRuntime:
         # (see the module docstring).
         self._submit(("clock",))
         return self.host.leader_local_offset()
+
+    async def add_voter(self, voter: Voter) -> int:
+        """Add ``voter`` to the voter set (KIP-853 AddRaftVoter) and wait
+        until the change is committed; returns the VOTERS record's offset.
+        The leader checks that the new voter is caught up (``QuorumNode.add_voter``).
+
+        Raises ``NotLeaderError``, ``ReconfigurationError`` (refused: nothing
+        changed; its ``code`` says why), ``ProposalLostError`` (another
+        leader's record took the offset: it did not happen) or
+        ``ProposalOutcomeUnknownError``. Wrap in ``trio.fail_after`` for a
+        bound: a cancelled wait leaves the outcome unknown."""
+        return await self._call("add_voter", voter)
+
+    async def remove_voter(self, node_id: int, directory_id: str | None = None) -> int:
+        """Remove voter ``node_id`` (with ``directory_id`` when given:
+        KIP-853, the disk being replaced) and wait until the change is
+        committed; returns and raises as ``add_voter``. A leader that
+        removes itself resigns once the change is committed."""
+        return await self._call("remove_voter", node_id, directory_id)
 
     async def resign(self) -> None:
         """Hand leadership over (graceful shutdown)."""

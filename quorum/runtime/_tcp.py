@@ -61,11 +61,13 @@ from .._messages import MESSAGE_TYPES, FetchRequest, FetchResponse, FetchSnapsho
 from .._service import ServiceClass, service_class
 from ..wire import (
     NODE_LIMITS,
+    AddVoterRequest,
     ApplicationRequest,
     DescribeQuorumRequest,
     ErrorFrame,
     ProposeRequest,
     ReadRequest,
+    RemoveVoterRequest,
     FrameDecoder,
     FrameTooLargeError,
     Hello,
@@ -85,7 +87,9 @@ from . import _trace
 logger = logging.getLogger("pykraft.transport")
 
 _QUORUM_MESSAGE_TYPES = frozenset(MESSAGE_TYPES)
-_CLIENT_REQUEST_TYPES = frozenset({ProposeRequest, ReadRequest, DescribeQuorumRequest, ApplicationRequest})
+_CLIENT_REQUEST_TYPES = frozenset(
+    {ProposeRequest, ReadRequest, DescribeQuorumRequest, ApplicationRequest, AddVoterRequest, RemoveVoterRequest}
+)
 _CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 RECONNECT_BACKOFF_MIN_S = 0.02
 RECONNECT_BACKOFF_MAX_S = 1.0
@@ -444,6 +448,21 @@ class TcpTransport(Transport):
             pair[1] += connection.bytes_out
 
     # -- Transport -----------------------------------------------------------------
+
+    def learn_voter_address(self, node_id: int, address: tuple[str, int]) -> None:
+        """Reach voter ``node_id`` at ``address`` from now on, as a
+        bootstrap voter (KIP-853: added at run time). A voter this node
+        already knows keeps its address."""
+        if node_id == self.node_id or node_id in self.peer_addresses:
+            return
+        self.peer_addresses[node_id] = address
+        self.voter_ids = self.voter_ids | {node_id}
+        self._voters = self._voters | {node_id}
+        self._queues[node_id] = deque()
+        self._wakeups[node_id] = trio.Event()
+        logger.info("node %d: voter %d is at %s:%d", self.node_id, node_id, *address)
+        if self._nursery is not None:  # else ``run`` starts its link with the others
+            self._nursery.start_soon(self._peer_link, node_id)
 
     def send(self, message: Message) -> None:
         if type(message) is FetchRequest or type(message) is FetchSnapshotRequest:

@@ -39,6 +39,7 @@ from ._segments import (
     SegmentedLog,
     SegmentInfo,
 )
+from ._files import atomic_write_json
 from ._snapshots import SnapshotStore, SnapshotWriter
 from ._storage import (
     DataDirIdentity,
@@ -48,6 +49,7 @@ from ._storage import (
     RetentionPolicy,
     format_data_dir,
     new_directory_id,
+    read_data_dir_identity,
 )
 
 __all__ = [
@@ -87,6 +89,7 @@ __all__ = [
     "StorageCheck",
     "StorageError",
     "StorageOwnershipError",
+    "atomic_write_json",
     "check_storage",
     "check_storage_report",
     "dump_log",
@@ -95,4 +98,5 @@ __all__ = [
     "format_item",
     "main",
     "new_directory_id",
+    "read_data_dir_identity",
 ]

@@ -69,6 +69,12 @@ def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
         fsync_directory(path.parent)
 
 
+def atomic_write_json(path: Path, fields: dict[str, Any], *, fsync: bool = True) -> None:
+    """``atomic_write`` of ``fields`` as checksummed JSON (``encode_checked_json``):
+    a small durable record beside a node's data. Raises ``OSError``."""
+    atomic_write(path, encode_checked_json(fields), fsync=fsync)
+
+
 def encode_checked_json(fields: dict[str, Any]) -> bytes:
     """Encode ``fields`` as one JSON object with an added ``crc32`` member:
     zlib.crc32 of the canonical JSON (sorted keys, no spaces) of the other

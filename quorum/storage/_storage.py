@@ -786,6 +786,13 @@ def format_data_dir(
     return DataDirIdentity(node_id, cluster_id, directory_id, voters)
 
 
+def read_data_dir_identity(data_dir: str | Path) -> DataDirIdentity | None:
+    """What ``meta.json`` in ``data_dir`` says (read only), or None when
+    there is none (not formatted yet). Raises ``StorageOwnershipError`` for
+    a damaged ``meta.json``, ``OSError``."""
+    return _check_meta(Path(data_dir), None, None, fsync=False)
+
+
 def _identity_from(document: dict[str, Any]) -> DataDirIdentity:
     """Raises ``ValueError`` or ``KeyError`` for a document ``format`` (or
     a first open) would not have written."""

@@ -20,6 +20,7 @@ See docs/protocol.md for the format. Typical use by a runtime::
 
 from ._client_messages import (
     CLIENT_MESSAGE_TYPES,
+    AddVoterRequest,
     ApplicationRequest,
     ApplicationResponse,
     READ_MODES,
@@ -29,6 +30,8 @@ from ._client_messages import (
     ProposeResponse,
     ReadRequest,
     ReadResponse,
+    RemoveVoterRequest,
+    VoterChangeResponse,
 )
 from ._codec import Decoded, decode_message, encode_message
 from ._connection_messages import HELLO_ROLES, ErrorFrame, Hello
@@ -49,6 +52,7 @@ from ._frames import FRAME_BYTES_MAX, FRAME_HEADER_BYTES, FrameDecoder, encode_f
 from ._schema import DEFAULT_LIMITS, MESSAGE_TYPE_CODES, NODE_LIMITS, PROTOCOL_VERSION, WireLimits
 
 __all__ = [
+    "AddVoterRequest",
     "ApplicationRequest",
     "ApplicationResponse",
     "CLIENT_MESSAGE_TYPES",
@@ -80,9 +84,11 @@ __all__ = [
     "ReadRequest",
     "ReadResponse",
     "RemoteProtocolError",
+    "RemoveVoterRequest",
     "TruncatedFrameError",
     "UnknownMessageTypeError",
     "UnsupportedVersionError",
+    "VoterChangeResponse",
     "WireLimits",
     "decode_message",
     "encode_frame",

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 from .._messages import ErrorCode
 from .._node import ReplicaDescription
+from .._voters import ENDPOINT_CHARS_MAX, ENDPOINTS_MAX, check_directory_id
 from ._checks import (
+    ERROR_MESSAGE_CHARS_MAX,
     check_bool,
     check_bytes,
     check_epoch,
@@ -122,8 +124,10 @@ class ReadResponse:
 
 
 #: The DescribeQuorumResponse versions: 1 (six fields), 2 (adds
-#: ``disk_failure`` and ``repairing``). A response is sent in the version of
-#: its request (Kafka's rule), so an old client keeps getting version 1.
+#: ``disk_failure`` and ``repairing``), 3 (each replica's directory id,
+#: KIP-853, and the voters a leader knows to be repairing). A response is
+#: sent in the version of its request (Kafka's rule), so an old client keeps
+#: getting the version it asked for.
 DESCRIBE_QUORUM_VERSIONS = (1, 2, 3)
 
 #: The longest errno name a DescribeQuorumResponse carries ("ENOSPC", "EIO").
@@ -139,8 +143,9 @@ def _check_describe_version(value: object, name: str) -> None:
 class DescribeQuorumRequest:
     """KIP-595 DescribeQuorum: any node answers from its own view.
     ``version``: the request's (and so its answer's) wire version; 2 asks
-    for the storage conditions too, 3 also for the voters a leader knows to
-    be repairing. Raises ``ValueError`` for another version."""
+    for the storage conditions too, 3 also for each replica's directory id
+    and the voters a leader knows to be repairing. Raises ``ValueError``
+    for another version."""
 
     version: int = 3
 
@@ -156,6 +161,7 @@ def _check_replicas(instance: object, name: str) -> None:
         check_node_id(replica.node_id, f"{name}[{index}].node_id")
         check_optional_int64(replica.log_end_offset, f"{name}[{index}].log_end_offset")
         check_optional_int64(replica.last_fetch_ms, f"{name}[{index}].last_fetch_ms")
+        check_directory_id(replica.directory_id, f"{name}[{index}].directory_id")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,10 +183,13 @@ class DescribeQuorumResponse:
     # neither votes nor stands). A version-1 answer carries neither (its
     # encoder leaves them out; decoded, ``repairing`` is None: not known).
     # ``node_id``: the answering node (None in version 1).
+    # Version 3 (KIP-853): each replica's ``directory_id`` (the voter set's
+    # for a voter, the one its last Fetch carried for an observer); before
+    # version 3 every replica's is None.
     node_id: int | None = None
     disk_failure: str | None = None
     repairing: bool | None = False
-    # Version 3 (issue 14): the voters a leader knows to be repairing a
+    # Version 3 also (issue 14): the voters a leader knows to be repairing a
     # damaged log (their latest Fetch said so; empty from any other node).
     # An answer of version 1 or 2 carries none (decoded: None, not known).
     repairing_voters: tuple[int, ...] | None = ()
@@ -232,6 +241,71 @@ class ApplicationResponse:
         check_bytes(self.payload, "payload", _BYTES_MAX)
 
 
+def _check_voter_key(node_id: object, directory_id: object) -> None:
+    check_node_id(node_id, "node_id")
+    check_directory_id(directory_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddVoterRequest:
+    """KIP-853 AddRaftVoter, served by the leader: add the replica
+    ``node_id`` whose data directory is ``directory_id`` (None: whichever
+    directory fetches under that id now) and which listens on ``endpoints``
+    ("host:port", at most ``ENDPOINTS_MAX``). The leader refuses a replica
+    that is not caught up. Administration (the ``admin`` ACL operation).
+    Raises ``ValueError`` naming the bad field."""
+
+    node_id: int
+    directory_id: str | None = None
+    endpoints: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_voter_key(self.node_id, self.directory_id)
+        endpoints = _as_tuple(self, "endpoints")
+        if len(endpoints) > ENDPOINTS_MAX:
+            raise ValueError(f"endpoints must hold at most {ENDPOINTS_MAX}, got {len(endpoints)}")
+        for index, endpoint in enumerate(endpoints):
+            check_str(endpoint, f"endpoints[{index}]", ENDPOINT_CHARS_MAX, allow_empty=False)
+            if not endpoint.isprintable() or ":" not in endpoint:
+                raise ValueError(f"endpoints[{index}] must be a printable HOST:PORT, got {endpoint!r:.60}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoveVoterRequest:
+    """KIP-853 RemoveRaftVoter, served by the leader: remove voter
+    ``node_id`` (only if its directory is ``directory_id``, when given: the
+    disk being replaced). Administration. Raises ``ValueError`` naming the
+    bad field."""
+
+    node_id: int
+    directory_id: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_voter_key(self.node_id, self.directory_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VoterChangeResponse:
+    """The answer to an AddVoterRequest or a RemoveVoterRequest: ``error``
+    NONE once the VOTERS record at ``offset`` is committed; otherwise why
+    not (NOT_LEADER with ``leader_hint``, VOTER_CHANGE_IN_PROGRESS,
+    VOTER_NOT_CAUGHT_UP, DUPLICATE_VOTER, VOTER_NOT_FOUND, INVALID_REQUEST)
+    and ``message``, one sentence for the operator."""
+
+    error: ErrorCode = ErrorCode.NONE
+    leader_hint: int | None = None
+    offset: int | None = None
+    message: str = ""
+
+    def __post_init__(self) -> None:
+        error = _set_error(self)
+        check_optional_node_id(self.leader_hint, "leader_hint")
+        check_optional_int64(self.offset, "offset")
+        check_str(self.message, "message", ERROR_MESSAGE_CHARS_MAX)
+        if error is ErrorCode.NONE and self.offset is None:
+            raise ValueError("a successful VoterChangeResponse must give the offset")
+
+
 CLIENT_MESSAGE_TYPES: tuple[type, ...] = (
     ApplicationRequest,
     ApplicationResponse,
@@ -241,5 +315,8 @@ CLIENT_MESSAGE_TYPES: tuple[type, ...] = (
     ReadResponse,
     DescribeQuorumRequest,
     DescribeQuorumResponse,
+    AddVoterRequest,
+    RemoveVoterRequest,
+    VoterChangeResponse,
 )
 

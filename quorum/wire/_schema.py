@@ -15,7 +15,8 @@ records must not pay for reflection per field.
 Nested values: an ``Entry`` travels as ``[offset, epoch, kind, data]``, an
 ``OffsetAndEpoch`` as ``[epoch, offset]``, a ``SnapshotId`` as
 ``[end_offset, epoch]``, a ``ReplicaDescription`` as
-``[node_id, log_end_offset, last_fetch_ms]``; None is nil.
+``[node_id, log_end_offset, last_fetch_ms]`` (and ``directory_id`` last, in
+DescribeQuorumResponse version 3); None is nil.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from .._messages import (
 )
 from .._node import ReplicaDescription
 from .._types import Entry, OffsetAndEpoch, RecordKind, SnapshotId
-from .._voters import check_directory_id, voter_set_problem
+from .._voters import ENDPOINTS_MAX, check_directory_id, voter_set_problem
 from ._checks import (
     INT64_MAX,
     RECORD_KINDS,
@@ -54,6 +55,7 @@ from ._checks import (
     describe_value,
 )
 from ._client_messages import (
+    AddVoterRequest,
     ApplicationRequest,
     ApplicationResponse,
     DescribeQuorumRequest,
@@ -62,6 +64,8 @@ from ._client_messages import (
     ProposeResponse,
     ReadRequest,
     ReadResponse,
+    RemoveVoterRequest,
+    VoterChangeResponse,
 )
 from ._connection_messages import ErrorFrame, Hello
 from ._frames import FRAME_BYTES_MAX
@@ -78,7 +82,7 @@ LARGE_TYPE_CODES = frozenset({8, 10, 33, 35, 37, 39})
 NODE_LARGE_TYPE_CODES = frozenset({8, 10})
 # Messages sent only by whoever opens an exchange: never large anywhere, so
 # the encoder holds them to the small limit (a peer would refuse more).
-REQUEST_TYPE_CODES = frozenset({1, 3, 5, 7, 9, 32, 34, 36, 38, 65})
+REQUEST_TYPE_CODES = frozenset({1, 3, 5, 7, 9, 32, 34, 36, 38, 40, 42, 65})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -599,21 +603,26 @@ def _encode_replicas(replicas: tuple[ReplicaDescription, ...]) -> list:
     return [[r.node_id, r.log_end_offset, r.last_fetch_ms] for r in replicas]
 
 
-def _replicas(value: Any, name: str, limits: WireLimits) -> tuple[ReplicaDescription, ...]:
+def _encode_replicas_with_directories(replicas: tuple[ReplicaDescription, ...]) -> list:
+    return [[r.node_id, r.log_end_offset, r.last_fetch_ms, r.directory_id] for r in replicas]
+
+
+def _replicas(value: Any, name: str, limits: WireLimits, with_directories: bool = False) -> tuple[ReplicaDescription, ...]:
     if type(value) is not list or len(value) > limits.replicas_max:
         raise ValueError(f"{name} must be an array of at most {limits.replicas_max} replicas, got {describe_value(value)}")
     replicas = []
+    arity = 4 if with_directories else 3
     for index, item in enumerate(value):
-        if type(item) is not list or len(item) != 3:
-            raise ValueError(
-                f"{name}[{index}] must be an array [node_id, log_end_offset, last_fetch_ms], got {describe_value(item)}"
-            )
-        node_id, log_end_offset, last_fetch_ms = item
+        if type(item) is not list or len(item) != arity:
+            shape = "node_id, log_end_offset, last_fetch_ms" + (", directory_id" if with_directories else "")
+            raise ValueError(f"{name}[{index}] must be an array [{shape}], got {describe_value(item)}")
+        node_id, log_end_offset, last_fetch_ms = item[:3]
         replicas.append(
             ReplicaDescription(
                 check_node_id(node_id, f"{name}[{index}].node_id"),
                 check_optional_int64(log_end_offset, f"{name}[{index}].log_end_offset"),
                 check_optional_int64(last_fetch_ms, f"{name}[{index}].last_fetch_ms"),
+                _directory_id(item[3], f"{name}[{index}].directory_id") if with_directories else None,
             )
         )
     if len({replica.node_id for replica in replicas}) != len(replicas):
@@ -632,16 +641,18 @@ def encode_describe_quorum_response(m: DescribeQuorumResponse) -> list:
     ]
 
 
-def _describe_quorum_response(head: Any, limits: WireLimits, **version_fields: Any) -> DescribeQuorumResponse:
-    """The six fields both versions share, and what a version adds."""
+def _describe_quorum_response(
+    head: Any, limits: WireLimits, with_directories: bool = False, **version_fields: Any
+) -> DescribeQuorumResponse:
+    """The six fields every version shares, and what a version adds."""
     error, leader_id, epoch, high_watermark, voters, observers = head
     return DescribeQuorumResponse(
         error=check_error_code(error),
         leader_id=leader_id,
         epoch=epoch,
         high_watermark=high_watermark,
-        voters=_replicas(voters, "voters", limits),
-        observers=_replicas(observers, "observers", limits),
+        voters=_replicas(voters, "voters", limits, with_directories),
+        observers=_replicas(observers, "observers", limits, with_directories),
         **version_fields,
     )
 
@@ -667,7 +678,20 @@ def decode_describe_quorum_request_v3(body: Any, limits: WireLimits, build: bool
 
 
 def encode_describe_quorum_response_v3(m: DescribeQuorumResponse) -> list:
-    return [*encode_describe_quorum_response_v2(m), list(m.repairing_voters or ())]
+    # Version 2's fields with each replica's directory id (KIP-853), then
+    # the voters a leader knows to be repairing (issue 14).
+    return [
+        m.error,
+        m.leader_id,
+        m.epoch,
+        m.high_watermark,
+        _encode_replicas_with_directories(m.voters),
+        _encode_replicas_with_directories(m.observers),
+        m.node_id,
+        m.disk_failure,
+        m.repairing,
+        list(m.repairing_voters or ()),
+    ]
 
 
 def decode_describe_quorum_response_v3(body: Any, limits: WireLimits, build: bool) -> DescribeQuorumResponse:
@@ -675,6 +699,7 @@ def decode_describe_quorum_response_v3(body: Any, limits: WireLimits, build: boo
     return _describe_quorum_response(
         head,
         limits,
+        True,
         node_id=node_id,
         disk_failure=disk_failure,
         repairing=repairing,
@@ -738,6 +763,41 @@ def decode_application_response(body: Any, limits: WireLimits, build: bool) -> A
     return ApplicationResponse(error=check_error_code(error), leader_hint=leader_hint, payload=payload)
 
 
+def _endpoints(value: Any, limits: WireLimits) -> tuple:
+    if type(value) is not list or len(value) > ENDPOINTS_MAX:
+        raise ValueError(f"endpoints must be an array of at most {ENDPOINTS_MAX}, got {describe_value(value)}")
+    return tuple(value)
+
+
+def encode_add_voter_request(m: AddVoterRequest) -> list:
+    return [m.node_id, m.directory_id, list(m.endpoints)]
+
+
+def decode_add_voter_request(body: Any, limits: WireLimits, build: bool) -> AddVoterRequest:
+    node_id, directory_id, endpoints = fields(body, 3)
+    return AddVoterRequest(
+        node_id=node_id, directory_id=_directory_id(directory_id, "directory_id"), endpoints=_endpoints(endpoints, limits)
+    )
+
+
+def encode_remove_voter_request(m: RemoveVoterRequest) -> list:
+    return [m.node_id, m.directory_id]
+
+
+def decode_remove_voter_request(body: Any, limits: WireLimits, build: bool) -> RemoveVoterRequest:
+    node_id, directory_id = fields(body, 2)
+    return RemoveVoterRequest(node_id=node_id, directory_id=_directory_id(directory_id, "directory_id"))
+
+
+def encode_voter_change_response(m: VoterChangeResponse) -> list:
+    return [m.error, m.leader_hint, m.offset, m.message]
+
+
+def decode_voter_change_response(body: Any, limits: WireLimits, build: bool) -> VoterChangeResponse:
+    error, leader_hint, offset, message = fields(body, 4)
+    return VoterChangeResponse(error=check_error_code(error), leader_hint=leader_hint, offset=offset, message=message)
+
+
 SCHEMAS: tuple[MessageSchema, ...] = (
     # 1..31: quorum messages (KIP-595, KIP-996 pre-vote, KIP-630 snapshots).
     MessageSchema(1, VoteRequest, encode_vote_request, decode_vote_request),
@@ -771,6 +831,10 @@ SCHEMAS: tuple[MessageSchema, ...] = (
     ),
     MessageSchema(38, ApplicationRequest, encode_application_request, decode_application_request),
     MessageSchema(39, ApplicationResponse, encode_application_response, decode_application_response),
+    # KIP-853 voter changes (administration, served by the leader).
+    MessageSchema(40, AddVoterRequest, encode_add_voter_request, decode_add_voter_request),
+    MessageSchema(41, VoterChangeResponse, encode_voter_change_response, decode_voter_change_response),
+    MessageSchema(42, RemoveVoterRequest, encode_remove_voter_request, decode_remove_voter_request),
     # 64..: connection frames.
     MessageSchema(64, ErrorFrame, encode_error_frame, decode_error_frame),
     MessageSchema(65, Hello, encode_hello, decode_hello),

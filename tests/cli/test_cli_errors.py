@@ -182,6 +182,8 @@ def controller(tmp_path_factory) -> Iterator[int]:
     [
         ("kraft-quorum", "describe", "--status"),
         ("kraft-quorum", "write", "key", "value"),
+        ("kraft-quorum", "add-voter", "--node-id", "4", "--directory-id", "0a1b2c3d", "--endpoint", "127.0.0.1:1"),
+        ("kraft-quorum", "remove-voter", "--node-id", "3"),
         ("kraft-topics", "describe", "orders"),
         ("kraft-cluster", "describe"),
     ],
@@ -342,6 +344,20 @@ def test_root_cause_finds_the_real_error_in_nested_groups():
     assert root_cause(nested) is cause
     interrupted = BaseExceptionGroup("outer", [cause, KeyboardInterrupt()])
     assert isinstance(root_cause(interrupted), KeyboardInterrupt)
+
+
+def test_a_refused_voter_change_says_why_and_what_to_do():
+    from quorum import ErrorCode
+    from quorum.client import VoterChangeRefusedError
+
+    refused = describe_error(
+        VoterChangeRefusedError("127.0.0.1:9091", ErrorCode.DUPLICATE_VOTER, "node 3 is already a voter")
+    )
+    assert refused.exit_code == EXIT_FAILED
+    assert refused.format_message().splitlines() == [
+        "127.0.0.1:9091 refused the voter change: DUPLICATE_VOTER: node 3 is already a voter.",
+        "It is a voter already (describe shows the set); to replace its disk, remove-voter it first.",
+    ]
 
 
 def test_describe_error_maps_typed_errors_and_calls_anything_else_a_bug():

@@ -72,9 +72,31 @@ def test_format_with_initial_voters_takes_this_nodes_directory_id_from_the_list(
         storage.close()
 
 
+def test_format_join_gives_a_replaced_disk_a_fresh_directory_id(tmp_path):
+    """KIP-853: node 2's disk is replaced. Formatted with --join and the
+    cluster's initial voters, it gets a new directory id (never the one the
+    list names for node 2), so it starts as an observer until it is added."""
+    voters = "1@h1:9093:aaaa,2@h2:9093:bbbb,3@h3:9093:cccc"
+    result = run(
+        "format", "--data-dir", str(tmp_path), "--node-id", "2", "--cluster-id", "c", "--initial-voters", voters, "--join"
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    directory_id = json.loads(result.output)["directory_id"]
+    assert len(directory_id) == 32 and directory_id != "bbbb"
+    storage = FileStorage.open(tmp_path, fsync=False)
+    try:
+        assert storage.identity.directory_id == directory_id
+        assert storage.identity.bootstrap_voters[1] == Voter(2, "bbbb", ("h2:9093",))
+    finally:
+        storage.close()
+
+
 @pytest.mark.parametrize(
     "args",
     [
+        ["--join"],  # no initial voters to join
+        ["--join", "--initial-voters", "1@h1:9093:aaaa", "--directory-id", "aaaa"],  # the old disk's id
+        ["--join", "--standalone", "--listen", "h:1", "--initial-voters", "1@h1:9093:aaaa"],
         ["--initial-voters", "1@h1:9093"],  # no directory id
         ["--initial-voters", "x@h1:9093:aaaa"],
         ["--initial-voters", "1@h1:9093:aaaa,1@h2:9093:bbbb"],  # an id twice
@@ -95,3 +117,27 @@ def test_a_damaged_bootstrap_voter_list_refuses_to_start(tmp_path):
     meta.write_text(meta.read_text().replace('"aaaa"', '""'))
     with pytest.raises(StorageOwnershipError):
         FileStorage.open(tmp_path, fsync=False)
+
+
+def test_a_node_formatted_for_dynamic_voters_starts_without_a_voter_list(tmp_path):
+    """The node's configuration comes from meta.json: the bootstrap voters
+    (where to reach them, and the cluster's first voter set) and this
+    disk's directory id."""
+    from quorum.runtime import NodeConfig
+
+    voters = "1@127.0.0.1:9191:aaaa,2@127.0.0.1:9192:bbbb"
+    assert run("format", "--data-dir", str(tmp_path), "--node-id", "2", "--cluster-id", "c", "--initial-voters", voters).exit_code == 0
+    config = NodeConfig(node_id=2, cluster_id="c", data_dir=tmp_path)
+    assert config.voters == {1: ("127.0.0.1", 9191), 2: ("127.0.0.1", 9192)}
+    assert config.listen == ("127.0.0.1", 9192)
+    quorum = config.quorum_config()
+    assert quorum.dynamic_voters and quorum.directory_id == "bbbb"
+    assert quorum.initial_voter_set.get(1) == Voter(1, "aaaa", ("127.0.0.1:9191",))
+
+    with pytest.raises(ValueError, match="differs from .*meta.json"):
+        NodeConfig(node_id=2, cluster_id="c", data_dir=tmp_path, quorum={"directory_id": "cccc"}).quorum_config()
+    with pytest.raises(ValueError, match="no voters"):
+        NodeConfig(node_id=1, data_dir=tmp_path / "never-formatted")
+    with pytest.raises(ValueError, match="auto_join needs a data directory formatted for dynamic voters"):
+        NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9191)}, data_dir=tmp_path / "static", auto_join=True)
+    assert NodeConfig(node_id=2, cluster_id="c", data_dir=tmp_path, auto_join=True).auto_join

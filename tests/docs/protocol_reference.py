@@ -54,6 +54,10 @@ CLIENT_ACTION: dict[str, str] = {
     "DUPLICATE_BROKER_REGISTRATION": "another live process holds this broker id: retry with backoff (it clears once the old incarnation has been silent for one heartbeat interval); if it persists, two processes share an id",
     "BROKER_ID_NOT_REGISTERED": "definite: no broker with that id is registered",
     "INCONSISTENT_CLUSTER_ID": "fatal misconfiguration: the peer belongs to another cluster; stop and fix `cluster_id` (the connection is closed)",
+    "DUPLICATE_VOTER": "definite: the node is already a voter (after a retried AddVoter, the first may have done it: describe the quorum); remove it first to replace its disk",
+    "VOTER_NOT_FOUND": "definite: no voter has that node id (and directory id): describe the quorum for the current set",
+    "VOTER_CHANGE_IN_PROGRESS": "another voter change is not yet committed, or the new leader has not yet committed in its epoch (KIP-853: one change at a time): retry in a moment",
+    "VOTER_NOT_CAUGHT_UP": "the new voter has not fetched from the leader within the fetch timeout (with that directory id), or its log ends below the high watermark: start it as an observer, wait until it catches up, retry",
 }
 
 ERROR_ENUMS = (

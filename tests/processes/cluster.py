@@ -6,9 +6,11 @@ every directory removed when the test ends.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import trio
@@ -21,12 +23,35 @@ BIN = Path(sys.executable).parent
 
 
 class ProcessCluster:
-    def __init__(self, directory: Path, voters: int = 3, extra_args: tuple[str, ...] = ()) -> None:
+    """``dynamic``: the nodes' data directories are formatted with
+    ``kraft-quorum format --initial-voters`` (KIP-853) before they first
+    start (``format``), and the nodes start without ``--voters``."""
+
+    def __init__(self, directory: Path, voters: int = 3, extra_args: tuple[str, ...] = (), dynamic: bool = False) -> None:
         self.directory = directory
         self.ports = dict(zip(range(1, voters + 1), free_ports(voters)))
         self.voters_arg = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
         self.processes: dict[int, subprocess.Popen] = {}
         self.extra_args = extra_args
+        self.dynamic = dynamic
+        # The initial voters' directory ids, as the operator chose them.
+        self.directory_ids = {node_id: uuid.uuid4().hex for node_id in self.ports}
+        self.initial_voters_arg = ",".join(
+            f"{i}@127.0.0.1:{p}:{self.directory_ids[i]}" for i, p in self.ports.items()
+        )
+
+    def format(self, node_id: int, *args: str, join: bool = False) -> str:
+        """``kraft-quorum format`` node ``node_id``'s data directory with the
+        initial voters, or with ``args`` instead (``--standalone ...``);
+        ``join``: a fresh directory id, as for a replaced disk. Returns the
+        directory id it wrote."""
+        command = [
+            str(BIN / "kraft-quorum"), "format", "--data-dir", str(self.data_dir(node_id)), "--node-id", str(node_id),
+            "--cluster-id", "pykraft", *(args or ("--initial-voters", self.initial_voters_arg)),
+            *(["--join"] if join else []),
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+        return json.loads(done.stdout)["directory_id"]
 
     @property
     def bootstrap(self) -> list[str]:
@@ -35,7 +60,8 @@ class ProcessCluster:
     def data_dir(self, node_id: int) -> Path:
         return self.directory / f"node{node_id}"
 
-    def start(self, node_id: int) -> None:
+    def start(self, node_id: int, *args: str) -> None:
+        """Start node ``node_id`` with the cluster's options and ``args``."""
         log = open(self.directory / f"node{node_id}.log", "ab")  # noqa: SIM115 - closed with the process
         self.processes[node_id] = subprocess.Popen(
             [
@@ -44,13 +70,13 @@ class ProcessCluster:
                 "--plaintext",
                 "--node-id",
                 str(node_id),
-                "--voters",
-                self.voters_arg,
+                *([] if self.dynamic else ["--voters", self.voters_arg]),
                 "--data-dir",
                 str(self.data_dir(node_id)),
                 "--snapshot-every-records",
                 "200",
                 *self.extra_args,
+                *args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -9,6 +9,7 @@ import pytest
 from harness import CHECK_QUORUM_TICKS, FETCH_TIMEOUT_TICKS, Cluster, Disk, record
 
 from quorum import (
+    ErrorCode,
     EndQuorumEpochRequest,
     FetchRequest,
     FetchResponse,
@@ -164,8 +165,9 @@ def test_a_voter_record_with_a_malformed_payload_is_dropped():
 def test_a_static_cluster_refuses_voter_changes_and_voter_records():
     cluster = Cluster(3, observers=(4,))
     cluster.elect(1)
-    with pytest.raises(ReconfigurationError, match="static"):
+    with pytest.raises(ReconfigurationError, match="static") as refused:
         cluster.node(1).add_voter(Voter(4))
+    assert refused.value.code is ErrorCode.INVALID_REQUEST
     follower = cluster.node(2)
     request = cluster.sent(2, FetchRequest)[-1]
     voters = VoterSet.of_ids((1, 2, 3, 4)).encode()
@@ -192,12 +194,14 @@ def test_a_static_cluster_refuses_voter_changes_and_voter_records():
 def test_add_voter_refuses_a_replica_that_is_not_caught_up():
     cluster = dynamic_cluster(3, observers=(4,))
     cluster.elect(1)
-    with pytest.raises(ReconfigurationError, match="not fetched"):
+    with pytest.raises(ReconfigurationError, match="not fetched") as refused:
         cluster.node(1).add_voter(Voter(4, directory(4)))
+    assert refused.value.code is ErrorCode.VOTER_NOT_CAUGHT_UP
     cluster.tick(4)
     cluster.deliver_all()
-    with pytest.raises(ReconfigurationError, match="directory"):
+    with pytest.raises(ReconfigurationError, match="directory") as refused:
         cluster.node(1).add_voter(Voter(4, directory(4, generation=9)))
+    assert refused.value.code is ErrorCode.VOTER_NOT_CAUGHT_UP
     add(cluster, 1, 4)
     assert cluster.node(1).voters.get(4) == Voter(4, directory(4))
 
@@ -208,18 +212,23 @@ def test_add_voter_refuses_a_replica_behind_the_high_watermark():
     cluster.propose(1, b"x")
     settle(cluster)
     cluster.unblock(1, 4)
-    with pytest.raises(ReconfigurationError, match="not caught up"):
+    with pytest.raises(ReconfigurationError, match="not caught up") as refused:
         cluster.node(1).add_voter(Voter(4, directory(4)))
+    assert refused.value.code is ErrorCode.VOTER_NOT_CAUGHT_UP
 
 
 def test_one_voter_change_at_a_time():
     """Raft thesis §4.1: the next change waits until the last one commits."""
     cluster = caught_up_observer()
     add(cluster, 1, 4)
-    with pytest.raises(ReconfigurationError, match="one change at a time"):
+    with pytest.raises(ReconfigurationError, match="one change at a time") as refused:
         cluster.node(1).remove_voter(3)
+    assert refused.value.code is ErrorCode.VOTER_CHANGE_IN_PROGRESS
     settle(cluster, 4)
     assert not cluster.node(1).voter_change_pending
+    with pytest.raises(ReconfigurationError, match="already a voter") as refused:
+        cluster.node(1).add_voter(Voter(4, directory(4)))
+    assert refused.value.code is ErrorCode.DUPLICATE_VOTER
     remove(cluster, 1, 3)
     assert cluster.node(1).voters.ids == (1, 2, 4)
 
@@ -229,8 +238,9 @@ def test_a_new_leader_changes_voters_only_after_committing_in_its_epoch():
     commit a record of its own epoch before it appends a change."""
     cluster = dynamic_cluster(3)
     cluster.win_election(1)  # the followers' first Fetches still in flight
-    with pytest.raises(ReconfigurationError, match="own epoch"):
+    with pytest.raises(ReconfigurationError, match="own epoch") as refused:
         cluster.node(1).remove_voter(3)
+    assert refused.value.code is ErrorCode.VOTER_CHANGE_IN_PROGRESS
     cluster.deliver_all()
     remove(cluster, 1, 3)
 
@@ -238,10 +248,12 @@ def test_a_new_leader_changes_voters_only_after_committing_in_its_epoch():
 def test_only_a_leader_changes_voters_and_never_the_last_one():
     cluster = dynamic_cluster(1)
     cluster.elect(1)
-    with pytest.raises(ReconfigurationError, match="last voter"):
+    with pytest.raises(ReconfigurationError, match="last voter") as refused:
         cluster.node(1).remove_voter(1)
-    with pytest.raises(ReconfigurationError, match="not a voter"):
+    assert refused.value.code is ErrorCode.INVALID_REQUEST
+    with pytest.raises(ReconfigurationError, match="not a voter") as refused:
         cluster.node(1).remove_voter(7)
+    assert refused.value.code is ErrorCode.VOTER_NOT_FOUND
     bigger = dynamic_cluster(3)
     bigger.elect(1)
     with pytest.raises(NotLeaderError):
@@ -368,6 +380,35 @@ def test_a_wiped_voter_is_an_observer_whose_fetches_do_not_count():
     assert cluster.node(3).log.end_offset > first  # it replicates...
     assert cluster.node(1).high_watermark <= first  # ...but does not count
     assert cluster.sent(3, VoteRequest) == []
+
+
+def test_describe_shows_a_wiped_voters_new_disk_as_an_observer():
+    """DescribeQuorum on the leader: voter 3 is still the old disk, with no
+    progress (its fetches are not counted); the new disk fetching under id 3
+    is an observer with its own directory id and progress. The wiped node
+    describes itself the same way."""
+    cluster = dynamic_cluster(3)
+    cluster.elect(1)
+    wipe(cluster, 3)
+    cluster.run(50)
+
+    leader_view = cluster.node(1).describe()
+    old = next(r for r in leader_view.voters if r.node_id == 3)
+    assert (old.directory_id, old.log_end_offset, old.last_fetch_ms) == (directory(3), None, None)
+    (new,) = leader_view.observers
+    assert (new.node_id, new.directory_id) == (3, directory(3, generation=1))
+    assert new.log_end_offset == cluster.node(1).log.end_offset and new.last_fetch_ms is not None
+    own_view = cluster.node(3).describe()
+    assert [(r.node_id, r.directory_id) for r in own_view.observers] == [(3, directory(3, generation=1))]
+    assert next(r for r in own_view.voters if r.node_id == 3).log_end_offset is None
+
+    remove(cluster, 1, 3)
+    settle(cluster, 3)
+    add(cluster, 1, 3, generation=1)
+    settle(cluster, 3)
+    leader_view = cluster.node(1).describe()
+    assert not leader_view.observers
+    assert next(r for r in leader_view.voters if r.node_id == 3).directory_id == directory(3, generation=1)
 
 
 def test_a_wiped_voter_is_replaced_by_removing_and_adding_it_again():

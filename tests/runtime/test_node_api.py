@@ -78,7 +78,7 @@ def test_node_configuration_from_a_toml_file_and_flags(tmp_path):
 def test_node_command_refuses_a_bad_configuration_with_one_sentence():
     result = CliRunner().invoke(main, ["node", "--node-id", "1"])
     assert result.exit_code == 2
-    assert "--voters are required" in result.output
+    assert "--voters is required" in result.output
 
 
 async def test_dump_log_decodes_what_a_node_wrote(tmp_path):

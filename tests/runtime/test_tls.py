@@ -24,7 +24,14 @@ from quorum import (
     VoteRequest,
     VoteResponse,
 )
-from quorum.client import NotAuthorizedError, QuorumClient, QuorumClientError, TlsRequiredError, speaks_tls
+from quorum.client import (
+    NotAuthorizedError,
+    QuorumClient,
+    QuorumClientError,
+    TlsRequiredError,
+    VoterChangeRefusedError,
+    speaks_tls,
+)
 from quorum.runtime import (
     CertificateAuthority,
     KeyValueStateMachine,
@@ -373,4 +380,39 @@ async def test_a_certificate_near_its_expiry_is_warned_about_and_exported(certs:
         assert list(gauge.values())[0] == pytest.approx(handle.tls.not_after.timestamp())
         assert 4.9 < handle.tls.days_left() < 5.1
         assert any("expires in 5.0 days" in record.getMessage() for record in caplog.records)
+        nursery.cancel_scope.cancel()
+
+
+async def test_voter_changes_need_admin(certs: Path) -> None:
+    """AddVoter and RemoveVoter are administration: the reader is refused
+    before the leader looks at the request; the admin's reaches the leader,
+    which answers for itself (this cluster's voter set is static). A node
+    may only add itself."""
+    cluster = Cluster(certs)
+    async with trio.open_nursery() as nursery:
+        await cluster.start(nursery)
+        async with QuorumClient(
+            cluster.bootstrap, cluster_id=CLUSTER, tls=tls_for(certs, "client-reader"), retry_timeout_s=WAIT_S
+        ) as reader:
+            with pytest.raises(NotAuthorizedError, match="client/reader may not admin .AddVoterRequest"):
+                await reader.add_voter(9, "0a1b2c3d", ["127.0.0.1:1"])
+            with pytest.raises(NotAuthorizedError, match="client/reader may not admin .RemoveVoterRequest"):
+                await reader.remove_voter(3)
+        assert cluster.counter("pykraft_authorization_denials_total") == 2
+        async with QuorumClient(
+            cluster.bootstrap, cluster_id=CLUSTER, tls=tls_for(certs, "client-admin"), retry_timeout_s=WAIT_S
+        ) as admin:
+            with pytest.raises(VoterChangeRefusedError, match="static voter set") as refused:
+                await admin.remove_voter(3)
+        assert refused.value.code is ErrorCode.INVALID_REQUEST
+        # A node's certificate only adds that node itself (auto-join).
+        async with QuorumClient(
+            cluster.bootstrap, cluster_id=CLUSTER, tls=tls_for(certs, "node-9"), retry_timeout_s=WAIT_S
+        ) as node_9:
+            with pytest.raises(NotAuthorizedError, match="node/9 may only add itself"):
+                await node_9.add_voter(3, "0a1b2c3d", ["127.0.0.1:1"])
+            with pytest.raises(NotAuthorizedError, match="node/9 may only add itself"):
+                await node_9.remove_voter(3)
+            with pytest.raises(VoterChangeRefusedError, match="static voter set"):
+                await node_9.add_voter(9, "0a1b2c3d", ["127.0.0.1:1"])
         nursery.cancel_scope.cancel()

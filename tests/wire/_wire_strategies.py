@@ -38,6 +38,9 @@ from quorum.wire import (
     ApplicationResponse,
     ReadRequest,
     ReadResponse,
+    AddVoterRequest,
+    RemoveVoterRequest,
+    VoterChangeResponse,
 )
 
 NODE_ID_MAX = 2**31 - 1
@@ -211,9 +214,14 @@ describe_quorum_requests = st.builds(DescribeQuorumRequest, version=st.sampled_f
 
 
 @st.composite
-def _replicas(draw) -> tuple[ReplicaDescription, ...]:
+def _replicas(draw, with_directories: bool = False) -> tuple[ReplicaDescription, ...]:
     ids = draw(st.lists(node_ids, unique=True, max_size=5))
-    return tuple(ReplicaDescription(node_id, draw(optional_int64s), draw(optional_int64s)) for node_id in ids)
+    return tuple(
+        ReplicaDescription(
+            node_id, draw(optional_int64s), draw(optional_int64s), draw(directory_ids) if with_directories else None
+        )
+        for node_id in ids
+    )
 
 
 describe_quorum_responses = st.one_of(
@@ -244,19 +252,36 @@ describe_quorum_responses = st.one_of(
         repairing_voters=st.none(),
         version=st.just(2),
     ),
+    # Version 3: each replica with its directory id (KIP-853), and a leader's repairing voters.
     st.builds(
         DescribeQuorumResponse,
         error=error_codes,
         leader_id=optional_node_ids,
         epoch=epochs,
         high_watermark=int64s,
-        voters=_replicas(),
-        observers=_replicas(),
+        voters=_replicas(True),
+        observers=_replicas(True),
         node_id=optional_node_ids,
         disk_failure=st.none() | st.sampled_from(["ENOSPC", "EIO"]),
         repairing=st.booleans(),
         repairing_voters=st.lists(node_ids, unique=True, max_size=7).map(tuple),
         version=st.just(3),
+    ),
+)
+endpoints = st.lists(
+    st.builds(lambda host, port: f"{host}:{port}", st.sampled_from(["127.0.0.1", "node-4.example", "[::1]"]), st.integers(0, 65535)),
+    max_size=8,
+).map(tuple)
+add_voter_requests = st.builds(AddVoterRequest, node_id=node_ids, directory_id=directory_ids, endpoints=endpoints)
+remove_voter_requests = st.builds(RemoveVoterRequest, node_id=node_ids, directory_id=directory_ids)
+voter_change_responses = st.one_of(
+    st.builds(VoterChangeResponse, error=st.just(ErrorCode.NONE), offset=int64s),
+    st.builds(
+        VoterChangeResponse,
+        error=failure_codes,
+        leader_hint=optional_node_ids,
+        offset=optional_int64s,
+        message=st.text(max_size=80),
     ),
 )
 
@@ -279,6 +304,9 @@ STRATEGIES = {
     ReadResponse: read_responses,
     DescribeQuorumRequest: describe_quorum_requests,
     DescribeQuorumResponse: describe_quorum_responses,
+    AddVoterRequest: add_voter_requests,
+    RemoveVoterRequest: remove_voter_requests,
+    VoterChangeResponse: voter_change_responses,
     ApplicationRequest: st.builds(ApplicationRequest, payload=st.binary(max_size=64)),
     ApplicationResponse: st.builds(
         ApplicationResponse,
@@ -348,12 +376,23 @@ EXAMPLES = {
     ReadRequest: ReadRequest(mode="leader-local", query=b"a"),
     ReadResponse: ReadResponse(offset=42, value=b"1"),
     DescribeQuorumRequest: DescribeQuorumRequest(),
+    AddVoterRequest: AddVoterRequest(node_id=4, directory_id="9f1c2e4a7b3d4c5e8f9a0b1c2d3e4f50", endpoints=("127.0.0.1:9094",)),
+    RemoveVoterRequest: RemoveVoterRequest(node_id=3, directory_id="0a1b2c3d4e5f60718293a4b5c6d7e8f9"),
+    VoterChangeResponse: VoterChangeResponse(
+        error=ErrorCode.VOTER_NOT_CAUGHT_UP,
+        leader_hint=1,
+        message="node 4 is not caught up: its log ends at 12, the high watermark is 41",
+    ),
     DescribeQuorumResponse: DescribeQuorumResponse(
         leader_id=1,
         epoch=7,
         high_watermark=41,
-        voters=(ReplicaDescription(1, 43, 9000), ReplicaDescription(2, 41, 8990), ReplicaDescription(3, None, None)),
-        observers=(ReplicaDescription(4, 40, 8995),),
+        voters=(
+            ReplicaDescription(1, 43, 9000, "5b7e0c2d9a8f4e61b3c2d1e0f9a8b7c6"),
+            ReplicaDescription(2, 41, 8990, "c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8"),
+            ReplicaDescription(3, None, None, "0a1b2c3d4e5f60718293a4b5c6d7e8f9"),
+        ),
+        observers=(ReplicaDescription(3, 40, 8995, "9f1c2e4a7b3d4c5e8f9a0b1c2d3e4f50"),),
         node_id=1,
         disk_failure="ENOSPC",
         repairing=False,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import tracemalloc
 from dataclasses import replace
 
@@ -521,6 +523,32 @@ def test_a_fetch_says_repairing_only_when_it_is_and_old_bodies_read_as_not_repai
         _decode([7, 1, 5, CLUSTER, [*head, None, 1]])  # an int for a bool
     with pytest.raises(InvalidMessageError):
         _decode([7, 1, 5, CLUSTER, [*head, None, True, 0]])  # a field too many
+
+
+_DESCRIBE_V3_BODY = [0, 1, 7, 41, [[1, 43, 9000, "d1"], [3, None, None, "d3"]], [[3, 40, 8990, "e3"]], 1, None, False, [3]]
+
+
+def test_a_version_3_describe_quorum_answer_carries_each_replicas_directory_id():
+    v3 = _decode([37, 3, 5, CLUSTER, _DESCRIBE_V3_BODY]).message
+    assert [(r.node_id, r.directory_id) for r in v3.voters] == [(1, "d1"), (3, "d3")]
+    assert [(r.node_id, r.log_end_offset, r.directory_id) for r in v3.observers] == [(3, 40, "e3")]
+    assert v3.repairing_voters == (3,)
+    # In version 2 the same replicas travel without their directory ids.
+    frame = encode_message(dataclasses.replace(v3, version=2), correlation_id=5, cluster_id=CLUSTER)
+    assert [r.directory_id for r in decode_message(frame[4:], expected_cluster_id=CLUSTER).message.voters] == [None, None]
+    voters = _DESCRIBE_V3_BODY[4]
+    for bad_voters in (
+        [[1, 43, 9000]],  # a version-2 row in version 3
+        [[1, 43, 9000, "d1", None]],
+        [[1, 43, 9000, ""]],  # an empty directory id
+        [[1, 43, 9000, "x" * 65]],  # longer than any directory id
+        [[1, 43, 9000, "d/1"]],  # a character no directory id has
+        [[1, 43, 9000, 7]],
+        [*voters, [1, None, None, "d9"]],  # a node twice
+    ):
+        with pytest.raises(InvalidMessageError) as caught:
+            _decode([37, 3, 5, CLUSTER, [*_DESCRIBE_V3_BODY[:4], bad_voters, *_DESCRIBE_V3_BODY[5:]]])
+        assert caught.value.recoverable and caught.value.correlation_id == 5
 
 
 def test_a_version_1_describe_quorum_answer_leaves_the_version_2_fields_out():
