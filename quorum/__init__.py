@@ -62,7 +62,7 @@ from ._persist import DurableTarget, apply_output
 from ._election_copies import (
     ElectionChoice,
     ElectionCopy,
-    UndecidableElectionState,
+    UndecidableElectionStateError,
     choose_election_copy,
     rolled_back_by_log,
 )
@@ -90,7 +90,7 @@ __all__ = [
     "DurableTarget",
     "ElectionChoice",
     "ElectionCopy",
-    "UndecidableElectionState",
+    "UndecidableElectionStateError",
     "choose_election_copy",
     "rolled_back_by_log",
     "ElectionState",

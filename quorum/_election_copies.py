@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ._errors import QuorumError
 from ._types import ElectionState
 
 
@@ -49,7 +50,7 @@ class ElectionChoice:
     finding: str | None = None
 
 
-class UndecidableElectionState(ValueError):
+class UndecidableElectionStateError(QuorumError):
     """The copies disagree in a way no rule can settle (for instance one
     generation holding two different states); the node must refuse."""
 
@@ -60,7 +61,7 @@ def choose_election_copy(primary: ElectionCopy, witness: ElectionCopy | str | No
 
     A missing or damaged primary is the caller's to refuse: the witness may
     lag the primary by the last write of a crash, so it cannot stand in for
-    a primary that is gone. Raises ``UndecidableElectionState``.
+    a primary that is gone. Raises ``UndecidableElectionStateError``.
     """
     if witness is None:
         if primary.generation == 0:
@@ -78,7 +79,7 @@ def choose_election_copy(primary: ElectionCopy, witness: ElectionCopy | str | No
         )
     if primary.generation == witness.generation:
         if primary.state != witness.state:
-            raise UndecidableElectionState(
+            raise UndecidableElectionStateError(
                 f"both copies claim generation {primary.generation} but hold different states "
                 f"({_describe(primary.state)} and {_describe(witness.state)})"
             )

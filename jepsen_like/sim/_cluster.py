@@ -50,7 +50,7 @@ from quorum import (
     Voter,
     VoteRequest,
     VoterSet,
-    UndecidableElectionState,
+    UndecidableElectionStateError,
     apply_output,
     choose_election_copy,
     describe_message,
@@ -346,7 +346,7 @@ class SimDisk:
                 choice = choose_election_copy(
                     ElectionCopy(self.election_generation, self.election_state), self.election_witness
                 )
-            except UndecidableElectionState as error:
+            except UndecidableElectionStateError as error:
                 raise RuntimeError(f"the election state copies disagree ({error}): the node refuses to start") from None
             if choice.finding is not None:
                 findings.append(f"election state: {choice.finding}")

@@ -32,7 +32,7 @@ import logging
 import os
 from pathlib import Path
 
-from .._election_copies import ElectionChoice, ElectionCopy, UndecidableElectionState, choose_election_copy
+from .._election_copies import ElectionChoice, ElectionCopy, UndecidableElectionStateError, choose_election_copy
 from .._types import ElectionState
 from ._errors import REPAIR_ADVICE, CorruptElectionStateError, MissingElectionStateError
 from ._files import atomic_write, decode_checked_json, encode_checked_json, is_plain_int
@@ -188,7 +188,7 @@ def read_election_copies(directory: Path) -> ElectionChoice | None:
             witness = error.reason
     try:
         return choose_election_copy(primary, witness)
-    except UndecidableElectionState as error:
+    except UndecidableElectionStateError as error:
         raise CorruptElectionStateError(
             f"the election state files {path} and {witness_path} disagree ({error}), so this node refuses to start "
             f"rather than risk voting twice in one epoch: {REPAIR_ADVICE}.",

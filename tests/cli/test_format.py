@@ -127,7 +127,7 @@ def test_a_node_formatted_for_dynamic_voters_starts_without_a_voter_list(tmp_pat
 
     voters = "1@127.0.0.1:9191:aaaa,2@127.0.0.1:9192:bbbb"
     assert run("format", "--data-dir", str(tmp_path), "--node-id", "2", "--cluster-id", "c", "--initial-voters", voters).exit_code == 0
-    config = NodeConfig(node_id=2, cluster_id="c", data_dir=tmp_path)
+    config = NodeConfig(node_id=2, cluster_id="c", data_dir=tmp_path, plaintext=True)
     assert config.voters == {1: ("127.0.0.1", 9191), 2: ("127.0.0.1", 9192)}
     assert config.listen == ("127.0.0.1", 9192)
     quorum = config.quorum_config()
@@ -135,9 +135,9 @@ def test_a_node_formatted_for_dynamic_voters_starts_without_a_voter_list(tmp_pat
     assert quorum.initial_voter_set.get(1) == Voter(1, "aaaa", ("127.0.0.1:9191",))
 
     with pytest.raises(ValueError, match="differs from .*meta.json"):
-        NodeConfig(node_id=2, cluster_id="c", data_dir=tmp_path, quorum={"directory_id": "cccc"}).quorum_config()
+        NodeConfig(node_id=2, cluster_id="c", data_dir=tmp_path, quorum={"directory_id": "cccc"}, plaintext=True).quorum_config()
     with pytest.raises(ValueError, match="no voters"):
-        NodeConfig(node_id=1, data_dir=tmp_path / "never-formatted")
+        NodeConfig(node_id=1, data_dir=tmp_path / "never-formatted", plaintext=True)
     with pytest.raises(ValueError, match="auto_join needs a data directory formatted for dynamic voters"):
-        NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9191)}, data_dir=tmp_path / "static", auto_join=True)
-    assert NodeConfig(node_id=2, cluster_id="c", data_dir=tmp_path, auto_join=True).auto_join
+        NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9191)}, data_dir=tmp_path / "static", auto_join=True, plaintext=True)
+    assert NodeConfig(node_id=2, cluster_id="c", data_dir=tmp_path, auto_join=True, plaintext=True).auto_join

@@ -490,16 +490,16 @@ def test_a_describe_quorum_body_must_have_its_versions_arity():
         [37, 2, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, None, 1]],  # an int for a bool
         [37, 2, 5, CLUSTER, [*_DESCRIBE_V1_BODY, -1, None, False]],  # a negative node id
         [36, 2, 5, CLUSTER, [2]],  # a request body is empty in every version
-        [37, 3, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, None, False]],  # version 3 without repairing_voters
+        [37, 3, 5, CLUSTER, _DESCRIBE_V3_BODY[:9]],  # version 3 without repairing_voters
         [37, 2, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, None, False, []]],  # version 2 with it
-        [37, 3, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, None, False, [2, 2]]],  # a voter twice
-        [37, 3, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, None, False, [-1]]],  # not a node id
-        [37, 3, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, None, False, None]],
+        [37, 3, 5, CLUSTER, [*_DESCRIBE_V3_BODY[:9], [2, 2]]],  # a voter twice
+        [37, 3, 5, CLUSTER, [*_DESCRIBE_V3_BODY[:9], [-1]]],  # not a node id
+        [37, 3, 5, CLUSTER, [*_DESCRIBE_V3_BODY[:9], None]],
     ):
         with pytest.raises(InvalidMessageError) as caught:
             _decode(envelope)
         assert caught.value.recoverable and caught.value.correlation_id == 5
-    v3 = _decode([37, 3, 5, CLUSTER, [*_DESCRIBE_V1_BODY, 1, None, False, [2, 3]]]).message
+    v3 = _decode([37, 3, 5, CLUSTER, [*_DESCRIBE_V3_BODY[:9], [2, 3]]]).message
     assert (v3.repairing_voters, v3.version, v2.repairing_voters) == ((2, 3), 3, None)
     with pytest.raises(UnsupportedVersionError):
         _decode([36, 4, 5, CLUSTER, []])
