@@ -9,7 +9,17 @@ from other systems in the same format can be checked too.
 from jepsen_like.checker._errors import HistoryFormatError
 from jepsen_like.checker._job import check, check_sources
 from jepsen_like.checker._load import HistoryMeta, HistorySource, discover_histories, read_meta
-from jepsen_like.checker._models import KV, METADATA, MODELS, REGISTER, Model, Operation, get_model
+from jepsen_like.checker._model_catalog import (
+    CAS_REGISTER,
+    COUNTER,
+    MODEL_DEFAULT,
+    MODELS,
+    MULTI_REGISTER,
+    MUTEX,
+    SET,
+    get_model,
+)
+from jepsen_like.checker._models import KV, METADATA, REGISTER, Model, Operation
 from jepsen_like.checker._reference import check_reference, check_source_reference
 from jepsen_like.checker._report import (
     CHECK_NAMES,
@@ -25,7 +35,9 @@ from jepsen_like.checker._wgl import DEFAULT_BUDGET_STEPS, KeyVerdict, check_ope
 
 __all__ = [
     "ANOMALY_KINDS",
+    "CAS_REGISTER",
     "CHECK_NAMES",
+    "COUNTER",
     "DEFAULT_BUDGET_STEPS",
     "DEFAULT_MASTER",
     "HistoryFormatError",
@@ -36,9 +48,13 @@ __all__ = [
     "KeyVerdict",
     "METADATA",
     "MODELS",
+    "MODEL_DEFAULT",
+    "MULTI_REGISTER",
+    "MUTEX",
     "Model",
     "Operation",
     "REGISTER",
+    "SET",
     "SynthesisResult",
     "check",
     "check_operations",

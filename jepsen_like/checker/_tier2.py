@@ -19,7 +19,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from jepsen_like.checker._models import OPTIONAL_FIELDS, get_model, operation_from_row
+from jepsen_like.checker._models import OPTIONAL_FIELDS, QUERY_KINDS, Model, operation_from_row
 from jepsen_like.checker._wgl import NOT_LINEARIZABLE, UNKNOWN, check_operations
 
 RESULT_SCHEMA = "hid int, key string, verdict string, ops long, steps long, seconds double, witness string, reason string"
@@ -40,22 +40,23 @@ _INPUT_COLUMNS = (
 
 def candidates(ops: DataFrame) -> DataFrame:
     """The operations the search considers: those the model knows, except
-    bounded-staleness reads, failed operations and reads without an ok."""
+    bounded-staleness reads, failed operations and queries (reads) without
+    an ok (``_models.dropped_by_search``)."""
     kind = F.col("kind")
     return ops.where(
         kind.isNotNull()
         & ~((kind == "read") & F.coalesce(F.col("mode").isin("leader-local", "broker"), F.lit(False)))
         & (F.col("outcome") != "fail")
-        & ~((kind == "read") & (F.col("outcome") != "ok"))
+        & ~(kind.isin(*QUERY_KINDS) & (F.col("outcome") != "ok"))
     ).select(*_INPUT_COLUMNS)
 
 
-def _check_group(rows: list[dict[str, Any]], model_name: str, budget_steps: int, skip: bool) -> dict[str, Any]:
+def _check_group(rows: list[dict[str, Any]], model: Model, budget_steps: int, skip: bool) -> dict[str, Any]:
     hid, key = rows[0]["hid"], rows[0]["key"]
     if skip:
         return {"hid": hid, "key": key, "verdict": UNKNOWN, "ops": len(rows), "steps": 0, "seconds": 0.0,
                 "witness": None, "reason": NOT_CHECKED_REASON}
-    verdict = check_operations([operation_from_row(row) for row in rows], get_model(model_name), budget_steps=budget_steps)
+    verdict = check_operations([operation_from_row(row) for row in rows], model, budget_steps=budget_steps)
     return {
         "hid": hid,
         "key": key,
@@ -69,7 +70,7 @@ def _check_group(rows: list[dict[str, Any]], model_name: str, budget_steps: int,
 
 
 def _check_partition(
-    batches: Iterator[pa.RecordBatch], *, models: Mapping[int, str], budget_steps: int, all_keys: bool
+    batches: Iterator[pa.RecordBatch], *, models: Mapping[int, Model], budget_steps: int, all_keys: bool
 ) -> Iterator[pa.RecordBatch]:
     refuted: set[int] = set()
     results: list[dict[str, Any]] = []
@@ -99,14 +100,15 @@ def _check_partition(
 
 def run(
     operations: DataFrame,
-    models: Mapping[int, str],
+    models: Mapping[int, Model],
     *,
     budget_steps: int,
     all_keys: bool,
     partitions: int,
 ) -> list[dict[str, Any]]:
-    """Search every (history, key) of ``operations`` (from :func:`candidates`);
-    one result dict per key, ``witness`` decoded."""
+    """Search every (history, key) of ``operations`` (from :func:`candidates`)
+    against its history's model (with its initial value: the models travel
+    to the executors); one result dict per key, ``witness`` decoded."""
     by_key = Window.partitionBy("hid", "key")
     ordered = (
         operations.repartition(partitions, "hid", "key")
