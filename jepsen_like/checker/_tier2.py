@@ -19,6 +19,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from jepsen_like.checker._model_catalog import get_model
 from jepsen_like.checker._models import OPTIONAL_FIELDS, QUERY_KINDS, Model, operation_from_row
 from jepsen_like.checker._wgl import NOT_LINEARIZABLE, UNKNOWN, check_operations
 
@@ -70,15 +71,19 @@ def _check_group(rows: list[dict[str, Any]], model: Model, budget_steps: int, sk
 
 
 def _check_partition(
-    batches: Iterator[pa.RecordBatch], *, models: Mapping[int, Model], budget_steps: int, all_keys: bool
+    batches: Iterator[pa.RecordBatch], *, models: Mapping[int, tuple[str, Any]], budget_steps: int, all_keys: bool
 ) -> Iterator[pa.RecordBatch]:
+    # Each model is rebuilt here from its name and initial value: an
+    # unpickled copy's kinds would not be the very constants the models
+    # compare kinds to (``is``).
+    by_hid = {hid: get_model(name, initial_value) for hid, (name, initial_value) in models.items()}
     refuted: set[int] = set()
     results: list[dict[str, Any]] = []
     group: list[dict[str, Any]] = []
 
     def finish() -> None:
         hid = group[0]["hid"]
-        result = _check_group(group, models[hid], budget_steps, skip=(hid in refuted and not all_keys))
+        result = _check_group(group, by_hid[hid], budget_steps, skip=(hid in refuted and not all_keys))
         if result["verdict"] == NOT_LINEARIZABLE:
             refuted.add(hid)
         results.append(result)
@@ -117,7 +122,8 @@ def run(
         .sortWithinPartitions("key_ops", "hid", "key", "t_inv", "index")
         .drop("key_ops")
     )
-    checker = partial(_check_partition, models=dict(models), budget_steps=budget_steps, all_keys=all_keys)
+    specs = {hid: (model.name, model.initial_value) for hid, model in models.items()}
+    checker = partial(_check_partition, models=specs, budget_steps=budget_steps, all_keys=all_keys)
     rows = ordered.mapInArrow(checker, RESULT_SCHEMA).collect()
     results = []
     for row in rows:
