@@ -48,8 +48,9 @@ EVENT_FIELDS = (
 _JEPSEN_OP_TAG = "jepsen.history.Op"
 
 # Strings, comments and character literals (which may hold brackets), the
-# brackets themselves, and line breaks.
-_SCAN = re.compile(r'"(?:\\.|[^"\\])*"?|;[^\n]*|\\.|[{}\[\]()]|\n', re.DOTALL)
+# brackets themselves, line breaks, and atoms (keywords, numbers, symbols,
+# tags).
+_SCAN = re.compile(r'"(?:\\.|[^"\\])*"?|;[^\n]*|\\.|[{}\[\]()]|\n|[^\s,{}\[\]()";\\]+', re.DOTALL)
 _LEXPOS = re.compile(r"lexpos (\d+)")
 
 
@@ -63,45 +64,78 @@ def _edn_module() -> Any:
     return edn_format
 
 
-def _map_lines(text: str) -> tuple[list[int], list[int]]:
-    """The line numbers at which maps open at bracket depth 0 and at depth 1
-    (the operations of a history of maps, and of a history in one vector)."""
-    top: list[int] = []
-    nested: list[int] = []
+def _form_starts(text: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Where forms start at bracket depth 0 and at depth 1 (the operations
+    of a history of maps, and of a history in one vector), as (line number,
+    offset). A tag (``#jepsen.history.Op``, the ``#`` of a set) and the form
+    it tags are one form."""
+    starts: tuple[list[tuple[int, int]], list[tuple[int, int]]] = ([], [])
     depth = 0
     line = 1
+    tagged = False  # the previous token was a tag: the next form is its
     for match in _SCAN.finditer(text):
         token = match.group()
         if token == "\n":
             line += 1
-        elif token[0] in '";\\':
-            line += token.count("\n")
-        elif token in "{[(":
-            if token == "{":
-                if depth == 0:
-                    top.append(line)
-                elif depth == 1:
-                    nested.append(line)
-            depth += 1
-        else:
+            continue
+        if token[0] == ";":
+            continue
+        if token[0] in "}])":
             depth -= 1
-    return top, nested
+            continue
+        if depth <= 1 and not tagged:
+            starts[depth].append((line, match.start()))
+        tagged = token[0] == "#" and token[-1] not in "}])"
+        if token[0] in "{[(":
+            depth += 1
+        elif token[0] in '"\\':
+            line += token.count("\n")
+    return starts
 
 
 def _line_of(text: str, position: int) -> int:
     return text.count("\n", 0, position) + 1
 
 
-def _parse_error(path: Path, text: str, error: Exception) -> HistoryFormatError:
+def _first_unparseable(text: str, edn: Any) -> int | None:
+    """The offset of the first top-level form (or element of a top-level
+    vector) that does not parse, found by bisection over the forms: for
+    errors the parser reports without a position."""
+    top, nested = _form_starts(text)
+    starts = [offset for _, offset in (top if len(top) > 1 or not nested else nested)]
+    if not starts:
+        return None
+
+    def parses(count: int) -> bool:
+        try:
+            edn.loads_all(text[starts[0] : starts[count]], write_ply_tables=False)
+        except Exception:  # EDNDecodeError, or edn_format's own errors on a broken form
+            return False
+        return True
+
+    good, bad = 0, len(starts) - 1  # forms[:good] parse; the failure is at or before forms[bad]
+    while good < bad:
+        middle = (good + bad + 1) // 2
+        if parses(middle):
+            good = middle
+        else:
+            bad = middle - 1
+    return starts[good]
+
+
+def _parse_error(path: Path, text: str, error: Exception, edn: Any) -> HistoryFormatError:
     token = error.args[0] if error.args else None
     position = getattr(token, "lexpos", None)
+    reason = ""
     if position is None:
         found = _LEXPOS.search(str(token))
-        position = int(found.group(1)) if found else None
+        if found is None:  # the parser said what, not where
+            reason = " (the text ends inside this form)" if str(token) == "EOF Reached" else f" ({token})"
+        position = int(found.group(1)) if found else _first_unparseable(text, edn)
     if position is not None:
         line = _line_of(text, position)
         excerpt = text.splitlines()[line - 1].strip()[:200] if text.splitlines() else ""
-        return HistoryFormatError(f"{path}:{line}: not valid EDN: {excerpt}")
+        return HistoryFormatError(f"{path}:{line}: not valid EDN{reason}: {excerpt}")
     if str(token) == "EOF Reached":
         return HistoryFormatError(f"{path}: not valid EDN: the text ends inside a form (an unclosed bracket or string?)")
     return HistoryFormatError(f"{path}: not valid EDN: {token}")
@@ -177,7 +211,7 @@ def _read_forms(path: Path) -> tuple[str, list[Any], Any]:
     try:
         forms = edn.loads_all(text, write_ply_tables=False)
     except edn.EDNDecodeError as error:
-        raise _parse_error(path, text, error) from None
+        raise _parse_error(path, text, error, edn) from None
     except NotImplementedError as error:  # edn_format's word for an unknown tag
         raise HistoryFormatError(f"{path}: not valid EDN here: {error}") from None
     return text, forms, edn
@@ -194,13 +228,14 @@ def iter_edn_events(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     operations and not others.
     """
     text, forms, edn = _read_forms(path)
-    top_lines, nested_lines = _map_lines(text)
+    top, nested = _form_starts(text)
+    top_lines, nested_lines = [line for line, _ in top], [line for line, _ in nested]
     if len(forms) == 1 and isinstance(forms[0], Sequence) and not isinstance(forms[0], str):
         operations, lines = list(forms[0]), nested_lines
     else:
         operations, lines = forms, top_lines
     if len(lines) != len(operations):
-        lines = []  # a map that is not an operation, or one inside a value: count operations instead
+        lines = []  # (a discarded or annotated form) count operations instead
     has_index = has_time = None
     for position, operation in enumerate(operations):
         where = f"{path}:{lines[position]}" if lines else f"{path}: operation {position + 1}"

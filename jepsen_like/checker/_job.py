@@ -146,7 +146,7 @@ def check_sources(
         models = {}
         for hid, name in model_names.items():
             try:
-                models[hid] = get_model(name, initial_value)
+                models[hid] = get_model(name, sources[hid].meta.initial_value if initial_value is MODEL_DEFAULT else initial_value)
             except ValueError as error:  # an initial value this history's model has no state for
                 raise HistoryFormatError(f"{sources[hid].path}: {error}") from None
         lap("load_s")

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from jepsen_like.checker._edn import iter_edn_events
 from jepsen_like.checker._errors import HistoryFormatError
-from jepsen_like.checker._model_catalog import MODEL_NAMES
+from jepsen_like.checker._model_catalog import MODEL_DEFAULT, MODEL_NAMES
 from jepsen_like.checker._models import (
     INFO,
     KV_OPERATION_NAMES,
@@ -88,6 +88,9 @@ class HistoryMeta:
     fetch_timeout_ms: float | None = None
     staleness_bound_ms: float | None = None
     offset_scope: str = "log"
+    # The model's initial state (any JSON value, null included), when not
+    # the model's own; --initial-value wins over it.
+    initial_value: Any = MODEL_DEFAULT
 
     @property
     def leader_local_bound_ms(self) -> float | None:
@@ -135,6 +138,8 @@ def read_meta(path: Path) -> HistoryMeta:
         raise HistoryFormatError(f"{path}: offset_scope must be one of {OFFSET_SCOPES}")
     if "model" in values and values["model"] not in MODEL_NAMES:
         raise HistoryFormatError(f"{path}: unknown model {values['model']!r}")
+    if "initial_value" in raw:  # any JSON value; null is Jepsen's nil
+        values["initial_value"] = raw["initial_value"]
     return HistoryMeta(**values)
 
 

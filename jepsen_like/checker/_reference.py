@@ -625,7 +625,7 @@ def check_source_reference(
     operations, nemesis_events = pair_operations(source, events)
     model_name = resolve_model_name(source, {op.f for op in operations}, model)
     try:
-        the_model = get_model(model_name, initial_value)
+        the_model = get_model(model_name, source.meta.initial_value if initial_value is MODEL_DEFAULT else initial_value)
     except ValueError as error:  # an initial value this history's model has no state for
         raise HistoryFormatError(f"{source.path}: {error}") from None
     unknown = sorted({op.f for op in operations if the_model.kind_of(op.f) is None})
