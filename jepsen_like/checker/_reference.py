@@ -32,12 +32,12 @@ from jepsen_like.checker._models import (
     MODE_BROKER,
     MODE_LEADER_LOCAL,
     OK,
+    QUERY_KINDS,
     READ,
     WRITE,
     Model,
     Operation,
     canonical_json,
-    QUERY_KINDS,
     cas_arguments,
     dropped_by_search,
     is_tier2_candidate,
@@ -549,7 +549,7 @@ def first_unlinearizable_naive(operations: Sequence[Operation], model: Model) ->
 
 def tier2_relevant(op: Operation, model: Model) -> bool:
     """Whether the search looks at ``op``: a model operation, not a bounded
-    read, not failed, and (for reads) ok."""
+    read, not failed, and (for reads and other queries) ok."""
     return is_tier2_candidate(op, model) and not dropped_by_search(op, model)
 
 
