@@ -568,7 +568,7 @@ def model_error(models: Mapping[int, Model]) -> Column:
             strict & F.col("kind").isNull(),
             F.concat(
                 F.lit("operation "), F.col("f"), F.lit(" is not part of the "), model_name,
-                F.lit(" model (--model metadata accepts metadata operations)"),
+                F.lit(" model (--model picks another: set, counter, mutex, ...; --model metadata accepts metadata operations)"),
             ),
         ),
         (

@@ -632,7 +632,7 @@ def check_source_reference(
     if the_model.strict and unknown:
         raise HistoryFormatError(
             f"{source.path}: operations {', '.join(unknown)} are not part of the {model_name} model "
-            "(--model metadata accepts metadata operations)"
+            "(--model picks another: set, counter, mutex, ...; --model metadata accepts metadata operations)"
         )
     history = _History(operations, the_model)
     for op in history.operations:  # values must fit the model, as the Spark job requires
