@@ -17,7 +17,17 @@ from typing import Any
 
 from jepsen_like.checker._errors import HistoryFormatError
 from jepsen_like.checker._load import HistoryMeta, HistorySource, discover_histories, read_meta
-from jepsen_like.checker._models import KV, METADATA, MODELS, REGISTER, Model, Operation, get_model
+from jepsen_like.checker._model_catalog import (
+    CAS_REGISTER,
+    COUNTER,
+    MODEL_DEFAULT,
+    MODELS,
+    MULTI_REGISTER,
+    MUTEX,
+    SET,
+    get_model,
+)
+from jepsen_like.checker._models import KV, METADATA, REGISTER, Model, Operation
 from jepsen_like.checker._reference import check_reference, check_source_reference, stale_reads_of_events
 from jepsen_like.checker._report import (
     CHECK_NAMES,
@@ -54,7 +64,9 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ANOMALY_KINDS",
+    "CAS_REGISTER",
     "CHECK_NAMES",
+    "COUNTER",
     "DEFAULT_BUDGET_STEPS",
     "DEFAULT_MASTER",
     "HistoryFormatError",
@@ -65,9 +77,13 @@ __all__ = [
     "KeyVerdict",
     "METADATA",
     "MODELS",
+    "MODEL_DEFAULT",
+    "MULTI_REGISTER",
+    "MUTEX",
     "Model",
     "Operation",
     "REGISTER",
+    "SET",
     "SynthesisResult",
     "check",
     "check_operations",

@@ -14,6 +14,7 @@ and completion values (``_models.canonical_json`` of the value as Python's
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from functools import reduce
@@ -35,7 +36,9 @@ from jepsen_like.checker._load import (
     _NODE_EVENT_REQUIRED,
     HistorySource,
     locate_lines,
+    read_history_events,
 )
+from jepsen_like.checker._model_catalog import shape_error
 from jepsen_like.checker._models import READ_MODES, Model, variant_json
 
 CORRUPT = "_corrupt_record"
@@ -179,7 +182,26 @@ def _read_histories(spark: SparkSession, sources: Sequence[HistorySource]) -> Da
     for hid, source in enumerate(sources):
         if source.file_format == "parquet":
             frames.append(_read_parquet_history(spark, source, hid))
+        elif source.file_format == "edn":
+            frames.append(_read_edn_history(spark, source, hid))
     return reduce(DataFrame.unionByName, frames)
+
+
+def _read_edn_history(spark: SparkSession, source: HistorySource, hid: int) -> DataFrame:
+    """A Jepsen EDN history: parsed and validated in the driver (the EDN
+    parser is Python; its errors name the file and line, as the reference
+    checker's do), then handed to Spark as the JSON lines it stands for."""
+    lines = [json.dumps(event) for event in read_history_events(source)]
+    with_corrupt = T.StructType(HISTORY_SCHEMA.fields + [T.StructField(CORRUPT, T.StringType())])
+    return (
+        spark.read.schema(with_corrupt)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT)
+        .json(spark.sparkContext.parallelize(lines, 1))
+        .withColumn(ROW_ID, F.monotonically_increasing_id())
+        .withColumn("source_file", F.lit(str(source.path)))
+        .withColumn("hid", F.lit(hid))
+    )
 
 
 def _read_parquet_table(spark: SparkSession, path: Path, hid: int, schema: T.StructType) -> DataFrame:
@@ -520,17 +542,33 @@ def exact_json(value: Column) -> Column:
     ).otherwise(F.to_json(value))
 
 
+def _shape_error(model_name, f, outcome, arg, ret):  # type: ignore[no-untyped-def]  (no hints: a UDF)
+    return None if model_name is None else shape_error(model_name, f, outcome, arg, ret)
+
+
+_shape_error_udf = F.udf(_shape_error, T.StringType())
+
+
 def model_error(models: Mapping[int, Model]) -> Column:
     """Per operation row: why it does not fit its history's model, or null."""
     strict = per_history({hid: model.strict for hid, model in models.items()})
     model_name = per_history({hid: model.name for hid, model in models.items()})
     is_kv = model_name == "kv"
-    checks = [
+    checks = []
+    own_prepare = {hid: model.name for hid, model in models.items() if model.prepare_op is not None}
+    if own_prepare:
+        # Models that prepare their own operations (_model_catalog) say what
+        # is wrong with a value in Python, as the reference checker does.
+        shape = _shape_error_udf(
+            F.when(F.col("kind").isNotNull(), per_history(own_prepare)), F.col("f"), F.col("outcome"), F.col("arg"), F.col("ret")
+        )
+        checks.append((shape.isNotNull(), shape))
+    checks += [
         (
             strict & F.col("kind").isNull(),
             F.concat(
                 F.lit("operation "), F.col("f"), F.lit(" is not part of the "), model_name,
-                F.lit(" model (--model metadata accepts metadata operations)"),
+                F.lit(" model (--model picks another: set, counter, mutex, ...; --model metadata accepts metadata operations)"),
             ),
         ),
         (

@@ -23,7 +23,8 @@ from jepsen_like.checker import _tier1, _tier2
 from jepsen_like.checker._errors import HistoryFormatError
 from jepsen_like.checker._frames import OP_RENDER_COLUMNS, Loaded, build_operations, load, materialize, model_error, release
 from jepsen_like.checker._load import HistorySource, discover_histories, resolve_model_name
-from jepsen_like.checker._models import Model, canonical_json, get_model, operation_from_row, render_operation
+from jepsen_like.checker._model_catalog import MODEL_DEFAULT, get_model
+from jepsen_like.checker._models import Model, canonical_json, operation_from_row, render_operation
 from jepsen_like.checker._report import (
     CHECK_NAMES,
     DEFAULT_MAX_WITNESSES,
@@ -59,13 +60,18 @@ def check(
     spark_conf: Mapping[str, str] | None = None,
     spark_log: str | Path | None = None,
     timings: MutableMapping[str, float] | None = None,
+    initial_value: Any = MODEL_DEFAULT,
+    history_format: str | None = None,
 ) -> list[HistoryResult]:
     """Check histories with the Spark job.
 
-    ``paths``: history files (JSON lines or Parquet), directories of them, or
-    campaign directories (docs/checker.md). ``model``: ``register``, ``kv`` or
-    ``metadata`` for every history; by default each history's meta, else
-    ``kv`` if it has get/put/append, else ``register``. ``budget_steps``:
+    ``paths``: history files (JSON lines, Parquet or Jepsen EDN),
+    directories of them, or campaign directories (docs/checker.md).
+    ``model``: a name from ``MODELS`` for every history; by default each
+    history's meta, else ``kv`` if it has get/put/append, else ``register``.
+    ``initial_value``: the model's initial state for every history, when not
+    the model's own (``None`` is Jepsen's nil). ``history_format``: the
+    format of the files named in ``paths`` whatever their names say. ``budget_steps``:
     search steps each key's linearizability search (and the shrinking of its
     witness) may use in its final pass; out of budget, the key is
     ``unknown``. A count of steps, not seconds, so that the verdicts and
@@ -80,13 +86,14 @@ def check(
     Returns one :class:`HistoryResult` per history, in input order.
 
     Raises :class:`HistoryFormatError` for missing or malformed input, and
-    ``ValueError`` for an unknown model or a non-positive budget.
+    ``ValueError`` for an unknown model, an initial value that does not fit
+    it, or a non-positive budget.
     """
     if model is not None:
-        get_model(model)
+        get_model(model, initial_value)
     if budget_steps < 1:
         raise ValueError(f"budget_steps must be positive, got {budget_steps}")
-    sources = discover_histories([paths] if isinstance(paths, str) else paths)
+    sources = discover_histories([paths] if isinstance(paths, str) else paths, history_format=history_format)
     started = time.monotonic()
     session = spark
     if session is None:
@@ -96,7 +103,7 @@ def check(
         timings["session_s"] = time.monotonic() - started
     return check_sources(
         session, sources, model=model, budget_steps=budget_steps, max_witnesses=max_witnesses, all_keys=all_keys,
-        linearizability=linearizability, timings=timings,
+        linearizability=linearizability, timings=timings, initial_value=initial_value,
     )
 
 
@@ -110,6 +117,7 @@ def check_sources(
     all_keys: bool = False,
     linearizability: bool = True,
     timings: MutableMapping[str, float] | None = None,
+    initial_value: Any = MODEL_DEFAULT,
 ) -> list[HistoryResult]:
     """:func:`check` on already discovered histories, in a given session."""
     timings = timings if timings is not None else {}
@@ -135,7 +143,12 @@ def check_sources(
         model_names = {
             hid: resolve_model_name(source, loaded.operation_names[hid], model) for hid, source in enumerate(sources)
         }
-        models = {hid: get_model(name) for hid, name in model_names.items()}
+        models = {}
+        for hid, name in model_names.items():
+            try:
+                models[hid] = get_model(name, sources[hid].meta.initial_value if initial_value is MODEL_DEFAULT else initial_value)
+            except ValueError as error:  # an initial value this history's model has no state for
+                raise HistoryFormatError(f"{sources[hid].path}: {error}") from None
         lap("load_s")
         ops = materialize(build_operations(loaded.paired, models), eager=not small_input)
         counts = _operation_counts(ops, models, sources)
@@ -154,7 +167,7 @@ def check_sources(
         lap("tier1_s")
         tier2: dict[int, list[dict[str, Any]]] = {}
         if linearizability:
-            tier2 = _tier2_findings(spark, ops, model_names, budget_steps=budget_steps, all_keys=all_keys)
+            tier2 = _tier2_findings(spark, ops, models, budget_steps=budget_steps, all_keys=all_keys)
             lap("tier2_s")
     finally:
         release(ops)
@@ -415,12 +428,12 @@ def _resolve(evidence: Mapping[str, Any], hid: int, rendered: Mapping[tuple[int,
 
 
 def _tier2_findings(
-    spark: SparkSession, ops: DataFrame, model_names: Mapping[int, str], *, budget_steps: int, all_keys: bool
+    spark: SparkSession, ops: DataFrame, models: Mapping[int, Model], *, budget_steps: int, all_keys: bool
 ) -> dict[int, list[dict[str, Any]]]:
     candidates = _tier2.candidates(ops)
     partitions = max(2, spark.sparkContext.defaultParallelism * 2)
     first_budget_steps = min(budget_steps, FIRST_PASS_BUDGET_STEPS)
-    first_pass = _tier2.run(candidates, model_names, budget_steps=first_budget_steps, all_keys=all_keys, partitions=partitions)
+    first_pass = _tier2.run(candidates, models, budget_steps=first_budget_steps, all_keys=all_keys, partitions=partitions)
     results = {(r["hid"], r["key"]): r for r in first_pass}
     refuted = {hid for (hid, _), r in results.items() if r["verdict"] == NOT_LINEARIZABLE}
     retry = sorted(
@@ -436,7 +449,7 @@ def _tier2_findings(
         again = candidates.join(
             F.broadcast(wanted), on=(candidates["hid"] == wanted["hid"]) & candidates["key"].eqNullSafe(wanted["key"])
         ).select(candidates["*"])
-        for r in _tier2.run(again, model_names, budget_steps=budget_steps, all_keys=all_keys, partitions=partitions):
+        for r in _tier2.run(again, models, budget_steps=budget_steps, all_keys=all_keys, partitions=partitions):
             results[(r["hid"], r["key"])] = r
     by_history: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for (hid, _), r in results.items():

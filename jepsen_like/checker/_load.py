@@ -3,10 +3,13 @@ path) reading and pairing their events.
 
 Layouts (docs/checker.md, "Inputs"):
 
-- a history file: ``NAME.jsonl`` or ``NAME.parquet`` (a Parquet file or a
-  Spark-written Parquet directory), with an optional sidecar ``NAME.meta.json``;
-- a campaign directory: ``history.jsonl`` or ``history.parquet`` (Parquet is
-  used when both are present: it is the same history, faster to read), and
+- a history file: ``NAME.jsonl``, ``NAME.parquet`` (a Parquet file or a
+  Spark-written Parquet directory) or ``NAME.edn`` (Jepsen's, see ``_edn``),
+  with an optional sidecar ``NAME.meta.json``; a file named on its own may
+  be read as another format than its name says (``--format``);
+- a campaign directory: ``history.jsonl``, ``history.parquet`` or
+  ``history.edn`` (a Jepsen store directory is one; Parquet, then JSON lines,
+  is used when several are present: they are the same history), and
   optionally ``meta.json``, ``node-events.jsonl`` and/or ``events/*.jsonl``,
   ``log-dumps.jsonl`` and/or ``dumps/*.jsonl``; its name is the directory's;
 - any other directory: every history file directly in it, and every campaign
@@ -22,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+from jepsen_like.checker._edn import iter_edn_events
 from jepsen_like.checker._errors import HistoryFormatError
+from jepsen_like.checker._model_catalog import MODEL_DEFAULT, MODEL_NAMES
 from jepsen_like.checker._models import (
     INFO,
     KV_OPERATION_NAMES,
@@ -36,8 +41,11 @@ from jepsen_like.checker._models import (
 EVENT_TYPES = ("invoke", "ok", "fail", "info")
 COMPLETION_TYPES = ("ok", "fail", "info")
 NEMESIS = "nemesis"
-HISTORY_SUFFIXES = (".jsonl", ".parquet")
-CAMPAIGN_HISTORY_NAMES = ("history.parquet", "history.jsonl")
+HISTORY_SUFFIXES = (".jsonl", ".parquet", ".edn")
+HISTORY_FORMATS = tuple(suffix.lstrip(".") for suffix in HISTORY_SUFFIXES)
+CAMPAIGN_HISTORY_NAMES = ("history.parquet", "history.jsonl", "history.edn")
+# Side files are JSON lines or Parquet only.
+SIDE_FILE_SUFFIXES = (".jsonl", ".parquet")
 OFFSET_SCOPES = ("log", "key")
 # The design's default: a leader resigns after 1.5 x fetch timeout without
 # hearing from a majority (KAFKA-15489's fix).
@@ -80,6 +88,9 @@ class HistoryMeta:
     fetch_timeout_ms: float | None = None
     staleness_bound_ms: float | None = None
     offset_scope: str = "log"
+    # The model's initial state (any JSON value, null included), when not
+    # the model's own; --initial-value wins over it.
+    initial_value: Any = MODEL_DEFAULT
 
     @property
     def leader_local_bound_ms(self) -> float | None:
@@ -94,7 +105,7 @@ class HistorySource:
 
     name: str
     path: Path
-    file_format: str  # "jsonl" or "parquet"
+    file_format: str  # "jsonl", "parquet" or "edn"
     meta: HistoryMeta = field(default_factory=HistoryMeta)
     node_event_paths: tuple[Path, ...] = ()
     log_dump_paths: tuple[Path, ...] = ()
@@ -125,8 +136,10 @@ def read_meta(path: Path) -> HistoryMeta:
         values[name] = value
     if values.get("offset_scope", "log") not in OFFSET_SCOPES:
         raise HistoryFormatError(f"{path}: offset_scope must be one of {OFFSET_SCOPES}")
-    if "model" in values and values["model"] not in ("register", "kv", "metadata"):
+    if "model" in values and values["model"] not in MODEL_NAMES:
         raise HistoryFormatError(f"{path}: unknown model {values['model']!r}")
+    if "initial_value" in raw:  # any JSON value; null is Jepsen's nil
+        values["initial_value"] = raw["initial_value"]
     return HistoryMeta(**values)
 
 
@@ -141,7 +154,7 @@ def _history_name(path: Path) -> str:
 def _is_history_file(path: Path) -> bool:
     if path.name.endswith(".node-events.jsonl") or path.name.endswith(".log-dumps.jsonl"):
         return False
-    if path.suffix == ".jsonl":
+    if path.suffix in (".jsonl", ".edn"):
         return path.is_file()
     return path.suffix == ".parquet"  # a file, or a directory Spark wrote
 
@@ -152,10 +165,10 @@ def _is_campaign(path: Path) -> bool:
 
 def _side_files(directory: Path, stem: str, subdirectory: str) -> list[Path]:
     """``STEM.jsonl`` / ``STEM.parquet`` and ``SUBDIRECTORY/*.jsonl|*.parquet``."""
-    found = [directory / f"{stem}{suffix}" for suffix in HISTORY_SUFFIXES if (directory / f"{stem}{suffix}").exists()]
+    found = [directory / f"{stem}{suffix}" for suffix in SIDE_FILE_SUFFIXES if (directory / f"{stem}{suffix}").exists()]
     if (directory / subdirectory).is_dir():
         found += sorted(
-            path for path in (directory / subdirectory).iterdir() if path.suffix in HISTORY_SUFFIXES
+            path for path in (directory / subdirectory).iterdir() if path.suffix in SIDE_FILE_SUFFIXES
         )
     return found
 
@@ -176,21 +189,25 @@ def _campaign_source(directory: Path) -> HistorySource:
     )
 
 
-def _file_source(path: Path) -> HistorySource:
+def _file_source(path: Path, file_format: str | None = None) -> HistorySource:
     name = _history_name(path)
     meta_path = path.with_name(f"{name}.meta.json")
     meta = read_meta(meta_path) if meta_path.exists() else HistoryMeta()
-    return HistorySource(name=name, path=path, file_format=path.suffix.lstrip("."), meta=meta)
+    return HistorySource(name=name, path=path, file_format=file_format or path.suffix.lstrip("."), meta=meta)
 
 
-def discover_histories(paths: Iterable[str | Path]) -> list[HistorySource]:
+def discover_histories(paths: Iterable[str | Path], *, history_format: str | None = None) -> list[HistorySource]:
     """The histories named by ``paths`` (files, directories of histories, or
-    campaign directories), in order.
+    campaign directories), in order. ``history_format`` (``jsonl``,
+    ``parquet`` or ``edn``) is the format of the files named in ``paths``
+    whatever their names say; files found in directories go by their names.
 
     Raises :class:`HistoryFormatError` when a path does not exist, holds no
     history, or two histories would share a name (results files are named
-    after histories).
+    after histories), and ``ValueError`` for an unknown ``history_format``.
     """
+    if history_format is not None and history_format not in HISTORY_FORMATS:
+        raise ValueError(f"unknown history format {history_format!r}; choose one of {', '.join(HISTORY_FORMATS)}")
     sources: list[HistorySource] = []
     for raw_path in paths:
         path = Path(raw_path)
@@ -205,12 +222,12 @@ def discover_histories(paths: Iterable[str | Path]) -> list[HistorySource]:
                 if _is_campaign(child) or _is_history_file(child)
             ]
             if not found:
-                raise HistoryFormatError(f"{path}: no histories (*.jsonl, *.parquet or campaign directories) in it")
+                raise HistoryFormatError(f"{path}: no histories (*.jsonl, *.parquet, *.edn or campaign directories) in it")
             sources.extend(found)
-        elif _is_history_file(path):
-            sources.append(_file_source(path))
+        elif _is_history_file(path) or (history_format is not None and path.is_file()):
+            sources.append(_file_source(path, history_format))
         else:
-            raise HistoryFormatError(f"{path}: not a history (expected *.jsonl, *.parquet or a directory)")
+            raise HistoryFormatError(f"{path}: not a history (expected *.jsonl, *.parquet, *.edn or a directory)")
     seen: dict[str, Path] = {}
     for source in sources:
         if source.name in seen:
@@ -335,11 +352,12 @@ def read_history_events(source: HistorySource) -> list[dict[str, Any]]:
     Raises :class:`HistoryFormatError` naming the file and line of the first
     malformed event.
     """
-    if source.file_format == "parquet":
-        records = _read_parquet_records(source.path)
+    if source.file_format == "edn":
+        located: Iterable[tuple[str, dict[str, Any]]] = iter_edn_events(source.path)
     else:
-        records = _iter_json_lines(source.path)
-    return history_events((f"{source.path}:{line_number}", record) for line_number, record in records)
+        records = _read_parquet_records(source.path) if source.file_format == "parquet" else _iter_json_lines(source.path)
+        located = ((f"{source.path}:{line_number}", record) for line_number, record in records)
+    return history_events(located)
 
 
 def history_events(records: Iterable[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:

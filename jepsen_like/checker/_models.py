@@ -4,7 +4,8 @@ An :class:`Operation` is one client call: its invoke event and its completion
 event (if the history has one), paired by process. The models here are the
 single-object specifications that the linearizability search (``_wgl``) and
 the reference checker step through: a compare-and-set register and a string
-key-value cell with append.
+key-value cell with append (Jepsen's other models, built on the same
+``Model``, are in ``_model_catalog``).
 
 Values are kept as decoded JSON. Model states are kept in a hashable form
 (canonical JSON text for the register, the plain string for kv) because the
@@ -14,9 +15,9 @@ search memoises on (linearized set, state).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from jepsen_like.checker._errors import HistoryFormatError
 
@@ -25,6 +26,17 @@ READ = "read"
 WRITE = "write"
 CAS = "cas"
 APPEND = "append"
+# What the models of _model_catalog do besides these: observe the state
+# without changing it (a set's or a counter's read), or change it their own
+# way (a transaction, a lock, an add).
+OBSERVE = "observe"
+TXN = "txn"
+ACQUIRE = "acquire"
+RELEASE = "release"
+ADD = "add"
+# Kinds that only look at the state: an operation of one of these kinds that
+# did not return ok tells nothing and is dropped before the search.
+QUERY_KINDS = (READ, OBSERVE)
 
 OK = "ok"
 FAIL = "fail"
@@ -234,10 +246,30 @@ class Model:
     step: Callable[[Hashable, Prepared], tuple[bool, Hashable]]
     state_of: Callable[[Any], Hashable]
     value_of_state: Callable[[Hashable], Any]
+    # The search input of an operation, for models whose operations are not
+    # reads, writes, cas or appends of one value (it raises TypeError or
+    # ValueError, with what is wrong, for a value that does not fit).
+    prepare_op: Callable[[Operation], Prepared] | None = None
+    # A per-key check that replaces the linearizability search: given the
+    # key's operations (failed ones and non-ok queries already dropped),
+    # the first operation that breaks the model and a witness of why, or
+    # None (the counter's bounds, _model_catalog).
+    key_check: Callable[[Sequence[Operation], Any], tuple[Operation, dict[str, Any]] | None] | None = None
 
     @property
     def initial_state(self) -> Hashable:
         return self.state_of(self.initial_value)
+
+    def with_initial_value(self, value: Any) -> "Model":
+        """This model starting from ``value`` instead of its own initial value.
+
+        Raises ``ValueError`` when ``value`` is not a state of this model.
+        """
+        try:
+            self.state_of(value)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"initial value {canonical_json(value)} does not fit the {self.name} model: {error}") from None
+        return replace(self, initial_value=value)
 
     def kind_of(self, f: str) -> str | None:
         """What ``f`` does, or ``None`` if this model does not model it."""
@@ -249,6 +281,11 @@ class Model:
         Raises :class:`HistoryFormatError` when the operation's value does not
         fit the model (a cas without ``[expected, new]``, a non-string kv value).
         """
+        if self.prepare_op is not None:
+            try:
+                return self.prepare_op(op)
+            except (TypeError, ValueError) as error:
+                raise HistoryFormatError(f"operation at index {op.index} ({op.f} on key {op.key!r}): {error}") from None
         kind = self.kinds[op.f]
         if kind is READ:
             return (READ, self._state_value(op, op.value), None)
@@ -319,16 +356,7 @@ KV = Model(
     value_of_state=lambda state: state,
 )
 
-MODELS: dict[str, Model] = {model.name: model for model in (REGISTER, KV, METADATA)}
 KV_OPERATION_NAMES = frozenset(KV.kinds)
-
-
-def get_model(name: str) -> Model:
-    """The model called ``name``. Raises ``ValueError`` for an unknown name."""
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(sorted(MODELS))}") from None
 
 
 def is_tier2_candidate(op: Operation, model: Model) -> bool:
@@ -343,3 +371,10 @@ def is_tier2_candidate(op: Operation, model: Model) -> bool:
     if kind is None:
         return False
     return not (kind is READ and op.mode in (MODE_LEADER_LOCAL, MODE_BROKER))
+
+
+def dropped_by_search(op: Operation, model: Model) -> bool:
+    """Whether the search leaves ``op`` out: it failed (it certainly did not
+    take effect), or it only looks at the state and did not return ok (what
+    it saw is unknown)."""
+    return op.outcome == FAIL or (model.kind_of(op.f) in QUERY_KINDS and op.outcome != OK)

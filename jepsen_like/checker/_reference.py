@@ -26,6 +26,7 @@ from jepsen_like.checker._load import (
     read_node_events,
     resolve_model_name,
 )
+from jepsen_like.checker._model_catalog import MODEL_DEFAULT, get_model
 from jepsen_like.checker._models import (
     APPEND,
     CAS,
@@ -33,13 +34,14 @@ from jepsen_like.checker._models import (
     MODE_BROKER,
     MODE_LEADER_LOCAL,
     OK,
+    QUERY_KINDS,
     READ,
     WRITE,
     Model,
     Operation,
     canonical_json,
     cas_arguments,
-    get_model,
+    dropped_by_search,
     is_tier2_candidate,
     render_operation,
 )
@@ -500,7 +502,7 @@ def linearizable_naive(operations: Sequence[Operation], model: Model) -> bool:
     linearized; ``info`` operations need never be linearized. Failed
     configurations (set, state) are remembered. Exponential: small inputs only.
     """
-    relevant = [op for op in operations if op.outcome != FAIL and not (model.kind_of(op.f) is READ and op.outcome != OK)]
+    relevant = [op for op in operations if not dropped_by_search(op, model)]
     prepared = [model.prepare(op) for op in relevant]
     must = frozenset(i for i, op in enumerate(relevant) if op.outcome == OK)
     failed: set[tuple[frozenset, Hashable]] = set()
@@ -532,7 +534,7 @@ def first_unlinearizable_naive(operations: Sequence[Operation], model: Model) ->
     """The operation whose completion ends the shortest non-linearizable
     prefix (operations open at that point pending), or None if the whole
     history is linearizable. Plain scan over prefixes."""
-    relevant = [op for op in operations if op.outcome != FAIL and not (model.kind_of(op.f) is READ and op.outcome != OK)]
+    relevant = [op for op in operations if not dropped_by_search(op, model)]
     returns = sorted((op for op in relevant if op.outcome == OK), key=lambda op: (op.return_ns, op.index))
     for cut in returns:
         prefix = []
@@ -549,12 +551,8 @@ def first_unlinearizable_naive(operations: Sequence[Operation], model: Model) ->
 
 def tier2_relevant(op: Operation, model: Model) -> bool:
     """Whether the search looks at ``op``: a model operation, not a bounded
-    read, not failed, and (for reads) ok."""
-    return (
-        is_tier2_candidate(op, model)
-        and op.outcome != FAIL
-        and not (model.kind_of(op.f) is READ and op.outcome != OK)
-    )
+    read, not failed, and (for reads and other queries) ok."""
+    return is_tier2_candidate(op, model) and not dropped_by_search(op, model)
 
 
 def linearizability_naive(history: _History, max_witnesses: int) -> dict[str, Any]:
@@ -564,7 +562,12 @@ def linearizability_naive(history: _History, max_witnesses: int) -> dict[str, An
             by_key[op.key].append(op)
     key_results = []
     for key, operations in by_key.items():
-        failing = first_unlinearizable_naive(operations, history.model)
+        if history.model.key_check is not None:  # the model's own check (the counter's bounds)
+            found = history.model.key_check(operations, history.model)
+            failing, witness = found if found is not None else (None, None)
+        else:
+            failing = first_unlinearizable_naive(operations, history.model)
+            witness = {"op": render_operation(failing), "minimal": True} if failing is not None else None
         key_results.append(
             {
                 "key": key,
@@ -572,7 +575,7 @@ def linearizability_naive(history: _History, max_witnesses: int) -> dict[str, An
                 "ops": len(operations),
                 "steps": 0,
                 "seconds": 0.0,
-                "witness": {"op": render_operation(failing), "minimal": True} if failing is not None else None,
+                "witness": witness,
             }
         )
     return linearizability_check(key_results, budget_steps=None, max_witnesses=max_witnesses)
@@ -609,26 +612,37 @@ def input_counts(
 
 
 def check_source_reference(
-    source: HistorySource, *, model: str | None = None, max_witnesses: int = DEFAULT_MAX_WITNESSES
+    source: HistorySource,
+    *,
+    model: str | None = None,
+    max_witnesses: int = DEFAULT_MAX_WITNESSES,
+    initial_value: Any = MODEL_DEFAULT,
 ) -> HistoryResult:
-    """Check one history with the reference checker.
+    """Check one history with the reference checker (``initial_value``: the
+    model's initial state, when not its own; ``None`` is Jepsen's nil).
 
     Raises :class:`HistoryFormatError` for malformed input.
     """
     events = read_history_events(source)
     operations, nemesis_events = pair_operations(source, events)
     model_name = resolve_model_name(source, {op.f for op in operations}, model)
-    the_model = get_model(model_name)
+    try:
+        the_model = get_model(model_name, source.meta.initial_value if initial_value is MODEL_DEFAULT else initial_value)
+    except ValueError as error:  # an initial value this history's model has no state for
+        raise HistoryFormatError(f"{source.path}: {error}") from None
     unknown = sorted({op.f for op in operations if the_model.kind_of(op.f) is None})
     if the_model.strict and unknown:
         raise HistoryFormatError(
             f"{source.path}: operations {', '.join(unknown)} are not part of the {model_name} model "
-            "(--model metadata accepts metadata operations)"
+            "(--model picks another: set, counter, mutex, ...; --model metadata accepts metadata operations)"
         )
     history = _History(operations, the_model)
     for op in history.operations:  # values must fit the model, as the Spark job requires
-        if history.kind[op.index] is not None and not (history.kind[op.index] is READ and op.outcome != OK):
-            the_model.prepare(op)
+        if history.kind[op.index] is not None and not (history.kind[op.index] in QUERY_KINDS and op.outcome != OK):
+            try:
+                the_model.prepare(op)
+            except HistoryFormatError as error:
+                raise HistoryFormatError(f"{source.path}: {error}") from None
     node_events = read_node_events(source.node_event_paths)
     log_records = read_log_dumps(source.log_dump_paths)
     meta = source.meta
@@ -678,17 +692,32 @@ def check_source_reference(
 
 
 def check_reference(
-    paths: Sequence[str] | str, *, model: str | None = None, max_witnesses: int = DEFAULT_MAX_WITNESSES
+    paths: Sequence[str] | str,
+    *,
+    model: str | None = None,
+    max_witnesses: int = DEFAULT_MAX_WITNESSES,
+    initial_value: Any = MODEL_DEFAULT,
+    history_format: str | None = None,
 ) -> list[HistoryResult]:
-    """Check histories (files, directories, campaign directories) with the
-    pure-Python reference checker. Meant for little histories: tier 1 is
-    quadratic and tier 2 has no budget.
+    """Check histories (files, directories, campaign directories; JSON
+    lines, Parquet or Jepsen EDN) with the pure-Python reference checker.
+    Meant for little histories: tier 1 is quadratic and tier 2 has no budget.
+    ``initial_value``: as for :func:`check_source_reference`;
+    ``history_format``: the format of the files named in ``paths`` whatever
+    their names say.
 
-    Raises :class:`HistoryFormatError` for malformed input.
+    Raises :class:`HistoryFormatError` for malformed input, and
+    ``ValueError`` for an unknown model or an initial value that does not
+    fit it.
     """
     if isinstance(paths, str):
         paths = [paths]
-    return [check_source_reference(source, model=model, max_witnesses=max_witnesses) for source in discover_histories(paths)]
+    if model is not None:
+        get_model(model, initial_value)
+    return [
+        check_source_reference(source, model=model, max_witnesses=max_witnesses, initial_value=initial_value)
+        for source in discover_histories(paths, history_format=history_format)
+    ]
 
 
 def stale_reads_of_events(

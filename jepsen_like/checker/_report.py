@@ -237,6 +237,8 @@ def describe_witness(check: str, witness: Mapping[str, Any]) -> str:
             text += f" @offset {o['offset']}"
         return text
 
+    if check == "linearizability" and "lower" in witness:  # the counter's bounds
+        return f"key {witness.get('key')}: {op(witness.get('op'))} is outside [{witness['lower']}, {witness['upper']}]"
     if check == "linearizability":
         return f"key {witness.get('key')}: {op(witness.get('op'))} cannot be linearized"
     for primary in ("read", "write", "request", "registration"):

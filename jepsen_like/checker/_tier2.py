@@ -19,7 +19,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from jepsen_like.checker._models import OPTIONAL_FIELDS, get_model, operation_from_row
+from jepsen_like.checker._model_catalog import get_model
+from jepsen_like.checker._models import OPTIONAL_FIELDS, QUERY_KINDS, Model, operation_from_row
 from jepsen_like.checker._wgl import NOT_LINEARIZABLE, UNKNOWN, check_operations
 
 RESULT_SCHEMA = "hid int, key string, verdict string, ops long, steps long, seconds double, witness string, reason string"
@@ -40,22 +41,23 @@ _INPUT_COLUMNS = (
 
 def candidates(ops: DataFrame) -> DataFrame:
     """The operations the search considers: those the model knows, except
-    bounded-staleness reads, failed operations and reads without an ok."""
+    bounded-staleness reads, failed operations and queries (reads) without
+    an ok (``_models.dropped_by_search``)."""
     kind = F.col("kind")
     return ops.where(
         kind.isNotNull()
         & ~((kind == "read") & F.coalesce(F.col("mode").isin("leader-local", "broker"), F.lit(False)))
         & (F.col("outcome") != "fail")
-        & ~((kind == "read") & (F.col("outcome") != "ok"))
+        & ~(kind.isin(*QUERY_KINDS) & (F.col("outcome") != "ok"))
     ).select(*_INPUT_COLUMNS)
 
 
-def _check_group(rows: list[dict[str, Any]], model_name: str, budget_steps: int, skip: bool) -> dict[str, Any]:
+def _check_group(rows: list[dict[str, Any]], model: Model, budget_steps: int, skip: bool) -> dict[str, Any]:
     hid, key = rows[0]["hid"], rows[0]["key"]
     if skip:
         return {"hid": hid, "key": key, "verdict": UNKNOWN, "ops": len(rows), "steps": 0, "seconds": 0.0,
                 "witness": None, "reason": NOT_CHECKED_REASON}
-    verdict = check_operations([operation_from_row(row) for row in rows], get_model(model_name), budget_steps=budget_steps)
+    verdict = check_operations([operation_from_row(row) for row in rows], model, budget_steps=budget_steps)
     return {
         "hid": hid,
         "key": key,
@@ -69,15 +71,19 @@ def _check_group(rows: list[dict[str, Any]], model_name: str, budget_steps: int,
 
 
 def _check_partition(
-    batches: Iterator[pa.RecordBatch], *, models: Mapping[int, str], budget_steps: int, all_keys: bool
+    batches: Iterator[pa.RecordBatch], *, models: Mapping[int, tuple[str, Any]], budget_steps: int, all_keys: bool
 ) -> Iterator[pa.RecordBatch]:
+    # Each model is rebuilt here from its name and initial value: an
+    # unpickled copy's kinds would not be the very constants the models
+    # compare kinds to (``is``).
+    by_hid = {hid: get_model(name, initial_value) for hid, (name, initial_value) in models.items()}
     refuted: set[int] = set()
     results: list[dict[str, Any]] = []
     group: list[dict[str, Any]] = []
 
     def finish() -> None:
         hid = group[0]["hid"]
-        result = _check_group(group, models[hid], budget_steps, skip=(hid in refuted and not all_keys))
+        result = _check_group(group, by_hid[hid], budget_steps, skip=(hid in refuted and not all_keys))
         if result["verdict"] == NOT_LINEARIZABLE:
             refuted.add(hid)
         results.append(result)
@@ -99,14 +105,15 @@ def _check_partition(
 
 def run(
     operations: DataFrame,
-    models: Mapping[int, str],
+    models: Mapping[int, Model],
     *,
     budget_steps: int,
     all_keys: bool,
     partitions: int,
 ) -> list[dict[str, Any]]:
-    """Search every (history, key) of ``operations`` (from :func:`candidates`);
-    one result dict per key, ``witness`` decoded."""
+    """Search every (history, key) of ``operations`` (from :func:`candidates`)
+    against its history's model (with its initial value: the models travel
+    to the executors); one result dict per key, ``witness`` decoded."""
     by_key = Window.partitionBy("hid", "key")
     ordered = (
         operations.repartition(partitions, "hid", "key")
@@ -115,7 +122,8 @@ def run(
         .sortWithinPartitions("key_ops", "hid", "key", "t_inv", "index")
         .drop("key_ops")
     )
-    checker = partial(_check_partition, models=dict(models), budget_steps=budget_steps, all_keys=all_keys)
+    specs = {hid: (model.name, model.initial_value) for hid, model in models.items()}
+    checker = partial(_check_partition, models=specs, budget_steps=budget_steps, all_keys=all_keys)
     rows = ordered.mapInArrow(checker, RESULT_SCHEMA).collect()
     results = []
     for row in rows:

@@ -11,10 +11,14 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
+from jepsen_like.checker._edn import parse_value
 from jepsen_like.checker._errors import HistoryFormatError
+from jepsen_like.checker._load import HISTORY_FORMATS
+from jepsen_like.checker._model_catalog import MODEL_DEFAULT, MODEL_NAMES, get_model
 from jepsen_like.checker._wgl import DEFAULT_BUDGET_STEPS
 
 INPUT_ERROR_EXIT_CODE = 2
@@ -36,8 +40,12 @@ def _parse_conf(items: tuple[str, ...]) -> dict[str, str]:
 
 @click.command("check")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option("--model", type=click.Choice(["register", "kv", "metadata"]), default=None,
+@click.option("--model", type=click.Choice(MODEL_NAMES), default=None,
               help="Model for every history (default: each history's meta.json; else kv if it has get/put/append; else register).")
+@click.option("--initial-value", metavar="EDN", default=None,
+              help="The model's initial state for every history, as an EDN value: nil, 0, \"a\", {:x 0} (default: the model's own).")
+@click.option("--format", "history_format", type=click.Choice(HISTORY_FORMATS), default=None,
+              help="Read the history files named on the command line as this format, whatever their extension.")
 @click.option("--spark-master", default="local[*]", show_default=True, help="Any Spark master URL, e.g. spark://host:7077.")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Results: a file for one history, a directory of <history name>.json for several.")
@@ -56,6 +64,8 @@ def _parse_conf(items: tuple[str, ...]) -> dict[str, str]:
 def check_command(
     paths: tuple[str, ...],
     model: str | None,
+    initial_value: str | None,
+    history_format: str | None,
     spark_master: str,
     out: Path | None,
     budget_steps: int,
@@ -71,11 +81,21 @@ def check_command(
 
     started = time.monotonic()
     conf = _parse_conf(spark_conf)
+    initial: Any = MODEL_DEFAULT
+    if initial_value is not None:
+        try:
+            initial = parse_value(initial_value)
+            if model is not None:
+                get_model(model, initial)
+        except (ValueError, HistoryFormatError) as error:
+            raise click.BadParameter(str(error), param_hint="--initial-value") from None
     try:
         if reference:
             from jepsen_like.checker._reference import check_reference
 
-            results = check_reference(list(paths), model=model, max_witnesses=max_witnesses)
+            results = check_reference(
+                list(paths), model=model, max_witnesses=max_witnesses, initial_value=initial, history_format=history_format,
+            )
         else:
             from jepsen_like.checker._job import check
 
@@ -90,7 +110,7 @@ def check_command(
             results = check(
                 list(paths), model=model, spark_master=spark_master, budget_steps=budget_steps,
                 max_witnesses=max_witnesses, all_keys=all_keys, linearizability=not skip_linearizability,
-                spark_conf=conf, spark_log=spark_log,
+                spark_conf=conf, spark_log=spark_log, initial_value=initial, history_format=history_format,
             )
     except HistoryFormatError as error:
         raise _InputError(str(error)) from None
