@@ -1,7 +1,7 @@
 """TLS on against off, in one process: CPU time and latency per write over
 real loopback sockets, without disks.
 
-    python -m bench.tls_cpu_bench [--writes 1000] [--rounds 3]
+    python -m bench.tls_cpu_bench [--writes 1000] [--rounds 3] [--processes]
 
 Three voters (``open_quorum_node``, memory storage) and one ``QuorumClient``
 share the process and talk over loopback TCP, once plaintext and once with
@@ -13,11 +13,17 @@ shared machine (all four parties' work: client, leader, two followers);
 the wall-clock rows (sequential p50, writes/s with 64 in flight, records/s
 in batches of 100) move with everything else the machine runs. Prints the
 median of ``--rounds`` for each row and TLS's cost against plaintext.
+
+With ``--processes`` the voters are three ``kraft-quorum node`` processes
+instead (``bench.quorum_bench``'s ``pykraft`` and ``pykraft-tls`` peers,
+fsync on), and the CPU rows add up the three nodes' CPU time (from
+``/proc``) with the client's.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -122,11 +128,54 @@ async def one_round(writes: int, certs: Path | None) -> dict[str, float]:
     return result
 
 
+def _process_cpu_s(pid: int | None) -> float:
+    """User plus system CPU time of process ``pid`` so far (Linux)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_round(writes: int, tls: bool) -> dict[str, float]:
+    """The same rows against three ``kraft-quorum node`` processes."""
+    from .peers.pykraft_peer import PykraftCluster, PykraftTlsCluster
+
+    cluster = (PykraftTlsCluster if tls else PykraftCluster)(100, log=lambda line: None)
+    cluster.start()
+    try:
+        cluster.wait_healthy(120)
+
+        def cpu_s() -> float:
+            return time.process_time() + sum(_process_cpu_s(process.pid) for process in cluster.processes)
+
+        value = b"v" * 100
+        cluster.run_sequential([value] * 50, time.monotonic() + 60)
+        result: dict[str, float] = {}
+        started = cpu_s()
+        latencies = cluster.run_sequential([value] * writes, time.monotonic() + 300)
+        result["seq_cpu_us"] = (cpu_s() - started) / len(latencies) * 1e6
+        result["seq_p50_ms"] = statistics.median(latencies) * 1e3
+        total = writes * 4
+        started, wall_started = cpu_s(), time.perf_counter()
+        done = cluster.write_many([value] * total, IN_FLIGHT, time.monotonic() + 300)
+        result["inflight_cpu_us"] = (cpu_s() - started) / len(done) * 1e6
+        result["inflight_per_s"] = len(done) / (time.perf_counter() - wall_started)
+        batches = max(1, writes // 4)
+        started, wall_started = cpu_s(), time.perf_counter()
+        done = cluster.write_batches([[value] * BATCH_RECORDS] * batches, time.monotonic() + 300)
+        result["batch_cpu_us"] = (cpu_s() - started) / (len(done) * BATCH_RECORDS) * 1e6
+        result["batch_records_per_s"] = len(done) * BATCH_RECORDS / (time.perf_counter() - wall_started)
+        return result
+    finally:
+        cluster.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tls_cpu_bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--writes", type=int, default=1000, help="sequential writes per measurement (default 1000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of off then on; the median is printed (default 3)")
     parser.add_argument("--quick", action="store_true", help="300 writes, one round")
+    parser.add_argument("--processes", action="store_true", help="three kraft-quorum node processes, fsync on")
     args = parser.parse_args(argv)
     writes, rounds = (300, 1) if args.quick else (args.writes, args.rounds)
     if writes < 10 or rounds < 1:
@@ -137,8 +186,14 @@ def main(argv: list[str] | None = None) -> int:
         create_cluster_certificates(certs, nodes=[1, 2, 3])
         for _ in range(rounds):
             for mode in ("off", "on"):
-                runs[mode].append(trio.run(one_round, writes, certs if mode == "on" else None))
-    print(f"3 voters and a client in one process over loopback, memory storage, median of {rounds} rounds:")
+                if args.processes:
+                    runs[mode].append(process_round(writes, mode == "on"))
+                else:
+                    runs[mode].append(trio.run(one_round, writes, certs if mode == "on" else None))
+    if args.processes:
+        print(f"3 kraft-quorum node processes (fsync on) and a client, CPU of all four, median of {rounds} rounds:")
+    else:
+        print(f"3 voters and a client in one process over loopback, memory storage, median of {rounds} rounds:")
     print(f"  {'':42} {'TLS off':>10} {'TLS on':>10} {'on vs off':>10}")
     for key, label, unit, more_is_better in ROWS:
         off = statistics.median(run[key] for run in runs["off"])

@@ -171,6 +171,8 @@ class TlsStream(trio.abc.Stream):
         self._ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=server_side, server_hostname=None)
         self._handshake_done = False
         self._received_close_notify = False
+        # The last read stopped at its ``max_bytes``: the record may hold more.
+        self._record_unread = False
         self._closed = False
         # The StreamWriter that owns sending (``attach_writer``), if any.
         self._writer: Any = None
@@ -279,16 +281,19 @@ class TlsStream(trio.abc.Stream):
             size = 0
             # OpenSSL returns one record per read: take every record
             # already buffered, so a burst of small frames costs one pass
-            # of the caller's decoder, not one per frame. (Read only while
-            # bytes are buffered: an empty read costs an exception.)
+            # of the caller's decoder, not one per frame. Read only while
+            # ciphertext is buffered, or the last read filled its request
+            # (its record may hold more): an empty read costs an exception.
             while (
                 size < max_bytes
                 and not self._received_close_notify
-                and (self._incoming.pending or self._ssl.pending() or self._incoming.eof)
+                and (self._incoming.pending or self._record_unread or self._incoming.eof)
             ):
+                wanted = max_bytes - size
                 try:
-                    chunk = self._ssl.read(max_bytes - size)
+                    chunk = self._ssl.read(wanted)
                 except ssl.SSLWantReadError:
+                    self._record_unread = False
                     break
                 except ssl.SSLZeroReturnError:
                     self._received_close_notify = True
@@ -298,6 +303,7 @@ class TlsStream(trio.abc.Stream):
                 if not chunk:
                     self._received_close_notify = True
                     break
+                self._record_unread = len(chunk) == wanted
                 chunks.append(chunk)
                 size += len(chunk)
             if self._outgoing.pending and self._writer is not None:
@@ -308,6 +314,8 @@ class TlsStream(trio.abc.Stream):
             if self._received_close_notify:
                 await trio.lowlevel.checkpoint()
                 return b""
+            if self._incoming.eof:
+                raise trio.BrokenResourceError("the TCP connection ended inside a TLS record")
             data = await self.transport_stream.receive_some(self.RECEIVE_BYTES)
             if not data:
                 # No close_notify: SSLObject.read now raises SSLEOFError.
