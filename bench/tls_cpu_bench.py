@@ -23,6 +23,7 @@ fsync on), and the CPU rows add up the three nodes' CPU time (from
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -176,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of off then on; the median is printed (default 3)")
     parser.add_argument("--quick", action="store_true", help="300 writes, one round")
     parser.add_argument("--processes", action="store_true", help="three kraft-quorum node processes, fsync on")
+    parser.add_argument("--json", metavar="OUT", help="also write every round's figures to OUT")
     args = parser.parse_args(argv)
     writes, rounds = (300, 1) if args.quick else (args.writes, args.rounds)
     if writes < 10 or rounds < 1:
@@ -190,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                     runs[mode].append(process_round(writes, mode == "on"))
                 else:
                     runs[mode].append(trio.run(one_round, writes, certs if mode == "on" else None))
+    if args.json:
+        Path(args.json).write_text(json.dumps(runs, indent=1))
     if args.processes:
         print(f"3 kraft-quorum node processes (fsync on) and a client, CPU of all four, median of {rounds} rounds:")
     else:

@@ -173,6 +173,7 @@ class TlsStream(trio.abc.Stream):
         self._received_close_notify = False
         # The last read stopped at its ``max_bytes``: the record may hold more.
         self._record_unread = False
+        self._send_broken = False
         self._closed = False
         # The StreamWriter that owns sending (``attach_writer``), if any.
         self._writer: Any = None
@@ -225,6 +226,8 @@ class TlsStream(trio.abc.Stream):
         error) or ``trio.ClosedResourceError``."""
         if self._closed:
             raise trio.ClosedResourceError("the TLS stream is closed")
+        if self._send_broken:
+            raise trio.BrokenResourceError("an earlier send on this TLS stream did not finish")
         if not self._handshake_done:
             # SSL_write would start a handshake of its own; nothing may be
             # sent before ``do_handshake`` proved who the peer is.
@@ -242,10 +245,17 @@ class TlsStream(trio.abc.Stream):
         """Encrypt ``data`` and send it (for callers without a
         ``StreamWriter``). Raises like ``encrypt`` and the transport."""
         records = self.encrypt(bytes(data))
-        if records:
-            await self.transport_stream.send_all(records)
-        else:
+        if not records:
             await trio.lowlevel.checkpoint()
+            return
+        try:
+            await self.transport_stream.send_all(records)
+        except BaseException:
+            # Cancelled or failed part way: the peer may hold part of a
+            # record, so nothing sent after it could be read (as with
+            # trio.SSLStream, the stream is broken from now on).
+            self._send_broken = True
+            raise
 
     async def wait_send_all_might_not_block(self) -> None:
         await self.transport_stream.wait_send_all_might_not_block()

@@ -314,3 +314,19 @@ def test_nothing_is_encrypted_before_the_handshake(certs: Path) -> None:
     finally:
         left.close()
         right.close()
+
+
+async def test_a_send_cancelled_part_way_breaks_the_stream_for_later_sends(certs: Path, autojump_clock) -> None:
+    """The peer may hold part of a record: nothing sent after it could be
+    read, so later sends refuse (as ``trio.SSLStream``'s do)."""
+    async with trio.open_nursery() as nursery:
+        client, server = await connected_pair(certs, nursery)
+        with trio.move_on_after(0.5) as scope:
+            while True:  # the peer never reads: the kernel fills, then this waits
+                await client.send_all(b"x" * 1024 * 1024)
+        assert scope.cancelled_caught
+        with pytest.raises(trio.BrokenResourceError):
+            await client.send_all(b"after")
+        await client.aclose()
+        await server.aclose()
+        nursery.cancel_scope.cancel()
