@@ -35,7 +35,7 @@ import os
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -134,6 +134,16 @@ class TlsConfig:
             raise
 
 
+class RecordSender(Protocol):
+    """What a ``TlsStream`` needs of the ``StreamWriter`` that sends its
+    records (a protocol: the writer module imports this one)."""
+
+    @property
+    def pending_bytes(self) -> int: ...
+
+    def write(self, data: bytes) -> None: ...
+
+
 class TlsStream(trio.abc.Stream):
     """One TLS connection over a TCP stream (``transport_stream``): an
     ``ssl.SSLObject`` does the protocol, this class only carries its bytes.
@@ -176,7 +186,7 @@ class TlsStream(trio.abc.Stream):
         self._send_broken = False
         self._closed = False
         # The StreamWriter that owns sending (``attach_writer``), if any.
-        self._writer: Any = None
+        self._writer: RecordSender | None = None
 
     # -- handshake and identity -------------------------------------------
 
@@ -211,8 +221,8 @@ class TlsStream(trio.abc.Stream):
 
     # -- sending ----------------------------------------------------------
 
-    def attach_writer(self, writer: Any) -> None:
-        """``writer`` (a ``StreamWriter``) sends this stream's records from
+    def attach_writer(self, writer: RecordSender) -> None:
+        """``writer`` sends this stream's records from
         now on: records the read side makes (a TLS 1.3 KeyUpdate answer)
         go to it, and ``aclose`` sends close_notify only once it has
         nothing left to send (or the peer would get a cut record)."""
