@@ -20,17 +20,28 @@ from ._node_api import (
 from ._runtime import HEALTH_APPLY_LAG_RECORDS_MAX, LeaderApplication, Proposal, ProposalLostError, QuorumRuntime, ReadNotConfirmedError, Transport
 from ._state_machine import KeyValueStateMachine, StateMachine
 from ._tcp import ConnectionLimits, TcpTransport
-from ._tls import EXPIRY_WARNING_DAYS, PeerNotAuthenticatedError, TlsConfig, TlsError, peer_not_after, peer_principal
+from ._tls import (
+    EXPIRY_WARNING_DAYS,
+    HANDSHAKE_TIMEOUT_S,
+    PeerNotAuthenticatedError,
+    TlsConfig,
+    TlsError,
+    TlsStream,
+    peer_not_after,
+    peer_principal,
+)
 from ._writer import WRITE_ERRORS, StreamWriter
 
 __all__ = [
     "EXPIRY_WARNING_DAYS",
+    "HANDSHAKE_TIMEOUT_S",
     "AclFile",
     "ApplicationAuthorizer",
     "CertificateAuthority",
     "PeerNotAuthenticatedError",
     "TlsConfig",
     "TlsError",
+    "TlsStream",
     "create_cluster_certificates",
     "peer_not_after",
     "peer_principal",

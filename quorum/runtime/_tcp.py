@@ -236,9 +236,22 @@ FastRequestHandler = Callable[[Any, Callable[[Any], None]], bool]
 RequestAuthorizer = Callable[[Principal | None, Any], str | None]
 
 
+class _Batch:
+    """The frames held while the runtime runs its core (``begin_batch`` to
+    ``end_batch``): the connections that hold some, in the order they were
+    first given one."""
+
+    __slots__ = ("active", "connections")
+
+    def __init__(self) -> None:
+        self.active = False
+        self.connections: list[_Connection] = []
+
+
 class _Connection:
     """One open stream: frames out through a ``StreamWriter`` (written at
-    once, no task hop), frames in through a decoder."""
+    once, no task hop; held to the end of a ``_Batch`` while one is
+    active), frames in through a decoder."""
 
     def __init__(
         self,
@@ -248,8 +261,11 @@ class _Connection:
         limits: WireLimits,
         host: str = "",
         principal: Principal | None = None,
+        batch: _Batch | None = None,
     ) -> None:
         self.stream = stream
+        self._batch = batch if batch is not None else _Batch()
+        self._held: list[bytes] = []
         # Who the peer's certificate says it is (None without TLS).
         self.principal = principal
         self.peer = peer
@@ -306,12 +322,17 @@ class _Connection:
         """Encode and write ``message`` now; never blocks. False when it
         could not be sent (the connection is broken or closing: its reader
         or writer task tears it down), with a log line when it could not be
-        encoded."""
-        if self.closed:
+        encoded. During a batch the frame is held until it ends."""
+        if self.closed or self.writer.error is not None:
             return False
         try:
             frame = self.encode(message, correlation_id)
-            self.writer.write(frame)
+            if self._batch.active:
+                if not self._held:
+                    self._batch.connections.append(self)
+                self._held.append(frame)
+            else:
+                self.writer.write(frame)
             self.bytes_out += len(frame)
         except LocalProtocolError as error:
             logger.error("not sent to %s, cannot encode %s: %s", self.peer, type(message).__name__, error)
@@ -320,6 +341,16 @@ class _Connection:
             logger.debug("cannot send to %s: %s", self.peer, error)
             return False
         return True
+
+    def write_held(self) -> None:
+        """Write the frames held during the batch that just ended, as one."""
+        frames, self._held = self._held, []
+        if self.closed or not frames:
+            return
+        try:
+            self.writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
+        except _CONNECTION_ERRORS as error:
+            logger.debug("cannot send to %s: %s", self.peer, error)
 
     @property
     def broken(self) -> bool:
@@ -385,6 +416,7 @@ class TcpTransport(Transport):
         self._nursery: trio.Nursery | None = None
         self.frames_rejected = 0
         self._log = _LogLimiter()
+        self._batch = _Batch()
         self._inbound_open = 0
         self._inbound_by_host: dict[str, int] = {}
         self._large_frames_until_s = float("-inf")
@@ -484,6 +516,16 @@ class TcpTransport(Transport):
             return  # nowhere to send it: like a lost packet
         connection.send(message)
 
+    def begin_batch(self) -> None:
+        self._batch.active = True
+
+    def end_batch(self) -> None:
+        batch = self._batch
+        batch.active = False
+        connections, batch.connections = batch.connections, []
+        for connection in connections:
+            connection.write_held()
+
     async def run(
         self,
         deliver: Callable[[Message], None],
@@ -521,7 +563,7 @@ class TcpTransport(Transport):
                 backoff_s = min(backoff_s * 2, RECONNECT_BACKOFF_MAX_S)
                 continue
             backoff_s = RECONNECT_BACKOFF_MIN_S
-            connection = _Connection(stream, name, self.cluster_id, self.limits, host, principal)
+            connection = _Connection(stream, name, self.cluster_id, self.limits, host, principal, self._batch)
             connection.peer_label = str(peer)
             self._track(connection)
             try:
@@ -647,13 +689,13 @@ class TcpTransport(Transport):
             self._log.warning(host, "tls_handshake", "refused a connection from %s: TLS: %s", name, handshake_failure_reason(error))
             await trio.aclose_forcefully(secure)
             return None
-        return _Connection(secure, f"{name} ({principal})", self.cluster_id, self.limits, host, principal)
+        return _Connection(secure, f"{name} ({principal})", self.cluster_id, self.limits, host, principal, self._batch)
 
     async def _serve_inbound(self, stream: trio.SocketStream, host: str, name: str) -> None:
         connection: _Connection | None = None
         try:
             if self.tls is None:
-                connection = _Connection(stream, name, self.cluster_id, self.limits, host)
+                connection = _Connection(stream, name, self.cluster_id, self.limits, host, batch=self._batch)
             else:
                 connection = await self._accept_tls(stream, host, name)
                 if connection is None:

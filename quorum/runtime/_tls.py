@@ -12,16 +12,30 @@ bundle; host names are not checked, principals are: the peer's identity is
 the ``pykraft://`` URI in its certificate's subjectAltName
 (``quorum.parse_principal``), which callers bind to what the peer says it
 is. Only TLS 1.3 is offered.
+
+A connection is a ``TlsStream``: Python's ``ssl`` does every bit of the
+protocol and the cryptography (an ``ssl.SSLObject`` over two
+``ssl.MemoryBIO``), the stream only moves bytes between those buffers and
+the TCP socket. Why not ``trio.SSLStream``: its ``send_all`` must be
+awaited, so a frame produced by a synchronous caller (the core task
+answering a proposal, a leader sending a Fetch answer) had to wait for the
+connection's writer task, a scheduler hop on each of the four message hops
+of a write; and its record handling (locks, conflict detectors, one
+``receive_some`` per record) costs more Python per frame. Here
+``encrypt`` turns plaintext into TLS records at once, without awaiting,
+so ``StreamWriter`` sends them straight into the socket exactly as it
+sends plaintext (docs/benchmarks.md, "TLS on against off").
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+import os
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -95,13 +109,15 @@ class TlsConfig:
         now = now or datetime.datetime.now(datetime.timezone.utc)
         return (self.not_after - now).total_seconds() / 86400
 
-    def wrap_server(self, stream: trio.abc.Stream) -> trio.SSLStream[Any]:
-        return trio.SSLStream(stream, self._server, server_side=True, https_compatible=False)
+    def wrap_server(self, stream: trio.abc.Stream) -> TlsStream:
+        """The server side of TLS on ``stream`` (handshake not started)."""
+        return TlsStream(stream, self._server, server_side=True)
 
-    def wrap_client(self, stream: trio.abc.Stream) -> trio.SSLStream[Any]:
-        return trio.SSLStream(stream, self._client, server_hostname=None, https_compatible=False)
+    def wrap_client(self, stream: trio.abc.Stream) -> TlsStream:
+        """The client side of TLS on ``stream`` (handshake not started)."""
+        return TlsStream(stream, self._client, server_side=False)
 
-    async def connect(self, host: str, port: int) -> tuple[trio.SSLStream[Any], Principal]:
+    async def connect(self, host: str, port: int) -> tuple[TlsStream, Principal]:
         """Open a TCP connection and finish the TLS handshake; returns the
         stream and the server's principal. Raises ``OSError``,
         ``trio.BrokenResourceError`` (the handshake failed: the reason is
@@ -118,7 +134,233 @@ class TlsConfig:
             raise
 
 
-def peer_principal(stream: trio.SSLStream[Any]) -> Principal:
+class RecordSender(Protocol):
+    """What a ``TlsStream`` needs of the ``StreamWriter`` that sends its
+    records (a protocol: the writer module imports this one)."""
+
+    @property
+    def pending_bytes(self) -> int: ...
+
+    def write(self, data: bytes) -> None: ...
+
+
+class TlsStream(trio.abc.Stream):
+    """One TLS connection over a TCP stream (``transport_stream``): an
+    ``ssl.SSLObject`` does the protocol, this class only carries its bytes.
+
+    Reading and writing are independent: ``receive_some`` may run in one
+    task while others write. Writing has two forms. ``encrypt`` is
+    synchronous: it returns the records to put on the socket now, in the
+    order they were made, and is what ``StreamWriter`` uses (it then owns
+    the socket's sending side: nothing else may send on this stream, and
+    it must send every record ``encrypt`` returned, in order).
+    ``send_all`` (encrypt, then await the socket) is for callers without
+    a ``StreamWriter``.
+
+    Bounded whatever the peer does: ciphertext is read from the socket only
+    when the ``SSLObject`` asks for more (``RECEIVE_BYTES`` at a time), so
+    the incoming buffer never holds more than that and one partial record;
+    plaintext is returned as it is decrypted, at most ``max_bytes`` per
+    call. The handshake's time limit is the caller's
+    (``HANDSHAKE_TIMEOUT_S``). Errors are those of ``trio.SSLStream``
+    (``https_compatible=False``): a protocol error, a failed handshake or
+    an end of the TCP stream without TLS's close_notify raise
+    ``trio.BrokenResourceError`` whose ``__cause__`` is the ``ssl`` error;
+    close_notify reads as ``b""``.
+    """
+
+    #: Ciphertext read from the socket at once.
+    RECEIVE_BYTES = 256 * 1024
+    #: Plaintext ``receive_some`` returns when given no ``max_bytes``.
+    DEFAULT_RECEIVE_BYTES = 256 * 1024
+
+    def __init__(self, transport_stream: trio.abc.Stream, context: ssl.SSLContext, *, server_side: bool) -> None:
+        self.transport_stream = transport_stream
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=server_side, server_hostname=None)
+        self._handshake_done = False
+        self._received_close_notify = False
+        # The last read stopped at its ``max_bytes``: the record may hold more.
+        self._record_unread = False
+        self._send_broken = False
+        self._closed = False
+        # The StreamWriter that owns sending (``attach_writer``), if any.
+        self._writer: RecordSender | None = None
+
+    # -- handshake and identity -------------------------------------------
+
+    async def do_handshake(self) -> None:
+        """Run the TLS handshake to its end. Raises
+        ``trio.BrokenResourceError`` (refused, garbage, or the peer went
+        away; the ``ssl`` error is the ``__cause__``) or the transport's
+        ``OSError``. Bound it with a timeout."""
+        while not self._handshake_done:
+            try:
+                self._ssl.do_handshake()
+                self._handshake_done = True
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLError as error:
+                # Tell the peer why (the alert OpenSSL wrote), without
+                # waiting for it to read.
+                self._send_nowait(self._outgoing.read())
+                raise trio.BrokenResourceError(f"TLS handshake failed: {error}") from error
+            records = self._outgoing.read()
+            if records:
+                await self.transport_stream.send_all(records)
+            if not self._handshake_done:
+                data = await self.transport_stream.receive_some(self.RECEIVE_BYTES)
+                if not data:
+                    raise trio.BrokenResourceError("the peer closed the connection during the TLS handshake")
+                self._incoming.write(data)
+
+    def getpeercert(self) -> dict[str, Any] | None:
+        """The peer's verified certificate (``ssl.SSLObject.getpeercert``)."""
+        return self._ssl.getpeercert()
+
+    # -- sending ----------------------------------------------------------
+
+    def attach_writer(self, writer: RecordSender) -> None:
+        """``writer`` sends this stream's records from
+        now on: records the read side makes (a TLS 1.3 KeyUpdate answer)
+        go to it, and ``aclose`` sends close_notify only once it has
+        nothing left to send (or the peer would get a cut record)."""
+        self._writer = writer
+
+    def encrypt(self, data: bytes) -> bytes:
+        """TLS records carrying ``data``, preceded by any records the
+        ``SSLObject`` made since the last call; never blocks. The caller
+        must send them, in order, before anything ``encrypt`` returns
+        later. Raises ``trio.BrokenResourceError`` (from the ``ssl``
+        error) or ``trio.ClosedResourceError``."""
+        if self._closed:
+            raise trio.ClosedResourceError("the TLS stream is closed")
+        if self._send_broken:
+            raise trio.BrokenResourceError("an earlier send on this TLS stream did not finish")
+        if not self._handshake_done:
+            # SSL_write would start a handshake of its own; nothing may be
+            # sent before ``do_handshake`` proved who the peer is.
+            raise trio.BrokenResourceError("no TLS handshake yet: nothing can be sent")
+        if data:
+            try:
+                # A memory BIO takes everything: SSL_write writes all of
+                # ``data`` (split into records of up to 16 KiB) or fails.
+                self._ssl.write(data)
+            except ssl.SSLError as error:
+                raise trio.BrokenResourceError(f"TLS write failed: {error}") from error
+        return self._outgoing.read()
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        """Encrypt ``data`` and send it (for callers without a
+        ``StreamWriter``). Raises like ``encrypt`` and the transport."""
+        records = self.encrypt(bytes(data))
+        if not records:
+            await trio.lowlevel.checkpoint()
+            return
+        try:
+            await self.transport_stream.send_all(records)
+        except BaseException:
+            # Cancelled or failed part way: the peer may hold part of a
+            # record, so nothing sent after it could be read (as with
+            # trio.SSLStream, the stream is broken from now on).
+            self._send_broken = True
+            raise
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.transport_stream.wait_send_all_might_not_block()
+
+    def _send_nowait(self, data: bytes) -> None:
+        """Hand ``data`` to the kernel if it takes it now (an alert, a
+        close_notify: best effort, on the way out)."""
+        socket = getattr(self.transport_stream, "socket", None)
+        if not data or socket is None or socket.fileno() < 0:
+            return
+        try:
+            os.write(socket.fileno(), data)
+        except OSError:
+            pass  # full or broken: the peer learns from the closed socket
+
+    # -- receiving --------------------------------------------------------
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        """Up to ``max_bytes`` of plaintext (all the records already
+        received, joined), waiting for the socket only when none is
+        decrypted yet; ``b""`` after the peer's close_notify. Raises
+        ``trio.BrokenResourceError`` (a bad record, or the TCP stream ended
+        without close_notify), ``trio.ClosedResourceError`` or the
+        transport's ``OSError``."""
+        if self._closed:
+            raise trio.ClosedResourceError("the TLS stream is closed")
+        if max_bytes is None:
+            max_bytes = self.DEFAULT_RECEIVE_BYTES
+        if max_bytes < 1:
+            raise ValueError("max_bytes must be >= 1")
+        while True:
+            chunks: list[bytes] = []
+            size = 0
+            # OpenSSL returns one record per read: take every record
+            # already buffered, so a burst of small frames costs one pass
+            # of the caller's decoder, not one per frame. Read only while
+            # ciphertext is buffered, or the last read filled its request
+            # (its record may hold more): an empty read costs an exception.
+            while (
+                size < max_bytes
+                and not self._received_close_notify
+                and (self._incoming.pending or self._record_unread or self._incoming.eof)
+            ):
+                wanted = max_bytes - size
+                try:
+                    chunk = self._ssl.read(wanted)
+                except ssl.SSLWantReadError:
+                    self._record_unread = False
+                    break
+                except ssl.SSLZeroReturnError:
+                    self._received_close_notify = True
+                    break
+                except ssl.SSLError as error:
+                    raise trio.BrokenResourceError(f"TLS read failed: {error}") from error
+                if not chunk:
+                    self._received_close_notify = True
+                    break
+                self._record_unread = len(chunk) == wanted
+                chunks.append(chunk)
+                size += len(chunk)
+            if self._outgoing.pending and self._writer is not None:
+                # Reading made records to send (post-handshake messages).
+                self._writer.write(b"")
+            if chunks:
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            if self._received_close_notify:
+                await trio.lowlevel.checkpoint()
+                return b""
+            if self._incoming.eof:
+                raise trio.BrokenResourceError("the TCP connection ended inside a TLS record")
+            data = await self.transport_stream.receive_some(self.RECEIVE_BYTES)
+            if not data:
+                # No close_notify: SSLObject.read now raises SSLEOFError.
+                self._incoming.write_eof()
+            else:
+                self._incoming.write(data)
+
+    # -- closing ----------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Send close_notify if it can go at once, then close the socket."""
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closed = True
+        if self._handshake_done and (self._writer is None or self._writer.pending_bytes == 0):
+            try:
+                self._ssl.unwrap()
+            except ssl.SSLError:
+                pass  # it waits for the peer's close_notify: not waited for
+            self._send_nowait(self._outgoing.read())
+        await self.transport_stream.aclose()
+
+
+def peer_principal(stream: TlsStream | trio.SSLStream[Any]) -> Principal:
     """The principal of the verified peer certificate on ``stream`` (after
     the handshake). Raises ``PeerNotAuthenticatedError``."""
     certificate = stream.getpeercert()
@@ -131,7 +373,7 @@ def peer_principal(stream: trio.SSLStream[Any]) -> Principal:
         raise PeerNotAuthenticatedError(str(error)) from None
 
 
-def peer_not_after(stream: trio.SSLStream[Any]) -> datetime.datetime | None:
+def peer_not_after(stream: TlsStream | trio.SSLStream[Any]) -> datetime.datetime | None:
     """When the peer's certificate expires (None when unknown)."""
     certificate = stream.getpeercert()
     text = certificate.get("notAfter") if certificate else None
