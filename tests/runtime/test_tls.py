@@ -290,7 +290,10 @@ async def test_a_certificate_speaks_only_for_its_own_principal(certs: Path) -> N
         await broker.stream.aclose()
 
         assert cluster.counter("pykraft_authorization_denials_total") >= 4
-        assert leader.is_leader and leader.describe().epoch == epoch
+        # Nobody adopted the forged epoch. (Not "the leader kept its epoch":
+        # a loaded machine can starve these 300 ms timers into a real
+        # election, one epoch at a time; the forgeries would jump five.)
+        assert all(handle.describe().epoch < epoch + 5 for handle in cluster.handles)
         await write_as(cluster, tls_for(certs, "client-admin"), b"still")
         nursery.cancel_scope.cancel()
 
