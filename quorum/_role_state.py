@@ -253,6 +253,8 @@ class LeaderState:
     def reads_wait_on(self, replica: ReplicaState) -> bool:
         """Whether a pending read still needs this voter's next round trip
         (then its Fetch is answered at once instead of parked)."""
+        if not self.pending_reads:
+            return False  # the common case, on every Fetch: no generator
         return replica.is_voter and any(replica.acked_read_token < read.token_needed for read in self.pending_reads)
 
     def record_voter_fetch(self, voter: int, *, leader_is_voter: bool, majority_size: int, next_deadline: int) -> None:

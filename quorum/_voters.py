@@ -94,8 +94,10 @@ class VoterSet:
     voters: tuple[Voter, ...]
     # Looked up on every Fetch and Vote: a dict, not a scan.
     _by_id: dict[int, Voter] = field(init=False, repr=False, compare=False)
-    # ``ids``, built once: the leader walks them on every commit.
+    # ``ids`` and ``majority``, computed once: the leader needs both on
+    # every commit.
     _ids: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _majority: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         voters = tuple(sorted(self.voters, key=lambda voter: voter.node_id))
@@ -109,6 +111,7 @@ class VoterSet:
         object.__setattr__(self, "voters", voters)
         object.__setattr__(self, "_by_id", {voter.node_id: voter for voter in voters})
         object.__setattr__(self, "_ids", ids)
+        object.__setattr__(self, "_majority", majority(len(voters)))
 
     @classmethod
     def of_ids(cls, node_ids: Iterable[int]) -> VoterSet:
@@ -123,7 +126,7 @@ class VoterSet:
     @property
     def majority(self) -> int:
         """More than half of the voters (Raft thesis §3.4)."""
-        return majority(len(self.voters))
+        return self._majority
 
     def __contains__(self, node_id: object) -> bool:
         return node_id in self._by_id
