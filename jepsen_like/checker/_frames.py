@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from functools import reduce
+from functools import partial, reduce
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -410,12 +410,13 @@ def release(frame: DataFrame | None) -> None:
 class Loaded:
     """What :func:`load` read: ``paired``, the invoke events each with its
     completion in ``next`` (and the nemesis events), materialized; per-history
-    event counts and operation names; the side files (materialized, or None).
-    Call :meth:`release` when done."""
+    event counts, operation names and side-file counts (:data:`SIDE_COUNTS`);
+    the side files (materialized, or None). Call :meth:`release` when done."""
 
     paired: DataFrame
     event_counts: dict[int, dict[str, int]]
     operation_names: dict[int, set[str]]
+    side_counts: dict[int, dict[str, int]]
     node_events: DataFrame | None
     log_dumps: DataFrame | None
 
@@ -424,9 +425,34 @@ class Loaded:
             release(frame)
 
 
+# Per-history counts of node events (by kind) and log-dump records.
+SIDE_COUNTS = ("node_events", "role_events", "broker_registrations", "broker_state_events", "broker_requests", "log_dump_records")
+# What each row of load's one action is (column "row").
+_ERROR_ROW, _SIDE_ERROR_ROW, _COUNT_ROW, _SIDE_COUNT_ROW = "error", "side error", "count", "side count"
+
+
+def _side_count_rows(node_events: DataFrame | None, log_dumps: DataFrame | None) -> list[DataFrame]:
+    parts = []
+    if node_events is not None:
+        kind = F.col("kind")
+        parts.append(
+            node_events.groupBy("hid").agg(
+                F.count(F.lit(1)).alias("node_events"),
+                F.sum(F.when(kind == "role", 1).otherwise(0)).alias("role_events"),
+                F.sum(F.when(kind == "broker_registration", 1).otherwise(0)).alias("broker_registrations"),
+                F.sum(F.when(kind == "broker_state", 1).otherwise(0)).alias("broker_state_events"),
+                F.sum(F.when((kind == "broker_request") & (F.col("accepted") == True), 1).otherwise(0)).alias("broker_requests"),  # noqa: E712
+            )
+        )
+    if log_dumps is not None:
+        parts.append(log_dumps.groupBy("hid").agg(F.count(F.lit(1)).alias("log_dump_records")))
+    return [part.withColumn("row", F.lit(_SIDE_COUNT_ROW)) for part in parts]
+
+
 def load(spark: SparkSession, sources: Sequence[HistorySource], *, eager: bool = True) -> Loaded:
     """Read and validate every history and its side files (``eager``: see
-    :func:`materialize`).
+    :func:`materialize`). Validation and counting are one Spark action: what
+    a small input's check costs is per job, not per row.
 
     Raises :class:`HistoryFormatError` listing the first malformed events or
     records (file, event index or record text, and what is wrong).
@@ -445,31 +471,6 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, eager: bool =
         ),
         eager=eager,
     )
-    errors = kept.where(F.col("error_message").isNotNull()).select(
-        "hid", "index", F.col("error_message").alias("message"), F.col(CORRUPT).alias("raw")
-    )
-    error_rows = errors.unionByName(_duplicate_indexes(kept)).orderBy("hid", "index").limit(ERRORS_SHOWN_MAX + 1).collect()
-    if error_rows:
-        release(kept)
-        _raise_errors(error_rows, sources, "history")
-
-    client = F.col("process") != NEMESIS  # (nothing malformed is left)
-    completed = client & F.col("next.type").isin(*COMPLETION_TYPES)
-    count_rows = (
-        kept.groupBy("hid")
-        .agg(
-            (F.count(F.lit(1)) + F.sum(F.when(completed, 1).otherwise(0))).alias("events"),
-            F.sum(F.when(~client, 1).otherwise(0)).alias("nemesis_events"),
-            F.collect_set(F.when(client, F.col("f"))).alias("operation_names"),
-        )
-        .collect()
-    )
-    event_counts = {hid: {"events": 0, "nemesis_events": 0} for hid in range(len(sources))}
-    operation_names: dict[int, set[str]] = {hid: set() for hid in range(len(sources))}
-    for row in count_rows:
-        event_counts[row["hid"]] = {"events": row["events"], "nemesis_events": row["nemesis_events"]}
-        operation_names[row["hid"]] = set(row["operation_names"])
-
     node_events = _read_side_files(spark, sources, "node_event_paths", NODE_EVENT_SCHEMA)
     log_dumps = _read_side_files(spark, sources, "log_dump_paths", LOG_DUMP_SCHEMA)
     # Side files arrive in as many partitions as file splits (one partition
@@ -477,19 +478,61 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, eager: bool =
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
     node_events = materialize(node_events.repartition(partitions), eager=eager) if node_events is not None else None
     log_dumps = materialize(log_dumps.repartition(partitions), eager=eager) if log_dumps is not None else None
+
+    errors = kept.where(F.col("error_message").isNotNull()).select(
+        "hid", "index", F.col("error_message").alias("message"), F.col(CORRUPT).alias("raw")
+    )
+    parts = [
+        errors.unionByName(_duplicate_indexes(kept))
+        .orderBy("hid", "index")
+        .limit(ERRORS_SHOWN_MAX + 1)
+        .withColumn("row", F.lit(_ERROR_ROW))
+    ]
     side_errors = []
     if node_events is not None:
         side_errors.append(_side_errors(node_events, _NODE_EVENT_REQUIRED, kinds=True))
     if log_dumps is not None:
         side_errors.append(_side_errors(log_dumps, LOG_DUMP_REQUIRED, kinds=False))
     if side_errors:
-        rows = reduce(DataFrame.unionByName, side_errors).limit(ERRORS_SHOWN_MAX + 1).collect()
-        if rows:
-            for frame in (kept, node_events, log_dumps):
-                release(frame)
-            lines = [f"{row['source_file']}: {row['message']}" for row in rows[:ERRORS_SHOWN_MAX]]
-            raise HistoryFormatError("malformed node events or log dumps:\n" + "\n".join(lines))
-    return Loaded(kept, event_counts, operation_names, node_events, log_dumps)
+        parts.append(
+            reduce(DataFrame.unionByName, side_errors).limit(ERRORS_SHOWN_MAX + 1).withColumn("row", F.lit(_SIDE_ERROR_ROW))
+        )
+    client = F.col("process") != NEMESIS
+    completed = client & F.col("next.type").isin(*COMPLETION_TYPES)
+    parts.append(
+        kept.groupBy("hid")
+        .agg(
+            (F.count(F.lit(1)) + F.sum(F.when(completed, 1).otherwise(0))).alias("events"),
+            F.sum(F.when(~client, 1).otherwise(0)).alias("nemesis_events"),
+            F.collect_set(F.when(client, F.col("f"))).alias("operation_names"),
+        )
+        .withColumn("row", F.lit(_COUNT_ROW))
+    )
+    parts += _side_count_rows(node_events, log_dumps)
+    rows = reduce(partial(DataFrame.unionByName, allowMissingColumns=True), parts).collect()
+
+    by_kind: dict[str, list] = {}
+    for row in rows:
+        by_kind.setdefault(row["row"], []).append(row)
+    problems = sorted(by_kind.get(_ERROR_ROW, []), key=lambda row: (row["hid"] is not None, row["hid"] or 0, row["index"] is not None, row["index"] or 0))
+    if problems or by_kind.get(_SIDE_ERROR_ROW):
+        for frame in (kept, node_events, log_dumps):
+            release(frame)
+    _raise_errors(problems, sources, "history")
+    if by_kind.get(_SIDE_ERROR_ROW):
+        lines = [f"{row['source_file']}: {row['message']}" for row in by_kind[_SIDE_ERROR_ROW][:ERRORS_SHOWN_MAX]]
+        raise HistoryFormatError("malformed node events or log dumps:\n" + "\n".join(lines))
+
+    event_counts = {hid: {"events": 0, "nemesis_events": 0} for hid in range(len(sources))}
+    operation_names: dict[int, set[str]] = {hid: set() for hid in range(len(sources))}
+    for row in by_kind.get(_COUNT_ROW, []):
+        event_counts[row["hid"]] = {"events": row["events"], "nemesis_events": row["nemesis_events"]}
+        operation_names[row["hid"]] = set(row["operation_names"])
+    side_counts = {hid: {name: 0 for name in SIDE_COUNTS} for hid in range(len(sources))}
+    for row in by_kind.get(_SIDE_COUNT_ROW, []):
+        for name in SIDE_COUNTS:
+            side_counts[row["hid"]][name] += row[name] or 0
+    return Loaded(kept, event_counts, operation_names, side_counts, node_events, log_dumps)
 
 
 # Variant types whose JSON text Spark's to_json does not give exactly: a

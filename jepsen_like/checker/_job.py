@@ -140,7 +140,7 @@ def check_sources(
         ops = materialize(build_operations(loaded.paired, models), eager=not small_input)
         counts = _operation_counts(ops, models, sources)
         release(loaded.paired)
-        side = _side_counts(loaded, len(sources))
+        side = loaded.side_counts
         for hid in counts:
             counts[hid].update(loaded.event_counts[hid])
             counts[hid].update(side[hid])
@@ -303,38 +303,6 @@ def _operation_counts(ops: DataFrame, models: Mapping[int, Model], sources: Sequ
         counts[hid]["tier2_operations"] = row["tier2_operations"] or 0
     if problems:
         raise HistoryFormatError("operations that do not fit their history:\n" + "\n".join(problems))
-    return counts
-
-
-def _side_counts(loaded: Loaded, history_count: int) -> dict[int, dict[str, int]]:
-    """Per-history counts of node events and log-dump records (one action)."""
-    names = ("node_events", "role_events", "broker_registrations", "broker_state_events", "broker_requests", "log_dump_records")
-    counts = {hid: {name: 0 for name in names} for hid in range(history_count)}
-    parts = []
-    if loaded.node_events is not None:
-        kind = F.col("kind")
-        parts.append(
-            loaded.node_events.groupBy("hid").agg(
-                F.count(F.lit(1)).alias("node_events"),
-                F.sum(F.when(kind == "role", 1).otherwise(0)).alias("role_events"),
-                F.sum(F.when(kind == "broker_registration", 1).otherwise(0)).alias("broker_registrations"),
-                F.sum(F.when(kind == "broker_state", 1).otherwise(0)).alias("broker_state_events"),
-                F.sum(F.when((kind == "broker_request") & (F.col("accepted") == True), 1).otherwise(0)).alias("broker_requests"),  # noqa: E712
-                F.lit(0).cast("bigint").alias("log_dump_records"),
-            )
-        )
-    if loaded.log_dumps is not None:
-        parts.append(
-            loaded.log_dumps.groupBy("hid").agg(
-                *[F.lit(0).cast("bigint").alias(name) for name in names[:-1]],
-                F.count(F.lit(1)).alias("log_dump_records"),
-            )
-        )
-    if parts:
-        frame = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-        for row in frame.collect():
-            for name in names:
-                counts[row["hid"]][name] += row[name]
     return counts
 
 
