@@ -419,6 +419,9 @@ class Loaded:
     side_counts: dict[int, dict[str, int]]
     node_events: DataFrame | None
     log_dumps: DataFrame | None
+    # Some value (of any history) holds a non-integer number: exact_json
+    # needs Python for those (see inexact_values).
+    inexact_values: bool = True
 
     def release(self) -> None:
         for frame in (self.paired, self.node_events, self.log_dumps):
@@ -505,6 +508,7 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, eager: bool =
             (F.count(F.lit(1)) + F.sum(F.when(completed, 1).otherwise(0))).alias("events"),
             F.sum(F.when(~client, 1).otherwise(0)).alias("nemesis_events"),
             F.collect_set(F.when(client, F.col("f"))).alias("operation_names"),
+            F.max(inexact_values(F.col("value")) | inexact_values(F.col("next.value"))).alias("inexact_values"),
         )
         .withColumn("row", F.lit(_COUNT_ROW))
     )
@@ -532,7 +536,8 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, eager: bool =
     for row in by_kind.get(_SIDE_COUNT_ROW, []):
         for name in SIDE_COUNTS:
             side_counts[row["hid"]][name] += row[name] or 0
-    return Loaded(kept, event_counts, operation_names, side_counts, node_events, log_dumps)
+    inexact = any(row["inexact_values"] for row in by_kind.get(_COUNT_ROW, []))
+    return Loaded(kept, event_counts, operation_names, side_counts, node_events, log_dumps, inexact)
 
 
 # Variant types whose JSON text Spark's to_json does not give exactly: a
@@ -548,18 +553,27 @@ def _variant_text(value):  # type: ignore[no-untyped-def]  (no hints: Spark read
 _exact_json_udf = F.udf(_variant_text, T.StringType())
 
 
-def exact_json(value: Column) -> Column:
+def inexact_values(value: Column) -> Column:
+    """Whether a variant column's value holds a number Spark's ``to_json``
+    does not write exactly (false for a SQL null)."""
+    return F.coalesce(F.call_function("schema_of_variant", value).rlike(_INEXACT_VARIANT_TYPES), F.lit(False))
+
+
+def exact_json(value: Column, *, inexact: bool = True) -> Column:
     """The canonical JSON text of a variant column, the text
     ``canonical_json`` gives for the same JSON (null for a SQL null).
 
     Spark's ``to_json`` is that text for integers, strings, booleans, null
     and containers of them; values with a non-integer number anywhere go
     through Python (rare in histories), where the variant still holds the
-    number as written."""
-    schema = F.call_function("schema_of_variant", value)
-    inexact = schema.rlike(_INEXACT_VARIANT_TYPES)
+    number as written. ``inexact=False`` promises there are none (see
+    :func:`inexact_values`): the plan then has no Python stage, which costs
+    a small input's check more than the rest of its query."""
+    if not inexact:
+        return F.to_json(value)
+    needs_python = inexact_values(value)
     return F.when(value.isNull(), F.lit(None).cast("string")).when(
-        inexact, _exact_json_udf(F.when(inexact, value))
+        needs_python, _exact_json_udf(F.when(needs_python, value))
     ).otherwise(F.to_json(value))
 
 
@@ -595,7 +609,7 @@ def model_error(models: Mapping[int, Model]) -> Column:
     return expression  # type: ignore[return-value]
 
 
-def build_operations(paired: DataFrame, models: Mapping[int, Model]) -> DataFrame:
+def build_operations(paired: DataFrame, models: Mapping[int, Model], *, inexact_numbers: bool = True) -> DataFrame:
     """Operations from paired events: one row per invoke, with its completion.
 
     Columns: hid, index, process, f, key, kind (read/write/cas/append or null
@@ -607,6 +621,9 @@ def build_operations(paired: DataFrame, models: Mapping[int, Model]) -> DataFram
     values as strings, for kv), cas_shape_ok / kv_shape_ok (value fits the
     model), the merged optional fields, and register_like (the key has no
     appends).
+
+    ``inexact_numbers``: some value may hold a non-integer number
+    (:attr:`Loaded.inexact_values`); False keeps Python out of the plan.
     """
     client = paired.where(F.col(CORRUPT).isNull() & (F.col("process") != NEMESIS) & (F.col("type") == "invoke"))
     completion = F.col("next.type").isin(*COMPLETION_TYPES)
@@ -617,6 +634,7 @@ def build_operations(paired: DataFrame, models: Mapping[int, Model]) -> DataFram
             expression = (F.when(F.col("f") == f, F.lit(kind)) if expression is None else expression.when(F.col("f") == f, F.lit(kind)))
         kind_by_model[model.name] = expression  # type: ignore[assignment]
     model_name = per_history({hid: model.name for hid, model in models.items()})
+    inexact = inexact_numbers
     kind = None
     for name, expression in kind_by_model.items():
         kind = F.when(model_name == name, expression) if kind is None else kind.when(model_name == name, expression)
@@ -641,10 +659,10 @@ def build_operations(paired: DataFrame, models: Mapping[int, Model]) -> DataFram
         F.when(completion & F.col("next.type").isin("ok", "fail"), F.col("next.time")).alias("t_done"),
         F.when(completion, F.col("next.index")).alias("complete_index"),
         F.when(completion, F.col("next.time")).alias("complete_time"),
-        F.coalesce(exact_json(F.col("value")), F.lit("null")).alias("arg"),
-        F.when(completion, F.coalesce(exact_json(F.col("next.value")), F.lit("null"))).alias("ret"),
-        exact_json(F.expr("variant_get(value, '$[0]', 'variant')")).alias("cas_expected"),
-        exact_json(F.expr("variant_get(value, '$[1]', 'variant')")).alias("cas_new"),
+        F.coalesce(exact_json(F.col("value"), inexact=inexact), F.lit("null")).alias("arg"),
+        F.when(completion, F.coalesce(exact_json(F.col("next.value"), inexact=inexact), F.lit("null"))).alias("ret"),
+        exact_json(F.expr("variant_get(value, '$[0]', 'variant')"), inexact=inexact).alias("cas_expected"),
+        exact_json(F.expr("variant_get(value, '$[1]', 'variant')"), inexact=inexact).alias("cas_new"),
         (
             F.expr("schema_of_variant(value)").startswith("ARRAY")
             & F.expr("variant_get(value, '$[1]', 'variant')").isNotNull()

@@ -11,6 +11,7 @@ decide, in histories no key has refuted yet).
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -128,6 +129,10 @@ def check_sources(
         timings[name] = now - clock
         clock = now
 
+    warm_up = None
+    if small_input and linearizability:
+        warm_up = threading.Thread(target=_warm_up_quietly, args=(spark,), name="checker-warm-up", daemon=True)
+        warm_up.start()
     loaded: Loaded | None = None
     ops: DataFrame | None = None
     try:
@@ -137,7 +142,9 @@ def check_sources(
         }
         models = {hid: get_model(name) for hid, name in model_names.items()}
         lap("load_s")
-        ops = materialize(build_operations(loaded.paired, models), eager=not small_input)
+        ops = materialize(
+            build_operations(loaded.paired, models, inexact_numbers=loaded.inexact_values), eager=not small_input
+        )
         counts = _operation_counts(ops, models, sources)
         release(loaded.paired)
         side = loaded.side_counts
@@ -154,6 +161,8 @@ def check_sources(
         lap("tier1_s")
         tier2: dict[int, list[dict[str, Any]]] = {}
         if linearizability:
+            if warm_up is not None:
+                warm_up.join()
             tier2 = _tier2_findings(spark, ops, model_names, budget_steps=budget_steps, all_keys=all_keys)
             lap("tier2_s")
     finally:
@@ -190,6 +199,13 @@ def check_sources(
             )
         )
     return results
+
+
+def _warm_up_quietly(spark: SparkSession) -> None:
+    try:
+        _tier2.warm_up(spark)
+    except Exception:  # noqa: BLE001 (an optimisation: tier 2 starts its own workers if this failed)
+        pass
 
 
 # Rough sizes for sizing shuffles: bytes per event in each format.
