@@ -1,11 +1,14 @@
 """The Spark job: many histories checked in one session.
 
 Phases (each a handful of Spark actions, whatever the number of histories):
-load and validate (``_frames``), operations and their counts, tier 1
+load, validate and count (``_frames``: one action for the histories and
+their side files), operations and their counts, tier 1
 (``_tier1``: one job for every anomaly of every history, then one small one to
 fetch the operations its witnesses name), tier 2 (``_tier2``: a small-budget
 pass over every key, then a full-budget pass over the keys it could not
-decide, in histories no key has refuted yet).
+decide, in histories no key has refuted yet). A small input's check also
+starts tier 2's Python workers on a thread of its own while the first
+phases run.
 """
 
 from __future__ import annotations
