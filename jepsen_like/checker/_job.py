@@ -94,7 +94,7 @@ def check(
     started = time.monotonic()
     session = spark
     if session is None:
-        small = estimated_events(sources) <= SMALL_INPUT_EVENTS_MAX
+        small = is_small_input(sources)
         session = spark_session(spark_master, conf=spark_conf, log_path=spark_log, small_input=small)
     if timings is not None:
         timings["session_s"] = time.monotonic() - started
@@ -119,7 +119,7 @@ def check_sources(
     timings = timings if timings is not None else {}
     clock = time.monotonic()
     run_conf = {"spark.sql.shuffle.partitions": str(shuffle_partitions(spark, sources))}
-    small_input = estimated_events(sources) <= SMALL_INPUT_EVENTS_MAX
+    small_input = is_small_input(sources)
     if small_input:
         run_conf.update(_SMALL_INPUT_CONF)
     previous_conf = {name: spark.conf.get(name, None) for name in run_conf}
@@ -217,10 +217,16 @@ _PARQUET_BYTES_PER_EVENT = 8
 _EVENTS_PER_SHUFFLE_PARTITION = 1_000_000
 
 
-# Inputs up to about this many events (10,000 operations) are checked with
-# the settings below: their check is a few seconds of fixed cost, most of it
+# Inputs of up to this many history events (10,000 operations, two events
+# each, and some nemesis events) and side-file records (node events and log
+# dumps: a campaign of 10,000 operations has about 15,000) are checked with
+# the settings below: their check is seconds of fixed cost, most of it
 # compiling and scheduling, not data.
-SMALL_INPUT_EVENTS_MAX = 20_000
+SMALL_INPUT_EVENTS_MAX = 22_000
+SMALL_INPUT_SIDE_RECORDS_MAX = 50_000
+# JSON-lines files up to this size are counted line by line (milliseconds);
+# larger ones are not small inputs whatever their exact count.
+_COUNT_LINES_MAX_BYTES = 32 * 1024 * 1024
 # Whole-stage code generation compiles every stage to Java byte code (tens
 # to hundreds of ms each, and the job has dozens), which pays back only on
 # many rows; adaptive execution re-plans after every shuffle for the same
@@ -241,6 +247,31 @@ def estimated_events(sources: Sequence[HistorySource]) -> int:
             size = _size_bytes(path)
             events += size // (_PARQUET_BYTES_PER_EVENT if path.suffix == ".parquet" else _JSONL_BYTES_PER_EVENT)
     return events
+
+
+def is_small_input(sources: Sequence[HistorySource]) -> bool:
+    """Whether ``sources`` get the settings of a small input: at most
+    :data:`SMALL_INPUT_EVENTS_MAX` history events and
+    :data:`SMALL_INPUT_SIDE_RECORDS_MAX` side-file records in all
+    (JSON-lines files counted exactly, Parquet estimated from its size)."""
+    history_events = side_records = 0
+    for source in sources:
+        history_events += _events_in(source.path)
+        side_records += sum(_events_in(path) for path in (*source.node_event_paths, *source.log_dump_paths))
+        if history_events > SMALL_INPUT_EVENTS_MAX or side_records > SMALL_INPUT_SIDE_RECORDS_MAX:
+            return False
+    return True
+
+
+def _events_in(path: Path) -> int:
+    size = _size_bytes(path)
+    if path.suffix != ".jsonl" or size > _COUNT_LINES_MAX_BYTES:
+        return size // (_PARQUET_BYTES_PER_EVENT if path.suffix == ".parquet" else _JSONL_BYTES_PER_EVENT)
+    lines = 0
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            lines += chunk.count(b"\n")
+    return lines
 
 
 def shuffle_partitions(spark: SparkSession, sources: Sequence[HistorySource]) -> int:

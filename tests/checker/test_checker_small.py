@@ -219,3 +219,23 @@ def test_cli_empty_history_says_nothing_to_check_with_its_exit_code_and_no_spark
     assert run.stderr == "", run.stderr
     # What Spark printed went to the log file instead.
     assert log.read_text().strip()
+
+
+def test_a_small_input_is_told_by_its_event_count_not_its_file_size(tmp_path):
+    from jepsen_like.checker._job import SMALL_INPUT_EVENTS_MAX, SMALL_INPUT_SIDE_RECORDS_MAX, is_small_input
+    from jepsen_like.checker._load import discover_histories
+
+    # Long events (300 bytes each) once made a 10,000-operation campaign
+    # look like 60,000 events: it then got none of the small-input settings.
+    padding = "x" * 250
+    long_events = tmp_path / "long.jsonl"
+    long_events.write_text(f'{{"index":0,"note":"{padding}"}}\n' * SMALL_INPUT_EVENTS_MAX)
+    assert is_small_input(discover_histories([long_events]))
+    many_events = tmp_path / "many.jsonl"
+    many_events.write_text("{}\n" * (SMALL_INPUT_EVENTS_MAX + 1))
+    assert not is_small_input(discover_histories([many_events]))
+    campaign = tmp_path / "campaign"
+    campaign.mkdir()
+    (campaign / "history.jsonl").write_text("{}\n" * 10)
+    (campaign / "log-dumps.jsonl").write_text("{}\n" * (SMALL_INPUT_SIDE_RECORDS_MAX + 1))
+    assert not is_small_input(discover_histories([campaign]))
