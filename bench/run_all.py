@@ -23,6 +23,7 @@ import sys
 #: Each must expose main(argv: list[str]) -> int | None.
 OTHER_BENCHES = [
     "bench.checker_bench",
+    "bench.checker_small_bench",
     "bench.registration_bench",
     "bench.heartbeat_bench",
     "bench.metadata_bench",

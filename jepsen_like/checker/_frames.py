@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from functools import reduce
+from functools import partial, reduce
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -432,23 +432,52 @@ def release(frame: DataFrame | None) -> None:
 class Loaded:
     """What :func:`load` read: ``paired``, the invoke events each with its
     completion in ``next`` (and the nemesis events), materialized; per-history
-    event counts and operation names; the side files (materialized, or None).
-    Call :meth:`release` when done."""
+    event counts, operation names and side-file counts (:data:`SIDE_COUNTS`);
+    the side files (materialized, or None). Call :meth:`release` when done."""
 
     paired: DataFrame
     event_counts: dict[int, dict[str, int]]
     operation_names: dict[int, set[str]]
+    side_counts: dict[int, dict[str, int]]
     node_events: DataFrame | None
     log_dumps: DataFrame | None
+    # Some value (of any history) holds a non-integer number: exact_json
+    # needs Python for those (see inexact_values).
+    inexact_values: bool = True
 
     def release(self) -> None:
         for frame in (self.paired, self.node_events, self.log_dumps):
             release(frame)
 
 
+# Per-history counts of node events (by kind) and log-dump records.
+SIDE_COUNTS = ("node_events", "role_events", "broker_registrations", "broker_state_events", "broker_requests", "log_dump_records")
+# What each row of load's one action is (column "row").
+_ERROR_ROW, _SIDE_ERROR_ROW, _COUNT_ROW, _SIDE_COUNT_ROW = "error", "side error", "count", "side count"
+
+
+def _side_count_rows(node_events: DataFrame | None, log_dumps: DataFrame | None) -> list[DataFrame]:
+    parts = []
+    if node_events is not None:
+        kind = F.col("kind")
+        parts.append(
+            node_events.groupBy("hid").agg(
+                F.count(F.lit(1)).alias("node_events"),
+                F.sum(F.when(kind == "role", 1).otherwise(0)).alias("role_events"),
+                F.sum(F.when(kind == "broker_registration", 1).otherwise(0)).alias("broker_registrations"),
+                F.sum(F.when(kind == "broker_state", 1).otherwise(0)).alias("broker_state_events"),
+                F.sum(F.when((kind == "broker_request") & (F.col("accepted") == True), 1).otherwise(0)).alias("broker_requests"),  # noqa: E712
+            )
+        )
+    if log_dumps is not None:
+        parts.append(log_dumps.groupBy("hid").agg(F.count(F.lit(1)).alias("log_dump_records")))
+    return [part.withColumn("row", F.lit(_SIDE_COUNT_ROW)) for part in parts]
+
+
 def load(spark: SparkSession, sources: Sequence[HistorySource], *, eager: bool = True) -> Loaded:
     """Read and validate every history and its side files (``eager``: see
-    :func:`materialize`).
+    :func:`materialize`). Validation and counting are one Spark action: what
+    a small input's check costs is per job, not per row.
 
     Raises :class:`HistoryFormatError` listing the first malformed events or
     records (file, event index or record text, and what is wrong).
@@ -467,31 +496,6 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, eager: bool =
         ),
         eager=eager,
     )
-    errors = kept.where(F.col("error_message").isNotNull()).select(
-        "hid", "index", F.col("error_message").alias("message"), F.col(CORRUPT).alias("raw")
-    )
-    error_rows = errors.unionByName(_duplicate_indexes(kept)).orderBy("hid", "index").limit(ERRORS_SHOWN_MAX + 1).collect()
-    if error_rows:
-        release(kept)
-        _raise_errors(error_rows, sources, "history")
-
-    client = F.col("process") != NEMESIS  # (nothing malformed is left)
-    completed = client & F.col("next.type").isin(*COMPLETION_TYPES)
-    count_rows = (
-        kept.groupBy("hid")
-        .agg(
-            (F.count(F.lit(1)) + F.sum(F.when(completed, 1).otherwise(0))).alias("events"),
-            F.sum(F.when(~client, 1).otherwise(0)).alias("nemesis_events"),
-            F.collect_set(F.when(client, F.col("f"))).alias("operation_names"),
-        )
-        .collect()
-    )
-    event_counts = {hid: {"events": 0, "nemesis_events": 0} for hid in range(len(sources))}
-    operation_names: dict[int, set[str]] = {hid: set() for hid in range(len(sources))}
-    for row in count_rows:
-        event_counts[row["hid"]] = {"events": row["events"], "nemesis_events": row["nemesis_events"]}
-        operation_names[row["hid"]] = set(row["operation_names"])
-
     node_events = _read_side_files(spark, sources, "node_event_paths", NODE_EVENT_SCHEMA)
     log_dumps = _read_side_files(spark, sources, "log_dump_paths", LOG_DUMP_SCHEMA)
     # Side files arrive in as many partitions as file splits (one partition
@@ -499,19 +503,63 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, eager: bool =
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
     node_events = materialize(node_events.repartition(partitions), eager=eager) if node_events is not None else None
     log_dumps = materialize(log_dumps.repartition(partitions), eager=eager) if log_dumps is not None else None
+
+    errors = kept.where(F.col("error_message").isNotNull()).select(
+        "hid", "index", F.col("error_message").alias("message"), F.col(CORRUPT).alias("raw")
+    )
+    parts = [
+        errors.unionByName(_duplicate_indexes(kept))
+        .orderBy("hid", "index")
+        .limit(ERRORS_SHOWN_MAX + 1)
+        .withColumn("row", F.lit(_ERROR_ROW))
+    ]
     side_errors = []
     if node_events is not None:
         side_errors.append(_side_errors(node_events, _NODE_EVENT_REQUIRED, kinds=True))
     if log_dumps is not None:
         side_errors.append(_side_errors(log_dumps, LOG_DUMP_REQUIRED, kinds=False))
     if side_errors:
-        rows = reduce(DataFrame.unionByName, side_errors).limit(ERRORS_SHOWN_MAX + 1).collect()
-        if rows:
-            for frame in (kept, node_events, log_dumps):
-                release(frame)
-            lines = [f"{row['source_file']}: {row['message']}" for row in rows[:ERRORS_SHOWN_MAX]]
-            raise HistoryFormatError("malformed node events or log dumps:\n" + "\n".join(lines))
-    return Loaded(kept, event_counts, operation_names, node_events, log_dumps)
+        parts.append(
+            reduce(DataFrame.unionByName, side_errors).limit(ERRORS_SHOWN_MAX + 1).withColumn("row", F.lit(_SIDE_ERROR_ROW))
+        )
+    client = F.col("process") != NEMESIS
+    completed = client & F.col("next.type").isin(*COMPLETION_TYPES)
+    parts.append(
+        kept.groupBy("hid")
+        .agg(
+            (F.count(F.lit(1)) + F.sum(F.when(completed, 1).otherwise(0))).alias("events"),
+            F.sum(F.when(~client, 1).otherwise(0)).alias("nemesis_events"),
+            F.collect_set(F.when(client, F.col("f"))).alias("operation_names"),
+            F.max(inexact_values(F.col("value")) | inexact_values(F.col("next.value"))).alias("inexact_values"),
+        )
+        .withColumn("row", F.lit(_COUNT_ROW))
+    )
+    parts += _side_count_rows(node_events, log_dumps)
+    rows = reduce(partial(DataFrame.unionByName, allowMissingColumns=True), parts).collect()
+
+    by_kind: dict[str, list] = {}
+    for row in rows:
+        by_kind.setdefault(row["row"], []).append(row)
+    problems = sorted(by_kind.get(_ERROR_ROW, []), key=lambda row: (row["hid"] is not None, row["hid"] or 0, row["index"] is not None, row["index"] or 0))
+    if problems or by_kind.get(_SIDE_ERROR_ROW):
+        for frame in (kept, node_events, log_dumps):
+            release(frame)
+    _raise_errors(problems, sources, "history")
+    if by_kind.get(_SIDE_ERROR_ROW):
+        lines = [f"{row['source_file']}: {row['message']}" for row in by_kind[_SIDE_ERROR_ROW][:ERRORS_SHOWN_MAX]]
+        raise HistoryFormatError("malformed node events or log dumps:\n" + "\n".join(lines))
+
+    event_counts = {hid: {"events": 0, "nemesis_events": 0} for hid in range(len(sources))}
+    operation_names: dict[int, set[str]] = {hid: set() for hid in range(len(sources))}
+    for row in by_kind.get(_COUNT_ROW, []):
+        event_counts[row["hid"]] = {"events": row["events"], "nemesis_events": row["nemesis_events"]}
+        operation_names[row["hid"]] = set(row["operation_names"])
+    side_counts = {hid: {name: 0 for name in SIDE_COUNTS} for hid in range(len(sources))}
+    for row in by_kind.get(_SIDE_COUNT_ROW, []):
+        for name in SIDE_COUNTS:
+            side_counts[row["hid"]][name] += row[name] or 0
+    inexact = any(row["inexact_values"] for row in by_kind.get(_COUNT_ROW, []))
+    return Loaded(kept, event_counts, operation_names, side_counts, node_events, log_dumps, inexact)
 
 
 # Variant types whose JSON text Spark's to_json does not give exactly: a
@@ -527,18 +575,27 @@ def _variant_text(value):  # type: ignore[no-untyped-def]  (no hints: Spark read
 _exact_json_udf = F.udf(_variant_text, T.StringType())
 
 
-def exact_json(value: Column) -> Column:
+def inexact_values(value: Column) -> Column:
+    """Whether a variant column's value holds a number Spark's ``to_json``
+    does not write exactly (false for a SQL null)."""
+    return F.coalesce(F.call_function("schema_of_variant", value).rlike(_INEXACT_VARIANT_TYPES), F.lit(False))
+
+
+def exact_json(value: Column, *, inexact: bool = True) -> Column:
     """The canonical JSON text of a variant column, the text
     ``canonical_json`` gives for the same JSON (null for a SQL null).
 
     Spark's ``to_json`` is that text for integers, strings, booleans, null
     and containers of them; values with a non-integer number anywhere go
     through Python (rare in histories), where the variant still holds the
-    number as written."""
-    schema = F.call_function("schema_of_variant", value)
-    inexact = schema.rlike(_INEXACT_VARIANT_TYPES)
+    number as written. ``inexact=False`` promises there are none (see
+    :func:`inexact_values`): the plan then has no Python stage, which costs
+    a small input's check more than the rest of its query."""
+    if not inexact:
+        return F.to_json(value)
+    needs_python = inexact_values(value)
     return F.when(value.isNull(), F.lit(None).cast("string")).when(
-        inexact, _exact_json_udf(F.when(inexact, value))
+        needs_python, _exact_json_udf(F.when(needs_python, value))
     ).otherwise(F.to_json(value))
 
 
@@ -590,7 +647,7 @@ def model_error(models: Mapping[int, Model]) -> Column:
     return expression  # type: ignore[return-value]
 
 
-def build_operations(paired: DataFrame, models: Mapping[int, Model]) -> DataFrame:
+def build_operations(paired: DataFrame, models: Mapping[int, Model], *, inexact_numbers: bool = True) -> DataFrame:
     """Operations from paired events: one row per invoke, with its completion.
 
     Columns: hid, index, process, f, key, kind (read/write/cas/append or null
@@ -602,6 +659,9 @@ def build_operations(paired: DataFrame, models: Mapping[int, Model]) -> DataFram
     values as strings, for kv), cas_shape_ok / kv_shape_ok (value fits the
     model), the merged optional fields, and register_like (the key has no
     appends).
+
+    ``inexact_numbers``: some value may hold a non-integer number
+    (:attr:`Loaded.inexact_values`); False keeps Python out of the plan.
     """
     client = paired.where(F.col(CORRUPT).isNull() & (F.col("process") != NEMESIS) & (F.col("type") == "invoke"))
     completion = F.col("next.type").isin(*COMPLETION_TYPES)
@@ -612,6 +672,7 @@ def build_operations(paired: DataFrame, models: Mapping[int, Model]) -> DataFram
             expression = (F.when(F.col("f") == f, F.lit(kind)) if expression is None else expression.when(F.col("f") == f, F.lit(kind)))
         kind_by_model[model.name] = expression  # type: ignore[assignment]
     model_name = per_history({hid: model.name for hid, model in models.items()})
+    inexact = inexact_numbers
     kind = None
     for name, expression in kind_by_model.items():
         kind = F.when(model_name == name, expression) if kind is None else kind.when(model_name == name, expression)
@@ -636,10 +697,10 @@ def build_operations(paired: DataFrame, models: Mapping[int, Model]) -> DataFram
         F.when(completion & F.col("next.type").isin("ok", "fail"), F.col("next.time")).alias("t_done"),
         F.when(completion, F.col("next.index")).alias("complete_index"),
         F.when(completion, F.col("next.time")).alias("complete_time"),
-        F.coalesce(exact_json(F.col("value")), F.lit("null")).alias("arg"),
-        F.when(completion, F.coalesce(exact_json(F.col("next.value")), F.lit("null"))).alias("ret"),
-        exact_json(F.expr("variant_get(value, '$[0]', 'variant')")).alias("cas_expected"),
-        exact_json(F.expr("variant_get(value, '$[1]', 'variant')")).alias("cas_new"),
+        F.coalesce(exact_json(F.col("value"), inexact=inexact), F.lit("null")).alias("arg"),
+        F.when(completion, F.coalesce(exact_json(F.col("next.value"), inexact=inexact), F.lit("null"))).alias("ret"),
+        exact_json(F.expr("variant_get(value, '$[0]', 'variant')"), inexact=inexact).alias("cas_expected"),
+        exact_json(F.expr("variant_get(value, '$[1]', 'variant')"), inexact=inexact).alias("cas_new"),
         (
             F.expr("schema_of_variant(value)").startswith("ARRAY")
             & F.expr("variant_get(value, '$[1]', 'variant')").isNotNull()

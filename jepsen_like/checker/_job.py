@@ -1,16 +1,20 @@
 """The Spark job: many histories checked in one session.
 
 Phases (each a handful of Spark actions, whatever the number of histories):
-load and validate (``_frames``), operations and their counts, tier 1
+load, validate and count (``_frames``: one action for the histories and
+their side files), operations and their counts, tier 1
 (``_tier1``: one job for every anomaly of every history, then one small one to
 fetch the operations its witnesses name), tier 2 (``_tier2``: a small-budget
 pass over every key, then a full-budget pass over the keys it could not
-decide, in histories no key has refuted yet).
+decide, in histories no key has refuted yet). A small input's check also
+starts tier 2's Python workers on a thread of its own while the first
+phases run.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -97,7 +101,7 @@ def check(
     started = time.monotonic()
     session = spark
     if session is None:
-        small = estimated_events(sources) <= SMALL_INPUT_EVENTS_MAX
+        small = is_small_input(sources)
         session = spark_session(spark_master, conf=spark_conf, log_path=spark_log, small_input=small)
     if timings is not None:
         timings["session_s"] = time.monotonic() - started
@@ -123,7 +127,7 @@ def check_sources(
     timings = timings if timings is not None else {}
     clock = time.monotonic()
     run_conf = {"spark.sql.shuffle.partitions": str(shuffle_partitions(spark, sources))}
-    small_input = estimated_events(sources) <= SMALL_INPUT_EVENTS_MAX
+    small_input = is_small_input(sources)
     if small_input:
         run_conf.update(_SMALL_INPUT_CONF)
     previous_conf = {name: spark.conf.get(name, None) for name in run_conf}
@@ -136,6 +140,10 @@ def check_sources(
         timings[name] = now - clock
         clock = now
 
+    warm_up = None
+    if small_input and linearizability:
+        warm_up = threading.Thread(target=_warm_up_quietly, args=(spark,), name="checker-warm-up", daemon=True)
+        warm_up.start()
     loaded: Loaded | None = None
     ops: DataFrame | None = None
     try:
@@ -150,10 +158,12 @@ def check_sources(
             except ValueError as error:  # an initial value this history's model has no state for
                 raise HistoryFormatError(f"{sources[hid].path}: {error}") from None
         lap("load_s")
-        ops = materialize(build_operations(loaded.paired, models), eager=not small_input)
+        ops = materialize(
+            build_operations(loaded.paired, models, inexact_numbers=loaded.inexact_values), eager=not small_input
+        )
         counts = _operation_counts(ops, models, sources)
         release(loaded.paired)
-        side = _side_counts(loaded, len(sources))
+        side = loaded.side_counts
         for hid in counts:
             counts[hid].update(loaded.event_counts[hid])
             counts[hid].update(side[hid])
@@ -167,6 +177,8 @@ def check_sources(
         lap("tier1_s")
         tier2: dict[int, list[dict[str, Any]]] = {}
         if linearizability:
+            if warm_up is not None:
+                warm_up.join()
             tier2 = _tier2_findings(spark, ops, models, budget_steps=budget_steps, all_keys=all_keys)
             lap("tier2_s")
     finally:
@@ -205,16 +217,29 @@ def check_sources(
     return results
 
 
+def _warm_up_quietly(spark: SparkSession) -> None:
+    try:
+        _tier2.warm_up(spark)
+    except Exception:  # noqa: BLE001 (an optimisation: tier 2 starts its own workers if this failed)
+        pass
+
+
 # Rough sizes for sizing shuffles: bytes per event in each format.
 _JSONL_BYTES_PER_EVENT = 100
 _PARQUET_BYTES_PER_EVENT = 8
 _EVENTS_PER_SHUFFLE_PARTITION = 1_000_000
 
 
-# Inputs up to about this many events (10,000 operations) are checked with
-# the settings below: their check is a few seconds of fixed cost, most of it
+# Inputs of up to this many history events (10,000 operations, two events
+# each, and some nemesis events) and side-file records (node events and log
+# dumps: a campaign of 10,000 operations has about 15,000) are checked with
+# the settings below: their check is seconds of fixed cost, most of it
 # compiling and scheduling, not data.
-SMALL_INPUT_EVENTS_MAX = 20_000
+SMALL_INPUT_EVENTS_MAX = 22_000
+SMALL_INPUT_SIDE_RECORDS_MAX = 50_000
+# JSON-lines files up to this size are counted line by line (milliseconds);
+# larger ones are not small inputs whatever their exact count.
+_COUNT_LINES_MAX_BYTES = 32 * 1024 * 1024
 # Whole-stage code generation compiles every stage to Java byte code (tens
 # to hundreds of ms each, and the job has dozens), which pays back only on
 # many rows; adaptive execution re-plans after every shuffle for the same
@@ -235,6 +260,31 @@ def estimated_events(sources: Sequence[HistorySource]) -> int:
             size = _size_bytes(path)
             events += size // (_PARQUET_BYTES_PER_EVENT if path.suffix == ".parquet" else _JSONL_BYTES_PER_EVENT)
     return events
+
+
+def is_small_input(sources: Sequence[HistorySource]) -> bool:
+    """Whether ``sources`` get the settings of a small input: at most
+    :data:`SMALL_INPUT_EVENTS_MAX` history events and
+    :data:`SMALL_INPUT_SIDE_RECORDS_MAX` side-file records in all
+    (JSON-lines files counted exactly, Parquet estimated from its size)."""
+    history_events = side_records = 0
+    for source in sources:
+        history_events += _events_in(source.path)
+        side_records += sum(_events_in(path) for path in (*source.node_event_paths, *source.log_dump_paths))
+        if history_events > SMALL_INPUT_EVENTS_MAX or side_records > SMALL_INPUT_SIDE_RECORDS_MAX:
+            return False
+    return True
+
+
+def _events_in(path: Path) -> int:
+    size = _size_bytes(path)
+    if path.suffix != ".jsonl" or size > _COUNT_LINES_MAX_BYTES:
+        return size // (_PARQUET_BYTES_PER_EVENT if path.suffix == ".parquet" else _JSONL_BYTES_PER_EVENT)
+    lines = 0
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            lines += chunk.count(b"\n")
+    return lines
 
 
 def shuffle_partitions(spark: SparkSession, sources: Sequence[HistorySource]) -> int:
@@ -316,38 +366,6 @@ def _operation_counts(ops: DataFrame, models: Mapping[int, Model], sources: Sequ
         counts[hid]["tier2_operations"] = row["tier2_operations"] or 0
     if problems:
         raise HistoryFormatError("operations that do not fit their history:\n" + "\n".join(problems))
-    return counts
-
-
-def _side_counts(loaded: Loaded, history_count: int) -> dict[int, dict[str, int]]:
-    """Per-history counts of node events and log-dump records (one action)."""
-    names = ("node_events", "role_events", "broker_registrations", "broker_state_events", "broker_requests", "log_dump_records")
-    counts = {hid: {name: 0 for name in names} for hid in range(history_count)}
-    parts = []
-    if loaded.node_events is not None:
-        kind = F.col("kind")
-        parts.append(
-            loaded.node_events.groupBy("hid").agg(
-                F.count(F.lit(1)).alias("node_events"),
-                F.sum(F.when(kind == "role", 1).otherwise(0)).alias("role_events"),
-                F.sum(F.when(kind == "broker_registration", 1).otherwise(0)).alias("broker_registrations"),
-                F.sum(F.when(kind == "broker_state", 1).otherwise(0)).alias("broker_state_events"),
-                F.sum(F.when((kind == "broker_request") & (F.col("accepted") == True), 1).otherwise(0)).alias("broker_requests"),  # noqa: E712
-                F.lit(0).cast("bigint").alias("log_dump_records"),
-            )
-        )
-    if loaded.log_dumps is not None:
-        parts.append(
-            loaded.log_dumps.groupBy("hid").agg(
-                *[F.lit(0).cast("bigint").alias(name) for name in names[:-1]],
-                F.count(F.lit(1)).alias("log_dump_records"),
-            )
-        )
-    if parts:
-        frame = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-        for row in frame.collect():
-            for name in names:
-                counts[row["hid"]][name] += row[name]
     return counts
 
 

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any, Iterator, Mapping
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from jepsen_like.checker._model_catalog import get_model
@@ -101,6 +101,23 @@ def _check_partition(
         finish()
     if results:
         yield pa.RecordBatch.from_pylist(results, schema=_RESULT_ARROW_SCHEMA)
+
+
+def _warm_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    # Does nothing: a Python worker unpickling this function imports this
+    # module (the search, the models, pyarrow), which is the point.
+    for _ in batches:
+        pass
+    yield pa.RecordBatch.from_pylist([{"ready": True}], schema=pa.schema([("ready", pa.bool_())]))
+
+
+def warm_up(spark: SparkSession) -> None:
+    """Start the Python workers :func:`run` will use (one per core, with
+    this module imported), in one small Spark job of the same kind. A small
+    check runs it beside its first phases, on a thread of its own: starting
+    the workers costs more than searching a small history's keys."""
+    slots = spark.sparkContext.defaultParallelism
+    spark.range(0, slots, 1, slots).mapInArrow(_warm_partition, "ready boolean").collect()
 
 
 def run(

@@ -136,15 +136,80 @@ def test_number_semantics_agree_on_both_paths(spark, tmp_path):
                 assert json.dumps(witness["value"]) == json.dumps(json.loads(read)), (name, result.checker)
 
 
+# Histories whose values hold no non-integer number are checked without any
+# Python in the operations' plan (Spark's own JSON text is exact for them):
+# each is checked alone so that the other cases' floats do not bring it back.
+INTEGER_ONLY_CASES = {
+    # written, read, same value?
+    "int-vs-other-int": ("1", "2", False),
+    "object-key-order": ('{"b":[2,3],"a":1}', '{"a":1,"b":[2,3]}', True),
+    "string-vs-number": ('"1"', "1", False),
+    "nested-ints": ('[1,{"a":-7}]', '[1,{"a":-7}]', True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INTEGER_ONLY_CASES))
+def test_integer_only_values_agree_on_both_paths(spark, tmp_path, name):
+    written, read, same = INTEGER_ONLY_CASES[name]
+    path = _write(tmp_path, name, _read_after_write(written, read))
+    [spark_result] = check([path], spark=spark)
+    [reference] = check_reference([path])
+    for result in (spark_result, reference):
+        assert result.valid is same, (name, result.checker, result.to_dict()["checks"])
+        if not same:
+            assert result.failed_checks() == ["garbage-read", "linearizability"], (name, result.checker)
+    statuses = {name: (entry["status"], entry.get("count")) for name, entry in spark_result.checks.items()}
+    assert statuses == {name: (entry["status"], entry.get("count")) for name, entry in reference.checks.items()}
+    if not same:
+        assert spark_result.checks["garbage-read"]["witnesses"] == reference.checks["garbage-read"]["witnesses"]
+
+
 # ---------------------------------------------------------------------------
 # The command line, in a process of its own (its own JVM, as a user runs it).
+
+
+def _cli_environment(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "COLUMNS": "200", **extra}
+
+
+_MAPS_ARCHIVE = """
+import sys
+from pyspark import SparkContext
+from jepsen_like.checker import spark_session
+spark_session("local[2]", log_path=sys.argv[1], small_input=True)
+maps = open(f"/proc/{SparkContext._gateway.proc.pid}/maps").read()
+print("mapped" if sys.argv[2] in maps else "not mapped")
+"""
+
+
+def test_a_small_check_leaves_a_class_archive_that_the_next_jvm_maps(tmp_path):
+    archives = tmp_path / "archives"
+    environment = _cli_environment(JEPSEN_LIKE_CHECK_CLASS_ARCHIVES=str(archives))
+    path = _write(tmp_path, "h", WRITE_1)
+    log = tmp_path / "spark.log"
+    first = subprocess.run(
+        [sys.executable, "-m", "jepsen_like.checker", "check", path, "--spark-log", str(log), "--spark-master", "local[2]"],
+        capture_output=True, text=True, env=environment, timeout=900, cwd=tmp_path,
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stderr == "", first.stderr
+    # Dumped when the first run's JVM exited, renamed into place complete.
+    [archive] = archives.iterdir()
+    assert archive.suffix == ".jsa" and archive.stat().st_size > 0, archive
+    second = subprocess.run(
+        [sys.executable, "-c", _MAPS_ARCHIVE, str(log), str(archive)],
+        capture_output=True, text=True, env=environment, timeout=600, cwd=tmp_path,
+    )
+    assert second.stdout.strip() == "mapped", second.stdout + second.stderr
+    assert second.stderr == "", second.stderr
+    assert sorted(archives.iterdir()) == [archive]  # nothing dumped twice
 
 
 def test_cli_empty_history_says_nothing_to_check_with_its_exit_code_and_no_spark_noise(tmp_path):
     path = _write(tmp_path, "empty", [])
     log = tmp_path / "spark.log"
-    environment = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable,
-                   "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "COLUMNS": "200"}
+    environment = _cli_environment()
     run = subprocess.run(
         [sys.executable, "-m", "jepsen_like.checker", "check", path, "--spark-log", str(log), "--spark-master", "local[2]"],
         capture_output=True, text=True, env=environment, timeout=600, cwd=tmp_path,
@@ -154,3 +219,23 @@ def test_cli_empty_history_says_nothing_to_check_with_its_exit_code_and_no_spark
     assert run.stderr == "", run.stderr
     # What Spark printed went to the log file instead.
     assert log.read_text().strip()
+
+
+def test_a_small_input_is_told_by_its_event_count_not_its_file_size(tmp_path):
+    from jepsen_like.checker._job import SMALL_INPUT_EVENTS_MAX, SMALL_INPUT_SIDE_RECORDS_MAX, is_small_input
+    from jepsen_like.checker._load import discover_histories
+
+    # Long events (300 bytes each) once made a 10,000-operation campaign
+    # look like 60,000 events: it then got none of the small-input settings.
+    padding = "x" * 250
+    long_events = tmp_path / "long.jsonl"
+    long_events.write_text(f'{{"index":0,"note":"{padding}"}}\n' * SMALL_INPUT_EVENTS_MAX)
+    assert is_small_input(discover_histories([long_events]))
+    many_events = tmp_path / "many.jsonl"
+    many_events.write_text("{}\n" * (SMALL_INPUT_EVENTS_MAX + 1))
+    assert not is_small_input(discover_histories([many_events]))
+    campaign = tmp_path / "campaign"
+    campaign.mkdir()
+    (campaign / "history.jsonl").write_text("{}\n" * 10)
+    (campaign / "log-dumps.jsonl").write_text("{}\n" * (SMALL_INPUT_SIDE_RECORDS_MAX + 1))
+    assert not is_small_input(discover_histories([campaign]))
