@@ -27,6 +27,7 @@ def results_of(result):
     return json.loads((result.run_dir / "results.json").read_text())
 
 
+@pytest.mark.long  # about a minute on 2 cores, with Spark: make soak (make run runs a chaos campaign with Spark too)
 async def test_a_chaos_campaign_with_partitions_kills_and_pauses_is_valid(tmp_path, spark):
     result = await run(tmp_path, spark, scenario="chaos", time_limit_s=25, seed=3)
     assert result.checker_error is None
@@ -112,6 +113,7 @@ def history_of(result):
     return [json.loads(line) for line in (result.run_dir / "history.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.long  # about a minute on 2 cores: make soak (the hostile kinds one by one: tests/nemesis, tests/runtime)
 async def test_hostile_clients_at_the_members_ports_lose_nothing_and_writes_go_on(tmp_path):
     """Issue 15 part 6: garbage, oversize, stalled, pipelined, forged-field
     and flood traffic at the members' own ports while the workload runs.
