@@ -34,6 +34,10 @@ CLASS_ARCHIVE_ENV = "JEPSEN_LIKE_CHECK_CLASS_ARCHIVES"
 _ARCHIVE_LOCK_STALE_S = 600
 # Waited for the JVM to write the archive and exit (the first run only).
 _ARCHIVE_DUMP_TIMEOUT_S = 120
+# Archives kept in the directory: one is written per Java, Spark install and
+# option set (each virtualenv has its own Spark), about 170 MB each; the
+# oldest beyond these go when a new one is written.
+CLASS_ARCHIVES_KEPT = 4
 
 # Shipped to executors once per process: the checker's own modules (so that
 # executors on other machines, or Python workers that do not share the
@@ -221,11 +225,25 @@ class _ClassArchiveDump:
                 process.wait(timeout=_ARCHIVE_DUMP_TIMEOUT_S)
                 if self.part.exists() and self.part.stat().st_size > 0:
                     os.replace(self.part, self.archive)
+                    prune_class_archives(self.archive.parent, keep=self.archive)
         except Exception:  # noqa: BLE001 (at interpreter exit; the archive is an optimisation)
             pass
         finally:
             self.part.unlink(missing_ok=True)
             self.lock.unlink(missing_ok=True)
+
+
+def prune_class_archives(directory: Path, keep: Path, kept: int = CLASS_ARCHIVES_KEPT) -> None:
+    """Delete all but the ``kept`` newest archives in ``directory`` (never
+    ``keep``, the one just written). A JVM mapping one keeps its mapping; a
+    JVM asked to map a deleted one starts without it. Never raises."""
+    try:
+        archives = sorted(directory.glob("spark-driver-*.jsa"), key=lambda path: path.stat().st_mtime, reverse=True)
+    except OSError:
+        return
+    for archive in archives[kept:]:
+        if archive != keep:
+            archive.unlink(missing_ok=True)
 
 
 def _class_archive_options(java_options: list[str]) -> tuple[list[str], _ClassArchiveDump | None]:

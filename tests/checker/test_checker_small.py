@@ -15,6 +15,7 @@ import pytest
 
 from jepsen_like.checker import HistoryFormatError, check, check_reference, exit_code
 from jepsen_like.checker._report import EXIT_NOTHING_TO_CHECK
+from jepsen_like.checker._spark import prune_class_archives
 
 pytestmark = pytest.mark.spark
 
@@ -183,6 +184,7 @@ print("mapped" if sys.argv[2] in maps else "not mapped")
 """
 
 
+@pytest.mark.long  # two JVMs and a 170 MB archive, about 30 s on 2 cores: make soak
 def test_a_small_check_leaves_a_class_archive_that_the_next_jvm_maps(tmp_path):
     archives = tmp_path / "archives"
     environment = _cli_environment(JEPSEN_LIKE_CHECK_CLASS_ARCHIVES=str(archives))
@@ -239,3 +241,19 @@ def test_a_small_input_is_told_by_its_event_count_not_its_file_size(tmp_path):
     (campaign / "history.jsonl").write_text("{}\n" * 10)
     (campaign / "log-dumps.jsonl").write_text("{}\n" * (SMALL_INPUT_SIDE_RECORDS_MAX + 1))
     assert not is_small_input(discover_histories([campaign]))
+
+
+def test_only_the_newest_class_archives_are_kept(tmp_path):
+    """One archive per Spark install (each virtualenv has its own), about
+    170 MB each: writing one deletes all but the newest few, never the one
+    just written."""
+    archives = [tmp_path / f"spark-driver-{index:016x}.jsa" for index in range(7)]
+    for age_s, archive in enumerate(reversed(archives)):
+        archive.write_bytes(b"x")
+        os.utime(archive, (1_000_000 - age_s, 1_000_000 - age_s))
+    just_written = archives[0]  # the oldest by mtime: kept all the same
+    (tmp_path / "other.txt").write_text("not an archive")
+    prune_class_archives(tmp_path, keep=just_written, kept=3)
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        [just_written.name, *(archive.name for archive in archives[-3:])] + ["other.txt"]
+    )
