@@ -21,6 +21,33 @@ def num(value: float) -> str:
     return "0" if text == "-0" else text
 
 
+#: The width of one character of a label, in em. Labels are drawn with
+#: ``textLength`` set to this estimate, so the browser fits the text to
+#: exactly the width the layout planned for it, whatever the font.
+CHAR_EM = 0.57
+
+
+def text_width_px(text: str, size: float = 11) -> float:
+    """The width a label of ``text`` at ``size`` px is drawn at."""
+    return len(text) * size * CHAR_EM
+
+
+def label_text(text: str, x: float, y: float, css: str | None = None, *, size: float = 11, attrs: str = "") -> str:
+    """An SVG ``<text>`` of exactly :func:`text_width_px` (its
+    ``textLength``), starting at ``x`` with its baseline at ``y``."""
+    css_attr = f" class=\"{css}\"" if css else ""
+    return (
+        f"<text{css_attr} x=\"{num(x)}\" y=\"{num(y)}\" textLength=\"{num(text_width_px(text, size))}\"{attrs}>"
+        f"{esc(text)}</text>"
+    )
+
+
+def overlaps(a: tuple[float, float, float, float], b: tuple[float, float, float, float], gap: float = 0.0) -> bool:
+    """Whether boxes ``(left, top, right, bottom)`` come within ``gap`` of
+    each other."""
+    return a[0] < b[2] + gap and b[0] < a[2] + gap and a[1] < b[3] + gap and b[1] < a[3] + gap
+
+
 def compact_json(value: Any, limit: int | None = None) -> str:
     text = json.dumps(value, sort_keys=False, separators=(",", ":"), default=str, ensure_ascii=False)
     if limit is not None and len(text) > limit:

@@ -32,7 +32,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from jepsen_like.report import ROLE_STYLE, esc, linear_ticks, num, script_json, tick_label
+from jepsen_like.report import ROLE_STYLE, concurrent_leaders, esc, linear_ticks, num, script_json, tick_label
 
 from ._recorder import Recording
 from ._result import ScenarioResult
@@ -326,34 +326,15 @@ def _down_windows(recording: Recording, end_us: int) -> list[list[Any]]:
 
 def _concurrent_leaders(segments: dict[str, list[list[Any]]], nodes: list[int]) -> list[list[Any]]:
     """Periods in which two or more nodes believe they lead (each in its own
-    epoch: Raft allows that; the older one is a zombie until it learns)."""
-    points: list[tuple[float, int, int, int]] = []  # (time, +1/-1, node, epoch)
-    for node in nodes:
-        for start, end, role, epoch, _, _ in segments[str(node)]:
-            if role == "leader" and end > start:
-                points.append((start, 1, node, epoch))
-                points.append((end, -1, node, epoch))
-    points.sort(key=lambda p: (p[0], p[1]))
-    current: dict[int, int] = {}
-    windows: list[list[Any]] = []
-    for time, step, node, epoch in points:
-        if len(current) >= 2 and windows and windows[-1][1] is None:
-            windows[-1][1] = time
-        if step > 0:
-            current[node] = epoch
-        else:
-            current.pop(node, None)
-        if len(current) >= 2:
-            windows.append([time, None, [[n, current[n]] for n in sorted(current)]])
-    merged: list[list[Any]] = []
-    for window in windows:
-        if window[1] is None or window[1] <= window[0]:
-            continue
-        if merged and merged[-1][1] == window[0] and merged[-1][2] == window[2]:
-            merged[-1][1] = window[1]
-        else:
-            merged.append(window)
-    return merged
+    epoch: Raft allows that; the older one is a zombie until it learns), as
+    [start_ms, end_ms, [[node, epoch], ...]]."""
+    spans = [
+        (node, start, end, epoch)
+        for node in nodes
+        for start, end, role, epoch, _, _ in segments[str(node)]
+        if role == "leader"
+    ]
+    return [[start, end, [[n, e] for n, e in leaders]] for start, end, leaders in concurrent_leaders(spans)]
 
 
 def _operations(events: list[dict[str, Any]], stale_processes: set[int]) -> list[list[Any]]:
