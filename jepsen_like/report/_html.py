@@ -27,11 +27,14 @@ from typing import Any, Iterable, Mapping, Sequence
 from ._leaders import concurrent_leaders
 from ._load import (
     KILLING_FAULTS,
+    NO_NODE,
     OUTCOMES,
     Fault,
     Op,
     RunData,
+    failure_breakdown,
     load_run,
+    node_order,
     witness_node_events,
     witness_operations,
 )
@@ -140,6 +143,7 @@ def render_report(data: RunData, out: Path | None = None) -> str:
         _timeline_section(data, scale, witnesses),
         _latency_section(data, scale, witnesses),
         _throughput_section(data, scale),
+        _failures_section(data),
         _anomalies_section(data, witnesses),
         _footer(data, out),
     ]
@@ -306,7 +310,7 @@ def _header(data: RunData, witnesses: Sequence[CheckWitnesses]) -> str:
  </div>
 </div>
 {warnings}
-<nav><a href="#timeline">timeline</a><a href="#latency">latency</a><a href="#throughput">throughput</a><a href="#anomalies">anomalies</a><a href="#files">files</a></nav>
+<nav><a href="#timeline">timeline</a><a href="#latency">latency</a><a href="#throughput">throughput</a><a href="#failures">failures</a><a href="#anomalies">anomalies</a><a href="#files">files</a></nav>
 </header>"""
 
 
@@ -413,9 +417,9 @@ def _assign_rows(items: Sequence[tuple[float, float]]) -> list[int]:
     return rows
 
 
-def _text_px(text: str, size: float = 11) -> float:
+def _text_px(text: str, size: float = 11, *, bold: bool = True) -> float:
     """A label's width with room around it."""
-    return text_width_px(text, size) + 6
+    return text_width_px(text, size, bold=bold) + 6
 
 
 @dataclass(slots=True)
@@ -667,13 +671,15 @@ def _target_overlay(fault: Fault, scale: TimeScale, y: float, end_ns: int, *, un
     )
 
 
-def _fit_text(text: str, x: float, width: float, y: float, css: str, *shorter: str, fill: str | None = None) -> str:
+def _fit_text(
+    text: str, x: float, width: float, y: float, css: str, *shorter: str, fill: str | None = None, bold: bool = True
+) -> str:
     """The longest of ``text`` and its ``shorter`` forms that fits in
     ``width`` px from ``x``, or nothing."""
     style = f" fill=\"{fill}\"" if fill else ""
     for candidate in (text, *shorter):
-        if candidate and _text_px(candidate) + 4 <= width:
-            return label_text(candidate, x + 4, y, css, attrs=style)
+        if candidate and _text_px(candidate, bold=bold) + 4 <= width:
+            return label_text(candidate, x + 4, y, css, bold=bold, attrs=style)
     return ""
 
 
@@ -710,7 +716,7 @@ def _role_rect(span: Any, scale: TimeScale, y: float) -> str:
         f"{seconds(span.start_ns)} s – {seconds(span.end_ns)} s ({duration_text(span.end_ns - span.start_ns)})"
     )
     css = "role role-leader" if span.role == "leader" else "role"
-    text = _fit_text(label, x0, w, y + BAND_TOP + BAND_H / 2 + 4, "role-text", medium, short, fill=ink)
+    text = _fit_text(label, x0, w, y + BAND_TOP + BAND_H / 2 + 4, "role-text", medium, short, fill=ink, bold=span.role == "leader")
     return (
         f"<g class=\"{css}\" data-role=\"{esc(span.role)}\"><rect x=\"{num(x0)}\" y=\"{num(y + BAND_TOP + inset)}\" width=\"{num(w)}\" "
         f"height=\"{num(BAND_H - 2 * inset)}\" rx=\"2\" fill=\"{fill}\"/>{text}<title>{esc(tip)}</title></g>"
@@ -729,7 +735,7 @@ def _broker_state_rect(span: Any, scale: TimeScale, y: float) -> str:
         f"broker {span.node}: {span.role}, broker epoch {span.epoch}\n"
         f"{seconds(span.start_ns)} s – {seconds(span.end_ns)} s ({duration_text(span.end_ns - span.start_ns)})"
     )
-    text = _fit_text(f"{span.role} {epoch}".strip(), x0, w, y + BAND_TOP + BAND_H / 2 + 4, "role-text", span.role, letter, fill=ink)
+    text = _fit_text(f"{span.role} {epoch}".strip(), x0, w, y + BAND_TOP + BAND_H / 2 + 4, "role-text", span.role, letter, fill=ink, bold=False)
     return (
         f"<g class=\"role broker-state\" data-role=\"{esc(span.role)}\"><rect x=\"{num(x0)}\" y=\"{num(y + BAND_TOP + inset)}\" "
         f"width=\"{num(w)}\" height=\"{num(BAND_H - 2 * inset)}\" rx=\"2\" fill=\"{fill}\"/>{text}<title>{esc(tip)}</title></g>"
@@ -1076,6 +1082,67 @@ def _throughput_section(data: RunData, scale: TimeScale) -> str:
 
 
 # =========================================================================
+# Failed and indeterminate operations
+# =========================================================================
+
+# Reasons listed before the rest are summed in one row.
+FAILURE_REASONS_MAX = 30
+
+
+def _failures_section(data: RunData) -> str:
+    """A table of the failed and indeterminate operations by reason (rows)
+    and by node (columns): each cell counts fail, then info."""
+    counts = failure_breakdown(data.ops)
+    head = "<section class=\"card\" id=\"failures\"><h2>Failed and indeterminate operations</h2>"
+    if not counts:
+        return head + "<p class=\"muted\">none: every operation that completed was ok</p></section>"
+    by_reason: dict[str, Counter] = defaultdict(Counter)
+    for (reason, node, outcome), count in counts.items():
+        by_reason[reason][(node, outcome)] += count
+    reasons = sorted(by_reason, key=lambda r: (-sum(by_reason[r].values()), r))
+    if len(reasons) > FAILURE_REASONS_MAX:
+        rest = Counter()
+        for reason in reasons[FAILURE_REASONS_MAX - 1 :]:
+            rest.update(by_reason.pop(reason))
+        reasons = reasons[: FAILURE_REASONS_MAX - 1] + ["(every other reason)"]
+        by_reason["(every other reason)"] = rest
+    recorded = sorted({node for (_, node, _) in counts if node != NO_NODE}, key=node_order)
+    nodes = recorded + ([NO_NODE] if any(node == NO_NODE for (_, node, _) in counts) else [])
+
+    def cell(tally: Counter, node: str | None) -> str:
+        fail = sum(n for (where, outcome), n in tally.items() if outcome == "fail" and node in (None, where))
+        info = sum(n for (where, outcome), n in tally.items() if outcome == "info" and node in (None, where))
+        if not fail and not info:
+            return "<td></td>"
+        return (
+            f"<td title=\"{fail:,} fail, {info:,} info\"><span class=\"c-fail\">{fail or '·'}</span>"
+            f" / <span class=\"c-info\">{info or '·'}</span></td>"
+        )
+
+    def node_name(node: str) -> str:
+        if node == NO_NODE:
+            return "node not recorded"
+        return f"broker {node}" if node in data.broker_nodes else f"node {node}"
+
+    rows = "".join(
+        f"<tr><th class=\"reason\">{esc(reason)}</th>{cell(by_reason[reason], None)}"
+        + "".join(cell(by_reason[reason], node) for node in nodes) + "</tr>"
+        for reason in reasons
+    )
+    total: Counter = Counter()
+    for tally in by_reason.values():
+        total.update(tally)
+    foot = "<tr><th>every reason</th>" + cell(total, None) + "".join(cell(total, node) for node in nodes) + "</tr>"
+    columns = "".join(f"<th>{esc(node_name(node))}</th>" for node in nodes)
+    return f"""{head}
+<p class="lede">Each cell counts the operations that <span class="c-fail">failed</span> (certainly did not happen) / were <span class="c-info">indeterminate</span> (may have happened).
+A reason is the error code the history records (<code>NOT_LEADER</code>), else its error text with addresses written <code>ADDR</code> and numbers <code>N</code>; a node is the one the history names for the operation (that refused it or stopped answering).</p>
+<div class="scroll"><table class="failures"><thead><tr><th>reason</th><th>all nodes</th>{columns}</tr></thead>
+<tbody>{rows}</tbody><tfoot>{foot}</tfoot></table></div>
+</section>"""
+
+
+# =========================================================================
 # Anomalies
 # =========================================================================
 
@@ -1351,6 +1418,9 @@ table{border-collapse:collapse;font-size:12px}
 th,td{padding:3px 8px;border-bottom:1px solid #e2e8f0;text-align:left;vertical-align:top}
 thead th{background:#f8fafc;color:#475569;font-weight:600;white-space:nowrap}
 table.ops td{text-align:right;font-variant-numeric:tabular-nums}
+table.failures td{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+table.failures th.reason{font-weight:400;font-family:ui-monospace,"DejaVu Sans Mono",monospace;max-width:520px}
+table.failures tfoot th,table.failures tfoot td{border-top:2px solid #cbd5e1;font-weight:600}
 .c-ok{color:#1d4ed8}.c-fail{color:#b91c1c}.c-info{color:#b45309}
 nav{display:flex;gap:14px;margin-top:10px;font-size:13px}
 nav a,a{color:#1d4ed8;text-decoration:none}nav a:hover{text-decoration:underline}

@@ -13,12 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, TypeVar
 
+from ._load import node_order
+
 Time = TypeVar("Time", int, float)
-
-
-def _node_order(node: Any) -> tuple[int, Any]:
-    text = str(node)
-    return (0, int(text)) if text.isdigit() else (1, text)
 
 
 def concurrent_leaders(spans: Iterable[tuple[Any, Time, Time, Any]]) -> list[tuple[Time, Time, list[tuple[Any, Any]]]]:
@@ -44,7 +41,7 @@ def concurrent_leaders(spans: Iterable[tuple[Any, Time, Time, Any]]) -> list[tup
         else:
             current.pop(node, None)
         if len(current) >= 2:
-            opened.append([time, None, [(n, current[n]) for n in sorted(current, key=_node_order)]])
+            opened.append([time, None, [(n, current[n]) for n in sorted(current, key=node_order)]])
     merged: list[tuple[Any, Any, list[tuple[Any, Any]]]] = []
     for start, end, leaders in opened:
         if end is None or end <= start:
