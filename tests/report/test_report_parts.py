@@ -18,7 +18,6 @@ from jepsen_like.report._svg import overlaps, text_width_px
 from _crowded_run import build_crowded_run
 from _report_run import build_run
 
-S = 1_000_000_000
 
 
 @pytest.fixture(scope="module")
