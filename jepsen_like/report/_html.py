@@ -6,10 +6,16 @@ string that comes from the run's files is escaped (:func:`esc` in text and
 attributes, :func:`script_json` inside the one JSON ``<script>`` block).
 
 Sections: the header (scenario, verdict, counts, options), the node
-timeline, latency over time, throughput over time, the anomalies with their
-witness operations, and a footer with the input files. All charts share one
-time axis (seconds since the run began), so one x position is one instant
-in every chart.
+timeline (with the band of two leaders at once), latency over time,
+throughput over time, the failed and indeterminate operations by reason and
+node, the anomalies with their witness operations, and a footer with the
+input files. All charts share one time axis (seconds since the run began),
+so one x position is one instant in every chart.
+
+Labels never overlap: the layouts place them (fault names in rows, witness
+labels on free lines near their marks) with the widths ``text_width_px``
+gives, and draw each at exactly that width (``textLength``). Colours come
+from ``_palette.py``, one per meaning.
 """
 
 from __future__ import annotations
@@ -20,8 +26,8 @@ import math
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from string import Template
 from pathlib import Path
+from string import Template
 from typing import Any, Iterable, Mapping, Sequence
 
 from ._leaders import concurrent_leaders
@@ -64,8 +70,8 @@ from ._svg import (
     label_text,
     linear_ticks,
     ms_label,
-    overlaps,
     num,
+    overlaps,
     script_json,
     seconds,
     text_width_px,
