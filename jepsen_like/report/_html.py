@@ -6,10 +6,16 @@ string that comes from the run's files is escaped (:func:`esc` in text and
 attributes, :func:`script_json` inside the one JSON ``<script>`` block).
 
 Sections: the header (scenario, verdict, counts, options), the node
-timeline, latency over time, throughput over time, the anomalies with their
-witness operations, and a footer with the input files. All charts share one
-time axis (seconds since the run began), so one x position is one instant
-in every chart.
+timeline (with the band of two leaders at once), latency over time,
+throughput over time, the failed and indeterminate operations by reason and
+node, the anomalies with their witness operations, and a footer with the
+input files. All charts share one time axis (seconds since the run began),
+so one x position is one instant in every chart.
+
+Labels never overlap: the layouts place them (fault names in rows, witness
+labels on free lines near their marks) with the widths ``text_width_px``
+gives, and draw each at exactly that width (``textLength``). Colours come
+from ``_palette.py``, one per meaning.
 """
 
 from __future__ import annotations
@@ -21,17 +27,38 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from string import Template
 from typing import Any, Iterable, Mapping, Sequence
 
+from ._leaders import concurrent_leaders
 from ._load import (
     KILLING_FAULTS,
+    NO_NODE,
     OUTCOMES,
     Fault,
     Op,
     RunData,
+    failure_breakdown,
     load_run,
+    node_order,
     witness_node_events,
     witness_operations,
+)
+from ._palette import (
+    BROKER_STATE_STYLE,
+    DISK,
+    DOWN,
+    FAULT,
+    HEAL,
+    HOSTILE,
+    OTHER_OP_COLOUR,
+    OTHER_ROLE,
+    OUTCOME_COLOURS,
+    ROLE_STYLE,
+    TWO_LEADERS,
+    WITNESS,
+    op_colours,
+    rgba,
 )
 from ._svg import (
     LogScale,
@@ -40,11 +67,14 @@ from ._svg import (
     duration_text,
     esc,
     latency_text,
+    label_text,
     linear_ticks,
     ms_label,
     num,
+    overlaps,
     script_json,
     seconds,
+    text_width_px,
     tick_label,
 )
 
@@ -59,6 +89,7 @@ BAND_H = 30
 STRIP_H = 6
 LANE_GAP = 8
 FAULT_ROW_H = 17
+LEADERS_ROW_H = 16
 PANEL_H = 150
 PANEL_GAP = 40
 THROUGHPUT_H = 170
@@ -67,28 +98,7 @@ AXIS_H = 26
 # Points drawn per latency panel before the scatter is thinned.
 MAX_POINTS_PER_PANEL = 3000
 
-# ---------------------------------------------------------------- colours
-OUTCOME_COLOURS = {"ok": "#2563eb", "fail": "#dc2626", "info": "#d97706"}
-ROLE_STYLE = {  # fill, text colour, vertical inset (px), short label
-    "leader": ("#1e3a8a", "#ffffff", 0, "L"),
-    "candidate": ("#f97316", "#1f2937", 5, "C"),
-    "prospective": ("#fcd34d", "#1f2937", 5, "P"),
-    "follower": ("#86efac", "#14532d", 5, "F"),
-    "unattached": ("#e2e8f0", "#334155", 7, "U"),
-    "resigned": ("#a8a29e", "#ffffff", 5, "R"),
-}
-BROKER_STATE_STYLE = {  # a broker's lane: its lifecycle state (seed 001)
-    "online": ("#0d9488", "#ffffff", 2, "On"),
-    "fenced": ("#fca5a5", "#7f1d1d", 5, "Fe"),
-    "stopping": ("#c4b5fd", "#3b0764", 5, "St"),
-    "offline": ("#e7e5e4", "#44403c", 7, "Off"),
-}
-OTHER_ROLE = ("#cbd5e1", "#1f2937", 7, "?")
-OP_COLOURS = ["#60a5fa", "#34d399", "#a78bfa", "#f472b6", "#2dd4bf", "#94a3b8", "#fb923c"]
-WITNESS = "#c026d3"
-FAULT = "#e11d48"
-HOSTILE = "#ea580c"  # hostile client traffic at a node's port
-DISK = "#7c3aed"  # a storage fault: the node's files damaged, or its disk full
+# Colours: one per meaning, all in _palette.py.
 
 CHECK_EXPLANATIONS = {
     "stale-read": "an ok read that misses a write acknowledged before it began (beyond the read mode's staleness bound)",
@@ -139,6 +149,7 @@ def render_report(data: RunData, out: Path | None = None) -> str:
         _timeline_section(data, scale, witnesses),
         _latency_section(data, scale, witnesses),
         _throughput_section(data, scale),
+        _failures_section(data),
         _anomalies_section(data, witnesses),
         _footer(data, out),
     ]
@@ -305,7 +316,7 @@ def _header(data: RunData, witnesses: Sequence[CheckWitnesses]) -> str:
  </div>
 </div>
 {warnings}
-<nav><a href="#timeline">timeline</a><a href="#latency">latency</a><a href="#throughput">throughput</a><a href="#anomalies">anomalies</a><a href="#files">files</a></nav>
+<nav><a href="#timeline">timeline</a><a href="#latency">latency</a><a href="#throughput">throughput</a><a href="#failures">failures</a><a href="#anomalies">anomalies</a><a href="#files">files</a></nav>
 </header>"""
 
 
@@ -388,7 +399,7 @@ def _fault_tip(fault: Fault, end_ns: int) -> str:
 
 
 def _op_colour(data: RunData) -> dict[str, str]:
-    return {f: OP_COLOURS[i % len(OP_COLOURS)] for i, f in enumerate(data.op_types)}
+    return op_colours(data.op_types)
 
 
 # =========================================================================
@@ -412,29 +423,90 @@ def _assign_rows(items: Sequence[tuple[float, float]]) -> list[int]:
     return rows
 
 
-def _text_px(text: str, size: float = 11) -> float:
-    return len(text) * size * 0.56 + 6
+def _text_px(text: str, size: float = 11, *, bold: bool = True) -> float:
+    """A label's width with room around it."""
+    return text_width_px(text, size, bold=bold) + 6
+
+
+@dataclass(slots=True)
+class _TopLabel:
+    """A fault window's or an instant's name above the lanes: its extent in
+    its row (the window's bar and the text, whichever reach further)."""
+
+    left: float
+    right: float
+    text_x: float
+    kind: str  # "fault" or "instant"
+    item: Any
+
+
+def _top_labels(data: RunData, scale: TimeScale) -> list[tuple[_TopLabel, int]]:
+    """Every fault and instant named once, in rows: an item goes to the
+    first row whose last item ends 4 px before it begins, so no two names
+    (nor bars) in a row touch. Deterministic: items in order of their
+    left edge, then kind and label."""
+    labels: list[_TopLabel] = []
+    for fault in data.faults:
+        start = scale.x(fault.start_ns)
+        end = scale.x(fault.end_ns if fault.end_ns is not None else data.end_ns)
+        width = text_width_px(fault.label())
+        # A name that would run off the right edge starts further left.
+        text_x = min(start + 4, WIDTH - 2 - width)
+        labels.append(_TopLabel(min(start, text_x - 4), max(end, text_x + width), text_x, "fault", fault))
+    for time_ns, f, value in data.instants:
+        x = scale.x(time_ns)
+        width = text_width_px(f)
+        text_x = min(x + 2, WIDTH - 2 - width)
+        labels.append(_TopLabel(min(x, text_x), text_x + width, text_x, "instant", (time_ns, f, value)))
+    labels.sort(key=lambda label: (label.left, label.kind, label.text_x, _top_label_text(label)))
+    rows = _assign_rows([(label.left, label.right) for label in labels])
+    return list(zip(labels, rows))
+
+
+def _top_label_text(label: _TopLabel) -> str:
+    return label.item.label() if label.kind == "fault" else str(label.item[1])
+
+
+def _two_leaders_row(data: RunData, scale: TimeScale, y: float) -> str:
+    """The band of periods in which two controllers each believed they led
+    (from their role events; shared with the simulator's replay)."""
+    spans = data.role_spans()
+    leading = [
+        (node, span.start_ns, span.end_ns, span.epoch)
+        for node in data.nodes
+        if node not in data.broker_nodes
+        for span in spans.get(node, [])
+        if span.role == "leader"
+    ]
+    parts = [
+        f"<text class=\"lane-sub\" x=\"{num(scale.left - 10)}\" y=\"{num(y + 12)}\" text-anchor=\"end\">two leaders</text>",
+        f"<rect class=\"lane-bg\" x=\"{num(scale.left)}\" y=\"{num(y)}\" width=\"{num(PLOT_W)}\" height=\"{LEADERS_ROW_H}\"/>",
+    ]
+    windows = concurrent_leaders(leading)
+    for start, end, leaders in windows:
+        x0, x1 = scale.x(start), scale.x(end)
+        names = " + ".join(f"n{node} e{epoch}" for node, epoch in leaders)
+        tip = f"{len(leaders)} leaders at once, {seconds(start)} s – {seconds(end)} s ({duration_text(end - start)}): {names}"
+        w = max(1.5, x1 - x0)
+        parts.append(
+            f"<g class=\"two-leaders\"><rect x=\"{num(x0)}\" y=\"{num(y + 1)}\" width=\"{num(w)}\" height=\"{LEADERS_ROW_H - 2}\" rx=\"2\"/>"
+            f"{_fit_text(f'{len(leaders)} leaders: {names}', x0, w, y + 12, 'two-leaders-text', f'{len(leaders)} leaders', str(len(leaders)))}"
+            f"<title>{esc(tip)}</title></g>"
+        )
+    if not windows:
+        parts.append(f"<text class=\"lane-empty\" x=\"{num(scale.left + 8)}\" y=\"{num(y + 12)}\">never two at once</text>")
+    return "".join(parts)
 
 
 def _timeline_section(data: RunData, scale: TimeScale, witnesses: Sequence[CheckWitnesses]) -> str:
-    # Fault and instant labels, in rows above the lanes.
-    labelled: list[tuple[float, float, str, Any]] = []
-    # (label start, row extent end, kind, item); labels that would run off
-    # the right edge start further left.
-    for fault in data.faults:
-        x0 = scale.x(fault.start_ns)
-        x1 = scale.x(fault.end_ns if fault.end_ns is not None else data.end_ns)
-        text_x = min(x0, WIDTH - 2 - _text_px(fault.label()))
-        labelled.append((text_x, max(x1, text_x + _text_px(fault.label())), "fault", fault))
-    for time_ns, f, value in data.instants:
-        x = scale.x(time_ns)
-        text_x = min(x - 1, WIDTH - 2 - _text_px(f))
-        labelled.append((text_x, text_x + _text_px(f), "instant", (time_ns, f, value)))
-    labelled.sort(key=lambda item: item[0])
-    rows = _assign_rows([(x0, x1) for x0, x1, _, _ in labelled])
-    fault_rows = (max(rows) + 1) if rows else 0
+    # Fault and instant labels, in rows above the lanes; then the band of
+    # two leaders at once (when there are controllers).
+    labelled = _top_labels(data, scale)
+    fault_rows = max((row for _, row in labelled), default=-1) + 1
     top = 8
-    lanes_top = top + fault_rows * FAULT_ROW_H + (6 if fault_rows else 0)
+    leaders_top = top + fault_rows * FAULT_ROW_H + (6 if fault_rows else 0)
+    has_controllers = any(node not in data.broker_nodes for node in data.nodes)
+    lanes_top = leaders_top + (LEADERS_ROW_H + 8 if has_controllers else 0)
     lanes_bottom = lanes_top + len(data.nodes) * (LANE_H + LANE_GAP) - LANE_GAP
     marks = [m for c in witnesses for m in c.marks if m.primary]
     node_marks = [nm for c in witnesses for nm in c.node_marks]
@@ -482,23 +554,25 @@ def _timeline_section(data: RunData, scale: TimeScale, witnesses: Sequence[Check
         parts.append("</g>")
     # Fault windows across every lane, with their names above.
     parts.append(_fault_shades(data, scale, lanes_top - 4, lanes_bottom + 4, strong=True))
-    for (x0, x1, kind, item), row in zip(labelled, rows):
+    for label, row in labelled:
         y = top + row * FAULT_ROW_H
-        if kind == "fault":
-            fault = item
+        if label.kind == "fault":
+            fault = label.item
             start = scale.x(fault.start_ns)
             end = scale.x(fault.end_ns if fault.end_ns is not None else data.end_ns)
             parts.append(
                 f"<g class=\"fault-label\"><title>{esc(_fault_tip(fault, data.end_ns))}</title>"
                 f"<rect x=\"{num(start)}\" y=\"{num(y)}\" width=\"{num(max(2.0, end - start))}\" height=\"{FAULT_ROW_H - 3}\" rx=\"2\"/>"
-                f"<text x=\"{num(x0 + 4)}\" y=\"{num(y + 11)}\">{esc(fault.label())}</text></g>"
+                f"{label_text(fault.label(), label.text_x, y + 11)}</g>"
             )
         else:
-            time_ns, f, _ = item
+            time_ns, f, _ = label.item
             parts.append(
                 f"<g class=\"instant-label\"><title>{esc(f)} at {seconds(time_ns)} s</title>"
-                f"<text x=\"{num(x0 + 3)}\" y=\"{num(y + 11)}\">{esc(f)}</text></g>"
+                f"{label_text(f, label.text_x, y + 11)}</g>"
             )
+    if has_controllers:
+        parts.append(_two_leaders_row(data, scale, leaders_top))
     # Anomalies: when each witness's operation ran, and node events witnesses name.
     if anomaly_h:
         parts.append(f"<text class=\"lane-sub\" x=\"{num(scale.left - 10)}\" y=\"{num(anomaly_top + 12)}\" text-anchor=\"end\">anomalies</text>")
@@ -537,6 +611,10 @@ def _timeline_section(data: RunData, scale: TimeScale, witnesses: Sequence[Check
     legend += "<span class=\"key\"><i class=\"k-fault\"></i>fault window</span>"
     legend += "<span class=\"key\"><i class=\"k-net\"></i>the node a network fault is about</span>"
     legend += "<span class=\"key\"><i class=\"k-down\"></i>node killed / paused</span>"
+    if has_controllers:
+        legend += "<span class=\"key\"><i class=\"k-two\"></i>two leaders at once</span>"
+    if data.instants:
+        legend += "<span class=\"key\"><i class=\"k-heal\"></i>heal, or another nemesis instant</span>"
     if any(is_hostile(fault.f) for fault in data.faults):
         legend += "<span class=\"key\"><i class=\"k-hostile\"></i>hostile clients at the node's port</span>"
     if any(is_storage(fault.f) for fault in data.faults):
@@ -555,7 +633,7 @@ Shaded columns are fault windows, named above the lanes; a hatched strip under a
 HATCH_DEFS = (
     "<defs>"
     "<pattern id=\"hatch-down\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">"
-    "<rect width=\"6\" height=\"6\" fill=\"#475569\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#94a3b8\" stroke-width=\"3\"/></pattern>"
+    f"<rect width=\"6\" height=\"6\" fill=\"{DOWN}\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#94a3b8\" stroke-width=\"3\"/></pattern>"
     "<pattern id=\"hatch-pause\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">"
     "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#334155\" stroke-width=\"2\" stroke-opacity=\".55\"/></pattern>"
     "<pattern id=\"hatch-net\" width=\"5\" height=\"5\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(-45)\">"
@@ -599,12 +677,15 @@ def _target_overlay(fault: Fault, scale: TimeScale, y: float, end_ns: int, *, un
     )
 
 
-def _fit_text(text: str, x: float, width: float, y: float, css: str, *shorter: str, fill: str | None = None) -> str:
-    """The longest of ``text`` and its ``shorter`` forms that fits, or nothing."""
+def _fit_text(
+    text: str, x: float, width: float, y: float, css: str, *shorter: str, fill: str | None = None, bold: bool = True
+) -> str:
+    """The longest of ``text`` and its ``shorter`` forms that fits in
+    ``width`` px from ``x``, or nothing."""
     style = f" fill=\"{fill}\"" if fill else ""
     for candidate in (text, *shorter):
-        if candidate and _text_px(candidate) + 4 <= width:
-            return f"<text class=\"{css}\" x=\"{num(x + 4)}\" y=\"{num(y)}\"{style}>{esc(candidate)}</text>"
+        if candidate and _text_px(candidate, bold=bold) + 4 <= width:
+            return label_text(candidate, x + 4, y, css, bold=bold, attrs=style)
     return ""
 
 
@@ -641,7 +722,7 @@ def _role_rect(span: Any, scale: TimeScale, y: float) -> str:
         f"{seconds(span.start_ns)} s – {seconds(span.end_ns)} s ({duration_text(span.end_ns - span.start_ns)})"
     )
     css = "role role-leader" if span.role == "leader" else "role"
-    text = _fit_text(label, x0, w, y + BAND_TOP + BAND_H / 2 + 4, "role-text", medium, short, fill=ink)
+    text = _fit_text(label, x0, w, y + BAND_TOP + BAND_H / 2 + 4, "role-text", medium, short, fill=ink, bold=span.role == "leader")
     return (
         f"<g class=\"{css}\" data-role=\"{esc(span.role)}\"><rect x=\"{num(x0)}\" y=\"{num(y + BAND_TOP + inset)}\" width=\"{num(w)}\" "
         f"height=\"{num(BAND_H - 2 * inset)}\" rx=\"2\" fill=\"{fill}\"/>{text}<title>{esc(tip)}</title></g>"
@@ -660,7 +741,7 @@ def _broker_state_rect(span: Any, scale: TimeScale, y: float) -> str:
         f"broker {span.node}: {span.role}, broker epoch {span.epoch}\n"
         f"{seconds(span.start_ns)} s – {seconds(span.end_ns)} s ({duration_text(span.end_ns - span.start_ns)})"
     )
-    text = _fit_text(f"{span.role} {epoch}".strip(), x0, w, y + BAND_TOP + BAND_H / 2 + 4, "role-text", span.role, letter, fill=ink)
+    text = _fit_text(f"{span.role} {epoch}".strip(), x0, w, y + BAND_TOP + BAND_H / 2 + 4, "role-text", span.role, letter, fill=ink, bold=False)
     return (
         f"<g class=\"role broker-state\" data-role=\"{esc(span.role)}\"><rect x=\"{num(x0)}\" y=\"{num(y + BAND_TOP + inset)}\" "
         f"width=\"{num(w)}\" height=\"{num(BAND_H - 2 * inset)}\" rx=\"2\" fill=\"{fill}\"/>{text}<title>{esc(tip)}</title></g>"
@@ -785,7 +866,7 @@ def _latency_section(data: RunData, scale: TimeScale, witnesses: Sequence[CheckW
             f"<label class=\"key toggle\"><input type=\"checkbox\" checked data-hide=\"wm\"><i class=\"ring\"></i>anomaly witness "
             f"(○ the operation the anomaly is about, □ the others it names)</label>"
         )
-    legend += "<label class=\"key toggle\"><input type=\"checkbox\" checked data-hide=\"faults\"><i class=\"k-fault\"></i>fault windows</label>"
+    legend += "<label class=\"key toggle\"><input type=\"checkbox\" checked data-hide=\"faults\"><i class=\"k-fault\"></i>fault window</label>"
     note = ""
     if notes:
         note = "<p class=\"note\">Downsampled to keep the file small: " + "; ".join(esc(n) for n in notes) + ".</p>"
@@ -838,14 +919,13 @@ class _Tooltips:
 
 def _witness_markers(marks: Sequence[Mark], scale: TimeScale, ys: LogScale, y0: float) -> str:
     parts = []
-    labelled_x: list[float] = []
+    drawn: list[tuple[Mark, float, float]] = []
     # The others first, so that the operations the anomalies are about are on top.
     for mark in sorted(marks, key=lambda m: m.primary):
         start, end = _mark_times(mark.op)
         if start is None:
             continue
         x = scale.x(start)
-        tip = f"<title>{esc(_mark_tip(mark))}</title>"
         if end is None:
             shape = f"<path class=\"wm-shape\" d=\"M{num(x - 5)} {num(y0 + 2)}h10l-5 8z\"/>"
             y = y0 + 6
@@ -855,13 +935,59 @@ def _witness_markers(marks: Sequence[Mark], scale: TimeScale, ys: LogScale, y0: 
                 shape = f"<circle class=\"wm-shape primary\" cx=\"{num(x)}\" cy=\"{num(y)}\" r=\"6\"/>"
             else:
                 shape = f"<rect class=\"wm-shape\" x=\"{num(x - 4.5)}\" y=\"{num(y - 4.5)}\" width=\"9\" height=\"9\"/>"
-        label = ""
-        if mark.primary and all(abs(x - other) > 26 for other in labelled_x):
-            labelled_x.append(x)
-            text = f"{_abbrev(mark.check)}#{mark.number}"
-            label = f"<text class=\"wm-label\" x=\"{num(x + 8)}\" y=\"{num(max(y0 + 10, y - 8))}\">{esc(text)}</text>"
-        parts.append(f"<a class=\"wm\" href=\"#{esc(mark.anchor)}\">{shape}{label}{tip}</a>")
+        drawn.append((mark, x, y))
+        parts.append(f"<a class=\"wm\" href=\"#{esc(mark.anchor)}\">{shape}<title>{esc(_mark_tip(mark))}</title></a>")
+    parts.extend(_witness_labels([(m, x, y) for m, x, y in drawn if m.primary], y0, y0 + PANEL_H))
     return "".join(parts)
+
+
+# A witness label's line in the stack of labels near its mark.
+WITNESS_LABEL_STEP = 15
+
+
+def _witness_labels(marks: Sequence[tuple[Mark, float, float]], top: float, bottom: float) -> list[str]:
+    """A label (``stale-read#3``) for each mark an anomaly is about, none
+    overlapping another: each goes just above and right of its mark when
+    that spot is free, else to the nearest free line above or below it
+    (right of the mark, then left), joined to its mark by a thin leader
+    line. Placed in order of time, then check and number, so the layout
+    is the same for the same run. A mark with no free spot inside the
+    panel keeps its ring and tooltip, without a label."""
+    placed: list[tuple[float, float, float, float]] = []
+    out = []
+    lowest = top + 12  # baselines inside the panel
+    highest = bottom - 4
+    steps = int((highest - lowest) // WITNESS_LABEL_STEP) + 1
+    for mark, x, y in sorted(marks, key=lambda item: (item[1], item[0].check, item[0].number)):
+        text = f"{_abbrev(mark.check)}#{mark.number}"
+        width = text_width_px(text)
+        home = min(max(lowest, y - 8), highest)
+        offsets = [0.0] + [sign * k * WITNESS_LABEL_STEP for k in range(1, steps + 1) for sign in (-1, 1)]
+        for offset in offsets:
+            baseline = home + offset
+            if not lowest <= baseline <= highest:
+                continue
+            spot = next(
+                (
+                    (left, box)
+                    for left in (x + 8, x - 8 - width)
+                    if left >= 0 and left + width <= WIDTH
+                    for box in [(left - 1, baseline - 11, left + width + 1, baseline + 4)]
+                    if not any(overlaps(box, other) for other in placed)
+                ),
+                None,
+            )
+            if spot is None:
+                continue
+            left, box = spot
+            placed.append(box)
+            leader = ""
+            if offset or left < x:
+                end_x = left if left > x else left + width
+                leader = f"<line class=\"wm-leader\" x1=\"{num(x)}\" y1=\"{num(y)}\" x2=\"{num(end_x)}\" y2=\"{num(baseline - 4)}\"/>"
+            out.append(f"<a class=\"wm\" href=\"#{esc(mark.anchor)}\">{leader}{label_text(text, left, baseline, 'wm-label')}</a>")
+            break
+    return out
 
 
 def _abbrev(check: str) -> str:
@@ -883,20 +1009,20 @@ def _throughput_section(data: RunData, scale: TimeScale) -> str:
     bucket_ns = int(bucket_s * 1e9)
     buckets = int(data.end_ns // bucket_ns) + 1
     ok: dict[str, list[int]] = {f: [0] * buckets for f in types}
-    other = [0] * buckets
+    not_ok = {outcome: [0] * buckets for outcome in ("fail", "info")}
     for op in data.ops:
         if op.complete_ns is None:
             continue
         b = min(buckets - 1, op.complete_ns // bucket_ns)
         if op.outcome == "ok":
             ok[op.f][b] += 1
-        else:
-            other[b] += 1
+        elif op.outcome in not_ok:
+            not_ok[op.outcome][b] += 1
     totals = [sum(ok[f][b] for f in types) for b in range(buckets)]
-    peak = max(max(totals, default=0), max(other, default=0), 1) / bucket_s
+    peak = max(max(totals, default=0), max(max(line, default=0) for line in not_ok.values()), 1) / bucket_s
     ticks = linear_ticks(0, peak, 4)
     y_max = max(ticks[-1], peak) if ticks else peak
-    top, h = 12, THROUGHPUT_H
+    top, h = 24, THROUGHPUT_H
     bottom = top + h
 
     def y(rate: float) -> float:
@@ -908,8 +1034,9 @@ def _throughput_section(data: RunData, scale: TimeScale) -> str:
     parts.append(_fault_shades(data, scale, top, bottom, strong=False))
     for tick in ticks:
         parts.append(f"<line class=\"grid\" x1=\"{num(scale.left)}\" x2=\"{num(scale.right)}\" y1=\"{num(y(tick))}\" y2=\"{num(y(tick))}\"/>")
-        parts.append(f"<text class=\"tick\" x=\"{num(scale.left - 6)}\" y=\"{num(y(tick) + 4)}\" text-anchor=\"end\">{tick_label(tick)}</text>")
-    parts.append(f"<text class=\"tick\" x=\"{num(scale.left - 6)}\" y=\"{num(top - 2)}\" text-anchor=\"end\">ops/s</text>")
+        if tick:  # zero is the time axis, whose unit label sits there
+            parts.append(f"<text class=\"tick\" x=\"{num(scale.left - 6)}\" y=\"{num(y(tick) + 4)}\" text-anchor=\"end\">{tick_label(tick)}</text>")
+    parts.append(f"<text class=\"tick\" x=\"{num(scale.left - 6)}\" y=\"{num(top - 10)}\" text-anchor=\"end\">ops/s</text>")
     for f in types:
         paths = []
         for b in range(buckets):
@@ -923,32 +1050,101 @@ def _throughput_section(data: RunData, scale: TimeScale) -> str:
             paths.append(f"M{num(x0 + 0.5)} {num(yb)}V{num(ya)}H{num(max(x0 + 1, x1 - 0.5))}V{num(yb)}z")
         if paths:
             parts.append(f"<path class=\"bar\" fill=\"{colours[f]}\" d=\"{''.join(paths)}\"><title>ok {esc(f)}</title></path>")
-    # Operations that did not succeed, per second, as a line.
-    if any(other):
+    # Operations that failed, and those that were indeterminate, per second: a line each.
+    for outcome, line in not_ok.items():
+        if not any(line):
+            continue
         pts = []
         for b in range(buckets):
             xm = scale.x(min(data.end_ns, (b + 0.5) * bucket_ns))
-            pts.append(f"{'M' if not pts else 'L'}{num(xm)} {num(y(other[b] / bucket_s))}")
-        parts.append(f"<path class=\"nonok\" d=\"{''.join(pts)}\"/>")
+            pts.append(f"{'M' if not pts else 'L'}{num(xm)} {num(y(line[b] / bucket_s))}")
+        parts.append(f"<path class=\"nonok nonok-{outcome}\" d=\"{''.join(pts)}\"><title>{outcome} ops/s</title></path>")
     # Hover: one invisible column per bucket with its numbers.
     for b in range(buckets):
         x0 = scale.x(b * bucket_ns)
         x1 = scale.x(min(data.end_ns, (b + 1) * bucket_ns))
         detail = ", ".join(f"{ok[f][b]} {f}" for f in types)
+        fail_rate, info_rate = not_ok["fail"][b] / bucket_s, not_ok["info"][b] / bucket_s
         parts.append(
             f"<rect class=\"hover-col\" x=\"{num(x0)}\" y=\"{top}\" width=\"{num(max(1.0, x1 - x0))}\" height=\"{h}\">"
-            f"<title>{esc(f'{b * bucket_s:g}–{(b + 1) * bucket_s:g} s: {totals[b] / bucket_s:g} ok ops/s ({detail}); {other[b] / bucket_s:g} fail/info ops/s')}</title></rect>"
+            f"<title>{esc(f'{b * bucket_s:g}–{(b + 1) * bucket_s:g} s: {totals[b] / bucket_s:g} ok ops/s ({detail}); {fail_rate:g} fail, {info_rate:g} info ops/s')}</title></rect>"
         )
     parts.append(_time_axis(scale, bottom))
     parts.append("</svg>")
-    legend = "".join(f"<span class=\"key\"><i style=\"background:{colours[f]}\"></i>ok {esc(f)}</span>" for f in types)
-    legend += f"<span class=\"key\"><i class=\"line\" style=\"background:{OUTCOME_COLOURS['fail']}\"></i>fail + info</span>"
-    legend += "<span class=\"key\"><i class=\"k-fault\"></i>fault windows</span>"
+    own = [f for f in types if colours[f] != OTHER_OP_COLOUR]
+    legend = "".join(f"<span class=\"key\"><i style=\"background:{colours[f]}\"></i>ok {esc(f)}</span>" for f in own)
+    if len(own) < len(types):  # past the palette's op colours: one colour, one entry
+        legend += f"<span class=\"key\"><i style=\"background:{OTHER_OP_COLOUR}\"></i>ok, other op types</span>"
+    legend += "".join(
+        f"<span class=\"key\"><i class=\"line\" style=\"background:{OUTCOME_COLOURS[o]}\"></i>{o}</span>" for o in ("fail", "info")
+    )
+    legend += "<span class=\"key\"><i class=\"k-fault\"></i>fault window</span>"
     return f"""<section class="card" id="throughput">
 <h2>Throughput</h2>
-<p class="lede">Operations completed per second ({bucket_s:g} s buckets, by completion time): ok ones stacked by type, the ones that failed or were indeterminate as a line.</p>
+<p class="lede">Operations completed per second ({bucket_s:g} s buckets, by completion time): ok ones stacked by type, the ones that failed and the ones that were indeterminate as a line each.</p>
 <div class="legend">{legend}</div>
 <div class="scroll">{''.join(parts)}</div>
+</section>"""
+
+
+# =========================================================================
+# Failed and indeterminate operations
+# =========================================================================
+
+# Reasons listed before the rest are summed in one row.
+FAILURE_REASONS_MAX = 30
+
+
+def _failures_section(data: RunData) -> str:
+    """A table of the failed and indeterminate operations by reason (rows)
+    and by node (columns): each cell counts fail, then info."""
+    counts = failure_breakdown(data.ops)
+    head = "<section class=\"card\" id=\"failures\"><h2>Failed and indeterminate operations</h2>"
+    if not counts:
+        return head + "<p class=\"muted\">none: every operation that completed was ok</p></section>"
+    by_reason: dict[str, Counter] = defaultdict(Counter)
+    for (reason, node, outcome), count in counts.items():
+        by_reason[reason][(node, outcome)] += count
+    reasons = sorted(by_reason, key=lambda r: (-sum(by_reason[r].values()), r))
+    if len(reasons) > FAILURE_REASONS_MAX:
+        rest = Counter()
+        for reason in reasons[FAILURE_REASONS_MAX - 1 :]:
+            rest.update(by_reason.pop(reason))
+        reasons = reasons[: FAILURE_REASONS_MAX - 1] + ["(every other reason)"]
+        by_reason["(every other reason)"] = rest
+    recorded = sorted({node for (_, node, _) in counts if node != NO_NODE}, key=node_order)
+    nodes = recorded + ([NO_NODE] if any(node == NO_NODE for (_, node, _) in counts) else [])
+
+    def cell(tally: Counter, node: str | None) -> str:
+        fail = sum(n for (where, outcome), n in tally.items() if outcome == "fail" and node in (None, where))
+        info = sum(n for (where, outcome), n in tally.items() if outcome == "info" and node in (None, where))
+        if not fail and not info:
+            return "<td></td>"
+        return (
+            f"<td title=\"{fail:,} fail, {info:,} info\"><span class=\"c-fail\">{fail or '·'}</span>"
+            f" / <span class=\"c-info\">{info or '·'}</span></td>"
+        )
+
+    def node_name(node: str) -> str:
+        if node == NO_NODE:
+            return "node not recorded"
+        return f"broker {node}" if node in data.broker_nodes else f"node {node}"
+
+    rows = "".join(
+        f"<tr><th class=\"reason\">{esc(reason)}</th>{cell(by_reason[reason], None)}"
+        + "".join(cell(by_reason[reason], node) for node in nodes) + "</tr>"
+        for reason in reasons
+    )
+    total: Counter = Counter()
+    for tally in by_reason.values():
+        total.update(tally)
+    foot = "<tr><th>every reason</th>" + cell(total, None) + "".join(cell(total, node) for node in nodes) + "</tr>"
+    columns = "".join(f"<th>{esc(node_name(node))}</th>" for node in nodes)
+    return f"""{head}
+<p class="lede">Each cell counts the operations that <span class="c-fail">failed</span> (certainly did not happen) / were <span class="c-info">indeterminate</span> (may have happened).
+A reason is the error code the history records (<code>NOT_LEADER</code>), else its error text with addresses written <code>ADDR</code> and numbers <code>N</code>; a node is the one the history names for the operation (that refused it or stopped answering).</p>
+<div class="scroll"><table class="failures"><thead><tr><th>reason</th><th>all nodes</th>{columns}</tr></thead>
+<tbody>{rows}</tbody><tfoot>{foot}</tfoot></table></div>
 </section>"""
 
 
@@ -1191,7 +1387,7 @@ def _footer(data: RunData, out: Path | None) -> str:
 # CSS and JS
 # =========================================================================
 
-CSS = """
+CSS = Template("""
 *{box-sizing:border-box}
 body{margin:0;background:#eef2f7;color:#0f172a;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif}
 main{max-width:1380px;margin:0 auto;padding:16px}
@@ -1228,6 +1424,9 @@ table{border-collapse:collapse;font-size:12px}
 th,td{padding:3px 8px;border-bottom:1px solid #e2e8f0;text-align:left;vertical-align:top}
 thead th{background:#f8fafc;color:#475569;font-weight:600;white-space:nowrap}
 table.ops td{text-align:right;font-variant-numeric:tabular-nums}
+table.failures td{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+table.failures th.reason{font-weight:400;font-family:ui-monospace,"DejaVu Sans Mono",monospace;max-width:520px}
+table.failures tfoot th,table.failures tfoot td{border-top:2px solid #cbd5e1;font-weight:600}
 .c-ok{color:#1d4ed8}.c-fail{color:#b91c1c}.c-info{color:#b45309}
 nav{display:flex;gap:14px;margin-top:10px;font-size:13px}
 nav a,a{color:#1d4ed8;text-decoration:none}nav a:hover{text-decoration:underline}
@@ -1242,12 +1441,14 @@ nav a,a{color:#1d4ed8;text-decoration:none}nav a:hover{text-decoration:underline
 .key i{display:inline-block;width:14px;height:10px;border-radius:2px}
 .key i.dot{width:9px;height:9px;border-radius:50%}
 .key i.line{height:2px}
-.key i.ring{width:11px;height:11px;border-radius:50%;border:2px solid #c026d3;background:#fff}
-.key i.k-fault{background:rgba(225,29,72,.13);border-left:1px dashed #e11d48;border-right:1px dashed #e11d48}
-.key i.k-net{background:repeating-linear-gradient(-45deg,#e11d48 0 2px,#fff 2px 4px)}
-.key i.k-hostile{background:radial-gradient(circle,#ea580c 1.6px,#fff7ed 1.7px) 0 0/6px 6px}
-.key i.k-disk{background:repeating-linear-gradient(90deg,#7c3aed 0 4px,#f5f3ff 4px 6px)}
-.key i.k-down{background:repeating-linear-gradient(45deg,#475569 0 3px,#94a3b8 3px 6px)}
+.key i.ring{width:11px;height:11px;border-radius:50%;border:2px solid $witness;background:#fff}
+.key i.k-fault{background:$fault_shade;border-left:1px dashed $fault;border-right:1px dashed $fault}
+.key i.k-net{background:repeating-linear-gradient(-45deg,$fault 0 2px,#fff 2px 4px)}
+.key i.k-hostile{background:radial-gradient(circle,$hostile 1.6px,#fff7ed 1.7px) 0 0/6px 6px}
+.key i.k-disk{background:repeating-linear-gradient(90deg,$disk 0 4px,#f5f3ff 4px 6px)}
+.key i.k-down{background:repeating-linear-gradient(45deg,$down 0 3px,#94a3b8 3px 6px)}
+.key i.k-two{background:$two_leaders;border:1px solid #a21caf}
+.key i.k-heal{height:0;border-top:2px dashed $heal;background:none}
 .toggle{cursor:pointer;user-select:none}.toggle input{margin:0}
 .scroll{overflow-x:auto}
 svg.chart{display:block;width:100%;height:auto;min-width:900px;font-family:system-ui,"DejaVu Sans",sans-serif}
@@ -1262,33 +1463,35 @@ svg.chart{display:block;width:100%;height:auto;min-width:900px;font-family:syste
 .role-text{font-size:11px;pointer-events:none}
 .role-leader .role-text{font-weight:700}
 .target-text{font-size:11px;fill:#fff;font-weight:600;pointer-events:none}
-.fault-shade{fill:#e11d48;fill-opacity:.05}.fault-shade.strong{fill-opacity:.09}
-.fault-edge{stroke:#e11d48;stroke-opacity:.55;stroke-dasharray:3 3}
-.instant{stroke:#0f766e;stroke-width:1.5;stroke-dasharray:5 3}
-.fault-label rect{fill:#fecdd3;stroke:#e11d48;stroke-width:.8}
+.fault-shade{fill:$fault;fill-opacity:.05}.fault-shade.strong{fill-opacity:.09}
+.fault-edge{stroke:$fault;stroke-opacity:.55;stroke-dasharray:3 3}
+.instant{stroke:$heal;stroke-width:1.5;stroke-dasharray:5 3}
+.fault-label rect{fill:#fecdd3;stroke:$fault;stroke-width:.8}
 .fault-label text{font-size:11px;fill:#9f1239;font-weight:600}
-.instant-label text{font-size:11px;fill:#0f766e;font-weight:600}
+.instant-label text{font-size:11px;fill:$heal;font-weight:600}
+.two-leaders rect{fill:$two_leaders;stroke:#a21caf;stroke-width:.8}.two-leaders-text{font-size:11px;fill:#701a75;font-weight:700;pointer-events:none}
 .panel-bg{fill:#fcfdfe;stroke:#e2e8f0}
 .panel-title{font-size:14px;font-weight:700;fill:#0f172a}
 .panel-detail{font-size:11.5px;font-weight:400;fill:#64748b}
 .pt{fill:none;stroke-linecap:round;stroke-width:3.4}
-.pt-ok{stroke:#2563eb;stroke-opacity:.45}
-.pt-fail{stroke:#dc2626;stroke-opacity:.8}
-.pt-info{stroke:#d97706;stroke-opacity:.9;stroke-width:4.2}
-.wm-shape{fill:none;stroke:#c026d3;stroke-width:2}
-.wm-shape.primary{stroke-width:2.6;fill:rgba(192,38,211,.12)}
+.pt-ok{stroke:$ok;stroke-opacity:.45}
+.pt-fail{stroke:$fail;stroke-opacity:.8}
+.pt-info{stroke:$info;stroke-opacity:.9;stroke-width:4.2}
+.wm-shape{fill:none;stroke:$witness;stroke-width:2}
+.wm-shape.primary{stroke-width:2.6;fill:$witness_shade}
 .wm-label{font-size:11px;font-weight:700;fill:#a21caf;paint-order:stroke;stroke:#fff;stroke-width:3px}
-.wm-bar{fill:#c026d3}
-.wm-diamond{fill:#c026d3;stroke:#fff;stroke-width:1.5}
+.wm-bar{fill:$witness}
+.wm-diamond{fill:$witness;stroke:#fff;stroke-width:1.5}
 .wm:hover .wm-shape{stroke-width:3.5}
 .bar{shape-rendering:crispEdges}
-.nonok{fill:none;stroke:#dc2626;stroke-width:1.6}
+.nonok{fill:none;stroke-width:1.6}.nonok-fail{stroke:$fail}.nonok-info{stroke:$info;stroke-dasharray:4 2}
+.wm-leader{stroke:$witness;stroke-width:1;stroke-opacity:.7}
 .hover-col{fill:transparent}.hover-col:hover{fill:rgba(15,23,42,.06)}
 .hide-ok .pt-ok,.hide-fail .pt-fail,.hide-info .pt-info,.hide-wm .wm,.hide-faults .fault-shade{display:none}
 .check{border-top:1px solid #e2e8f0;margin-top:8px}
 .count{color:#991b1b;font-weight:700}.count.muted{color:#64748b}
 .check-extra{margin:4px 0}
-.witness{border-left:3px solid #c026d3;padding:4px 0 4px 12px;margin:10px 0;background:linear-gradient(90deg,#fdf4ff,transparent 40%)}
+.witness{border-left:3px solid $witness;padding:4px 0 4px 12px;margin:10px 0;background:linear-gradient(90deg,#fdf4ff,transparent 40%)}
 .witness:target{background:#fae8ff}
 .witness-head{margin-bottom:4px}
 .witness-no{font-weight:800;color:#a21caf;margin-right:8px;font-size:14px}
@@ -1301,7 +1504,11 @@ details{margin:4px 0}summary{cursor:pointer;color:#475569;font-size:12px}
 table.files td,table.files th{border:none;padding:1px 10px 1px 0}
 #tip{position:absolute;z-index:10;pointer-events:none;background:#0f172a;color:#f8fafc;font:12px/1.4 ui-monospace,"DejaVu Sans Mono",monospace;padding:6px 8px;border-radius:6px;white-space:pre;box-shadow:0 2px 8px rgba(0,0,0,.25)}
 @media print{body{background:#fff}.card{box-shadow:none}}
-"""
+""").substitute(
+    ok=OUTCOME_COLOURS["ok"], fail=OUTCOME_COLOURS["fail"], info=OUTCOME_COLOURS["info"],
+    fault=FAULT, fault_shade=rgba(FAULT, 0.13), down=DOWN, hostile=HOSTILE, disk=DISK,
+    witness=WITNESS, witness_shade=rgba(WITNESS, 0.12), two_leaders=TWO_LEADERS, heal=HEAL,
+)  # fmt: skip
 
 JS = r"""
 (function(){

@@ -8,10 +8,11 @@ event of an unknown shape. What could not be read is counted in
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 NEMESIS = "nemesis"
 CLIENT_TYPES = ("invoke", "ok", "fail", "info")
@@ -214,15 +215,18 @@ def load_run(run_dir: Path) -> RunData:
         # The campaign numbers its brokers from 101.
         data.broker_nodes.update(str(n) for n in range(101, 101 + brokers))
         nodes.update(data.broker_nodes)
-    data.nodes = sorted(nodes, key=_node_order)
+    data.nodes = sorted(nodes, key=node_order)
     for fault in data.faults:
         end_ns = max(end_ns, fault.end_ns or fault.start_ns)
     data.end_ns = max(end_ns, 1)
     return data
 
 
-def _node_order(node: str) -> tuple[int, Any]:
-    return (0, int(node)) if node.isdigit() else (1, node)
+def node_order(node: Any) -> tuple[int, Any]:
+    """Nodes in numeric order (ids as numbers or as digit strings), named
+    ones after."""
+    text = str(node)
+    return (0, int(text)) if text.isdigit() else (1, text)
 
 
 def _read_history(path: Path, data: RunData) -> int:
@@ -327,6 +331,52 @@ def _nemesis_event(event: Mapping[str, Any], time_ns: int, index: int, open_faul
                 started.end_ns = time_ns
                 started.end_index = index
                 data.faults.append(started)
+
+
+# =========================================================================
+# Failed and indeterminate operations: why, and where
+# =========================================================================
+
+# An error code as the system names it (NOT_LEADER, STALE_BROKER_EPOCH).
+_ERROR_CODE = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")
+_ADDRESS = re.compile(r"\b[\w.-]*\w:\d{2,5}\b")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+NO_ERROR = "no error recorded"
+NO_NODE = "not recorded"
+REASON_CHARS_MAX = 80
+
+
+def failure_reason(error: Any) -> str:
+    """What a failed or indeterminate operation's ``error`` comes to, for
+    counting alike ones together: the first error code it names
+    (``NOT_LEADER``), else its text without the ``indeterminate:`` prefix
+    the campaign adds (the outcome says that), with addresses as ``ADDR``
+    and numbers as ``N`` (``connect: [Errno N] Connection refused``), cut
+    to ``REASON_CHARS_MAX`` characters."""
+    if error is None:
+        return NO_ERROR
+    text = error if isinstance(error, str) else json.dumps(error, sort_keys=True, default=str)
+    text = " ".join(text.split())
+    if text.startswith("indeterminate: "):
+        text = text[len("indeterminate: ") :]
+    code = _ERROR_CODE.search(text)
+    if code:
+        return code.group(0)
+    text = _NUMBER.sub("N", _ADDRESS.sub("ADDR", text)) or NO_ERROR
+    return text if len(text) <= REASON_CHARS_MAX else text[: REASON_CHARS_MAX - 1] + "…"
+
+
+def failure_breakdown(ops: Iterable[Op]) -> dict[tuple[str, str, str], int]:
+    """Failed (``fail``) and indeterminate (``info``) operations counted by
+    (reason, node, outcome): the reason from :func:`failure_reason`, the
+    node the history names for the operation (the one that refused it or
+    stopped answering), else ``NO_NODE``."""
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for op in ops:
+        if op.outcome in ("fail", "info"):
+            node = op.extra.get("node")
+            counts[(failure_reason(op.extra.get("error")), NO_NODE if node is None else str(node), op.outcome)] += 1
+    return dict(counts)
 
 
 # =========================================================================

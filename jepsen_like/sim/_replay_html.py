@@ -32,7 +32,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from jepsen_like.report import ROLE_STYLE, esc, linear_ticks, num, script_json, tick_label
+from jepsen_like.report import ROLE_STYLE, TWO_LEADERS, concurrent_leaders, esc, linear_ticks, num, script_json, tick_label
 
 from ._recorder import Recording
 from ._result import ScenarioResult
@@ -326,34 +326,15 @@ def _down_windows(recording: Recording, end_us: int) -> list[list[Any]]:
 
 def _concurrent_leaders(segments: dict[str, list[list[Any]]], nodes: list[int]) -> list[list[Any]]:
     """Periods in which two or more nodes believe they lead (each in its own
-    epoch: Raft allows that; the older one is a zombie until it learns)."""
-    points: list[tuple[float, int, int, int]] = []  # (time, +1/-1, node, epoch)
-    for node in nodes:
-        for start, end, role, epoch, _, _ in segments[str(node)]:
-            if role == "leader" and end > start:
-                points.append((start, 1, node, epoch))
-                points.append((end, -1, node, epoch))
-    points.sort(key=lambda p: (p[0], p[1]))
-    current: dict[int, int] = {}
-    windows: list[list[Any]] = []
-    for time, step, node, epoch in points:
-        if len(current) >= 2 and windows and windows[-1][1] is None:
-            windows[-1][1] = time
-        if step > 0:
-            current[node] = epoch
-        else:
-            current.pop(node, None)
-        if len(current) >= 2:
-            windows.append([time, None, [[n, current[n]] for n in sorted(current)]])
-    merged: list[list[Any]] = []
-    for window in windows:
-        if window[1] is None or window[1] <= window[0]:
-            continue
-        if merged and merged[-1][1] == window[0] and merged[-1][2] == window[2]:
-            merged[-1][1] = window[1]
-        else:
-            merged.append(window)
-    return merged
+    epoch: Raft allows that; the older one is a zombie until it learns), as
+    [start_ms, end_ms, [[node, epoch], ...]]."""
+    spans = [
+        (node, start, end, epoch)
+        for node in nodes
+        for start, end, role, epoch, _, _ in segments[str(node)]
+        if role == "leader"
+    ]
+    return [[start, end, [[n, e] for n, e in leaders]] for start, end, leaders in concurrent_leaders(spans)]
 
 
 def _operations(events: list[dict[str, Any]], stale_processes: set[int]) -> list[list[Any]]:
@@ -803,7 +784,7 @@ header.card{border-top:8px solid #94a3b8}
 .key i.dot{width:9px;height:9px;border-radius:50%}.key i.sq{width:4px;height:10px;border-radius:0}
 .key i.k-down{background:repeating-linear-gradient(45deg,#475569 0 3px,#cbd5e1 3px 6px)}
 .key i.k-fault{background:rgba(225,29,72,.16);border:1px dashed #e11d48}
-.key i.k-two{background:#f0abfc}
+.key i.k-two{background:TWO_LEADERS}
 .key i.tri{width:0;height:0;border-left:5px solid transparent;border-right:5px solid transparent;border-top:7px solid #57534e;border-radius:0}
 i.k-drop{display:inline-block;width:14px;height:0;border-top:2px dashed #dc2626;vertical-align:middle}
 .c-stale{color:#dc2626;font-weight:700}
@@ -818,7 +799,7 @@ svg.chart{display:block;width:100%;height:auto;min-width:900px;font-family:syste
 .fault-bar{fill:#fecdd3;stroke:#e11d48;stroke-width:.8}.fault-text{font-size:11px;fill:#9f1239;font-weight:600}
 .fault-shade{fill:#e11d48;fill-opacity:.08;pointer-events:none}.fault-shade.strong{fill-opacity:.16}
 .lossy-bar{fill:#f59e0b}
-.two-leaders rect{fill:#f0abfc;stroke:#a21caf;stroke-width:.8}.two-leaders text{font-size:11px;fill:#701a75;font-weight:700}
+.two-leaders rect{fill:TWO_LEADERS;stroke:#a21caf;stroke-width:.8}.two-leaders text{font-size:11px;fill:#701a75;font-weight:700}
 .msg{stroke-width:.8;stroke-opacity:.5}
 .stale-mark{fill:#dc2626;stroke:#fff;stroke-width:1.2}
 .resign-mark path{fill:#292524}.resign-mark line{stroke:#292524;stroke-width:2}
@@ -849,7 +830,7 @@ svg.overview{cursor:crosshair}
 .trace .k-client{color:#64748b}.trace .k-stale{color:#dc2626;font-weight:700}
 .trace li.at{background:#fef9c3;outline:1px solid #facc15}
 .trace li.future{opacity:.55}
-"""
+""".replace("TWO_LEADERS", TWO_LEADERS)  # the report's palette: one colour per meaning
 
 JS = r"""
 (function(){
