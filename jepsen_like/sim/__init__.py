@@ -13,6 +13,8 @@ from typing import Any
 from ._cluster import InvariantViolation, KeyValueMachine, SimDisk, SimNode, SimOptions, Simulation
 from ._network import LinkFaults, Network
 from ._result import ScenarioResult
+from ._schedule import MAX_FILE_BYTES as MAX_SCHEDULE_BYTES
+from ._schedule import Fault, Operation, Schedule, ScheduleError, Timers, loads_schedule, parse_schedule
 
 # Public names imported by ``__getattr__`` when first asked for.
 _LAZY = {
@@ -20,6 +22,12 @@ _LAZY = {
     "random_options": "jepsen_like.sim._scenarios",
     "run_scenario": "jepsen_like.sim._scenarios",
     "find_stale_reads": "jepsen_like.sim._reads",
+    "SimReplay": "jepsen_like.sim._schedule_replay",
+    "Shrunk": "jepsen_like.sim._schedule_replay",
+    "regression_test_stub": "jepsen_like.sim._schedule_replay",
+    "replay_schedule": "jepsen_like.sim._schedule_replay",
+    "shrink_schedule": "jepsen_like.sim._schedule_replay",
+    "schedule_of_scenario": "jepsen_like.sim._schedule_replay",
 }
 
 
@@ -35,17 +43,31 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "MAX_SCHEDULE_BYTES",
     "SCENARIOS",
+    "Fault",
     "InvariantViolation",
     "KeyValueMachine",
     "LinkFaults",
     "Network",
+    "Operation",
     "ScenarioResult",
+    "Schedule",
+    "ScheduleError",
+    "Shrunk",
     "SimDisk",
     "SimNode",
     "SimOptions",
+    "SimReplay",
     "Simulation",
+    "Timers",
     "find_stale_reads",
+    "loads_schedule",
+    "parse_schedule",
     "random_options",
+    "regression_test_stub",
+    "replay_schedule",
     "run_scenario",
+    "schedule_of_scenario",
+    "shrink_schedule",
 ]
