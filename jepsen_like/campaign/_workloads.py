@@ -528,26 +528,20 @@ class Workload:
     async def _lane(self, index: int, operations: list[Any], started_s: float) -> None:
         endpoints = self.endpoints(index)
         with endpoints.sockets():
-            session: _Session | None = None
-            node = None
-            try:
-                for op in operations:
-                    await trio.sleep_until(started_s + op.at_ms / 1000)
-                    if session is None or op.node != node:
-                        if session is not None:
-                            await session.__aexit__(None, None, None)
-                        session, node = None, op.node
-                        session = await _Session(next(self._process_ids), endpoints.starting_at(op.node), self.options, self.cluster_id).__aenter__()
-                    self._ops_on_key[op.key] = self._ops_on_key.get(op.key, 0) + 1
-                    try:
-                        await self._register_call(session, op.f, op.key, op.value, op.mode or self.options.read_mode)
-                    except _Retired:
-                        await session.__aexit__(None, None, None)
-                        session = None
-            finally:
-                if session is not None:
-                    with trio.CancelScope(shield=True):
-                        await session.__aexit__(None, None, None)
+            next_op = 0
+            while next_op < len(operations):
+                node = operations[next_op].node
+                process = next(self._process_ids)
+                async with _Session(process, endpoints.starting_at(node), self.options, self.cluster_id) as session:
+                    while next_op < len(operations) and operations[next_op].node == node:
+                        op = operations[next_op]
+                        next_op += 1
+                        await trio.sleep_until(started_s + op.at_ms / 1000)
+                        self._ops_on_key[op.key] = self._ops_on_key.get(op.key, 0) + 1
+                        try:
+                            await self._register_call(session, op.f, op.key, op.value, op.mode or self.options.read_mode)
+                        except _Retired:
+                            break  # the next operation on a fresh process
 
     # ------------------------------------------------------------------
     # Topics

@@ -16,7 +16,7 @@ where a real client's would, not where an oracle would send it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from ._cluster import US_PER_MS, InvariantViolation, Simulation
@@ -24,8 +24,8 @@ from ._playground import Playground
 from ._scenario_kit import _wait_for_leader
 from ._schedule import Fault, Operation, Schedule, ScheduleError, Timers
 
-#: After the schedule ends every fault is healed, and the run goes on this
-#: long past the client timeout so that every operation completes.
+#: After the schedule ends every fault is healed, and the run goes on until
+#: every operation has ended: at most this long past the client timeout.
 SETTLE_MS = 1_000
 #: The shrinker's bound on simulator runs (each is a fraction of a second).
 SHRINK_BUDGET_RUNS = 600
@@ -108,7 +108,10 @@ def replay_schedule(schedule: Schedule, trace: Callable[[str], None] | None = No
     if playground.violation is None:
         playground.run_until(start_us + ran.duration_ms * US_PER_MS)
         _heal_everything(playground)
-        playground.run_until(sim.now_us + (sim.options.client_timeout_ms + SETTLE_MS) * US_PER_MS)
+        # Until every operation has ended (each times out at the latest).
+        deadline_us = sim.now_us + (sim.options.client_timeout_ms + SETTLE_MS) * US_PER_MS
+        while _open_operations(sim) and sim.now_us < deadline_us and playground.violation is None:
+            playground.run_until(min(deadline_us, sim.now_us + 50 * US_PER_MS))
     if trace is not None:
         for line in playground.trace:
             trace(line)
@@ -117,6 +120,18 @@ def replay_schedule(schedule: Schedule, trace: Callable[[str], None] | None = No
         if event["type"] != "invoke":
             ops[event["type"]] = ops.get(event["type"], 0) + 1
     return SimReplay(ran, playground.stale_reads(), playground.violation, playground, left_out, ops)
+
+
+def _open_operations(sim: Simulation) -> bool:
+    """Whether an operation was invoked and has not ended (one process
+    per operation: an invoke and its completion share it)."""
+    open_processes: set[Any] = set()
+    for event in sim.history:
+        if event["type"] == "invoke":
+            open_processes.add(event["process"])
+        else:
+            open_processes.discard(event["process"])
+    return bool(open_processes)
 
 
 def _fault(playground: Playground, fault: Fault, *, start: bool) -> None:
@@ -208,7 +223,7 @@ def shrink_schedule(schedule: Schedule, budget_runs: int = SHRINK_BUDGET_RUNS) -
     if shifted is not None and fails(shifted):
         current = shifted
     current = _shortest(current, fails)
-    return Shrunk(current, runs[0], anomaly)
+    return Shrunk(replace(current, origin=f"shrunk from {schedule.origin or 'a schedule'}"[:200]), runs[0], anomaly)
 
 
 def _shifted_earlier(schedule: Schedule) -> Schedule | None:
@@ -291,7 +306,7 @@ def regression_test_stub(schedule: Schedule, anomaly: str, name: str) -> str:
         "from jepsen_like.sim import parse_schedule, replay_schedule\n\n"
         f"SCHEDULE = r'''{document}'''\n\n\n"
         f"def test_{name}():\n"
-        f'    """Shrunk from {schedule.origin or "a schedule"}: the {anomaly} replays in the simulator."""\n'
+        f'    """{schedule.origin or "A shrunk schedule"}: the {anomaly} replays in the simulator."""\n'
         "    replay = replay_schedule(parse_schedule(json.loads(SCHEDULE)))\n"
         f"    assert {check}\n"
     )
