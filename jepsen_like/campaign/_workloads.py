@@ -542,6 +542,10 @@ class Workload:
                             await self._register_call(session, op.f, op.key, op.value, op.mode or self.options.read_mode)
                         except _Retired:
                             break  # the next operation on a fresh process
+                        except Exception as error:  # noqa: BLE001 - a harness bug must not end the campaign
+                            logger.exception("scheduled client %d: unexpected error; the operation is recorded indeterminate", index)
+                            self._close_pending(process, error)
+                            break
 
     # ------------------------------------------------------------------
     # Topics

@@ -84,3 +84,14 @@ async def test_the_zombie_leader_found_on_real_processes_shrinks_in_the_simulato
     else:
         pytest.fail(f"the shrunk schedule did not fail on real processes in 3 tries: {small.dumps()}")
     assert read_schedule(again.run_dir).origin.startswith("replay of shrunk from campaign zombie-leader")
+
+
+@pytest.mark.parametrize(
+    ("scenario", "message"),
+    [("no-such-scenario", "unknown scenario 'no-such-scenario'"), ("fast-bounce", "a schedule holds voters only")],
+)
+def test_campaign_from_sim_refuses_a_scenario_it_cannot_follow(tmp_path, scenario, message):
+    result = CliRunner().invoke(campaign_command, ["--from-sim", scenario, "--store", str(tmp_path / "store")])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert not (tmp_path / "store").exists()
