@@ -105,11 +105,14 @@ def schedule_of_run(history_path: Path, options: CampaignOptions, leader: int | 
     timers = Timers(
         election_timeout_ms=options.election_timeout_ms, fetch_timeout_ms=options.fetch_timeout_ms, check_quorum=options.check_quorum
     )
+    # A fault heals (and an operation starts) a few ms after its time on a
+    # busy host: the schedule lasts until the last of them.
+    duration_ms = max([round(options.time_limit_s * 1000)] + [f.end_ms for f in faults] + [op.at_ms for op in operations])
     return Schedule(
         seed=options.seed,
         voters=voters,
         timers=timers,
-        duration_ms=round(options.time_limit_s * 1000),
+        duration_ms=duration_ms,
         leader=leader if leader is not None and 1 <= leader <= voters else None,
         faults=tuple(sorted(faults, key=lambda f: (f.at_ms, f.node))),
         operations=tuple(operations),
