@@ -4,7 +4,8 @@ and disk, one seed. See ``docs/architecture.md``.
 The named scenarios (``SCENARIOS``, ``run_scenario``, ``random_options``)
 and the read contract (``find_stale_reads``, judged by the checker) are
 imported on first use, so that a page that only drives a ``Simulation``
-(the browser playground) does not load them at start.
+(the browser playground) does not load them at start; so are schedules
+(``Schedule``, ``replay_schedule``, ``shrink_schedule``: docs/replay.md).
 """
 
 from importlib import import_module
@@ -13,8 +14,6 @@ from typing import Any
 from ._cluster import InvariantViolation, KeyValueMachine, SimDisk, SimNode, SimOptions, Simulation
 from ._network import LinkFaults, Network
 from ._result import ScenarioResult
-from ._schedule import MAX_FILE_BYTES as MAX_SCHEDULE_BYTES
-from ._schedule import Fault, Operation, Schedule, ScheduleError, Timers, loads_schedule, parse_schedule
 
 # Public names imported by ``__getattr__`` when first asked for.
 _LAZY = {
@@ -22,6 +21,10 @@ _LAZY = {
     "random_options": "jepsen_like.sim._scenarios",
     "run_scenario": "jepsen_like.sim._scenarios",
     "find_stale_reads": "jepsen_like.sim._reads",
+    **{
+        name: "jepsen_like.sim._schedule"
+        for name in ("MAX_SCHEDULE_BYTES", "Fault", "Operation", "Schedule", "ScheduleError", "Timers", "loads_schedule", "parse_schedule")
+    },
     "SimReplay": "jepsen_like.sim._schedule_replay",
     "Shrunk": "jepsen_like.sim._schedule_replay",
     "regression_test_stub": "jepsen_like.sim._schedule_replay",

@@ -41,7 +41,7 @@ MAX_KEY = 64
 MAX_NOT_REPLAYABLE = 50
 MAX_SEED = 2**63
 #: What a file may hold before it is parsed (the CLIs read at most this).
-MAX_FILE_BYTES = 32 * 1024 * 1024
+MAX_FILE_BYTES = MAX_SCHEDULE_BYTES = 32 * 1024 * 1024
 #: isolate: cut from every other node both ways (not from clients: the
 #: KAFKA-15489 zombie keeps answering them); kill: kill -9, restarted after
 #: ``duration_ms``; pause: SIGSTOP, SIGCONT after ``duration_ms``.
@@ -328,4 +328,4 @@ def loads_schedule(data: bytes | str) -> Schedule:
     return parse_schedule(document)
 
 
-__all__ = ["FAULT_KINDS", "FORMAT", "VERSION", "Fault", "Operation", "Schedule", "ScheduleError", "Timers", "loads_schedule", "parse_schedule"]
+__all__ = ["FAULT_KINDS", "FORMAT", "MAX_SCHEDULE_BYTES", "VERSION", "Fault", "Operation", "Schedule", "ScheduleError", "Timers", "loads_schedule", "parse_schedule"]
