@@ -1,5 +1,10 @@
 """``jepsen-like sim`` and ``jepsen-like sweep``.
 
+``jepsen-like sim --from-campaign store/RUN`` replays a campaign's schedule
+(or any schedule file) against the same cores, checks it, and shrinks it
+when it fails (docs/replay.md); ``--from-playground FILE`` replays a
+playground session.
+
 Trace legend (one line per event; the first column is virtual time in ms):
 
 - ``nN <role> eE leader=nL (reason)`` — node N changed role or epoch;
