@@ -43,10 +43,19 @@ class CampaignOptions:
     # Start Debian's Prometheus scraping every node (``--prometheus``); the
     # report links its key queries.
     prometheus: bool = False
+    # A schedule to follow instead of a named scenario and a random
+    # workload (``--replay``, ``--from-sim``; docs/replay.md): a
+    # ``jepsen_like.sim.Schedule``.
+    schedule: Any = None
 
     def describe(self) -> dict[str, Any]:
-        described = asdict(self)
+        schedule, self.schedule = self.schedule, None
+        try:
+            described = asdict(self)
+        finally:
+            self.schedule = schedule
         described["store"] = str(self.store)
+        described["schedule"] = None if schedule is None else (schedule.origin or "given")
         return described
 
     def cluster_settings(self) -> ClusterSettings:

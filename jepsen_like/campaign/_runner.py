@@ -13,6 +13,7 @@ points at the newest run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import random
@@ -32,6 +33,7 @@ from ._kafka_target import KafkaCampaignCluster
 from ._kafka_workload import KafkaWorkload
 from ._options import CampaignOptions
 from ._processes import NodeProcess, ProcessGroup
+from ._replay import run_faults, schedule_of_run, write_schedule
 from ._scenarios import NEMESIS_SCENARIOS, SMALL_DISK_SCENARIOS
 from ._storage_faults import SmallDisk, small_disk_unavailable
 from ._workloads import ClientEndpoints, Workload, WorkloadOptions
@@ -79,7 +81,9 @@ class Campaign:
             raise ValueError(f"checker must be 'spark' or 'reference', got {options.checker!r}")
         if options.prometheus and options.net != "proxy":
             raise ValueError("--prometheus needs --net proxy: in network namespaces the metrics endpoints are not on this host's loopback")
-        if options.scenario not in NEMESIS_SCENARIOS:
+        if options.schedule is not None and options.system != "pykraft":
+            raise ValueError("a schedule runs on pykraft's own nodes only")
+        if options.schedule is None and options.scenario not in NEMESIS_SCENARIOS:
             raise ValueError(f"unknown scenario {options.scenario!r}; choose one of {', '.join(sorted(NEMESIS_SCENARIOS))}")
         if options.system not in SYSTEMS:
             raise ValueError(f"system must be one of {', '.join(SYSTEMS)}, got {options.system!r}")
@@ -126,6 +130,8 @@ class Campaign:
         self.view = QuorumView(None, None, {})
         self.broker_view: dict[int, tuple[str, int]] = {}
         self.started_s: float | None = None
+        self.started_ns: int | None = None  # the workload's start on the history's clock
+        self.leader_at_start: int | None = None
         self.deadline_s: float | None = None
         self.prometheus: Any = None  # a jepsen_like.prometheus.Prometheus with --prometheus
 
@@ -172,14 +178,26 @@ class Campaign:
                     if not await cluster.wait_for_brokers_online(cluster.broker_ids, timeout_s=45):
                         logger.warning("not every broker came Online before the workload started")
                 workload = self._make_workload()
+                schedule = options.schedule
+                if schedule is not None and self.view.leader is not None:
+                    # Node ids follow the leader (docs/replay.md).
+                    schedule = schedule.relabelled(self.view.leader)
+                self.leader_at_start = self.view.leader
                 self.started_s = trio.current_time()
+                self.started_ns = self.history.now_ns()
                 self.deadline_s = self.started_s + options.time_limit_s
                 self._phase(f"running {options.scenario}")
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._watch)
                     async with trio.open_nursery() as run_nursery:
-                        run_nursery.start_soon(workload.run, self.deadline_s)
-                        run_nursery.start_soon(self._nemesis, self.deadline_s)
+                        if schedule is None:
+                            run_nursery.start_soon(workload.run, self.deadline_s)
+                            run_nursery.start_soon(self._nemesis, self.deadline_s)
+                        else:
+                            assert isinstance(workload, Workload)
+                            run_nursery.start_soon(workload.run_schedule, schedule.operations, self.started_s)
+                            run_nursery.start_soon(run_faults, self, schedule, self.started_s)
+                            run_nursery.start_soon(trio.sleep_until, self.deadline_s)
                     self._phase("healing")
                     await self._heal_everything()
                     self._phase("quiescing")
@@ -206,6 +224,8 @@ class Campaign:
                 (self.run_dir / "log-dumps.jsonl").unlink(missing_ok=True)
             cluster.write_node_events(self.run_dir / "node-events.jsonl", self.history.start_wall_ns)
             self._write_meta()
+            if self.started_ns is not None:
+                self._write_schedule()
         counts = dict(self.history.counts)
         result = CampaignResult(
             self.run_dir, None, counts, self.faults_injected, faults_by_kind=dict(self.faults_by_kind), operations=counts.get("invoke", 0)
@@ -383,6 +403,19 @@ class Campaign:
         (self.run_dir / "prometheus.json").write_text(json.dumps(described, indent=2))
         self.status(f"Prometheus at {server.url} (queries in prometheus.json and the report)")
         return server
+
+    def _write_schedule(self) -> None:
+        """``schedule.json``: the run's faults and operations as a schedule
+        (docs/replay.md) that ``--replay`` and ``sim --from-campaign`` read."""
+        assert self.history is not None and self.started_ns is not None
+        options = self.options
+        origin = f"campaign {options.scenario} seed {options.seed} ({self.run_dir.name})"
+        if options.schedule is not None and options.schedule.origin:
+            origin = f"replay of {options.schedule.origin}"
+        schedule = schedule_of_run(self.history.path, options, self.leader_at_start, self.started_ns, origin)
+        if options.system != "pykraft":
+            schedule = dataclasses.replace(schedule, not_replayable=(f"system {options.system}: a schedule runs on pykraft", *schedule.not_replayable))
+        write_schedule(self.run_dir, schedule)
 
     def _write_meta(self) -> None:
         options = self.options

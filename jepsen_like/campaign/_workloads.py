@@ -45,7 +45,7 @@ import contextlib
 import itertools
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +104,13 @@ class ClientEndpoints:
     # With TLS: the certificate of synthetic broker ``id`` (a registration
     # is accepted only from the broker its certificate names).
     broker_tls: Callable[[int], TlsConfig] | None = None
+
+    def starting_at(self, node_id: int) -> ClientEndpoints:
+        """The same, with controller ``node_id`` first (itself if unknown)."""
+        for shift, entry in enumerate(self.controllers):
+            if entry.split("@", 1)[0] == str(node_id):
+                return self.rotated(shift)
+        return self
 
     def rotated(self, shift: int) -> ClientEndpoints:
         """The same, with the controllers' list starting ``shift`` further on."""
@@ -453,23 +460,31 @@ class Workload:
 
     async def _register_operation(self, session: _Session) -> None:
         key = self._pick_register_key()
-        process, client, record = session.process, session.quorum, self.history.record
         roll = self.rng.random()
         reads = self.options.read_fraction
-        extra: dict[str, Any] = {}
         if roll < reads:
             f, value = "read", None
-            extra["mode"] = self.options.read_mode
         elif roll < reads + 0.6 * (1 - reads):
             f, value = "write", next(self._values)
-            extra["write_id"] = f"{key}={value}"
         else:
             f, value = "cas", [self._last_written.get(key), next(self._values)]
+        await self._register_call(session, f, key, value, self.options.read_mode)
+
+    async def _register_call(self, session: _Session, f: str, key: str, value: Any, read_mode: str) -> None:
+        """Operation ``f`` (read, write, cas) on register ``key``, recorded;
+        raises ``_Retired`` when its outcome is unknown."""
+        process, client, record = session.process, session.quorum, self.history.record
+        extra: dict[str, Any] = {}
+        if f == "read":
+            extra["mode"] = read_mode
+        elif f == "write":
+            extra["write_id"] = f"{key}={value}"
+        else:
             extra["write_id"] = f"{key}={value[1]}"
         record(process, "invoke", f, key, value, **extra)
         try:
             if f == "read":
-                read_offset, answer = await client.read(key.encode(), mode=self.options.read_mode)
+                read_offset, answer = await client.read(key.encode(), mode=read_mode)
                 found, version = KeyValueStateMachine.decode_answer(answer) if answer else (None, -1)
                 shown = int(found) if found is not None else None
                 record(process, "ok", f, key, shown, offset=version, read_offset=read_offset, node=serving_node(client), **extra)
@@ -492,6 +507,45 @@ class Workload:
             if _in_flight(error):
                 self._indeterminate(process, f, key, value, error, **extra)
             record(process, "fail", f, key, value, error=str(error)[:200], **extra)
+
+    # ------------------------------------------------------------------
+    # A schedule's operations (``--replay``; docs/replay.md)
+    # ------------------------------------------------------------------
+
+    async def run_schedule(self, operations: Sequence[Any], started_s: float) -> None:
+        """Invoke each register operation (a ``jepsen_like.sim.Operation``)
+        at ``started_s + at_ms`` (trio's clock), first sent to its node.
+        The operations of one recorded process run one after another, on
+        one client while it sends to the same node and no outcome was
+        unknown (then on a fresh process, as ``run`` does)."""
+        lanes: dict[int, list[Any]] = {}
+        for op in operations:
+            lanes.setdefault(op.process, []).append(op)
+        async with trio.open_nursery() as nursery:
+            for index, process in enumerate(sorted(lanes)):
+                nursery.start_soon(self._lane, index, lanes[process], started_s)
+
+    async def _lane(self, index: int, operations: list[Any], started_s: float) -> None:
+        endpoints = self.endpoints(index)
+        with endpoints.sockets():
+            next_op = 0
+            while next_op < len(operations):
+                node = operations[next_op].node
+                process = next(self._process_ids)
+                async with _Session(process, endpoints.starting_at(node), self.options, self.cluster_id) as session:
+                    while next_op < len(operations) and operations[next_op].node == node:
+                        op = operations[next_op]
+                        next_op += 1
+                        await trio.sleep_until(started_s + op.at_ms / 1000)
+                        self._ops_on_key[op.key] = self._ops_on_key.get(op.key, 0) + 1
+                        try:
+                            await self._register_call(session, op.f, op.key, op.value, op.mode or self.options.read_mode)
+                        except _Retired:
+                            break  # the next operation on a fresh process
+                        except Exception as error:  # noqa: BLE001 - a harness bug must not end the campaign
+                            logger.exception("scheduled client %d: unexpected error; the operation is recorded indeterminate", index)
+                            self._close_pending(process, error)
+                            break
 
     # ------------------------------------------------------------------
     # Topics

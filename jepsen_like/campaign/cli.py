@@ -37,6 +37,8 @@ from ._workloads import WORKLOADS
 @click.option("--tls/--no-tls", default=False, show_default=True, help="Mutual TLS on every connection: a CA and certificates per run (docs/security.md); off, every node and broker runs --plaintext.")
 @click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal.")
 @click.option("--prometheus", is_flag=True, help="Start Debian's Prometheus scraping every node; the report links its queries.")
+@click.option("--replay", "replay_path", type=click.Path(exists=True, path_type=Path), default=None, help="Run a recorded schedule again (a run directory or a schedule file; docs/replay.md): its nodes, timers, faults and operations, instead of --scenario.")
+@click.option("--from-sim", "from_sim", type=str, default=None, metavar="SCENARIO", help="Run what simulator scenario SCENARIO did with --seed (and --check-quorum) as a schedule on real processes (docs/replay.md).")
 def campaign_command(
     system: str,
     kafka_heap_mb: int,
@@ -56,6 +58,8 @@ def campaign_command(
     tls: bool,
     plain: bool,
     prometheus: bool,
+    replay_path: Path | None,
+    from_sim: str | None,
 ) -> None:
     """Run a cluster of real processes under faults, record the history and
     check it. Exits 0 only when the history is valid."""
@@ -79,6 +83,8 @@ def campaign_command(
         tls=tls,
         prometheus=prometheus,
     )
+    if replay_path is not None or from_sim is not None:
+        scenario = _follow_schedule(options, replay_path, from_sim)
     if prometheus:
         from jepsen_like.prometheus import MISSING_REASON, installed
 
@@ -120,6 +126,37 @@ def campaign_command(
     for line in verdict_lines(scenario, result):
         click.echo(line)
     sys.exit(0 if result.valid is True else 1)
+
+
+def _follow_schedule(options: CampaignOptions, replay_path: Path | None, from_sim: str | None) -> str:
+    """Set ``options`` to follow a schedule: a recorded one (``--replay``)
+    or a simulator scenario's run (``--from-sim``). Returns the name the
+    verdict shows. Raises UsageError for a schedule that cannot run."""
+    from jepsen_like.sim import SCENARIOS, ScheduleError, schedule_of_scenario
+
+    from ._replay import options_for, read_schedule
+
+    if replay_path is not None and from_sim is not None:
+        raise click.UsageError("--replay and --from-sim each give a schedule: pick one")
+    if options.system != "pykraft":
+        raise click.UsageError("a schedule runs on pykraft's own nodes (--system pykraft)")
+    try:
+        if replay_path is not None:
+            schedule = read_schedule(replay_path)
+        else:
+            if from_sim not in SCENARIOS:
+                raise click.UsageError(f"--from-sim: unknown scenario {from_sim!r}; known: {', '.join(sorted(SCENARIOS))}")
+            schedule, result = schedule_of_scenario(from_sim, options.seed, check_quorum=options.check_quorum)
+            verdict = "VALID" if result.valid else f"INVALID ({result.failure_class}: {(result.violation or '').splitlines()[0]})"
+            click.echo(f"simulator: {from_sim} seed {options.seed}: {verdict}; {len(schedule.faults)} faults, {len(schedule.operations)} operations")
+        options_for(schedule, options)
+    except ScheduleError as error:
+        raise click.UsageError(str(error)) from None
+    click.echo(
+        f"schedule: {schedule.origin or 'given'}: {len(schedule.faults)} faults, {len(schedule.operations)} operations,"
+        f" {schedule.duration_ms} ms, check quorum {'on' if schedule.timers.check_quorum else 'off'}"
+    )
+    return "replay"
 
 
 def _interrupted(error: BaseException) -> bool:

@@ -4,7 +4,8 @@ and disk, one seed. See ``docs/architecture.md``.
 The named scenarios (``SCENARIOS``, ``run_scenario``, ``random_options``)
 and the read contract (``find_stale_reads``, judged by the checker) are
 imported on first use, so that a page that only drives a ``Simulation``
-(the browser playground) does not load them at start.
+(the browser playground) does not load them at start; so are schedules
+(``Schedule``, ``replay_schedule``, ``shrink_schedule``: docs/replay.md).
 """
 
 from importlib import import_module
@@ -20,6 +21,16 @@ _LAZY = {
     "random_options": "jepsen_like.sim._scenarios",
     "run_scenario": "jepsen_like.sim._scenarios",
     "find_stale_reads": "jepsen_like.sim._reads",
+    **{
+        name: "jepsen_like.sim._schedule"
+        for name in ("MAX_SCHEDULE_BYTES", "Fault", "Operation", "Schedule", "ScheduleError", "Timers", "loads_schedule", "parse_schedule")
+    },
+    "SimReplay": "jepsen_like.sim._schedule_replay",
+    "Shrunk": "jepsen_like.sim._schedule_replay",
+    "regression_test_stub": "jepsen_like.sim._schedule_replay",
+    "replay_schedule": "jepsen_like.sim._schedule_replay",
+    "shrink_schedule": "jepsen_like.sim._schedule_replay",
+    "schedule_of_scenario": "jepsen_like.sim._schedule_replay",
 }
 
 
@@ -35,17 +46,31 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "MAX_SCHEDULE_BYTES",
     "SCENARIOS",
+    "Fault",
     "InvariantViolation",
     "KeyValueMachine",
     "LinkFaults",
     "Network",
+    "Operation",
     "ScenarioResult",
+    "Schedule",
+    "ScheduleError",
+    "Shrunk",
     "SimDisk",
     "SimNode",
     "SimOptions",
+    "SimReplay",
     "Simulation",
+    "Timers",
     "find_stale_reads",
+    "loads_schedule",
+    "parse_schedule",
     "random_options",
+    "regression_test_stub",
+    "replay_schedule",
     "run_scenario",
+    "schedule_of_scenario",
+    "shrink_schedule",
 ]

@@ -18,6 +18,8 @@ The file format (``format`` 1)::
     {"format": 1, "seed": 7,
      "options": {"voters": 3, "check_quorum": true, "pre_vote": true,
                  "snapshot_every_records": 0, "brokers": false},
+     (optional options: "tick_ms", "election_timeout_ms", "fetch_timeout_ms",
+      the nodes' timers, as a replayed campaign schedule sets them)
      "actions": [{"at_us": 2500000, "do": "crash", "node": 2}, ...],
      "until_us": 9000000}
 
@@ -62,6 +64,9 @@ MAX_ACTIONS = 100_000
 MAX_TIME_US = 3_600 * 1_000_000
 MAX_TEXT = 64
 READ_MODES = ("linearizable", "leader-local")
+# Timer options a session may set (a replayed schedule's, docs/replay.md):
+# name -> (least, most), in ms. Absent: the simulator's defaults.
+TIMER_OPTIONS_MS = {"tick_ms": (1, 1_000), "election_timeout_ms": (10, 600_000), "fetch_timeout_ms": (10, 600_000)}
 NODE_OPTIONS = ("check_quorum", "pre_vote")
 # Dropped messages stay on screen (marked) this long after they were sent.
 DROPPED_SHOWN_US = 30 * US_PER_MS
@@ -227,7 +232,7 @@ class Playground:
         if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
             raise PlaygroundError(f"'seed' must be an integer in 0..2**63-1, not {seed!r}")
         options = dict(options or {})
-        unknown = sorted(set(options) - {"voters", "check_quorum", "pre_vote", "snapshot_every_records", "brokers"})
+        unknown = sorted(set(options) - {"voters", "check_quorum", "pre_vote", "snapshot_every_records", "brokers", *TIMER_OPTIONS_MS})
         if unknown:
             raise PlaygroundError(f"options: unknown {', '.join(unknown)}")
         voters = options.get("voters", 3)
@@ -239,12 +244,20 @@ class Playground:
         snapshot_every = options.get("snapshot_every_records", 0)
         if not isinstance(snapshot_every, int) or isinstance(snapshot_every, bool) or not 0 <= snapshot_every <= 100_000:
             raise PlaygroundError(f"options: 'snapshot_every_records' must be 0..100000, not {snapshot_every!r}")
+        timers = {}
+        for name, (least, most) in TIMER_OPTIONS_MS.items():
+            if name in options:
+                value = options[name]
+                if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= most:
+                    raise PlaygroundError(f"options: {name!r} must be {least}..{most}, not {value!r}")
+                timers[name] = value
         self.seed = seed
         self.options = {
             "voters": voters,
             "check_quorum": options.get("check_quorum", True),
             "pre_vote": options.get("pre_vote", True),
             "snapshot_every_records": snapshot_every,
+            **timers,
         }
         # With brokers: the voters host the controller, and brokers join
         # one by one (``add_broker``); client writes create topics and
@@ -258,6 +271,7 @@ class Playground:
             check_quorum=self.options["check_quorum"],
             pre_vote=self.options["pre_vote"],
             snapshot_every_records=snapshot_every,
+            **timers,
         )
         if self.brokers:
             sim_options.brokers = 0

@@ -1,5 +1,10 @@
 """``jepsen-like sim`` and ``jepsen-like sweep``.
 
+``jepsen-like sim --from-campaign store/RUN`` replays a campaign's schedule
+(or any schedule file) against the same cores, checks it, and shrinks it
+when it fails (docs/replay.md); ``--from-playground FILE`` replays a
+playground session.
+
 Trace legend (one line per event; the first column is virtual time in ms):
 
 - ``nN <role> eE leader=nL (reason)`` — node N changed role or epoch;
@@ -81,6 +86,14 @@ def _replay_command(scenario: str, seed: int, check_quorum: bool, pre_vote: bool
     default=None,
     help="Replay a session saved by the browser playground (JSON): prints its trace, byte for byte as the page shows it.",
 )
+@click.option(
+    "--from-campaign",
+    "campaign_path",
+    type=click.Path(exists=True),
+    default=None,
+    help="Replay a recorded schedule (a campaign's run directory or a schedule file) against the same cores, check it, and shrink it when it fails (docs/replay.md).",
+)
+@click.option("--no-shrink", is_flag=True, help="With --from-campaign: replay and check only.")
 def sim_command(
     scenario: str,
     seed: int,
@@ -91,10 +104,15 @@ def sim_command(
     trace: str,
     html_path: str | None,
     playground_path: str | None,
+    campaign_path: str | None,
+    no_shrink: bool,
 ) -> None:
     """Run one simulated scenario with one seed; exit 1 if it is invalid."""
     if playground_path is not None:
         _replay_playground(playground_path)
+        return
+    if campaign_path is not None:
+        _replay_campaign(campaign_path, trace, shrink=not no_shrink)
         return
     options = default_options(scenario, seed)
     options.check_quorum = check_quorum
@@ -152,6 +170,61 @@ def _replay_playground(path: str) -> None:
         err=True,
     )
     sys.exit(0 if playground.violation is None else 1)
+
+
+def _replay_campaign(path_text: str, trace: str, *, shrink: bool) -> None:
+    """Replay a schedule; when it fails, shrink it, write the shrunk one
+    beside it and print the command and a regression-test stub. Exit 1
+    when the anomaly reproduced (the run is invalid), 0 when it did not,
+    2 for a file that is not a schedule."""
+    from pathlib import Path
+
+    from ._schedule import MAX_FILE_BYTES, ScheduleError, loads_schedule
+    from ._schedule_replay import regression_test_stub, replay_schedule, shrink_schedule
+
+    path = Path(path_text)
+    file = path / "schedule.json" if path.is_dir() else path
+    try:
+        with open(file, "rb") as handle:
+            schedule = loads_schedule(handle.read(MAX_FILE_BYTES + 1))
+        click.echo(
+            f"SCHEDULE {file}: {schedule.origin or 'no origin'}; seed {schedule.seed}, {len(schedule.faults)} faults,"
+            f" {len(schedule.operations)} operations, {schedule.duration_ms} ms, check quorum {'on' if schedule.timers.check_quorum else 'off'}"
+        )
+        replay = replay_schedule(schedule, trace=None if trace == "none" else click.echo)
+    except (OSError, ScheduleError) as bad:
+        click.echo(f"error: {file} is not a schedule (docs/replay.md): {bad}", err=True)
+        sys.exit(2)
+    if replay.left_out:
+        click.echo(f"    {replay.left_out} compare-and-set operations have no simulator form: left out")
+    if replay.anomaly is None:
+        click.echo(f"--- from-campaign: VALID: the anomaly did not reproduce in the simulator (ops: {replay.ops})")
+        sys.exit(0)
+    detail = replay.violation or f"{len(replay.stale_reads)} stale reads"
+    click.echo(f"--- from-campaign: INVALID ({replay.anomaly}: {detail}): reproduced in the simulator")
+    for example in replay.stale_reads[:3]:
+        click.echo(f"    stale: {json.dumps(example, sort_keys=True)}")
+    if not shrink:
+        sys.exit(1)
+    try:
+        shrunk = shrink_schedule(schedule)
+    except ScheduleError as error:  # it failed above: the simulator is deterministic
+        click.echo(f"error: {error}", err=True)
+        sys.exit(2)
+    small = shrunk.schedule
+    out = file.with_name(file.stem.removesuffix(".shrunk") + ".shrunk.json")
+    out.write_text(small.dumps())
+    click.echo(
+        f"--- shrunk in {shrunk.runs} simulator runs: {len(small.faults)} faults (of {len(schedule.faults)}),"
+        f" {len(small.operations)} operations (of {len(schedule.operations)}), {small.duration_ms} ms (of {schedule.duration_ms}); still {shrunk.anomaly}"
+    )
+    click.echo(f"    schedule: {out}")
+    click.echo(f"    replay: jepsen-like sim --from-campaign {out} --no-shrink")
+    click.echo(f"    on real processes: jepsen-like campaign --replay {out} --checker reference")
+    click.echo("    regression test (paste into tests/sim/):")
+    for line in regression_test_stub(small, shrunk.anomaly, "shrunk_schedule_still_fails").splitlines():
+        click.echo(f"        {line}" if line else "")
+    sys.exit(1)
 
 
 def _ms(value: float | None) -> str:
