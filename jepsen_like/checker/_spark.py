@@ -66,6 +66,21 @@ def default_log_path() -> Path:
     return Path(tempfile.gettempdir()) / "jepsen-like-check-spark.log"
 
 
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def merged_java_options(conf: Mapping[str, str] | None, java_options: str) -> tuple[dict[str, str], str]:
+    """``conf`` without ``spark.driver.extraJavaOptions``, and the checker's
+    own driver JVM options followed by the ones it named: a user's
+    ``--spark-conf spark.driver.extraJavaOptions=...`` adds to the
+    checker's options (its log4j configuration, its class data archive)
+    instead of replacing them, and wins where both set one flag (the JVM
+    takes the last)."""
+    rest = dict(conf or {})
+    extra = rest.pop(DRIVER_JAVA_OPTIONS, "").strip()
+    return rest, f"{java_options} {extra}" if extra else java_options
+
+
 def spark_session(
     master: str = DEFAULT_MASTER,
     *,
@@ -110,6 +125,7 @@ def spark_session(
         return active
     is_local = master.startswith("local")
     java_options, archive_dump = _driver_java_options(small_input)
+    conf, java_options = merged_java_options(conf, java_options)
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -125,7 +141,7 @@ def spark_session(
         # Listing more paths than this starts a Spark job per read; histories
         # are local files, listed faster by the driver itself.
         .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
-        .config("spark.driver.extraJavaOptions", java_options)
+        .config(DRIVER_JAVA_OPTIONS, java_options)
         .config("spark.executorEnv.PYTHONHASHSEED", "0")
     )
     if is_local:

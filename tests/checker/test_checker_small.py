@@ -257,3 +257,17 @@ def test_only_the_newest_class_archives_are_kept(tmp_path):
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
         [just_written.name, *(archive.name for archive in archives[-3:])] + ["other.txt"]
     )
+
+
+def test_a_users_driver_java_options_add_to_the_checkers_own():
+    """``--spark-conf spark.driver.extraJavaOptions=...`` once replaced the
+    checker's JVM options (its log4j setup, its class archive): Spark noise
+    came back on the terminal. Now the user's follow the checker's."""
+    from jepsen_like.checker._spark import merged_java_options
+
+    conf, options = merged_java_options(
+        {"spark.driver.extraJavaOptions": " -Dfoo=1 ", "spark.executor.memory": "8g"}, "-Dlog4j2.configurationFile=x"
+    )
+    assert options == "-Dlog4j2.configurationFile=x -Dfoo=1"
+    assert conf == {"spark.executor.memory": "8g"}
+    assert merged_java_options(None, "-Da=1") == ({}, "-Da=1")
