@@ -413,15 +413,74 @@ def damage_survivable(sim: Simulation) -> bool:
     return True
 
 
-def random_reconfiguration(sim: Simulation, rng: random.Random, until_ms: float) -> None:
-    """The sweep's membership nemesis: every so often, one change through
-    the leader (add a caught-up non-voter, remove a voter, the leader
-    included) or a disk wipe. A voter whose disk was wiped is removed before
-    anything else changes, and at most one voter of three or more is ever
-    wiped at a time: more would lose acknowledged records legitimately
-    (each wipe is a lost copy, and Raft survives only a minority of them)."""
-    operator = Operator(sim)
+def membership_move(
+    sim: Simulation,
+    operator: Operator,
+    roll: float,
+    choose: Callable[[list[int]], int],
+    coin: Callable[[], float],
+    smallest: int = 1,
+) -> None:
+    """One move of the membership nemesis, chosen by ``roll`` in [0, 1):
+    add a caught-up non-voter (below 0.4), remove a voter, the leader
+    included, while more than ``smallest`` remain (below 0.75), or wipe a
+    disk. ``choose`` picks a node from a list, ``coin`` draws in [0, 1)
+    (whether a voter may be the one wiped): the sweep passes its seeded
+    random source, the hypothesis test its draws. A voter whose disk was
+    wiped is removed before anything else changes, and at most one voter
+    of three or more is ever wiped at a time: more would lose acknowledged
+    records legitimately (each wipe is a lost copy, and Raft survives only
+    a minority of them)."""
     nodes = sorted(sim.nodes)
+    voters = operator.voters()
+    wiped = sorted(
+        {
+            node_id
+            for voter_set in _sets_in_force(sim, operator)
+            for node_id in voter_set.ids
+            if not voter_set.holds(node_id, operator.directory_of(node_id))
+        }
+    )
+    if wiped:
+        # Remove a wiped voter of the current set. One that only an
+        # older set in force (a stale node's log) still holds with its
+        # old disk is not removed: the current set may have re-added it
+        # with its new disk, and removing that healthy voter beside
+        # another wiped one would leave no majority (sweep seeds 16276
+        # and 17203). Nothing else changes until the sets agree.
+        current_wiped = [node_id for node_id in wiped if node_id in voters.ids and not voters.holds(node_id, operator.directory_of(node_id))]
+        if current_wiped:
+            operator.try_remove(current_wiped[0], f"remove wiped n{current_wiped[0]}")
+    elif roll < 0.4:
+        candidates = [node_id for node_id in nodes if node_id not in voters and sim.nodes[node_id].core is not None]
+        if candidates and len(voters) < 5:
+            operator.try_add(choose(candidates))
+    elif roll < 0.75:
+        if len(voters) > smallest:
+            operator.try_remove(choose(list(voters.ids)))
+    else:
+        # A wipe loses that disk's copy. Any node outside every set in
+        # force may lose it; a voter only while every set in force has
+        # three voters or more, none wiped (checked above) and none with
+        # a damaged log (found at the next start, or under repair): one
+        # lost copy per set at a time, which Raft survives.
+        sets = _sets_in_force(sim, operator)
+        members = sorted({node_id for voter_set in sets for node_id in voter_set.ids})
+        damaged = any(
+            sim.nodes[node_id].disk.repair is not None or sim.nodes[node_id].disk.damaged_from is not None
+            for node_id in members
+        )
+        victims = [node_id for node_id in nodes if node_id not in members]
+        if min(len(voter_set) for voter_set in sets) >= 3 and not damaged and coin() < 0.5:
+            victims = [node_id for node_id in members if node_id != sim.leader()]
+        if victims:
+            sim.wipe_disk(choose(victims))
+
+
+def random_reconfiguration(sim: Simulation, rng: random.Random, until_ms: float) -> None:
+    """The sweep's membership nemesis: every so often, one
+    ``membership_move`` drawn from the seed."""
+    operator = Operator(sim)
     # With log damage drawn too, sets stay at three voters or more (see
     # ``damage_survivable``).
     smallest = 3 if sim.options.disk_damage_rate else 1
@@ -429,50 +488,7 @@ def random_reconfiguration(sim: Simulation, rng: random.Random, until_ms: float)
     def step() -> None:
         if sim.now_ms >= until_ms:
             return
-        voters = operator.voters()
-        wiped = sorted(
-            {
-                node_id
-                for voter_set in _sets_in_force(sim, operator)
-                for node_id in voter_set.ids
-                if not voter_set.holds(node_id, operator.directory_of(node_id))
-            }
-        )
-        roll = rng.random()
-        if wiped:
-            # Remove a wiped voter of the current set. One that only an
-            # older set in force (a stale node's log) still holds with its
-            # old disk is not removed: the current set may have re-added it
-            # with its new disk, and removing that healthy voter beside
-            # another wiped one would leave no majority (sweep seeds 16276
-            # and 17203). Nothing else changes until the sets agree.
-            current_wiped = [node_id for node_id in wiped if node_id in voters.ids and not voters.holds(node_id, operator.directory_of(node_id))]
-            if current_wiped:
-                operator.try_remove(current_wiped[0], f"remove wiped n{current_wiped[0]}")
-        elif roll < 0.4:
-            candidates = [node_id for node_id in nodes if node_id not in voters and sim.nodes[node_id].core is not None]
-            if candidates and len(voters) < 5:
-                operator.try_add(rng.choice(candidates))
-        elif roll < 0.75:
-            if len(voters) > smallest:
-                operator.try_remove(rng.choice(voters.ids))
-        else:
-            # A wipe loses that disk's copy. Any node outside every set in
-            # force may lose it; a voter only while every set in force has
-            # three voters or more, none wiped (checked above) and none with
-            # a damaged log (found at the next start, or under repair): one
-            # lost copy per set at a time, which Raft survives.
-            sets = _sets_in_force(sim, operator)
-            members = sorted({node_id for voter_set in sets for node_id in voter_set.ids})
-            damaged = any(
-                sim.nodes[node_id].disk.repair is not None or sim.nodes[node_id].disk.damaged_from is not None
-                for node_id in members
-            )
-            victims = [node_id for node_id in nodes if node_id not in members]
-            if min(len(voter_set) for voter_set in sets) >= 3 and not damaged and rng.random() < 0.5:
-                victims = [node_id for node_id in members if node_id != sim.leader()]
-            if victims:
-                sim.wipe_disk(rng.choice(victims))
+        membership_move(sim, operator, rng.random(), rng.choice, rng.random, smallest)
         sim.schedule(rng.uniform(300, 1500), step)
 
     sim.schedule(rng.uniform(0, 500), step)
