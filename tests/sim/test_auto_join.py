@@ -15,8 +15,9 @@ from jepsen_like.sim._scenario_kit import _wait_for_leader, _Workload
 from quorum import AutoJoinAction, RecordKind
 
 
+# Seed 1 of each runs in the tests below.
 @pytest.mark.parametrize("name", ["reconfig-auto-join-wiped", "reconfig-auto-join-removed"])
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [2])
 def test_auto_join_scenarios_stay_safe_and_live(name, seed):
     result = run_scenario(name, seed)
     assert result.valid, f"jepsen-like sim --scenario {name} --seed {seed}: {result.violation}"

@@ -106,9 +106,9 @@ class ReconfigurationUnderFaults(RuleBasedStateMachine):
         self.sim.check_final()
 
 
-# An example simulates a minute or two of a five-node cluster: a sixth of
-# the profile's examples (10 in make test, a few hundred in make soak).
+# An example simulates a minute or two of a five-node cluster: a tenth of
+# the profile's examples (6 in make test, 200 in make soak).
 ReconfigurationUnderFaults.TestCase.settings = settings(
-    max_examples=max(1, settings.default.max_examples // 6), stateful_step_count=30
+    max_examples=max(1, settings.default.max_examples // 10), stateful_step_count=30
 )
 TestReconfigurationUnderFaults = ReconfigurationUnderFaults.TestCase
