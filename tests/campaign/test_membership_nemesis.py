@@ -46,3 +46,15 @@ def test_nothing_without_a_leader_or_a_voter_set_or_a_possible_change():
     assert choose_membership_move(rng, [], CONTROLLERS, 1) is None
     # Two voters, the other controllers down: no add, no removal, no replacement.
     assert choose_membership_move(rng, [1, 2], CONTROLLERS, 1, down=[3, 4]) is None
+
+
+def test_the_progress_line_follows_the_voter_set_only_with_dynamic_voters():
+    from jepsen_like.campaign._progress import plain_line
+
+    figures = {
+        "phase": "running membership", "elapsed_s": 12.0, "remaining_s": 48.0, "ops_per_s": 40.0, "ok": 10, "fail": 1,
+        "info": 0, "faults_now": ["add-voter 4"], "faults_total": 3, "leader": 3, "epoch": 2, "brokers": "",
+    }  # fmt: skip
+    assert plain_line({**figures, "voters": None}).endswith("leader 3 e2")
+    assert plain_line({**figures, "voters": "2,3,4"}).endswith("leader 3 e2 voters 2,3,4")
+    assert plain_line({**figures, "voters": ""}).endswith("voters ?")
