@@ -583,6 +583,19 @@ HATCH_DEFS = (
 )
 
 
+def _non_voter_overlay(node: str, start_ns: int, end_ns: int, scale: TimeScale, y: float) -> str:
+    """A controller outside the voter set: its band is veiled and says so
+    (it still has a role: an observer follows the leader)."""
+    x0, x1 = scale.x(start_ns), scale.x(end_ns)
+    w = max(1.5, x1 - x0)
+    tip = f"node {node} is not a voter: {seconds(start_ns)} s – {seconds(end_ns)} s"
+    return (
+        f"<g class=\"non-voter\"><rect x=\"{num(x0)}\" y=\"{num(y + BAND_TOP)}\" width=\"{num(w)}\" height=\"{BAND_H}\" "
+        f"fill=\"url(#hatch-non-voter)\"/>{_fit_text('not a voter', x0, w, y + BAND_TOP + 12, 'target-text')}"
+        f"<title>{esc(tip)}</title></g>"
+    )
+
+
 def _target_overlay(fault: Fault, scale: TimeScale, y: float, end_ns: int, *, under: bool) -> str:
     """A fault that is about this node: a hatched strip under the lane's
     band; a kill also hatches the band (a dead process has no role), a
@@ -613,19 +626,6 @@ def _target_overlay(fault: Fault, scale: TimeScale, y: float, end_ns: int, *, un
     return (
         f"<g class=\"target\">{over}<rect x=\"{num(x0)}\" y=\"{num(strip_y)}\" width=\"{num(w)}\" height=\"{STRIP_H}\" "
         f"fill=\"url(#{pattern})\"/>{tip}</g>"
-    )
-
-
-def _non_voter_overlay(node: str, start_ns: int, end_ns: int, scale: TimeScale, y: float) -> str:
-    """A controller outside the voter set: its band is veiled and says so
-    (it still has a role: an observer follows the leader)."""
-    x0, x1 = scale.x(start_ns), scale.x(end_ns)
-    w = max(1.5, x1 - x0)
-    tip = f"node {node} is not a voter: {seconds(start_ns)} s – {seconds(end_ns)} s"
-    return (
-        f"<g class=\"non-voter\"><rect x=\"{num(x0)}\" y=\"{num(y + BAND_TOP)}\" width=\"{num(w)}\" height=\"{BAND_H}\" "
-        f"fill=\"url(#hatch-non-voter)\"/>{_fit_text('not a voter', x0, w, y + BAND_TOP + 12, 'target-text')}"
-        f"<title>{esc(tip)}</title></g>"
     )
 
 
