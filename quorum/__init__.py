@@ -14,6 +14,7 @@ from ._access import (
     principal_from_uris,
     refuse_quorum_message,
 )
+from ._auto_join import AutoJoin, AutoJoinAction
 from ._config import QuorumConfig
 from ._host import (
     ApplyFailedError,
@@ -74,6 +75,8 @@ from ._voters import Voter, VoterSet
 
 __all__ = [
     "AccessControlList",
+    "AutoJoin",
+    "AutoJoinAction",
     "Operation",
     "Principal",
     "PrincipalKind",

@@ -749,6 +749,13 @@ class QuorumNode:
         return self._is_voter
 
     @property
+    def voter_sets_in_log(self) -> tuple[VoterSet, ...]:
+        """The base voter set (the snapshot's, bootstrap or static) and
+        the set of every VOTERS record in the log, committed or not, oldest
+        first (auto-join asks whether any of them held this disk)."""
+        return (self._base_voters, *(voters for _offset, voters in self._voter_records))
+
+    @property
     def voter_change_pending(self) -> bool:
         """Is the last VOTERS record in the log not yet committed?"""
         return bool(self._voter_records) and self._voter_records[-1][0] >= self._hw

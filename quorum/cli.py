@@ -247,58 +247,47 @@ async def serve_until_signalled(config: NodeConfig, open_node: Any) -> None:
 AUTO_JOIN_MARKER = "auto-join-was-voter.json"
 
 
-def auto_join_action(node: Any, node_id: int, was_voter: bool) -> str:
-    """What auto-join does now (KIP-853 ``controller.quorum.auto.join.enable``),
-    from the core's view ``node`` (a ``QuorumNode``): "voter" (this disk is a
-    voter: remember it), "removed" (it was one and is not: never again),
-    "id-taken" (the voter set holds this node id with another directory: an
-    operator removes that one first), "wait" (no leader, or not caught up)
-    or "join". Pure: reads the node, does nothing."""
-    if node.is_voter:
-        return "voter"
-    if was_voter:
-        return "removed"
-    if node_id in node.voters:
-        return "id-taken"
-    if node.leader_id is None or node.repairing is not None or node.log.end_offset < node.high_watermark:
-        return "wait"
-    return "join"
-
-
 async def auto_join(node: Any, config: NodeConfig) -> None:
-    """Add this disk as a voter once it is caught up, then remember that it
-    was one (``AUTO_JOIN_MARKER``, fsynced) and never add it again. Asks
-    the leader every fetch timeout while the action is "join"; a refusal
-    is logged and asked again later."""
+    """KIP-853 auto-join, as ``quorum.AutoJoin`` decides it: add this disk as
+    a voter once it is caught up, remember (``AUTO_JOIN_MARKER``, fsynced)
+    that it was one, and never add it again. Asks the leader every fetch
+    timeout while the action is JOIN; a refusal is logged and asked again
+    later."""
+    from . import AutoJoin, AutoJoinAction
     from .client import QuorumClient, QuorumClientError
     from .storage import atomic_write_json
 
     log = logging.getLogger("pykraft.node")
     core, marker = node.runtime.node, Path(config.data_dir) / AUTO_JOIN_MARKER
-    was_voter = [marker.exists()]
+    decision = AutoJoin(config.node_id, core.config.directory_id, was_voter=marker.exists())
     said = None
     interval_s = core.config.fetch_timeout_ms / 1000
     endpoint = f"{config.listen[0]}:{config.listen[1]}"
 
     def remember_being_a_voter() -> None:
+        atomic_write_json(marker, {"directory_id": core.config.directory_id}, fsync=config.fsync)
+
+    def observe() -> None:
         # In the core task, on every change of the voter set: durable before
         # any later record (a removal) is handled, however quick.
-        if core.is_voter and not was_voter[0]:
-            atomic_write_json(marker, {"directory_id": core.config.directory_id}, fsync=config.fsync)
-            was_voter[0] = True
+        if decision.observe(core):
+            remember_being_a_voter()
 
-    node.runtime.watch_voter_set(remember_being_a_voter)
+    node.runtime.watch_voter_set(observe)
+    messages = {
+        AutoJoinAction.VOTER: "is a voter with directory %s: auto-join will not add it again once removed",
+        AutoJoinAction.REMOVED: "directory %s was a voter and was removed: auto-join does not add it again",
+        AutoJoinAction.ID_TAKEN: "the voter set holds this node id with another directory: remove-voter it to let %s join",
+    }
     while True:
-        action = auto_join_action(core, config.node_id, was_voter[0])
-        if action != said and action in ("voter", "removed", "id-taken"):
-            text = {
-                "voter": "is a voter with directory %s: auto-join will not add it again once removed",
-                "removed": "directory %s was a voter and was removed: auto-join does not add it again",
-                "id-taken": "the voter set holds this node id with another directory: remove-voter it to let %s join",
-            }[action]
-            log.info("node %d: " + text, config.node_id, core.config.directory_id)
+        # Also here: a record adding this disk and one removing it may come
+        # in one fetch, leaving the set in force as it was (no watcher call).
+        observe()
+        action = decision.action(core)
+        if action != said and action in messages:
+            log.info("node %d: " + messages[action], config.node_id, core.config.directory_id)
         said = action
-        if action == "join":
+        if action is AutoJoinAction.JOIN:
             leader = core.leader_id
             known = core.voters.get(leader)
             address = known.endpoints[0] if known is not None and known.endpoints else "%s:%d" % config.voters[leader]
@@ -307,9 +296,14 @@ async def auto_join(node: Any, config: NodeConfig) -> None:
                     [f"{leader}@{address}"], cluster_id=config.cluster_id, tls=config.tls, retry_timeout_s=interval_s
                 ) as client:
                     offset = await client.add_voter(config.node_id, core.config.directory_id, [endpoint])
-                log.info("node %d: auto-join: added as a voter at offset %d", config.node_id, offset)
             except QuorumClientError as error:
                 log.info("node %d: auto-join: not added yet: %s", config.node_id, error)
+            else:
+                # Committed: this disk was a voter, whether or not this node
+                # fetched the record before a removal (and a snapshot) came.
+                if decision.joined():
+                    remember_being_a_voter()
+                log.info("node %d: auto-join: added as a voter at offset %d", config.node_id, offset)
         await trio.sleep(interval_s)
 
 

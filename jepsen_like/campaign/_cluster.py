@@ -24,6 +24,8 @@ import contextlib
 import hashlib
 import json
 import logging
+import shutil
+import subprocess
 import sys
 import socket
 from collections.abc import Iterator
@@ -39,7 +41,7 @@ from jepsen_like.nemesis import NetworkTopology
 from quorum import Principal, PrincipalKind, RecordKind
 from quorum.client import QuorumClient
 from quorum.runtime import CertificateAuthority, TlsConfig, create_cluster_certificates
-from quorum.storage import FileStorage
+from quorum.storage import FileStorage, new_directory_id, read_data_dir_identity
 from registration import RecordDecodeError, RegisterBrokerRecord, TopicRecord, decode_record
 from registration.client import AdminClient
 
@@ -74,6 +76,11 @@ class ClusterSettings:
     tls: bool = False
     # Each node serves /metrics on a loopback port of its own (Cluster.metrics_ports).
     metrics: bool = False
+    # Dynamic voters (KIP-853): the controllers' data directories are
+    # formatted with ``kraft-quorum format --initial-voters`` before the
+    # first start, so that the voter set may change at run time (the
+    # ``membership`` scenario). See ``initial_voter_ids``.
+    dynamic_voters: bool = False
 
     @property
     def check_quorum_ms(self) -> float:
@@ -98,6 +105,14 @@ class ClusterSettings:
 
 def controller_ids(settings: ClusterSettings) -> list[int]:
     return list(range(1, settings.controllers + 1))
+
+
+def initial_voter_ids(settings: ClusterSettings) -> list[int]:
+    """The controllers in the first voter set: every one with static voters
+    or up to three controllers; with dynamic voters and four or more, all
+    but the last, which starts as an observer for the nemesis to add."""
+    ids = controller_ids(settings)
+    return ids if not settings.dynamic_voters or len(ids) <= 3 else ids[:-1]
 
 
 def broker_ids(settings: ClusterSettings) -> list[int]:
@@ -128,6 +143,9 @@ class QuorumView:
     leader: int | None
     epoch: int | None
     high_watermarks: dict[int, int]
+    # The voter set as the leader answered it (node id -> directory id), or
+    # None when the leader did not answer.
+    voters: dict[int, str | None] | None = None
 
 
 class ClusterMembers:
@@ -178,6 +196,8 @@ class Cluster(ClusterMembers):
         self.logs_dir = run_dir / "logs"
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.processes = ProcessGroup()
+        # ``kraft-quorum format --initial-voters``'s argument (dynamic voters).
+        self._initial_voters = ""
         self.certs_dir = run_dir / "certs"
         # The harness's certificate, shared by every client it opens.
         self.tls: TlsConfig | None = None
@@ -209,8 +229,78 @@ class Cluster(ClusterMembers):
         return self.logs_dir / f"node{node_id}.log"
 
     def start_all(self) -> None:
+        if self.settings.dynamic_voters:
+            self._format_controllers()
         for node in self.processes.nodes.values():
             node.start()
+
+    # ------------------------------------------------------------------
+    # Dynamic voters (KIP-853)
+    # ------------------------------------------------------------------
+
+    def endpoint(self, node_id: int) -> str:
+        """Where controller ``node_id`` listens ("host:port"): the endpoint
+        its voter record names. Its peers reach it through the network's
+        own addresses (``--voters``), which take precedence."""
+        host, port = self.network.listen_address(node_id)
+        return f"{host}:{port}"
+
+    def directory_id(self, node_id: int) -> str | None:
+        """The directory id of ``node_id``'s data directory (None before it
+        is formatted). Raises ``StorageOwnershipError`` for a damaged meta.json."""
+        identity = read_data_dir_identity(self.data_dir(node_id))
+        return identity.directory_id if identity is not None else None
+
+    def _format_controllers(self) -> None:
+        """``kraft-quorum format`` every controller's empty data directory:
+        the initial voters with the directory ids the list names, the other
+        controllers with ``--join`` (observers until added)."""
+        initial = initial_voter_ids(self.settings)
+        directories = {node_id: self.directory_id(node_id) or new_directory_id() for node_id in initial}
+        self._initial_voters = ",".join(f"{node_id}@{self.endpoint(node_id)}:{directories[node_id]}" for node_id in initial)
+        unformatted = [node_id for node_id in self.controller_ids if self.directory_id(node_id) is None]
+        # All at once: each is a Python process's start, seconds on a busy machine.
+        running = {
+            node_id: self._start_format(node_id, ["--directory-id", directories[node_id]] if node_id in directories else ["--join"])
+            for node_id in unformatted
+        }
+        for node_id, (command, process) in running.items():
+            self._finish_format(node_id, command, process)
+
+    def format_for_join(self, node_id: int) -> str:
+        """A new disk for stopped controller ``node_id``: its data directory
+        is deleted and formatted again with ``--join`` (a fresh directory
+        id: KIP-853 counts it as another replica). Returns the new id.
+        Raises ``RuntimeError`` when the node still runs or format fails."""
+        if self.processes.nodes[node_id].running:
+            raise RuntimeError(f"node {node_id} still runs: stop it before replacing its disk")
+        shutil.rmtree(self.data_dir(node_id), ignore_errors=True)
+        self._finish_format(node_id, *self._start_format(node_id, ["--join"]))
+        directory_id = self.directory_id(node_id)
+        assert directory_id is not None
+        return directory_id
+
+    def _start_format(self, node_id: int, extra: list[str]) -> tuple[list[str], subprocess.Popen[str]]:
+        command = [
+            str(BIN / "kraft-quorum"), "format",
+            "--data-dir", str(self.data_dir(node_id)),
+            "--node-id", str(node_id),
+            "--cluster-id", CLUSTER_ID,
+            "--initial-voters", self._initial_voters,
+            *extra,
+        ]  # fmt: skip
+        return command, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def _finish_format(self, node_id: int, command: list[str], process: subprocess.Popen[str]) -> None:
+        try:
+            stdout, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+        with open(self._log(node_id), "a", encoding="utf-8") as log:
+            log.write(f"$ {' '.join(command)}\n{stdout}{stderr}")
+        if process.returncode != 0:
+            raise RuntimeError(f"kraft-quorum format for node {node_id} failed ({process.returncode}): {stderr.strip()}")
 
     # ------------------------------------------------------------------
     # Command lines
@@ -350,7 +440,13 @@ class Cluster(ClusterMembers):
         if not votes:
             return QuorumView(None, max((a.epoch for a in answers.values()), default=None), marks)
         (leader, epoch) = max(votes, key=lambda key: (votes[key], key[1]))
-        return QuorumView(leader, epoch, marks)
+        leader_answer = answers.get(leader)
+        voters = (
+            {replica.node_id: replica.directory_id for replica in leader_answer.voters}
+            if leader_answer is not None and leader_answer.leader_id == leader
+            else None
+        )
+        return QuorumView(leader, epoch, marks, voters)
 
     async def broker_states(self, timeout_s: float = 1.0) -> dict[int, tuple[str, int]]:
         """broker id -> (state, epoch) in the active controller's committed

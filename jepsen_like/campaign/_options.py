@@ -10,6 +10,9 @@ from typing import Any
 
 from ._cluster import ClusterSettings
 
+#: Scenarios whose controllers are formatted for dynamic voters (KIP-853).
+DYNAMIC_VOTER_SCENARIOS = frozenset({"membership"})
+
 
 @dataclass(slots=True)
 class CampaignOptions:
@@ -70,4 +73,5 @@ class CampaignOptions:
             heartbeat_interval_ms=self.heartbeat_interval_ms,
             tls=self.tls,
             metrics=self.prometheus,
+            dynamic_voters=self.scenario in DYNAMIC_VOTER_SCENARIOS,
         )

@@ -40,6 +40,11 @@ def snapshot(campaign: Campaign) -> dict[str, object]:
         "leader": campaign.view.leader,
         "epoch": campaign.view.epoch,
         "brokers": brokers,
+        # With dynamic voters (the membership scenario): the voter set the
+        # leader reports, "" when it did not answer; None otherwise.
+        "voters": (
+            ",".join(str(node) for node in sorted(campaign.view.voters or ())) if campaign.settings.dynamic_voters else None
+        ),
     }
 
 
@@ -53,6 +58,8 @@ def plain_line(figures: dict[str, object]) -> str:
     leader_text = f"leader {leader} e{figures['epoch']}" if leader is not None else "no leader"
     faults = ", ".join(figures["faults_now"]) or "none"  # type: ignore[arg-type]
     brokers = f"  brokers {figures['brokers']}" if figures["brokers"] else ""
+    if figures.get("voters") is not None:
+        leader_text += f" voters {figures['voters'] or '?'}"
     return (
         f"[campaign] {figures['phase']}{timing}  {figures['ops_per_s']:5.0f} ops/s  "
         f"ok {figures['ok']} fail {figures['fail']} info {figures['info']}  "
@@ -111,6 +118,8 @@ class LiveProgress:
         )
         leader = figures["leader"]
         table.add_row("leader", f"node {leader}, epoch {figures['epoch']}" if leader is not None else "[red]none known[/]")
+        if figures.get("voters") is not None:
+            table.add_row("voters", str(figures["voters"]) or "[red]not known[/]")
         if figures["brokers"]:
             table.add_row("brokers", str(figures["brokers"]))
         faults = ", ".join(figures["faults_now"]) or "none"  # type: ignore[arg-type]

@@ -31,7 +31,7 @@ from ._cluster import CLUSTER_ID, Cluster, QuorumView, _free_ports
 from ._history import HistoryRecorder
 from ._kafka_target import KafkaCampaignCluster
 from ._kafka_workload import KafkaWorkload
-from ._options import CampaignOptions
+from ._options import DYNAMIC_VOTER_SCENARIOS, CampaignOptions
 from ._processes import NodeProcess, ProcessGroup
 from ._replay import run_faults, schedule_of_run, write_schedule
 from ._scenarios import NEMESIS_SCENARIOS, SMALL_DISK_SCENARIOS
@@ -44,7 +44,7 @@ SYSTEMS = ("pykraft", "kafka")
 #: Scenarios that speak pykraft's own wire protocol.
 # Scenarios that speak pykraft's protocol (hostile clients) or damage its
 # storage format: they have no Kafka form.
-PYKRAFT_ONLY_SCENARIOS = frozenset({"hostile-clients", "storage"})
+PYKRAFT_ONLY_SCENARIOS = frozenset({"hostile-clients", "storage", "membership"})
 
 
 @dataclass(slots=True)
@@ -85,6 +85,13 @@ class Campaign:
             raise ValueError("a schedule runs on pykraft's own nodes only")
         if options.schedule is None and options.scenario not in NEMESIS_SCENARIOS:
             raise ValueError(f"unknown scenario {options.scenario!r}; choose one of {', '.join(sorted(NEMESIS_SCENARIOS))}")
+        if options.scenario in DYNAMIC_VOTER_SCENARIOS and options.brokers:
+            # kraft-broker's observer is configured with static voters and
+            # drops the VOTERS records a dynamic cluster's log carries.
+            raise ValueError(
+                f"scenario {options.scenario!r} changes the voter set, which kraft-broker cannot follow yet: "
+                "give --brokers 0 (the workload's synthetic brokers still register through the controllers)"
+            )
         if options.system not in SYSTEMS:
             raise ValueError(f"system must be one of {', '.join(SYSTEMS)}, got {options.system!r}")
         if options.system == "kafka":
@@ -284,14 +291,21 @@ class Campaign:
         name = cluster.client_name(index % self.options.clients)
         controllers = _rotated(network.bootstrap_for(name, cluster.controller_ids), index)
         brokers = {broker_id: network.address_for(name, broker_id) for broker_id in cluster.broker_ids}
-        return ClientEndpoints(controllers, brokers, lambda: network.client_sockets(name), cluster.tls, cluster.broker_tls)
+        return ClientEndpoints(controllers, brokers, lambda: network.client_sockets(name), cluster.tls, self._broker_tls())
 
     def observer_endpoints(self) -> ClientEndpoints:
         """The harness's own (never cut): for the final reads."""
         assert self.network is not None and self.cluster is not None
         network, cluster = self.network, self.cluster
         brokers = {broker_id: network.address_for("harness", broker_id) for broker_id in cluster.broker_ids}
-        return ClientEndpoints(cluster.observer_bootstrap(), brokers, cluster.observer_sockets, cluster.tls, cluster.broker_tls)
+        return ClientEndpoints(cluster.observer_bootstrap(), brokers, cluster.observer_sockets, cluster.tls, self._broker_tls())
+
+    def _broker_tls(self) -> Callable[[int], Any] | None:
+        """Each synthetic broker's certificate with TLS; None without (a
+        plaintext run registers them through the clients' own connection:
+        ``Cluster.broker_tls`` raises there)."""
+        assert self.cluster is not None
+        return self.cluster.broker_tls if self.cluster.tls is not None else None
 
     async def _watch(self) -> None:
         """Keep ``view`` and ``broker_view`` fresh for the display."""

@@ -11,6 +11,7 @@ operation (``process: "nemesis"``).
 | ``rolling-restart`` | SIGTERM each node in turn (controllers resign, brokers shut down under control), restart it, wait until it is back | |
 | ``hostile-clients`` | garbage, oversize, stalled, pipelined, forged-field and flood traffic at a member's own port, each kind in turn, mostly at the controller leader | issue 15 |
 | ``chaos`` | everything above at random, plus kill -9, SIGSTOP pauses, random halves, bridges, one-way cuts, delays (proxy only) | |
+| ``membership`` | voters added, removed (the leader too) and replaced (kill -9, a new disk formatted with ``--join``, the old directory id removed, the new one added), one change at a time, with kills, pauses and isolations in between and beside | issue 17 (KIP-853) |
 | ``storage`` | one voter's files at a time: kill -9, flip a bit in a batch that a valid batch follows (the node repairs its log from a leader), tear the last write, take the election state away (the node must refuse to start; the file is put back), restart; kill -9 every voter at once; fill a voter's size-capped tmpfs (root) | issue 14 |
 """
 
@@ -24,8 +25,10 @@ from typing import Any, Protocol
 import trio
 
 from jepsen_like.nemesis import HOSTILE_KINDS, HostileTarget, NetFault, NetworkTopology, run_kind
+from quorum.client import IndeterminateError, QuorumClient, QuorumClientError, VoterChangeRefusedError
 
 from ._cluster import CLUSTER_ID, Cluster, ClusterSettings
+from ._membership import MembershipMove, choose_membership_move
 from ._options import CampaignOptions
 from ._processes import NodeProcess, ProcessGroup
 from ._storage_faults import (
@@ -451,6 +454,135 @@ async def chaos(campaign: RunningCampaign, deadline_s: float) -> None:
 
 
 # =========================================================================
+# Voter changes (issue 17, KIP-853; docs/nemesis.md, "Voter changes")
+# =========================================================================
+
+#: How long one voter request may take (the client asks again while the
+#: leader refuses for a change in progress or a voter not caught up).
+VOTER_REQUEST_TIMEOUT_S = 30.0
+
+
+async def voter_request(campaign: RunningCampaign, call: Callable[[QuorumClient], Awaitable[int]]) -> dict[str, Any]:
+    """One AddRaftVoter or RemoveRaftVoter through the harness's own client
+    (it finds the leader among every controller). Returns what the history
+    records: ``{"outcome": "ok", "offset": N}`` once committed, else the
+    outcome ("refused", "indeterminate": it may have happened, "timeout")
+    and the error."""
+    cluster = campaign.cluster
+    assert cluster is not None
+    try:
+        with cluster.observer_sockets():
+            async with QuorumClient(
+                cluster.observer_bootstrap(), cluster_id=CLUSTER_ID, retry_timeout_s=VOTER_REQUEST_TIMEOUT_S, tls=cluster.tls
+            ) as client:
+                return {"outcome": "ok", "offset": await call(client)}
+    except BaseExceptionGroup as group:
+        # What the client's own nursery raised: its first client error.
+        matched, rest = group.split(QuorumClientError)
+        if rest is not None or matched is None:
+            raise
+        return _voter_request_failure(matched.exceptions[0])
+    except QuorumClientError as error:
+        return _voter_request_failure(error)
+
+
+def _voter_request_failure(error: BaseException) -> dict[str, Any]:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    if isinstance(error, VoterChangeRefusedError):
+        return {"outcome": "refused", "error": str(error)}
+    if isinstance(error, IndeterminateError):
+        return {"outcome": "indeterminate", "error": str(error)}
+    return {"outcome": "timeout", "error": str(error)}
+
+
+async def change_voters(campaign: RunningCampaign, move: MembershipMove, rng: random.Random) -> None:
+    """Carry out ``move``, recorded as the nemesis fault ``move.kind``: its
+    start names the node, its directory id and the voter set before (as the
+    leader reports it); its end adds the outcome, the offset of the
+    committed VOTERS record and the voter set after. A replacement kills
+    the node, formats a new disk for it (``kraft-quorum format --join``),
+    starts it, removes its old directory id and adds the new one once it
+    has caught up."""
+    cluster = campaign.cluster
+    assert cluster is not None
+    node_id = move.node
+    described: dict[str, Any] = {"fault_id": rng.getrandbits(32), "node": node_id}
+
+    async def start() -> dict[str, Any]:
+        view = await cluster.quorum_view()
+        voters = view.voters or {}
+        described["voters_before"] = sorted(voters) if view.voters is not None else None
+        described["directory_id"] = voters.get(node_id) if node_id in voters else cluster.directory_id(node_id)
+        return described
+
+    async def body(value: dict[str, Any]) -> None:
+        directory_id = value["directory_id"]
+        if move.kind == "add-voter":
+            value.update(await voter_request(campaign, lambda client: client.add_voter(node_id, directory_id, [cluster.endpoint(node_id)])))
+        elif move.kind == "remove-voter":
+            value.update(await voter_request(campaign, lambda client: client.remove_voter(node_id, directory_id)))
+        else:
+            node = campaign.processes.nodes[node_id]
+            await trio.to_thread.run_sync(node.kill)
+            new_directory_id = value["new_directory_id"] = await trio.to_thread.run_sync(cluster.format_for_join, node_id)
+            node.start()
+            removed = await voter_request(campaign, lambda client: client.remove_voter(node_id, directory_id))
+            value["removed"] = removed
+            if removed["outcome"] == "ok":
+                await wait_until_back(campaign, node_id, timeout_s=30)
+                added = await voter_request(
+                    campaign, lambda client: client.add_voter(node_id, new_directory_id, [cluster.endpoint(node_id)])
+                )
+                value.update(added)
+            else:
+                value["outcome"] = removed["outcome"]
+        view = await cluster.quorum_view()
+        value["voters_after"] = sorted(view.voters) if view.voters is not None else None
+        campaign.status(f"{move.kind} n{node_id}: {value.get('outcome')}, voters now {value['voters_after']}")
+
+    await campaign.fault_with(move.kind, start, body)
+
+
+async def membership(campaign: RunningCampaign, deadline_s: float) -> None:
+    """Issue 17 (KIP-853): voter changes one at a time, chosen by
+    ``choose_membership_move`` from the voter set the leader reports (add
+    a controller that is not a voter, remove a voter, the leader included,
+    replace a voter's disk), a third of them beside an isolated controller;
+    between changes, a kill -9 and restart, a pause or an isolation of a
+    controller. The harness follows the voter set (``QuorumView.voters``);
+    the history records every change with the sets before and after."""
+    network, cluster = campaign.network, campaign.cluster
+    assert network is not None and cluster is not None
+    rng = _rng(campaign)
+    controllers = cluster.controller_ids
+
+    async def beside(action: Callable[[], Awaitable[None]]) -> None:
+        victim = rng.choice(controllers)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(campaign.net_fault, "isolate", lambda: network.isolate(victim), rng.uniform(2, 5))
+            await action()
+
+    while _left(deadline_s) > VOTER_REQUEST_TIMEOUT_S / 2:
+        await trio.sleep(rng.uniform(1.0, 2.5))
+        view = await cluster.quorum_view()
+        down = [node for node in controllers if not campaign.processes.nodes[node].running]
+        move = choose_membership_move(rng, sorted(view.voters or ()), controllers, view.leader, down)
+        if move is not None:
+            change = lambda: change_voters(campaign, move, rng)  # noqa: E731
+            await (beside(change) if rng.random() < 1 / 3 else change())
+        await trio.sleep(rng.uniform(0.5, 1.5))
+        roll = rng.random()
+        if roll < 0.3:
+            await kill_and_restart(campaign, rng.choice(controllers), rng.uniform(1, 3))
+        elif roll < 0.5:
+            await pause_node(campaign, rng.choice(controllers), rng.uniform(1, 3))
+        elif roll < 0.7:
+            victim = rng.choice(controllers)
+            await campaign.net_fault("isolate", lambda: network.isolate(victim), rng.uniform(2, 5))
+
+
+# =========================================================================
 # Storage faults (issue 14, part 5; docs/nemesis.md, "Storage faults")
 # =========================================================================
 
@@ -727,6 +859,7 @@ NEMESIS_SCENARIOS: dict[str, Scenario] = {
     "hostile-clients": hostile_clients,
     "storage": storage,
     "chaos": chaos,
+    "membership": membership,
 }
 
 __all__ = ["NEMESIS_SCENARIOS", "SMALL_DISK_SCENARIOS", "STORAGE_FAULT_KINDS", "Scenario"]

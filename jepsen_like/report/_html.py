@@ -33,6 +33,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from ._leaders import concurrent_leaders
 from ._load import (
     KILLING_FAULTS,
+    MEMBERSHIP_FAULTS,
     NO_NODE,
     OUTCOMES,
     Fault,
@@ -56,6 +57,8 @@ from ._palette import (
     OUTCOME_COLOURS,
     ROLE_STYLE,
     TWO_LEADERS,
+    VOTERS,
+    VOTERS_PALE,
     WITNESS,
     op_colours,
     rgba,
@@ -395,7 +398,8 @@ def _fault_shades(data: RunData, scale: TimeScale, top: float, bottom: float, st
 
 def _fault_tip(fault: Fault, end_ns: int) -> str:
     end = f"{seconds(fault.end_ns)} s" if fault.end_ns is not None else "the end (never healed in the history)"
-    return f"{fault.label()}: {seconds(fault.start_ns)} s – {end}\n{compact_json(fault.fault, 300)}"
+    ended = f"\nat its end: {compact_json(fault.end_fault, 300)}" if fault.end_fault is not None else ""
+    return f"{fault.label()}: {seconds(fault.start_ns)} s – {end}\n{compact_json(fault.fault, 300)}{ended}"
 
 
 def _op_colour(data: RunData) -> dict[str, str]:
@@ -520,6 +524,7 @@ def _timeline_section(data: RunData, scale: TimeScale, witnesses: Sequence[Check
     parts.append(_time_axis(scale, axis_y, grid_top=lanes_top))
     # Lanes: background, hatches for faults that target the node, role spans.
     spans = data.role_spans()
+    non_voter = data.non_voter_spans()
     targeted: dict[str, list[Fault]] = defaultdict(list)
     for fault in data.faults:
         for node in fault.target_nodes():
@@ -546,6 +551,8 @@ def _timeline_section(data: RunData, scale: TimeScale, witnesses: Sequence[Check
             parts.append(_broker_state_rect(span, scale, y) if is_broker else _role_rect(span, scale, y))
         for fault in targeted.get(node, []):
             parts.append(_target_overlay(fault, scale, y, data.end_ns, under=False))
+        for start_ns, end_ns in non_voter.get(node, []):
+            parts.append(_non_voter_overlay(node, start_ns, end_ns, scale, y))
         if not node_spans:
             parts.append(
                 f"<text class=\"lane-empty\" x=\"{num(scale.left + 8)}\" y=\"{num(y + 21)}\">"
@@ -619,6 +626,10 @@ def _timeline_section(data: RunData, scale: TimeScale, witnesses: Sequence[Check
         legend += "<span class=\"key\"><i class=\"k-hostile\"></i>hostile clients at the node's port</span>"
     if any(is_storage(fault.f) for fault in data.faults):
         legend += "<span class=\"key\"><i class=\"k-disk\"></i>storage fault: the node's files damaged while it was down, or its disk full</span>"
+    if any(fault.f in MEMBERSHIP_FAULTS for fault in data.faults):
+        legend += "<span class=\"key\"><i class=\"k-voters\"></i>voter change: the node added, removed or given a new disk</span>"
+    if any(non_voter.values()):
+        legend += "<span class=\"key\"><i class=\"k-non-voter\"></i>not a voter (an observer) then</span>"
     if anomaly_h:
         legend += f"<span class=\"key\"><i style=\"background:{WITNESS}\"></i>anomaly witness</span>"
     return f"""<section class="card" id="timeline">
@@ -642,8 +653,26 @@ HATCH_DEFS = (
     f"<rect width=\"6\" height=\"6\" fill=\"#fff7ed\"/><circle cx=\"3\" cy=\"3\" r=\"1.6\" fill=\"{HOSTILE}\"/></pattern>"
     "<pattern id=\"hatch-disk\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\">"
     f"<rect width=\"6\" height=\"6\" fill=\"#f5f3ff\"/><rect x=\"1\" y=\"1\" width=\"4\" height=\"4\" fill=\"{DISK}\"/></pattern>"
+    "<pattern id=\"hatch-voters\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\">"
+    f"<rect width=\"6\" height=\"6\" fill=\"{VOTERS_PALE}\"/><rect x=\"0\" y=\"2\" width=\"6\" height=\"2\" fill=\"{VOTERS}\"/></pattern>"
+    "<pattern id=\"hatch-non-voter\" width=\"8\" height=\"8\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(-45)\">"
+    "<rect width=\"8\" height=\"8\" fill=\"#ffffff\" fill-opacity=\".55\"/>"
+    f"<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"8\" stroke=\"{VOTERS}\" stroke-width=\"2\" stroke-opacity=\".6\"/></pattern>"
     "</defs>"
 )
+
+
+def _non_voter_overlay(node: str, start_ns: int, end_ns: int, scale: TimeScale, y: float) -> str:
+    """A controller outside the voter set: its band is veiled and says so
+    (it still has a role: an observer follows the leader)."""
+    x0, x1 = scale.x(start_ns), scale.x(end_ns)
+    w = max(1.5, x1 - x0)
+    tip = f"node {node} is not a voter: {seconds(start_ns)} s – {seconds(end_ns)} s"
+    return (
+        f"<g class=\"non-voter\"><rect x=\"{num(x0)}\" y=\"{num(y + BAND_TOP)}\" width=\"{num(w)}\" height=\"{BAND_H}\" "
+        f"fill=\"url(#hatch-non-voter)\"/>{_fit_text('not a voter', x0, w, y + BAND_TOP + 12, 'target-text')}"
+        f"<title>{esc(tip)}</title></g>"
+    )
 
 
 def _target_overlay(fault: Fault, scale: TimeScale, y: float, end_ns: int, *, under: bool) -> str:
@@ -656,6 +685,8 @@ def _target_overlay(fault: Fault, scale: TimeScale, y: float, end_ns: int, *, un
     tip = f"<title>{esc(_fault_tip(fault, end_ns))}</title>"
     if is_storage(fault.f):
         pattern = "hatch-disk"
+    elif fault.f in MEMBERSHIP_FAULTS:
+        pattern = "hatch-voters"
     elif fault.f in PROCESS_FAULTS:
         pattern = "hatch-down"
     else:
@@ -1446,6 +1477,8 @@ nav a,a{color:#1d4ed8;text-decoration:none}nav a:hover{text-decoration:underline
 .key i.k-net{background:repeating-linear-gradient(-45deg,$fault 0 2px,#fff 2px 4px)}
 .key i.k-hostile{background:radial-gradient(circle,$hostile 1.6px,#fff7ed 1.7px) 0 0/6px 6px}
 .key i.k-disk{background:repeating-linear-gradient(90deg,$disk 0 4px,#f5f3ff 4px 6px)}
+.key i.k-voters{background:repeating-linear-gradient(0deg,$voters_pale 0 2px,$voters 2px 4px)}
+.key i.k-non-voter{background:repeating-linear-gradient(-45deg,$voters 0 2px,#fff 2px 5px);opacity:.7}
 .key i.k-down{background:repeating-linear-gradient(45deg,$down 0 3px,#94a3b8 3px 6px)}
 .key i.k-two{background:$two_leaders;border:1px solid #a21caf}
 .key i.k-heal{height:0;border-top:2px dashed $heal;background:none}
@@ -1508,6 +1541,7 @@ table.files td,table.files th{border:none;padding:1px 10px 1px 0}
     ok=OUTCOME_COLOURS["ok"], fail=OUTCOME_COLOURS["fail"], info=OUTCOME_COLOURS["info"],
     fault=FAULT, fault_shade=rgba(FAULT, 0.13), down=DOWN, hostile=HOSTILE, disk=DISK,
     witness=WITNESS, witness_shade=rgba(WITNESS, 0.12), two_leaders=TWO_LEADERS, heal=HEAL,
+    voters=VOTERS, voters_pale=VOTERS_PALE,
 )  # fmt: skip
 
 JS = r"""

@@ -63,6 +63,9 @@ class Fault:
     fault: Any
     start_index: int | None = None
     end_index: int | None = None
+    # What the end event said, where it adds to the start (a voter change's
+    # outcome and the voter set after it); None when it did not end.
+    end_fault: Any = None
 
     def label(self) -> str:
         return describe_fault(self.f, self.fault)
@@ -112,6 +115,9 @@ class RunData:
 
     def role_spans(self) -> dict[str, list[RoleSpan]]:
         return role_spans(self.role_events, self.nodes, self.faults, self.end_ns)
+
+    def non_voter_spans(self) -> dict[str, list[tuple[int, int]]]:
+        return non_voter_spans(self.faults, self.nodes, self.broker_nodes, self.end_ns)
 
 
 # =========================================================================
@@ -322,6 +328,8 @@ def _nemesis_event(event: Mapping[str, Any], time_ns: int, index: int, open_faul
         else:
             started.end_ns = time_ns
             started.end_index = index
+            if fault != started.fault:
+                started.end_fault = fault
             data.faults.append(started)
     else:
         data.instants.append((time_ns, f, value))
@@ -451,7 +459,49 @@ KILLING_FAULTS = (
     "storage-election-state-lost",
     "storage-election-state-rollback",
     "restart-all-voters",
+    "replace-voter",
 )
+
+#: The membership nemesis's voter changes (issue 17, KIP-853): their events
+#: carry the voter set before (start) and after (end) as lists of node ids.
+MEMBERSHIP_FAULTS = ("add-voter", "remove-voter", "replace-voter")
+
+
+def non_voter_spans(
+    faults: list[Fault], nodes: list[str], broker_nodes: set[str], end_ns: int
+) -> dict[str, list[tuple[int, int]]]:
+    """For a run whose voters changed: when each controller was not a voter,
+    as (start, end) spans, from the voter sets the membership faults
+    recorded (the first one's set before, from the start of the run; each
+    one's set after, from its end). Empty when no fault recorded a set."""
+    changes: list[tuple[int, list[str]]] = []
+    for fault in sorted(faults, key=lambda fault: fault.start_ns):
+        if fault.f not in MEMBERSHIP_FAULTS:
+            continue
+        before = fault.fault.get("voters_before") if isinstance(fault.fault, Mapping) else None
+        after = fault.end_fault.get("voters_after") if isinstance(fault.end_fault, Mapping) else None
+        if not changes and isinstance(before, list):
+            changes.append((0, [str(node) for node in before]))
+        if isinstance(after, list) and fault.end_ns is not None:
+            changes.append((fault.end_ns, [str(node) for node in after]))
+    if not changes:
+        return {}
+    changes.sort(key=lambda change: change[0])
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for node in nodes:
+        if node in broker_nodes:
+            continue
+        out: list[tuple[int, int]] = []
+        for position, (start, voters) in enumerate(changes):
+            end = changes[position + 1][0] if position + 1 < len(changes) else max(end_ns, start)
+            if node in voters or end <= start:
+                continue
+            if out and out[-1][1] == start:
+                out[-1] = (out[-1][0], end)
+            else:
+                out.append((start, end))
+        spans[node] = out
+    return spans
 
 
 def role_spans(events: list[dict[str, Any]], nodes: list[str], faults: list[Fault], end_ns: int) -> dict[str, list[RoleSpan]]:

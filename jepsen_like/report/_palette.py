@@ -51,6 +51,8 @@ DISK = "#7c3aed"  # a storage fault: the node's files damaged, or its disk full
 WITNESS = "#c026d3"  # an operation an anomaly's witness names
 TWO_LEADERS = "#f0abfc"  # two nodes each believing they lead
 HEAL = "#15803d"  # a heal of every fault (a line)
+VOTERS = "#06b6d4"  # a voter change (KIP-853), and a controller outside the voter set
+VOTERS_PALE = "#ecfeff"  # the light stripes of a voter change's band
 
 #: Two colours with different meanings are at least this far apart in RGB.
 MIN_DISTANCE = 45.0
@@ -65,7 +67,8 @@ def meanings() -> dict[str, str]:
     found.update({f"op type #{position + 1}": colour for position, colour in enumerate(OP_COLOURS)})
     found["other op types"] = OTHER_OP_COLOUR
     found.update(
-        {"fault": FAULT, "down": DOWN, "hostile": HOSTILE, "disk": DISK, "witness": WITNESS, "two leaders": TWO_LEADERS, "heal": HEAL}
+        {"fault": FAULT, "down": DOWN, "hostile": HOSTILE, "disk": DISK, "witness": WITNESS, "two leaders": TWO_LEADERS, "heal": HEAL,
+         "voters": VOTERS}
     )
     return found
 

@@ -28,6 +28,8 @@ from typing import Any
 
 from jepsen_like import HarnessInvariantError
 from quorum import (
+    AutoJoin,
+    AutoJoinAction,
     ElectionCopy,
     ElectionState,
     Entry,
@@ -36,6 +38,7 @@ from quorum import (
     Message,
     NotLeaderError,
     Output,
+    ReconfigurationError,
     ProposalLostError,
     QuorumConfig,
     QuorumNode,
@@ -123,6 +126,10 @@ class SimOptions:
     dynamic_voters: bool = False
     spare_nodes: int = 0
     reconfigure: bool = False
+    # KIP-853 auto-join on every node (``quorum.AutoJoin``, the trio node's
+    # ``--auto-join``): each asks the leader to add its disk once caught up,
+    # never again once that disk was a voter. Dynamic voters only.
+    auto_join: bool = False
     # An observer of the run, not an option of it (never in ``describe()``):
     # the visual replay's ``Recording`` (``_recorder.py``). None: no cost.
     recorder: Any = None
@@ -182,6 +189,8 @@ class SimOptions:
                 if self.dynamic_voters
                 else {}
             ),
+            # And auto-join only when on.
+            **({"auto_join": True} if self.auto_join else {}),
         }
 
     @property
@@ -250,6 +259,9 @@ class SimDisk:
         self.election_state_lost = False
         # The directory id ``format`` gave this disk (dynamic voters only).
         self.directory_id: str | None = None
+        # Auto-join's durable marker (``quorum.cli.AUTO_JOIN_MARKER``): this
+        # disk has been a voter, so auto-join never adds it again.
+        self.auto_join_was_voter = False
 
     def failure_at(self, now_us: int) -> str | None:
         """The error a write started at ``now_us`` fails with, or None."""
@@ -444,6 +456,8 @@ class SimNode:
         self.last_vote: tuple[int, int] | None = None
         self.host: ReplicaHost | None = None  # None while the process is down
         self.incarnation = 0
+        # The process's auto-join (SimOptions.auto_join), or None.
+        self.auto_join: AutoJoin | None = None
         self.pipeline: deque[Output] = deque()
         self.disk_busy = False
         # The last process's state machine (kept after a crash, for views).
@@ -534,6 +548,9 @@ class Simulation:
         self.max_epoch_seen: dict[int, int] = {i: 0 for i in self.nodes}
         # (node, disk generation, epoch) -> the vote that disk made durable.
         self.durable_votes: dict[tuple[int, int, int], int] = {}
+        # Disks (node id, directory id) an operator removed and has not added
+        # since: auto-join must never ask to add one of them again.
+        self.removed_by_operator: set[tuple[int, str | None]] = set()
         self.role_log: list[RoleChange] = []
         self.resignations: list[tuple[int, int, str]] = []  # (time_us, node, reason)
         self.history: list[dict[str, Any]] = []
@@ -628,6 +645,11 @@ class Simulation:
             self._disk_done(node, event.payload)
         elif kind == "unreachable":
             host.peer_unreachable(event.payload)
+        elif kind == "auto-join":
+            self._auto_join_round(node)
+            self._push(self.options.fetch_timeout_ms * US_PER_MS, "auto-join", node.node_id, node.incarnation)
+        elif kind == "auto-joined":
+            self._auto_joined(node)
         else:  # pragma: no cover - a simulator bug
             raise HarnessInvariantError(f"unknown event {kind}")
 
@@ -722,6 +744,10 @@ class Simulation:
         node.host.start()
         phase_us = self._rng.randrange(self.options.tick_ms * US_PER_MS)
         self._push(phase_us, "tick", node_id, node.incarnation)
+        if self.options.auto_join and self.options.dynamic_voters:
+            node.auto_join = AutoJoin(node_id, disk.directory_id, was_voter=disk.auto_join_was_voter)
+            self._observe_auto_join(node)
+            self._push(self.options.fetch_timeout_ms * US_PER_MS, "auto-join", node_id, node.incarnation)
 
     def _new_machine(self, node_id: int) -> Any:
         """The state machine a (re)starting process replays the log into
@@ -858,6 +884,60 @@ class Simulation:
         self._say("HEAL network")
 
     # =====================================================================
+    # Auto-join (KIP-853; the decision is quorum.AutoJoin, as in the node)
+    # =====================================================================
+
+    def _observe_auto_join(self, node: SimNode) -> None:
+        """After every output and at start, as the trio node does on every
+        change of its voter set: "was a voter" is durable at once."""
+        assert node.auto_join is not None and node.core is not None
+        if node.auto_join.observe(node.core):
+            node.disk.auto_join_was_voter = True
+            self._say_full(f"n{node.node_id} AUTO-JOIN remembers directory {node.disk.directory_id} was a voter")
+
+    def _auto_join_round(self, node: SimNode) -> None:
+        """One round of the node's auto-join loop (every fetch timeout): ask
+        the leader it knows to add its disk when the action is JOIN."""
+        decision, core = node.auto_join, node.core
+        if decision is None or core is None:
+            return
+        self._observe_auto_join(node)
+        if decision.action(core) is not AutoJoinAction.JOIN:
+            return
+        leader, node_id, voter = core.leader_id, node.node_id, Voter(node.node_id, node.disk.directory_id)
+        assert leader is not None
+        if (node_id, voter.directory_id) in self.removed_by_operator:
+            raise InvariantViolation(
+                "auto-join-re-add",
+                f"n{node_id} asks to add directory {voter.directory_id} again after an operator removed it",
+            )
+        self._say(f"n{node_id} AUTO-JOIN asks n{leader} to add directory {voter.directory_id}")
+        incarnation = node.incarnation
+
+        def answered(_result: Any, error: BaseException | None) -> None:
+            # The answer travels back to the asking process (lost if it died).
+            if error is None and node.incarnation == incarnation:
+                self._push(self._client_delay_us(), "auto-joined", node_id, incarnation)
+
+        def at_leader(leader_node: SimNode) -> None:
+            assert leader_node.host is not None
+            try:
+                offset = leader_node.host.add_voter(voter, answered)
+            except (NotLeaderError, ReconfigurationError) as refused:
+                self._say_full(f"n{node_id} AUTO-JOIN refused by n{leader_node.node_id}: {refused}")
+                return
+            self._say(f"n{node_id} AUTO-JOIN at n{leader_node.node_id}: voters record at offset {offset}")
+
+        self._to_node(leader, at_leader, lambda: None)
+
+    def _auto_joined(self, node: SimNode) -> None:
+        """The leader answered that the node's AddVoter was committed."""
+        assert node.auto_join is not None
+        if node.auto_join.joined():
+            node.disk.auto_join_was_voter = True
+            self._say_full(f"n{node.node_id} AUTO-JOIN added: directory {node.disk.directory_id} was a voter")
+
+    # =====================================================================
     # The output contract
     # =====================================================================
 
@@ -875,6 +955,8 @@ class Simulation:
         self._check_epoch(node)
         if self.options.dynamic_voters:
             self._check_voters(node, output)
+        if node.auto_join is not None:
+            self._observe_auto_join(node)
         self._send_all(output.early_messages)
         node.pipeline.append(output)
         self._pump(node)

@@ -49,10 +49,39 @@ class Operator:
 
     def add(self, node_id: int, timeout_ms: float = CHANGE_TIMEOUT_MS) -> bool:
         voter = Voter(node_id, self.directory_of(node_id))
-        return self._change(f"add n{node_id}", lambda host: host.add_voter(voter), lambda voters: voters.get(node_id) == voter, timeout_ms)
+        return self._change(f"add n{node_id}", self._adding(voter), lambda voters: voters.get(node_id) == voter, timeout_ms)
 
     def remove(self, node_id: int, timeout_ms: float = CHANGE_TIMEOUT_MS) -> bool:
-        return self._change(f"remove n{node_id}", lambda host: host.remove_voter(node_id), lambda voters: node_id not in voters, timeout_ms)
+        return self._change(f"remove n{node_id}", self._removing(node_id), lambda voters: node_id not in voters, timeout_ms)
+
+    def try_add(self, node_id: int) -> bool:
+        """Ask the leader once to add ``node_id``'s current disk."""
+        return self.try_once(f"add n{node_id}", self._adding(Voter(node_id, self.directory_of(node_id))))
+
+    def try_remove(self, node_id: int, description: str | None = None) -> bool:
+        """Ask the leader once to remove ``node_id``."""
+        return self.try_once(description or f"remove n{node_id}", self._removing(node_id))
+
+    def _adding(self, voter: Voter) -> Callable[[ReplicaHost], int]:
+        def apply(host: ReplicaHost) -> int:
+            offset = host.add_voter(voter)
+            # The operator wants this disk again: auto-join may add it too.
+            self.sim.removed_by_operator.discard((voter.node_id, voter.directory_id))
+            return offset
+
+        return apply
+
+    def _removing(self, node_id: int) -> Callable[[ReplicaHost], int]:
+        def apply(host: ReplicaHost) -> int:
+            held = host.core.voters.get(node_id)
+            offset = host.remove_voter(node_id)
+            # From now on auto-join must never ask to add this disk again
+            # (the simulation checks every request it makes).
+            if held is not None:
+                self.sim.removed_by_operator.add((node_id, held.directory_id))
+            return offset
+
+        return apply
 
     def try_once(self, description: str, apply: Callable[[ReplicaHost], int]) -> bool:
         """Ask the current leader once (no waiting): True if it appended."""
@@ -252,7 +281,86 @@ def add_voter_that_dies(sim: Simulation, result: ScenarioResult) -> None:
 add_voter_that_dies.options_factory = dynamic_options(3, 1)  # type: ignore[attr-defined]
 
 
+def _auto_join_options(voters: int, spare_nodes: int, **more: Any) -> Callable[[int], SimOptions]:
+    def factory(seed: int) -> SimOptions:
+        del seed
+        return SimOptions(voters=voters, dynamic_voters=True, spare_nodes=spare_nodes, auto_join=True, **more)
+
+    return factory
+
+
+def _holds_disk(operator: Operator, node_id: int) -> bool:
+    """Does the last committed voter set hold ``node_id`` with its current disk?"""
+    return operator.voters().holds(node_id, operator.directory_of(node_id))
+
+
+def auto_join_wiped_voter(sim: Simulation, result: ScenarioResult) -> None:
+    """Every node runs auto-join (KIP-853). A follower's disk is wiped: it
+    comes back formatted afresh, with a new directory id, and waits while
+    the voter set holds its id with the old directory; once the operator
+    removes that one, auto-join adds the new disk, with no operator add.
+    ``rejoin_ms``: from the removal's commit to the new disk's."""
+    operator = Operator(sim)
+    leader = _wait_for_leader(sim)
+    _write_continuously(sim, sim.now_ms + 60_000)
+    sim.run_for(500)
+    victim = [node_id for node_id in sorted(sim.nodes) if node_id != leader][0]
+    sim.wipe_disk(victim)
+    sim.run_for(3 * sim.options.fetch_timeout_ms)
+    if _holds_disk(operator, victim):
+        raise InvariantViolation("auto-join", f"n{victim}'s new disk joined while its old one was still a voter")
+    _require(operator.remove(victim), f"removing the wiped n{victim}'s old disk")
+    removed_at = sim.now_ms
+    if not sim.run_until_true(lambda: _holds_disk(operator, victim), CHANGE_TIMEOUT_MS):
+        raise InvariantViolation("liveness", f"auto-join never added n{victim}'s new disk")
+    result.extra["rejoin_ms"] = round(sim.now_ms - removed_at, 3)
+    _finish(sim, result, operator)
+
+
+auto_join_wiped_voter.options_factory = _auto_join_options(3, 0)  # type: ignore[attr-defined]
+
+
+def auto_join_removed_stays_out(sim: Simulation, result: ScenarioResult) -> None:
+    """Every node runs auto-join. A fourth node joins by itself, dies the
+    moment its addition commits, and is removed by the operator while it is
+    down; snapshots then cover both changes. It restarts, again after a
+    leader change, and once more under a partition: auto-join never asks
+    to add that disk again (the simulation fails the run at the first such
+    request; Kafka 4.2 re-added it)."""
+    operator = Operator(sim)
+    _wait_for_leader(sim)
+    _write_continuously(sim, sim.now_ms + 90_000)
+    newcomer = max(sim.nodes)
+    if not sim.run_until_true(lambda: _holds_disk(operator, newcomer), CHANGE_TIMEOUT_MS):
+        raise InvariantViolation("liveness", f"auto-join never added n{newcomer}")
+    sim.crash(newcomer)
+    _require(operator.remove(newcomer), f"removing n{newcomer}")
+    sim.run_for(10_000)
+    sim.restart(newcomer)
+    sim.run_for(3 * sim.options.fetch_timeout_ms)
+    sim.crash(_wait_for_leader(sim))
+    _wait_for_leader(sim)
+    sim.crash(newcomer)
+    sim.run_for(1000)
+    for node_id in sorted(sim.nodes):
+        sim.restart(node_id)
+    sim.network.isolate(newcomer, sorted(sim.nodes))
+    sim._say(f"PARTITION n{newcomer} alone")
+    sim.run_for(5000)
+    sim.heal()
+    sim.run_for(5 * sim.options.fetch_timeout_ms)
+    if newcomer in operator.voters():
+        raise InvariantViolation("auto-join-re-add", f"n{newcomer} is a voter again after the operator removed it")
+    result.extra["remembered"] = sim.nodes[newcomer].disk.auto_join_was_voter
+    _finish(sim, result, operator)
+
+
+auto_join_removed_stays_out.options_factory = _auto_join_options(3, 1, snapshot_every_records=20)  # type: ignore[attr-defined]
+
+
 RECONFIG_SCENARIOS = {
+    "reconfig-auto-join-wiped": auto_join_wiped_voter,
+    "reconfig-auto-join-removed": auto_join_removed_stays_out,
     "reconfig-grow-shrink": grow_and_shrink,
     "reconfig-replace-voter": replace_voter,
     "reconfig-remove-leader": remove_leader,
@@ -305,15 +413,74 @@ def damage_survivable(sim: Simulation) -> bool:
     return True
 
 
-def random_reconfiguration(sim: Simulation, rng: random.Random, until_ms: float) -> None:
-    """The sweep's membership nemesis: every so often, one change through
-    the leader (add a caught-up non-voter, remove a voter, the leader
-    included) or a disk wipe. A voter whose disk was wiped is removed before
-    anything else changes, and at most one voter of three or more is ever
-    wiped at a time: more would lose acknowledged records legitimately
-    (each wipe is a lost copy, and Raft survives only a minority of them)."""
-    operator = Operator(sim)
+def membership_move(
+    sim: Simulation,
+    operator: Operator,
+    roll: float,
+    choose: Callable[[list[int]], int],
+    coin: Callable[[], float],
+    smallest: int = 1,
+) -> None:
+    """One move of the membership nemesis, chosen by ``roll`` in [0, 1):
+    add a caught-up non-voter (below 0.4), remove a voter, the leader
+    included, while more than ``smallest`` remain (below 0.75), or wipe a
+    disk. ``choose`` picks a node from a list, ``coin`` draws in [0, 1)
+    (whether a voter may be the one wiped): the sweep passes its seeded
+    random source, the hypothesis test its draws. A voter whose disk was
+    wiped is removed before anything else changes, and at most one voter
+    of three or more is ever wiped at a time: more would lose acknowledged
+    records legitimately (each wipe is a lost copy, and Raft survives only
+    a minority of them)."""
     nodes = sorted(sim.nodes)
+    voters = operator.voters()
+    wiped = sorted(
+        {
+            node_id
+            for voter_set in _sets_in_force(sim, operator)
+            for node_id in voter_set.ids
+            if not voter_set.holds(node_id, operator.directory_of(node_id))
+        }
+    )
+    if wiped:
+        # Remove a wiped voter of the current set. One that only an
+        # older set in force (a stale node's log) still holds with its
+        # old disk is not removed: the current set may have re-added it
+        # with its new disk, and removing that healthy voter beside
+        # another wiped one would leave no majority (sweep seeds 16276
+        # and 17203). Nothing else changes until the sets agree.
+        current_wiped = [node_id for node_id in wiped if node_id in voters.ids and not voters.holds(node_id, operator.directory_of(node_id))]
+        if current_wiped:
+            operator.try_remove(current_wiped[0], f"remove wiped n{current_wiped[0]}")
+    elif roll < 0.4:
+        candidates = [node_id for node_id in nodes if node_id not in voters and sim.nodes[node_id].core is not None]
+        if candidates and len(voters) < 5:
+            operator.try_add(choose(candidates))
+    elif roll < 0.75:
+        if len(voters) > smallest:
+            operator.try_remove(choose(list(voters.ids)))
+    else:
+        # A wipe loses that disk's copy. Any node outside every set in
+        # force may lose it; a voter only while every set in force has
+        # three voters or more, none wiped (checked above) and none with
+        # a damaged log (found at the next start, or under repair): one
+        # lost copy per set at a time, which Raft survives.
+        sets = _sets_in_force(sim, operator)
+        members = sorted({node_id for voter_set in sets for node_id in voter_set.ids})
+        damaged = any(
+            sim.nodes[node_id].disk.repair is not None or sim.nodes[node_id].disk.damaged_from is not None
+            for node_id in members
+        )
+        victims = [node_id for node_id in nodes if node_id not in members]
+        if min(len(voter_set) for voter_set in sets) >= 3 and not damaged and coin() < 0.5:
+            victims = [node_id for node_id in members if node_id != sim.leader()]
+        if victims:
+            sim.wipe_disk(choose(victims))
+
+
+def random_reconfiguration(sim: Simulation, rng: random.Random, until_ms: float) -> None:
+    """The sweep's membership nemesis: every so often, one
+    ``membership_move`` drawn from the seed."""
+    operator = Operator(sim)
     # With log damage drawn too, sets stay at three voters or more (see
     # ``damage_survivable``).
     smallest = 3 if sim.options.disk_damage_rate else 1
@@ -321,54 +488,7 @@ def random_reconfiguration(sim: Simulation, rng: random.Random, until_ms: float)
     def step() -> None:
         if sim.now_ms >= until_ms:
             return
-        voters = operator.voters()
-        wiped = sorted(
-            {
-                node_id
-                for voter_set in _sets_in_force(sim, operator)
-                for node_id in voter_set.ids
-                if not voter_set.holds(node_id, operator.directory_of(node_id))
-            }
-        )
-        roll = rng.random()
-        if wiped:
-            # Remove a wiped voter of the current set. One that only an
-            # older set in force (a stale node's log) still holds with its
-            # old disk is not removed: the current set may have re-added it
-            # with its new disk, and removing that healthy voter beside
-            # another wiped one would leave no majority (sweep seeds 16276
-            # and 17203). Nothing else changes until the sets agree.
-            current_wiped = [node_id for node_id in wiped if node_id in voters.ids and not voters.holds(node_id, operator.directory_of(node_id))]
-            if current_wiped:
-                victim = current_wiped[0]
-                operator.try_once(f"remove wiped n{victim}", lambda host: host.remove_voter(victim))
-        elif roll < 0.4:
-            candidates = [node_id for node_id in nodes if node_id not in voters and sim.nodes[node_id].core is not None]
-            if candidates and len(voters) < 5:
-                node_id = rng.choice(candidates)
-                voter = Voter(node_id, operator.directory_of(node_id))
-                operator.try_once(f"add n{node_id}", lambda host: host.add_voter(voter))
-        elif roll < 0.75:
-            if len(voters) > smallest:
-                node_id = rng.choice(voters.ids)
-                operator.try_once(f"remove n{node_id}", lambda host: host.remove_voter(node_id))
-        else:
-            # A wipe loses that disk's copy. Any node outside every set in
-            # force may lose it; a voter only while every set in force has
-            # three voters or more, none wiped (checked above) and none with
-            # a damaged log (found at the next start, or under repair): one
-            # lost copy per set at a time, which Raft survives.
-            sets = _sets_in_force(sim, operator)
-            members = sorted({node_id for voter_set in sets for node_id in voter_set.ids})
-            damaged = any(
-                sim.nodes[node_id].disk.repair is not None or sim.nodes[node_id].disk.damaged_from is not None
-                for node_id in members
-            )
-            victims = [node_id for node_id in nodes if node_id not in members]
-            if min(len(voter_set) for voter_set in sets) >= 3 and not damaged and rng.random() < 0.5:
-                victims = [node_id for node_id in members if node_id != sim.leader()]
-            if victims:
-                sim.wipe_disk(rng.choice(victims))
+        membership_move(sim, operator, rng.random(), rng.choice, rng.random, smallest)
         sim.schedule(rng.uniform(300, 1500), step)
 
     sim.schedule(rng.uniform(0, 500), step)

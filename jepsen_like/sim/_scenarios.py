@@ -541,6 +541,8 @@ def random_options(seed: int) -> SimOptions:
     reconfigure = rng.random() < 0.3
     # After those too: election-state rollbacks at crashes.
     election_rollback_rate = rng.choice((0.0, 0.0, 0.0, 0.5))
+    # After those: KIP-853 auto-join on every node, with the membership nemesis.
+    auto_join = rng.random() < 0.5
     return SimOptions(
         voters=voters,
         snapshot_every_records=snapshot_every_records,
@@ -551,6 +553,7 @@ def random_options(seed: int) -> SimOptions:
         dynamic_voters=reconfigure,
         spare_nodes=2 if reconfigure else 0,
         reconfigure=reconfigure,
+        auto_join=reconfigure and auto_join,
     )
 
 

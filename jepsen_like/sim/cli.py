@@ -38,6 +38,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 
 import click
 
@@ -238,16 +239,33 @@ def _ms(value: float | None) -> str:
 @click.option("--check-quorum/--no-check-quorum", default=True)
 @click.option("--pre-vote/--no-pre-vote", default=True)
 @click.option("--json", "as_json", is_flag=True, help="End with a one-line JSON summary.")
-def sweep_command(seeds: int, start: int, scenario: str, check_quorum: bool, pre_vote: bool, as_json: bool) -> None:
-    """Run a scenario over many seeds and report failures and figures."""
+@click.option(
+    "--reconfigure",
+    is_flag=True,
+    help="random only: run just the seeds that draw the membership nemesis (dynamic voters, KIP-853), "
+    "from --start on, until --seeds of them ran.",
+)
+def sweep_command(
+    seeds: int, start: int, scenario: str, check_quorum: bool, pre_vote: bool, as_json: bool, reconfigure: bool
+) -> None:
+    """Run a scenario over many seeds and report failures and figures; the
+    seeds whose runs changed voters are counted apart."""
+    if reconfigure and scenario != "random":
+        raise click.UsageError("--reconfigure: only the random scenario draws the membership nemesis")
     began = time.perf_counter()
     failures: list[str] = []
     resign_ms: list[float] = []
     failover_ms: list[float] = []
     # The scenario's own figures (ScenarioResult.extra), where it names them.
     figures: dict[str, list[float]] = {name: [] for name in getattr(SCENARIOS[scenario], "figures", ())}
-    for seed in range(start, start + seeds):
+    # Seeds whose options change voters (the membership nemesis), with
+    # auto-join, and their failures.
+    reconfigured = {"seeds": 0, "auto_join": 0, "failures": 0}
+    for seed in _sweep_seeds(scenario, start, seeds, reconfigure):
         options = default_options(scenario, seed)
+        if options.reconfigure:
+            reconfigured["seeds"] += 1
+            reconfigured["auto_join"] += options.auto_join
         options.check_quorum = check_quorum
         options.pre_vote = pre_vote
         result = run_scenario(scenario, seed, options)
@@ -260,6 +278,7 @@ def sweep_command(seeds: int, start: int, scenario: str, check_quorum: bool, pre
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 values.append(value)
         if not result.valid:
+            reconfigured["failures"] += options.reconfigure
             first_line = (result.violation or "").splitlines()[0] if result.violation else ""
             failures.append(f"seed {seed}: {result.failure_class}: {first_line}")
             click.echo(f"FAIL seed={seed} {result.failure_class}: {first_line}")
@@ -272,17 +291,37 @@ def sweep_command(seeds: int, start: int, scenario: str, check_quorum: bool, pre
         "seeds_per_s": round(seeds / elapsed_s, 1),
         "leader_resign_ms": _distribution(resign_ms),
         "failover_ms": _distribution(failover_ms),
+        "reconfiguration_seeds": reconfigured["seeds"],
+        "reconfiguration_auto_join_seeds": reconfigured["auto_join"],
+        "reconfiguration_failures": reconfigured["failures"],
     }
     summary.update({name: _distribution(values) for name, values in figures.items()})
     click.echo(
         f"{scenario}: {seeds} seeds, {len(failures)} failures, {summary['seeds_per_s']} seeds/s;"
         f" resign {summary['leader_resign_ms']}; failover {summary['failover_ms']}"
     )
+    if reconfigured["seeds"]:
+        click.echo(
+            f"    {reconfigured['seeds']} seeds with reconfiguration ({reconfigured['auto_join']} with auto-join),"
+            f" {reconfigured['failures']} violations"
+        )
     for name in figures:
         click.echo(f"    {name}: {summary[name]}")
     if as_json:
         click.echo(json.dumps(summary, sort_keys=True))
     sys.exit(1 if failures else 0)
+
+
+def _sweep_seeds(scenario: str, start: int, count: int, reconfigure: bool) -> Iterator[int]:
+    """``count`` seeds from ``start``; with ``reconfigure``, only those whose
+    drawn options change voters (about three in ten)."""
+    seed = start
+    ran = 0
+    while ran < count:
+        if not reconfigure or default_options(scenario, seed).reconfigure:
+            ran += 1
+            yield seed
+        seed += 1
 
 
 def _distribution(values: list[float]) -> dict[str, float] | None:

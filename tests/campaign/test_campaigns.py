@@ -202,3 +202,31 @@ async def test_a_chaos_campaign_over_mutual_tls_is_valid_and_nothing_is_refused(
     assert any(event["type"] == "ok" for event in registrations), "synthetic brokers registered over TLS"
     logs = "".join(path.read_text() for path in (result.run_dir / "logs").glob("node*.log"))
     assert "mutual TLS 1.3 as pykraft://node/1" in logs and "PLAINTEXT" not in logs
+
+
+@pytest.mark.long  # about two minutes on 2 cores (format, replacements, the reference checker): make soak
+async def test_a_membership_campaign_changes_voters_under_faults_and_loses_nothing(tmp_path):
+    """Issue 17 (KIP-853): four controllers formatted for dynamic voters
+    (three voters, one observer), voters added, removed (the leader too)
+    and replaced with a new disk between kills, pauses and isolations. The
+    history records every change with the voter sets before and after, the
+    report draws them, and the checker finds nothing."""
+    result = await run(tmp_path, None, scenario="membership", time_limit_s=60, seed=5, controllers=4, brokers=0, checker="reference")
+    assert result.checker_error is None
+    assert result.valid is True, result.anomalies
+    history = [json.loads(line) for line in (result.run_dir / "history.jsonl").read_text().splitlines()]
+    changes = [event for event in history if event["f"] in ("add-voter", "remove-voter", "replace-voter")]
+    ends = [event["value"]["fault"] for event in changes if event["value"]["phase"] == "end"]
+    assert len(ends) >= 2 and all("voters_after" in end and "outcome" in end for end in ends)
+    assert any(end["outcome"] == "ok" and end["voters_after"] != end["voters_before"] for end in ends)
+    # The four controllers' log copies agree (the checker compared them).
+    assert results_of(result)["stats"]["log_dump_records"] > 0
+    report = result.report.read_text()
+    assert "voter change: the node added, removed or given a new disk" in report
+
+
+async def test_a_membership_campaign_refuses_kraft_brokers(tmp_path):
+    """kraft-broker's observer holds static voters and drops VOTERS records:
+    the membership scenario says so before starting anything."""
+    with pytest.raises(ValueError, match="--brokers 0"):
+        Campaign(CampaignOptions(store=tmp_path / "store", scenario="membership", brokers=1))

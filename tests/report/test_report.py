@@ -355,3 +355,50 @@ def test_chromium_draws_the_broker_lanes(tmp_path):
     pixels = [image.pixel(x, y) for y in range(0, image.height, 5) for x in range(0, image.width, 5)]
     assert any(near(p, "#0d9488") for p in pixels), "no online broker band"
     assert any(near(p, "#fca5a5") for p in pixels), "no fenced broker band"
+
+
+def add_voter_changes(run_dir: Path) -> None:
+    """The membership nemesis's events (issue 17): node 3 removed from 4 s
+    to 5 s, added back from 9 s to 11 s; a refused addition of node 2 (a
+    voter already) whose set does not change."""
+    S = 1_000_000_000
+    history = run_dir / "history.jsonl"
+    events = [json.loads(line) for line in history.read_text().splitlines()]
+
+    def change(f: str, fault_id: int, node: int, start_s: float, end_s: float, before: list, after: list, outcome: str):
+        start = {"fault_id": fault_id, "node": node, "directory_id": f"dir{node}", "voters_before": before}
+        end = {**start, "outcome": outcome, "voters_after": after}
+        return [
+            {"process": "nemesis", "type": "info", "f": f, "key": None, "time": int(start_s * S), "value": {"phase": "start", "fault": start}},
+            {"process": "nemesis", "type": "info", "f": f, "key": None, "time": int(end_s * S), "value": {"phase": "end", "fault": end}},
+        ]
+
+    events += change("remove-voter", 11, 3, 4, 5, [1, 2, 3], [1, 2], "ok")
+    events += change("add-voter", 12, 3, 9, 11, [1, 2], [1, 2, 3], "ok")
+    events += change("add-voter", 13, 2, 13, 13.5, [1, 2, 3], [1, 2, 3], "refused")
+    events.sort(key=lambda event: event["time"])
+    for index, event in enumerate(events):
+        event["index"] = index
+    history.write_text("".join(json.dumps(event) + "\n" for event in events))
+
+
+def test_voter_changes_are_bands_and_a_removed_controller_is_marked_not_a_voter(tmp_path):
+    run_dir = build_run(tmp_path, duration_s=20)
+    add_voter_changes(run_dir)
+    data = load_run(run_dir)
+    assert data.non_voter_spans() == {"1": [], "2": [], "3": [(5 * 10**9, 11 * 10**9)]}
+    [removal] = [fault for fault in data.faults if fault.f == "remove-voter"]
+    assert removal.end_fault["voters_after"] == [1, 2] and removal.label() == "remove-voter n3"
+    page = Page(write_report(run_dir).read_text(encoding="utf-8"))
+    text = page.all_text()
+    assert "remove-voter n3" in text and "add-voter n3" in text and "add-voter n2" in text
+    assert "not a voter" in text and "voter change: the node added, removed or given a new disk" in text
+    assert len(page.with_class("non-voter", "g")) == 1
+    # Node 3's lane (and node 2's, the refused addition) gets the voter-change strip.
+    assert sum(1 for tag, a in page.tags if tag == "rect" and a.get("fill") == "url(#hatch-voters)") == 3
+
+
+def test_without_voter_changes_no_controller_is_marked(run):
+    run_dir, out = run
+    assert load_run(run_dir).non_voter_spans() == {}
+    assert "not a voter" not in Page(out.read_text(encoding="utf-8")).all_text()

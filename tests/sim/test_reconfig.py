@@ -5,6 +5,8 @@ invariants the simulation checks after every output do fire."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from jepsen_like.sim import InvariantViolation, SimOptions, Simulation, random_options, run_scenario
@@ -86,3 +88,24 @@ def test_the_vote_invariant_fires_on_a_vote_by_a_non_voter():
     assert not spare.core.is_voter
     with pytest.raises(InvariantViolation, match="vote-by-non-voter"):
         sim._check_voters(spare, Output(election_state=ElectionState(epoch=5, voted_for=2)))
+
+
+def test_the_sweep_counts_reconfiguration_seeds_apart_and_can_run_only_them():
+    from click.testing import CliRunner
+
+    from jepsen_like.sim.cli import sweep_command
+
+    # Seed 5 draws no membership nemesis, 6 (the next) does.
+    assert not random_options(5).reconfigure and random_options(6).reconfigure
+    outcome = CliRunner().invoke(sweep_command, ["--seeds", "1", "--start", "5", "--json"])
+    assert outcome.exit_code == 0, outcome.output
+    assert json.loads(outcome.output.splitlines()[-1])["reconfiguration_seeds"] == 0
+    assert "with reconfiguration" not in outcome.output
+    # --reconfigure skips the others: seed 6 runs.
+    outcome = CliRunner().invoke(sweep_command, ["--seeds", "1", "--start", "5", "--reconfigure", "--json"])
+    assert outcome.exit_code == 0, outcome.output
+    summary = json.loads(outcome.output.splitlines()[-1])
+    assert summary["reconfiguration_seeds"] == summary["seeds"] == 1 and summary["reconfiguration_failures"] == 0
+    assert "1 seeds with reconfiguration (" in outcome.output and ", 0 violations" in outcome.output
+    refused = CliRunner().invoke(sweep_command, ["--scenario", "zombie-leader", "--reconfigure"])
+    assert refused.exit_code == 2 and "only the random scenario" in refused.output

@@ -82,9 +82,11 @@ def _random(seed: int, *, pre_vote: bool = True) -> SimOptions:
 
 def _as_found(seed: int) -> SimOptions:
     """``random_options(seed)`` as the sweep drew it before election-state
-    rollbacks (drawn last, and only when on: off, the run draws as it did)."""
+    rollbacks and auto-join (drawn last, and only when on: off, the run
+    draws as it did)."""
     options = random_options(seed)
     options.election_rollback_rate = 0.0
+    options.auto_join = False
     return options
 
 
