@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from jepsen_like.checker._load import HistoryMeta
-from jepsen_like.checker._models import MODE_BROKER, MODE_LEADER_LOCAL, MODE_LINEARIZABLE
+from jepsen_like.checker._models import MODE_BROKER, MODE_LEADER_LOCAL, READ_MODES
 
 # Percentiles each group reports (nearest rank, over every read of the group,
 # fresh ones included).
@@ -194,8 +194,8 @@ def summarize(reads: Iterable[ReadStaleness], windows: Sequence[FaultWindow], me
         for position in inside or [-1]:
             by_window.setdefault((position, read.mode), []).append(read)
 
-    def mode_order(mode: str) -> tuple[int, str]:
-        return (0 if mode == MODE_LINEARIZABLE else 1, mode)
+    def mode_order(mode: str) -> tuple[int, str]:  # strictest first, as READ_MODES lists them
+        return (READ_MODES.index(mode) if mode in READ_MODES else len(READ_MODES), mode)
 
     return {
         "reads": len(all_reads),
