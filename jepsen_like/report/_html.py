@@ -6,7 +6,8 @@ string that comes from the run's files is escaped (:func:`esc` in text and
 attributes, :func:`script_json` inside the one JSON ``<script>`` block).
 
 Sections: the header (scenario, verdict, counts, options), the node
-timeline, latency over time, throughput over time, the anomalies with their
+timeline, latency over time, throughput over time, staleness (``_staleness``:
+how far behind the reads were, per mode, node and fault window), the anomalies with their
 witness operations, and a footer with the input files. All charts share one
 time axis (seconds since the run began), so one x position is one instant
 in every chart.
@@ -33,6 +34,7 @@ from ._load import (
     witness_node_events,
     witness_operations,
 )
+from ._staleness import STALENESS_CSS, staleness_section
 from ._svg import (
     LogScale,
     TimeScale,
@@ -139,13 +141,14 @@ def render_report(data: RunData, out: Path | None = None) -> str:
         _timeline_section(data, scale, witnesses),
         _latency_section(data, scale, witnesses),
         _throughput_section(data, scale),
+        staleness_section(data.results),
         _anomalies_section(data, witnesses),
         _footer(data, out),
     ]
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-        f"<title>{esc(title)} — pykraft campaign report</title>\n<style>{CSS}</style>\n</head>\n"
+        f"<title>{esc(title)} — pykraft campaign report</title>\n<style>{CSS}{STALENESS_CSS}</style>\n</head>\n"
         "<body>\n<div id=\"tip\" hidden></div>\n<main>\n" + "\n".join(body) + "\n</main>\n"
         f"<script>{JS}</script>\n</body>\n</html>\n"
     )
@@ -305,7 +308,7 @@ def _header(data: RunData, witnesses: Sequence[CheckWitnesses]) -> str:
  </div>
 </div>
 {warnings}
-<nav><a href="#timeline">timeline</a><a href="#latency">latency</a><a href="#throughput">throughput</a><a href="#anomalies">anomalies</a><a href="#files">files</a></nav>
+<nav><a href="#timeline">timeline</a><a href="#latency">latency</a><a href="#throughput">throughput</a><a href="#staleness">staleness</a><a href="#anomalies">anomalies</a><a href="#files">files</a></nav>
 </header>"""
 
 
