@@ -33,6 +33,7 @@ STALENESS_CSS = """
 .st-beyond{color:#991b1b;font-weight:700}
 table.staleness td{text-align:right;font-variant-numeric:tabular-nums}
 table.staleness td.name{text-align:left}
+table.staleness caption{text-align:left;padding:8px 0 2px}
 """
 
 
@@ -59,9 +60,12 @@ def staleness_section(results: Mapping[str, Any] | None) -> str:
 
 
 def _ms_text(ms: Any) -> str:
+    """A staleness, four significant digits (the exact figure is in results.json)."""
     if not isinstance(ms, (int, float)) or isinstance(ms, bool):
         return "–"
-    return "0" if ms == 0 else esc(ms_label(float(ms)))
+    if ms == 0:
+        return "0"
+    return esc(f"{ms / 1000:.4g} s" if ms >= 1000 else f"{ms:.4g} ms")
 
 
 def _table(caption: str, groups: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
