@@ -132,37 +132,31 @@ def read_staleness(ops: DataFrame, writers: DataFrame, settings: Settings) -> Da
     )
     done_struct = "struct<t_done:bigint,index:bigint>"
 
-    # Offset rule. Writes with an offset, once by completion time (the
-    # largest offset acknowledged before the invoke: the lag in offsets) and
-    # once by offset (the earliest acknowledged of those with a larger offset
-    # than the read's: the first missed write, when acknowledged before the
-    # invoke).
+    # Offset rule, two running windows over the key's writes with an offset
+    # and its reads with one: by completion time, the largest offset
+    # acknowledged before the invoke (the lag in offsets); by offset, the
+    # earliest acknowledged of the writes with a larger offset than the
+    # read's (the first missed write, when acknowledged before the invoke).
     offset_writes = ops.where(
         (F.col("outcome") == "ok") & F.col("kind").isin("write", "cas", "append") & F.col("offset").isNotNull()
-    ).select("hid", "key", "offset", "t_done", "index")
-    offset_reads = reads.where(F.col("offset").isNotNull())
+    ).select(
+        "hid", "key", F.col("t_done").alias("t"), F.col("offset").alias("o"), F.lit(1).alias("ord"), "offset",
+        F.struct("t_done", "index").alias("c"), _null("bigint").alias("r_index"),
+    )
+    offset_reads = reads.where(F.col("offset").isNotNull()).select(
+        "hid", "key", F.col("t_inv").alias("t"), F.col("offset").alias("o"), F.lit(0).alias("ord"), _null("bigint").alias("offset"),
+        _null(done_struct).alias("c"), F.col("index").alias("r_index"),
+    )
     # At equal times the read sorts first: a write acknowledged at the
     # instant of the invoke is concurrent, not before (closed intervals).
+    # At equal offsets too: only larger offsets precede it.
     by_time = Window.partitionBy("hid", "key").orderBy("t", "ord").rowsBetween(*_EARLIER)
-    newest = (
-        offset_writes.select("hid", "key", F.col("t_done").alias("t"), F.lit(1).alias("ord"), "offset", _null("bigint").alias("r_index"))
-        .unionByName(
-            offset_reads.select("hid", "key", F.col("t_inv").alias("t"), F.lit(0).alias("ord"), _null("bigint").alias("offset"), F.col("index").alias("r_index"))
-        )
-        .select("*", F.max("offset").over(by_time).alias("newest"))
-        .where(F.col("ord") == 0)
-        .select("hid", F.col("r_index").alias("index"), "newest")
-    )
-    # At equal offsets the read sorts first: only larger offsets precede it.
     by_offset = Window.partitionBy("hid", "key").orderBy(F.desc("o"), "ord").rowsBetween(*_EARLIER)
-    first_by_offset = (
-        offset_writes.select("hid", "key", F.col("offset").alias("o"), F.lit(1).alias("ord"), F.struct("t_done", "index").alias("c"), _null("bigint").alias("r_index"))
-        .unionByName(
-            offset_reads.select("hid", "key", F.col("offset").alias("o"), F.lit(0).alias("ord"), _null(done_struct).alias("c"), F.col("index").alias("r_index"))
-        )
-        .select("*", F.min("c").over(by_offset).alias("o_first"))
+    by_offset_rule = (
+        offset_writes.unionByName(offset_reads)
+        .select("*", F.max("offset").over(by_time).alias("newest"), F.min("c").over(by_offset).alias("o_first"))
         .where(F.col("ord") == 0)
-        .select("hid", F.col("r_index").alias("index"), "o_first")
+        .select("hid", F.col("r_index").alias("index"), "newest", "o_first")
     )
 
     # Value rule: the earliest acknowledged ok write invoked after the
@@ -189,8 +183,7 @@ def read_staleness(ops: DataFrame, writers: DataFrame, settings: Settings) -> Da
     )
 
     joined = (
-        reads.join(newest, on=["hid", "index"], how="left")
-        .join(first_by_offset, on=["hid", "index"], how="left")
+        reads.join(by_offset_rule, on=["hid", "index"], how="left")
         .join(first_by_value, on=["hid", "index"], how="left")
     )
     by_offset_missed = F.col("o_first.t_done") < F.col("t_inv")
