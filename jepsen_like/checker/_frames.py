@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial, reduce
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -441,6 +441,9 @@ class Loaded:
     side_counts: dict[int, dict[str, int]]
     node_events: DataFrame | None
     log_dumps: DataFrame | None
+    # Per history, its nemesis events (index, time, f, value), for the
+    # staleness figures' fault windows.
+    nemesis: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     # Some value (of any history) holds a non-integer number: exact_json
     # needs Python for those (see inexact_values).
     inexact_values: bool = True
@@ -453,7 +456,7 @@ class Loaded:
 # Per-history counts of node events (by kind) and log-dump records.
 SIDE_COUNTS = ("node_events", "role_events", "broker_registrations", "broker_state_events", "broker_requests", "log_dump_records")
 # What each row of load's one action is (column "row").
-_ERROR_ROW, _SIDE_ERROR_ROW, _COUNT_ROW, _SIDE_COUNT_ROW = "error", "side error", "count", "side count"
+_ERROR_ROW, _SIDE_ERROR_ROW, _COUNT_ROW, _SIDE_COUNT_ROW, _NEMESIS_ROW = "error", "side error", "count", "side count", "nemesis"
 
 
 def _side_count_rows(node_events: DataFrame | None, log_dumps: DataFrame | None) -> list[DataFrame]:
@@ -535,6 +538,13 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, eager: bool =
         .withColumn("row", F.lit(_COUNT_ROW))
     )
     parts += _side_count_rows(node_events, log_dumps)
+    # Nemesis events are few (one per fault start and end): they travel in
+    # the same action, their value as the variant itself (exact numbers).
+    parts.append(
+        kept.where((F.col("process") == NEMESIS) & F.col("error_message").isNull() & F.col("hid").isNotNull())
+        .select("hid", "index", "time", "f", F.col("value").alias("nemesis_value"))
+        .withColumn("row", F.lit(_NEMESIS_ROW))
+    )
     rows = reduce(partial(DataFrame.unionByName, allowMissingColumns=True), parts).collect()
 
     by_kind: dict[str, list] = {}
@@ -559,7 +569,14 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, eager: bool =
         for name in SIDE_COUNTS:
             side_counts[row["hid"]][name] += row[name] or 0
     inexact = any(row["inexact_values"] for row in by_kind.get(_COUNT_ROW, []))
-    return Loaded(kept, event_counts, operation_names, side_counts, node_events, log_dumps, inexact)
+    nemesis: dict[int, list[dict[str, Any]]] = {hid: [] for hid in range(len(sources))}
+    for row in by_kind.get(_NEMESIS_ROW, []):
+        value = row["nemesis_value"]
+        nemesis[row["hid"]].append({
+            "index": row["index"], "time": row["time"], "f": row["f"],
+            "value": None if value is None else json.loads(variant_json(value.toPython())),
+        })
+    return Loaded(kept, event_counts, operation_names, side_counts, node_events, log_dumps, nemesis, inexact)
 
 
 # Variant types whose JSON text Spark's to_json does not give exactly: a

@@ -17,6 +17,7 @@ import json
 import threading
 import time
 from collections import defaultdict
+from functools import partial, reduce
 from pathlib import Path
 from typing import Any, Mapping, MutableMapping, Sequence
 
@@ -28,7 +29,7 @@ from jepsen_like.checker._errors import HistoryFormatError
 from jepsen_like.checker._frames import OP_RENDER_COLUMNS, Loaded, build_operations, load, materialize, model_error, release
 from jepsen_like.checker._load import HistorySource, discover_histories, resolve_model_name
 from jepsen_like.checker._model_catalog import MODEL_DEFAULT, get_model
-from jepsen_like.checker._models import Model, canonical_json, operation_from_row, render_operation
+from jepsen_like.checker._models import MODE_LINEARIZABLE, Model, canonical_json, operation_from_row, render_operation
 from jepsen_like.checker._report import (
     CHECK_NAMES,
     DEFAULT_MAX_WITNESSES,
@@ -40,6 +41,7 @@ from jepsen_like.checker._report import (
     tier1_check,
 )
 from jepsen_like.checker._spark import DEFAULT_MASTER, spark_session
+from jepsen_like.checker._staleness import ReadStaleness, fault_windows, summarize
 from jepsen_like.checker._wgl import DEFAULT_BUDGET_STEPS, NOT_LINEARIZABLE, UNKNOWN
 
 # The first tier-2 pass gives each key at most this many search steps (about
@@ -163,6 +165,7 @@ def check_sources(
         )
         counts = _operation_counts(ops, models, sources)
         release(loaded.paired)
+        nemesis = loaded.nemesis
         side = loaded.side_counts
         for hid in counts:
             counts[hid].update(loaded.event_counts[hid])
@@ -173,7 +176,7 @@ def check_sources(
         applicable = frozenset(
             name for hid in counts for name, reason in skip_reasons(counts[hid]).items() if reason is None
         )
-        tier1 = _tier1_findings(spark, ops, loaded, settings, max_witnesses, applicable)
+        tier1, read_figures = _tier1_findings(spark, ops, loaded, settings, max_witnesses, applicable)
         lap("tier1_s")
         tier2: dict[int, list[dict[str, Any]]] = {}
         if linearizability:
@@ -212,6 +215,7 @@ def check_sources(
             HistoryResult(
                 history=source.name, path=str(source.path), model=model_names[hid], checker="spark",
                 stats=stats, checks=checks,
+                staleness=summarize(read_figures.get(hid, []), fault_windows(nemesis[hid]), source.meta),
             )
         )
     return results
@@ -393,22 +397,47 @@ def _tier1_findings(
     settings: _tier1.Settings,
     max_witnesses: int,
     applicable: frozenset[str],
-) -> dict[tuple[int, str], tuple[int, list[tuple[int, dict[str, Any]]]]]:
-    """(hid, check) -> (exact count, the first witnesses with their ranks)."""
-    found = _tier1.anomalies(ops, loaded.node_events, loaded.log_dumps, settings, applicable)
-    if found is None:
-        return {}
-    group = Window.partitionBy("hid", "check")
-    ranked = group.orderBy(
-        F.asc_nulls_first("ord1"), F.asc_nulls_first("ord2"), F.asc_nulls_first("ord3"),
-        F.asc_nulls_first("ord4"), F.asc_nulls_first("ord5"),
-    )
-    rows = (
-        found.select("hid", "check", "evidence", F.count(F.lit(1)).over(group).alias("total"), F.row_number().over(ranked).alias("rank"))
-        .where(F.col("rank") <= max(1, max_witnesses))
-        .collect()
-    )
-    evidences = [(row["hid"], row["check"], row["rank"], row["total"], json.loads(row["evidence"])) for row in rows]
+) -> tuple[dict[tuple[int, str], tuple[int, list[tuple[int, dict[str, Any]]]]], dict[int, list[ReadStaleness]]]:
+    """(hid, check) -> (exact count, the first witnesses with their ranks),
+    and each history's per-read staleness figures (in the same action)."""
+    found, staleness = _tier1.anomalies(ops, loaded.node_events, loaded.log_dumps, settings, applicable)
+    parts = []
+    if found is not None:
+        group = Window.partitionBy("hid", "check")
+        ranked = group.orderBy(
+            F.asc_nulls_first("ord1"), F.asc_nulls_first("ord2"), F.asc_nulls_first("ord3"),
+            F.asc_nulls_first("ord4"), F.asc_nulls_first("ord5"),
+        )
+        parts.append(
+            found.select("hid", "check", "evidence", F.count(F.lit(1)).over(group).alias("total"), F.row_number().over(ranked).alias("rank"))
+            .where(F.col("rank") <= max(1, max_witnesses))
+        )
+    if staleness is not None:
+        # One row per ok read: the figures the staleness summary is made of.
+        parts.append(
+            staleness.select(
+                "hid", F.lit(_STALENESS_ROW).alias("check"), "index", "mode", "node", "t_inv", "staleness_ns", "offsets_behind",
+                "bound_ns", "missed",
+            )
+        )
+    if not parts:
+        return {}, {}
+    rows = reduce(partial(DataFrame.unionByName, allowMissingColumns=True), parts).collect()
+    figures: dict[int, list[ReadStaleness]] = defaultdict(list)
+    for row in rows:
+        if row["check"] == _STALENESS_ROW:
+            figures[row["hid"]].append(
+                ReadStaleness(
+                    index=row["index"], mode=row["mode"] or MODE_LINEARIZABLE, node=row["node"], invoke_ns=row["t_inv"],
+                    staleness_ns=row["staleness_ns"], offsets_behind=row["offsets_behind"], bound_ns=row["bound_ns"],
+                    missed_write=row["missed"],
+                )
+            )
+    evidences = [
+        (row["hid"], row["check"], row["rank"], row["total"], json.loads(row["evidence"]))
+        for row in rows
+        if row["check"] != _STALENESS_ROW
+    ]
     references = {
         (hid, evidence[name])
         for hid, _, _, _, evidence in evidences
@@ -421,7 +450,11 @@ def _tier1_findings(
         _, witnesses = findings.setdefault((hid, check_name), (count, []))
         if rank <= max_witnesses:
             witnesses.append((rank, _resolve(evidence, hid, rendered)))
-    return findings
+    return findings, figures
+
+
+# The check name of the per-read staleness rows in tier 1's action (not a check).
+_STALENESS_ROW = "~staleness"
 
 
 def _render_operations(spark: SparkSession, ops: DataFrame, references: set[tuple[int, int]]) -> dict[tuple[int, int], dict]:

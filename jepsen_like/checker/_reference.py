@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from jepsen_like.checker._errors import HistoryFormatError
@@ -33,6 +34,7 @@ from jepsen_like.checker._models import (
     FAIL,
     MODE_BROKER,
     MODE_LEADER_LOCAL,
+    MODE_LINEARIZABLE,
     OK,
     QUERY_KINDS,
     READ,
@@ -54,6 +56,7 @@ from jepsen_like.checker._report import (
     skipped,
     tier1_check,
 )
+from jepsen_like.checker._staleness import ReadStaleness, bound_ns_of_mode, fault_windows, summarize
 from jepsen_like.checker._wgl import LINEARIZABLE, NOT_LINEARIZABLE
 
 # Before every time in a history: the "completion" of the initial value.
@@ -86,25 +89,16 @@ def bound_ns(op: Operation, meta: HistoryMeta) -> int:
     Raises :class:`HistoryFormatError` when the history has a leader-local or
     broker read and its meta does not declare the bound.
     """
-    if op.mode == MODE_LEADER_LOCAL:
-        bound_ms = meta.leader_local_bound_ms
-        if bound_ms is None:
+    bound = bound_ns_of_mode(op.mode, meta)
+    if bound is None:
+        if op.mode == MODE_LEADER_LOCAL:
             raise HistoryFormatError(
                 f"read at index {op.index} is leader-local, but the history's meta gives no fetch_timeout_ms"
             )
-    elif op.mode == MODE_BROKER:
-        bound_ms = meta.staleness_bound_ms
-        if bound_ms is None:
-            raise HistoryFormatError(
-                f"read at index {op.index} is a broker read, but the history's meta gives no staleness_bound_ms"
-            )
-    else:
-        return 0
-    return round(bound_ms * 1_000_000)
-
-
-def bound_ms_of(op: Operation, meta: HistoryMeta) -> float:
-    return bound_ns(op, meta) / 1_000_000
+        raise HistoryFormatError(
+            f"read at index {op.index} is a broker read, but the history's meta gives no staleness_bound_ms"
+        )
+    return bound
 
 
 class _History:
@@ -118,6 +112,7 @@ class _History:
         keys_with_appends = {op.key for op in operations if self.kind[op.index] is APPEND}
         self.register_like = lambda key: key not in keys_with_appends
         self.ok_reads = [op for op in operations if self.kind[op.index] is READ and op.outcome == OK]
+        self.by_index = {op.index: op for op in operations}
         self.writers_by_value: dict[tuple[str | None, str], list[Operation]] = defaultdict(list)
         for op in operations:
             if self.kind[op.index] in (WRITE, CAS):
@@ -148,50 +143,98 @@ class _History:
         return False, 0, None
 
 
-def stale_reads(history: _History, meta: HistoryMeta) -> list[tuple[Any, dict[str, Any]]]:
-    """An ok read is stale if it misses a write acknowledged more than its
-    bound (0 for linearizable reads) before it was invoked. Two sound rules:
+@dataclass(frozen=True)
+class _Measured:
+    """A read's staleness, with what the stale-read witness names."""
 
-    - offset: an ok write/cas/append on the key with an offset, completed
-      before ``invoke - bound``, has a larger offset than the read's; the
-      witness is the one with the largest (offset, index);
+    figures: ReadStaleness
+    missed: Operation | None
+    rule: str | None
+    read_from: Operation | None
+
+
+def read_staleness(history: _History, meta: HistoryMeta) -> list[_Measured]:
+    """Every ok read's staleness (docs/checker.md, "Staleness"). The writes a
+    read missed are, by two sound rules, the ok writes acknowledged strictly
+    before its invoke such that:
+
+    - offset: the write (write/cas/append) on the read's key has an offset
+      larger than the read's;
     - value (keys without appends): the read's value has exactly one possible
-      writer ``w`` (ok) or is the initial value nobody wrote, and an ok
-      write/cas on the key was invoked after ``w`` completed and completed
-      before ``invoke - bound``; the witness is the one with the smallest
-      (completion, index).
+      writer ``w`` (ok) or is the initial value nobody wrote, and the write
+      (write/cas) on the key was invoked after ``w`` completed.
 
-    The offset rule's witness is reported when both rules flag a read.
+    The first missed write is the one with the smallest (completion, index)
+    of either rule (``rule`` says which found it; ``offset`` when both), and
+    the staleness is the read's invoke minus its completion (0 when the read
+    missed nothing). ``offsets_behind``, for reads with an offset, is the
+    largest offset of an ok write on the key acknowledged before the invoke
+    minus the read's offset (0 when none is larger).
     """
-    found = []
+    measured = []
     for read in history.ok_reads:
-        cutoff = read.call_ns - bound_ns(read, meta)
-        missed, rule, read_from = None, None, None
+        offset_first, value_first, read_from, offsets_behind = None, None, None, None
         if read.offset is not None:
-            candidates = [
+            acknowledged = [
                 w for w in history.ok_writers(read.key, (WRITE, CAS, APPEND))
-                if w.offset is not None and w.return_ns < cutoff and w.offset > read.offset
+                if w.offset is not None and w.return_ns < read.call_ns
             ]
-            if candidates:
-                missed, rule = max(candidates, key=lambda w: (w.offset, w.index)), "offset"
-        if missed is None and history.register_like(read.key):
+            newer = [w for w in acknowledged if w.offset > read.offset]
+            offsets_behind = max((w.offset for w in newer), default=read.offset) - read.offset
+            if newer:
+                offset_first = min(newer, key=lambda w: (w.return_ns, w.index))
+        if history.register_like(read.key):
             applicable, writer_done_ns, writer = history.writer_done_ns(read)
             if applicable:
-                candidates = [
+                later = [
                     w for w in history.ok_writers(read.key, (WRITE, CAS))
-                    if w.call_ns > writer_done_ns and w.return_ns < cutoff
+                    if w.call_ns > writer_done_ns and w.return_ns < read.call_ns
                 ]
-                if candidates:
-                    missed, rule, read_from = min(candidates, key=lambda w: (w.return_ns, w.index)), "value", writer
-        if missed is not None:
+                if later:
+                    value_first, read_from = min(later, key=lambda w: (w.return_ns, w.index)), writer
+        missed, rule = offset_first, "offset" if offset_first is not None else None
+        if value_first is not None and (
+            offset_first is None or (value_first.return_ns, value_first.index) < (offset_first.return_ns, offset_first.index)
+        ):
+            missed, rule = value_first, "value"
+        figures = ReadStaleness(
+            index=read.index,
+            mode=read.mode or MODE_LINEARIZABLE,
+            node=read.extra.get("node"),
+            invoke_ns=read.call_ns,
+            staleness_ns=read.call_ns - missed.return_ns if missed is not None else 0,  # type: ignore[operator]
+            offsets_behind=offsets_behind,
+            bound_ns=bound_ns(read, meta),
+            missed_write=missed.index if missed is not None else None,
+        )
+        measured.append(_Measured(figures, missed, rule, read_from if rule == "value" else None))
+    return measured
+
+
+def stale_reads(history: _History, meta: HistoryMeta, measured: Sequence[_Measured] | None = None) -> list[tuple[Any, dict[str, Any]]]:
+    """An ok read is stale if the first write it missed
+    (:func:`read_staleness`) was acknowledged more than its bound (0 for
+    linearizable reads) before it was invoked: if its staleness exceeds its
+    bound. The witness names the read, that write, the rule that found it
+    (and, for the value rule, ``read_from``, the writer of the value read),
+    the bound, the staleness and, for reads with an offset, the lag in
+    offsets. ``measured``: :func:`read_staleness`'s answer, when the caller
+    has it already.
+    """
+    found = []
+    for read in measured if measured is not None else read_staleness(history, meta):
+        figures = read.figures
+        if figures.staleness_ns > figures.bound_ns:
             witness = {
-                "read": render_operation(read),
-                "missed_write": render_operation(missed),
-                "read_from": render_operation(read_from) if read_from is not None else None,
-                "rule": rule,
-                "bound_ms": bound_ms_of(read, meta),
+                "read": render_operation(history.by_index[figures.index]),
+                "missed_write": render_operation(read.missed),  # type: ignore[arg-type]
+                "read_from": render_operation(read.read_from) if read.read_from is not None else None,
+                "rule": read.rule,
+                "bound_ms": figures.bound_ns / 1_000_000,
+                "staleness_ms": figures.staleness_ns / 1_000_000,
+                "offsets_behind": figures.offsets_behind,
             }
-            found.append((read.index, compact(witness)))
+            found.append((figures.index, compact(witness)))
     return found
 
 
@@ -652,8 +695,10 @@ def check_source_reference(
     counts = input_counts(history, node_events, log_records)
     reasons = skip_reasons(counts)
     unwritten = unwritten_reads(history)
+    measured = read_staleness(history, meta)
+    windows = fault_windows(event for event in events if event["process"] == "nemesis")
     compute: dict[str, Callable[[], list]] = {
-        "stale-read": lambda: stale_reads(history, meta),
+        "stale-read": lambda: stale_reads(history, meta, measured),
         "non-monotonic-read-process": lambda: non_monotonic_reads_by_process(history, meta),
         "non-monotonic-read-broker": lambda: non_monotonic_reads_by_broker(history, meta),
         "garbage-read": lambda: unwritten["garbage-read"],
@@ -687,7 +732,8 @@ def check_source_reference(
         **counts,
     }
     return HistoryResult(
-        history=source.name, path=str(source.path), model=model_name, checker="reference", stats=stats, checks=checks
+        history=source.name, path=str(source.path), model=model_name, checker="reference", stats=stats, checks=checks,
+        staleness=summarize((read.figures for read in measured), windows, meta),
     )
 
 

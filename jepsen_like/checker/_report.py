@@ -8,7 +8,11 @@ A results file is one JSON object per history::
      "checks": {"stale-read": {"status": "pass", "count": 0, "witnesses": []},
                 ...,
                 "linearizability": {"status": "fail", "count": 1, "witnesses": [...],
-                                    "keys": {...}, "unknown_keys": [...], "budget_steps": 50000000}}}
+                                    "keys": {...}, "unknown_keys": [...], "budget_steps": 50000000}},
+     "staleness": {"reads": 26, "bounds_ms": {...}, "by_mode": [...], "by_node": [...], "by_window": [...]}}
+
+``staleness`` holds figures, not a verdict: how far behind each ok read was,
+summarized per read mode, node and fault window (``_staleness.summarize``).
 
 ``status`` is ``pass`` (looked, found nothing), ``fail`` (found ``count``
 anomalies; ``witnesses`` lists the first ones by history index, with the exact
@@ -172,6 +176,9 @@ class HistoryResult:
     checker: str
     stats: Mapping[str, Any]
     checks: Mapping[str, Mapping[str, Any]]
+    # How far behind the reads were (docs/checker.md, "Staleness"): figures,
+    # not a check; None only where a result is made by hand.
+    staleness: Mapping[str, Any] | None = None
 
     @property
     def valid(self) -> bool | str:
@@ -195,6 +202,7 @@ class HistoryResult:
             "nothing_to_check": self.nothing_to_check,
             "stats": dict(self.stats),
             "checks": {name: dict(self.checks[name]) for name in CHECK_NAMES if name in self.checks},
+            **({"staleness": self.staleness} if self.staleness is not None else {}),
         }
 
 

@@ -122,68 +122,96 @@ def _join_writers(reads: DataFrame, writers: DataFrame, settings: Settings) -> D
     )
 
 
-def stale_reads(ops: DataFrame, writers: DataFrame, settings: Settings) -> DataFrame:
-    reads = _ok_reads(ops).select("*", _bound_ns(settings).alias("bound_ns"))
-    reads = reads.withColumn("cutoff", F.col("t_inv") - F.col("bound_ns"))
-    write_struct = "struct<offset:bigint,index:bigint>"
+def read_staleness(ops: DataFrame, writers: DataFrame, settings: Settings) -> DataFrame:
+    """Every ok read's staleness, as ``_reference.read_staleness`` defines it:
+    columns hid, index, mode, node, t_inv, bound_ns, staleness_ns,
+    offsets_behind, missed (the first missed write's index), rule and
+    read_from (the value rule's writer)."""
+    reads = _ok_reads(ops).select(
+        "hid", "index", "key", "mode", "node", "t_inv", "offset", "ret", "register_like", _bound_ns(settings).alias("bound_ns")
+    )
+    done_struct = "struct<t_done:bigint,index:bigint>"
 
-    # Offset rule: the largest offset acknowledged before invoke - bound.
+    # Offset rule, two running windows over the key's writes with an offset
+    # and its reads with one: by completion time, the largest offset
+    # acknowledged before the invoke (the lag in offsets); by offset, the
+    # earliest acknowledged of the writes with a larger offset than the
+    # read's (the first missed write, when acknowledged before the invoke).
     offset_writes = ops.where(
         (F.col("outcome") == "ok") & F.col("kind").isin("write", "cas", "append") & F.col("offset").isNotNull()
     ).select(
-        "hid", "key", F.col("t_done").alias("t"), F.lit(1).alias("ord"),
-        F.struct("offset", "index").alias("w"), _null("bigint").alias("r_offset"),
-        _null("bigint").alias("r_index"), _null("bigint").alias("bound_ns"),
+        "hid", "key", F.col("t_done").alias("t"), F.col("offset").alias("o"), F.lit(1).alias("ord"), "offset",
+        F.struct("t_done", "index").alias("c"), _null("bigint").alias("r_index"),
     )
     offset_reads = reads.where(F.col("offset").isNotNull()).select(
-        "hid", "key", F.col("cutoff").alias("t"), F.lit(0).alias("ord"), _null(write_struct).alias("w"),
-        F.col("offset").alias("r_offset"), F.col("index").alias("r_index"), "bound_ns",
+        "hid", "key", F.col("t_inv").alias("t"), F.col("offset").alias("o"), F.lit(0).alias("ord"), _null("bigint").alias("offset"),
+        _null(done_struct).alias("c"), F.col("index").alias("r_index"),
     )
-    # At equal times the read sorts first: a write acknowledged exactly at
-    # the cutoff is concurrent, not before (closed intervals).
+    # At equal times the read sorts first: a write acknowledged at the
+    # instant of the invoke is concurrent, not before (closed intervals).
+    # At equal offsets too: only larger offsets precede it.
     by_time = Window.partitionBy("hid", "key").orderBy("t", "ord").rowsBetween(*_EARLIER)
-    by_offset = (
+    by_offset = Window.partitionBy("hid", "key").orderBy(F.desc("o"), "ord").rowsBetween(*_EARLIER)
+    by_offset_rule = (
         offset_writes.unionByName(offset_reads)
-        .select("*", F.max("w").over(by_time).alias("best"))
-        .where((F.col("ord") == 0) & (F.col("best.offset") > F.col("r_offset")))
-        .select(
-            "hid", F.col("r_index").alias("read"), F.col("best.index").alias("missed_write"),
-            _null("bigint").alias("read_from"), F.lit("offset").alias("rule"), "bound_ns",
-        )
+        .select("*", F.max("offset").over(by_time).alias("newest"), F.min("c").over(by_offset).alias("o_first"))
+        .where(F.col("ord") == 0)
+        .select("hid", F.col("r_index").alias("index"), "newest", "o_first")
     )
 
-    # Value rule: an ok write invoked after the read's value was in place and
-    # acknowledged before invoke - bound.
+    # Value rule: the earliest acknowledged ok write invoked after the
+    # read's value was in place.
     valued = _join_writers(reads.where(F.col("register_like")), writers, settings).where(F.col("applicable"))
     value_writes = ops.where(
         (F.col("outcome") == "ok") & F.col("kind").isin("write", "cas") & F.col("register_like")
     ).select(
         "hid", "key", F.col("t_inv").alias("t"), F.lit(0).alias("ord"), F.struct("t_done", "index").alias("c"),
-        _null("bigint").alias("r_index"), _null("bigint").alias("cutoff"), _null("bigint").alias("read_from"),
-        _null("bigint").alias("bound_ns"),
+        _null("bigint").alias("r_index"), _null("bigint").alias("read_from"),
     )
     value_reads = valued.select(
-        "hid", "key", F.col("writer_done").alias("t"), F.lit(1).alias("ord"),
-        _null("struct<t_done:bigint,index:bigint>").alias("c"), F.col("index").alias("r_index"), "cutoff",
-        F.col("writer_index").alias("read_from"), "bound_ns",
+        "hid", "key", F.col("writer_done").alias("t"), F.lit(1).alias("ord"), _null(done_struct).alias("c"),
+        F.col("index").alias("r_index"), F.col("writer_index").alias("read_from"),
     )
     # Later rows first, so "every write invoked after t" is a running prefix
     # (an unbounded-following frame would be quadratic).
     later_first = Window.partitionBy("hid", "key").orderBy(F.desc("t"), F.desc("ord")).rowsBetween(*_EARLIER)
-    by_value = (
+    first_by_value = (
         value_writes.unionByName(value_reads)
-        .select("*", F.min("c").over(later_first).alias("best"))
-        .where((F.col("ord") == 1) & (F.col("best.t_done") < F.col("cutoff")))
-        .select(
-            "hid", F.col("r_index").alias("read"), F.col("best.index").alias("missed_write"), "read_from",
-            F.lit("value").alias("rule"), "bound_ns",
-        )
+        .select("*", F.min("c").over(later_first).alias("v_first"))
+        .where(F.col("ord") == 1)
+        .select("hid", F.col("r_index").alias("index"), "v_first", "read_from")
     )
-    flagged = by_offset.unionByName(by_value.join(by_offset.select("hid", "read"), on=["hid", "read"], how="left_anti"))
+
+    joined = (
+        reads.join(by_offset_rule, on=["hid", "index"], how="left")
+        .join(first_by_value, on=["hid", "index"], how="left")
+    )
+    by_offset_missed = F.col("o_first.t_done") < F.col("t_inv")
+    by_value_missed = F.col("v_first.t_done") < F.col("t_inv")
+    value_wins = by_value_missed & (~F.coalesce(by_offset_missed, F.lit(False)) | (F.col("v_first") < F.col("o_first")))
+    first = F.when(value_wins, F.col("v_first")).when(by_offset_missed, F.col("o_first"))
+    return joined.select(
+        "hid", "index", "mode", "node", "t_inv", "bound_ns",
+        F.coalesce(F.col("t_inv") - first.getField("t_done"), F.lit(0)).cast("bigint").alias("staleness_ns"),
+        F.when(
+            F.col("offset").isNotNull(), F.greatest(F.coalesce(F.col("newest"), F.col("offset")) - F.col("offset"), F.lit(0))
+        ).cast("bigint").alias("offsets_behind"),
+        first.getField("index").alias("missed"),
+        F.when(value_wins, F.lit("value")).when(by_offset_missed, F.lit("offset")).alias("rule"),
+        F.when(value_wins, F.col("read_from")).alias("read_from"),
+    )
+
+
+def stale_reads(staleness: DataFrame) -> DataFrame:
+    """Reads whose staleness (:func:`read_staleness`) exceeds their bound."""
+    flagged = staleness.where(F.col("staleness_ns") > F.col("bound_ns"))
     evidence = F.struct(
-        "read", "missed_write", "read_from", "rule", (F.col("bound_ns") / F.lit(1_000_000.0)).alias("bound_ms")
+        F.col("index").alias("read"), F.col("missed").alias("missed_write"), "read_from", "rule",
+        (F.col("bound_ns") / F.lit(1_000_000.0)).alias("bound_ms"),
+        (F.col("staleness_ns") / F.lit(1_000_000.0)).alias("staleness_ms"),
+        "offsets_behind",
     )
-    return _anomaly(flagged, "stale-read", evidence, ord1=F.col("read"))
+    return _anomaly(flagged, "stale-read", evidence, ord1=F.col("index"))
 
 
 def _scope_key(settings: Settings) -> Column:
@@ -503,10 +531,11 @@ def anomalies(
     log_dumps: DataFrame | None,
     settings: Settings,
     checks: frozenset[str] | None = None,
-) -> DataFrame | None:
-    """Every tier-1 anomaly of every history, as one DataFrame; ``checks``
-    limits it to the checks some history has input for (fewer Spark stages).
-    None when no check is left."""
+) -> tuple[DataFrame | None, DataFrame | None]:
+    """Every tier-1 anomaly of every history, as one DataFrame (None when no
+    check is left), and every ok read's staleness (:func:`read_staleness`;
+    None when no history has an ok read). ``checks`` limits them to the
+    checks some history has input for (fewer Spark stages)."""
     wanted = checks if checks is not None else frozenset(
         ["stale-read", "non-monotonic-read-process", "non-monotonic-read-broker", "garbage-read", "aborted-read",
          "future-read", "lost-write", "split-brain", "forked-log", "duplicated-write", "broker-epoch-regression",
@@ -515,8 +544,10 @@ def anomalies(
     needs_writers = wanted & {"stale-read", "garbage-read", "aborted-read", "future-read", "lost-write"}
     writers = _writers_by_value(ops) if needs_writers else None
     parts: list[DataFrame] = []
+    staleness = None
     if "stale-read" in wanted:
-        parts.append(stale_reads(ops, writers, settings))  # type: ignore[arg-type]
+        staleness = read_staleness(ops, writers, settings)  # type: ignore[arg-type]
+        parts.append(stale_reads(staleness))
     if "non-monotonic-read-process" in wanted:
         parts.append(non_monotonic_reads_by_process(ops, settings))
     if "non-monotonic-read-broker" in wanted:
@@ -541,5 +572,5 @@ def anomalies(
         if "duplicated-write" in wanted:
             parts.append(duplicated_writes(log_dumps))
     if not parts:
-        return None
-    return reduce(DataFrame.unionByName, parts)
+        return None, staleness
+    return reduce(DataFrame.unionByName, parts), staleness

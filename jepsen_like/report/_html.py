@@ -8,8 +8,9 @@ attributes, :func:`script_json` inside the one JSON ``<script>`` block).
 Sections: the header (scenario, verdict, counts, options), the node
 timeline (with the band of two leaders at once), latency over time,
 throughput over time, the failed and indeterminate operations by reason and
-node, the anomalies with their witness operations, and a footer with the
-input files. All charts share one time axis (seconds since the run began),
+node, staleness (``_staleness``: how far behind the reads were, per mode,
+node and fault window), the anomalies with their witness operations, and a
+footer with the input files. All charts share one time axis (seconds since the run began),
 so one x position is one instant in every chart.
 
 Labels never overlap: the layouts place them (fault names in rows, witness
@@ -63,6 +64,7 @@ from ._palette import (
     op_colours,
     rgba,
 )
+from ._staleness import STALENESS_CSS, staleness_section
 from ._svg import (
     LogScale,
     TimeScale,
@@ -153,13 +155,14 @@ def render_report(data: RunData, out: Path | None = None) -> str:
         _latency_section(data, scale, witnesses),
         _throughput_section(data, scale),
         _failures_section(data),
+        staleness_section(data.results),
         _anomalies_section(data, witnesses),
         _footer(data, out),
     ]
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-        f"<title>{esc(title)} — pykraft campaign report</title>\n<style>{CSS}</style>\n</head>\n"
+        f"<title>{esc(title)} — pykraft campaign report</title>\n<style>{CSS}{STALENESS_CSS}</style>\n</head>\n"
         "<body>\n<div id=\"tip\" hidden></div>\n<main>\n" + "\n".join(body) + "\n</main>\n"
         f"<script>{JS}</script>\n</body>\n</html>\n"
     )
@@ -319,7 +322,7 @@ def _header(data: RunData, witnesses: Sequence[CheckWitnesses]) -> str:
  </div>
 </div>
 {warnings}
-<nav><a href="#timeline">timeline</a><a href="#latency">latency</a><a href="#throughput">throughput</a><a href="#failures">failures</a><a href="#anomalies">anomalies</a><a href="#files">files</a></nav>
+<nav><a href="#timeline">timeline</a><a href="#latency">latency</a><a href="#throughput">throughput</a><a href="#failures">failures</a><a href="#staleness">staleness</a><a href="#anomalies">anomalies</a><a href="#files">files</a></nav>
 </header>"""
 
 

@@ -94,6 +94,14 @@ def histories(draw):
     if draw(st.booleans()):
         events.append({"process": "nemesis", "type": "info", "f": "partition", "key": None, "value": None,
                        "time": draw(st.integers(0, 20)) * MS})
+    # Fault windows for the staleness figures: starts and ends, some never
+    # ended, some ended without a start, some faults without an id.
+    for fault_id in range(draw(st.integers(0, 3))):
+        f = draw(st.sampled_from(["partition", "kill"]))
+        fault = {"fault_id": fault_id} if draw(st.booleans()) else {"node": draw(st.sampled_from(NODES))}
+        for phase in draw(st.sampled_from([["start"], ["end"], ["start", "end"], ["start", "end"]])):
+            events.append({"process": "nemesis", "type": "info", "f": f, "key": None,
+                           "value": {"phase": phase, "fault": fault}, "time": draw(st.integers(0, 24)) * MS})
     meta = {"fetch_timeout_ms": draw(st.sampled_from([1, 2, 4])), "staleness_bound_ms": draw(st.sampled_from([1, 3])),
             "offset_scope": draw(st.sampled_from(["log", "key"]))}
     if any("broker_id" in event for event in events):

@@ -33,6 +33,8 @@ class Expected:
     valid: bool
     anomalies: dict[str, list[dict[str, Any]]]  # check -> expected witnesses (partial)
     case: Case | None = None
+    # The results' staleness section: each listed group (partial) must be there.
+    staleness: dict[str, list[dict[str, Any]]] | None = None
 
 
 def _stale_offset(directory: Path) -> Expected:
@@ -104,6 +106,68 @@ def _leader_local_bound(directory: Path) -> Expected:
     return Expected(False, {
         "stale-read": [{"read": Op("outside"), "missed_write": Op("w2"), "rule": "offset", "bound_ms": 15.0}],
     }, case)
+
+
+def _staleness_figures(directory: Path) -> Expected:
+    """Known staleness figures: per read, the first write it missed (the
+    earliest acknowledged before its invoke that it does not reflect), per
+    mode against its bound (leader-local 15 ms, broker 20 ms), per node and
+    per fault window."""
+    case = Case()
+    case.op("w1", 1, "write", "x", "a", start_ms=0, end_ms=1, offset=1)
+    case.op("w2", 2, "write", "x", "b", start_ms=2, end_ms=3, offset=2)
+    case.op("w3", 3, "write", "x", "c", start_ms=4, end_ms=6, offset=3)
+    fault = {"fault_id": 7, "nodes": ["n2"]}
+    case.raw({"process": "nemesis", "type": "info", "f": "partition", "key": None,
+              "value": {"phase": "start", "fault": fault}, "time": 5 * MS})
+    case.raw({"process": "nemesis", "type": "info", "f": "partition", "key": None,
+              "value": {"phase": "end", "fault": fault}, "time": 30 * MS})
+    linearizable, leader_local, broker = {"mode": "linearizable"}, {"mode": "leader-local"}, {"mode": "broker"}
+    # Invoked at the instant w3 was acknowledged: concurrent with it, missed nothing.
+    case.op("r_conc", 10, "read", "x", None, start_ms=6, end_ms=7, result="b", offset=2, node="n1", invoke_extra=linearizable)
+    case.op("r_lin", 11, "read", "x", None, start_ms=7, end_ms=8, result="c", offset=3, node="n1", invoke_extra=linearizable)
+    # Missed w3 (acknowledged at 6): 6 ms behind, within 15 ms: counted, not an anomaly.
+    case.op("r_ll2", 12, "read", "x", None, start_ms=12, end_ms=13, result="b", offset=2, node="n2", invoke_extra=leader_local)
+    # Missed w2 (at 3) and w3: the first is w2, 17 ms behind, beyond 15 ms; 2 offsets behind.
+    case.op("r_ll", 13, "read", "x", None, start_ms=20, end_ms=21, result="a", offset=1, node="n2", invoke_extra=leader_local)
+    # Missed w3: 34 ms behind, beyond the broker's 20 ms.
+    case.op("r_b", 14, "read", "x", None, start_ms=40, end_ms=41, result="b", offset=2, node="b1", invoke_extra=broker)
+    case.op("r_b2", 15, "read", "x", None, start_ms=43, end_ms=44, result="c", offset=3, node="b1", invoke_extra=broker)
+    # No offsets on y: the value rule finds the missed write wy2 (at 3), 47 ms behind.
+    case.op("wy1", 4, "write", "y", 1, start_ms=0, end_ms=1)
+    case.op("wy2", 5, "write", "y", 2, start_ms=2, end_ms=3)
+    case.op("r_val", 16, "read", "y", None, start_ms=50, end_ms=51, result=1, node="n1", invoke_extra=linearizable)
+    write_campaign(directory, case, meta=META_BOUNDS)
+    return Expected(False, {
+        "stale-read": [
+            {"read": Op("r_ll"), "missed_write": Op("w2"), "rule": "offset", "bound_ms": 15.0, "staleness_ms": 17.0, "offsets_behind": 2},
+            {"read": Op("r_b"), "missed_write": Op("w3"), "rule": "offset", "bound_ms": 20.0, "staleness_ms": 34.0, "offsets_behind": 1},
+            {"read": Op("r_val"), "missed_write": Op("wy2"), "read_from": Op("wy1"), "rule": "value", "bound_ms": 0.0, "staleness_ms": 47.0},
+        ],
+        "linearizability": [{"key": "y", "op": Op("r_val")}],
+    }, case, staleness={
+        "by_mode": [
+            {"mode": "linearizable", "reads": 3, "missed_writes": 1, "beyond_bound": 1, "max_ms": 47.0, "p50_ms": 0.0,
+             "p90_ms": 47.0, "max_offsets_behind": 0, "histogram": [2, 0, 0, 1, 0, 0, 0],
+             "worst_read": Op("r_val"), "worst_missed_write": Op("wy2")},
+            {"mode": "leader-local", "reads": 2, "missed_writes": 2, "beyond_bound": 1, "max_ms": 17.0, "p50_ms": 6.0,
+             "p99_ms": 17.0, "max_offsets_behind": 2, "worst_read": Op("r_ll"), "worst_missed_write": Op("w2")},
+            {"mode": "broker", "reads": 2, "missed_writes": 1, "beyond_bound": 1, "max_ms": 34.0, "p50_ms": 0.0,
+             "max_offsets_behind": 1, "worst_read": Op("r_b"), "worst_missed_write": Op("w3")},
+        ],
+        "by_node": [
+            {"mode": "linearizable", "node": "n1", "reads": 3, "max_ms": 47.0},
+            {"mode": "leader-local", "node": "n2", "reads": 2, "max_ms": 17.0},
+            {"mode": "broker", "node": "b1", "reads": 2, "max_ms": 34.0},
+        ],
+        "by_window": [
+            {"window": "partition #7", "start_ns": 5 * MS, "end_ns": 30 * MS, "mode": "linearizable", "reads": 2, "max_ms": 0.0,
+             "worst_read": None},
+            {"window": "partition #7", "mode": "leader-local", "reads": 2, "beyond_bound": 1, "max_ms": 17.0},
+            {"window": "no fault", "start_ns": None, "mode": "linearizable", "reads": 1, "max_ms": 47.0},
+            {"window": "no fault", "mode": "broker", "reads": 2, "max_ms": 34.0},
+        ],
+    })
 
 
 def _broker_monotonic(directory: Path) -> Expected:
@@ -306,6 +370,7 @@ CASES: dict[str, Callable[[Path], Expected]] = {
     "info_write_explains_read": _info_write_explains_read,
     "leader_local_bound": _leader_local_bound,
     "broker_monotonic": _broker_monotonic,
+    "staleness_figures": _staleness_figures,
     "unwritten_values": _unwritten_values,
     "lost_by_final_read": _lost_by_final_read,
     "lost_append_kv": _lost_append_kv,
@@ -332,6 +397,8 @@ def spark_results(spark, cases):
 
 def _matches(actual: Any, wanted: Any, case: Case) -> bool:
     if isinstance(wanted, Op):
+        if isinstance(actual, int):  # an invoke index (staleness figures)
+            return actual == case.index[wanted.name]
         return isinstance(actual, dict) and actual.get("index") == case.index[wanted.name]
     if isinstance(wanted, dict):
         return isinstance(actual, dict) and all(_matches(actual.get(name), value, case) for name, value in wanted.items())
@@ -352,6 +419,10 @@ def _assert_expected(result, expected: Expected) -> None:
         for witness in wanted:
             assert any(_matches(actual, witness, case) for actual in check_result["witnesses"]), (name, witness, check_result["witnesses"])
     assert data["valid"] is expected.valid
+    for section, groups in (expected.staleness or {}).items():
+        assert len(data["staleness"][section]) == len(groups), (section, data["staleness"][section])
+        for actual, wanted in zip(data["staleness"][section], groups):
+            assert _matches(actual, wanted, case), (section, wanted, actual)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -1,0 +1,125 @@
+"""Staleness figures with known answers, without Spark: the fault windows,
+the summary's arithmetic (nearest-rank percentiles, histogram, bounds) and
+the reference checker's per-read figures on concurrency edges. The Spark
+job is held to the same figures in test_checker_semantics.py (the
+``staleness_figures`` case) and test_checker_crosscheck.py (generated
+histories with fault windows)."""
+
+from __future__ import annotations
+
+from _checker_helpers import MS, Case
+from jepsen_like.checker import HistoryMeta, check_reference, stale_reads_of_events
+from jepsen_like.checker._staleness import FaultWindow, ReadStaleness, fault_windows, summarize
+
+META = HistoryMeta(fetch_timeout_ms=10, check_quorum_factor=1.5, staleness_bound_ms=20)
+
+
+def _nemesis(index: int, at_ms: int, f: str, phase: str, fault=None) -> dict:
+    value = {"phase": phase} if fault is None else {"phase": phase, "fault": fault}
+    return {"index": index, "time": at_ms * MS, "f": f, "value": value}
+
+
+def test_fault_windows_pair_starts_and_ends_by_fault():
+    events = [
+        _nemesis(0, 1, "partition", "start", {"fault_id": 1}),
+        _nemesis(1, 2, "kill", "start", {"node": 3}),
+        _nemesis(2, 3, "partition", "start", {"fault_id": 2}),
+        _nemesis(3, 4, "partition", "end", {"fault_id": 1}),
+        _nemesis(4, 5, "pause", "end", {"node": 2}),  # never started: from the history's start
+        _nemesis(5, 6, "kill", "start", {"node": 3}),  # started again: the first ends here
+        _nemesis(6, 7, "heal", "all"),  # ends every open window
+        _nemesis(7, 8, "partition", "start", {"fault_id": 3}),  # never ends
+        {"index": 8, "time": 9 * MS, "f": "start-partition", "value": ["n1"]},  # Jepsen style: no window
+    ]
+    assert fault_windows(reversed(events)) == [
+        FaultWindow("pause", None, 5 * MS),
+        FaultWindow("partition #1", 1 * MS, 4 * MS),
+        FaultWindow("kill", 2 * MS, 6 * MS),
+        FaultWindow("partition #2", 3 * MS, 7 * MS),
+        FaultWindow("kill", 6 * MS, 7 * MS),
+        FaultWindow("partition #3", 8 * MS, None),
+    ]
+
+
+def _read(index: int, staleness_ms: float, *, mode="leader-local", node="n1", at_ms=0, offsets=None, bound_ms=15, missed=None):
+    return ReadStaleness(index, mode, node, at_ms * MS, round(staleness_ms * MS), offsets, bound_ms * MS, missed)
+
+
+def test_summary_percentiles_are_nearest_rank_over_every_read():
+    # 10 reads: 0 (x5), 0.5, 5, 50, 500, 20000 ms.
+    reads = [_read(i, 0) for i in range(5)]
+    reads += [_read(5, 0.5, missed=100), _read(6, 5, missed=101), _read(7, 50, missed=102, offsets=4),
+              _read(8, 500, missed=103, offsets=0), _read(9, 20000, missed=104)]
+    [group] = summarize(reads, [], META)["by_mode"]
+    assert group == {
+        "mode": "leader-local", "reads": 10, "missed_writes": 5, "beyond_bound": 3, "max_ms": 20000.0,
+        "p50_ms": 0.0, "p90_ms": 500.0, "p99_ms": 20000.0, "max_offsets_behind": 4,
+        "histogram": [5, 1, 1, 1, 1, 0, 1], "worst_read": 9, "worst_missed_write": 104,
+    }
+
+
+def test_summary_groups_by_node_and_window_and_gives_each_mode_its_bound():
+    windows = [FaultWindow("kill #1", 10 * MS, 20 * MS), FaultWindow("partition #2", 15 * MS, None)]
+    reads = [
+        _read(0, 0, mode="linearizable", node="n1", at_ms=5, bound_ms=0),
+        _read(1, 3, node="n2", at_ms=10, missed=0),  # both ends of a window are in it
+        _read(2, 0, node="n2", at_ms=17),  # in both windows
+        _read(3, 25, mode="broker", node="b1", at_ms=30, bound_ms=20, missed=1),
+        _read(4, 1, node=None, at_ms=9, missed=0),
+    ]
+    summary = summarize(reads, windows, META)
+    assert summary["reads"] == 5
+    assert summary["bounds_ms"] == {"linearizable": 0.0, "leader-local": 15.0, "broker": 20.0}
+    assert [(g["mode"], g["node"], g["reads"], g["max_ms"]) for g in summary["by_node"]] == [
+        ("linearizable", "n1", 1, 0.0), ("leader-local", "n2", 2, 3.0), ("leader-local", None, 1, 1.0), ("broker", "b1", 1, 25.0),
+    ]
+    assert [(g["window"], g["mode"], g["reads"], g["beyond_bound"]) for g in summary["by_window"]] == [
+        ("kill #1", "leader-local", 2, 0),
+        ("partition #2", "leader-local", 1, 0),
+        ("partition #2", "broker", 1, 1),
+        ("no fault", "linearizable", 1, 0),
+        ("no fault", "leader-local", 1, 0),
+    ]
+    assert summarize([], windows, META) == {"reads": 0, "bounds_ms": {}, "by_mode": [], "by_node": [], "by_window": []}
+
+
+def test_concurrent_writes_are_not_missed(tmp_path):
+    case = Case()
+    case.op("w1", 1, "write", "x", "a", start_ms=0, end_ms=1, offset=1)
+    case.op("w2", 2, "write", "x", "b", start_ms=2, end_ms=10, offset=2)
+    # w2 is acknowledged at 10: the reads invoked at or before 10 may precede it.
+    case.op("during", 3, "read", "x", None, start_ms=5, end_ms=12, result="a", offset=1)
+    case.op("at_ack", 4, "read", "x", None, start_ms=10, end_ms=11, result="a", offset=1)
+    # Invoked 1 ms after: 1 ms behind, a linearizability violation.
+    case.op("after", 5, "read", "x", None, start_ms=11, end_ms=12, result="a", offset=1)
+    # A write that is still open (info) is never missed.
+    case.op("w3", 6, "write", "x", "c", start_ms=3, end_ms=4, outcome="info", offset=3)
+    case.write(tmp_path / "h.jsonl")
+    [result] = check_reference([str(tmp_path / "h.jsonl")])
+    by_read = {g["worst_read"]: g for g in result.staleness["by_node"]}
+    [group] = result.staleness["by_mode"]
+    assert (group["reads"], group["missed_writes"], group["max_ms"], group["worst_read"]) == (3, 1, 1.0, case.index["after"])
+    assert group["worst_missed_write"] == case.index["w2"] and group["max_offsets_behind"] == 1
+    assert list(by_read) == [case.index["after"]]
+    [witness] = result.checks["stale-read"]["witnesses"]
+    assert witness["read"]["index"] == case.index["after"] and witness["staleness_ms"] == 1.0
+
+
+def test_first_missed_write_is_the_earliest_acknowledged_of_either_rule():
+    # w2 (offset 5, acknowledged at 9) and w3 (no offset, acknowledged at 4):
+    # the read of w1's value with offset 1 missed both; the first is w3.
+    events = [
+        {"index": 0, "time": 0, "process": 1, "type": "invoke", "f": "write", "key": "x", "value": 1},
+        {"index": 1, "time": 1 * MS, "process": 1, "type": "ok", "f": "write", "key": "x", "value": 1, "offset": 1},
+        {"index": 2, "time": 2 * MS, "process": 2, "type": "invoke", "f": "write", "key": "x", "value": 3},
+        {"index": 3, "time": 4 * MS, "process": 2, "type": "ok", "f": "write", "key": "x", "value": 3},
+        {"index": 4, "time": 5 * MS, "process": 3, "type": "invoke", "f": "write", "key": "x", "value": 2},
+        {"index": 5, "time": 9 * MS, "process": 3, "type": "ok", "f": "write", "key": "x", "value": 2, "offset": 5},
+        {"index": 6, "time": 30 * MS, "process": 4, "type": "invoke", "f": "read", "key": "x", "value": None, "mode": "leader-local"},
+        {"index": 7, "time": 31 * MS, "process": 4, "type": "ok", "f": "read", "key": "x", "value": 1, "offset": 1},
+    ]
+    [witness] = stale_reads_of_events(events, META)
+    assert (witness["missed_write"]["index"], witness["rule"], witness["read_from"]["index"]) == (2, "value", 0)
+    assert (witness["staleness_ms"], witness["bound_ms"], witness["offsets_behind"]) == (26.0, 15.0, 4)
+    # Within the bound: measured, not flagged.
+    assert stale_reads_of_events([dict(e, time=e["time"] - 12 * MS) if e["index"] >= 6 else e for e in events], META) == []
