@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import tempfile
@@ -69,10 +70,8 @@ def _free_ports(count: int) -> list[int]:
     return ports
 
 
-async def one_round(writes: int, certs: Path | None, data_dir: Path | None = None) -> dict[str, float]:
-    """One measurement of every row, with TLS when ``certs`` is given, on
-    file storage (fsync on: the leader then has its disk thread, as a node
-    process does) under ``data_dir`` when given."""
+async def one_round(writes: int, certs: Path | None) -> dict[str, float]:
+    """One measurement of every row, with TLS when ``certs`` is given."""
 
     def tls_for(stem: str) -> TlsConfig | None:
         return None if certs is None else TlsConfig(certs / "ca.pem", certs / f"{stem}.pem", certs / f"{stem}-key.pem")
@@ -85,7 +84,6 @@ async def one_round(writes: int, certs: Path | None, data_dir: Path | None = Non
             cluster_id=CLUSTER_ID,
             tls=tls_for(f"node-{node_id}"),
             acl_file=None if certs is None else certs / "acl.txt",
-            data_dir=None if data_dir is None else data_dir / f"{'tls' if certs else 'plain'}-{node_id}-{time.monotonic_ns()}",
             plaintext=certs is None,
         )
         for node_id in voters
@@ -256,7 +254,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of off then on; the median is printed (default 3)")
     parser.add_argument("--quick", action="store_true", help="300 writes, one round")
     parser.add_argument("--processes", action="store_true", help="three kraft-quorum node processes, fsync on")
-    parser.add_argument("--fsync", action="store_true", help="in process, on file storage with fsync (a leader's disk thread)")
     parser.add_argument("--json", metavar="OUT", help="also write every round's figures to OUT")
     parser.add_argument("--reconnects", type=int, metavar="N", help="measure N reconnects, full handshake against resumed")
     args = parser.parse_args(argv)
@@ -267,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     writes, rounds = (300, 1) if args.quick else (args.writes, args.rounds)
     if writes < 10 or rounds < 1:
         parser.error("--writes must be at least 10 and --rounds at least 1")
+    # The in-process plaintext nodes' startup warning, once per node and round.
+    logging.getLogger("pykraft").setLevel(logging.ERROR)
     runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
     with tempfile.TemporaryDirectory(prefix="tls-bench-") as directory:
         certs = Path(directory)
@@ -276,15 +275,13 @@ def main(argv: list[str] | None = None) -> int:
                 if args.processes:
                     runs[mode].append(process_round(writes, mode == "on"))
                 else:
-                    data_dir = Path(directory) / "data" if args.fsync else None
-                    runs[mode].append(trio.run(one_round, writes, certs if mode == "on" else None, data_dir))
+                    runs[mode].append(trio.run(one_round, writes, certs if mode == "on" else None))
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1))
     if args.processes:
         print(f"3 kraft-quorum node processes (fsync on) and a client, CPU of all four, median of {rounds} rounds:")
     else:
-        storage = "file storage, fsync on" if args.fsync else "memory storage"
-        print(f"3 voters and a client in one process over loopback, {storage}, median of {rounds} rounds:")
+        print(f"3 voters and a client in one process over loopback, memory storage, median of {rounds} rounds:")
     print(f"  {'':42} {'TLS off':>10} {'TLS on':>10} {'on vs off':>10}")
     for key, label, unit, more_is_better in ROWS:
         off = statistics.median(run[key] for run in runs["off"])
