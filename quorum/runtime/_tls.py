@@ -253,7 +253,7 @@ class TlsStream(trio.abc.Stream):
             self._incoming, self._outgoing, server_side=server_side, server_hostname=None, session=session
         )
         # TLS 1.3 tickets arrive after the handshake and are taken in by
-        # the first reads: looked for after each read until one came.
+        # the first read (``receive_some``).
         self._on_ticket = on_ticket
         self._handshake_done = False
         self._received_close_notify = False
@@ -385,6 +385,7 @@ class TlsStream(trio.abc.Stream):
         while True:
             chunks: list[bytes] = []
             size = 0
+            read_any = False
             # OpenSSL returns one record per read: take every record
             # already buffered, so a burst of small frames costs one pass
             # of the caller's decoder, not one per frame. Read only while
@@ -396,6 +397,7 @@ class TlsStream(trio.abc.Stream):
                 and (self._incoming.pending or self._record_unread or self._incoming.eof)
             ):
                 wanted = max_bytes - size
+                read_any = True
                 try:
                     chunk = self._ssl.read(wanted)
                 except ssl.SSLWantReadError:
@@ -415,11 +417,17 @@ class TlsStream(trio.abc.Stream):
             if self._outgoing.pending and self._writer is not None:
                 # Reading made records to send (post-handshake messages).
                 self._writer.write(b"")
-            if self._on_ticket is not None:
+            if self._on_ticket is not None and read_any:
+                # A server sends its tickets as it finishes the handshake,
+                # ahead of any data: looked for after each read until one
+                # came or data did (reading ``session`` copies it, about
+                # 140 µs: not on every read of a connection without one).
                 session = self._ssl.session
                 if session is not None and session.has_ticket:
                     on_ticket, self._on_ticket = self._on_ticket, None
                     on_ticket(session)
+                elif chunks:
+                    self._on_ticket = None
             if chunks:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
             if self._received_close_notify:

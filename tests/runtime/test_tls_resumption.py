@@ -97,6 +97,24 @@ async def test_a_reconnect_resumes_and_both_sides_still_see_the_certificates_pri
     assert server.seen == [(False, admin, None), (True, admin, None), (True, admin, None)]
 
 
+async def test_a_server_that_issues_no_tickets_is_looked_at_once_and_never_resumed(certs: Path) -> None:
+    node = TlsConfig(certs / "ca.pem", certs / "node-1.pem", certs / "node-1-key.pem", session_resumption=False)
+    server, client = Server(node), tls_for(certs, "client-admin")
+    async with trio.open_nursery() as nursery:
+        port = await start(nursery, server)
+        with trio.fail_after(WAIT_S):
+            stream, _ = await client.connect("127.0.0.1", port)
+            assert stream._on_ticket is not None
+            assert await stream.receive_some(100) == b"hello"
+            # No ticket came with the first data: none will (reading the
+            # session again on every read would cost a copy each time).
+            assert stream._on_ticket is None
+            await stream.aclose()
+        assert not (await round_trip(client, port))[0]
+        nursery.cancel_scope.cancel()
+    assert client._tickets == {}
+
+
 async def test_no_session_outlives_a_reload_on_either_side(certs: Path) -> None:
     server, client = Server(tls_for(certs, "node-1")), tls_for(certs, "client-admin")
     async with trio.open_nursery() as nursery:
