@@ -1,6 +1,6 @@
 """Where a sequential pykraft write spends its time, stage by stage.
 
-    python -m bench.latency_breakdown [--writes N]
+    python -m bench.latency_breakdown [--writes N] [--tls]
 
 Starts 3 `kraft-quorum node` voters (fsync on) with ``PYKRAFT_TRACE_DIR``
 set, so each process stamps CLOCK_MONOTONIC at every stage of the write
@@ -15,7 +15,10 @@ it finds the milestones below and prints the median and p90 of each leg:
   D  a follower reads the record
   E  that follower's fsync is done
 
-plus the CPU time each process used per write (user + system).
+plus the CPU time each process used per write (user + system). With
+``--tls`` every connection is mutual TLS 1.3 (certificates from
+``create_cluster_certificates``, the client as ``pykraft://client/admin``),
+as ``bench.quorum_bench``'s ``pykraft-tls`` peer.
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.latency_breakdown", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--writes", type=int, default=1000)
+    parser.add_argument("--tls", action="store_true", help="mutual TLS 1.3 on every connection")
     args = parser.parse_args(argv)
     executable = kraft_quorum_executable()
     if executable is None:
@@ -93,12 +97,21 @@ def main(argv: list[str] | None = None) -> int:
     trace_dir.mkdir()
     os.environ["PYKRAFT_TRACE_DIR"] = str(trace_dir)
     from quorum.client import QuorumClient  # after the variable: the client traces too
-    from quorum.runtime import _trace
+    from quorum.runtime import TlsConfig, _trace, create_cluster_certificates
 
+    security: list[list[str]] = [["--plaintext"]] * 3
+    client_tls = None
+    if args.tls:
+        certs = workdir / "certs"
+        create_cluster_certificates(certs, nodes=[1, 2, 3])
+        client_tls = TlsConfig(certs / "ca.pem", certs / "client-admin.pem", certs / "client-admin-key.pem")
+        security = [["--tls-ca", str(certs / "ca.pem"), "--tls-cert", str(certs / f"node-{i + 1}.pem"),
+                     "--tls-key", str(certs / f"node-{i + 1}-key.pem"), "--acl-file", str(certs / "acl.txt")]
+                    for i in range(3)]
     ports = free_ports(3)
     voters = ",".join(f"{i + 1}@{LOOPBACK}:{port}" for i, port in enumerate(ports))
     processes = [
-        ManagedProcess(f"pykraft-{i + 1}", [executable, "node", "--plaintext", "--node-id", str(i + 1), "--voters", voters,
+        ManagedProcess(f"pykraft-{i + 1}", [executable, "node", *security[i], "--node-id", str(i + 1), "--voters", voters,
                                             "--data-dir", str(workdir / f"node{i + 1}"), "--cluster-id", "bench"],
                        workdir / f"node{i + 1}.log", env={"PYKRAFT_TRACE_DIR": str(trace_dir)})
         for i in range(3)
@@ -111,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
         async def run() -> None:
             async with QuorumClient([f"{i + 1}@{LOOPBACK}:{p}" for i, p in enumerate(ports)],
-                                    cluster_id="bench") as client:
+                                    cluster_id="bench", tls=client_tls) as client:
                 for _ in range(200):  # elect, connect, warm up
                     await client.propose([b"warm-up"])
                 await trio.sleep(0.3)

@@ -18,12 +18,20 @@ With ``--processes`` the voters are three ``kraft-quorum node`` processes
 instead (``bench.quorum_bench``'s ``pykraft`` and ``pykraft-tls`` peers,
 fsync on), and the CPU rows add up the three nodes' CPU time (from
 ``/proc``) with the client's.
+
+``--reconnects N`` measures what a reconnect costs instead: N connections
+to one TLS listener in this process (``TlsConfig.connect``, as a client or
+a node dials; the server's handshake as a node's listener does it; one
+small read each, which brings the session ticket), once with a full
+handshake every time and once resuming the session, alternating within
+each round; CPU time is both ends'.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import tempfile
@@ -76,6 +84,7 @@ async def one_round(writes: int, certs: Path | None) -> dict[str, float]:
             cluster_id=CLUSTER_ID,
             tls=tls_for(f"node-{node_id}"),
             acl_file=None if certs is None else certs / "acl.txt",
+            plaintext=certs is None,
         )
         for node_id in voters
     ]
@@ -129,6 +138,74 @@ async def one_round(writes: int, certs: Path | None) -> dict[str, float]:
     return result
 
 
+async def reconnect_round(connections: int, certs: Path, resumption: bool) -> dict[str, float]:
+    """Per-connection CPU (client and server, both in this process) and
+    wall time of ``connections`` TLS connections, with or without session
+    resumption."""
+    server_tls = TlsConfig(certs / "ca.pem", certs / "node-1.pem", certs / "node-1-key.pem", session_resumption=resumption)
+    client_tls = TlsConfig(
+        certs / "ca.pem", certs / "client-admin.pem", certs / "client-admin-key.pem", session_resumption=resumption
+    )
+    resumed = 0
+
+    async def serve(tcp: trio.SocketStream) -> None:
+        nonlocal resumed
+        stream = server_tls.wrap_server(tcp)
+        try:
+            await stream.do_handshake()
+            resumed += stream.session_reused
+            await stream.send_all(b"hello")
+            await stream.receive_some(16)
+        except trio.BrokenResourceError:
+            pass
+        await trio.aclose_forcefully(stream)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        nursery.start_soon(trio.serve_listeners, serve, listeners)
+
+        async def one() -> None:
+            stream, _ = await client_tls.connect("127.0.0.1", port)
+            await stream.receive_some(16)
+            await stream.aclose()
+
+        for _ in range(10):  # warm up, and a first ticket
+            await one()
+        resumed = 0
+        cpu_started, wall_started = time.process_time(), time.perf_counter()
+        for _ in range(connections):
+            await one()
+        result = {
+            "cpu_us": (time.process_time() - cpu_started) / connections * 1e6,
+            "wall_us": (time.perf_counter() - wall_started) / connections * 1e6,
+            "resumed_share": resumed / connections,
+        }
+        nursery.cancel_scope.cancel()
+    return result
+
+
+def reconnect_main(connections: int, rounds: int, json_out: str | None) -> int:
+    runs: dict[str, list[dict[str, float]]] = {"full": [], "resumed": []}
+    with tempfile.TemporaryDirectory(prefix="tls-bench-") as directory:
+        certs = Path(directory)
+        create_cluster_certificates(certs, nodes=[1])
+        for _ in range(rounds):
+            for mode in ("full", "resumed"):
+                runs[mode].append(trio.run(reconnect_round, connections, certs, mode == "resumed"))
+    if json_out:
+        Path(json_out).write_text(json.dumps(runs, indent=1))
+    print(f"{connections} TLS connections per round over loopback (client and server in this process), median of {rounds} rounds:")
+    print(f"  {'':34} {'full':>10} {'resumed':>10} {'resumed vs full':>16}")
+    for key, label in (("cpu_us", "CPU per connection µs"), ("wall_us", "wall time per connection µs")):
+        full = statistics.median(run[key] for run in runs["full"])
+        resumed = statistics.median(run[key] for run in runs["resumed"])
+        print(f"  {label:34} {full:10.0f} {resumed:10.0f} {(resumed / full - 1) * 100:+15.1f}%")
+    shares = [run["resumed_share"] for run in runs["resumed"]]
+    print(f"  handshakes that resumed: {min(shares) * 100:.0f}-{max(shares) * 100:.0f} % (full: 0 %)")
+    return 0
+
+
 def _process_cpu_s(pid: int | None) -> float:
     """User plus system CPU time of process ``pid`` so far (Linux)."""
     if pid is None:
@@ -178,10 +255,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="300 writes, one round")
     parser.add_argument("--processes", action="store_true", help="three kraft-quorum node processes, fsync on")
     parser.add_argument("--json", metavar="OUT", help="also write every round's figures to OUT")
+    parser.add_argument("--reconnects", type=int, metavar="N", help="measure N reconnects, full handshake against resumed")
     args = parser.parse_args(argv)
+    if args.reconnects is not None:
+        if args.reconnects < 1:
+            parser.error("--reconnects must be at least 1")
+        return reconnect_main(args.reconnects, 1 if args.quick else args.rounds, args.json)
     writes, rounds = (300, 1) if args.quick else (args.writes, args.rounds)
     if writes < 10 or rounds < 1:
         parser.error("--writes must be at least 10 and --rounds at least 1")
+    # The in-process plaintext nodes' startup warning, once per node and round.
+    logging.getLogger("pykraft").setLevel(logging.ERROR)
     runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
     with tempfile.TemporaryDirectory(prefix="tls-bench-") as directory:
         certs = Path(directory)

@@ -173,15 +173,52 @@ class _Connection:
         # Set when the client moved to another node: the connection closes
         # once the requests still in flight on it are answered.
         self.retiring = False
-        # Requests are written at once (no task hop); what the kernel does
-        # not take is sent by ``write_loop``.
+        # What the kernel does not take is sent by ``write_loop``.
         self.writer = StreamWriter(stream)
+        # The flush point (``send_frame``): frames of requests made while
+        # others are in flight, held until ``flush_loop`` runs, then written
+        # as one (one system call; under TLS, one record).
+        self._outbox: list[bytes] = []
+        self._outbox_ready = trio.Event()
 
     async def write_loop(self) -> None:
         try:
             await self.writer.run()
         except WRITE_ERRORS as error:
             self.fail(error)
+
+    def send_frame(self, frame: bytes) -> None:
+        """Write ``frame`` (one whole request) now, or at the flush point.
+
+        A request with none other in flight (a lone or sequential caller) is
+        written at once: no added latency. One made while others are in
+        flight joins the outbox, which ``flush_loop`` writes when it next
+        runs: after every task the scheduler woke with it has had its turn,
+        so a burst of pipelined requests (64 tasks answered by one read, say)
+        leaves as one write instead of one per task. No timer: the outbox
+        waits only for the tasks already runnable. Frames never overtake
+        each other: while the outbox holds any, new ones queue behind them.
+        Raises what ``StreamWriter.write`` raises."""
+        if not self._outbox and not self.waiting:
+            self.writer.write(frame)
+            return
+        if not self._outbox:
+            self._outbox_ready.set()
+        self._outbox.append(frame)
+
+    async def flush_loop(self) -> None:
+        """Write the outbox, each time requests join it, as one write;
+        returns once the connection failed (``fail`` wakes it)."""
+        while self.broken is None:
+            await self._outbox_ready.wait()
+            self._outbox_ready = trio.Event()
+            frames, self._outbox = self._outbox, []
+            if not frames or self.broken is not None:
+                continue
+            try:
+                self.writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
+            except WRITE_ERRORS as error:
+                self.fail(error)
 
     async def read_loop(self) -> None:
         decoder = FrameDecoder()
@@ -213,6 +250,8 @@ class _Connection:
     def fail(self, error: BaseException) -> None:
         self.broken = error
         self.writer.close()
+        self._outbox.clear()  # never sent: their requests fail below
+        self._outbox_ready.set()
         for event, _ in self.waiting.values():
             event.set()
         self.waiting.clear()
@@ -225,15 +264,21 @@ class _Connection:
             raise QuorumClientError(f"connection to {self.address} is broken: {self.broken}")
         correlation_id = next(self.correlation)
         event, holder = trio.Event(), []
-        self.waiting[correlation_id] = (event, holder)
         frame = encode_message(message, correlation_id=correlation_id, cluster_id=self.cluster_id)
         try:
-            self.writer.write(frame)
+            self.send_frame(frame)
         except WRITE_ERRORS as error:
             self.fail(error)
             raise QuorumClientError(f"could not send to {self.address}: {error}") from error
-        with trio.move_on_after(timeout_s):
-            await event.wait()
+        self.waiting[correlation_id] = (event, holder)
+        try:
+            with trio.move_on_after(timeout_s):
+                await event.wait()
+        except BaseException:
+            # Cancelled: the answer, if one comes, is nobody's (and a slot
+            # left behind would count as a request in flight).
+            self.waiting.pop(correlation_id, None)
+            raise
         if not holder:
             self.waiting.pop(correlation_id, None)
             if isinstance(self.broken, WrongClusterError):
@@ -316,6 +361,7 @@ class QuorumClient:
             assert self._nursery is not None
             self._nursery.start_soon(connection.read_loop)
             self._nursery.start_soon(connection.write_loop)
+            self._nursery.start_soon(connection.flush_loop)
             self._connection = connection
             return connection
 

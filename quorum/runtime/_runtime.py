@@ -333,6 +333,9 @@ class QuorumRuntime:
         # meanwhile wait for it (their messages go after its fsync).
         self._persisting = False
         self._disk_thread: _DiskThread | None = None
+        # The leader's disk job waits for the end of the core's run (see
+        # ``_persist_queued``).
+        self._persist_after_batch = False
         # While a write round has failed: the errno name ("ENOSPC"), the
         # backoff before the next retry, and True while the persister owes
         # the queue a retry (nothing else may write meanwhile).
@@ -693,6 +696,9 @@ class QuorumRuntime:
         finally:
             self._core_busy = False
             self.transport.end_batch()
+        if self._persist_after_batch and self._core_error is None:
+            self._persist_after_batch = False
+            self._persist_queued()
 
     def _feed_due_ticks(self) -> None:
         """Feed the core every tick due by trio's clock that it has not had
@@ -904,6 +910,18 @@ class QuorumRuntime:
         if not self.node.is_leader:
             self._persist_inline()
         elif self._disk_thread is not None:
+            if self._core_busy:
+                # Inside a run of the core, whose frames (the followers'
+                # Fetch answers carrying these records) the transport still
+                # holds: wake the disk thread once they are written
+                # (``_drain_inbox``). Woken now, it would take the GIL at the
+                # loop's next release, which under TLS is inside SSL_write,
+                # before those frames reach the socket, and run the Python
+                # part of its write (encoding the batch) first: the
+                # followers' copy, on the commit path, would wait behind
+                # the leader's own (docs/benchmarks.md, "TLS on against off").
+                self._persist_after_batch = True
+                return
             self._persist_in_thread()
         else:
             self._persist_wakeup.set()

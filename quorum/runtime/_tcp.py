@@ -80,7 +80,14 @@ from ..wire import (
 from .._messages import ErrorCode
 from ._metrics import Metrics
 from ._runtime import Transport
-from ._tls import HANDSHAKE_TIMEOUT_S, PeerNotAuthenticatedError, TlsConfig, handshake_failure_reason, peer_principal
+from ._tls import (
+    HANDSHAKE_TIMEOUT_S,
+    PeerNotAuthenticatedError,
+    TlsConfig,
+    TlsStream,
+    handshake_failure_reason,
+    peer_principal,
+)
 from ._writer import StreamWriter
 from . import _trace
 
@@ -609,7 +616,16 @@ class TcpTransport(Transport):
                 host, "wrong_principal", "%s:%d presented %s, not pykraft://node/%d: not connecting", host, port, principal, peer
             )
             raise PeerNotAuthenticatedError(f"{host}:{port} is {principal}, not node {peer}")
+        self._count_handshake("outbound", stream)
         return stream, principal
+
+    def _count_handshake(self, direction: str, stream: TlsStream) -> None:
+        self.metrics.add_to_counter(
+            "pykraft_tls_handshakes_total",
+            help_text="TLS handshakes completed, by direction and whether they resumed an earlier session.",
+            direction=direction,
+            resumed=str(stream.session_reused).lower(),
+        )
 
     def _count_handshake_failure(self, error: BaseException | None, reason: str | None = None) -> None:
         self.metrics.add_to_counter(
@@ -689,6 +705,7 @@ class TcpTransport(Transport):
             self._log.warning(host, "tls_handshake", "refused a connection from %s: TLS: %s", name, handshake_failure_reason(error))
             await trio.aclose_forcefully(secure)
             return None
+        self._count_handshake("inbound", secure)
         return _Connection(secure, f"{name} ({principal})", self.cluster_id, self.limits, host, principal, self._batch)
 
     async def _serve_inbound(self, stream: trio.SocketStream, host: str, name: str) -> None:

@@ -25,6 +25,19 @@ of a write; and its record handling (locks, conflict detectors, one
 ``encrypt`` turns plaintext into TLS records at once, without awaiting,
 so ``StreamWriter`` sends them straight into the socket exactly as it
 sends plaintext (docs/benchmarks.md, "TLS on against off").
+
+Reconnects resume the TLS 1.3 session (RFC 8446 §2.2: a ticket from the
+server, offered as a PSK with a fresh (EC)DHE exchange): ``connect`` offers
+the last ticket that address gave this ``TlsConfig``, once, and the server
+accepts it only if its own context made it, which skips both certificate
+signatures and chain checks. Mutual authentication keeps its meaning: a
+resumed session carries the peer certificate of the full handshake it
+came from (``getpeercert`` returns it on both sides, so the principal is
+bound as before), it is refused when that certificate has expired since,
+and no session outlives a reload: ``reload`` builds new contexts, whose
+new ticket keys make every earlier ticket unusable on the server, and the
+client forgets its tickets (``ssl`` would refuse a session of another
+context anyway). docs/security.md, "Session resumption", lists the limits.
 """
 
 from __future__ import annotations
@@ -33,6 +46,8 @@ import datetime
 import logging
 import os
 import ssl
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,6 +64,12 @@ logger = logging.getLogger("pykraft.tls")
 HANDSHAKE_TIMEOUT_S = 10.0
 #: ``describe`` and the log warn once a certificate expires within this.
 EXPIRY_WARNING_DAYS = 14
+#: A client offers a session ticket at most this long after it got it
+#: (servers accept them for OpenSSL's 7,200 s; a short age keeps a
+#: session close to the full handshake that checked its certificates).
+SESSION_TICKET_MAX_AGE_S = 600.0
+#: Addresses a ``TlsConfig`` keeps a ticket for (the oldest goes first).
+SESSION_TICKETS_MAX = 1024
 
 
 class TlsError(QuorumError):
@@ -73,22 +94,34 @@ class TlsConfig:
     ca_file: Path | str
     cert_file: Path | str
     key_file: Path | str
+    #: Resume TLS sessions on reconnect (offer tickets as a client, issue
+    #: them as a server); off, every connection makes a full handshake.
+    session_resumption: bool = field(default=True, kw_only=True)
     _server: ssl.SSLContext = field(init=False, repr=False)
     _client: ssl.SSLContext = field(init=False, repr=False)
     principal: Principal = field(init=False)
     not_after: datetime.datetime = field(init=False)
+    # (host, port) -> (the client context it belongs to, the session, when
+    # it arrived on trio's clock); insertion order is age order.
+    _tickets: dict[tuple[str, int], tuple[ssl.SSLContext, ssl.SSLSession, float]] = field(
+        init=False, repr=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         self.reload()
 
     def reload(self) -> None:
         """Read the three files again and build new contexts for new
-        connections. On failure the old ones stay in use and ``TlsError``
-        says why."""
+        connections, forgetting every session ticket (the new server
+        context refuses the old ones too). On failure the old contexts stay
+        in use and ``TlsError`` says why."""
         server = self._context(ssl.Purpose.CLIENT_AUTH)
         client = self._context(ssl.Purpose.SERVER_AUTH)
+        # One ticket per connection: a client keeps only the newest.
+        server.num_tickets = 1 if self.session_resumption else 0
         principal, not_after = _describe_certificate(Path(self.cert_file))
         self._server, self._client, self.principal, self.not_after = server, client, principal, not_after
+        self._tickets.clear()
 
     def _context(self, purpose: ssl.Purpose) -> ssl.SSLContext:
         context = ssl.create_default_context(purpose, cafile=None)
@@ -117,14 +150,41 @@ class TlsConfig:
         """The client side of TLS on ``stream`` (handshake not started)."""
         return TlsStream(stream, self._client, server_side=False)
 
+    def _take_ticket(self, address: tuple[str, int]) -> ssl.SSLSession | None:
+        """The ticket to offer ``address``, used once; None when there is
+        none, it is too old, or it belongs to a context before a reload."""
+        kept = self._tickets.pop(address, None)
+        if kept is None or not self.session_resumption:
+            return None
+        context, session, received_s = kept
+        if context is not self._client or trio.current_time() - received_s > SESSION_TICKET_MAX_AGE_S:
+            return None
+        return session
+
+    def _keep_ticket(self, address: tuple[str, int], context: ssl.SSLContext, session: ssl.SSLSession) -> None:
+        if context is not self._client:
+            return  # made before a reload: never offered
+        self._tickets.pop(address, None)
+        if len(self._tickets) >= SESSION_TICKETS_MAX:
+            del self._tickets[next(iter(self._tickets))]
+        self._tickets[address] = (context, session, trio.current_time())
+
     async def connect(self, host: str, port: int) -> tuple[TlsStream, Principal]:
-        """Open a TCP connection and finish the TLS handshake; returns the
-        stream and the server's principal. Raises ``OSError``,
-        ``trio.BrokenResourceError`` (the handshake failed: the reason is
-        its ``__cause__``), ``trio.TooSlowError``, or
+        """Open a TCP connection and finish the TLS handshake (resuming the
+        session of the last connection to ``host:port`` when the server
+        accepts it); returns the stream and the server's principal. Raises
+        ``OSError``, ``trio.BrokenResourceError`` (the handshake failed: the
+        reason is its ``__cause__``), ``trio.TooSlowError``, or
         ``PeerNotAuthenticatedError``."""
         tcp = await trio.open_tcp_stream(host, port)
-        stream = self.wrap_client(tcp)
+        address, context = (host, port), self._client
+        stream = TlsStream(
+            tcp,
+            context,
+            server_side=False,
+            session=self._take_ticket(address),
+            on_ticket=(lambda session: self._keep_ticket(address, context, session)) if self.session_resumption else None,
+        )
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                 await stream.do_handshake()
@@ -174,11 +234,27 @@ class TlsStream(trio.abc.Stream):
     #: Plaintext ``receive_some`` returns when given no ``max_bytes``.
     DEFAULT_RECEIVE_BYTES = 256 * 1024
 
-    def __init__(self, transport_stream: trio.abc.Stream, context: ssl.SSLContext, *, server_side: bool) -> None:
+    def __init__(
+        self,
+        transport_stream: trio.abc.Stream,
+        context: ssl.SSLContext,
+        *,
+        server_side: bool,
+        session: ssl.SSLSession | None = None,
+        on_ticket: Callable[[ssl.SSLSession], None] | None = None,
+    ) -> None:
+        """A client offers ``session`` (a ticket from an earlier connection
+        with the same context) and hands the first ticket the server sends
+        to ``on_ticket``."""
         self.transport_stream = transport_stream
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
-        self._ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=server_side, server_hostname=None)
+        self._ssl = context.wrap_bio(
+            self._incoming, self._outgoing, server_side=server_side, server_hostname=None, session=session
+        )
+        # TLS 1.3 tickets arrive after the handshake and are taken in by
+        # the first read (``receive_some``).
+        self._on_ticket = on_ticket
         self._handshake_done = False
         self._received_close_notify = False
         # The last read stopped at its ``max_bytes``: the record may hold more.
@@ -198,6 +274,10 @@ class TlsStream(trio.abc.Stream):
         while not self._handshake_done:
             try:
                 self._ssl.do_handshake()
+                if self._ssl.session_reused and _resumed_certificate_expired(self._ssl):
+                    cause = ssl.SSLError("the resumed session's peer certificate has expired")
+                    cause.reason = "RESUMED_CERTIFICATE_EXPIRED"
+                    raise trio.BrokenResourceError(f"TLS handshake failed: {cause.args[0]}") from cause
                 self._handshake_done = True
             except ssl.SSLWantReadError:
                 pass
@@ -216,8 +296,14 @@ class TlsStream(trio.abc.Stream):
                 self._incoming.write(data)
 
     def getpeercert(self) -> dict[str, Any] | None:
-        """The peer's verified certificate (``ssl.SSLObject.getpeercert``)."""
+        """The peer's verified certificate (``ssl.SSLObject.getpeercert``;
+        on a resumed session, the one its full handshake verified)."""
         return self._ssl.getpeercert()
+
+    @property
+    def session_reused(self) -> bool:
+        """Whether the handshake resumed an earlier session."""
+        return self._ssl.session_reused
 
     # -- sending ----------------------------------------------------------
 
@@ -299,6 +385,7 @@ class TlsStream(trio.abc.Stream):
         while True:
             chunks: list[bytes] = []
             size = 0
+            read_any = False
             # OpenSSL returns one record per read: take every record
             # already buffered, so a burst of small frames costs one pass
             # of the caller's decoder, not one per frame. Read only while
@@ -310,6 +397,7 @@ class TlsStream(trio.abc.Stream):
                 and (self._incoming.pending or self._record_unread or self._incoming.eof)
             ):
                 wanted = max_bytes - size
+                read_any = True
                 try:
                     chunk = self._ssl.read(wanted)
                 except ssl.SSLWantReadError:
@@ -329,6 +417,17 @@ class TlsStream(trio.abc.Stream):
             if self._outgoing.pending and self._writer is not None:
                 # Reading made records to send (post-handshake messages).
                 self._writer.write(b"")
+            if self._on_ticket is not None and read_any:
+                # A server sends its tickets as it finishes the handshake,
+                # ahead of any data: looked for after each read until one
+                # came or data did (reading ``session`` copies it, about
+                # 140 µs: not on every read of a connection without one).
+                session = self._ssl.session
+                if session is not None and session.has_ticket:
+                    on_ticket, self._on_ticket = self._on_ticket, None
+                    on_ticket(session)
+                elif chunks:
+                    self._on_ticket = None
             if chunks:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
             if self._received_close_notify:
@@ -358,6 +457,15 @@ class TlsStream(trio.abc.Stream):
                 pass  # it waits for the peer's close_notify: not waited for
             self._send_nowait(self._outgoing.read())
         await self.transport_stream.aclose()
+
+
+def _resumed_certificate_expired(tls: ssl.SSLObject) -> bool:
+    """Whether the peer certificate a resumed session carries has expired
+    since its full handshake (resumption checks no certificate, so this
+    does)."""
+    certificate = tls.getpeercert()
+    text = certificate.get("notAfter") if certificate else None
+    return not text or ssl.cert_time_to_seconds(text) <= time.time()
 
 
 def peer_principal(stream: TlsStream | trio.SSLStream[Any]) -> Principal:
