@@ -45,11 +45,12 @@ LAST_COMPLETIONS_KEPT = 1024
 #: Seconds of ok counts kept for the throughput figure.
 THROUGHPUT_WINDOW_MAX_S = 60
 
-# The checker's history columns (jepsen_like/checker, HISTORY_SCHEMA) and
-# ``op`` (the metadata workload's request name), with Parquet types. The
+# The checker's history columns (jepsen_like/checker, HISTORY_SCHEMA), ``op``
+# (the metadata workload's request name) and ``read_offset`` (the offset a
+# register read was served at), with Parquet types. The
 # value is JSON text, as the checker reads Parquet histories.
 _STRING_COLUMNS = ("process", "type", "f", "key", "value", "node", "mode", "write_id", "broker_id", "error", "op")
-_INT_COLUMNS = ("index", "time", "offset", "epoch", "broker_epoch")
+_INT_COLUMNS = ("index", "time", "offset", "epoch", "broker_epoch", "read_offset")
 _BOOL_COLUMNS = ("final",)
 
 
