@@ -56,6 +56,7 @@ soak: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m long tests
 	$(BIN)/jepsen-like sweep --seeds 10000
 	$(BIN)/jepsen-like sweep --seeds 10000 --reconfigure
+	$(BIN)/jepsen-like campaign --scenario chaos --duration 30m --tls --plain
 
 # Apache Kafka 4.4.0's jars (tools/kafka/pom.xml), fetched from Maven Central
 # into $${PYKRAFT_CACHE:-~/.cache/pykraft}/kafka-4.4.0, outside the tree; a

@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import sys
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -564,7 +564,13 @@ def _free_ports(count: int) -> list[int]:
 def _read_events(path: Path) -> Iterator[dict[str, Any]]:
     if not path.exists():
         return
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    # Line by line: a long run's event log need not fit in memory.
+    with open(path, encoding="utf-8", errors="replace") as lines:
+        yield from _parsed_events(lines)
+
+
+def _parsed_events(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    for line in lines:
         try:
             event = json.loads(line)
         except json.JSONDecodeError:

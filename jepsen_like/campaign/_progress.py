@@ -48,12 +48,29 @@ def snapshot(campaign: Campaign) -> dict[str, object]:
     }
 
 
+#: From this length on, times show as h:mm:ss (a 2-hour run's 5400 s reads badly).
+CLOCK_FROM_S = 600.0
+
+
+def elapsed_of_total(elapsed_s: float, total_s: float) -> str:
+    """``12/60 s`` for a short run, ``1:30:00/2:00:00 (75%)`` for a long one."""
+    if total_s < CLOCK_FROM_S:
+        return f"{elapsed_s:4.0f}/{total_s:.0f} s"
+    percent = 100 * elapsed_s / total_s if total_s else 100.0
+    return f"{_clock(elapsed_s)}/{_clock(total_s)} ({percent:.0f}%)"
+
+
+def _clock(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
 def plain_line(figures: dict[str, object]) -> str:
     """One line for logs: ``[campaign] running chaos  12/60 s  240 ops/s ...``."""
     elapsed, remaining = figures["elapsed_s"], figures["remaining_s"]
     timing = ""
     if isinstance(elapsed, float) and isinstance(remaining, float):
-        timing = f"  {elapsed:4.0f}/{elapsed + remaining:.0f} s"
+        timing = f"  {elapsed_of_total(elapsed, elapsed + remaining)}"
     leader = figures["leader"]
     leader_text = f"leader {leader} e{figures['epoch']}" if leader is not None else "no leader"
     faults = ", ".join(figures["faults_now"]) or "none"  # type: ignore[arg-type]
@@ -109,7 +126,7 @@ class LiveProgress:
         table.add_column()
         elapsed, remaining = figures["elapsed_s"], figures["remaining_s"]
         if isinstance(elapsed, float) and isinstance(remaining, float):
-            table.add_row("time", f"{elapsed:.0f} s elapsed, {remaining:.0f} s left")
+            table.add_row("time", f"{elapsed_of_total(elapsed, elapsed + remaining)} elapsed")
         table.add_row("phase", str(figures["phase"]))
         table.add_row("throughput", f"{figures['ops_per_s']:.0f} ops/s")
         table.add_row(
@@ -137,4 +154,4 @@ class LiveProgress:
                 await trio.sleep(0.25)
 
 
-__all__ = ["LiveProgress", "PlainProgress", "plain_line", "snapshot"]
+__all__ = ["LiveProgress", "PlainProgress", "elapsed_of_total", "plain_line", "snapshot"]

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import logging
 import random
+import resource
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -59,6 +60,11 @@ class CampaignResult:
     faults_by_kind: dict[str, int] = field(default_factory=dict)
     operations: int = 0
     phase_seconds: dict[str, float] = field(default_factory=dict)  # wall time of each phase
+    # The harness process's peak resident memory (its own, not the nodes'
+    # or Spark's JVM) and the run directory's size on disk, at the end.
+    peak_rss_bytes: int = 0
+    peak_rss_recording_bytes: int = 0  # the same when the history was written, before checker and report
+    disk_bytes: int = 0
 
 
 class Campaign:
@@ -170,7 +176,7 @@ class Campaign:
         with open_network(options.net, run_id=run_id, **network_options) as network, contextlib.ExitStack() as disks:
             self.network = network
             cluster = self.cluster = self._make_cluster(network)
-            self.history = HistoryRecorder(self.run_dir / "history.jsonl")
+            self.history = HistoryRecorder(self.run_dir / "history.jsonl", parquet=self.run_dir / "history.parquet")
             try:
                 self._mount_small_disk(disks)
                 self._phase(f"starting {options.controllers} controllers and {options.brokers} brokers ({options.system})")
@@ -235,7 +241,8 @@ class Campaign:
                 self._write_schedule()
         counts = dict(self.history.counts)
         result = CampaignResult(
-            self.run_dir, None, counts, self.faults_injected, faults_by_kind=dict(self.faults_by_kind), operations=counts.get("invoke", 0)
+            self.run_dir, None, counts, self.faults_injected, faults_by_kind=dict(self.faults_by_kind), operations=counts.get("invoke", 0),
+            peak_rss_recording_bytes=peak_rss_bytes(),
         )
         if options.check:
             self._phase("checking the history with Spark" if options.checker == "spark" else "checking the history (reference checker)")
@@ -249,6 +256,8 @@ class Campaign:
             logger.exception("the report failed")
         self._phase("done")
         result.phase_seconds = dict(self.phase_seconds)
+        result.peak_rss_bytes = peak_rss_bytes()
+        result.disk_bytes = directory_bytes(self.run_dir)
         return result
 
     def _mount_small_disk(self, disks: contextlib.ExitStack) -> None:
@@ -471,6 +480,22 @@ class Campaign:
         result.anomalies = {
             name: int(check.get("count", 0)) for name, check in checked.checks.items() if check.get("status") == "fail"
         }
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size so far (Linux reports
+    ``ru_maxrss`` in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def directory_bytes(directory: Path) -> int:
+    """Bytes of the files under ``directory`` (symbolic links not followed)."""
+    total = 0
+    for path in directory.rglob("*"):
+        with contextlib.suppress(OSError):
+            if path.is_file() and not path.is_symlink():
+                total += path.stat().st_size
+    return total
 
 
 def _fault_label(name: str, value: Any) -> str:

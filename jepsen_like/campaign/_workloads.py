@@ -41,6 +41,7 @@ process's reads look non-monotonic).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import logging
@@ -67,6 +68,8 @@ logger = logging.getLogger("pykraft.campaign")
 WORKLOADS = ("register", "metadata", "mixed")
 FIRST_SYNTHETIC_BROKER_ID = 1001
 SYNTHETIC_LISTENERS = (("PLAINTEXT", "127.0.0.1", 9),)
+#: Retired topics whose descriptor is kept (see ``Workload._topics``).
+RETIRED_TOPICS_KEPT = 64
 
 
 @dataclass(slots=True)
@@ -296,18 +299,25 @@ class Workload:
         self.rng = rng
         self._process_ids = itertools.count(0)
         self._values = itertools.count(1)
-        self._key_counter = itertools.count(0)
+        # What the workload keeps does not grow with the run's length: keys
+        # are numbered (r0, r1, ...; t0, ...; 1001, ...), so the keys touched
+        # so far follow from how many were made and which are live.
+        self._keys_made = self._topics_made = 0
         self._live_keys = [self._new_key() for _ in range(options.keys_live)]
+        # Operations picked on each live key (an entry goes when its key retires).
         self._ops_on_key: dict[str, int] = {}
-        self._last_written: dict[str, int] = {}
-        # Topics: name -> descriptor; live ones rotate like register keys.
-        self._topic_counter = itertools.count(0)
+        self._last_written: dict[str, int] = {}  # live register keys only
+        # Keys a schedule's operations used (``--replay``): as many as the schedule has.
+        self._scheduled_keys: set[str] = set()
+        # Topics: name -> descriptor, for the live ones and the last
+        # RETIRED_TOPICS_KEPT retired (an operation picked before its topic
+        # retired may still need it).
         self._topics: dict[str, dict[str, int]] = {}
+        self._retired_topics: collections.deque[str] = collections.deque()
         self._live_topics = [self._new_topic() for _ in range(options.topics_live)]
         # Synthetic brokers: ids from 1001, never a real broker's.
-        self._synthetic_ids = itertools.count(FIRST_SYNTHETIC_BROKER_ID)
-        self._synthetic_touched: set[int] = set()
-        self._live_synthetic = [next(self._synthetic_ids) for _ in range(options.synthetic_brokers_live)]
+        self._synthetic_made = 0
+        self._live_synthetic = [self._new_synthetic_broker() for _ in range(options.synthetic_brokers_live)]
         self._incarnations = itertools.count(1)
         self.real_brokers = sorted(endpoints(0).brokers)
 
@@ -318,49 +328,80 @@ class Workload:
     def touched_keys(self) -> list[str]:
         """Every key an operation was invoked on: register keys, then
         ``topic/<name>``, then ``broker/<id>``."""
-        registers = [key for key in self._ops_on_key if not key.startswith(("topic/", "broker/"))]
+
+        def touched(made: int, name: Callable[[int], str], key: Callable[[str], str], live: list[Any]) -> list[str]:
+            live_names = {str(item) for item in live}
+            return [
+                name(number) for number in range(made)
+                if name(number) not in live_names or self._ops_on_key.get(key(name(number)))
+            ]  # fmt: skip
+
+        registers = touched(self._keys_made, lambda n: f"r{n}", lambda name: name, self._live_keys)
+        topics = touched(self._topics_made, lambda n: f"t{n}", lambda name: f"topic/{name}", self._live_topics)
+        synthetic = touched(
+            self._synthetic_made, lambda n: str(FIRST_SYNTHETIC_BROKER_ID + n), lambda name: f"broker/{name}", self._live_synthetic
+        )
         return (
-            sorted(registers)
-            + [f"topic/{name}" for name in sorted(self._topics) if self._ops_on_key.get(f"topic/{name}")]
-            + [f"broker/{broker_id}" for broker_id in sorted(self._synthetic_touched)]
+            sorted(set(registers) | self._scheduled_keys)
+            + [f"topic/{name}" for name in sorted(topics)]
+            + [f"broker/{broker_id}" for broker_id in sorted(int(name) for name in synthetic)]
         )
 
     def _new_key(self) -> str:
-        return f"r{next(self._key_counter)}"
+        self._keys_made += 1
+        return f"r{self._keys_made - 1}"
 
     def _new_topic(self) -> str:
-        name = f"t{next(self._topic_counter)}"
+        name = f"t{self._topics_made}"
+        self._topics_made += 1
         replicas = min(len(self.endpoints(0).brokers), self.options.brokers_online_replication_max)
         self._topics[name] = topic_descriptor(self.rng.randint(1, 3), self.rng.randint(1, max(1, replicas)))
         return name
 
-    def _count(self, live: list[Any], index: int, key: str, limit: int, renew: Callable[[], Any]) -> None:
+    def _new_synthetic_broker(self) -> int:
+        self._synthetic_made += 1
+        return FIRST_SYNTHETIC_BROKER_ID + self._synthetic_made - 1
+
+    def _count(self, live: list[Any], index: int, key: str, limit: int, renew: Callable[[], Any]) -> Any:
+        """Count one operation picked on ``live[index]`` (key ``key``); at
+        ``limit`` it retires and ``renew()`` takes its place. Returns the
+        retired item or None."""
         count = self._ops_on_key.get(key, 0) + 1
         self._ops_on_key[key] = count
-        if count >= limit:
-            live[index] = renew()
+        if count < limit:
+            return None
+        retired, live[index] = live[index], renew()
+        del self._ops_on_key[key]
+        return retired
 
     def _pick_register_key(self) -> str:
         index = self.rng.randrange(len(self._live_keys))
         key = self._live_keys[index]
-        self._count(self._live_keys, index, key, self.options.ops_per_key, self._new_key)
+        if self._count(self._live_keys, index, key, self.options.ops_per_key, self._new_key) is not None:
+            self._last_written.pop(key, None)
         return key
 
     def _pick_topic(self) -> str:
         index = self.rng.randrange(len(self._live_topics))
         name = self._live_topics[index]
-        self._count(self._live_topics, index, f"topic/{name}", self.options.ops_per_topic, self._new_topic)
+        if self._count(self._live_topics, index, f"topic/{name}", self.options.ops_per_topic, self._new_topic) is not None:
+            self._retired_topics.append(name)
+            if len(self._retired_topics) > RETIRED_TOPICS_KEPT:
+                del self._topics[self._retired_topics.popleft()]
         return name
 
     def _pick_synthetic_broker(self) -> int:
         index = self.rng.randrange(len(self._live_synthetic))
         broker_id = self._live_synthetic[index]
-        self._synthetic_touched.add(broker_id)
-        count = self._ops_on_key.get(f"broker/{broker_id}", 0) + 1
-        self._ops_on_key[f"broker/{broker_id}"] = count
-        if count >= self.options.ops_per_synthetic_broker:
-            self._live_synthetic[index] = next(self._synthetic_ids)
+        self._count(
+            self._live_synthetic, index, f"broker/{broker_id}", self.options.ops_per_synthetic_broker, self._new_synthetic_broker
+        )
         return broker_id
+
+    def remembered(self) -> int:
+        """Entries in the workload's own tables (bounded whatever the run's
+        length: the long-run test holds it to that)."""
+        return len(self._ops_on_key) + len(self._last_written) + len(self._topics) + len(self._retired_topics)
 
     # ------------------------------------------------------------------
     # Clients
@@ -470,6 +511,10 @@ class Workload:
             f, value = "cas", [self._last_written.get(key), next(self._values)]
         await self._register_call(session, f, key, value, self.options.read_mode)
 
+    def _wrote(self, key: str, value: int) -> None:
+        if key in self._live_keys:  # a retired key is never written again
+            self._last_written[key] = value
+
     async def _register_call(self, session: _Session, f: str, key: str, value: Any, read_mode: str) -> None:
         """Operation ``f`` (read, write, cas) on register ``key``, recorded;
         raises ``_Retired`` when its outcome is unknown."""
@@ -490,7 +535,7 @@ class Workload:
                 record(process, "ok", f, key, shown, offset=version, read_offset=read_offset, node=serving_node(client), **extra)
             elif f == "write":
                 offset = await client.propose([KeyValueStateMachine.encode_put(key.encode(), str(value).encode())])
-                self._last_written[key] = value
+                self._wrote(key, value)
                 record(process, "ok", f, key, value, offset=offset, node=serving_node(client))
             else:
                 expected, new = value
@@ -499,7 +544,7 @@ class Workload:
                     [KeyValueStateMachine.encode_cas(key.encode(), expected_bytes, str(new).encode())]
                 )
                 if answer == KeyValueStateMachine.CAS_APPLIED:
-                    self._last_written[key] = new
+                    self._wrote(key, new)
                     record(process, "ok", f, key, value, offset=offset, node=serving_node(client))
                 else:
                     record(process, "fail", f, key, value, error="precondition failed")
@@ -537,7 +582,7 @@ class Workload:
                         op = operations[next_op]
                         next_op += 1
                         await trio.sleep_until(started_s + op.at_ms / 1000)
-                        self._ops_on_key[op.key] = self._ops_on_key.get(op.key, 0) + 1
+                        self._scheduled_keys.add(op.key)
                         try:
                             await self._register_call(session, op.f, op.key, op.value, op.mode or self.options.read_mode)
                         except _Retired:

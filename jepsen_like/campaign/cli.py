@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import sys
 from pathlib import Path
@@ -18,11 +19,42 @@ from ._scenarios import NEMESIS_SCENARIOS
 from ._workloads import WORKLOADS
 
 
+_DURATION_UNITS_S = {"s": 1, "m": 60, "h": 3600}
+#: The longest run --duration accepts (a typo such as 200h is refused).
+DURATION_MAX_S = 48 * 3600
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``30m``, ``2h`` or ``1.5h`` (a bare number is seconds) as
+    seconds. Raises ``ValueError`` for anything else, zero, or more than
+    ``DURATION_MAX_S``."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration such as 90s, 30m or 2h")
+    seconds = float(match.group(1)) * _DURATION_UNITS_S[match.group(2) or "s"]
+    if not 0 < seconds <= DURATION_MAX_S:
+        raise ValueError(f"{text!r}: a duration must be more than 0 and at most {DURATION_MAX_S // 3600}h")
+    return seconds
+
+
+class Duration(click.ParamType):
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        try:
+            return parse_duration(str(value))
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+
+
 @click.command("campaign")
 @click.option("--system", type=click.Choice(["pykraft", "kafka"]), default="pykraft", show_default=True, help="kafka: Apache Kafka 4.4's KRaft (make kafka fetches it; docs/kafka-campaign.md).")
 @click.option("--kafka-heap-mb", type=click.IntRange(128, 4096), default=256, show_default=True, help="Heap of each Kafka JVM (--system kafka).")
 @click.option("--scenario", type=click.Choice(sorted(NEMESIS_SCENARIOS)), default="chaos", show_default=True)
 @click.option("--time-limit", "time_limit_s", type=float, default=60.0, show_default=True, help="Seconds of workload and faults.")
+@click.option("--duration", "duration_s", type=Duration(), default=None, metavar="90s|30m|2h", help="The same as --time-limit, with a unit (s, m or h): for long runs.")
 @click.option("--controllers", type=click.IntRange(1, 9), default=3, show_default=True, help="kraft-controller voters.")
 @click.option("--brokers", type=click.IntRange(0, 20), default=3, show_default=True, help="kraft-broker processes (0: none).")
 @click.option("--workload", type=click.Choice(WORKLOADS), default="mixed", show_default=True)
@@ -44,6 +76,7 @@ def campaign_command(
     kafka_heap_mb: int,
     scenario: str,
     time_limit_s: float,
+    duration_s: float | None,
     controllers: int,
     brokers: int,
     workload: str,
@@ -64,6 +97,10 @@ def campaign_command(
     """Run a cluster of real processes under faults, record the history and
     check it. Exits 0 only when the history is valid."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
+    if duration_s is not None:
+        if click.get_current_context().get_parameter_source("time_limit_s") is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError("--duration and --time-limit both give the run's length: pick one")
+        time_limit_s = duration_s
     options = CampaignOptions(
         system=system,
         kafka_heap_mb=kafka_heap_mb,
@@ -183,7 +220,15 @@ def verdict_lines(scenario: str, result: CampaignResult) -> list[str]:
         lines.append("    anomalies: none")
     if result.checker_error:
         lines.append(f"    checker error: {result.checker_error}")
-    lines.append(f"    run directory: {result.run_dir}")
+    if result.peak_rss_bytes:
+        lines.append(
+            f"    harness peak memory (RSS): {result.peak_rss_recording_bytes / 2**20:.0f} MiB while recording,"
+            f" {result.peak_rss_bytes / 2**20:.0f} MiB with the checker and the report"
+        )
+    if result.disk_bytes:
+        lines.append(f"    run directory: {result.run_dir} ({result.disk_bytes / 2**20:.1f} MiB)")
+    else:
+        lines.append(f"    run directory: {result.run_dir}")
     if result.report is not None:
         lines.append(f"    report: {result.report}")
     return lines

@@ -261,11 +261,12 @@ def _verdict(results: Mapping[str, Any] | None) -> tuple[str, str, str]:
 
 def _header(data: RunData, witnesses: Sequence[CheckWitnesses]) -> str:
     css, word, line = _verdict(data.results)
-    outcomes = Counter(op.outcome or "pending" for op in data.ops)
+    # Every operation's outcome, also when the charts draw a sample.
+    outcomes = data.outcome_totals or Counter(op.outcome or "pending" for op in data.ops)
     faults_by_kind = Counter(fault.f for fault in data.faults)
     facts = [
         ("duration", duration_text(data.end_ns)),
-        ("operations", f"{len(data.ops):,}"),
+        ("operations", f"{sum(outcomes.values()):,}"),
         ("ok", f"{outcomes['ok']:,}"),
         ("fail", f"{outcomes['fail']:,}"),
         ("info", f"{outcomes['info']:,}"),

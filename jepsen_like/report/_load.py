@@ -28,6 +28,11 @@ OP_ORDER = (
 # A broker's lane shows its state (from broker_state node events) the way a
 # controller's shows its Raft role.
 BROKER_STATES = ("online", "fenced", "stopping", "offline")
+#: Operations the report holds at most (a few hundred bytes each). A longer
+#: run's operations are thinned to one in 2, 4, 8, ... as they are read, so
+#: that memory stays bounded; the header counts every operation
+#: (docs/report.md, "Long runs").
+OPS_KEPT_MAX = 200_000
 
 
 @dataclass(slots=True)
@@ -101,6 +106,10 @@ class RunData:
     warnings: list[str] = field(default_factory=list)
     # prometheus.json of a run with --prometheus: its URL and key queries.
     prometheus: dict[str, Any] = field(default_factory=dict)
+    # Every operation's outcome ("pending": never completed), counted
+    # whether or not ``ops`` kept it; ``ops`` holds one in ``ops_sampled_every``.
+    outcome_totals: Counter[str] = field(default_factory=Counter)
+    ops_sampled_every: int = 1
 
     @property
     def op_types(self) -> list[str]:
@@ -235,11 +244,24 @@ def node_order(node: Any) -> tuple[int, Any]:
     return (0, int(text)) if text.isdigit() else (1, text)
 
 
-def _read_history(path: Path, data: RunData) -> int:
+def _read_history(path: Path, data: RunData, ops_kept_max: int = OPS_KEPT_MAX) -> int:
     pending: dict[Any, Op] = {}
     open_faults: dict[Any, Fault] = {}
     orphans = 0
     end_ns = 0
+    finished = 0
+
+    def keep(op: Op) -> None:
+        nonlocal finished
+        data.outcome_totals[op.outcome or "pending"] += 1
+        finished += 1
+        if finished % data.ops_sampled_every:
+            return
+        data.ops.append(op)
+        if len(data.ops) > ops_kept_max:
+            del data.ops[1::2]
+            data.ops_sampled_every *= 2
+
     for position, event in enumerate(_json_lines(path, data.warnings)):
         time_ns = _as_int(event.get("time"))
         if time_ns is None:
@@ -265,7 +287,7 @@ def _read_history(path: Path, data: RunData) -> int:
         }
         if kind == "invoke":
             if process in pending:  # a second invoke: the first never completed
-                data.ops.append(pending.pop(process))
+                keep(pending.pop(process))
             pending[process] = Op(
                 index=index, process=process, f=_op_name(event), key=event.get("key"),
                 invoke_value=event.get("value"), time_ns=time_ns, extra=extra,
@@ -280,9 +302,15 @@ def _read_history(path: Path, data: RunData) -> int:
         op.complete_index = index
         op.complete_ns = max(time_ns, op.time_ns)
         op.extra.update(extra)
-        data.ops.append(op)
-    data.ops.extend(pending.values())
+        keep(op)
+    for op in pending.values():
+        keep(op)
     data.ops.sort(key=lambda op: op.index)
+    if data.ops_sampled_every > 1:
+        data.warnings.append(
+            f"history.jsonl: {finished:,} operations; the charts and tables below draw one in {data.ops_sampled_every}"
+            f" ({len(data.ops):,}), the counts above are of all"
+        )
     for fault in open_faults.values():
         data.faults.append(fault)
     data.faults.sort(key=lambda fault: (fault.start_ns, fault.f))

@@ -1,0 +1,166 @@
+"""Long campaigns without a long run: ``--duration``, the history streamed
+to Parquet chunks, and the harness's memory held to a bound however many
+events it records (issue 20, "Long runs"; docs/history.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+
+import pytest
+import trio
+import trio.testing
+from click.testing import CliRunner
+
+from jepsen_like.campaign import _history
+from jepsen_like.campaign._history import HistoryRecorder
+from jepsen_like.campaign._progress import elapsed_of_total
+from jepsen_like.campaign._workloads import RETIRED_TOPICS_KEPT, ClientEndpoints, Workload, WorkloadOptions
+from jepsen_like.campaign.cli import campaign_command, parse_duration
+from jepsen_like.checker._load import discover_histories, read_history_events
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("30m", 1800), ("2h", 7200), ("1.5h", 5400), ("45", 45)])
+def test_a_duration_is_read_with_its_unit(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "2 hours", "h", "-5m", "0s", "49h", "1e3s"])
+def test_a_duration_that_is_not_one_is_refused(text):
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--duration", "2x"], "is not a duration"),
+        (["--duration", "30m", "--time-limit", "20"], "pick one"),
+    ],
+)
+def test_campaign_refuses_a_bad_duration_before_starting_anything(tmp_path, arguments, message):
+    result = CliRunner().invoke(campaign_command, [*arguments, "--store", str(tmp_path / "store")])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert not (tmp_path / "store").exists()
+
+
+def test_the_progress_line_shows_elapsed_of_total_as_a_clock_for_long_runs():
+    assert elapsed_of_total(12.0, 60.0).strip() == "12/60 s"
+    assert elapsed_of_total(5400.0, 7200.0) == "1:30:00/2:00:00 (75%)"
+
+
+def test_a_recorder_fed_many_events_keeps_bounded_tables_and_streams_every_event_to_parquet_chunks(tmp_path, monkeypatch):
+    """8,000 events of 6 clients on 400 keys over a simulated quarter hour:
+    nothing the recorder keeps grows with them, and the chunk directory
+    reads back as the same history as the JSON lines."""
+    monkeypatch.setattr(_history, "LAST_COMPLETIONS_KEPT", 100)
+    monkeypatch.setattr(_history, "THROUGHPUT_WINDOW_MAX_S", 20)
+    clients, events_max, chunk_events = 6, 8_000, 1_000
+    sizes: list[tuple[int, int, int, int]] = []
+
+    async def drive() -> HistoryRecorder:
+        recorder = HistoryRecorder(tmp_path / "history.jsonl", parquet=tmp_path / "history.parquet", chunk_events=chunk_events)
+        rng = random.Random(7)
+        process = list(range(clients))
+        next_process = clients
+        value = 0
+        while recorder.events < events_max:
+            client = rng.randrange(clients)
+            key = f"r{recorder.events // 20}"
+            value += 1
+            recorder.record(process[client], "invoke", "write", key, value, write_id=f"{key}={value}")
+            trio.testing.MockClock.jump(clock, 0.12)
+            outcome = rng.choice(["ok", "ok", "ok", "fail", "info"])
+            recorder.record(process[client], outcome, "write", key, value, offset=value if outcome == "ok" else None)
+            if outcome == "info":  # a fresh process, as the workload does
+                process[client], next_process = next_process, next_process + 1
+            if recorder.events % 397 == 0:
+                recorder.nemesis("kill", {"phase": "start", "fault": {"node": 1}})
+                sizes.append((len(recorder.last_completion), len(recorder.pending), len(recorder._ok_per_second), recorder.chunks.buffered))
+                assert recorder.ops_per_second() >= 0
+        recorder.close()
+        return recorder
+
+    clock = trio.testing.MockClock()
+    recorder = trio.run(drive, clock=clock)
+    assert sizes and max(size[0] for size in sizes) <= 100
+    assert max(size[1] for size in sizes) <= clients
+    assert max(size[2] for size in sizes) <= _history.THROUGHPUT_WINDOW_MAX_S + 1
+    assert max(size[3] for size in sizes) < chunk_events
+    chunks = sorted((tmp_path / "history.parquet").iterdir())
+    assert [path.name for path in chunks[:2]] == ["part-00000.parquet", "part-00001.parquet"]
+    assert len(chunks) == -(-recorder.events // chunk_events)
+    assert not (tmp_path / "history.parquet.partial").exists()
+    [from_lines] = discover_histories([tmp_path / "history.jsonl"])
+    [from_chunks] = discover_histories([tmp_path / "history.parquet"])
+    lines, parquet = read_history_events(from_lines), read_history_events(from_chunks)
+    assert len(parquet) == recorder.events
+    assert parquet == lines
+
+
+def test_a_chunk_is_written_after_chunk_seconds_even_when_few_events_come(tmp_path, monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(_history.time, "monotonic", lambda: now[0])
+    chunks = _history.ParquetChunks(tmp_path / "history.parquet", chunk_events=1000, chunk_seconds=30)
+    chunks.add({"index": 0, "time": 0, "process": 0, "type": "invoke", "f": "read", "key": "r0", "value": None})
+    assert chunks.chunks_written == 0
+    now[0] += 31
+    chunks.add({"index": 1, "time": 1, "process": 0, "type": "ok", "f": "read", "key": "r0", "value": 3, "mode": "linearizable"})
+    assert (chunks.chunks_written, chunks.buffered) == (1, 0)
+    chunks.finish()
+    assert [path.name for path in (tmp_path / "history.parquet").iterdir()] == ["part-00000.parquet"]
+
+
+def _endpoints(index: int) -> ClientEndpoints:
+    return ClientEndpoints(["1@127.0.0.1:9"], {101: ("127.0.0.1", 9)}, contextlib.nullcontext)
+
+
+def test_the_workload_s_tables_stay_bounded_and_it_still_knows_every_key_it_touched():
+    """The keys are picked as a long run picks them (100,000 operations,
+    thousands of keys retired); the workload's own tables do not grow, and
+    the keys its final reads visit are exactly the keys touched."""
+    workload = Workload(None, _endpoints, WorkloadOptions(), cluster_id="c", rng=random.Random(3))  # type: ignore[arg-type]
+    touched: set[str] = set()
+    remembered = []
+    for step in range(100_000):
+        kind = step % 3
+        if kind == 0:
+            key = workload._pick_register_key()
+            workload._wrote(key, step)
+            touched.add(key)
+        elif kind == 1:
+            touched.add(f"topic/{workload._pick_topic()}")
+        else:
+            touched.add(f"broker/{workload._pick_synthetic_broker()}")
+        if step % 1000 == 0:
+            remembered.append(workload.remembered())
+    assert len(touched) > 2000
+    # Counts of the live keys, last writes of the live register keys, the
+    # live and the kept retired topics' descriptors, the retired names.
+    options = WorkloadOptions()
+    live = options.keys_live + options.topics_live + options.synthetic_brokers_live
+    bound = live + options.keys_live + (options.topics_live + RETIRED_TOPICS_KEPT) + RETIRED_TOPICS_KEPT
+    assert max(remembered) <= bound
+    assert remembered[-1] >= bound - 10  # it filled up, then stopped growing
+    keys = workload.touched_keys()
+    assert set(keys) == touched and len(keys) == len(touched)
+
+
+def test_the_report_of_a_long_history_draws_a_sample_and_counts_every_operation(tmp_path):
+    from jepsen_like.report import _load
+
+    lines = []
+    for op in range(1000):
+        lines.append({"index": 2 * op, "time": 10 * op, "process": op % 4, "type": "invoke", "f": "read", "key": "r0", "value": None})
+        lines.append({"index": 2 * op + 1, "time": 10 * op + 5, "process": op % 4, "type": "ok" if op % 10 else "fail", "f": "read", "key": "r0", "value": 1})
+    path = tmp_path / "history.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    data = _load.RunData(run_dir=tmp_path)
+    _load._read_history(path, data, ops_kept_max=100)
+    assert len(data.ops) <= 100
+    assert data.ops_sampled_every == 16
+    assert data.outcome_totals == {"ok": 900, "fail": 100}
+    assert [op.index for op in data.ops] == sorted(op.index for op in data.ops)
+    assert any("draw one in 16" in warning for warning in data.warnings)
