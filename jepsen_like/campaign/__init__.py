@@ -4,7 +4,7 @@ from ._cluster import CLUSTER_ID, Cluster, ClusterSettings, QuorumView, node_eve
 from ._history import HistoryRecorder
 from ._processes import NodeProcess, ProcessGroup
 from ._options import CampaignOptions
-from ._own_system import OWN_NEMESES, Failed, OwnCampaignResult, ReplicatedCluster, run_own_campaign
+from ._own_system import OWN_NEMESES, Failed, NodeSpec, OwnCampaignResult, ProcessCluster, ReplicatedCluster, run_own_campaign
 from ._runner import Campaign, CampaignResult
 from ._scenarios import NEMESIS_SCENARIOS
 from ._workloads import WORKLOADS, ClientEndpoints, Workload, WorkloadOptions
@@ -23,7 +23,9 @@ __all__ = [
     "OwnCampaignResult",
     "ClusterSettings",
     "HistoryRecorder",
+    "NodeSpec",
     "NodeProcess",
+    "ProcessCluster",
     "ProcessGroup",
     "QuorumView",
     "ReplicatedCluster",

@@ -3,21 +3,25 @@ nemeses, a history, and the checker with your model (docs/test-your-state-machin
 
 Two pieces meet here:
 
-- a **system**: the processes under test and how to fault them. The one
-  built in is :class:`ReplicatedCluster`, a ``quorum.replicated.Replicated``
-  class of yours served by node processes (``replicated_node``) behind the
-  campaign's proxy network, so that partitions, kill -9 and pauses are real;
+- a **system**: the processes under test and how to fault them.
+  :class:`ProcessCluster` runs any program, one process per node, behind
+  the campaign's userspace proxy, so that partitions, kill -9 and pauses
+  are real; :class:`ReplicatedCluster` is the one for a
+  ``quorum.replicated.Replicated`` class of yours, served by node processes
+  (``replicated_node``);
 - a **client adapter** per worker: ``invoke(op) -> result``, as Jepsen's
   clients do. It returns the operation's result (recorded ``ok``), raises
   :class:`Failed` when the operation certainly did not happen (``fail``),
   and anything else means it may or may not have happened (``info``).
   ``invoke`` may be a coroutine function (trio) or a plain function (run on
-  a worker thread).
+  a worker thread); an adapter that is an async context manager is entered
+  for the worker's whole run.
 
 :func:`run_own_campaign` drives them for a while, records the history in
 the project's format (``history.jsonl``: the Spark checker, the reference
-checker and the report read it) and checks it against a model made from
-your ``step(state, op) -> (ok, result, new_state)``.
+checker and the report read it) and checks it against a model, such as
+one made from your ``step(state, op) -> (ok, result, new_state)``
+(``jepsen_like.checker.model_from_step``).
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ import inspect
 import json
 import logging
 import random
+import socket
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,7 +41,7 @@ import trio
 
 from jepsen_like.checker import Model, check, search_history
 from jepsen_like.nemesis import ProxyNetwork
-from quorum.client import IndeterminateError, QuorumClientError
+from quorum.client import IndeterminateError, QuorumClient, QuorumClientError
 from quorum.replicated import ApplyFailedError, Replicated, ReplicatedClient
 
 from ._history import HistoryRecorder
@@ -47,6 +52,12 @@ logger = logging.getLogger("pykraft.campaign")
 #: The nemeses :func:`run_own_campaign` knows: kill -9 and restart one
 #: node, pause one (SIGSTOP/SIGCONT), cut one off from every other member.
 OWN_NEMESES = ("kill", "pause", "partition")
+
+
+# A worker whose operation ended indeterminate waits this long before its
+# next one, doubling up to the maximum while they keep ending so.
+INFO_BACKOFF_S = 0.1
+INFO_BACKOFF_MAX_S = 1.0
 
 
 class Failed(Exception):
@@ -73,107 +84,62 @@ class System(Protocol):
     def heal(self) -> None: ...
 
 
-def _import_root(target: type) -> tuple[str, list[str]]:
-    """``MODULE:CLASS`` for ``target``, and the directory its top-level
-    package is imported from (for the node processes' ``sys.path``). A
-    class of a script run as ``__main__`` is imported by the script's file
-    name."""
-    module_name = target.__module__
-    module_file = getattr(sys.modules.get(module_name), "__file__", None)
-    if not module_file or "<" in target.__qualname__:
-        raise ValueError(f"{target.__qualname__} must be a module-level class of a module with a file")
-    path = Path(module_file).resolve()
-    if module_name == "__main__":
-        module_name = path.stem
-    root = path.parent
-    for _ in range(module_name.count(".")):
-        root = root.parent
-    return f"{module_name}:{target.__qualname__}", [str(root)]
+@dataclass(frozen=True)
+class NodeSpec:
+    """What a node's command line needs: its id, the address it must
+    listen on, every other node's address as this node must reach it
+    (through the proxy), and a data directory of its own."""
+
+    node_id: int
+    listen: tuple[str, int]
+    peers: dict[int, tuple[str, int]]
+    data_dir: Path
 
 
-class _ReplicatedAdapter:
-    """Calls the replicated object's methods by name: ``op["f"]`` is the
-    method, ``op["value"]`` its argument list (or one argument); names in
-    ``queries`` are ``@query`` methods."""
+class ProcessCluster:
+    """Processes of any system, one per node, behind the campaign's proxy
+    network. A context manager.
 
-    def __init__(self, bootstrap: list[str], queries: frozenset[str], request_timeout_s: float) -> None:
-        self.bootstrap = bootstrap
-        self.queries = queries
-        self.request_timeout_s = request_timeout_s
-        self._client: ReplicatedClient | None = None
+    ``command(spec)`` is the argv that starts node ``spec.node_id``
+    (:class:`NodeSpec`); ``client_adapter(addresses)`` makes one worker's
+    adapter from ``{node_id: (host, port)}``, the addresses that worker
+    reaches the nodes at (through the proxy, so a partition cuts it off
+    too). :meth:`wait_ready` waits until every node accepts connections;
+    override it for a readiness of your own.
 
-    async def __aenter__(self) -> _ReplicatedAdapter:
-        self._client = ReplicatedClient(
-            self.bootstrap, request_timeout_s=self.request_timeout_s, retry_timeout_s=2 * self.request_timeout_s
-        )
-        await self._client.__aenter__()
-        return self
+    Raises ``ValueError`` for a node count outside 1 to 9.
+    """
 
-    async def __aexit__(self, *exc_info: Any) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.__aexit__(*exc_info)
-
-    async def invoke(self, op: dict[str, Any]) -> Any:
-        if self._client is None:
-            raise RuntimeError("use the adapter as an async context manager (run_own_campaign does)")
-        value = op.get("value")
-        args = value if isinstance(value, list) else [] if value is None else [value]
-        try:
-            if op["f"] in self.queries:
-                return await self._client.query(op["f"], *args)
-            return await self._client.call(op["f"], *args)
-        except ApplyFailedError as error:  # the method raised on every replica: no effect
-            raise Failed(str(error)) from None
-        except IndeterminateError:
-            raise
-        except QuorumClientError as error:  # refused for good before it took effect
-            raise Failed(str(error)) from None
-
-
-@dataclass
-class ReplicatedCluster:
-    """Node processes serving ``target`` (a ``Replicated`` subclass whose
-    constructor takes no arguments), one proxy between every pair of
-    members. A context manager; ``queries`` names the ``@query`` methods
-    the adapters read with."""
-
-    target: type[Replicated]
-    run_dir: Path
-    nodes: int = 3
-    clients: int = 4
-    queries: tuple[str, ...] = ()
-    election_timeout_ms: int = 1000
-    fetch_timeout_ms: int = 2000
-    # Longer than a pause or a partition lasts: a request to a node that
-    # comes back is answered (ok or fail) instead of ending indeterminate,
-    # and every indeterminate operation costs the linearizability search.
-    request_timeout_s: float = 5.0
-    node_ids: list[int] = field(init=False)
-    network: ProxyNetwork = field(init=False)
-    processes: ProcessGroup = field(init=False)
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.target, type) and issubclass(self.target, Replicated)):
-            raise TypeError(f"target must be a quorum.replicated.Replicated subclass, got {self.target!r}")
-        if not 1 <= self.nodes <= 9:
-            raise ValueError(f"nodes must be 1 to 9, got {self.nodes}")
-        self.run_dir = Path(self.run_dir)
-        self.node_ids = list(range(1, self.nodes + 1))
+    def __init__(
+        self,
+        command: Callable[[NodeSpec], list[str]],
+        client_adapter: Callable[[dict[int, tuple[str, int]]], Any],
+        run_dir: str | Path,
+        *,
+        nodes: int = 1,
+        clients: int = 4,
+    ) -> None:
+        if not 1 <= nodes <= 9:
+            raise ValueError(f"nodes must be 1 to 9, got {nodes}")
+        self.command = command
+        self.client_adapter = client_adapter
+        self.run_dir = Path(run_dir)
+        self.clients = clients
+        self.node_ids = list(range(1, nodes + 1))
         self.processes = ProcessGroup()
-        self._spec, self._import_paths = _import_root(self.target)
+        self.network: ProxyNetwork | None = None
 
-    def __enter__(self) -> ReplicatedCluster:
-        (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.network = ProxyNetwork(proxy_stderr=self.run_dir / "logs" / "proxy.log").open()
+    def __enter__(self) -> ProcessCluster:
+        logs = self.run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        self.network = ProxyNetwork(proxy_stderr=logs / "proxy.log").open()
         try:
             for node_id in self.node_ids:
                 self.network.add_node(node_id, "controller", zone=f"az{node_id}")
             for index in range(self.clients):
                 self.network.add_client(f"client{index}")
             for node_id in self.node_ids:
-                log = self.run_dir / "logs" / f"node{node_id}.log"
-                self.processes.add(NodeProcess(node_id, "controller", self._argv(node_id), log)).start()
+                self.processes.add(NodeProcess(node_id, "controller", self._argv(node_id), logs / f"node{node_id}.log")).start()
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -181,198 +147,51 @@ class ReplicatedCluster:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.processes.stop_all()
-        self.network.close()
+        if self.network is not None:
+            self.network.close()
+
+    def _network(self) -> ProxyNetwork:
+        if self.network is None:
+            raise RuntimeError("start the cluster first (with ProcessCluster(...) as cluster)")
+        return self.network
 
     def _argv(self, node_id: int) -> Callable[[], list[str]]:
         def argv() -> list[str]:
-            host, port = self.network.listen_address(node_id)
-            command = [
-                sys.executable, "-m", "jepsen_like.campaign.replicated_node",
-                "--target", self._spec,
-                "--node-id", str(node_id),
-                "--voters", self.network.voters_arg(node_id),
-                "--listen", f"{host}:{port}",
-                "--data-dir", str(self.run_dir / "data" / f"node{node_id}"),
-                "--election-timeout-ms", str(self.election_timeout_ms),
-                "--fetch-timeout-ms", str(self.fetch_timeout_ms),
-            ]  # fmt: skip
-            for path in self._import_paths:
-                command += ["--import-path", path]
-            return self.network.run_in(node_id, command)
+            network = self._network()
+            spec = NodeSpec(
+                node_id=node_id,
+                listen=network.listen_address(node_id),
+                peers={peer: network.address_for(node_id, peer) for peer in self.node_ids if peer != node_id},
+                data_dir=self.run_dir / "data" / f"node{node_id}",
+            )
+            spec.data_dir.mkdir(parents=True, exist_ok=True)
+            return network.run_in(node_id, self.command(spec))
 
         return argv
 
-    def client(self, index: int) -> _ReplicatedAdapter:
-        return _ReplicatedAdapter(
-            self.network.bootstrap_for(f"client{index % self.clients}"), frozenset(self.queries), self.request_timeout_s
-        )
+    def addresses_for(self, index: int) -> dict[int, tuple[str, int]]:
+        """Where worker ``index`` reaches each node."""
+        network = self._network()
+        return {node_id: network.address_for(f"client{index % self.clients}", node_id) for node_id in self.node_ids}
 
-    async def wait_ready(self, timeout_s: float) -> None: ...
-    def kill(self, node_id: int) -> None: ...
-    def restart(self, node_id: int) -> None: ...
-    def pause(self, node_id: int) -> None: ...
-    def resume(self, node_id: int) -> None: ...
-    def isolate(self, node_id: int) -> dict[str, Any]: ...
-    def heal(self) -> None: ...
-
-
-def _import_root(target: type) -> tuple[str, list[str]]:
-    """``MODULE:CLASS`` for ``target``, and the directory its top-level
-    package is imported from (for the node processes' ``sys.path``). A
-    class of a script run as ``__main__`` is imported by the script's file
-    name."""
-    module_name = target.__module__
-    module_file = getattr(sys.modules.get(module_name), "__file__", None)
-    if not module_file or "<" in target.__qualname__:
-        raise ValueError(f"{target.__qualname__} must be a module-level class of a module with a file")
-    path = Path(module_file).resolve()
-    if module_name == "__main__":
-        module_name = path.stem
-    root = path.parent
-    for _ in range(module_name.count(".")):
-        root = root.parent
-    return f"{module_name}:{target.__qualname__}", [str(root)]
-
-
-class _ReplicatedAdapter:
-    """Calls the replicated object's methods by name: ``op["f"]`` is the
-    method, ``op["value"]`` its argument list (or one argument); names in
-    ``queries`` are ``@query`` methods."""
-
-    def __init__(self, bootstrap: list[str], queries: frozenset[str], request_timeout_s: float) -> None:
-        self.bootstrap = bootstrap
-        self.queries = queries
-        self.request_timeout_s = request_timeout_s
-        self._client: ReplicatedClient | None = None
-
-    async def __aenter__(self) -> _ReplicatedAdapter:
-        self._client = ReplicatedClient(
-            self.bootstrap, request_timeout_s=self.request_timeout_s, retry_timeout_s=2 * self.request_timeout_s
-        )
-        await self._client.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.__aexit__(*exc_info)
-
-    async def invoke(self, op: dict[str, Any]) -> Any:
-        if self._client is None:
-            raise RuntimeError("use the adapter as an async context manager (run_own_campaign does)")
-        value = op.get("value")
-        args = value if isinstance(value, list) else [] if value is None else [value]
-        try:
-            if op["f"] in self.queries:
-                return await self._client.query(op["f"], *args)
-            return await self._client.call(op["f"], *args)
-        except ApplyFailedError as error:  # the method raised on every replica: no effect
-            raise Failed(str(error)) from None
-        except IndeterminateError:
-            raise
-        except QuorumClientError as error:  # refused for good before it took effect
-            raise Failed(str(error)) from None
-
-
-@dataclass
-class ReplicatedCluster:
-    """Node processes serving ``target`` (a ``Replicated`` subclass whose
-    constructor takes no arguments), one proxy between every pair of
-    members. A context manager; ``queries`` names the ``@query`` methods
-    the adapters read with."""
-
-    target: type[Replicated]
-    run_dir: Path
-    nodes: int = 3
-    clients: int = 4
-    queries: tuple[str, ...] = ()
-    election_timeout_ms: int = 1000
-    fetch_timeout_ms: int = 2000
-    # Longer than a pause or a partition lasts: a request to a node that
-    # comes back is answered (ok or fail) instead of ending indeterminate,
-    # and every indeterminate operation costs the linearizability search.
-    request_timeout_s: float = 5.0
-    node_ids: list[int] = field(init=False)
-    network: ProxyNetwork = field(init=False)
-    processes: ProcessGroup = field(init=False)
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.target, type) and issubclass(self.target, Replicated)):
-            raise TypeError(f"target must be a quorum.replicated.Replicated subclass, got {self.target!r}")
-        if not 1 <= self.nodes <= 9:
-            raise ValueError(f"nodes must be 1 to 9, got {self.nodes}")
-        self.run_dir = Path(self.run_dir)
-        self.node_ids = list(range(1, self.nodes + 1))
-        self.processes = ProcessGroup()
-        self._spec, self._import_paths = _import_root(self.target)
-
-    def __enter__(self) -> ReplicatedCluster:
-        (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.network = ProxyNetwork(proxy_stderr=self.run_dir / "logs" / "proxy.log").open()
-        try:
-            for node_id in self.node_ids:
-                self.network.add_node(node_id, "controller", zone=f"az{node_id}")
-            for index in range(self.clients):
-                self.network.add_client(f"client{index}")
-            for node_id in self.node_ids:
-                log = self.run_dir / "logs" / f"node{node_id}.log"
-                self.processes.add(NodeProcess(node_id, "controller", self._argv(node_id), log)).start()
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.processes.stop_all()
-        self.network.close()
-
-    def _argv(self, node_id: int) -> Callable[[], list[str]]:
-        def argv() -> list[str]:
-            host, port = self.network.listen_address(node_id)
-            command = [
-                sys.executable, "-m", "jepsen_like.campaign.replicated_node",
-                "--target", self._spec,
-                "--node-id", str(node_id),
-                "--voters", self.network.voters_arg(node_id),
-                "--listen", f"{host}:{port}",
-                "--data-dir", str(self.run_dir / "data" / f"node{node_id}"),
-                "--election-timeout-ms", str(self.election_timeout_ms),
-                "--fetch-timeout-ms", str(self.fetch_timeout_ms),
-            ]  # fmt: skip
-            for path in self._import_paths:
-                command += ["--import-path", path]
-            return self.network.run_in(node_id, command)
-
-        return argv
-
-    def client(self, index: int) -> _ReplicatedAdapter:
-        return _ReplicatedAdapter(
-            self.network.bootstrap_for(f"client{index % self.clients}"), frozenset(self.queries), self.request_timeout_s
-        )
-
-    async def open_adapter(self, adapter: _ReplicatedAdapter) -> ReplicatedClient:
-        """The adapter's connection, for :func:`run_own_campaign`."""
-        adapter._client = ReplicatedClient(
-            adapter.bootstrap, cluster_id=CLUSTER_ID if False else "pykraft",
-            request_timeout_s=self.request_timeout_s, retry_timeout_s=self.request_timeout_s * 2,
-        )  # fmt: skip
-        return adapter._client
+    def client(self, index: int) -> Any:
+        return self.client_adapter(self.addresses_for(index))
 
     async def wait_ready(self, timeout_s: float) -> None:
-        """Until a query-free probe finds a leader. Raises ``TimeoutError``."""
-        from quorum.client import QuorumClient
-
+        """Until every node accepts a TCP connection on its own listen
+        address (not through the proxy, which accepts on a node's behalf
+        whether or not the node is up). Raises ``TimeoutError``."""
+        waiting = set(self.node_ids)
+        network = self._network()
         with trio.move_on_after(timeout_s):
-            while True:
-                async with QuorumClient(self.network.bootstrap_for("client0"), request_timeout_s=0.5, retry_timeout_s=0.5) as probe:
-                    try:
-                        answer = await probe.describe()
-                        if answer.leader_id is not None and answer.leader_id >= 0:
-                            return
-                    except QuorumClientError:
-                        pass
-                await trio.sleep(0.1)
-        raise TimeoutError(f"no leader among nodes {self.node_ids} within {timeout_s} s")
+            while waiting:
+                for node_id in sorted(waiting):
+                    if await trio.to_thread.run_sync(_accepts, *network.listen_address(node_id)):
+                        waiting.discard(node_id)
+                if waiting:
+                    await trio.sleep(0.1)
+            return
+        raise TimeoutError(f"nodes {sorted(waiting)} did not accept connections within {timeout_s} s")
 
     def kill(self, node_id: int) -> None:
         self.processes.nodes[node_id].kill()
@@ -387,15 +206,157 @@ class ReplicatedCluster:
         self.processes.nodes[node_id].resume()
 
     def isolate(self, node_id: int) -> dict[str, Any]:
-        return self.network.isolate(node_id, clients=True).as_history_value()
+        return self._network().isolate(node_id, clients=True).as_history_value()
 
     def heal(self) -> None:
-        self.network.heal()
+        if self.network is not None:
+            self.network.heal()
         for node in self.processes.nodes.values():
             if node.paused:
                 node.resume()
             if not node.running:
                 node.start()
+
+
+def _accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _import_root(target: type) -> tuple[str, list[str]]:
+    """``MODULE:CLASS`` for ``target``, and the directory its top-level
+    package is imported from (for the node processes' ``sys.path``). A
+    class of a script run as ``__main__`` is imported by the script's file
+    name."""
+    module_name = target.__module__
+    module_file = getattr(sys.modules.get(module_name), "__file__", None)
+    if not module_file or "<" in target.__qualname__:
+        raise ValueError(f"{target.__qualname__} must be a module-level class of a module with a file")
+    path = Path(module_file).resolve()
+    if module_name == "__main__":
+        module_name = path.stem
+    root = path.parent
+    for _ in range(module_name.count(".")):
+        root = root.parent
+    return f"{module_name}:{target.__qualname__}", [str(root)]
+
+
+class _ReplicatedAdapter:
+    """Calls the replicated object's methods by name: ``op["f"]`` is the
+    method, ``op["value"]`` its argument list (or one argument); names in
+    ``queries`` are ``@query`` methods."""
+
+    def __init__(self, bootstrap: list[str], queries: frozenset[str], request_timeout_s: float) -> None:
+        self.bootstrap = bootstrap
+        self.queries = queries
+        self.request_timeout_s = request_timeout_s
+        self._client: ReplicatedClient | None = None
+
+    async def __aenter__(self) -> _ReplicatedAdapter:
+        self._client = ReplicatedClient(
+            self.bootstrap, request_timeout_s=self.request_timeout_s, retry_timeout_s=2 * self.request_timeout_s
+        )
+        await self._client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.__aexit__(*exc_info)
+
+    async def invoke(self, op: dict[str, Any]) -> Any:
+        if self._client is None:
+            raise RuntimeError("use the adapter as an async context manager (run_own_campaign does)")
+        value = op.get("value")
+        args = value if isinstance(value, list) else [] if value is None else [value]
+        try:
+            if op["f"] in self.queries:
+                return await self._client.query(op["f"], *args)
+            return await self._client.call(op["f"], *args)
+        except ApplyFailedError as error:  # the method raised on every replica: no effect
+            raise Failed(str(error)) from None
+        except IndeterminateError:
+            raise
+        except QuorumClientError as error:  # refused for good before it took effect
+            raise Failed(str(error)) from None
+
+
+class ReplicatedCluster(ProcessCluster):
+    """Node processes serving ``target`` (a ``Replicated`` subclass whose
+    constructor takes no arguments, in a module with a file) as one pykraft
+    quorum, one proxy between every pair of members. ``queries`` names the
+    ``@query`` methods the adapters read with.
+
+    Raises ``TypeError`` for a target that is not a ``Replicated``
+    subclass, ``ValueError`` for one defined where node processes cannot
+    import it, or a node count outside 1 to 9.
+    """
+
+    def __init__(
+        self,
+        target: type[Replicated],
+        run_dir: str | Path,
+        *,
+        nodes: int = 3,
+        clients: int = 4,
+        queries: tuple[str, ...] = (),
+        election_timeout_ms: int = 1000,
+        fetch_timeout_ms: int = 2000,
+        # Longer than a pause or a partition lasts: a request to a node that
+        # comes back is answered (ok or fail) instead of ending
+        # indeterminate, and every indeterminate operation costs the
+        # linearizability search.
+        request_timeout_s: float = 5.0,
+    ) -> None:
+        if not (isinstance(target, type) and issubclass(target, Replicated)):
+            raise TypeError(f"target must be a quorum.replicated.Replicated subclass, got {target!r}")
+        self.target = target
+        self.queries = frozenset(queries)
+        self.election_timeout_ms = election_timeout_ms
+        self.fetch_timeout_ms = fetch_timeout_ms
+        self.request_timeout_s = request_timeout_s
+        self._spec, self._import_paths = _import_root(target)
+        super().__init__(self._node_command, self._adapter, run_dir, nodes=nodes, clients=clients)
+
+    def _node_command(self, spec: NodeSpec) -> list[str]:
+        voters = ",".join(
+            f"{node_id}@{host}:{port}" for node_id, (host, port) in sorted({**spec.peers, spec.node_id: spec.listen}.items())
+        )
+        command = [
+            sys.executable, "-m", "jepsen_like.campaign.replicated_node",
+            "--target", self._spec,
+            "--node-id", str(spec.node_id),
+            "--voters", voters,
+            "--listen", f"{spec.listen[0]}:{spec.listen[1]}",
+            "--data-dir", str(spec.data_dir),
+            "--election-timeout-ms", str(self.election_timeout_ms),
+            "--fetch-timeout-ms", str(self.fetch_timeout_ms),
+        ]  # fmt: skip
+        for path in self._import_paths:
+            command += ["--import-path", path]
+        return command
+
+    def _adapter(self, addresses: dict[int, tuple[str, int]]) -> _ReplicatedAdapter:
+        bootstrap = [f"{node_id}@{host}:{port}" for node_id, (host, port) in sorted(addresses.items())]
+        return _ReplicatedAdapter(bootstrap, self.queries, self.request_timeout_s)
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        """Until a node names a leader. Raises ``TimeoutError``."""
+        bootstrap = [f"{node_id}@{host}:{port}" for node_id, (host, port) in sorted(self.addresses_for(0).items())]
+        with trio.move_on_after(timeout_s):
+            while True:
+                async with QuorumClient(bootstrap, request_timeout_s=0.5, retry_timeout_s=0.5) as probe:
+                    try:
+                        answer = await probe.describe()
+                        if answer.leader_id is not None and answer.leader_id >= 0:
+                            return
+                    except QuorumClientError:
+                        pass
+                await trio.sleep(0.1)
+        raise TimeoutError(f"no leader among nodes {self.node_ids} within {timeout_s} s")
 
 
 @dataclass
@@ -429,6 +390,7 @@ async def _client_loop(
 ) -> None:
     adapter = system.client(index)
     process = index
+    consecutive_info = 0
     async with _maybe_context(adapter):
         while trio.current_time() < deadline:
             op = generate(rng)
@@ -445,8 +407,14 @@ async def _client_loop(
                 # Jepsen's rule: a process whose operation is indeterminate
                 # never issues another (it would overlap the open one).
                 process += clients
+                # Back off while the system is unreachable: each
+                # indeterminate operation stays open for the rest of the
+                # history and multiplies the search's work.
+                consecutive_info += 1
+                await trio.sleep(min(INFO_BACKOFF_MAX_S, INFO_BACKOFF_S * 2 ** (consecutive_info - 1)))
             else:
                 recorder.record(process, "ok", op["f"], None, result)
+                consecutive_info = 0
 
 
 class _maybe_context:
