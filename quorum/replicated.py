@@ -63,7 +63,7 @@ from ._host import ApplyFailedError, ReadNotConfirmedError
 from ._node import NotLeaderError
 from ._types import Entry
 
-__all__ = ["READ_MODES", "ApplyFailedError", "NotLeaderError", "Replicated", "query", "replicated"]
+__all__ = ["READ_MODES", "ApplyFailedError", "NotLeaderError", "Replicated", "ReplicatedClient", "query", "replicated"]
 
 logger = logging.getLogger("pykraft.replicated")
 
@@ -490,3 +490,69 @@ class _Replica:
                 return _decode_outcome(answer, offset)
         # In the loop's thread: no record is being applied meanwhile.
         return self.machine.run_query(name, args, kwargs)
+
+
+class ReplicatedClient:
+    """Calls a replicated object's methods from a program that is not one
+    of its nodes (a test harness, a command-line tool), over a
+    ``QuorumClient``: ``await client.call("transfer", "a", "b", 5)`` runs
+    the ``@replicated`` method through the leader and returns what it
+    returned there; ``await client.query("balances")`` runs a ``@query``
+    method on the leader (``mode``: ``"linearizable"`` by default, or
+    ``"leader-local"``).
+
+    The class itself is not needed here: the call travels by name, as a
+    follower's forwarded call does. Use as an async context manager, from
+    trio; ``bootstrap`` lists ``ID@HOST:PORT`` of any voters, and ``tls`` /
+    ``cluster_id`` / the timeouts are ``QuorumClient``'s.
+
+    ``call`` and ``query`` raise ``TypeError``/``ValueError`` for arguments
+    that cannot be proposed (as on a node), ``ApplyFailedError`` when the
+    method raised (on every replica: the call took no effect), the
+    ``QuorumClient`` errors otherwise: ``IndeterminateError`` when the call
+    may or may not have happened, ``QuorumClientError`` when it did not.
+    """
+
+    def __init__(
+        self,
+        bootstrap: list[str],
+        *,
+        cluster_id: str = "pykraft",
+        tls: Any = None,
+        request_timeout_s: float = 5.0,
+        retry_timeout_s: float = 30.0,
+    ) -> None:
+        from .client import QuorumClient
+
+        self._client = QuorumClient(
+            bootstrap,
+            cluster_id=cluster_id,
+            tls=tls,
+            request_timeout_s=request_timeout_s,
+            retry_timeout_s=retry_timeout_s,
+        )
+
+    @property
+    def last_answered_by(self) -> Any:
+        """The server whose answer ended the last call (``QuorumClient``'s)."""
+        return self._client.last_answered_by
+
+    async def __aenter__(self) -> ReplicatedClient:
+        await self._client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._client.__aexit__(*exc_info)
+
+    async def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Run the ``@replicated`` method ``name`` once committed; its result."""
+        record = encode_call(name, args, kwargs)
+        last, answers = await self._client.propose_with_results([record])
+        return _decode_outcome(answers[0], last)
+
+    async def query(self, name: str, *args: Any, mode: str = "linearizable", **kwargs: Any) -> Any:
+        """Run the ``@query`` method ``name`` on the leader, read in ``mode``."""
+        if mode not in ("linearizable", "leader-local"):
+            raise ValueError(f"a client reads in linearizable or leader-local mode, not {mode!r}")
+        offset, answer = await self._client.read(encode_call(name, args, kwargs), mode=mode)
+        return _decode_outcome(answer, offset)

@@ -28,7 +28,7 @@ from jepsen_like.checker._model_catalog import (
     get_model,
 )
 from jepsen_like.checker._models import KV, METADATA, REGISTER, Model, Operation
-from jepsen_like.checker._reference import check_reference, check_source_reference, stale_reads_of_events
+from jepsen_like.checker._reference import check_reference, check_source_reference, search_history, stale_reads_of_events
 from jepsen_like.checker._report import (
     CHECK_NAMES,
     HistoryResult,
@@ -37,6 +37,7 @@ from jepsen_like.checker._report import (
     write_results,
 )
 from jepsen_like.checker._spark import DEFAULT_MASTER, spark_session
+from jepsen_like.checker._step_model import model_from_step
 from jepsen_like.checker._wgl import DEFAULT_BUDGET_STEPS, KeyVerdict, check_operations
 
 # Public names whose modules import pyspark (``_job``) or numpy and pandas
@@ -93,8 +94,10 @@ __all__ = [
     "discover_histories",
     "exit_code",
     "get_model",
+    "model_from_step",
     "print_summary",
     "read_meta",
+    "search_history",
     "spark_session",
     "stale_reads_of_events",
     "synthesize",

@@ -40,6 +40,7 @@ from jepsen_like.checker._load import (
 )
 from jepsen_like.checker._model_catalog import shape_error
 from jepsen_like.checker._models import READ_MODES, Model, variant_json
+from jepsen_like.checker._step_model import STEP, is_step_model
 
 CORRUPT = "_corrupt_record"
 # Each event's id within its history's scan: two rows of one history with the
@@ -629,7 +630,9 @@ def model_error(models: Mapping[int, Model]) -> Column:
     model_name = per_history({hid: model.name for hid, model in models.items()})
     is_kv = model_name == "kv"
     checks = []
-    own_prepare = {hid: model.name for hid, model in models.items() if model.prepare_op is not None}
+    own_prepare = {
+        hid: model.name for hid, model in models.items() if model.prepare_op is not None and not is_step_model(model)
+    }
     if own_prepare:
         # Models that prepare their own operations (_model_catalog) say what
         # is wrong with a value in Python, as the reference checker does.
@@ -687,6 +690,8 @@ def build_operations(paired: DataFrame, models: Mapping[int, Model], *, inexact_
         expression = None
         for f, kind in model.kinds.items():
             expression = (F.when(F.col("f") == f, F.lit(kind)) if expression is None else expression.when(F.col("f") == f, F.lit(kind)))
+        if is_step_model(model):  # every other operation name steps the user's model
+            expression = F.lit(STEP) if expression is None else expression.otherwise(F.lit(STEP))
         kind_by_model[model.name] = expression  # type: ignore[assignment]
     model_name = per_history({hid: model.name for hid, model in models.items()})
     inexact = inexact_numbers

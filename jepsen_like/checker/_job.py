@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from jepsen_like.checker import _tier1, _tier2
 from jepsen_like.checker._errors import HistoryFormatError
 from jepsen_like.checker._frames import OP_RENDER_COLUMNS, Loaded, build_operations, load, materialize, model_error, release
-from jepsen_like.checker._load import HistorySource, discover_histories, resolve_model_name
+from jepsen_like.checker._load import HistorySource, discover_histories, model_override_name, resolve_model_name
 from jepsen_like.checker._model_catalog import MODEL_DEFAULT, get_model
 from jepsen_like.checker._models import MODE_LINEARIZABLE, Model, canonical_json, operation_from_row, render_operation
 from jepsen_like.checker._report import (
@@ -56,7 +56,7 @@ FIRST_PASS_BUDGET_STEPS = 1_000_000
 def check(
     paths: Sequence[str] | str,
     *,
-    model: str | None = None,
+    model: str | Model | None = None,
     spark_master: str = DEFAULT_MASTER,
     budget_steps: int = DEFAULT_BUDGET_STEPS,
     max_witnesses: int = DEFAULT_MAX_WITNESSES,
@@ -73,7 +73,8 @@ def check(
 
     ``paths``: history files (JSON lines, Parquet or Jepsen EDN),
     directories of them, or campaign directories (docs/checker.md).
-    ``model``: a name from ``MODELS`` for every history; by default each
+    ``model``: a name from ``MODELS`` (or a ``Model``, such as one from
+    ``model_from_step``) for every history; by default each
     history's meta, else ``kv`` if it has get/put/append, else ``register``.
     ``initial_value``: the model's initial state for every history, when not
     the model's own (``None`` is Jepsen's nil). ``history_format``: the
@@ -117,7 +118,7 @@ def check_sources(
     spark: SparkSession,
     sources: Sequence[HistorySource],
     *,
-    model: str | None = None,
+    model: str | Model | None = None,
     budget_steps: int = DEFAULT_BUDGET_STEPS,
     max_witnesses: int = DEFAULT_MAX_WITNESSES,
     all_keys: bool = False,
@@ -151,12 +152,13 @@ def check_sources(
     try:
         loaded = load(spark, sources, eager=not small_input)
         model_names = {
-            hid: resolve_model_name(source, loaded.operation_names[hid], model) for hid, source in enumerate(sources)
+            hid: resolve_model_name(source, loaded.operation_names[hid], model_override_name(model))
+            for hid, source in enumerate(sources)
         }
         models = {}
         for hid, name in model_names.items():
             try:
-                models[hid] = get_model(name, sources[hid].meta.initial_value if initial_value is MODEL_DEFAULT else initial_value)
+                models[hid] = get_model(model if isinstance(model, Model) else name, sources[hid].meta.initial_value if initial_value is MODEL_DEFAULT else initial_value)
             except ValueError as error:  # an initial value this history's model has no state for
                 raise HistoryFormatError(f"{sources[hid].path}: {error}") from None
         lap("load_s")

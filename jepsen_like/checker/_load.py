@@ -238,6 +238,12 @@ def discover_histories(paths: Iterable[str | Path], *, history_format: str | Non
     return sources
 
 
+def model_override_name(model: Any) -> str | None:
+    """The name ``--model`` (or a ``model=`` argument) names: the string
+    itself, a ``Model``'s name, or None."""
+    return model if model is None or isinstance(model, str) else model.name
+
+
 def resolve_model_name(source: HistorySource, operation_names: Iterable[str], override: str | None) -> str:
     """The model a history is checked against: ``override`` (``--model``),
     else its meta's ``model``, else ``kv`` if it has get/put/append

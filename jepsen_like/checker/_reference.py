@@ -21,6 +21,7 @@ from jepsen_like.checker._load import (
     HistorySource,
     discover_histories,
     history_events,
+    model_override_name,
     pair_operations,
     read_history_events,
     read_log_dumps,
@@ -57,7 +58,7 @@ from jepsen_like.checker._report import (
     tier1_check,
 )
 from jepsen_like.checker._staleness import ReadStaleness, bound_ns_of_mode, fault_windows, summarize
-from jepsen_like.checker._wgl import LINEARIZABLE, NOT_LINEARIZABLE
+from jepsen_like.checker._wgl import DEFAULT_BUDGET_STEPS, LINEARIZABLE, NOT_LINEARIZABLE, KeyVerdict, check_operations
 
 # Before every time in a history: the "completion" of the initial value.
 NEVER_NS = -(2**62)
@@ -657,7 +658,7 @@ def input_counts(
 def check_source_reference(
     source: HistorySource,
     *,
-    model: str | None = None,
+    model: str | Model | None = None,
     max_witnesses: int = DEFAULT_MAX_WITNESSES,
     initial_value: Any = MODEL_DEFAULT,
 ) -> HistoryResult:
@@ -668,9 +669,9 @@ def check_source_reference(
     """
     events = read_history_events(source)
     operations, nemesis_events = pair_operations(source, events)
-    model_name = resolve_model_name(source, {op.f for op in operations}, model)
+    model_name = resolve_model_name(source, {op.f for op in operations}, model_override_name(model))
     try:
-        the_model = get_model(model_name, source.meta.initial_value if initial_value is MODEL_DEFAULT else initial_value)
+        the_model = get_model(model if isinstance(model, Model) else model_name, source.meta.initial_value if initial_value is MODEL_DEFAULT else initial_value)
     except ValueError as error:  # an initial value this history's model has no state for
         raise HistoryFormatError(f"{source.path}: {error}") from None
     unknown = sorted({op.f for op in operations if the_model.kind_of(op.f) is None})
@@ -740,7 +741,7 @@ def check_source_reference(
 def check_reference(
     paths: Sequence[str] | str,
     *,
-    model: str | None = None,
+    model: str | Model | None = None,
     max_witnesses: int = DEFAULT_MAX_WITNESSES,
     initial_value: Any = MODEL_DEFAULT,
     history_format: str | None = None,
@@ -786,3 +787,27 @@ def stale_reads_of_events(
     operations, _ = pair_operations(source, checked)
     the_model = get_model(resolve_model_name(source, {op.f for op in operations}, model))
     return [witness for _, witness in stale_reads(_History(operations, the_model), meta)]
+
+
+def search_history(
+    path: str | Path,
+    *,
+    model: str | Model,
+    budget_steps: int = DEFAULT_BUDGET_STEPS,
+) -> dict[str | None, KeyVerdict]:
+    """The linearizability search alone, in this process, on one history
+    file: each key's :class:`KeyVerdict` (the same search the Spark job runs
+    per key, without its other checks or a Spark session). For quick
+    feedback on small runs, such as a test's own campaign.
+
+    Raises :class:`HistoryFormatError` for malformed input, ``ValueError``
+    for an unknown model or a non-positive budget.
+    """
+    source = discover_histories([str(path)])[0]
+    operations, _ = pair_operations(source, read_history_events(source))
+    the_model = get_model(model)
+    by_key: dict[str | None, list[Operation]] = defaultdict(list)
+    for op in operations:
+        if is_tier2_candidate(op, the_model):
+            by_key[op.key].append(op)
+    return {key: check_operations(ops, the_model, budget_steps=budget_steps) for key, ops in by_key.items()}

@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 
 from jepsen_like.checker._model_catalog import get_model
 from jepsen_like.checker._models import OPTIONAL_FIELDS, QUERY_KINDS, Model, operation_from_row
+from jepsen_like.checker._step_model import is_step_model
 from jepsen_like.checker._wgl import NOT_LINEARIZABLE, UNKNOWN, check_operations
 
 RESULT_SCHEMA = "hid int, key string, verdict string, ops long, steps long, seconds double, witness string, reason string"
@@ -71,12 +72,13 @@ def _check_group(rows: list[dict[str, Any]], model: Model, budget_steps: int, sk
 
 
 def _check_partition(
-    batches: Iterator[pa.RecordBatch], *, models: Mapping[int, tuple[str, Any]], budget_steps: int, all_keys: bool
+    batches: Iterator[pa.RecordBatch], *, models: Mapping[int, tuple[str, Any] | Model], budget_steps: int, all_keys: bool
 ) -> Iterator[pa.RecordBatch]:
-    # Each model is rebuilt here from its name and initial value: an
-    # unpickled copy's kinds would not be the very constants the models
-    # compare kinds to (``is``).
-    by_hid = {hid: get_model(name, initial_value) for hid, (name, initial_value) in models.items()}
+    # Each catalogue model is rebuilt here from its name and initial value:
+    # an unpickled copy's kinds would not be the very constants the models
+    # compare kinds to (``is``). A step model travels whole (it compares no
+    # kinds by identity).
+    by_hid = {hid: spec if isinstance(spec, Model) else get_model(*spec) for hid, spec in models.items()}
     refuted: set[int] = set()
     results: list[dict[str, Any]] = []
     group: list[dict[str, Any]] = []
@@ -139,7 +141,7 @@ def run(
         .sortWithinPartitions("key_ops", "hid", "key", "t_inv", "index")
         .drop("key_ops")
     )
-    specs = {hid: (model.name, model.initial_value) for hid, model in models.items()}
+    specs = {hid: model if is_step_model(model) else (model.name, model.initial_value) for hid, model in models.items()}
     checker = partial(_check_partition, models=specs, budget_steps=budget_steps, all_keys=all_keys)
     rows = ordered.mapInArrow(checker, RESULT_SCHEMA).collect()
     results = []
