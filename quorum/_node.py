@@ -887,6 +887,10 @@ class QuorumNode:
         match message:
             case FetchRequest():
                 self._serve_fetch(self._leading, message)
+            case FetchResponse():
+                # Second: the cases are tried in order, and these two are
+                # nearly every message a replica gets.
+                self._on_fetch_response(message)
             case FetchSnapshotRequest():
                 self._serve_fetch_snapshot(self._leading, message)
             case VoteRequest() if message.pre_vote:
@@ -897,8 +901,6 @@ class QuorumNode:
                 self._on_begin_quorum_epoch(message)
             case EndQuorumEpochRequest():
                 self._on_end_quorum_epoch(message)
-            case FetchResponse():
-                self._on_fetch_response(message)
             case FetchSnapshotResponse():
                 self._on_fetch_snapshot_response(message)
             case VoteResponse():
