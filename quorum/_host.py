@@ -530,9 +530,10 @@ class ReplicaHost:
                     self.commit_timer.stop(pending.timer_token, entry.offset)  # type: ignore[union-attr]
                 pop = self._answers.pop
                 answers = [pop(offset, None) for offset in range(pending.first_offset, entry.offset + 1)]
-                failure = next((answer for answer in answers if isinstance(answer, ApplyFailedError)), None)
-                if failure is not None:
-                    pending.done(None, failure)
+                for answer in answers:  # a loop, not a generator: once per committed proposal
+                    if isinstance(answer, ApplyFailedError):
+                        pending.done(None, answer)
+                        break
                 else:
                     pending.done((entry.offset, answers), None)
             if pending_proposals:

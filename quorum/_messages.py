@@ -1,7 +1,14 @@
 """Messages exchanged by quorum nodes (KIP-595 RPCs, KIP-996 pre-vote).
 
-Every message is a frozen, slotted dataclass naming its sender ``src`` and
-receiver ``dst``. A response is an ordinary message addressed back to the
+Every message is a slotted dataclass naming its sender ``src`` and
+receiver ``dst``, and is never changed once built: nothing assigns to a
+message's fields (``dataclasses.replace`` makes a new one). That is a
+convention, checked by tests/quorum/test_messages_immutable.py, rather than
+``frozen=True``: a frozen dataclass sets each field through
+``object.__setattr__``, which made building a Fetch or a Fetch answer three
+times as dear, and every write builds four of them (docs/benchmarks.md,
+"Write-path CPU"). Messages hash and compare by value, as frozen ones did.
+A response is an ordinary message addressed back to the
 requester; requests that expect one carry a ``request_id`` the response
 echoes, so a late or duplicated response is recognised and ignored.
 
@@ -52,7 +59,7 @@ class ErrorCode(enum.IntEnum):
     VOTER_NOT_CAUGHT_UP = 1001  # the new voter has not fetched lately or its log ends below the high watermark
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class VoteRequest:
     """Vote or pre-vote (KIP-996 ``PreVote``).
 
@@ -73,7 +80,7 @@ class VoteRequest:
     voter_directory_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class VoteResponse:
     """The answer to a vote or pre-vote. ``leader_id`` names a leader of
     the responder's epoch if it knows one: a candidate that hears of one
@@ -90,7 +97,7 @@ class VoteResponse:
     error: ErrorCode = ErrorCode.NONE
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class BeginQuorumEpochRequest:
     """The leader (``src``) announces its epoch to a voter, which follows
     it at once instead of waiting for its own fetch timeout to find it
@@ -101,7 +108,7 @@ class BeginQuorumEpochRequest:
     epoch: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class BeginQuorumEpochResponse:
     """Carries only the responder's epoch: the leader learns that a voter
     follows it from the voter's next Fetch, not from this."""
@@ -112,7 +119,7 @@ class BeginQuorumEpochResponse:
     error: ErrorCode = ErrorCode.NONE
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class EndQuorumEpochRequest:
     """A resigning leader hands over: voters in ``preferred_successors``
     (most up to date first) stand after a delay growing with their position."""
@@ -123,7 +130,7 @@ class EndQuorumEpochRequest:
     preferred_successors: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class EndQuorumEpochResponse:
     """Acknowledges an EndQuorumEpoch, so the resigned leader stops
     resending it to this voter."""
@@ -134,7 +141,7 @@ class EndQuorumEpochResponse:
     error: ErrorCode = ErrorCode.NONE
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class FetchRequest:
     """Pull replication. ``fetch_offset`` is the fetcher's durable log end
     offset: sending it acknowledges every record below it (persist before
@@ -161,7 +168,7 @@ class FetchRequest:
     repairing: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class FetchResponse:
     """The leader's answer to a Fetch: records after ``fetch_offset``, or
     where the fetcher's log diverges, or the snapshot it must load; and the
@@ -187,7 +194,7 @@ class FetchResponse:
     extension: Any = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class FetchSnapshotRequest:
     """KIP-630: the next chunk of ``snapshot_id`` from byte ``position``.
     Sent by a follower that a Fetch response told to load the snapshot."""
@@ -200,7 +207,7 @@ class FetchSnapshotRequest:
     request_id: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class FetchSnapshotResponse:
     """One chunk of a snapshot, with its total ``size`` so the follower
     knows when it has all of it. ``SNAPSHOT_NOT_FOUND`` means the leader

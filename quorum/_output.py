@@ -80,7 +80,7 @@ class RoleChange:
     reason: str
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Output:
     """Everything one input produced. See the module docstring for the order
     in which a driver must act on it."""
@@ -104,6 +104,42 @@ class Output:
     # VOTERS record appended or truncated, a snapshot installed; KIP-853).
     voters_changed: VoterSet | None = None
 
+    # Written out rather than generated: the core builds one per input
+    # (about eight per committed write), and the generated constructor's
+    # default-factory calls made it a third dearer. A list argument left
+    # out (or None) is a new empty list.
+    def __init__(
+        self,
+        persist_seq: int | None = None,
+        election_state: ElectionState | None = None,
+        snapshot: tuple[SnapshotId, bytes] | None = None,
+        reset_log: bool = False,
+        truncate_to: int | None = None,
+        append: list[Entry] | None = None,
+        delete_before: int | None = None,
+        messages: list[Message] | None = None,
+        early_messages: list[Message] | None = None,
+        committed: list[Entry] | None = None,
+        snapshot_loaded: tuple[SnapshotId, bytes] | None = None,
+        reads: list[ReadReady | ReadFailed] | None = None,
+        events: list[RoleChange] | None = None,
+        voters_changed: VoterSet | None = None,
+    ) -> None:
+        self.persist_seq = persist_seq
+        self.election_state = election_state
+        self.snapshot = snapshot
+        self.reset_log = reset_log
+        self.truncate_to = truncate_to
+        self.append = [] if append is None else append
+        self.delete_before = delete_before
+        self.messages = [] if messages is None else messages
+        self.early_messages = [] if early_messages is None else early_messages
+        self.committed = [] if committed is None else committed
+        self.snapshot_loaded = snapshot_loaded
+        self.reads = [] if reads is None else reads
+        self.events = [] if events is None else events
+        self.voters_changed = voters_changed
+
     @property
     def has_persistence(self) -> bool:
         return (
@@ -115,11 +151,17 @@ class Output:
         )
 
     def __bool__(self) -> bool:
+        # Every field tested here, not through ``has_persistence``: the
+        # host asks this of every output (most are empty).
         return bool(
-            self.has_persistence
+            self.append
             or self.messages
             or self.early_messages
             or self.committed
+            or self.election_state is not None
+            or self.snapshot is not None
+            or self.truncate_to is not None
+            or self.delete_before is not None
             or self.snapshot_loaded
             or self.reads
             or self.events
