@@ -325,6 +325,10 @@ _COUNTER_NAMES = (
     "messages_refused_not_voter",
     # A Vote or pre-vote to a voter repairing a damaged log (RepairState).
     "votes_refused_repairing",
+    # A Vote or pre-vote naming another disk of this node id than ours
+    # (KIP-853 VoterDirectoryId): the candidate's set holds a replica whose
+    # votes and acknowledgements this disk never held.
+    "votes_refused_other_directory",
     # An election timer fired at EPOCH_MAX: there is no next epoch to stand in.
     "stands_refused_epoch_max",
     # A write or fsync the driver reported failed (``persist_failed``), one
@@ -715,7 +719,8 @@ class QuorumNode:
         ``messages_out_of_range`` (dropped: a number no layer can hold, or
         records out of log order),
         ``votes_ignored_leader_alive`` (refused under the leader lease),
-        ``votes_refused_not_voter``, ``stands_refused_epoch_max``."""
+        ``votes_refused_not_voter``, ``votes_refused_other_directory``,
+        ``stands_refused_epoch_max``."""
         return dict(self._counters)
 
     @property
@@ -1269,6 +1274,10 @@ class QuorumNode:
             self._refuse(message, ErrorCode.FENCED_LEADER_EPOCH)
             return False
         if isinstance(message, VoteRequest):
+            if self._names_another_disk(message):
+                self._counters["votes_refused_other_directory"] += 1
+                self._reply_vote(message, granted=False, error=ErrorCode.INVALID_REQUEST)
+                return False
             if self._repair is not None and message.src in self._voter_ids:
                 self._counters["votes_refused_repairing"] += 1
                 self._reply_vote(message, granted=False)
@@ -1310,6 +1319,20 @@ class QuorumNode:
             self._refuse(message, ErrorCode.NOT_LEADER)
             return False
         return True
+
+    def _names_another_disk(self, request: VoteRequest) -> bool:
+        """KIP-853: does the candidate's voter set name, for this node id,
+        a directory id other than this disk's? Then the voter it counts on
+        is another replica: one whose vote in this epoch and whose
+        acknowledged records may be lost with its disk. Refused whatever
+        this node's own voter list says: a wiped voter restarted with a
+        static voter list (an empty log, a new directory id) would
+        otherwise hand a candidate that lacks a committed record the
+        majority it needs (issue 17). A node that knows no directory id of
+        its own (in memory, or a directory older than directory ids) is
+        no disk a set can name."""
+        named = request.voter_directory_id
+        return named is not None and named != self.config.directory_id
 
     def _addressed_as_voter(self, request: VoteRequest) -> bool:
         """KIP-853: is this node, not a voter of its own set, named as a

@@ -597,7 +597,7 @@ def test_a_non_voter_named_with_another_disk_does_not_vote():
         )
     )  # fmt: skip
     assert node3.voted_for is None
-    assert node3.counters["votes_refused_not_voter"] == 1
+    assert node3.counters["votes_refused_other_directory"] == 1
 
 
 def test_a_voter_with_a_stale_set_votes_for_an_up_to_date_candidate_outside_it():
@@ -621,3 +621,36 @@ def test_a_voter_with_a_stale_set_votes_for_an_up_to_date_candidate_outside_it()
     assert cluster.leaders() == [4]
     assert cluster.node(4).leader_has_committed_own_epoch
     assert cluster.node(3).voters.ids == (1, 3, 4)
+
+
+def test_a_wiped_voter_restarted_with_a_static_voter_list_cannot_lose_a_committed_write():
+    """The wiped-node hazard (issue 17): node 3 of a dynamic cluster loses
+    its disk and is restarted with a static voter list instead of being
+    formatted: an empty log, a new directory id, and in its own eyes a
+    voter of {1, 2, 3}. A write committed by {1, 3} (node 2 cut off) must
+    survive node 1's death: node 2, which lacks it, must not win node 3's
+    vote. KIP-853: a Vote names the disk the candidate's set holds for the
+    receiver, and any other disk refuses it, whatever its own voter list
+    says."""
+    cluster = dynamic_cluster(3)
+    cluster.elect(1)
+    cluster.isolate(2)
+    first = cluster.propose(1, b"committed by 1 and 3")
+    cluster.run(50, nodes=(1, 3))
+    assert cluster.node(1).high_watermark > first
+
+    cluster.crash(3)
+    replica = cluster.replicas[3]
+    replica.disk = Disk()
+    replica.config = dataclasses.replace(
+        replica.config, bootstrap_voters=(), voters=(1, 2, 3), directory_id=directory(3, generation=1)
+    )
+    cluster.restart(3)
+    assert not cluster.node(3).config.dynamic_voters and cluster.node(3).is_voter
+    cluster.crash(1)
+    cluster.heal()
+    cluster.run(3000)
+
+    assert cluster.leaders() == []
+    assert cluster.node(3).counters["votes_refused_other_directory"] > 0
+    assert cluster.node(3).voted_for is None
