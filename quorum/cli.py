@@ -680,6 +680,33 @@ def remove_voter_command(
     click.echo(f"voter {node_id}{shown} removed: the change committed at offset {offset}")
 
 
+@main.command("upgrade-voters")
+@_bootstrap_option
+@_cluster_option
+@timeout_option
+@tls_client_options
+def upgrade_voters_command(bootstrap: str, cluster_id: str, timeout_s: float, **tls_options: Any) -> None:
+    """Upgrade a cluster started with a static --voters list to dynamic
+    voters, without downtime (KIP-853's kraft.version 0 to 1; with TLS the
+    client's principal needs ``admin``). The leader writes the first voter
+    set record: the static voters, each with the directory id it fetches
+    with and the endpoint the leader's --voters list gives it. From then on
+    add-voter and remove-voter work, and every node follows the record, not
+    its --voters list. Safe to run again: it says when there is nothing to
+    do."""
+    tls = client_tls(**tls_options)
+
+    async def run() -> int | None:
+        async with _client(bootstrap, cluster_id, timeout_s, tls) as client:
+            return await client.upgrade_voters()
+
+    offset = trio.run(run)
+    if offset is None:
+        click.echo("the voters are dynamic already: nothing to do")
+    else:
+        click.echo(f"voters upgraded to dynamic: the voter set committed at offset {offset}")
+
+
 @main.command(
     "dump-log",
     params=list(dump_log_command.params),

@@ -46,6 +46,7 @@ from ..wire import (
     ReadRequest,
     ReadResponse,
     RemoveVoterRequest,
+    UpgradeVotersRequest,
     VoterChangeResponse,
 )
 from ._metrics import Metrics, serve_metrics
@@ -324,20 +325,35 @@ class QuorumNodeHandle:
         return self.runtime.statistics()
 
 
-async def handle_voter_change(runtime: QuorumRuntime, request: AddVoterRequest | RemoveVoterRequest) -> VoterChangeResponse:
-    """Serve a KIP-853 AddVoter or RemoveVoter request on this node: the
-    leader appends the change and answers once it is committed; every
-    refusal is an answer (NOT_LEADER with the leader hint, or the
-    ``ReconfigurationError``'s code and reason), logged once."""
+def address_endpoint(host: str, port: int) -> str:
+    """``(host, port)`` as a voter endpoint, ``HOST:PORT`` (``[::1]:9093``
+    for IPv6): the inverse of ``endpoint_address``."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+VoterChangeRequest = AddVoterRequest | RemoveVoterRequest | UpgradeVotersRequest
+
+
+async def handle_voter_change(runtime: QuorumRuntime, request: VoterChangeRequest) -> VoterChangeResponse:
+    """Serve a KIP-853 AddVoter, RemoveVoter or UpgradeVoters request on
+    this node: the leader appends the change and answers once it is
+    committed; every refusal is an answer (NOT_LEADER with the leader hint,
+    or the ``ReconfigurationError``'s code and reason), logged once."""
     if isinstance(request, AddVoterRequest):
         what = f"add voter {request.node_id} (directory {request.directory_id})"
-    else:
+    elif isinstance(request, RemoveVoterRequest):
         what = f"remove voter {request.node_id} (directory {request.directory_id})"
+    else:
+        what = "upgrade the static voter set to dynamic voters"
     try:
         if isinstance(request, AddVoterRequest):
             offset = await runtime.add_voter(Voter(request.node_id, request.directory_id, request.endpoints))
-        else:
+        elif isinstance(request, RemoveVoterRequest):
             offset = await runtime.remove_voter(request.node_id, request.directory_id)
+        else:
+            offset = await runtime.upgrade_voters(runtime.voter_endpoints)
+            if offset is None:
+                return VoterChangeResponse(message="the voters are dynamic already: nothing to do")
     except NotLeaderError as error:
         return VoterChangeResponse(error=ErrorCode.NOT_LEADER, leader_hint=error.leader_id, message=str(error))
     except ReconfigurationError as error:
@@ -355,7 +371,7 @@ async def handle_voter_change(runtime: QuorumRuntime, request: AddVoterRequest |
 async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
     """Answer a client's wire request from this node."""
     node = runtime.node
-    if isinstance(request, (AddVoterRequest, RemoveVoterRequest)):
+    if isinstance(request, (AddVoterRequest, RemoveVoterRequest, UpgradeVotersRequest)):
         return await handle_voter_change(runtime, request)
     try:
         if isinstance(request, ProposeRequest):
@@ -453,7 +469,7 @@ def authorize_client_request(
         if principal is None:
             return None
         kind = type(request)
-        if principal.kind is PrincipalKind.NODE and (kind is AddVoterRequest or kind is RemoveVoterRequest):
+        if principal.kind is PrincipalKind.NODE and kind in (AddVoterRequest, RemoveVoterRequest, UpgradeVotersRequest):
             # A node may do anything an ACL grants, but the voter set is the
             # operator's: a node's certificate only adds that node itself
             # (auto-join), never another node and never removes one.
@@ -602,6 +618,7 @@ async def open_quorum_node(
         io_in_thread=config.data_dir is not None,
         leader_application=leader_application,
     )
+    runtime.voter_endpoints = {node_id: (address_endpoint(*address),) for node_id, address in config.voters.items()}
     runtime_ref.append(runtime)
     handle = QuorumNodeHandle(runtime, transport, config.tls, acl)
     try:
