@@ -204,13 +204,15 @@ class NodeConfig:
                 raise ValueError(f"node {self.node_id} is not a voter, so it needs a listen address")
             self.listen = self.voters[self.node_id]
 
-    def quorum_config(self) -> QuorumConfig:
+    def quorum_config(self, identity: DataDirIdentity | None = None) -> QuorumConfig:
         """The core's configuration: ``quorum``'s settings, with the
         directory id and bootstrap voters of ``data_dir``'s meta.json when
-        it has them. Raises ``ValueError`` when ``quorum`` names another
-        directory id or other bootstrap voters than the disk's."""
+        it has them (``identity``: what storage read or, at a first start,
+        wrote there; else what was read at construction). Raises
+        ``ValueError`` when ``quorum`` names another directory id or other
+        bootstrap voters than the disk's."""
         settings = dict(self.quorum)
-        identity = self.identity
+        identity = identity if identity is not None else self.identity
         if identity is not None:
             for name, stored in (("directory_id", identity.directory_id), ("bootstrap_voters", identity.bootstrap_voters)):
                 if not stored:
@@ -607,7 +609,10 @@ async def open_quorum_node(
         authorize=authorize_client_request(acl, authorize_application) if config.tls is not None else None,
     )
     runtime = QuorumRuntime(
-        config.quorum_config(),
+        # The identity storage read, or wrote at this first start: a static
+        # node knows its directory id from its first start on, which an
+        # upgrade to dynamic voters needs (``upgrade_voters``).
+        config.quorum_config(getattr(storage, "identity", None)),
         machine,
         storage=storage,
         transport=transport,
