@@ -523,9 +523,10 @@ def describe_command(bootstrap: str, cluster_id: str, timeout_s: float, view: st
             warning = "   WARNING: renew it" if item["days_left"] < EXPIRY_WARNING_DAYS else ""
             click.echo(f"CertificateExpiry: {item['whose']} {item['not_after']} ({item['days_left']:.1f} days){warning}")
         return
-    # Directory ids (KIP-853) exist only in a cluster with dynamic voters:
-    # the column a static cluster would fill with dashes is left out.
-    directories = any(replica.directory_id is not None for _, replica in replicas)
+    # A voter's directory id (KIP-853) exists only in a cluster with
+    # dynamic voters: the column a static cluster would fill with dashes is
+    # left out (its replicas fetch with directory ids all the same).
+    directories = any(replica.directory_id is not None for kind, replica in replicas if kind == "voter")
     directory_header = f" {'DirectoryId':<32}" if directories else ""
     click.echo(f"{'NodeId':>8} {'LogEndOffset':>14} {'Lag':>8} {'LastFetchMs':>12}{directory_header}  Status")
     for kind, replica in replicas:
