@@ -20,6 +20,13 @@ class BrokerConfig:
     ``bootstrap`` maps every controller voter's id to its address (the
     quorum's ``voters``; the broker fetches the metadata log from their
     leader as an observer, so its own ``broker_id`` must not be among them).
+    Once it has fetched the log the broker follows the voter set there
+    (KIP-853 VOTERS records, and snapshots that carry them): controllers
+    added later are reached at the endpoints the record names, removed ones
+    are no longer asked, so the list need not change with the voter set;
+    it must still name the controller that leads when the broker first
+    starts, or one that will (a follower's answer names the leader's id,
+    not its address).
     ``listen`` is where clients reach it; port 0 picks a free port, and the
     bound port is what gets registered. ``data_dir`` None keeps the metadata
     log in memory (a restart fetches it again). ``quorum`` overrides the

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -406,15 +406,31 @@ class ReplicaHost:
         offset: the change did not happen) or ``ProposalOutcomeUnknownError``,
         as for a proposal. Raises ``NotLeaderError`` or
         ``ReconfigurationError`` (nothing changed; ``done`` is not called)."""
-        return self._change_voters(lambda: self.core.add_voter(voter), done)
+        offset = self._change_voters(lambda: self.core.add_voter(voter), done)
+        assert offset is not None  # the core always appends a change
+        return offset
 
     def remove_voter(self, node_id: int, directory_id: str | None = None, done: Done | None = None) -> int:
         """Append a VOTERS record removing ``node_id``; returns, calls
         ``done`` and raises as ``add_voter``."""
-        return self._change_voters(lambda: self.core.remove_voter(node_id, directory_id), done)
+        offset = self._change_voters(lambda: self.core.remove_voter(node_id, directory_id), done)
+        assert offset is not None  # the core always appends a change
+        return offset
 
-    def _change_voters(self, change: Callable[[], tuple[int, Output]], done: Done | None) -> int:
+    def upgrade_voters(self, endpoints: Mapping[int, Sequence[str]], done: Done | None = None) -> int | None:
+        """Upgrade a static voter set to a dynamic one (``QuorumNode.upgrade_voters``,
+        ``endpoints`` by voter id); returns the VOTERS record's offset, or
+        None when the voters are dynamic already (then ``done(None, None)``
+        is called at once). Calls ``done`` and raises as ``add_voter``."""
+        return self._change_voters(lambda: self.core.upgrade_voters(endpoints), done)
+
+    def _change_voters(self, change: Callable[[], tuple[int | None, Output]], done: Done | None) -> int | None:
         offset, output = change()
+        if offset is None:
+            self._handle(output)
+            if done is not None:
+                done(None, None)
+            return None
         if done is not None:
             # Decided like a proposal: committed in this epoch, or lost. It is
             # registered before the output is handled, which may commit it

@@ -57,6 +57,9 @@ class ErrorCode(enum.IntEnum):
     # operator must tell "retry in a moment" from "the new voter lags".
     VOTER_CHANGE_IN_PROGRESS = 1000  # another change is not yet committed, or the leader has no commit in its epoch yet
     VOTER_NOT_CAUGHT_UP = 1001  # the new voter has not fetched lately or its log ends below the high watermark
+    # Kafka answers UNSUPPORTED_VERSION while kraft.version is 0; pykraft
+    # says what to do: upgrade the static voter set first (upgrade-voters).
+    VOTERS_STATIC = 1002
 
 
 @dataclass(slots=True, kw_only=True, unsafe_hash=True)

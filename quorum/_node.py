@@ -110,7 +110,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, TypeVar
@@ -162,7 +162,7 @@ from ._types import (
     RecordKind,
     SnapshotId,
 )
-from ._voters import Voter, VoterSet, join_snapshot, split_snapshot, voter_set_problem
+from ._voters import Voter, VoterSet, join_snapshot, snapshot_holds_voters, split_snapshot, voter_set_problem
 
 # The errors live in _errors.py; ``quorum/__init__.py`` imports them from here.
 __all__ = [
@@ -325,6 +325,10 @@ _COUNTER_NAMES = (
     "messages_refused_not_voter",
     # A Vote or pre-vote to a voter repairing a damaged log (RepairState).
     "votes_refused_repairing",
+    # A Vote or pre-vote naming another disk of this node id than ours
+    # (KIP-853 VoterDirectoryId): the candidate's set holds a replica whose
+    # votes and acknowledgements this disk never held.
+    "votes_refused_other_directory",
     # An election timer fired at EPOCH_MAX: there is no next epoch to stand in.
     "stands_refused_epoch_max",
     # A write or fsync the driver reported failed (``persist_failed``), one
@@ -405,7 +409,7 @@ _FIELDS_IN_RANGE: dict[type, Callable[[Any], bool]] = {
 _COMMON_FIELDS_IN_RANGE = _compile_range_test(_COMMON_FIELDS)
 
 
-def _field_out_of_range(message: _Request | _Response, dynamic_voters: bool) -> str | None:
+def _field_out_of_range(message: _Request | _Response) -> str | None:
     """The first number in ``message`` that lies outside what the wire and
     storage can hold (the limits in ``_types.py``), described; None when
     every one fits.
@@ -437,7 +441,7 @@ def _field_out_of_range(message: _Request | _Response, dynamic_voters: bool) -> 
             if problem is not None:
                 return problem
         if message.records:
-            return _records_problem(message.records, message.epoch, dynamic_voters)
+            return _records_problem(message.records, message.epoch)
     elif kind is FetchSnapshotRequest or (kind is FetchSnapshotResponse and message.snapshot_id is not None):
         return _snapshot_id_problem(message.snapshot_id)
     elif kind is EndQuorumEpochRequest:
@@ -459,13 +463,13 @@ def _offset_and_epoch_problem(what: str, offset: int, epoch: int, *, offset_name
     return None
 
 
-def _records_problem(records: Sequence[Entry], leader_epoch: int, dynamic_voters: bool) -> str | None:
+def _records_problem(records: Sequence[Entry], leader_epoch: int) -> str | None:
     """What is wrong with a Fetch answer's records, or None: offsets must
     run on without a gap and end within ``OFFSET_MAX``, and epochs never
     decrease (KIP-595: a log is ordered by epoch) nor pass the epoch of the
     leader that sent them (it holds no records of a later one). A VOTERS
-    record must hold a valid voter set, and only a dynamic cluster has any
-    (a static one would lose them in its snapshots)."""
+    record must hold a valid voter set (a static cluster's first one is its
+    upgrade to dynamic voters, ``QuorumNode.upgrade_voters``)."""
     expected = records[0].offset
     if expected < 0 or expected + len(records) - 1 > OFFSET_MAX:
         return f"records {expected}..{expected + len(records) - 1} outside 0..{OFFSET_MAX}"
@@ -476,8 +480,6 @@ def _records_problem(records: Sequence[Entry], leader_epoch: int, dynamic_voters
         if not previous_epoch <= entry.epoch <= leader_epoch:
             return f"record epoch {entry.epoch} at offset {entry.offset} outside {previous_epoch}..{leader_epoch}"
         if entry.kind is RecordKind.VOTERS:
-            if not dynamic_voters:
-                return f"a voter set record at offset {entry.offset} in a cluster with static voters"
             problem = voter_set_problem(entry.data)
             if problem is not None:
                 return f"voter set record at offset {entry.offset}: {problem}"
@@ -621,16 +623,21 @@ class QuorumNode:
         # §4.1: a server uses the latest configuration in its log); a
         # truncated record takes its set with it.
         self._base_voters = config.initial_voter_set
-        if config.dynamic_voters and snapshot is not None:
-            # Raises ValueError for a snapshot without the header: storage
-            # handed over bytes this cluster never wrote.
+        # Is the base set dynamic (KIP-853 kraft.version 1): bootstrapped,
+        # or the set of a snapshot taken after a static cluster's upgrade
+        # (``upgrade_voters``)? With a VOTERS record in the log, the
+        # cluster is dynamic whatever the base (``dynamic_voters``).
+        self._base_dynamic = config.dynamic_voters
+        if snapshot is not None and (config.dynamic_voters or snapshot_holds_voters(snapshot.data)):
+            # Raises ValueError for a snapshot without the header in a
+            # bootstrapped cluster: storage handed over bytes it never wrote.
             self._base_voters = split_snapshot(snapshot.data)[0]
+            self._base_dynamic = True
         self._voter_records: list[tuple[int, VoterSet]] = []
         self._voters = self._base_voters
         self._voter_ids = frozenset(self._voters.ids)
         self._is_voter = self._voters.holds(self.node_id, config.directory_id)
-        if config.dynamic_voters:
-            self._note_voter_records(self._log.slice(self._log.start_offset))
+        self._note_voter_records(self._log.slice(self._log.start_offset))
         # A voter repairing a damaged log acts as an observer until its log
         # is repaired from a leader (``_maybe_finish_repair``): it grants
         # no vote and never stands. An observer has nothing to repair.
@@ -737,7 +744,8 @@ class QuorumNode:
         ``messages_out_of_range`` (dropped: a number no layer can hold, or
         records out of log order),
         ``votes_ignored_leader_alive`` (refused under the leader lease),
-        ``votes_refused_not_voter``, ``stands_refused_epoch_max``."""
+        ``votes_refused_not_voter``, ``votes_refused_other_directory``,
+        ``stands_refused_epoch_max``."""
         return dict(self._counters)
 
     @property
@@ -776,6 +784,21 @@ class QuorumNode:
         the set of every VOTERS record in the log, committed or not, oldest
         first (auto-join asks whether any of them held this disk)."""
         return (self._base_voters, *(voters for _offset, voters in self._voter_records))
+
+    @property
+    def dynamic_voters(self) -> bool:
+        """Does this cluster have dynamic voters (KIP-853, Kafka's
+        ``kraft.version`` 1): bootstrapped with them, or a static cluster
+        whose leader wrote its first VOTERS record (``upgrade_voters``)?
+        Read from the log and snapshot, not the configuration: a node of an
+        upgraded cluster restarted with its old ``--voters`` list is
+        dynamic all the same. Until then voter changes are refused
+        (``VOTERS_STATIC``)."""
+        return self._base_dynamic or bool(self._voter_records)
+
+    def _dynamic_at(self, offset: int) -> bool:
+        """Were the voters dynamic for a record at ``offset``?"""
+        return self._base_dynamic or (bool(self._voter_records) and self._voter_records[0][0] < offset)
 
     @property
     def voter_change_pending(self) -> bool:
@@ -997,7 +1020,7 @@ class QuorumNode:
             raise ReconfigurationError(f"node {node_id} is the last voter")
         return self._append_voter_set(self._voters.without(node_id))
 
-    def _reconfiguring_leader(self) -> LeaderState:
+    def _reconfiguring_leader(self, *, upgrading: bool = False) -> LeaderState:
         """This leader's state, if it may append a voter change now.
 
         One change at a time, and only once the leader has committed a
@@ -1009,10 +1032,13 @@ class QuorumNode:
         record first settles the earlier change, one way or the other.
 
         Raises ``NotLeaderError``, or ``ReconfigurationError`` for a static
-        voter set, a leader without a commit in its epoch, or a change not
-        yet committed."""
-        if not self.config.dynamic_voters:
-            raise ReconfigurationError("this cluster has a static voter set (no bootstrap voters were formatted)")
+        voter set (unless ``upgrading`` it), a leader without a commit in
+        its epoch, or a change not yet committed."""
+        if not self.dynamic_voters and not upgrading:
+            raise ReconfigurationError(
+                "this cluster has a static voter set: upgrade it to dynamic voters first (kraft-quorum upgrade-voters)",
+                ErrorCode.VOTERS_STATIC,
+            )
         if self._role is not Role.LEADER:
             raise NotLeaderError(self._leader_hint(), self._epoch)
         if not self.leader_has_committed_own_epoch:
@@ -1025,6 +1051,49 @@ class QuorumNode:
                 ErrorCode.VOTER_CHANGE_IN_PROGRESS,
             )
         return self._leading
+
+    def upgrade_voters(self, endpoints: Mapping[int, Sequence[str]]) -> tuple[int | None, Output]:
+        """Upgrade a static voter set to a dynamic one without downtime
+        (KIP-853's ``kraft.version`` 0 to 1): append the first VOTERS
+        record, holding the static voters, each with the directory id it
+        fetches with and its ``endpoints`` (``"host:port"``, given by the
+        host, which knows where the voters listen). Returns the record's
+        offset (the upgrade is done once it is committed), or None when the
+        voters are dynamic already (nothing appended: the operation is
+        idempotent, and a command retried after a leader change finds the
+        upgrade done or, uncommitted, in progress).
+
+        Every voter's directory id must be known: this leader's own, and
+        every other voter's from a Fetch within the fetch timeout (a disk
+        named in the set is the one that acknowledged records; the core
+        refuses any other disk's votes from then on).
+
+        Raises ``NotLeaderError``; ``ReconfigurationError`` when the
+        leader has not committed in its epoch or a change is pending
+        (VOTER_CHANGE_IN_PROGRESS, retry), or a voter's directory id is not
+        known (VOTER_NOT_CAUGHT_UP, retry once it fetches); ``ValueError``
+        for an endpoint that is not a printable string."""
+        leader = self._reconfiguring_leader(upgrading=True)
+        if self.dynamic_voters:
+            return None, self._flush()
+        window = self.config.ticks(self.config.fetch_timeout_ms)
+        voters = []
+        for node_id in self._voters.ids:
+            if node_id == self.node_id:
+                directory_id = self.config.directory_id
+            else:
+                replica = leader.replicas.get(node_id)
+                fresh = replica is not None and replica.last_fetch_tick is not None
+                fresh = fresh and self._tick - replica.last_fetch_tick < window  # type: ignore[union-attr, operator]
+                directory_id = replica.directory_id if fresh else None  # type: ignore[union-attr]
+            if directory_id is None:
+                raise ReconfigurationError(
+                    f"voter {node_id}'s directory id is not known: it has not fetched from this leader within the "
+                    f"fetch timeout with a directory id (a data directory from before directory ids)",
+                    ErrorCode.VOTER_NOT_CAUGHT_UP,
+                )
+            voters.append(Voter(node_id, directory_id, tuple(endpoints.get(node_id, ()))))
+        return self._append_voter_set(VoterSet(tuple(voters)))
 
     def _append_voter_set(self, voters: VoterSet) -> tuple[int, Output]:
         offset = self._log.end_offset
@@ -1171,7 +1240,7 @@ class QuorumNode:
             return self._flush()  # not newer than ours: nothing to gain
         if self._log.epoch_at(end - 1) not in (snapshot_id.epoch, None) and end > 0:
             raise ValueError(f"snapshot epoch {snapshot_id.epoch} does not match the log at {end - 1}")
-        if self.config.dynamic_voters:
+        if self._dynamic_at(end):
             # The records that made the set may leave the log with this
             # snapshot: it carries the set in force at its end (KIP-853).
             data = join_snapshot(self.voters_at(end), data)
@@ -1189,6 +1258,7 @@ class QuorumNode:
             if self._voter_records:
                 # The set in force at the new log start becomes the base;
                 # the set in force now does not change.
+                self._base_dynamic = self._dynamic_at(keep_from)
                 self._base_voters = self.voters_at(keep_from)
                 self._voter_records = [record for record in self._voter_records if record[0] >= keep_from]
         return self._flush()
@@ -1244,7 +1314,7 @@ class QuorumNode:
     def _epoch_prologue(self, message: _Request | _Response) -> bool:
         """Epoch handling of any message; True when its handler should run.
         See the comment above for the rules and where they come from."""
-        problem = _field_out_of_range(message, self.config.dynamic_voters)
+        problem = _field_out_of_range(message)
         if problem is not None:
             self._drop_malformed(message, problem)
             return False
@@ -1300,6 +1370,10 @@ class QuorumNode:
             self._refuse(message, ErrorCode.FENCED_LEADER_EPOCH)
             return False
         if isinstance(message, VoteRequest):
+            if self._names_another_disk(message):
+                self._counters["votes_refused_other_directory"] += 1
+                self._reply_vote(message, granted=False, error=ErrorCode.INVALID_REQUEST)
+                return False
             if self._repair is not None and message.src in self._voter_ids:
                 self._counters["votes_refused_repairing"] += 1
                 self._reply_vote(message, granted=False)
@@ -1342,6 +1416,20 @@ class QuorumNode:
             return False
         return True
 
+    def _names_another_disk(self, request: VoteRequest) -> bool:
+        """KIP-853: does the candidate's voter set name, for this node id,
+        a directory id other than this disk's? Then the voter it counts on
+        is another replica: one whose vote in this epoch and whose
+        acknowledged records may be lost with its disk. Refused whatever
+        this node's own voter list says: a wiped voter restarted with a
+        static voter list (an empty log, a new directory id) would
+        otherwise hand a candidate that lacks a committed record the
+        majority it needs (issue 17). A node that knows no directory id of
+        its own (in memory, or a directory older than directory ids) is
+        no disk a set can name."""
+        named = request.voter_directory_id
+        return named is not None and named != self.config.directory_id
+
     def _addressed_as_voter(self, request: VoteRequest) -> bool:
         """KIP-853: is this node, not a voter of its own set, named as a
         voter by the candidate's set, with this very disk? A voter just
@@ -1369,7 +1457,7 @@ class QuorumNode:
         a live leader's lease still refuses it (§4.2.3)."""
         if request.src in self._voter_ids:
             return True
-        return self.config.dynamic_voters and _log_up_to_date(request, self._log)
+        return self.dynamic_voters and _log_up_to_date(request, self._log)
 
     def _hands_over(self, request: EndQuorumEpochRequest) -> bool:
         """Is ``request`` our own leader resigning in our epoch? A leader
@@ -2233,9 +2321,9 @@ class QuorumNode:
             if response.records:
                 self._log.append(response.records)
                 self._out.append.extend(response.records)
-                if self.config.dynamic_voters:
-                    # In force on append (Raft thesis §4.1; KIP-853).
-                    self._note_voter_records(response.records)
+                # In force on append (Raft thesis §4.1; KIP-853), the first
+                # one of a static cluster too (its upgrade).
+                self._note_voter_records(response.records)
             # Bounded by our own log: a follower cannot commit records it
             # does not hold yet (the high watermark may run ahead of them).
             self._advance_high_watermark(min(response.high_watermark, self._log.end_offset))
@@ -2394,12 +2482,15 @@ class QuorumNode:
         if len(download.buffer) >= response.size:
             fetcher.download = None
             snapshot = Snapshot(download.snapshot_id, bytes(download.buffer))
-            if self.config.dynamic_voters:
+            if self.config.dynamic_voters or self.dynamic_voters:
                 try:
                     split_snapshot(snapshot.data)
                 except ValueError as error:
                     # A dynamic cluster's snapshot always carries its voter
-                    # set: these bytes are not one (the leader's fault).
+                    # set (and an upgrade is never undone once this node
+                    # holds it committed or not: a snapshot holds only
+                    # committed records, and the leader's log holds every
+                    # committed one): these bytes are not one.
                     self._drop_malformed(response, f"snapshot {download.snapshot_id.end_offset}: {error}")
                     fetcher.next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
                     return
@@ -2413,12 +2504,13 @@ class QuorumNode:
         snapshot_id = snapshot.snapshot_id
         self._snapshot = snapshot
         self._log.reset(snapshot_id)
-        if self.config.dynamic_voters:
-            # The snapshot carries the set in force at its end (checked on
-            # arrival, ``_on_fetch_snapshot_response``).
-            self._base_voters = split_snapshot(snapshot.data)[0]
-            self._voter_records.clear()
-            self._voters_changed()
+        # A dynamic cluster's snapshot carries the set in force at its end
+        # (checked on arrival, ``_on_fetch_snapshot_response``); a static
+        # one's is the state machine's bytes alone.
+        self._base_dynamic = self.config.dynamic_voters or snapshot_holds_voters(snapshot.data)
+        self._base_voters = split_snapshot(snapshot.data)[0] if self._base_dynamic else self.config.initial_voter_set
+        self._voter_records.clear()
+        self._voters_changed()
         out = self._out
         out.snapshot = (snapshot_id, snapshot.data)
         out.reset_log = True

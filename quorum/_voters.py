@@ -226,8 +226,27 @@ def split_snapshot(data: bytes) -> tuple[VoterSet, bytes]:
     return voters, bytes(data[head + 4 + length :])
 
 
+def snapshot_holds_voters(data: bytes) -> bool:
+    """Does ``data`` start with a voter set (``join_snapshot``)? A cluster
+    upgraded from static voters (``QuorumNode.upgrade_voters``) has
+    snapshots of both kinds: those taken before its first VOTERS record
+    hold the state machine's bytes alone. Told apart by the header, which
+    must decode as a voter set: a state machine's own bytes that began
+    with the magic, a length and a valid voter set are not a practical
+    risk."""
+    try:
+        split_snapshot(data)
+    except ValueError:
+        return False
+    return True
+
+
 def state_machine_data(snapshot_data: bytes, dynamic_voters: bool) -> bytes:
-    """The state machine's part of a snapshot: all of it in a static
-    cluster, what follows the voter set in a dynamic one. Raises what
-    ``split_snapshot`` raises."""
-    return split_snapshot(snapshot_data)[1] if dynamic_voters else snapshot_data
+    """The state machine's part of a snapshot: what follows the voter set
+    in a cluster bootstrapped with dynamic voters (``dynamic_voters``); in
+    a cluster started with static voters, all of it, unless it carries a
+    voter set (taken after the upgrade, ``snapshot_holds_voters``). Raises
+    what ``split_snapshot`` raises."""
+    if dynamic_voters or snapshot_holds_voters(snapshot_data):
+        return split_snapshot(snapshot_data)[1]
+    return snapshot_data

@@ -180,8 +180,9 @@ _VOTER_CHANGE_HINTS = {
     "VOTER_NOT_CAUGHT_UP": "Start the node (as an observer), wait until describe --replication shows it caught up, then retry.",
     "DUPLICATE_VOTER": "It is a voter already (describe shows the set); to replace its disk, remove-voter it first.",
     "VOTER_NOT_FOUND": "Check the node id and --directory-id against kraft-quorum describe --replication.",
-    "INVALID_REQUEST": "A static voter set (not formatted with --initial-voters or --standalone) cannot change, "
-    "nor can the last voter be removed.",
+    "INVALID_REQUEST": "The last voter cannot be removed.",
+    "VOTERS_STATIC": "Run kraft-quorum upgrade-voters once (docs/operations.md, \"Upgrading static voters to dynamic\"), "
+    "then retry.",
 }
 
 

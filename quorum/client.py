@@ -52,6 +52,7 @@ from .wire import (
     ReadResponse,
     RemoteProtocolError,
     RemoveVoterRequest,
+    UpgradeVotersRequest,
     VoterChangeResponse,
     decode_message,
     encode_message,
@@ -79,9 +80,9 @@ class NotAuthorizedError(QuorumClientError):
 
 
 class VoterChangeRefusedError(QuorumClientError):
-    """The leader refused an AddVoter or RemoveVoter request (KIP-853):
-    ``code`` is the ``ErrorCode`` (VOTER_CHANGE_IN_PROGRESS,
-    VOTER_NOT_CAUGHT_UP, DUPLICATE_VOTER, VOTER_NOT_FOUND,
+    """The leader refused an AddVoter, RemoveVoter or UpgradeVoters request
+    (KIP-853): ``code`` is the ``ErrorCode`` (VOTER_CHANGE_IN_PROGRESS,
+    VOTER_NOT_CAUGHT_UP, DUPLICATE_VOTER, VOTER_NOT_FOUND, VOTERS_STATIC,
     INVALID_REQUEST), ``reason`` the leader's sentence. Nothing changed."""
 
     def __init__(self, address: str, code: ErrorCode, reason: str) -> None:
@@ -543,15 +544,30 @@ class QuorumClient:
         flight: describe the quorum to see whether it happened),
         ``QuorumClientError`` (no leader served it in time)."""
         request = AddVoterRequest(node_id=node_id, directory_id=directory_id, endpoints=tuple(endpoints))
-        response: VoterChangeResponse = await self._call(request, retry_indeterminate=False)
-        assert response.offset is not None
-        return response.offset
+        return _change_offset(await self._call(request, retry_indeterminate=False))
 
     async def remove_voter(self, node_id: int, directory_id: str | None = None) -> int:
         """KIP-853 RemoveRaftVoter at the leader: remove voter ``node_id``
         (only if its directory is ``directory_id``, when given). Returns and
         raises as ``add_voter``."""
         request = RemoveVoterRequest(node_id=node_id, directory_id=directory_id)
-        response: VoterChangeResponse = await self._call(request, retry_indeterminate=False)
-        assert response.offset is not None
+        return _change_offset(await self._call(request, retry_indeterminate=False))
+
+    async def upgrade_voters(self) -> int | None:
+        """Upgrade the cluster's static voter set to a dynamic one (KIP-853
+        ``kraft.version`` 1) at the leader. Returns the offset of the
+        committed VOTERS record, or None when the voters were dynamic
+        already (idempotent: safe to run again, and after a leader change).
+        Raises as ``add_voter``; VOTER_NOT_CAUGHT_UP (a voter's directory
+        id not yet known) is asked again until the retry timeout."""
+        response: VoterChangeResponse = await self._call(UpgradeVotersRequest(), retry_indeterminate=True)
         return response.offset
+
+
+def _change_offset(response: VoterChangeResponse) -> int:
+    """The offset a successful AddVoter or RemoveVoter answer gives. Raises
+    ``QuorumClientError`` for an answer without one (no pykraft node sends
+    that: only an upgrade may append nothing)."""
+    if response.offset is None:
+        raise QuorumClientError("the leader answered a voter change without the offset of its record")
+    return response.offset

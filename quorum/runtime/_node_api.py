@@ -46,6 +46,7 @@ from ..wire import (
     ReadRequest,
     ReadResponse,
     RemoveVoterRequest,
+    UpgradeVotersRequest,
     VoterChangeResponse,
 )
 from ._metrics import Metrics, serve_metrics
@@ -203,13 +204,15 @@ class NodeConfig:
                 raise ValueError(f"node {self.node_id} is not a voter, so it needs a listen address")
             self.listen = self.voters[self.node_id]
 
-    def quorum_config(self) -> QuorumConfig:
+    def quorum_config(self, identity: DataDirIdentity | None = None) -> QuorumConfig:
         """The core's configuration: ``quorum``'s settings, with the
         directory id and bootstrap voters of ``data_dir``'s meta.json when
-        it has them. Raises ``ValueError`` when ``quorum`` names another
-        directory id or other bootstrap voters than the disk's."""
+        it has them (``identity``: what storage read or, at a first start,
+        wrote there; else what was read at construction). Raises
+        ``ValueError`` when ``quorum`` names another directory id or other
+        bootstrap voters than the disk's."""
         settings = dict(self.quorum)
-        identity = self.identity
+        identity = identity if identity is not None else self.identity
         if identity is not None:
             for name, stored in (("directory_id", identity.directory_id), ("bootstrap_voters", identity.bootstrap_voters)):
                 if not stored:
@@ -324,20 +327,35 @@ class QuorumNodeHandle:
         return self.runtime.statistics()
 
 
-async def handle_voter_change(runtime: QuorumRuntime, request: AddVoterRequest | RemoveVoterRequest) -> VoterChangeResponse:
-    """Serve a KIP-853 AddVoter or RemoveVoter request on this node: the
-    leader appends the change and answers once it is committed; every
-    refusal is an answer (NOT_LEADER with the leader hint, or the
-    ``ReconfigurationError``'s code and reason), logged once."""
+def address_endpoint(host: str, port: int) -> str:
+    """``(host, port)`` as a voter endpoint, ``HOST:PORT`` (``[::1]:9093``
+    for IPv6): the inverse of ``endpoint_address``."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+VoterChangeRequest = AddVoterRequest | RemoveVoterRequest | UpgradeVotersRequest
+
+
+async def handle_voter_change(runtime: QuorumRuntime, request: VoterChangeRequest) -> VoterChangeResponse:
+    """Serve a KIP-853 AddVoter, RemoveVoter or UpgradeVoters request on
+    this node: the leader appends the change and answers once it is
+    committed; every refusal is an answer (NOT_LEADER with the leader hint,
+    or the ``ReconfigurationError``'s code and reason), logged once."""
     if isinstance(request, AddVoterRequest):
         what = f"add voter {request.node_id} (directory {request.directory_id})"
-    else:
+    elif isinstance(request, RemoveVoterRequest):
         what = f"remove voter {request.node_id} (directory {request.directory_id})"
+    else:
+        what = "upgrade the static voter set to dynamic voters"
     try:
         if isinstance(request, AddVoterRequest):
             offset = await runtime.add_voter(Voter(request.node_id, request.directory_id, request.endpoints))
-        else:
+        elif isinstance(request, RemoveVoterRequest):
             offset = await runtime.remove_voter(request.node_id, request.directory_id)
+        else:
+            offset = await runtime.upgrade_voters(runtime.voter_endpoints)
+            if offset is None:
+                return VoterChangeResponse(message="the voters are dynamic already: nothing to do")
     except NotLeaderError as error:
         return VoterChangeResponse(error=ErrorCode.NOT_LEADER, leader_hint=error.leader_id, message=str(error))
     except ReconfigurationError as error:
@@ -355,7 +373,7 @@ async def handle_voter_change(runtime: QuorumRuntime, request: AddVoterRequest |
 async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
     """Answer a client's wire request from this node."""
     node = runtime.node
-    if isinstance(request, (AddVoterRequest, RemoveVoterRequest)):
+    if isinstance(request, (AddVoterRequest, RemoveVoterRequest, UpgradeVotersRequest)):
         return await handle_voter_change(runtime, request)
     try:
         if isinstance(request, ProposeRequest):
@@ -453,7 +471,7 @@ def authorize_client_request(
         if principal is None:
             return None
         kind = type(request)
-        if principal.kind is PrincipalKind.NODE and (kind is AddVoterRequest or kind is RemoveVoterRequest):
+        if principal.kind is PrincipalKind.NODE and kind in (AddVoterRequest, RemoveVoterRequest, UpgradeVotersRequest):
             # A node may do anything an ACL grants, but the voter set is the
             # operator's: a node's certificate only adds that node itself
             # (auto-join), never another node and never removes one.
@@ -591,7 +609,10 @@ async def open_quorum_node(
         authorize=authorize_client_request(acl, authorize_application) if config.tls is not None else None,
     )
     runtime = QuorumRuntime(
-        config.quorum_config(),
+        # The identity storage read, or wrote at this first start: a static
+        # node knows its directory id from its first start on, which an
+        # upgrade to dynamic voters needs (``upgrade_voters``).
+        config.quorum_config(getattr(storage, "identity", None)),
         machine,
         storage=storage,
         transport=transport,
@@ -602,6 +623,7 @@ async def open_quorum_node(
         io_in_thread=config.data_dir is not None,
         leader_application=leader_application,
     )
+    runtime.voter_endpoints = {node_id: (address_endpoint(*address),) for node_id, address in config.voters.items()}
     runtime_ref.append(runtime)
     handle = QuorumNodeHandle(runtime, transport, config.tls, acl)
     try:

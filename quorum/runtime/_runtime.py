@@ -291,6 +291,10 @@ class QuorumRuntime:
         self.state_machine = state_machine
         self.storage = storage
         self.transport = transport
+        # Where each static voter listens ("host:port"), for the VOTERS
+        # record an upgrade to dynamic voters writes (``upgrade_voters``):
+        # set by ``open_quorum_node`` from its ``--voters`` list.
+        self.voter_endpoints: dict[int, tuple[str, ...]] = {}
         self.metrics = metrics or Metrics(config.node_id)
         self._init_metrics()
         self.snapshot_every_records = snapshot_every_records
@@ -1175,12 +1179,14 @@ class QuorumRuntime:
             waiter.resolve(None)
         elif name == "application":
             host.application_request(request[1], lambda answer, error, _offsets: waiter.resolve(answer, error))
-        elif name == "add_voter" or name == "remove_voter":
+        elif name == "add_voter" or name == "remove_voter" or name == "upgrade_voters":
             try:
                 if name == "add_voter":
                     host.add_voter(request[1], done=waiter.resolve)
-                else:
+                elif name == "remove_voter":
                     host.remove_voter(request[1], request[2], done=waiter.resolve)
+                else:
+                    host.upgrade_voters(request[1], done=waiter.resolve)
             except (NotLeaderError, ReconfigurationError) as refused:
                 waiter.resolve(None, refused)
         else:  # pragma: no cover - a runtime bug
@@ -1267,6 +1273,14 @@ class QuorumRuntime:
         committed; returns and raises as ``add_voter``. A leader that
         removes itself resigns once the change is committed."""
         return await self._call("remove_voter", node_id, directory_id)
+
+    async def upgrade_voters(self, endpoints: dict[int, tuple[str, ...]]) -> int | None:
+        """Upgrade the static voter set to a dynamic one (KIP-853
+        ``kraft.version`` 1; ``QuorumNode.upgrade_voters``), each voter with
+        ``endpoints[id]``, and wait until the VOTERS record is committed;
+        returns its offset, or None when the voters were dynamic already.
+        Raises as ``add_voter``."""
+        return await self._call("upgrade_voters", endpoints)
 
     async def resign(self) -> None:
         """Hand leadership over (graceful shutdown)."""

@@ -68,6 +68,7 @@ from ..wire import (
     ProposeRequest,
     ReadRequest,
     RemoveVoterRequest,
+    UpgradeVotersRequest,
     FrameDecoder,
     FrameTooLargeError,
     Hello,
@@ -95,7 +96,10 @@ logger = logging.getLogger("pykraft.transport")
 
 _QUORUM_MESSAGE_TYPES = frozenset(MESSAGE_TYPES)
 _CLIENT_REQUEST_TYPES = frozenset(
-    {ProposeRequest, ReadRequest, DescribeQuorumRequest, ApplicationRequest, AddVoterRequest, RemoveVoterRequest}
+    {
+        ProposeRequest, ReadRequest, DescribeQuorumRequest, ApplicationRequest,
+        AddVoterRequest, RemoveVoterRequest, UpgradeVotersRequest,
+    }
 )
 _CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 RECONNECT_BACKOFF_MIN_S = 0.02

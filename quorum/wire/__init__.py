@@ -31,6 +31,7 @@ from ._client_messages import (
     ReadRequest,
     ReadResponse,
     RemoveVoterRequest,
+    UpgradeVotersRequest,
     VoterChangeResponse,
 )
 from ._codec import Decoded, decode_message, encode_message
@@ -88,6 +89,7 @@ __all__ = [
     "TruncatedFrameError",
     "UnknownMessageTypeError",
     "UnsupportedVersionError",
+    "UpgradeVotersRequest",
     "VoterChangeResponse",
     "WireLimits",
     "decode_message",

@@ -285,12 +285,22 @@ class RemoveVoterRequest:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class UpgradeVotersRequest:
+    """Upgrade a static voter set to a dynamic one (KIP-853's
+    ``kraft.version`` 0 to 1), served by the leader: it writes the first
+    VOTERS record, the static voters with the directory ids they fetch
+    with. Idempotent. Administration. No fields."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class VoterChangeResponse:
-    """The answer to an AddVoterRequest or a RemoveVoterRequest: ``error``
-    NONE once the VOTERS record at ``offset`` is committed; otherwise why
-    not (NOT_LEADER with ``leader_hint``, VOTER_CHANGE_IN_PROGRESS,
-    VOTER_NOT_CAUGHT_UP, DUPLICATE_VOTER, VOTER_NOT_FOUND, INVALID_REQUEST)
-    and ``message``, one sentence for the operator."""
+    """The answer to an AddVoterRequest, a RemoveVoterRequest or an
+    UpgradeVotersRequest: ``error`` NONE once the VOTERS record at
+    ``offset`` is committed (``offset`` None: an upgrade found the voters
+    dynamic already, and appended nothing); otherwise why not (NOT_LEADER
+    with ``leader_hint``, VOTER_CHANGE_IN_PROGRESS, VOTER_NOT_CAUGHT_UP,
+    DUPLICATE_VOTER, VOTER_NOT_FOUND, VOTERS_STATIC, INVALID_REQUEST) and
+    ``message``, one sentence for the operator."""
 
     error: ErrorCode = ErrorCode.NONE
     leader_hint: int | None = None
@@ -302,8 +312,6 @@ class VoterChangeResponse:
         check_optional_node_id(self.leader_hint, "leader_hint")
         check_optional_int64(self.offset, "offset")
         check_str(self.message, "message", ERROR_MESSAGE_CHARS_MAX)
-        if error is ErrorCode.NONE and self.offset is None:
-            raise ValueError("a successful VoterChangeResponse must give the offset")
 
 
 CLIENT_MESSAGE_TYPES: tuple[type, ...] = (
@@ -317,6 +325,7 @@ CLIENT_MESSAGE_TYPES: tuple[type, ...] = (
     DescribeQuorumResponse,
     AddVoterRequest,
     RemoveVoterRequest,
+    UpgradeVotersRequest,
     VoterChangeResponse,
 )
 

@@ -65,6 +65,7 @@ from ._client_messages import (
     ReadRequest,
     ReadResponse,
     RemoveVoterRequest,
+    UpgradeVotersRequest,
     VoterChangeResponse,
 )
 from ._connection_messages import ErrorFrame, Hello
@@ -82,7 +83,7 @@ LARGE_TYPE_CODES = frozenset({8, 10, 33, 35, 37, 39})
 NODE_LARGE_TYPE_CODES = frozenset({8, 10})
 # Messages sent only by whoever opens an exchange: never large anywhere, so
 # the encoder holds them to the small limit (a peer would refuse more).
-REQUEST_TYPE_CODES = frozenset({1, 3, 5, 7, 9, 32, 34, 36, 38, 40, 42, 65})
+REQUEST_TYPE_CODES = frozenset({1, 3, 5, 7, 9, 32, 34, 36, 38, 40, 42, 43, 65})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -789,6 +790,15 @@ def decode_remove_voter_request(body: Any, limits: WireLimits, build: bool) -> R
     return RemoveVoterRequest(node_id=node_id, directory_id=_directory_id(directory_id, "directory_id"))
 
 
+def encode_upgrade_voters_request(m: UpgradeVotersRequest) -> list:
+    return []
+
+
+def decode_upgrade_voters_request(body: Any, limits: WireLimits, build: bool) -> UpgradeVotersRequest:
+    fields(body, 0)
+    return UpgradeVotersRequest()
+
+
 def encode_voter_change_response(m: VoterChangeResponse) -> list:
     return [m.error, m.leader_hint, m.offset, m.message]
 
@@ -835,6 +845,7 @@ SCHEMAS: tuple[MessageSchema, ...] = (
     MessageSchema(40, AddVoterRequest, encode_add_voter_request, decode_add_voter_request),
     MessageSchema(41, VoterChangeResponse, encode_voter_change_response, decode_voter_change_response),
     MessageSchema(42, RemoveVoterRequest, encode_remove_voter_request, decode_remove_voter_request),
+    MessageSchema(43, UpgradeVotersRequest, encode_upgrade_voters_request, decode_upgrade_voters_request),
     # 64..: connection frames.
     MessageSchema(64, ErrorFrame, encode_error_frame, decode_error_frame),
     MessageSchema(65, Hello, encode_hello, decode_hello),

@@ -48,28 +48,34 @@ class MemoryCluster:
 
     async def start_controllers(self, *, snapshot_every_records: int = 10_000, **quorum: Any) -> None:
         for node_id in VOTERS:
-            machine = ControllerStateMachine()
-            controller = Controller(
-                ControllerConfig(
-                    cluster_id=CLUSTER_ID,
-                    session_timeout_ms=SESSION_TIMEOUT_MS,
-                    heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
-                ),
-                machine.image,
-            )
-            runtime = QuorumRuntime(
-                QuorumConfig(node_id=node_id, voters=VOTERS, **{**QUORUM, **quorum}),
-                machine,
-                storage=MemoryStorage(),
-                transport=self.network.transport(node_id),
-                rng=random.Random(node_id),
-                io_in_thread=False,
-                leader_application=ControllerApplication(controller, machine.image),
-                snapshot_every_records=snapshot_every_records,
-            )
-            await self._start(node_id, runtime.run)
-            self.controllers[node_id] = runtime
-            self.controller_brains[node_id] = controller
+            await self.start_controller(node_id, snapshot_every_records=snapshot_every_records, **quorum)
+
+    async def start_controller(self, node_id: int, *, snapshot_every_records: int = 10_000, **quorum: Any) -> None:
+        """Controller ``node_id`` of the static voter set ``VOTERS`` (an
+        observer if it is not among them), on a disk whose directory id is
+        ``controller-ID`` (as a first start writes one)."""
+        machine = ControllerStateMachine()
+        controller = Controller(
+            ControllerConfig(
+                cluster_id=CLUSTER_ID,
+                session_timeout_ms=SESSION_TIMEOUT_MS,
+                heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+            ),
+            machine.image,
+        )
+        runtime = QuorumRuntime(
+            QuorumConfig(node_id=node_id, voters=VOTERS, directory_id=f"controller-{node_id}", **{**QUORUM, **quorum}),
+            machine,
+            storage=MemoryStorage(),
+            transport=self.network.transport(node_id),
+            rng=random.Random(node_id),
+            io_in_thread=False,
+            leader_application=ControllerApplication(controller, machine.image),
+            snapshot_every_records=snapshot_every_records,
+        )
+        await self._start(node_id, runtime.run)
+        self.controllers[node_id] = runtime
+        self.controller_brains[node_id] = controller
 
     async def _start(self, node_id: int, run: Any) -> None:
         scope = trio.CancelScope()

@@ -57,6 +57,7 @@ CLIENT_ACTION: dict[str, str] = {
     "DUPLICATE_VOTER": "definite: the node is already a voter (after a retried AddVoter, the first may have done it: describe the quorum); remove it first to replace its disk",
     "VOTER_NOT_FOUND": "definite: no voter has that node id (and directory id): describe the quorum for the current set",
     "VOTER_CHANGE_IN_PROGRESS": "another voter change is not yet committed, or the new leader has not yet committed in its epoch (KIP-853: one change at a time): retry in a moment",
+    "VOTERS_STATIC": "definite: the cluster has a static voter set, which AddVoter and RemoveVoter cannot change: upgrade it first (`kraft-quorum upgrade-voters`, UpgradeVotersRequest), then retry",
     "VOTER_NOT_CAUGHT_UP": "the new voter has not fetched from the leader within the fetch timeout (with that directory id), or its log ends below the high watermark: start it as an observer, wait until it catches up, retry",
 }
 

@@ -7,17 +7,21 @@ keep committing throughout and no acknowledged write is lost."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
+import subprocess
 
 import pytest
 import trio
 
 from quorum import ErrorCode
+from quorum.cli_errors import EXIT_STORAGE_REFUSED
 from quorum.client import IndeterminateError, QuorumClient, VoterChangeRefusedError
 from quorum.runtime import KeyValueStateMachine
+from quorum.storage import read_data_dir_identity
 
-from cluster import ProcessCluster
+from cluster import BIN, ProcessCluster
 
 pytestmark = pytest.mark.processes
 
@@ -182,3 +186,76 @@ async def _equals(get, expected) -> bool:
 
 async def _logged(cluster: ProcessCluster, node_id: int, text: str, times: int) -> bool:
     return cluster.log_text(node_id).count(text) >= times
+
+
+@pytest.mark.long  # about 20 s; the logic's fast tests: tests/quorum/test_rules_voters.py (upgrade), tests/runtime/test_runtime_voter_changes.py, tests/cli/test_unformatted_disk_refusal.py
+async def test_a_static_cluster_upgraded_under_write_load_then_a_voter_replaced(tmp_path):
+    """KIP-853's kraft.version 0 to 1 without downtime: three nodes started
+    with a static --voters list take writes while `upgrade-voters` makes
+    their voters dynamic (each with the directory id its first start wrote).
+    Then one voter's disk is lost: restarted with --voters on the empty
+    directory it refuses to start (the wiped-node hazard); formatted and
+    started again it is an observer, and remove-voter / add-voter replace
+    it. No acknowledged write is lost."""
+    cluster = ProcessCluster(tmp_path)
+    try:
+        cluster.start_all()
+        writer = Writer()
+        async with cluster.client(retry_timeout_s=30) as writes, cluster.client(retry_timeout_s=30) as admin:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(writer.run, writes)
+                await writer.commits(20, 30, "before the upgrade")
+                directories = {n: read_data_dir_identity(cluster.data_dir(n)).directory_id for n in cluster.ports}
+                with pytest.raises(VoterChangeRefusedError) as refused:
+                    await admin.remove_voter(3)
+                assert refused.value.code is ErrorCode.VOTERS_STATIC
+
+                offset = await admin.upgrade_voters()
+                assert offset is not None
+                await writer.commits(20, 30, "after the upgrade")
+                assert await admin.upgrade_voters() is None  # idempotent
+                view = await leader_view(cluster)
+                assert {r.node_id: r.directory_id for r in view.voters} == directories
+
+                leader = await cluster.leader()
+                victim = next(node_id for node_id in sorted(cluster.ports) if node_id != leader)
+                cluster.kill(victim, signal.SIGKILL)
+                shutil.rmtree(cluster.data_dir(victim))
+                cluster.start(victim)  # --voters on an empty directory: refused
+                assert cluster.processes.pop(victim).wait(timeout=60) == EXIT_STORAGE_REFUSED
+                assert "refuses to start with a static voter list" in cluster.log_text(victim)
+                assert not (cluster.data_dir(victim) / "meta.json").exists()
+                await writer.commits(20, 30, "with one voter down")
+
+                formatted = subprocess.run(
+                    [str(BIN / "kraft-quorum"), "format", "--data-dir", str(cluster.data_dir(victim)),
+                     "--node-id", str(victim), "--cluster-id", "pykraft"],
+                    capture_output=True, text=True, timeout=60, check=True,
+                )  # fmt: skip
+                new_directory = json.loads(formatted.stdout)["directory_id"]
+                cluster.start(victim)
+
+                async def observer_caught_up():
+                    view = await leader_view(cluster)
+                    rows = [r for r in view.observers if r.node_id == victim and r.directory_id == new_directory]
+                    return rows and rows[0].log_end_offset is not None and rows[0].log_end_offset > 0
+
+                await wait_for(observer_caught_up, 30, f"node {victim}'s new disk to fetch as an observer")
+                await admin.remove_voter(victim, directories[victim])
+                await writer.commits(20, 30, "after the old disk was removed")
+                await admin.add_voter(victim, new_directory, [f"127.0.0.1:{cluster.ports[victim]}"])
+                await writer.commits(20, 30, "after the new disk was added")
+
+                async def replaced():
+                    view = await leader_view(cluster)
+                    return {r.node_id: r.directory_id for r in view.voters} == {**directories, victim: new_directory}
+
+                await wait_for(replaced, 30, "the new voter set")
+                writer.stopped = True
+
+            for key, value in writer.acknowledged.items():
+                _, answer = await admin.read(key.encode())
+                assert KeyValueStateMachine.decode_answer(answer)[0] == value.encode(), key
+        assert len(writer.acknowledged) >= 120
+    finally:
+        cluster.stop_all()

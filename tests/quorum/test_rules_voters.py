@@ -162,30 +162,155 @@ def test_a_voter_record_with_a_malformed_payload_is_dropped():
     assert follower.counters["messages_out_of_range"] == 1
 
 
-def test_a_static_cluster_refuses_voter_changes_and_voter_records():
+def test_a_static_cluster_refuses_voter_changes_until_it_is_upgraded():
     cluster = Cluster(3, observers=(4,))
     cluster.elect(1)
-    with pytest.raises(ReconfigurationError, match="static") as refused:
+    with pytest.raises(ReconfigurationError, match="static voter set: upgrade it") as refused:
         cluster.node(1).add_voter(Voter(4))
-    assert refused.value.code is ErrorCode.INVALID_REQUEST
-    follower = cluster.node(2)
-    request = cluster.sent(2, FetchRequest)[-1]
-    voters = VoterSet.of_ids((1, 2, 3, 4)).encode()
-    end = follower.log.end_offset
-    cluster.inject(
-        FetchResponse(
-            src=1,
-            dst=2,
-            epoch=follower.epoch,
-            request_id=request.request_id,
-            leader_id=1,
-            high_watermark=0,
-            log_start_offset=0,
-            records=(record(end, follower.epoch, voters, RecordKind.VOTERS),),
-        )
-    )
-    assert follower.log.end_offset == end
-    assert follower.voters.ids == (1, 2, 3)
+    assert refused.value.code is ErrorCode.VOTERS_STATIC
+    with pytest.raises(ReconfigurationError, match="static") as refused:
+        cluster.node(1).remove_voter(3)
+    assert refused.value.code is ErrorCode.VOTERS_STATIC
+
+
+# -- upgrading a static voter set to a dynamic one (KIP-853 kraft.version 1) -------
+
+ENDPOINTS = {1: ("h1:9091",), 2: ("h2:9092",), 3: ("h3:9093",)}
+
+
+def static_cluster(voters: int = 3, **overrides) -> Cluster:
+    """Static voters ``1..voters``, each disk with its directory id (as a
+    first start without ``format`` writes one), started and led by 1."""
+    cluster = Cluster(voters, down=tuple(range(1, voters + 1)), **overrides)
+    for node_id in range(1, voters + 1):
+        replica = cluster.replicas[node_id]
+        replica.config = dataclasses.replace(replica.config, directory_id=directory(node_id))
+        cluster.restart(node_id)
+    cluster.elect(1)
+    settle(cluster)
+    return cluster
+
+
+def upgrade(cluster: Cluster, leader: int) -> int | None:
+    offset, output = cluster.node(leader).upgrade_voters(ENDPOINTS)
+    cluster.handle(leader, output)
+    return offset
+
+
+def test_upgrade_writes_the_static_set_with_each_voters_directory_id_and_endpoints():
+    """The leader learned each voter's directory id from its Fetches: the
+    first VOTERS record names every disk that acknowledged records, and
+    every replica holds it (and is dynamic) from the moment it appends it."""
+    cluster = static_cluster()
+    assert not cluster.node(1).dynamic_voters
+    offset = upgrade(cluster, 1)
+    cluster.run(100)
+
+    expected = VoterSet(tuple(Voter(n, directory(n), ENDPOINTS[n]) for n in (1, 2, 3)))
+    for node_id in (1, 2, 3):
+        node = cluster.node(node_id)
+        assert node.dynamic_voters and node.voters == expected and node.is_voter
+        assert node.high_watermark > offset
+    assert not cluster.node(1).config.dynamic_voters  # the log decides, not the configuration
+
+
+def test_upgrade_is_idempotent_and_one_change_at_a_time():
+    cluster = static_cluster()
+    cluster.isolate(1)
+    upgrade(cluster, 1)
+    with pytest.raises(ReconfigurationError) as refused:
+        upgrade(cluster, 1)  # not committed yet: in progress, retry
+    assert refused.value.code is ErrorCode.VOTER_CHANGE_IN_PROGRESS
+    cluster.heal()
+    settle(cluster)
+    end = cluster.node(1).log.end_offset
+    assert upgrade(cluster, 1) is None  # done: nothing appended
+    assert cluster.node(1).log.end_offset == end
+
+
+def test_upgrade_waits_for_every_voters_directory_id():
+    """A voter not heard within the fetch timeout: its disk is not known,
+    and naming none would let any disk vote as it."""
+    cluster = static_cluster()
+    cluster.crash(3)
+    cluster.run(FETCH_TIMEOUT_TICKS + 1, nodes=(1, 2))
+    with pytest.raises(ReconfigurationError, match="voter 3's directory id is not known") as refused:
+        upgrade(cluster, 1)
+    assert refused.value.code is ErrorCode.VOTER_NOT_CAUGHT_UP
+    assert not cluster.node(1).dynamic_voters
+
+
+def test_an_uncommitted_upgrade_truncated_by_a_new_leader_leaves_the_set_static():
+    cluster = static_cluster()
+    cluster.isolate(1)
+    upgrade(cluster, 1)  # only on node 1
+    assert cluster.node(1).dynamic_voters
+    cluster.time_out(3)
+    cluster.elect(2)
+    cluster.run(CHECK_QUORUM_TICKS + 1, nodes=(1,))
+    cluster.heal()
+    cluster.run(400)
+
+    assert cluster.node(1).leader_id == 2
+    assert not any(cluster.node(n).dynamic_voters for n in (1, 2, 3))
+    with pytest.raises(ReconfigurationError) as refused:
+        cluster.node(2).add_voter(Voter(4))
+    assert refused.value.code is ErrorCode.VOTERS_STATIC
+
+
+def test_a_committed_upgrade_survives_a_leader_change_and_a_restart_with_the_static_list():
+    """The new leader holds the committed record and is dynamic; a node
+    restarted with its old static configuration reads the set from its
+    log, and from its snapshot once the record left the log."""
+    cluster = static_cluster(snapshot_retained_records=0)
+    upgrade(cluster, 1)
+    settle(cluster)
+    cluster.crash(1)
+    cluster.run(3000)
+    (leader,) = cluster.leaders()
+    follower = 5 - leader  # the other of 2 and 3
+    assert cluster.node(leader).dynamic_voters and upgrade(cluster, leader) is None
+    cluster.crash(follower)
+    cluster.restart(follower)
+    node = cluster.node(follower)
+    assert node.dynamic_voters and node.voters.get(follower).directory_id == directory(follower)
+
+    cluster.propose(leader, b"after the upgrade")
+    cluster.run(100)
+    cluster.take_snapshot(follower)
+    cluster.crash(follower)
+    cluster.restart(follower)
+    node3 = cluster.node(follower)
+    assert node3.log.start_offset > 0 and split_snapshot(node3.snapshot.data)[0] == node3.voters
+    assert node3.dynamic_voters and node3.voters.get(1).endpoints == ENDPOINTS[1]
+
+
+def test_a_snapshot_taken_before_the_upgrade_holds_the_state_machine_alone():
+    cluster = static_cluster(snapshot_retained_records=0)
+    cluster.propose(1, b"before")
+    settle(cluster)
+    cluster.take_snapshot(2, data=b"state")
+    assert cluster.node(2).snapshot.data == b"state"
+    upgrade(cluster, 1)
+    settle(cluster)
+    cluster.crash(2)
+    cluster.restart(2)
+    assert cluster.node(2).dynamic_voters  # from the record after the snapshot
+
+
+def test_after_the_upgrade_a_wiped_voter_is_replaced_by_remove_and_add():
+    cluster = static_cluster()
+    upgrade(cluster, 1)
+    settle(cluster)
+    wipe(cluster, 3)  # restarted with its static configuration, on an empty disk
+    cluster.run(1000)
+    assert cluster.node(3).dynamic_voters and not cluster.node(3).is_voter  # it learned the set
+    remove(cluster, 1, 3)
+    settle(cluster, 3)
+    add(cluster, 1, 3, generation=1)
+    settle(cluster, 3)
+    assert cluster.node(1).voters.get(3) == Voter(3, directory(3, generation=1))
+    assert cluster.node(3).is_voter
 
 
 # -- the leader's rules: one change at a time, after a commit in its epoch ---------
@@ -597,7 +722,7 @@ def test_a_non_voter_named_with_another_disk_does_not_vote():
         )
     )  # fmt: skip
     assert node3.voted_for is None
-    assert node3.counters["votes_refused_not_voter"] == 1
+    assert node3.counters["votes_refused_other_directory"] == 1
 
 
 def test_a_voter_with_a_stale_set_votes_for_an_up_to_date_candidate_outside_it():
@@ -621,3 +746,36 @@ def test_a_voter_with_a_stale_set_votes_for_an_up_to_date_candidate_outside_it()
     assert cluster.leaders() == [4]
     assert cluster.node(4).leader_has_committed_own_epoch
     assert cluster.node(3).voters.ids == (1, 3, 4)
+
+
+def test_a_wiped_voter_restarted_with_a_static_voter_list_cannot_lose_a_committed_write():
+    """The wiped-node hazard (issue 17): node 3 of a dynamic cluster loses
+    its disk and is restarted with a static voter list instead of being
+    formatted: an empty log, a new directory id, and in its own eyes a
+    voter of {1, 2, 3}. A write committed by {1, 3} (node 2 cut off) must
+    survive node 1's death: node 2, which lacks it, must not win node 3's
+    vote. KIP-853: a Vote names the disk the candidate's set holds for the
+    receiver, and any other disk refuses it, whatever its own voter list
+    says."""
+    cluster = dynamic_cluster(3)
+    cluster.elect(1)
+    cluster.isolate(2)
+    first = cluster.propose(1, b"committed by 1 and 3")
+    cluster.run(50, nodes=(1, 3))
+    assert cluster.node(1).high_watermark > first
+
+    cluster.crash(3)
+    replica = cluster.replicas[3]
+    replica.disk = Disk()
+    replica.config = dataclasses.replace(
+        replica.config, bootstrap_voters=(), voters=(1, 2, 3), directory_id=directory(3, generation=1)
+    )
+    cluster.restart(3)
+    assert not cluster.node(3).config.dynamic_voters and cluster.node(3).is_voter
+    cluster.crash(1)
+    cluster.heal()
+    cluster.run(3000)
+
+    assert cluster.leaders() == []
+    assert cluster.node(3).counters["votes_refused_other_directory"] > 0
+    assert cluster.node(3).voted_for is None

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from loopback import free_ports
-from quorum import BeginQuorumEpochRequest, ErrorCode, QuorumConfig, Voter
+from quorum import BeginQuorumEpochRequest, ErrorCode, QuorumConfig, Voter, VoterSet
 from quorum.runtime import (
     KeyValueStateMachine,
     MemoryNetwork,
@@ -20,7 +20,7 @@ from quorum.runtime import (
     handle_client_request,
 )
 from quorum.storage import MemoryStorage
-from quorum.wire import AddVoterRequest, DescribeQuorumRequest, RemoveVoterRequest
+from quorum.wire import AddVoterRequest, DescribeQuorumRequest, RemoveVoterRequest, UpgradeVotersRequest
 
 BOOTSTRAP = (Voter(1, "disk-1", ("127.0.0.1:9091",)),)
 
@@ -156,3 +156,49 @@ async def test_the_tcp_transport_dials_a_voter_it_learns_of():
                 await trio.sleep(0.05)
         assert received[0] == BeginQuorumEpochRequest(src=1, dst=2, epoch=1)
         nursery.cancel_scope.cancel()
+
+
+async def test_upgrade_voters_makes_a_static_cluster_dynamic_once(nursery, autojump_clock):
+    """UpgradeVoters through the runtime (KIP-853 kraft.version 0 to 1): a
+    static pair refuses AddVoter with VOTERS_STATIC; the upgrade writes
+    the static voters with their directory ids and the endpoints of the
+    leader's voter list; asked again, it appends nothing; AddVoter works."""
+    network = MemoryNetwork()
+    runtimes = {}
+    for node_id in (1, 2, 3):
+        voters = (1, 2)
+        config = QuorumConfig(node_id=node_id, voters=voters, directory_id=f"disk-{node_id}")
+        runtime = QuorumRuntime(
+            config, KeyValueStateMachine(), storage=MemoryStorage(), transport=network.transport(node_id),
+            rng=random.Random(node_id), io_in_thread=False,
+        )  # fmt: skip
+        runtime.voter_endpoints = {1: ("127.0.0.1:9091",), 2: ("127.0.0.1:9092",)}
+        await nursery.start(runtime.run)
+        runtimes[node_id] = runtime
+    with trio.fail_after(30):
+        await runtimes[1].wait_until(lambda: any(r.node.leader_has_committed_own_epoch for r in runtimes.values()))
+    leader = next(r for r in runtimes.values() if r.node.leader_has_committed_own_epoch)
+    follower = runtimes[3 - leader.config.node_id]
+    with trio.fail_after(30):
+        await runtimes[3].wait_until(lambda: runtimes[3].node.log.end_offset >= leader.node.high_watermark)
+
+    refused = await handle_client_request(leader, AddVoterRequest(node_id=3, directory_id="disk-3"))
+    assert refused.error is ErrorCode.VOTERS_STATIC and "upgrade-voters" in refused.message
+    not_leader = await handle_client_request(follower, UpgradeVotersRequest())
+    assert not_leader.error is ErrorCode.NOT_LEADER and not_leader.leader_hint == leader.config.node_id
+
+    upgraded = await handle_client_request(leader, UpgradeVotersRequest())
+    assert upgraded.error is ErrorCode.NONE and leader.node.high_watermark > upgraded.offset
+    assert leader.node.voters == VoterSet(
+        (Voter(1, "disk-1", ("127.0.0.1:9091",)), Voter(2, "disk-2", ("127.0.0.1:9092",)))
+    )
+    again = await handle_client_request(leader, UpgradeVotersRequest())
+    assert again.error is ErrorCode.NONE and again.offset is None and "dynamic already" in again.message
+
+    with trio.fail_after(30):
+        await runtimes[3].wait_until(lambda: runtimes[3].node.log.end_offset >= leader.node.high_watermark)
+    added = await handle_client_request(leader, AddVoterRequest(node_id=3, directory_id="disk-3", endpoints=("127.0.0.1:9093",)))
+    assert added.error is ErrorCode.NONE, added
+    with trio.fail_after(30):
+        await runtimes[3].wait_until(lambda: runtimes[3].node.is_voter)
+    nursery.cancel_scope.cancel()

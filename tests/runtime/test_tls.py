@@ -407,7 +407,7 @@ async def test_voter_changes_need_admin(certs: Path) -> None:
         ) as admin:
             with pytest.raises(VoterChangeRefusedError, match="static voter set") as refused:
                 await admin.remove_voter(3)
-        assert refused.value.code is ErrorCode.INVALID_REQUEST
+        assert refused.value.code is ErrorCode.VOTERS_STATIC
         # A node's certificate only adds that node itself (auto-join).
         async with QuorumClient(
             cluster.bootstrap, cluster_id=CLUSTER, tls=tls_for(certs, "node-9"), retry_timeout_s=WAIT_S
@@ -416,6 +416,8 @@ async def test_voter_changes_need_admin(certs: Path) -> None:
                 await node_9.add_voter(3, "0a1b2c3d", ["127.0.0.1:1"])
             with pytest.raises(NotAuthorizedError, match="node/9 may only add itself"):
                 await node_9.remove_voter(3)
+            with pytest.raises(NotAuthorizedError, match="node/9 may only add itself"):
+                await node_9.upgrade_voters()  # the voter set is the operator's
             with pytest.raises(VoterChangeRefusedError, match="static voter set"):
                 await node_9.add_voter(9, "0a1b2c3d", ["127.0.0.1:1"])
         nursery.cancel_scope.cancel()

@@ -40,6 +40,7 @@ from quorum.wire import (
     ReadResponse,
     AddVoterRequest,
     RemoveVoterRequest,
+    UpgradeVotersRequest,
     VoterChangeResponse,
 )
 
@@ -275,7 +276,7 @@ endpoints = st.lists(
 add_voter_requests = st.builds(AddVoterRequest, node_id=node_ids, directory_id=directory_ids, endpoints=endpoints)
 remove_voter_requests = st.builds(RemoveVoterRequest, node_id=node_ids, directory_id=directory_ids)
 voter_change_responses = st.one_of(
-    st.builds(VoterChangeResponse, error=st.just(ErrorCode.NONE), offset=int64s),
+    st.builds(VoterChangeResponse, error=st.just(ErrorCode.NONE), offset=optional_int64s),
     st.builds(
         VoterChangeResponse,
         error=failure_codes,
@@ -306,6 +307,7 @@ STRATEGIES = {
     DescribeQuorumResponse: describe_quorum_responses,
     AddVoterRequest: add_voter_requests,
     RemoveVoterRequest: remove_voter_requests,
+    UpgradeVotersRequest: st.just(UpgradeVotersRequest()),
     VoterChangeResponse: voter_change_responses,
     ApplicationRequest: st.builds(ApplicationRequest, payload=st.binary(max_size=64)),
     ApplicationResponse: st.builds(
@@ -378,6 +380,7 @@ EXAMPLES = {
     DescribeQuorumRequest: DescribeQuorumRequest(),
     AddVoterRequest: AddVoterRequest(node_id=4, directory_id="9f1c2e4a7b3d4c5e8f9a0b1c2d3e4f50", endpoints=("127.0.0.1:9094",)),
     RemoveVoterRequest: RemoveVoterRequest(node_id=3, directory_id="0a1b2c3d4e5f60718293a4b5c6d7e8f9"),
+    UpgradeVotersRequest: UpgradeVotersRequest(),
     VoterChangeResponse: VoterChangeResponse(
         error=ErrorCode.VOTER_NOT_CAUGHT_UP,
         leader_hint=1,
