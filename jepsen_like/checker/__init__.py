@@ -37,7 +37,14 @@ from jepsen_like.checker._report import (
     write_results,
 )
 from jepsen_like.checker._spark import DEFAULT_MASTER, spark_session
-from jepsen_like.checker._wgl import DEFAULT_BUDGET_STEPS, KeyVerdict, check_operations
+from jepsen_like.checker._wgl import (
+    DEFAULT_BUDGET_MS,
+    DEFAULT_BUDGET_STATES,
+    DEFAULT_BUDGET_STEPS,
+    KeyBudget,
+    KeyVerdict,
+    check_operations,
+)
 
 # Public names whose modules import pyspark (``_job``) or numpy and pandas
 # (``_synth``): loaded by ``__getattr__`` when first asked for.
@@ -67,6 +74,8 @@ __all__ = [
     "CAS_REGISTER",
     "CHECK_NAMES",
     "COUNTER",
+    "DEFAULT_BUDGET_MS",
+    "DEFAULT_BUDGET_STATES",
     "DEFAULT_BUDGET_STEPS",
     "DEFAULT_MASTER",
     "HistoryFormatError",
@@ -74,6 +83,7 @@ __all__ = [
     "HistoryResult",
     "HistorySource",
     "KV",
+    "KeyBudget",
     "KeyVerdict",
     "METADATA",
     "MODELS",
