@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import codecs
 import datetime
-import json
 import re
 import uuid
 from decimal import Decimal

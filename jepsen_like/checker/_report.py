@@ -278,18 +278,20 @@ def unknown_lines(result: HistoryResult, keys_shown: int = 3) -> list[str]:
     """Why a history is unknown, for the summary: each unknown check's
     reason, and the first unknown keys' (which budget, what was explored)."""
     lines = []
+    by_reason: dict[str, list[str]] = {}  # checks unknown as a whole (the deadline), grouped
     for name in CHECK_NAMES:
         check = result.checks.get(name, {})
         if check.get("status") != UNKNOWN:
             continue
         unknown_keys = check.get("unknown_keys") or []
         if not unknown_keys:
-            lines.append(f"{name}: unknown: {check.get('reason')}")
+            by_reason.setdefault(str(check.get("reason")), []).append(name)
         for entry in unknown_keys[:keys_shown]:
             lines.append(f"{name}: key {entry['key']} ({entry['ops']} ops) unknown: {entry['reason']}")
         hidden = check.get("keys", {}).get("unknown", 0) - min(keys_shown, len(unknown_keys))
         if unknown_keys and hidden > 0:
             lines.append(f"{name}: and {hidden} more unknown keys (see the results file)")
+    lines += [f"{', '.join(names)}: unknown: {reason}" for reason, names in by_reason.items()]
     return lines
 
 

@@ -112,3 +112,19 @@ def test_the_checker_imports_nothing_of_the_system_it_checks():
     )
     output = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert output.strip() == "[]"
+
+
+def test_the_summary_says_why_a_history_is_unknown():
+    from jepsen_like.checker._report import deadline_check, unknown_lines
+
+    keys = [{"key": "hot", "verdict": "unknown", "ops": 61, "witness": None, "budget": "states", "steps": 9, "states": 5,
+             "reason": "state budget of 5 explored states used up (9 steps)"},
+            {"key": "calm", "verdict": "linearizable", "ops": 2, "witness": None}]
+    checks = {"stale-read": deadline_check("this check ran"), "garbage-read": deadline_check("this check ran"),
+              "linearizability": linearizability_check(keys, KeyBudget(budget_states=5), max_witnesses=5)}
+    result = HistoryResult(history="h", path="h.jsonl", model="register", checker="spark", stats={}, checks=checks)
+    assert result.valid == "unknown" and exit_code([result]) == 3
+    assert unknown_lines(result) == [
+        "linearizability: key hot (61 ops) unknown: state budget of 5 explored states used up (9 steps)",
+        "stale-read, garbage-read: unknown: deadline: the check's deadline passed before this check ran",
+    ]
