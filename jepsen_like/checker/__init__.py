@@ -38,7 +38,14 @@ from jepsen_like.checker._report import (
 )
 from jepsen_like.checker._spark import DEFAULT_MASTER, spark_session
 from jepsen_like.checker._step_model import model_from_step
-from jepsen_like.checker._wgl import DEFAULT_BUDGET_STEPS, KeyVerdict, check_operations
+from jepsen_like.checker._wgl import (
+    DEFAULT_BUDGET_MS,
+    DEFAULT_BUDGET_STATES,
+    DEFAULT_BUDGET_STEPS,
+    KeyBudget,
+    KeyVerdict,
+    check_operations,
+)
 
 # Public names whose modules import pyspark (``_job``) or numpy and pandas
 # (``_synth``): loaded by ``__getattr__`` when first asked for.
@@ -68,6 +75,8 @@ __all__ = [
     "CAS_REGISTER",
     "CHECK_NAMES",
     "COUNTER",
+    "DEFAULT_BUDGET_MS",
+    "DEFAULT_BUDGET_STATES",
     "DEFAULT_BUDGET_STEPS",
     "DEFAULT_MASTER",
     "HistoryFormatError",
@@ -75,6 +84,7 @@ __all__ = [
     "HistoryResult",
     "HistorySource",
     "KV",
+    "KeyBudget",
     "KeyVerdict",
     "METADATA",
     "MODELS",

@@ -19,20 +19,26 @@ without ``:time`` its time is its index (the history's order is then its
 real-time order, as it is for Knossos). Fields the checker does not use
 (``:exception``, ``:debug``, ...) are dropped.
 
-The text is parsed by ``edn_format`` (in one pass: it builds its grammar per
-call); the line each operation starts on is found by a bracket scan of the
-same text, for error messages.
+The file is read as a stream (Jepsen's histories run to gigabytes): a
+bracket scan splits it into its operations' texts, each at most
+:data:`FORM_CHARS_MAX` characters and each with the line it starts on (for
+error messages), and ``edn_format`` parses them in batches of a few
+megabytes (it builds its grammar on every call, so not one by one). Any
+text, however hostile, gives events or a :class:`HistoryFormatError` that
+names the file and line: the parser's exceptions are caught by name
+(:func:`_parser_errors`), the same set wherever EDN from outside is read.
 """
 
 from __future__ import annotations
 
+import codecs
 import datetime
-import json
 import re
 import uuid
 from decimal import Decimal
 from pathlib import Path
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from jepsen_like.checker._errors import HistoryFormatError
@@ -47,10 +53,24 @@ EVENT_FIELDS = (
 # Jepsen's Op records, if a history was printed with their tag, read as maps.
 _JEPSEN_OP_TAG = "jepsen.history.Op"
 
-# Strings, comments and character literals (which may hold brackets), the
-# brackets themselves, line breaks, and atoms (keywords, numbers, symbols,
-# tags).
-_SCAN = re.compile(r'"(?:\\.|[^"\\])*"?|;[^\n]*|\\.|[{}\[\]()]|\n|[^\s,{}\[\]()";\\]+', re.DOTALL)
+# One operation's text may be at most this long (a read of a large set is
+# the biggest thing a history holds; megabytes are not an operation).
+FORM_CHARS_MAX = 16 * 1024 * 1024
+# Forms are handed to the parser in batches of about this many characters
+# (edn_format builds its grammar on every call: tens of milliseconds, so
+# one call per operation would be slow); the file is read in chunks of
+# _CHUNK_CHARS. Memory: a batch and a form at most, whatever the file's size.
+_BATCH_CHARS = 4 * 1024 * 1024
+_CHUNK_CHARS = 1024 * 1024
+
+# Tokens of the bracket scan: strings (maybe not closed yet), comments,
+# character literals (which may be brackets), brackets, line breaks, and
+# atoms (keywords, numbers, symbols, tags).
+_TOKEN = re.compile(
+    r'(?P<string>"(?:\\.|[^"\\])*(?P<closed>")?)|(?P<comment>;[^\n]*)|(?P<char>\\.)'
+    r'|(?P<open>[{\[(])|(?P<close>[}\])])|(?P<newline>\n)|(?P<atom>[^\s,{}\[\]()";\\]+)',
+    re.DOTALL,
+)
 _LEXPOS = re.compile(r"lexpos (\d+)")
 
 
@@ -64,81 +84,221 @@ def _edn_module() -> Any:
     return edn_format
 
 
-def _form_starts(text: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """Where forms start at bracket depth 0 and at depth 1 (the operations
-    of a history of maps, and of a history in one vector), as (line number,
-    offset). A tag (``#jepsen.history.Op``, the ``#`` of a set) and the form
-    it tags are one form."""
-    starts: tuple[list[tuple[int, int]], list[tuple[int, int]]] = ([], [])
-    depth = 0
-    line = 1
-    tagged = False  # the previous token was a tag: the next form is its
-    for match in _SCAN.finditer(text):
-        token = match.group()
-        if token == "\n":
-            line += 1
-            continue
-        if token[0] == ";":
-            continue
-        if token[0] in "}])":
-            depth -= 1
-            continue
-        if depth <= 1 and not tagged:
-            starts[depth].append((line, match.start()))
-        tagged = token[0] == "#" and token[-1] not in "}])"
-        if token[0] in "{[(":
-            depth += 1
-        elif token[0] in '"\\':
-            line += token.count("\n")
-    return starts
+def _parser_errors(edn: Any) -> tuple[type[BaseException], ...]:
+    """Every exception edn_format raises on text it cannot read: its own
+    EDNDecodeError, NotImplementedError for an unknown tag, and what its
+    value builders raise on a malformed literal (a ``#inst`` or ``#uuid``
+    that is not one, a number too odd for ``int``/``Decimal``: ValueError,
+    ArithmeticError), a map key that cannot be hashed or a tag given no
+    value (TypeError, AttributeError: ``#uuid/`` and ``#inst,`` were found
+    by fuzzing), and nesting deeper than Python's recursion limit
+    (RecursionError). Caught by name wherever EDN text from outside is
+    parsed, never as Exception."""
+    return (edn.EDNDecodeError, NotImplementedError, ValueError, ArithmeticError, TypeError, AttributeError,
+            IndexError, KeyError, RecursionError)
 
 
-def _line_of(text: str, position: int) -> int:
-    return text.count("\n", 0, position) + 1
+@dataclass(slots=True)
+class _Form:
+    line: int  # where it starts
+    text: str
 
 
-def _first_unparseable(text: str, edn: Any) -> int | None:
-    """The offset of the first top-level form (or element of a top-level
-    vector) that does not parse, found by bisection over the forms: for
-    errors the parser reports without a position."""
-    top, nested = _form_starts(text)
-    starts = [offset for _, offset in (top if len(top) > 1 or not nested else nested)]
-    if not starts:
-        return None
+class _FormScanner:
+    """Splits an EDN history file into its operations' texts without
+    holding the file: the top-level forms of a file of operation maps, or
+    the elements of a file holding one vector (or list) of them. Only the
+    form being read is held, up to ``form_chars_max`` characters.
+
+    A tag (``#jepsen.history.Op``, the ``#`` of a set, ``#_``, ``^:meta``)
+    and the form it tags are one form. :meth:`forms` raises
+    :class:`HistoryFormatError` (file and line) for a form past the bound,
+    an unmatched closing bracket, text after the history's vector, and a
+    file that ends inside a form."""
+
+    def __init__(self, path: Path, form_chars_max: int) -> None:
+        self.path = path
+        self.form_chars_max = form_chars_max
+
+    def forms(self, chunks: Iterable[str]) -> Iterator[_Form]:
+        """The forms of the text given as ``chunks`` ("" last), in order."""
+        buffer = ""
+        line = 1  # the line buffer[hold] is on, once a chunk is scanned
+        depth = 0
+        form_depth: int | None = None  # 0: operation maps one after another; 1: in one vector
+        vector_closed = False
+        vector_line = 0
+        form_start: int | None = None  # where the form being read starts in buffer
+        form_line = 0
+        tagged = False  # the form so far is tags: the next form is theirs
+        scan_from = 0  # buffer[:scan_from] is scanned (the start of the form being read)
+        for chunk in chunks:
+            eof = not chunk
+            buffer += chunk
+            # Not at the end of the file, a token touching the last
+            # character may go on in the next chunk: scan it then.
+            end = len(buffer) if eof else len(buffer) - 1
+            hold = end
+            for match in _TOKEN.finditer(buffer, scan_from, end):
+                kind = match.lastgroup
+                if not eof and match.end() == end and kind not in ("open", "close", "newline"):
+                    hold = match.start()
+                    break
+                if kind == "newline":
+                    line += 1
+                    continue
+                if kind == "comment":
+                    continue
+                if kind == "closed":
+                    kind = "string"
+                if kind == "string" and match.group("closed") is None:  # the file ends inside it
+                    raise self._ends_inside(form_line if form_start is not None else line, buffer, form_start or match.start())
+                if form_depth is None:
+                    if kind == "close":
+                        raise HistoryFormatError(f"{self.path}:{line}: not valid EDN: an unmatched {match.group()!r}")
+                    form_depth = 1 if kind == "open" and match.group() in "[(" else 0
+                    if form_depth == 1:
+                        depth, vector_line = 1, line
+                        continue
+                if kind == "close":
+                    depth -= 1
+                    if depth < form_depth:
+                        if form_depth == 1 and depth == 0 and form_start is None and not vector_closed:
+                            vector_closed = True
+                            continue
+                        raise HistoryFormatError(f"{self.path}:{line}: not valid EDN: an unmatched {match.group()!r}")
+                    if depth == form_depth and form_start is not None:
+                        yield self._form(form_line, buffer[form_start : match.end()])
+                        form_start = None
+                    continue
+                if vector_closed:
+                    raise HistoryFormatError(
+                        f"{self.path}:{line}: not valid EDN here: more after the history's vector: {match.group()[:40]}"
+                    )
+                if depth == form_depth:
+                    if form_start is None:
+                        form_start, form_line = match.start(), line
+                    if kind == "atom" and match.group()[0] in "#^":
+                        tagged = True
+                    else:
+                        tagged = False
+                        if kind != "open":  # an atom, a string, a character: the whole form
+                            yield self._form(form_line, buffer[form_start : match.end()])
+                            form_start = None
+                if kind == "open":
+                    depth += 1
+                elif kind == "string":
+                    line += match.group().count("\n")
+            if eof:
+                break
+            keep = hold if form_start is None else form_start
+            buffer = buffer[keep:]
+            scan_from = hold - keep
+            if form_start is not None:
+                form_start = 0
+            if len(buffer) > self.form_chars_max:
+                raise self._too_long(form_line if form_start is not None else line, buffer)
+        if form_start is not None or tagged:
+            raise self._ends_inside(form_line, buffer, form_start or 0)
+        if form_depth == 1 and not vector_closed:
+            raise HistoryFormatError(
+                f"{self.path}:{vector_line}: not valid EDN: the text ends inside the history's vector, opened here"
+            )
+
+    def _form(self, line: int, text: str) -> _Form:
+        if len(text) > self.form_chars_max:
+            raise self._too_long(line, text)
+        return _Form(line, text)
+
+    def _too_long(self, line: int, text: str) -> HistoryFormatError:
+        excerpt = text[:80].splitlines()[0] if text[:80].strip() else ""
+        return HistoryFormatError(
+            f"{self.path}:{line}: an operation longer than {self.form_chars_max} characters "
+            f"(not a history, or not one this checker reads): {excerpt}..."
+        )
+
+    def _ends_inside(self, line: int, buffer: str, start: int) -> HistoryFormatError:
+        text = buffer[start : start + 400].strip()
+        excerpt = text.splitlines()[0][:200] if text else ""
+        return HistoryFormatError(f"{self.path}:{line}: not valid EDN (the text ends inside this form): {excerpt}")
+
+
+def _read_chunks(path: Path) -> Iterator[str]:
+    """The file's text in chunks, then "". Raises :class:`HistoryFormatError`
+    for a file that cannot be read, or is not UTF-8 (naming the line)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    lines_before = 0
+    try:
+        with path.open("rb") as handle:
+            while True:
+                raw = handle.read(_CHUNK_CHARS)
+                try:
+                    text = decoder.decode(raw, final=not raw)
+                except UnicodeDecodeError as error:
+                    line = lines_before + raw[: max(0, error.start)].count(b"\n") + 1
+                    raise HistoryFormatError(f"{path}:{line}: not UTF-8 text ({error.reason})") from None
+                lines_before += raw.count(b"\n")
+                if text or not raw:
+                    yield text
+                if not raw:
+                    return
+    except OSError as error:
+        raise HistoryFormatError(f"{path}: cannot read: {error}") from None
+
+
+def _parse_error(path: Path, batch: Sequence[_Form], error: BaseException, edn: Any) -> HistoryFormatError:
+    """The error for a batch of forms that does not parse, naming the line
+    of the form at fault (by the parser's position, else by bisection over
+    the forms)."""
+    token = error.args[0] if error.args else None
+    position = getattr(token, "lexpos", None)
+    if position is None:
+        found = _LEXPOS.search(str(token))
+        position = int(found.group(1)) if found else None
+    if isinstance(error, NotImplementedError):  # edn_format's word for an unknown tag
+        reason = f" here: {error}"
+    elif position is not None or isinstance(error, edn.EDNDecodeError):
+        reason = " (the text ends inside this form)" if str(token) == "EOF Reached" else ""
+        if position is None and str(token) != "EOF Reached":
+            reason = f" ({token})"
+    else:
+        reason = f" ({type(error).__name__}: {str(error)[:200]})"
+    at_fault, line = None, 0
+    if position is not None:
+        offset = 0
+        for form in batch:
+            if position < offset + len(form.text) + 1:
+                at_fault, line = form, form.line + form.text.count("\n", 0, max(0, position - offset))
+                break
+            offset += len(form.text) + 1
+    if at_fault is None:
+        at_fault = _first_unparseable(batch, edn)
+        line = at_fault.line
+    excerpt = at_fault.text.splitlines()[line - at_fault.line].strip()[:200] if at_fault.text.strip() else ""
+    return HistoryFormatError(f"{path}:{line}: not valid EDN{reason}: {excerpt}")
+
+
+def _first_unparseable(batch: Sequence[_Form], edn: Any) -> _Form:
+    """The first form of ``batch`` that does not parse after the ones
+    before it, by bisection (for errors the parser reports without a
+    position)."""
+    errors = _parser_errors(edn)
 
     def parses(count: int) -> bool:
         try:
-            edn.loads_all(text[starts[0] : starts[count]], write_ply_tables=False)
-        except Exception:  # EDNDecodeError, or edn_format's own errors on a broken form
+            edn.loads_all("\n".join(form.text for form in batch[:count]), write_ply_tables=False)
+        except errors:
             return False
         return True
 
-    good, bad = 0, len(starts) - 1  # forms[:good] parse; the failure is at or before forms[bad]
-    while good < bad:
-        middle = (good + bad + 1) // 2
+    good, bad = 0, len(batch)  # batch[:good] parses, batch[:bad] does not
+    while bad - good > 1:
+        middle = (good + bad) // 2
         if parses(middle):
             good = middle
         else:
-            bad = middle - 1
-    return starts[good]
-
-
-def _parse_error(path: Path, text: str, error: Exception, edn: Any) -> HistoryFormatError:
-    token = error.args[0] if error.args else None
-    position = getattr(token, "lexpos", None)
-    reason = ""
-    if position is None:
-        found = _LEXPOS.search(str(token))
-        if found is None:  # the parser said what, not where
-            reason = " (the text ends inside this form)" if str(token) == "EOF Reached" else f" ({token})"
-        position = int(found.group(1)) if found else _first_unparseable(text, edn)
-    if position is not None:
-        line = _line_of(text, position)
-        excerpt = text.splitlines()[line - 1].strip()[:200] if text.splitlines() else ""
-        return HistoryFormatError(f"{path}:{line}: not valid EDN{reason}: {excerpt}")
-    if str(token) == "EOF Reached":
-        return HistoryFormatError(f"{path}: not valid EDN: the text ends inside a form (an unclosed bracket or string?)")
-    return HistoryFormatError(f"{path}: not valid EDN: {token}")
+            bad = middle
+    return batch[bad - 1]
 
 
 def _name(value: Any, edn: Any) -> str:
@@ -190,55 +350,69 @@ def parse_value(text: str) -> Any:
     edn = _edn_module()
     try:
         values = edn.loads_all(text, write_ply_tables=False)
-    except Exception as error:  # EDNDecodeError, or NotImplementedError for an unknown tag
-        raise ValueError(f"not an EDN value: {text!r} ({error})") from None
+    except _parser_errors(edn) as error:
+        raise ValueError(f"not an EDN value: {text!r} ({type(error).__name__}: {str(error)[:200]})") from None
     if len(values) != 1:
         raise ValueError(f"expected one EDN value, got {len(values)}: {text!r}")
     value = values[0]
     if isinstance(value, edn.Symbol) and str(value) == "null":
         return None
-    return plain(value, edn)
-
-
-def _read_forms(path: Path) -> tuple[str, list[Any], Any]:
-    edn = _edn_module()
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise HistoryFormatError(f"{path}: cannot read: {error}") from None
+        return plain(value, edn)
+    except RecursionError:
+        raise ValueError(f"not an EDN value this checker reads: {text[:200]!r} (nested too deeply)") from None
+
+
+def _batches(forms: Iterator[_Form], batch_chars: int) -> Iterator[list[_Form]]:
+    batch: list[_Form] = []
+    size = 0
+    for form in forms:
+        batch.append(form)
+        size += len(form.text) + 1
+        if size >= batch_chars:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _read_operations(path: Path, form_chars_max: int) -> Iterator[tuple[str, Any]]:
+    """(where, value) for each operation form of the file, parsed batch by
+    batch; ``where`` is ``FILE:LINE``, or ``FILE: operation N`` in a batch
+    whose forms and values cannot be paired (a discarded form, ``#_``)."""
+    edn = _edn_module()
     if _JEPSEN_OP_TAG not in getattr(edn.edn_parse, "_serializers", {}):
         edn.add_tag(_JEPSEN_OP_TAG, lambda fields: fields)
-    try:
-        forms = edn.loads_all(text, write_ply_tables=False)
-    except edn.EDNDecodeError as error:
-        raise _parse_error(path, text, error, edn) from None
-    except NotImplementedError as error:  # edn_format's word for an unknown tag
-        raise HistoryFormatError(f"{path}: not valid EDN here: {error}") from None
-    return text, forms, edn
+    errors = _parser_errors(edn)
+    scanner = _FormScanner(path, form_chars_max)
+    count = 0
+    for batch in _batches(scanner.forms(_read_chunks(path)), _BATCH_CHARS):
+        try:
+            values = edn.loads_all("\n".join(form.text for form in batch), write_ply_tables=False)
+        except errors as error:
+            raise _parse_error(path, batch, error, edn) from None
+        paired = len(values) == len(batch)
+        for number, value in enumerate(values):
+            count += 1
+            yield (f"{path}:{batch[number].line}" if paired else f"{path}: operation {count}"), value
 
 
-def iter_edn_events(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+def iter_edn_events(path: Path, *, form_chars_max: int = FORM_CHARS_MAX) -> Iterator[tuple[str, dict[str, Any]]]:
     """The operations of a Jepsen EDN history, in file order, each as
     (where, event): ``where`` is ``FILE:LINE`` (or ``FILE: operation N``
-    when lines cannot be told), ``event`` the history format's event.
+    when lines cannot be told), ``event`` the history format's event. The
+    file is read as a stream: one operation's text at a time (at most
+    ``form_chars_max`` characters), parsed in batches.
 
     Raises :class:`HistoryFormatError` naming the file and line for text
-    that is not EDN, an element that is not an operation map, a field EDN
-    can give and JSON cannot hold, or ``:index`` / ``:time`` on some
-    operations and not others.
+    that is not EDN (whatever the parser raised), an operation longer than
+    the bound, an element that is not an operation map, a field EDN can
+    give and JSON cannot hold, or ``:index`` / ``:time`` on some operations
+    and not others.
     """
-    text, forms, edn = _read_forms(path)
-    top, nested = _form_starts(text)
-    top_lines, nested_lines = [line for line, _ in top], [line for line, _ in nested]
-    if len(forms) == 1 and isinstance(forms[0], Sequence) and not isinstance(forms[0], str):
-        operations, lines = list(forms[0]), nested_lines
-    else:
-        operations, lines = forms, top_lines
-    if len(lines) != len(operations):
-        lines = []  # (a discarded or annotated form) count operations instead
+    edn = _edn_module()
     has_index = has_time = None
-    for position, operation in enumerate(operations):
-        where = f"{path}:{lines[position]}" if lines else f"{path}: operation {position + 1}"
+    for position, (where, operation) in enumerate(_read_operations(path, form_chars_max)):
         if isinstance(operation, edn.MetadataValue):
             operation = operation.value
         if not isinstance(operation, Mapping):
@@ -252,6 +426,8 @@ def iter_edn_events(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 fields[name] = plain(raw_value, edn)
             except ValueError as error:
                 raise HistoryFormatError(f"{where}: :{name} {error}") from None
+            except RecursionError:
+                raise HistoryFormatError(f"{where}: :{name} is nested too deeply") from None
         for name, seen in (("index", has_index), ("time", has_time)):
             present = fields.get(name) is not None
             if seen is not None and present != seen:
@@ -267,4 +443,4 @@ def iter_edn_events(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         yield where, fields
 
 
-__all__ = ["EVENT_FIELDS", "iter_edn_events", "parse_value", "plain"]
+__all__ = ["EVENT_FIELDS", "FORM_CHARS_MAX", "iter_edn_events", "parse_value", "plain"]

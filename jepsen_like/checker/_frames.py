@@ -177,21 +177,26 @@ def _read_parquet_history(spark: SparkSession, source: HistorySource, hid: int) 
 
 def _read_histories(spark: SparkSession, sources: Sequence[HistorySource]) -> DataFrame:
     frames = []
-    json_paths = {hid: [source.path] for hid, source in enumerate(sources) if source.file_format == "jsonl"}
+    json_paths = {
+        hid: [source.path]
+        for hid, source in enumerate(sources)
+        if source.file_format == "jsonl" and not source.meta.independent
+    }
     if json_paths:
         frames.append(_read_json(spark, json_paths, HISTORY_SCHEMA))
     for hid, source in enumerate(sources):
-        if source.file_format == "parquet":
+        if source.file_format == "edn" or source.meta.independent:
+            frames.append(_read_in_driver(spark, source, hid))
+        elif source.file_format == "parquet":
             frames.append(_read_parquet_history(spark, source, hid))
-        elif source.file_format == "edn":
-            frames.append(_read_edn_history(spark, source, hid))
     return reduce(DataFrame.unionByName, frames)
 
 
-def _read_edn_history(spark: SparkSession, source: HistorySource, hid: int) -> DataFrame:
-    """A Jepsen EDN history: parsed and validated in the driver (the EDN
-    parser is Python; its errors name the file and line, as the reference
-    checker's do), then handed to Spark as the JSON lines it stands for."""
+def _read_in_driver(spark: SparkSession, source: HistorySource, hid: int) -> DataFrame:
+    """A Jepsen EDN history, or an independent one (its [key value] tuples
+    split): parsed and validated in the driver (the EDN parser is Python;
+    its errors name the file and line, as the reference checker's do), then
+    handed to Spark as the JSON lines it stands for."""
     lines = [json.dumps(event) for event in read_history_events(source)]
     with_corrupt = T.StructType(HISTORY_SCHEMA.fields + [T.StructField(CORRUPT, T.StringType())])
     return (

@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections import defaultdict
+from dataclasses import replace
 from functools import partial, reduce
 from pathlib import Path
 from typing import Any, Mapping, MutableMapping, Sequence
@@ -35,6 +37,7 @@ from jepsen_like.checker._report import (
     DEFAULT_MAX_WITNESSES,
     INPUT_COUNTS,
     HistoryResult,
+    deadline_check,
     linearizability_check,
     skip_reasons,
     skipped,
@@ -42,7 +45,17 @@ from jepsen_like.checker._report import (
 )
 from jepsen_like.checker._spark import DEFAULT_MASTER, spark_session
 from jepsen_like.checker._staleness import ReadStaleness, fault_windows, summarize
-from jepsen_like.checker._wgl import DEFAULT_BUDGET_STEPS, NOT_LINEARIZABLE, UNKNOWN
+from jepsen_like.checker._wgl import (
+    BUDGET_DEADLINE,
+    BUDGET_STEPS,
+    DEFAULT_BUDGET_MS,
+    DEFAULT_BUDGET_STATES,
+    DEFAULT_BUDGET_STEPS,
+    NOT_LINEARIZABLE,
+    UNKNOWN,
+    KeyBudget,
+    deadline_reason,
+)
 
 # The first tier-2 pass gives each key at most this many search steps (about
 # half a second): most keys decide in a few thousand, and one refuted key
@@ -59,6 +72,9 @@ def check(
     model: str | Model | None = None,
     spark_master: str = DEFAULT_MASTER,
     budget_steps: int = DEFAULT_BUDGET_STEPS,
+    budget_states: int = DEFAULT_BUDGET_STATES,
+    budget_ms: int = DEFAULT_BUDGET_MS,
+    deadline_s: float | None = None,
     max_witnesses: int = DEFAULT_MAX_WITNESSES,
     all_keys: bool = False,
     linearizability: bool = True,
@@ -68,6 +84,7 @@ def check(
     timings: MutableMapping[str, float] | None = None,
     initial_value: Any = MODEL_DEFAULT,
     history_format: str | None = None,
+    independent: bool = False,
 ) -> list[HistoryResult]:
     """Check histories with the Spark job.
 
@@ -78,11 +95,19 @@ def check(
     history's meta, else ``kv`` if it has get/put/append, else ``register``.
     ``initial_value``: the model's initial state for every history, when not
     the model's own (``None`` is Jepsen's nil). ``history_format``: the
-    format of the files named in ``paths`` whatever their names say. ``budget_steps``:
-    search steps each key's linearizability search (and the shrinking of its
-    witness) may use in its final pass; out of budget, the key is
-    ``unknown``. A count of steps, not seconds, so that the verdicts and
-    witnesses do not depend on the machine or its load. ``all_keys``: search every key
+    format of the files named in ``paths`` whatever their names say.
+    ``independent``: every history's values are Jepsen's independent
+    ``[key value]`` tuples, each key its own object. ``budget_steps``,
+    ``budget_states``, ``budget_ms``: each key's linearizability search
+    (and the shrinking of its witness) may use that many search steps (in
+    its final pass), explored states and milliseconds; out of budget, the key
+    is ``unknown`` and says which limit it reached. Steps and states are
+    counts, so that verdicts and witnesses do not depend on the machine or
+    its load; time is the safety net. ``deadline_s``: seconds (from this
+    call) for the whole check; when they pass, the checks and keys not yet
+    decided are ``unknown`` (reason ``deadline``), the Spark jobs are
+    cancelled, and the results are returned a few seconds later at most
+    (:class:`DeadlineGuard`). ``all_keys``: search every key
     even in histories another key has already refuted. ``linearizability``:
     False skips tier 2 (reported as skipped). ``spark``: a session
     to use (else one is started on ``spark_master``, tuned for a short life
@@ -94,13 +119,16 @@ def check(
 
     Raises :class:`HistoryFormatError` for missing or malformed input, and
     ``ValueError`` for an unknown model, an initial value that does not fit
-    it, or a non-positive budget.
+    it, or a budget or deadline that is not positive.
     """
+    if deadline_s is not None and not deadline_s > 0:
+        raise ValueError(f"deadline_s must be positive, got {deadline_s}")
+    limits = KeyBudget(budget_steps, budget_states, budget_ms, None if deadline_s is None else time.time() + deadline_s)
     if model is not None:
         get_model(model, initial_value)
-    if budget_steps < 1:
-        raise ValueError(f"budget_steps must be positive, got {budget_steps}")
-    sources = discover_histories([paths] if isinstance(paths, str) else paths, history_format=history_format)
+    sources = discover_histories(
+        [paths] if isinstance(paths, str) else paths, history_format=history_format, independent=independent
+    )
     started = time.monotonic()
     session = spark
     if session is None:
@@ -109,7 +137,7 @@ def check(
     if timings is not None:
         timings["session_s"] = time.monotonic() - started
     return check_sources(
-        session, sources, model=model, budget_steps=budget_steps, max_witnesses=max_witnesses, all_keys=all_keys,
+        session, sources, model=model, limits=limits, max_witnesses=max_witnesses, all_keys=all_keys,
         linearizability=linearizability, timings=timings, initial_value=initial_value,
     )
 
@@ -119,14 +147,15 @@ def check_sources(
     sources: Sequence[HistorySource],
     *,
     model: str | Model | None = None,
-    budget_steps: int = DEFAULT_BUDGET_STEPS,
+    limits: KeyBudget = KeyBudget(),
     max_witnesses: int = DEFAULT_MAX_WITNESSES,
     all_keys: bool = False,
     linearizability: bool = True,
     timings: MutableMapping[str, float] | None = None,
     initial_value: Any = MODEL_DEFAULT,
 ) -> list[HistoryResult]:
-    """:func:`check` on already discovered histories, in a given session."""
+    """:func:`check` on already discovered histories, in a given session,
+    each key within ``limits`` (and the check within its deadline)."""
     timings = timings if timings is not None else {}
     clock = time.monotonic()
     run_conf = {"spark.sql.shuffle.partitions": str(shuffle_partitions(spark, sources))}
@@ -149,43 +178,57 @@ def check_sources(
         warm_up.start()
     loaded: Loaded | None = None
     ops: DataFrame | None = None
+    model_names: dict[int, str] = {}
+    counts: dict[int, dict[str, int]] | None = None
+    tier1: dict[tuple[int, str], tuple[int, list]] | None = None
+    tier2: dict[int, list[dict[str, Any]]] | None = None
+    # Staleness figures per history, and its nemesis events (fault windows):
+    # empty when the deadline came first.
+    read_figures: dict[int, list[ReadStaleness]] = {}
+    nemesis: dict[int, list[Any]] = {}
+    guard = DeadlineGuard(spark, limits.deadline_at_s)
     try:
-        loaded = load(spark, sources, eager=not small_input)
-        model_names = {
-            hid: resolve_model_name(source, loaded.operation_names[hid], model_override_name(model))
-            for hid, source in enumerate(sources)
-        }
-        models = {}
-        for hid, name in model_names.items():
-            try:
-                models[hid] = get_model(model if isinstance(model, Model) else name, sources[hid].meta.initial_value if initial_value is MODEL_DEFAULT else initial_value)
-            except ValueError as error:  # an initial value this history's model has no state for
-                raise HistoryFormatError(f"{sources[hid].path}: {error}") from None
-        lap("load_s")
-        ops = materialize(
-            build_operations(loaded.paired, models, inexact_numbers=loaded.inexact_values), eager=not small_input
-        )
-        counts = _operation_counts(ops, models, sources)
-        release(loaded.paired)
-        nemesis = loaded.nemesis
-        side = loaded.side_counts
-        for hid in counts:
-            counts[hid].update(loaded.event_counts[hid])
-            counts[hid].update(side[hid])
-            counts[hid]["broker_requests"] += counts[hid].pop("op_broker_requests")
-        lap("operations_s")
-        settings = _settings(sources, models, side)
-        applicable = frozenset(
-            name for hid in counts for name, reason in skip_reasons(counts[hid]).items() if reason is None
-        )
-        tier1, read_figures = _tier1_findings(spark, ops, loaded, settings, max_witnesses, applicable)
-        lap("tier1_s")
-        tier2: dict[int, list[dict[str, Any]]] = {}
-        if linearizability:
-            if warm_up is not None:
-                warm_up.join()
-            tier2 = _tier2_findings(spark, ops, models, budget_steps=budget_steps, all_keys=all_keys)
-            lap("tier2_s")
+        with guard:
+            guard.enter("load")
+            loaded = load(spark, sources, eager=not small_input)
+            model_names = {
+                hid: resolve_model_name(source, loaded.operation_names[hid], model_override_name(model))
+                for hid, source in enumerate(sources)
+            }
+            models = {}
+            for hid, name in model_names.items():
+                try:
+                    models[hid] = get_model(model if isinstance(model, Model) else name, sources[hid].meta.initial_value if initial_value is MODEL_DEFAULT else initial_value)
+                except ValueError as error:  # an initial value this history's model has no state for
+                    raise HistoryFormatError(f"{sources[hid].path}: {error}") from None
+            lap("load_s")
+            guard.enter("operations")
+            ops = materialize(
+                build_operations(loaded.paired, models, inexact_numbers=loaded.inexact_values), eager=not small_input
+            )
+            history_counts = _operation_counts(ops, models, sources)
+            release(loaded.paired)
+            nemesis = loaded.nemesis
+            side = loaded.side_counts
+            for hid in history_counts:
+                history_counts[hid].update(loaded.event_counts[hid])
+                history_counts[hid].update(side[hid])
+                history_counts[hid]["broker_requests"] += history_counts[hid].pop("op_broker_requests")
+            counts = history_counts
+            lap("operations_s")
+            settings = _settings(sources, models, side)
+            applicable = frozenset(
+                name for hid in counts for name, reason in skip_reasons(counts[hid]).items() if reason is None
+            )
+            guard.enter("tier1")
+            tier1, read_figures = _tier1_findings(spark, ops, loaded, settings, max_witnesses, applicable)
+            lap("tier1_s")
+            if linearizability:
+                if warm_up is not None:
+                    warm_up.join()
+                guard.enter(TIER2_PHASE)
+                tier2 = _tier2_findings(spark, ops, models, limits=limits, all_keys=all_keys, guard=guard)
+                lap("tier2_s")
     finally:
         release(ops)
         if loaded is not None:
@@ -198,16 +241,30 @@ def check_sources(
 
     results = []
     for hid, source in enumerate(sources):
+        checks: dict[str, Any] = {}
+        if counts is None:  # the deadline came before the histories were counted
+            checks = {name: deadline_check("this check ran") for name in CHECK_NAMES}
+            results.append(
+                HistoryResult(
+                    history=source.name, path=str(source.path), model=model_names.get(hid, model_override_name(model) or "-"),
+                    checker="spark", stats={}, checks=checks,
+                )
+            )
+            continue
         history_counts = counts[hid]
         reasons = skip_reasons(history_counts)
-        checks: dict[str, Any] = {}
         for name in CHECK_NAMES:
             if name == "linearizability" and not linearizability:
                 checks[name] = skipped("not requested (linearizability=False)")
             elif reasons[name] is not None:
                 checks[name] = skipped(reasons[name])
             elif name == "linearizability":
-                checks[name] = linearizability_check(tier2.get(hid, []), budget_steps, max_witnesses)
+                if tier2 is None:
+                    checks[name] = deadline_check("its keys were searched")
+                else:
+                    checks[name] = linearizability_check(tier2.get(hid, []), limits, max_witnesses)
+            elif tier1 is None:
+                checks[name] = deadline_check("this check ran")
             else:
                 total, witnesses = tier1.get((hid, name), (0, []))
                 checks[name] = tier1_check(witnesses, total, max_witnesses)
@@ -217,7 +274,7 @@ def check_sources(
             HistoryResult(
                 history=source.name, path=str(source.path), model=model_names[hid], checker="spark",
                 stats=stats, checks=checks,
-                staleness=summarize(read_figures.get(hid, []), fault_windows(nemesis[hid]), source.meta),
+                staleness=summarize(read_figures.get(hid, []), fault_windows(nemesis.get(hid, [])), source.meta),
             )
         )
     return results
@@ -481,30 +538,139 @@ def _resolve(evidence: Mapping[str, Any], hid: int, rendered: Mapping[tuple[int,
 
 
 def _tier2_findings(
-    spark: SparkSession, ops: DataFrame, models: Mapping[int, Model], *, budget_steps: int, all_keys: bool
+    spark: SparkSession, ops: DataFrame, models: Mapping[int, Model], *, limits: KeyBudget, all_keys: bool,
+    guard: "DeadlineGuard",
 ) -> dict[int, list[dict[str, Any]]]:
     candidates = _tier2.candidates(ops)
     partitions = max(2, spark.sparkContext.defaultParallelism * 2)
-    first_budget_steps = min(budget_steps, FIRST_PASS_BUDGET_STEPS)
-    first_pass = _tier2.run(candidates, models, budget_steps=first_budget_steps, all_keys=all_keys, partitions=partitions)
+    first_limits = replace(limits, budget_steps=min(limits.budget_steps, FIRST_PASS_BUDGET_STEPS))
+    first_pass = _tier2.run(candidates, models, limits=first_limits, all_keys=all_keys, partitions=partitions)
     results = {(r["hid"], r["key"]): r for r in first_pass}
     refuted = {hid for (hid, _), r in results.items() if r["verdict"] == NOT_LINEARIZABLE}
     retry = sorted(
         (
             (hid, key)
             for (hid, key), r in results.items()
-            if r["verdict"] == UNKNOWN and r["reason"] != _tier2.NOT_CHECKED_REASON and (all_keys or hid not in refuted)
+            if r["verdict"] == UNKNOWN and r["budget"] == BUDGET_STEPS and (all_keys or hid not in refuted)
         ),
         key=lambda pair: (pair[0], pair[1] is not None, pair[1] or ""),
     )
-    if retry and budget_steps > first_budget_steps:
+    if retry and limits.budget_steps > first_limits.budget_steps:
         wanted = spark.createDataFrame(retry, "hid int, key string")
         again = candidates.join(
             F.broadcast(wanted), on=(candidates["hid"] == wanted["hid"]) & candidates["key"].eqNullSafe(wanted["key"])
         ).select(candidates["*"])
-        for r in _tier2.run(again, models, budget_steps=budget_steps, all_keys=all_keys, partitions=partitions):
-            results[(r["hid"], r["key"])] = r
+        try:
+            if guard.passed():
+                raise DeadlineStop(TIER2_PHASE)
+            for r in _tier2.run(again, models, limits=limits, all_keys=all_keys, partitions=partitions):
+                results[(r["hid"], r["key"])] = r
+        except Exception:
+            if not guard.passed():
+                raise
+            # The deadline came before the full-budget pass (or stopped it):
+            # its keys keep their first pass's counts, unknown by the deadline.
+            for pair in retry:
+                if results[pair]["budget"] == BUDGET_STEPS:
+                    results[pair] = {
+                        **results[pair], "budget": BUDGET_DEADLINE,
+                        "reason": deadline_reason("the full-budget pass searched this key")
+                        + f" (the first pass used up its {first_limits.budget_steps} steps)",
+                    }
     by_history: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for (hid, _), r in results.items():
         by_history[hid].append(r)
     return by_history
+
+
+TIER2_PHASE = "tier2"
+# Past the deadline, tier 2's searches stop by themselves (each looks at the
+# clock about every millisecond) and their keys come back unknown; the job is
+# cancelled only if the results have not come back this long after it.
+DEADLINE_GRACE_S = 5.0
+# The thread-local Spark properties a job group sets (restored afterwards).
+_JOB_GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+
+
+class DeadlineStop(Exception):
+    """The check's deadline passed before a phase began."""
+
+
+class DeadlineGuard:
+    """The whole check's deadline on the driver (a no-op without one).
+
+    Used as a context manager around the check's phases, it runs their Spark
+    jobs in a job group of their own and cancels that group when the
+    deadline passes: running tasks are interrupted and their Python workers
+    killed, and the phase's action raises. During tier 2 it waits
+    :data:`DEADLINE_GRACE_S` first, since the searches stop by themselves
+    and return what they decided. :meth:`enter` marks a phase's start and
+    raises :class:`DeadlineStop` once the deadline has passed. The context
+    manager swallows :class:`DeadlineStop` and whatever a cancelled job
+    raised: the phases that did not finish are the caller's to report
+    unknown (``stopped_in`` names the first).
+    """
+
+    def __init__(self, spark: SparkSession, deadline_at_s: float | None) -> None:
+        self._context = spark.sparkContext
+        self.deadline_at_s = deadline_at_s
+        self.group = f"jepsen-like-check-{uuid.uuid4().hex}"
+        self.phase: str | None = None
+        self.stopped_in: str | None = None
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._grace_given = False
+        self._saved: dict[str, str | None] = {}
+
+    def __enter__(self) -> "DeadlineGuard":
+        if self.deadline_at_s is None:
+            return self
+        self._saved = {name: self._context.getLocalProperty(name) for name in _JOB_GROUP_PROPERTIES}
+        self._context.setJobGroup(self.group, "jepsen-like check (with a deadline)", interruptOnCancel=True)
+        self._arm(self.deadline_at_s - time.time())
+        return self
+
+    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> bool:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = None
+        if self.deadline_at_s is not None:
+            for name, value in self._saved.items():
+                self._context.setLocalProperty(name, value)  # type: ignore[arg-type]  (None removes it)
+        if error is None:
+            return False
+        if isinstance(error, DeadlineStop) or (isinstance(error, Exception) and self._cancelled.is_set()):
+            self.stopped_in = self.stopped_in or self.phase
+            return True
+        return False
+
+    def enter(self, phase: str) -> None:
+        """Mark the start of ``phase``. Raises :class:`DeadlineStop` if the
+        deadline has passed."""
+        with self._lock:
+            self.phase = phase
+        if self.passed():
+            self.stopped_in = phase
+            raise DeadlineStop(phase)
+
+    def passed(self) -> bool:
+        """Whether the deadline has passed (or the job was cancelled for it)."""
+        return self.deadline_at_s is not None and (self._cancelled.is_set() or time.time() >= self.deadline_at_s)
+
+    def _arm(self, delay_s: float) -> None:
+        self._timer = threading.Timer(max(0.0, delay_s), self._on_deadline)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _on_deadline(self) -> None:
+        with self._lock:
+            if self._timer is None:  # the check has finished
+                return
+            if self.phase == TIER2_PHASE and not self._grace_given:
+                self._grace_given = True
+                self._arm(DEADLINE_GRACE_S)
+                return
+            self._cancelled.set()
+        self._context.cancelJobGroup(self.group)

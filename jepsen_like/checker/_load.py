@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -91,6 +91,9 @@ class HistoryMeta:
     # The model's initial state (any JSON value, null included), when not
     # the model's own; --initial-value wins over it.
     initial_value: Any = MODEL_DEFAULT
+    # Values are Jepsen's independent tuples [key value] (jepsen.independent):
+    # each key is its own object (split_independent).
+    independent: bool = False
 
     @property
     def leader_local_bound_ms(self) -> float | None:
@@ -140,6 +143,10 @@ def read_meta(path: Path) -> HistoryMeta:
         raise HistoryFormatError(f"{path}: unknown model {values['model']!r}")
     if "initial_value" in raw:  # any JSON value; null is Jepsen's nil
         values["initial_value"] = raw["initial_value"]
+    if raw.get("independent") is not None:
+        if not isinstance(raw["independent"], bool):
+            raise HistoryFormatError(f"{path}: meta field 'independent' must be true or false: {raw['independent']!r}")
+        values["independent"] = raw["independent"]
     return HistoryMeta(**values)
 
 
@@ -196,11 +203,15 @@ def _file_source(path: Path, file_format: str | None = None) -> HistorySource:
     return HistorySource(name=name, path=path, file_format=file_format or path.suffix.lstrip("."), meta=meta)
 
 
-def discover_histories(paths: Iterable[str | Path], *, history_format: str | None = None) -> list[HistorySource]:
+def discover_histories(
+    paths: Iterable[str | Path], *, history_format: str | None = None, independent: bool = False
+) -> list[HistorySource]:
     """The histories named by ``paths`` (files, directories of histories, or
     campaign directories), in order. ``history_format`` (``jsonl``,
     ``parquet`` or ``edn``) is the format of the files named in ``paths``
     whatever their names say; files found in directories go by their names.
+    ``independent`` marks every history's values as Jepsen's independent
+    tuples (as ``"independent": true`` in a history's meta does).
 
     Raises :class:`HistoryFormatError` when a path does not exist, holds no
     history, or two histories would share a name (results files are named
@@ -228,6 +239,8 @@ def discover_histories(paths: Iterable[str | Path], *, history_format: str | Non
             sources.append(_file_source(path, history_format))
         else:
             raise HistoryFormatError(f"{path}: not a history (expected *.jsonl, *.parquet, *.edn or a directory)")
+    if independent:
+        sources = [replace(source, meta=replace(source.meta, independent=True)) for source in sources]
     seen: dict[str, Path] = {}
     for source in sources:
         if source.name in seen:
@@ -353,7 +366,8 @@ def _check_event(where: str, record: dict[str, Any]) -> None:
 
 
 def read_history_events(source: HistorySource) -> list[dict[str, Any]]:
-    """All events of a history, validated, in index order.
+    """All events of a history, validated, in index order (an independent
+    history's split by :func:`split_independent`).
 
     Raises :class:`HistoryFormatError` naming the file and line of the first
     malformed event.
@@ -363,7 +377,33 @@ def read_history_events(source: HistorySource) -> list[dict[str, Any]]:
     else:
         records = _read_parquet_records(source.path) if source.file_format == "parquet" else _iter_json_lines(source.path)
         located = ((f"{source.path}:{line_number}", record) for line_number, record in records)
+    if source.meta.independent:
+        located = split_independent(located)
     return history_events(located)
+
+
+def split_independent(records: Iterable[tuple[str, dict[str, Any]]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Events of a Jepsen independent history (``jepsen.independent``: every
+    client operation's value is a tuple ``[key value]``, and each key is
+    checked as a history of its own) with the tuple split into the event's
+    ``key`` and ``value``; nemesis events pass as they are. ``records`` as
+    for :func:`history_events`; each is changed in place.
+
+    Raises :class:`HistoryFormatError` naming ``where`` for a client event
+    whose value is not a two-element tuple, or that has a ``key`` already.
+    """
+    for where, record in records:
+        if isinstance(record, dict) and record.get("process") != NEMESIS:
+            pair = record.get("value")
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise HistoryFormatError(
+                    f"{where}: an independent history's operation values are [key value] tuples, "
+                    f"got {canonical_json(pair)[:200]}"
+                )
+            if record.get("key") is not None:
+                raise HistoryFormatError(f"{where}: has a key and an independent [key value] tuple: which is its key?")
+            record["key"], record["value"] = pair
+        yield where, record
 
 
 def history_events(records: Iterable[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -540,6 +580,7 @@ __all__ = [
     "locate_lines",
     "pair_operations",
     "read_history_events",
+    "split_independent",
     "read_log_dumps",
     "read_meta",
     "read_node_events",

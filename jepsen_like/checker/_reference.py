@@ -54,11 +54,24 @@ from jepsen_like.checker._report import (
     HistoryResult,
     linearizability_check,
     skip_reasons,
+    deadline_check,
     skipped,
     tier1_check,
 )
 from jepsen_like.checker._staleness import ReadStaleness, bound_ns_of_mode, fault_windows, summarize
-from jepsen_like.checker._wgl import DEFAULT_BUDGET_STEPS, LINEARIZABLE, NOT_LINEARIZABLE, KeyVerdict, check_operations
+from jepsen_like.checker._wgl import (
+    BUDGET_DEADLINE,
+    DEFAULT_BUDGET_STEPS,
+    LINEARIZABLE,
+    NOT_LINEARIZABLE,
+    UNKNOWN,
+    BudgetMeter,
+    KeyVerdict,
+    KeyBudget,
+    OutOfBudget,
+    check_operations,
+    deadline_reason,
+)
 
 # Before every time in a history: the "completion" of the initial value.
 NEVER_NS = -(2**62)
@@ -539,12 +552,18 @@ def fenced_broker_reads(history: _History, node_events: Sequence[Mapping[str, An
 # Tier 2, naively: a depth-first search over sets of linearized operations.
 
 
-def linearizable_naive(operations: Sequence[Operation], model: Model) -> bool:
+def linearizable_naive(operations: Sequence[Operation], model: Model, meter: BudgetMeter | None = None) -> bool:
     """Whether ``operations`` (one key) are linearizable, by trying every
     order: the next operation may be any not yet linearized one invoked no
     later than the earliest return among the ``ok`` operations not yet
     linearized; ``info`` operations need never be linearized. Failed
     configurations (set, state) are remembered. Exponential: small inputs only.
+
+    ``meter``, if given, is charged a step per model step tried and a state
+    per configuration entered (the same limits as the fast search's, not
+    the same counts).
+
+    Raises :class:`OutOfBudget` when ``meter``'s budget runs out.
     """
     relevant = [op for op in operations if not dropped_by_search(op, model)]
     prepared = [model.prepare(op) for op in relevant]
@@ -557,9 +576,13 @@ def linearizable_naive(operations: Sequence[Operation], model: Model) -> bool:
             return True
         if (done, state) in failed:
             return False
+        if meter is not None:
+            meter.charge_state()
         earliest_return = min(relevant[i].return_ns for i in pending_ok)  # type: ignore[type-var]
         for i, op in enumerate(relevant):
             if i not in done and op.call_ns <= earliest_return:
+                if meter is not None:
+                    meter.charge_step()
                 legal, new_state = model.step(state, prepared[i])
                 if legal and extend(done | {i}, new_state):
                     return True
@@ -574,10 +597,15 @@ def linearizable_naive(operations: Sequence[Operation], model: Model) -> bool:
         sys.setrecursionlimit(limit)
 
 
-def first_unlinearizable_naive(operations: Sequence[Operation], model: Model) -> Operation | None:
+def first_unlinearizable_naive(
+    operations: Sequence[Operation], model: Model, meter: BudgetMeter | None = None
+) -> Operation | None:
     """The operation whose completion ends the shortest non-linearizable
     prefix (operations open at that point pending), or None if the whole
-    history is linearizable. Plain scan over prefixes."""
+    history is linearizable. Plain scan over prefixes, charged to ``meter``
+    if given.
+
+    Raises :class:`OutOfBudget` when ``meter``'s budget runs out."""
     relevant = [op for op in operations if not dropped_by_search(op, model)]
     returns = sorted((op for op in relevant if op.outcome == OK), key=lambda op: (op.return_ns, op.index))
     for cut in returns:
@@ -588,7 +616,7 @@ def first_unlinearizable_naive(operations: Sequence[Operation], model: Model) ->
             if op.outcome == OK and (op.return_ns, op.index) > (cut.return_ns, cut.index):
                 op = Operation(op.index, op.process, op.f, op.key, "info", op.invoke_value, None, op.call_ns, None, extra=op.extra)
             prefix.append(op)
-        if not linearizable_naive(prefix, model):
+        if not linearizable_naive(prefix, model, meter):
             return cut
     return None
 
@@ -599,30 +627,35 @@ def tier2_relevant(op: Operation, model: Model) -> bool:
     return is_tier2_candidate(op, model) and not dropped_by_search(op, model)
 
 
-def linearizability_naive(history: _History, max_witnesses: int) -> dict[str, Any]:
+def linearizability_naive(history: _History, max_witnesses: int, limits: KeyBudget) -> dict[str, Any]:
+    """The linearizability entry, key by key with the naive search, each key
+    within ``limits`` (out of it: ``unknown``, as the fast search says)."""
     by_key: dict[str | None, list[Operation]] = defaultdict(list)
     for op in history.operations:
         if tier2_relevant(op, history.model):
             by_key[op.key].append(op)
     key_results = []
-    for key, operations in by_key.items():
-        if history.model.key_check is not None:  # the model's own check (the counter's bounds)
-            found = history.model.key_check(operations, history.model)
-            failing, witness = found if found is not None else (None, None)
+    # Cheapest keys first, as the Spark job orders them: a deadline then
+    # leaves the costly keys unknown, not the ones any search decides at once.
+    for key, operations in sorted(by_key.items(), key=lambda item: (len(item[1]), canonical_json(item[0]))):
+        meter = BudgetMeter(limits)
+        result: dict[str, Any] = {"key": key, "ops": len(operations), "witness": None}
+        try:
+            if limits.deadline_passed():
+                raise OutOfBudget(BUDGET_DEADLINE, deadline_reason())
+            if history.model.key_check is not None:  # the model's own check (the counter's bounds)
+                found = history.model.key_check(operations, history.model)
+                failing, witness = found if found is not None else (None, None)
+            else:
+                failing = first_unlinearizable_naive(operations, history.model, meter)
+                witness = {"op": render_operation(failing), "minimal": True} if failing is not None else None
+        except OutOfBudget as exhausted:
+            result.update(verdict=UNKNOWN, reason=str(exhausted), budget=exhausted.budget)
         else:
-            failing = first_unlinearizable_naive(operations, history.model)
-            witness = {"op": render_operation(failing), "minimal": True} if failing is not None else None
-        key_results.append(
-            {
-                "key": key,
-                "verdict": NOT_LINEARIZABLE if failing is not None else LINEARIZABLE,
-                "ops": len(operations),
-                "steps": 0,
-                "seconds": 0.0,
-                "witness": witness,
-            }
-        )
-    return linearizability_check(key_results, budget_steps=None, max_witnesses=max_witnesses)
+            result.update(verdict=NOT_LINEARIZABLE if failing is not None else LINEARIZABLE, witness=witness)
+        result.update(steps=meter.steps, states=meter.states, seconds=meter.elapsed_s())
+        key_results.append(result)
+    return linearizability_check(key_results, limits, max_witnesses=max_witnesses)
 
 
 # ---------------------------------------------------------------------------
@@ -661,9 +694,12 @@ def check_source_reference(
     model: str | Model | None = None,
     max_witnesses: int = DEFAULT_MAX_WITNESSES,
     initial_value: Any = MODEL_DEFAULT,
+    limits: KeyBudget = KeyBudget(),
 ) -> HistoryResult:
     """Check one history with the reference checker (``initial_value``: the
-    model's initial state, when not its own; ``None`` is Jepsen's nil).
+    model's initial state, when not its own; ``None`` is Jepsen's nil;
+    ``limits``: each key's search budget and the check's deadline, past
+    which the checks not yet run are ``unknown``).
 
     Raises :class:`HistoryFormatError` for malformed input.
     """
@@ -718,7 +754,9 @@ def check_source_reference(
         if reasons[name] is not None:
             checks[name] = skipped(reasons[name])
         elif name == "linearizability":
-            checks[name] = linearizability_naive(history, max_witnesses)
+            checks[name] = linearizability_naive(history, max_witnesses, limits)
+        elif limits.deadline_passed():
+            checks[name] = deadline_check("this check ran")
         else:
             checks[name] = tier1_check(compute[name](), None, max_witnesses)
     stats = {
@@ -745,13 +783,18 @@ def check_reference(
     max_witnesses: int = DEFAULT_MAX_WITNESSES,
     initial_value: Any = MODEL_DEFAULT,
     history_format: str | None = None,
+    limits: KeyBudget = KeyBudget(),
+    independent: bool = False,
 ) -> list[HistoryResult]:
     """Check histories (files, directories, campaign directories; JSON
     lines, Parquet or Jepsen EDN) with the pure-Python reference checker.
-    Meant for little histories: tier 1 is quadratic and tier 2 has no budget.
+    Meant for little histories: tier 1 is quadratic and tier 2 exponential
+    (within ``limits``, as the Spark job's keys: see :class:`KeyBudget`).
     ``initial_value``: as for :func:`check_source_reference`;
     ``history_format``: the format of the files named in ``paths`` whatever
-    their names say.
+    their names say; ``independent``: values are Jepsen's independent
+    ``[key value]`` tuples, each key its own object (as a history's meta can
+    say; see :func:`discover_histories`).
 
     Raises :class:`HistoryFormatError` for malformed input, and
     ``ValueError`` for an unknown model or an initial value that does not
@@ -762,8 +805,10 @@ def check_reference(
     if model is not None:
         get_model(model, initial_value)
     return [
-        check_source_reference(source, model=model, max_witnesses=max_witnesses, initial_value=initial_value)
-        for source in discover_histories(paths, history_format=history_format)
+        check_source_reference(
+            source, model=model, max_witnesses=max_witnesses, initial_value=initial_value, limits=limits
+        )
+        for source in discover_histories(paths, history_format=history_format, independent=independent)
     ]
 
 

@@ -8,7 +8,8 @@ A results file is one JSON object per history::
      "checks": {"stale-read": {"status": "pass", "count": 0, "witnesses": []},
                 ...,
                 "linearizability": {"status": "fail", "count": 1, "witnesses": [...],
-                                    "keys": {...}, "unknown_keys": [...], "budget_steps": 50000000}},
+                                    "keys": {...}, "unknown_keys": [...], "budget_steps": 50000000,
+                                    "budget_states": 4000000, "budget_ms": 600000}},
      "staleness": {"reads": 26, "bounds_ms": {...}, "by_mode": [...], "by_node": [...], "by_window": [...]}}
 
 ``staleness`` holds figures, not a verdict: how far behind each ok read was,
@@ -17,8 +18,9 @@ summarized per read mode, node and fault window (``_staleness.summarize``).
 ``status`` is ``pass`` (looked, found nothing), ``fail`` (found ``count``
 anomalies; ``witnesses`` lists the first ones by history index, with the exact
 operations), ``skipped`` (the input has nothing this check can look at;
-``reason`` says what is missing) or ``unknown`` (linearizability only: a key
-ran out of budget). ``valid`` is false if any check fails, else "unknown" if
+``reason`` says what is missing) or ``unknown`` (a key ran out of its budget:
+``unknown_keys`` says which limit and what was explored; or the check's
+deadline passed before this check decided: ``reason`` says so). ``valid`` is false if any check fails, else "unknown" if
 any check is unknown, else true: ``unknown`` is never a pass.
 ``nothing_to_check`` is true when every check was skipped (an empty history,
 or one with only nemesis events): such a history is trivially valid, as
@@ -32,6 +34,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
+
+from jepsen_like.checker._wgl import KeyBudget, deadline_reason
 
 PASS = "pass"
 FAIL = "fail"
@@ -126,10 +130,12 @@ def tier1_check(anomalies: Sequence[tuple[int, dict[str, Any]]], total: int | No
 
 
 def linearizability_check(
-    key_results: Sequence[Mapping[str, Any]], budget_steps: int | None, max_witnesses: int
+    key_results: Sequence[Mapping[str, Any]], limits: KeyBudget, max_witnesses: int
 ) -> dict[str, Any]:
     """The linearizability entry from per-key results (dicts with ``key``,
-    ``verdict``, ``ops``, ``steps``, ``seconds``, ``witness``, ``reason``)."""
+    ``verdict``, ``ops``, ``steps``, ``seconds``, ``witness``, and for
+    unknown keys ``reason``, ``budget``, ``states``), searched within
+    ``limits``."""
     counts = {"total": len(key_results), "linearizable": 0, "not-linearizable": 0, "unknown": 0}
     witnesses = []
     unknown_keys = []
@@ -138,7 +144,12 @@ def linearizability_check(
         if result["verdict"] == "not-linearizable":
             witnesses.append({"key": result["key"], "ops": result["ops"], **(result["witness"] or {})})
         elif result["verdict"] == "unknown":
-            unknown_keys.append({"key": result["key"], "ops": result["ops"], "reason": result.get("reason")})
+            unknown_keys.append(
+                {
+                    "key": result["key"], "ops": result["ops"], "reason": result.get("reason"),
+                    "budget": result.get("budget"), "steps": result.get("steps"), "states": result.get("states"),
+                }
+            )
     if counts["not-linearizable"]:
         status = FAIL
     elif counts["unknown"]:
@@ -152,8 +163,15 @@ def linearizability_check(
         "witnesses": witnesses[:max_witnesses],
         "keys": counts,
         "unknown_keys": unknown_keys[:max_witnesses],
-        "budget_steps": budget_steps,
+        "budget_steps": limits.budget_steps,
+        "budget_states": limits.budget_states,
+        "budget_ms": limits.budget_ms,
     }
+
+
+def deadline_check(what: str) -> dict[str, Any]:
+    """The entry of a check the check's deadline stopped before it decided."""
+    return {"status": UNKNOWN, "count": 0, "witnesses": [], "reason": deadline_reason(what)}
 
 
 def history_verdict(checks: Mapping[str, Mapping[str, Any]]) -> bool | str:
@@ -264,6 +282,27 @@ def describe_witness(check: str, witness: Mapping[str, Any]) -> str:
     return json.dumps(witness, sort_keys=True)[:120]
 
 
+def unknown_lines(result: HistoryResult, keys_shown: int = 3) -> list[str]:
+    """Why a history is unknown, for the summary: each unknown check's
+    reason, and the first unknown keys' (which budget, what was explored)."""
+    lines = []
+    by_reason: dict[str, list[str]] = {}  # checks unknown as a whole (the deadline), grouped
+    for name in CHECK_NAMES:
+        check = result.checks.get(name, {})
+        if check.get("status") != UNKNOWN:
+            continue
+        unknown_keys = check.get("unknown_keys") or []
+        if not unknown_keys:
+            by_reason.setdefault(str(check.get("reason")), []).append(name)
+        for entry in unknown_keys[:keys_shown]:
+            lines.append(f"{name}: key {entry['key']} ({entry['ops']} ops) unknown: {entry['reason']}")
+        hidden = check.get("keys", {}).get("unknown", 0) - min(keys_shown, len(unknown_keys))
+        if unknown_keys and hidden > 0:
+            lines.append(f"{name}: and {hidden} more unknown keys (see the results file)")
+    lines += [f"{', '.join(names)}: unknown: {reason}" for reason, names in by_reason.items()]
+    return lines
+
+
 def print_summary(results: Sequence[HistoryResult], *, seconds: float | None = None, console: Any = None) -> None:
     """Print one row per history and, for invalid ones, the first witness of
     each failed check."""
@@ -293,6 +332,9 @@ def print_summary(results: Sequence[HistoryResult], *, seconds: float | None = N
             witnesses = result.checks[name]["witnesses"]
             if witnesses:
                 console.print(f"[red]{result.history}[/red] {name}: {describe_witness(name, witnesses[0])}", highlight=False)
+        if result.valid == UNKNOWN:
+            for line in unknown_lines(result):
+                console.print(f"[yellow]{result.history}[/yellow] {line}", highlight=False)
     invalid = sum(1 for r in results if r.valid is False)
     unknown = sum(1 for r in results if r.valid == UNKNOWN)
     empty = sum(1 for r in results if r.nothing_to_check)

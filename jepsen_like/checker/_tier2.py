@@ -22,13 +22,17 @@ from pyspark.sql import functions as F
 from jepsen_like.checker._model_catalog import get_model
 from jepsen_like.checker._models import OPTIONAL_FIELDS, QUERY_KINDS, Model, operation_from_row
 from jepsen_like.checker._step_model import is_step_model
-from jepsen_like.checker._wgl import NOT_LINEARIZABLE, UNKNOWN, check_operations
+from jepsen_like.checker._wgl import NOT_LINEARIZABLE, UNKNOWN, KeyBudget, check_key
 
-RESULT_SCHEMA = "hid int, key string, verdict string, ops long, steps long, seconds double, witness string, reason string"
+RESULT_SCHEMA = (
+    "hid int, key string, verdict string, ops long, steps long, states long, seconds double, witness string, "
+    "reason string, budget string"
+)
 _RESULT_ARROW_SCHEMA = pa.schema(
     [
         ("hid", pa.int32()), ("key", pa.string()), ("verdict", pa.string()), ("ops", pa.int64()),
-        ("steps", pa.int64()), ("seconds", pa.float64()), ("witness", pa.string()), ("reason", pa.string()),
+        ("steps", pa.int64()), ("states", pa.int64()), ("seconds", pa.float64()), ("witness", pa.string()),
+        ("reason", pa.string()), ("budget", pa.string()),
     ]
 )
 NOT_CHECKED_REASON = "not checked: another key of this history is not linearizable"
@@ -53,26 +57,28 @@ def candidates(ops: DataFrame) -> DataFrame:
     ).select(*_INPUT_COLUMNS)
 
 
-def _check_group(rows: list[dict[str, Any]], model: Model, budget_steps: int, skip: bool) -> dict[str, Any]:
+def _check_group(rows: list[dict[str, Any]], model: Model, limits: KeyBudget, skip: bool) -> dict[str, Any]:
     hid, key = rows[0]["hid"], rows[0]["key"]
     if skip:
-        return {"hid": hid, "key": key, "verdict": UNKNOWN, "ops": len(rows), "steps": 0, "seconds": 0.0,
-                "witness": None, "reason": NOT_CHECKED_REASON}
-    verdict = check_operations([operation_from_row(row) for row in rows], model, budget_steps=budget_steps)
+        return {"hid": hid, "key": key, "verdict": UNKNOWN, "ops": len(rows), "steps": 0, "states": 0, "seconds": 0.0,
+                "witness": None, "reason": NOT_CHECKED_REASON, "budget": None}
+    verdict = check_key([operation_from_row(row) for row in rows], model, limits)
     return {
         "hid": hid,
         "key": key,
         "verdict": verdict.verdict,
         "ops": verdict.ops,
         "steps": verdict.steps,
+        "states": verdict.states,
         "seconds": verdict.seconds,
         "witness": json.dumps(verdict.witness) if verdict.witness is not None else None,
         "reason": verdict.reason,
+        "budget": verdict.budget,
     }
 
 
 def _check_partition(
-    batches: Iterator[pa.RecordBatch], *, models: Mapping[int, tuple[str, Any] | Model], budget_steps: int, all_keys: bool
+    batches: Iterator[pa.RecordBatch], *, models: Mapping[int, tuple[str, Any] | Model], limits: KeyBudget, all_keys: bool
 ) -> Iterator[pa.RecordBatch]:
     # Each catalogue model is rebuilt here from its name and initial value:
     # an unpickled copy's kinds would not be the very constants the models
@@ -85,7 +91,7 @@ def _check_partition(
 
     def finish() -> None:
         hid = group[0]["hid"]
-        result = _check_group(group, by_hid[hid], budget_steps, skip=(hid in refuted and not all_keys))
+        result = _check_group(group, by_hid[hid], limits, skip=(hid in refuted and not all_keys))
         if result["verdict"] == NOT_LINEARIZABLE:
             refuted.add(hid)
         results.append(result)
@@ -126,13 +132,14 @@ def run(
     operations: DataFrame,
     models: Mapping[int, Model],
     *,
-    budget_steps: int,
+    limits: KeyBudget,
     all_keys: bool,
     partitions: int,
 ) -> list[dict[str, Any]]:
     """Search every (history, key) of ``operations`` (from :func:`candidates`)
     against its history's model (with its initial value: the models travel
-    to the executors); one result dict per key, ``witness`` decoded."""
+    to the executors), each key within ``limits``; one result dict per key,
+    ``witness`` decoded."""
     by_key = Window.partitionBy("hid", "key")
     ordered = (
         operations.repartition(partitions, "hid", "key")
@@ -142,7 +149,7 @@ def run(
         .drop("key_ops")
     )
     specs = {hid: model if is_step_model(model) else (model.name, model.initial_value) for hid, model in models.items()}
-    checker = partial(_check_partition, models=specs, budget_steps=budget_steps, all_keys=all_keys)
+    checker = partial(_check_partition, models=specs, limits=limits, all_keys=all_keys)
     rows = ordered.mapInArrow(checker, RESULT_SCHEMA).collect()
     results = []
     for row in rows:

@@ -1,7 +1,8 @@
 """``jepsen-like check`` and ``jepsen-like synth``.
 
 Exit codes of ``check``: 0 every history valid; 1 some history invalid;
-3 none invalid but some unknown (a key ran out of budget); 4 none invalid or
+3 none invalid but some unknown (a key ran out of its budget, or the
+deadline passed before a check decided); 4 none invalid or
 unknown, but some history had nothing to check (no client operations, node
 events or log dumps); 2 bad usage or malformed input.
 """
@@ -19,7 +20,7 @@ from jepsen_like.checker._edn import parse_value
 from jepsen_like.checker._errors import HistoryFormatError
 from jepsen_like.checker._load import HISTORY_FORMATS
 from jepsen_like.checker._model_catalog import MODEL_DEFAULT, MODEL_NAMES, get_model
-from jepsen_like.checker._wgl import DEFAULT_BUDGET_STEPS
+from jepsen_like.checker._wgl import DEFAULT_BUDGET_MS, DEFAULT_BUDGET_STATES, DEFAULT_BUDGET_STEPS, KeyBudget
 
 INPUT_ERROR_EXIT_CODE = 2
 
@@ -49,9 +50,22 @@ def _parse_conf(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--spark-master", default="local[*]", show_default=True, help="Any Spark master URL, e.g. spark://host:7077.")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Results: a file for one history, a directory of <history name>.json for several.")
-@click.option("--budget-steps", type=click.IntRange(min=1), default=DEFAULT_BUDGET_STEPS, show_default=True,
+@click.option("--independent", is_flag=True,
+              help="Values are Jepsen's independent [key value] tuples (jepsen.independent): each key is checked "
+                   "as its own object (as \"independent\": true in a history's meta says).")
+@click.option("--key-budget-steps", "--budget-steps", "budget_steps", type=click.IntRange(min=1),
+              default=DEFAULT_BUDGET_STEPS, show_default=True,
               help="Search steps per key for the linearizability search (about 1.5 million a second); "
                    "past it the key is unknown. Steps, not seconds: verdicts do not depend on machine load.")
+@click.option("--key-budget-states", "budget_states", type=click.IntRange(min=1), default=DEFAULT_BUDGET_STATES,
+              show_default=True,
+              help="Explored states per key (memo cache entries, about 200 bytes each); past it the key is unknown. "
+                   "A count, as steps are.")
+@click.option("--key-budget-ms", "budget_ms", type=click.IntRange(min=1), default=DEFAULT_BUDGET_MS, show_default=True,
+              help="Wall-clock milliseconds per key: a safety net past the two counts (depends on the machine).")
+@click.option("--deadline", "deadline_s", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Seconds for the whole check: when they pass, what is not yet decided is unknown (reason "
+                   "deadline), the Spark job is cancelled and the results are written.")
 @click.option("--max-witnesses", type=click.IntRange(min=0), default=20, show_default=True,
               help="Witnesses kept per check (counts are always exact).")
 @click.option("--all-keys", is_flag=True, help="Search every key, even in histories already refuted by one.")
@@ -68,7 +82,11 @@ def check_command(
     history_format: str | None,
     spark_master: str,
     out: Path | None,
+    independent: bool,
     budget_steps: int,
+    budget_states: int,
+    budget_ms: int,
+    deadline_s: float | None,
     max_witnesses: int,
     all_keys: bool,
     skip_linearizability: bool,
@@ -93,8 +111,10 @@ def check_command(
         if reference:
             from jepsen_like.checker._reference import check_reference
 
+            limits = KeyBudget(budget_steps, budget_states, budget_ms, None if deadline_s is None else time.time() + deadline_s)
             results = check_reference(
                 list(paths), model=model, max_witnesses=max_witnesses, initial_value=initial, history_format=history_format,
+                limits=limits, independent=independent,
             )
         else:
             from jepsen_like.checker._job import check
@@ -109,6 +129,9 @@ def check_command(
                     raise _InputError(f"cannot write the Spark log {spark_log}: {error}") from None
             results = check(
                 list(paths), model=model, spark_master=spark_master, budget_steps=budget_steps,
+                budget_states=budget_states, budget_ms=budget_ms, independent=independent,
+                # The deadline counts from the command's start, imports included.
+                deadline_s=None if deadline_s is None else max(1e-3, deadline_s - (time.monotonic() - started)),
                 max_witnesses=max_witnesses, all_keys=all_keys, linearizability=not skip_linearizability,
                 spark_conf=conf, spark_log=spark_log, initial_value=initial, history_format=history_format,
             )

@@ -107,10 +107,35 @@ def comparable(result: Mapping[str, Any]) -> dict:
     clean = json.loads(json.dumps(result))
     clean.pop("checker", None)
     lin = clean["checks"].get("linearizability", {})
-    lin.pop("budget_steps", None)
+    for name in ("budget_steps", "budget_states", "budget_ms"):
+        lin.pop(name, None)
     lin.pop("unknown_keys", None)
     lin["witnesses"] = sorted(
         [[w["key"], w["ops"], (w.get("op") or {}).get("index")] for w in lin.get("witnesses", [])],
         key=lambda item: (str(item[0]), item[2] if item[2] is not None else -1),
     )
     return clean
+
+
+def explosive_history(path: Path, *, writers: int = 60, calm_keys: int = 3) -> Path:
+    """A history with one key no search can decide, and ``calm_keys`` keys
+    any search decides at once (a write then a read of it, each).
+
+    The key ``hot``: ``writers`` concurrent writes of 1, then a cas from 2
+    that succeeded. Nothing ever wrote 2, so it is not linearizable, but the
+    search must try every subset of the writes first: 2^writers states,
+    more than any machine explores before the sun goes out. Time and the
+    deadline stop it on any machine, and a state budget at a known count.
+    No read, so no tier-1 check has anything to say about it: only the
+    linearizability check can decide the history, which is unknown.
+    """
+    case = Case()
+    for writer in range(writers):
+        case.op(f"w{writer}", writer, "write", "hot", 1, start_ms=0, end_ms=10)
+    case.op("cas", writers, "cas", "hot", [2, 3], start_ms=20, end_ms=30)
+    for number in range(calm_keys):
+        key = f"calm{number}"
+        case.op(f"{key}-write", writers + 1, "write", key, number, start_ms=40 + 4 * number, end_ms=41 + 4 * number)
+        case.op(f"{key}-read", writers + 1, "read", key, None, start_ms=42 + 4 * number, end_ms=43 + 4 * number,
+                result=number)
+    return case.write(path)

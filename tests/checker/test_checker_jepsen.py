@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,10 @@ EXPECTED = {
     # The failed add of 2 counts in no bound: reads of 3 and of 0 are both
     # outside [1, 1].
     "counter-out-of-bounds": (False, {"op": (4, 5), "lower": 1, "upper": 1, "reads_out_of_bounds": 2}),
+    # Independent histories (their meta says so): [key value] tuples, each
+    # key a cas-register of its own. Key 1 is read as 5 after its cas to 6.
+    "independent-cas-valid": (True, None),
+    "independent-cas-stale": (False, {"op": (8, 9), "state": 6, "key": "1"}),
 }
 
 
@@ -160,6 +165,41 @@ def test_reference_checks_each_jepsen_model(name):
     [result] = check_reference([EDN_DIR / f"{name}.edn"])
     assert result.model == json.loads((EDN_DIR / f"{name}.meta.json").read_text())["model"]
     _assert_expected(result, name)
+
+
+def test_independent_histories_are_checked_key_by_key_in_edn_and_json_lines(tmp_path):
+    """Without the split, the valid independent history is one register
+    read as 1 after a write of 5: refuted. Split, each key is its own
+    register; JSON lines carry the same tuples as JSON arrays."""
+    plain_copy = tmp_path / "independent.edn"  # no meta beside it: not marked independent
+    plain_copy.write_text((EDN_DIR / "independent-cas-valid.edn").read_text())
+    [as_one] = check_reference([plain_copy], model="cas-register")
+    assert as_one.valid is False
+    [split] = check_reference([plain_copy], model="cas-register", independent=True)
+    assert split.valid is True and split.checks["linearizability"]["keys"]["total"] == 2
+    events = [event for _, event in iter_edn_events(EDN_DIR / "independent-cas-stale.edn")]
+    lines = tmp_path / "independent.jsonl"
+    lines.write_text("".join(json.dumps(event) + "\n" for event in events))
+    [from_json] = check_reference([lines], model="cas-register", independent=True)
+    [from_edn] = check_reference([EDN_DIR / "independent-cas-stale.edn"])
+    assert from_json.checks["linearizability"] == from_edn.checks["linearizability"]
+    assert from_json.checks["linearizability"]["witnesses"][0]["key"] == "1"
+
+
+@pytest.mark.parametrize(
+    "line, phrase",
+    [
+        ('{"index": 1, "time": 1, "process": 0, "type": "invoke", "f": "read", "value": null}',
+         "an independent history's operation values are [key value] tuples, got null"),
+        ('{"index": 1, "time": 1, "process": 0, "type": "invoke", "f": "read", "key": "k", "value": ["k", null]}',
+         "has a key and an independent [key value] tuple"),
+    ],
+)
+def test_independent_values_that_are_not_tuples_are_named_by_line(tmp_path, line, phrase):
+    path = tmp_path / "independent.jsonl"
+    path.write_text('{"index": 0, "time": 0, "process": "nemesis", "type": "info", "f": "start", "value": null}\n' + line + "\n")
+    with pytest.raises(HistoryFormatError, match=re.escape(f"{path}:2: {phrase}")):
+        check_reference([path], independent=True)
 
 
 def test_the_initial_value_decides_the_cas_register():

@@ -8,6 +8,7 @@ import pytest
 
 from jepsen_like.checker import HistoryFormatError, HistoryResult, exit_code, read_meta, write_results
 from jepsen_like.checker._report import history_verdict, linearizability_check, skip_reasons, tier1_check
+from jepsen_like.checker import KeyBudget
 
 
 def result(name: str, statuses: dict[str, str]) -> HistoryResult:
@@ -45,12 +46,15 @@ def test_linearizability_entry_counts_keys_and_orders_witnesses():
         {"key": "c", "verdict": "unknown", "ops": 50, "witness": None, "reason": "budget"},
         {"key": "d", "verdict": "linearizable", "ops": 2, "witness": None},
     ]
-    entry = linearizability_check(keys, budget_steps=1000, max_witnesses=1)
+    entry = linearizability_check(keys, KeyBudget(budget_steps=1000), max_witnesses=1)
     assert entry["status"] == "fail" and entry["count"] == 2
     assert entry["keys"] == {"total": 4, "linearizable": 1, "not-linearizable": 2, "unknown": 1}
     assert [w["key"] for w in entry["witnesses"]] == ["a"]  # first by completion index, capped
-    assert entry["unknown_keys"] == [{"key": "c", "ops": 50, "reason": "budget"}]
-    assert linearizability_check(keys[2:], budget_steps=1000, max_witnesses=5)["status"] == "unknown"
+    assert entry["unknown_keys"] == [
+        {"key": "c", "ops": 50, "reason": "budget", "budget": None, "steps": None, "states": None}
+    ]
+    assert (entry["budget_steps"], entry["budget_states"], entry["budget_ms"]) == (1000, 4_000_000, 600_000)
+    assert linearizability_check(keys[2:], KeyBudget(budget_steps=1000), max_witnesses=5)["status"] == "unknown"
 
 
 def test_tier1_entry_keeps_the_exact_count_and_the_first_witnesses():
@@ -108,3 +112,19 @@ def test_the_checker_imports_nothing_of_the_system_it_checks():
     )
     output = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert output.strip() == "[]"
+
+
+def test_the_summary_says_why_a_history_is_unknown():
+    from jepsen_like.checker._report import deadline_check, unknown_lines
+
+    keys = [{"key": "hot", "verdict": "unknown", "ops": 61, "witness": None, "budget": "states", "steps": 9, "states": 5,
+             "reason": "state budget of 5 explored states used up (9 steps)"},
+            {"key": "calm", "verdict": "linearizable", "ops": 2, "witness": None}]
+    checks = {"stale-read": deadline_check("this check ran"), "garbage-read": deadline_check("this check ran"),
+              "linearizability": linearizability_check(keys, KeyBudget(budget_states=5), max_witnesses=5)}
+    result = HistoryResult(history="h", path="h.jsonl", model="register", checker="spark", stats={}, checks=checks)
+    assert result.valid == "unknown" and exit_code([result]) == 3
+    assert unknown_lines(result) == [
+        "linearizability: key hot (61 ops) unknown: state budget of 5 explored states used up (9 steps)",
+        "stale-read, garbage-read: unknown: deadline: the check's deadline passed before this check ran",
+    ]

@@ -4,6 +4,7 @@ reference search on generated histories."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -101,8 +102,9 @@ def test_out_of_budget_is_unknown_never_a_guess():
     impossible = op(99, "get", start=1, end=2, result="zzz")
     result = check_operations(appends + [impossible], KV, budget_steps=5000)
     assert result.verdict == "unknown"
-    assert result.reason == "search budget of 5000 steps used up"
-    assert result.steps == 5000
+    assert result.reason == f"search budget of 5000 steps used up ({result.states} explored states)"
+    assert (result.budget, result.steps) == ("steps", 5000)
+    assert 0 < result.states < 5000
     assert result.witness is None
 
 
@@ -149,6 +151,61 @@ def test_a_step_budget_is_exact_search_and_shrinking_share_it():
 
     starved = check_operations(history, REGISTER, budget_steps=3)
     assert starved.verdict == "unknown" and starved.steps == 3
+
+
+def _explosive_key() -> list[Operation]:
+    """Sixty concurrent writes of 1, then an ok cas from 2: refuting it takes
+    2^60 states (see ``_checker_helpers.explosive_history``)."""
+    writes = [op(i, "write", 1, start=0, end=10) for i in range(60)]
+    return writes + [op(60, "cas", [2, 3], start=20, end=30)]
+
+
+_UNLIMITED = 10**15
+
+
+def test_a_state_budget_is_exact_and_the_reason_says_what_was_explored():
+    result = check_operations(_explosive_key(), REGISTER, budget_steps=_UNLIMITED, budget_states=5000)
+    assert (result.verdict, result.budget, result.states) == ("unknown", "states", 5000)
+    assert result.reason == f"state budget of 5000 explored states used up ({result.steps} steps)"
+    again = check_operations(_explosive_key(), REGISTER, budget_steps=_UNLIMITED, budget_states=5000)
+    assert (again.steps, again.states) == (result.steps, result.states)  # counts, not clocks
+
+
+def test_the_time_budget_and_the_deadline_stop_a_search_no_machine_can_finish():
+    """2^60 states: no machine finishes before the clock stops it, and the
+    counts are out of reach, so which limit ends it does not depend on speed."""
+    timed = check_operations(_explosive_key(), REGISTER, budget_steps=_UNLIMITED, budget_states=_UNLIMITED, budget_ms=50)
+    assert (timed.verdict, timed.budget) == ("unknown", "time")
+    assert timed.reason.startswith("time budget of 50 ms used up after ") and timed.steps > 0
+    deadline = time.time() + 0.05
+    stopped = check_operations(
+        _explosive_key(), REGISTER, budget_steps=_UNLIMITED, budget_states=_UNLIMITED, deadline_at_s=deadline
+    )
+    assert (stopped.verdict, stopped.budget) == ("unknown", "deadline")
+    assert stopped.reason.startswith("deadline: the check's deadline passed after ")
+    assert time.time() >= deadline
+
+
+def test_a_key_begun_after_the_deadline_is_not_searched():
+    result = check_operations(_stale_read_history(), REGISTER, deadline_at_s=time.time() - 1)
+    assert (result.verdict, result.budget, result.steps) == ("unknown", "deadline", 0)
+    assert result.reason == "deadline: the check's deadline passed before this key was searched"
+
+
+def test_the_reference_search_keeps_the_same_budgets():
+    """The naive search counts differently, but stops on the same limits and
+    says so the same way."""
+    from jepsen_like.checker._wgl import BudgetMeter, KeyBudget, OutOfBudget
+
+    meter = BudgetMeter(KeyBudget(budget_steps=_UNLIMITED, budget_states=300))
+    with pytest.raises(OutOfBudget, match=r"^state budget of 300 explored states used up") as stopped:
+        first_unlinearizable_naive(_explosive_key(), REGISTER, meter)
+    assert stopped.value.budget == "states" and meter.states == 300
+    meter = BudgetMeter(KeyBudget(budget_steps=_UNLIMITED, budget_states=_UNLIMITED, budget_ms=50))
+    with pytest.raises(OutOfBudget, match="^time budget of 50 ms used up"):
+        first_unlinearizable_naive(_explosive_key(), REGISTER, meter)
+    # Within its budget it decides as before.
+    assert first_unlinearizable_naive(_stale_read_history(), REGISTER, BudgetMeter(KeyBudget())).index == 7
 
 
 def test_a_budget_below_one_step_is_refused():
