@@ -20,7 +20,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -79,9 +79,12 @@ class TopicInfo:
     unclean_leader_election: bool
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionState:
-    """One partition. ``leader`` is ``NO_LEADER`` (-1) when offline."""
+class PartitionState(NamedTuple):
+    """One partition. ``leader`` is ``NO_LEADER`` (-1) when offline.
+
+    A named tuple, not a frozen dataclass: applying a partition change builds
+    one, and fencing a broker that leads 10,000 partitions builds 10,000 on
+    every voter; a tuple is built several times faster."""
 
     topic_id: str
     partition_id: int
@@ -349,8 +352,9 @@ class ClusterImage:
         isr = old.isr if record.isr is None else intern(record.isr, record.isr)
         leader = old.leader if record.leader == LEADER_UNCHANGED else record.leader
         if record.isr is not None or record.replicas is not None:
-            if not set(isr) <= set(replicas):
-                raise InvalidRecordError(f"{describe_record(record)}: isr {isr} is not within replicas {replicas}")
+            for broker_id in isr:  # a few ids: a scan is cheaper than two sets
+                if broker_id not in replicas:
+                    raise InvalidRecordError(f"{describe_record(record)}: isr {isr} is not within replicas {replicas}")
         if leader != NO_LEADER and leader not in isr:
             raise InvalidRecordError(f"{describe_record(record)}: leader {leader} is not in the isr {isr}")
         # Kafka's replay: the leader epoch moves whenever the record names a
