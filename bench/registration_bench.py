@@ -166,7 +166,11 @@ def _commit_through_processes(records: list[bytes]) -> float:
         try:
 
             async def commit() -> float:
-                async with QuorumClient([f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports)], retry_timeout_s=30) as client:
+                # A 10,000-record request on a loaded machine can take more
+                # than the client's default 5 s to answer; the figure is
+                # the time taken, whatever it is.
+                bootstrap = [f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports)]
+                async with QuorumClient(bootstrap, request_timeout_s=60, retry_timeout_s=60) as client:
                     await client.propose([b"warm-up"])
                     # A client's ProposeRequest holds at most
                     # records_per_request_max (10,000) records, and the batch
