@@ -54,7 +54,6 @@ from ._records import (
     RemoveTopicRecord,
     TopicRecord,
     UnregisterBrokerRecord,
-    encode_record,
     encode_records,
     topic_name_problem,
 )
