@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import random
 import time
 import uuid
 from collections import deque
@@ -130,7 +131,16 @@ class BrokerAgent:
         self._subscriptions: list[_Subscription] = []
         self._roles: dict[tuple[str, int], LeadershipChange] = {}
         self._first_registration_start_ms: int | None = None
-        self.driver = BrokerDriver(config.lifecycle_config(), runtime.host, _AgentPort(self), cluster_id=config.cluster_id)
+        # Registration retries are jittered (a controller restart or a
+        # start-up storm must not make every broker retry in step); the seed
+        # is the incarnation id, unique per process.
+        self.driver = BrokerDriver(
+            config.lifecycle_config(),
+            runtime.host,
+            _AgentPort(self),
+            cluster_id=config.cluster_id,
+            rng=random.Random(incarnation_id),
+        )
         self.lifecycle = self.driver.lifecycle
         self.heartbeats = self.driver.heartbeats
         metadata.on_change = self._on_image_change

@@ -22,6 +22,7 @@ world's ``BrokerPort`` as it arises:
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -68,11 +69,15 @@ class BrokerDriver:
     ``quorum.ReplicaHost`` whose state machine has the cluster ``image``).
     See the module docstring. Never raises on a remote's input."""
 
-    def __init__(self, config: LifecycleConfig, host: Any, port: BrokerPort, *, cluster_id: str) -> None:
+    def __init__(
+        self, config: LifecycleConfig, host: Any, port: BrokerPort, *, cluster_id: str, rng: random.Random | None = None
+    ) -> None:
+        """``rng``: the seeded generator that jitters registration retries
+        (``BrokerLifecycle``); None: no jitter."""
         self.host = host
         self.port = port
         self.cluster_id = cluster_id
-        self.lifecycle = BrokerLifecycle(config)
+        self.lifecycle = BrokerLifecycle(config, rng)
         self.heartbeats = HeartbeatChannel(self.lifecycle, host.core)
         # Set when the replica's state machine moved (note_image_changed);
         # a new process has not looked at its image yet.

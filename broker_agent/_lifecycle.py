@@ -17,8 +17,10 @@ same "global" states), seen from the broker's side:
 ``BrokerLifecycle`` is a plain object fed inputs (``tick``, fetch
 completions, registration results, image updates, local calls), each with
 the caller's ``now_ms``; it returns a list of actions (``Register``,
-``SetHeartbeat``, ``StateChanged``, ``Stop``). It reads no clock, does no IO
-and draws no randomness (the incarnation id is the driver's). Every state
+``SetHeartbeat``, ``StateChanged``, ``Stop``). It reads no clock and does
+no IO; its only randomness is the jitter of registration retries, drawn from
+a seeded ``random.Random`` the driver passes in (the incarnation id is the
+driver's too). Every state
 change is looked up in ``TRANSITIONS``; a missing entry raises
 ``InvalidTransitionError`` (registration's, shared with the controller's
 table: a bug in this module, never a remote's fault).
@@ -33,6 +35,7 @@ each input method says which states it acts in.
 from __future__ import annotations
 
 import enum
+import random
 from dataclasses import dataclass
 
 from registration import (
@@ -218,8 +221,14 @@ class BrokerLifecycle:
     takes ``now_ms``, which must never go backwards (``ValueError``).
     """
 
-    def __init__(self, config: LifecycleConfig) -> None:
+    def __init__(self, config: LifecycleConfig, rng: random.Random | None = None) -> None:
+        """``rng`` jitters registration retries: each waits a uniform draw
+        between half the backoff and the whole of it, so that brokers
+        refused together (a controller restart, a start-up storm) do not
+        retry together. Pass a seeded generator (the simulator: from its
+        seed); without one, retries wait the bare backoff."""
         self.config = config
+        self._rng = rng
         self._state = BrokerState.OFFLINE
         self._broker_epoch: int | None = None
         self._highest_epoch = -1
@@ -468,7 +477,10 @@ class BrokerLifecycle:
         return self._state is BrokerState.OFFLINE and not self._stopping_requested and not self._registration_in_flight
 
     def _schedule_registration_retry(self, now_ms: int) -> None:
-        self._next_registration_ms = now_ms + self._registration_backoff_ms
+        delay_ms = self._registration_backoff_ms
+        if self._rng is not None:
+            delay_ms = self._rng.randint((delay_ms + 1) // 2, delay_ms)
+        self._next_registration_ms = now_ms + delay_ms
         self._registration_backoff_ms = min(self._registration_backoff_ms * 2, self.config.heartbeat_interval_ms)
 
     def _forget_registration(self, event: LifecycleEvent, reason: str, actions: list[Action]) -> None:

@@ -54,7 +54,7 @@ from ._records import (
     RemoveTopicRecord,
     TopicRecord,
     UnregisterBrokerRecord,
-    encode_record,
+    encode_records,
     topic_name_problem,
 )
 from ._requests import (
@@ -293,7 +293,7 @@ class Controller:
         """Encode ``records``, apply them to the working image at their
         predicted offsets, and remember the batch as in flight."""
         working = self.working_image
-        encoded = [encode_record(record) for record in records]
+        encoded = encode_records(records)
         first = self._next_write_offset
         for index, record in enumerate(records):
             working.apply_record(record, first + index)

@@ -39,7 +39,8 @@ def elect_leader(
     """
     isr = partition.isr
     if removing is not None and removing in isr and len(isr) > 1:
-        isr = tuple(broker_id for broker_id in isr if broker_id != removing)
+        at = isr.index(removing)  # ids in an ISR are distinct
+        isr = isr[:at] + isr[at + 1 :]
     leader = partition.leader
     if leader == NO_LEADER or leader == removing or leader not in isr or not is_acceptable(leader):
         leader = NO_LEADER

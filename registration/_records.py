@@ -15,7 +15,9 @@ the record supplies it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Any, ClassVar
 
 import msgpack
@@ -288,17 +290,65 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {cls: tuple(f.name for f in fields(c
 _TYPES_BY_CODE: dict[int, type] = {cls.TYPE_CODE: cls for cls in RECORD_TYPES}  # type: ignore[attr-defined]
 
 
+def _values_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """A function returning a record's field values as a tuple, in field
+    order (``attrgetter`` returns a bare value for one name, and takes no
+    zero names)."""
+    if not names:
+        return lambda _record: ()
+    if len(names) == 1:
+        getter = attrgetter(names[0])
+        return lambda record: (getter(record),)
+    return attrgetter(*names)
+
+
+# Per-record Python cost matters here: fencing a broker that leads 10,000
+# partitions encodes, applies and decodes 10,000 records on the path from
+# decision to commit (docs/benchmarks.md, "The controller at scale").
+_VALUES: dict[type, Callable[[Any], tuple[Any, ...]]] = {cls: _values_getter(_FIELD_NAMES[cls]) for cls in RECORD_TYPES}
+
+
 def encode_record(record: Record) -> bytes:
     """The record's log bytes: msgpack ``[type_code, version, [fields]]``.
 
     Raises ``TypeError`` for an object that is not a record.
     """
-    names = _FIELD_NAMES.get(type(record))
-    if names is None:
+    values = _VALUES.get(type(record))
+    if values is None:
         raise TypeError(f"not a metadata record: {type(record).__name__}")
-    return msgpack.packb(
-        [record.TYPE_CODE, _RECORD_VERSION, [getattr(record, name) for name in names]], use_bin_type=True
-    )
+    # msgpack writes a tuple as an array, exactly as a list.
+    return msgpack.packb((record.TYPE_CODE, _RECORD_VERSION, values(record)), use_bin_type=True)
+
+
+def encode_records(records: Iterable[Record]) -> list[bytes]:
+    """``encode_record`` for each record, with one packer for all of them
+    (a packer per call costs as much as the packing). Raises ``TypeError``
+    for an object that is not a record."""
+    pack = msgpack.Packer(use_bin_type=True).pack
+    encoded = []
+    for record in records:
+        values = _VALUES.get(type(record))
+        if values is None:
+            raise TypeError(f"not a metadata record: {type(record).__name__}")
+        encoded.append(pack((record.TYPE_CODE, _RECORD_VERSION, values(record))))
+    return encoded
+
+
+def _new_record(cls: type, names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
+    """``cls(**dict(zip(names, values)))`` without the keyword dictionary:
+    set each slot as the frozen dataclass's ``__init__`` does, then run its
+    validation (``ValueError``)."""
+    record = _object_new(cls)
+    for name, value in zip(names, values):
+        _object_setattr(record, name, value)
+    post_init = getattr(cls, "__post_init__", None)
+    if post_init is not None:
+        post_init(record)
+    return record
+
+
+_object_new = object.__new__
+_object_setattr = object.__setattr__
 
 
 def decode_record(data: bytes) -> Record:
@@ -324,7 +374,7 @@ def decode_record(data: bytes) -> Record:
     if type(values) is not tuple or len(values) != len(names):
         raise RecordDecodeError(f"{cls.__name__} v{version} has {len(names)} fields")
     try:
-        return cls(**dict(zip(names, values)))
+        return _new_record(cls, names, values)
     except (ValueError, TypeError) as error:
         raise RecordDecodeError(f"invalid {cls.__name__}: {error}") from None
 

@@ -4,6 +4,9 @@ stale replies, freshness, want_fence / want_shutdown."""
 
 from __future__ import annotations
 
+import random
+from collections import Counter
+
 import pytest
 
 from broker_agent import (
@@ -238,6 +241,45 @@ def test_registration_retries_back_off_exponentially_capped_at_the_heartbeat_int
         now = due
         assert lifecycle.tick(now) == [Register(attempt)]
     assert waits == [100, 200, 400, 500, 500]
+
+
+def registration_retry_waits(lifecycle, error=ErrorCode.NOT_LEADER, attempts=6):
+    """The waits between refused registrations, each answered at once."""
+    now, waits = 0, []
+    assert lifecycle.tick(now) == [Register(1)]
+    for attempt in range(2, attempts + 2):
+        lifecycle.registration_completed(now, RegisterBrokerResponse(error=error))
+        due = lifecycle.next_timer_ms()
+        waits.append(due - now)
+        assert lifecycle.tick(due - 1) == []
+        now = due
+        assert lifecycle.tick(now) == [Register(attempt)]
+    return waits
+
+
+def test_jittered_registration_retries_wait_between_half_the_backoff_and_all_of_it():
+    waits = registration_retry_waits(BrokerLifecycle(CONFIG, random.Random(7)))
+    for wait, backoff in zip(waits, [100, 200, 400, 500, 500, 500]):
+        assert backoff // 2 <= wait <= backoff
+    assert waits != [100, 200, 400, 500, 500, 500]
+    # The generator is the only source: the same seed, the same waits.
+    assert registration_retry_waits(BrokerLifecycle(CONFIG, random.Random(7))) == waits
+
+
+def test_brokers_refused_together_do_not_retry_together():
+    # A controller restart answers 1,000 registrations NOT_LEADER at the
+    # same instant (review finding: without jitter all 1,000 retried in the
+    # same millisecond, and again in each later round).
+    def first_retry_ms(rng):
+        lifecycle = BrokerLifecycle(CONFIG, rng)
+        lifecycle.tick(0)
+        lifecycle.registration_completed(0, RegisterBrokerResponse(error=ErrorCode.NOT_LEADER))
+        return lifecycle.next_timer_ms()
+
+    assert {first_retry_ms(None) for _ in range(1_000)} == {100}
+    retries = Counter(first_retry_ms(random.Random(f"incarnation-{broker}")) for broker in range(1_000))
+    assert set(retries) <= set(range(50, 101))
+    assert len(retries) >= 45 and max(retries.values()) <= 60
 
 
 def test_one_registration_in_flight_at_a_time_and_failures_are_retried():
