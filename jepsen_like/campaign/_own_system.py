@@ -40,18 +40,29 @@ from typing import Any, Protocol
 import trio
 
 from jepsen_like.checker import Model, check, search_history
-from jepsen_like.nemesis import ProxyNetwork
+from jepsen_like.nemesis import HOSTILE_KINDS, HostileTarget, ProxyNetwork, run_kind
 from quorum.client import IndeterminateError, QuorumClient, QuorumClientError
 from quorum.replicated import ApplyFailedError, Replicated, ReplicatedClient
 
 from ._history import HistoryRecorder
 from ._processes import NodeProcess, ProcessGroup
+from ._storage_faults import NothingToDamageError, flip_byte, torn_write
 
 logger = logging.getLogger("pykraft.campaign")
 
 #: The nemeses :func:`run_own_campaign` knows: kill -9 and restart one
-#: node, pause one (SIGSTOP/SIGCONT), cut one off from every other member.
-OWN_NEMESES = ("kill", "pause", "partition")
+#: node, pause one (SIGSTOP/SIGCONT), cut one off from every other member,
+#: hostile clients at one node's own port (garbage, oversized, stalled,
+#: pipelined, forged and flooding traffic: ``jepsen_like.nemesis``), and a
+#: damaged disk (kill, a torn write or a flipped byte in its log, restart;
+#: for systems whose disks the harness knows, ``ReplicatedCluster``).
+OWN_NEMESES = ("kill", "pause", "partition", "hostile", "storage")
+#: The nemeses a campaign runs when not told (the others are asked for).
+DEFAULT_OWN_NEMESES = ("kill", "pause", "partition")
+
+#: Where hostile traffic comes from on loopback: an address of its own, so
+#: that a node's per-address caps tell it from the proxy's links.
+HOSTILE_SOURCE_HOST = "127.0.0.66"
 
 
 # A worker whose operation ended indeterminate waits this long before its
@@ -208,6 +219,15 @@ class ProcessCluster:
     def isolate(self, node_id: int) -> dict[str, Any]:
         return self._network().isolate(node_id, clients=True).as_history_value()
 
+    def hostile_target(self, node_id: int) -> HostileTarget:
+        """Node ``node_id``'s own listener, as a hostile client would dial
+        it (not through the proxy), from an address of its own."""
+        host, port = self._network().listen_address(node_id)
+        return HostileTarget(
+            host=host, port=port, node_id=node_id, voter_ids=tuple(self.node_ids), cluster_id="pykraft",
+            source_host=HOSTILE_SOURCE_HOST,
+        )
+
     def heal(self) -> None:
         if self.network is not None:
             self.network.heal()
@@ -343,6 +363,22 @@ class ReplicatedCluster(ProcessCluster):
         bootstrap = [f"{node_id}@{host}:{port}" for node_id, (host, port) in sorted(addresses.items())]
         return _ReplicatedAdapter(bootstrap, self.queries, self.request_timeout_s)
 
+    def damage_storage(self, node_id: int, rng: random.Random) -> dict[str, Any]:
+        """Kill node ``node_id`` and damage its log as a disk can: a torn
+        write at the end (cut at the next start), or a flipped bit in a
+        batch a valid one follows (damage: the node repairs from the
+        leader before it votes again, docs/storage.md). The caller
+        restarts it. Falls back to a torn write while the log is too short
+        for a flip; raises ``NothingToDamageError`` for an empty log."""
+        self.kill(node_id)
+        data_dir = self.run_dir / "data" / f"node{node_id}"
+        if rng.random() < 0.5:
+            try:
+                return flip_byte(data_dir, rng)
+            except NothingToDamageError:
+                pass
+        return torn_write(data_dir, rng)
+
     async def wait_ready(self, timeout_s: float) -> None:
         """Until a node names a leader. Raises ``TimeoutError``."""
         bootstrap = [f"{node_id}@{host}:{port}" for node_id, (host, port) in sorted(self.addresses_for(0).items())]
@@ -445,15 +481,27 @@ async def _nemesis_loop(
             await trio.to_thread.run_sync(system.kill, node_id)
         elif kind == "pause":
             await trio.to_thread.run_sync(system.pause, node_id)
-        else:
+        elif kind == "partition":
             fault = {**await trio.to_thread.run_sync(system.isolate, node_id), "fault_id": faults}
+        elif kind == "storage":
+            damage_rng = random.Random(rng.getrandbits(64))
+            try:
+                fault["damage"] = await trio.to_thread.run_sync(system.damage_storage, node_id, damage_rng)  # type: ignore[attr-defined]
+            except NothingToDamageError as nothing:
+                fault["damage"] = {"kind": "none", "reason": str(nothing)}
         recorder.nemesis(kind, {"phase": "start", "fault": fault})
-        await trio.sleep(fault_s)
-        if kind == "kill":
+        if kind == "hostile":
+            attack_kind = rng.choice(sorted(HOSTILE_KINDS))
+            fault["attacks"] = list(HOSTILE_KINDS[attack_kind])
+            results = await run_kind(attack_kind, system.hostile_target(node_id), fault_s, seed=rng.getrandbits(32))  # type: ignore[attr-defined]
+            fault["stats"] = [stats.as_history_value() for stats in results]
+        else:
+            await trio.sleep(fault_s)
+        if kind in ("kill", "storage"):
             await trio.to_thread.run_sync(system.restart, node_id)
         elif kind == "pause":
             await trio.to_thread.run_sync(system.resume, node_id)
-        else:
+        elif kind == "partition":
             await trio.to_thread.run_sync(system.heal)
         recorder.nemesis(kind, {"phase": "end", "fault": fault})
     return faults
@@ -467,7 +515,7 @@ async def run_own_campaign(
     run_dir: Path,
     clients: int = 4,
     duration_s: float = 10.0,
-    nemeses: tuple[str, ...] = OWN_NEMESES,
+    nemeses: tuple[str, ...] = DEFAULT_OWN_NEMESES,
     fault_s: float = 1.0,
     seed: int = 0,
     op_timeout_s: float = 12.0,
@@ -483,13 +531,22 @@ async def run_own_campaign(
     quick feedback, ``result`` maps each key to its ``KeyVerdict``). ``generate(rng)`` returns one operation, ``{"f": name, "value":
     argument}``, from the worker's own seeded ``random.Random``.
 
-    Raises ``ValueError`` for an unknown nemesis or checker, ``TimeoutError``
+    ``hostile`` needs a system with ``hostile_target(node_id)``
+    (``ProcessCluster`` has one), ``storage`` one with
+    ``damage_storage(node_id, rng)`` (``ReplicatedCluster``: it knows
+    pykraft's log format).
+
+    Raises ``ValueError`` for an unknown nemesis or checker, or one the
+    system does not support, ``TimeoutError``
     when the system shows no leader within ``ready_timeout_s``, and what the
     checker raises (``HistoryFormatError``).
     """
     unknown = sorted(set(nemeses) - set(OWN_NEMESES))
     if unknown:
         raise ValueError(f"unknown nemeses {unknown}; choose from {', '.join(OWN_NEMESES)}")
+    for nemesis, method in (("hostile", "hostile_target"), ("storage", "damage_storage")):
+        if nemesis in nemeses and not hasattr(system, method):
+            raise ValueError(f"the {nemesis} nemesis needs a system with {method}() ({type(system).__name__} has none)")
     if checker not in ("spark", "search"):
         raise ValueError(f"checker must be 'spark' or 'search', got {checker!r}")
     run_dir = Path(run_dir)
