@@ -2402,6 +2402,7 @@ class QuorumNode:
         voters = self._voter_records[-1][1] if self._voter_records else self._base_voters
         if voters == self._voters:
             return
+        was_alone = len(self._voters) == 1 and self._is_voter
         self._voters = voters
         self._voter_ids = frozenset(voters.ids)
         self._is_voter = voters.holds(self.node_id, self.config.directory_id)
@@ -2414,6 +2415,14 @@ class QuorumNode:
             for replica in state.replicas.values():
                 replica.is_voter = voters.holds(replica.node_id, replica.directory_id)
             state.fetched_voters = {voter for voter in state.fetched_voters if state.replicas[voter].is_voter}
+            if was_alone and not (len(voters) == 1 and self._is_voter):
+                # A leader alone was its own majority and kept no
+                # check-quorum window (KAFKA-16144): its deadline is long
+                # past. The voter it just gained gets a whole window to
+                # fetch, or the leader would resign at its next tick
+                # (found by the sweep, seed 46403: a single voter resigned
+                # 3 ms after auto-join added a second).
+                state.check_quorum_deadline = self._tick + self.config.ticks(self.config.check_quorum_ms)
             self._maybe_advance_high_watermark()
             self._check_pending_reads(state)
 

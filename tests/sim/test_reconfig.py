@@ -109,3 +109,33 @@ def test_the_sweep_counts_reconfiguration_seeds_apart_and_can_run_only_them():
     assert "1 seeds with reconfiguration (" in outcome.output and ", 0 violations" in outcome.output
     refused = CliRunner().invoke(sweep_command, ["--scenario", "zombie-leader", "--reconfigure"])
     assert refused.exit_code == 2 and "only the random scenario" in refused.output
+
+
+def _voters(*node_ids: int) -> VoterSet:
+    return VoterSet(tuple(Voter(node_id, f"d{node_id}-0") for node_id in node_ids))
+
+
+def test_a_record_committed_in_a_set_not_yet_committed_is_durable():
+    """Found by the sweep (seed 46403): the leader n3 of {3, 5} appended
+    auto-join's {3, 4, 5} at offset 2 and, counting majorities in the last
+    set in its log (Raft thesis §4.1), committed offset 1 on n3 and n4
+    before its disk held offset 2. The end-of-run check counted holders in
+    {3, 5} only, and called the record lost though every majority of
+    either set holds it. It now also counts in sets appended after the last
+    committed one, on disk or in a live node's memory; and still fires when
+    no set in force has a majority holding the record."""
+    sim = _dynamic_sim()
+    committed_set = Entry(0, 1, RecordKind.VOTERS, _voters(3, 5).encode())
+    write = Entry(1, 1, RecordKind.DATA, b"x")
+    grown = Entry(2, 1, RecordKind.VOTERS, _voters(3, 4, 5).encode())
+    for node_id in (3, 4):
+        sim.nodes[node_id].disk.log.append([committed_set, write])
+    sim.nodes[5].disk.log.append([committed_set])
+    sim.nodes[3].core.log.append([committed_set, write, grown])  # in memory, not yet on its disk
+    sim.committed = {entry.offset: (entry.epoch, int(entry.kind), entry.data) for entry in (committed_set, write)}
+    sim.check_final_durability()
+
+    sim.nodes[3].core.log.truncate_to(2)  # no set in force but {3, 5}: one holder of two
+    sim.nodes[4].disk.log.truncate_to(1)
+    with pytest.raises(InvariantViolation, match="lost-write: committed offset 1 is on 1 disks"):
+        sim.check_final_durability()

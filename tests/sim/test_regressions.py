@@ -229,3 +229,20 @@ def test_the_membership_nemesis_removes_only_a_wiped_voter_of_the_current_set(se
     wipes = [line for line in lines if "DISK WIPED" in line]
     assert len(wipes) >= 2, "the schedule drifted: the run no longer wipes two disks"
     assert any("OPERATOR add" in line for line in lines), "the schedule drifted: no voter is added back"
+
+
+def test_a_single_voter_that_gains_a_second_does_not_resign_for_check_quorum():
+    """Found by an 8,000-seed sweep (seed 46403, with auto-join): n3, left
+    the only voter, led alone for seconds (a single voter is its own
+    majority and kept no check-quorum window, KAFKA-16144); auto-join added
+    n5, and n3 resigned 3 ms later "for check quorum": its window's
+    deadline was long past. A leader that stops being alone now opens a
+    whole window for the voter it gained."""
+    lines: list[str] = []
+    options = random_options(46403)
+    result = run_scenario("random", 46403, options, trace=lines.append)
+    assert result.valid, result.violation
+    grown = next((index for index, line in enumerate(lines) if "AUTO-JOIN at n3: voters record at offset 119" in line), None)
+    assert grown is not None, "the schedule drifted: auto-join no longer grows n3's single-voter set"
+    assert any("OPERATOR remove n2" in line for line in lines[:grown]), "the schedule drifted: n3 is no longer left alone"
+    assert not any("n3 resigned" in line and "check quorum" in line for line in lines[grown:]), "n3 resigned after gaining a voter"
