@@ -186,6 +186,7 @@ async def test_storage_faults_on_real_processes_are_recorded_survived_and_lose_n
     assert "storage-flip-byte" in report and "hatch-disk" in report and "disk-full" in report
 
 
+@pytest.mark.long  # half a minute on 2 cores: make soak (make run runs a chaos campaign with --tls; TLS bindings: tests/cli, tests/broker_agent)
 async def test_a_chaos_campaign_over_mutual_tls_is_valid_and_nothing_is_refused(tmp_path):
     """Issue 16: every connection TLS (controllers, brokers, the harness's
     clients, synthetic brokers registering with their own certificates);

@@ -61,6 +61,7 @@ async def test_the_ledger_campaign_checked_by_spark(replicated_cluster, tmp_path
     assert result.faults >= 4
 
 
+@pytest.mark.long  # 20-40 s on 2 cores: make soak
 async def test_the_ledger_survives_hostile_clients_and_damaged_disks(replicated_cluster, tmp_path):  # noqa: F811
     """The other two nemeses: garbage, oversized, stalled and flooding
     traffic at a node's own port, and a node killed with its log torn or a
