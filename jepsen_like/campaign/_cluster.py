@@ -528,6 +528,9 @@ class Cluster(ClusterMembers):
                             "record_hash": digest,
                             "write_id": write_id,
                             "hwm": hwm,
+                            # Records below it are in the node's snapshot
+                            # (compacted, not in this dump).
+                            "log_start": storage.log.start_offset,
                         }
                         out.write(json.dumps(record) + "\n")
                         written += 1

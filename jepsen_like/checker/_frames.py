@@ -94,6 +94,7 @@ LOG_DUMP_SCHEMA = T.StructType(
         T.StructField("record_hash", T.StringType()),
         T.StructField("write_id", T.StringType()),
         T.StructField("hwm", T.LongType()),
+        T.StructField("log_start", T.LongType()),
     ]
 )
 NODE_EVENT_FIELDS = [field.name for field in NODE_EVENT_SCHEMA.fields]

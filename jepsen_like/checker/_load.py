@@ -534,7 +534,7 @@ def _read_side_file(path: Path, required: Mapping[str, tuple[str, ...]] | tuple[
         for name in names:
             if record.get(name) is None:
                 raise HistoryFormatError(f"{where}: missing required field {name!r}")
-        for name in ("epoch", "broker_epoch", "offset", "hwm"):
+        for name in ("epoch", "broker_epoch", "offset", "hwm", "log_start"):
             if record.get(name) is not None and not _is_int(record[name]):
                 raise HistoryFormatError(f"{where}: {name} must be an integer, got {record[name]!r}")
         if record.get("accepted") is not None and not isinstance(record["accepted"], bool):

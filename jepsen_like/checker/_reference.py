@@ -80,7 +80,7 @@ NODE_EVENT_FIELDS = (
     "time", "node", "kind", "epoch", "role", "leader", "broker_id", "broker_epoch",
     "offset", "state", "accepted", "request",
 )
-LOG_RECORD_FIELDS = ("node", "offset", "epoch", "record_hash", "write_id", "hwm")
+LOG_RECORD_FIELDS = ("node", "offset", "epoch", "record_hash", "write_id", "hwm", "log_start")
 
 
 def render_node_event(event: Mapping[str, Any]) -> dict[str, Any]:
@@ -347,10 +347,14 @@ def lost_writes(history: _History, log_records: Sequence[Mapping[str, Any]]) -> 
       put that did not fail could have come after it (every such put
       completed before this append was invoked);
     - final-log: it carries a ``write_id`` that no node's log dump holds at
-      a committed offset (offset < that node's hwm).
+      a committed offset (offset < that node's hwm), and a dump could hold
+      it: its offset is at or past the lowest ``log_start`` of the dumps
+      (the records below a node's ``log_start`` are in its snapshot), or,
+      without an offset, every dump starts at 0.
     """
     finals = final_reads(history)
     committed_write_ids = {r["write_id"] for r in log_records if r.get("write_id") is not None and r["offset"] < r["hwm"]}
+    lowest_log_start = min((r.get("log_start") or 0 for r in log_records), default=0)
     found = []
     for op in history.operations:
         kind = history.kind[op.index]
@@ -375,7 +379,8 @@ def lost_writes(history: _History, log_records: Sequence[Mapping[str, Any]]) -> 
                 )
                 if op.invoke_value not in final.value and not later_put:
                     reasons.append("final-read-append")
-        if log_records and op.extra.get("write_id") is not None and op.extra["write_id"] not in committed_write_ids:
+        in_dumps = op.offset >= lowest_log_start if op.offset is not None else lowest_log_start == 0
+        if log_records and in_dumps and op.extra.get("write_id") is not None and op.extra["write_id"] not in committed_write_ids:
             reasons.append("final-log")
         if reasons:
             uses_final_read = any(reason.startswith("final-read") for reason in reasons)

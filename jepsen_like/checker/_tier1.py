@@ -308,7 +308,16 @@ def lost_writes(ops: DataFrame, writers: DataFrame, log_dumps: DataFrame | None,
             on=(joined["hid"] == committed_ids["l_hid"]) & (joined["write_id"] == committed_ids["l_write_id"]),
             how="left",
         )
-        missing_from_log = has_dumps & F.col("write_id").isNotNull() & F.col("in_log").isNull()
+        # Records below a node's log_start are in its snapshot, not its
+        # dump: a write there (or one without an offset, when no dump
+        # starts at 0) cannot be looked for.
+        log_starts = log_dumps.groupBy(F.col("hid").alias("s_hid")).agg(
+            F.min(F.coalesce(F.col("log_start"), F.lit(0))).alias("lowest_log_start")
+        )
+        joined = joined.join(log_starts, on=joined["hid"] == log_starts["s_hid"], how="left")
+        lowest = F.coalesce(F.col("lowest_log_start"), F.lit(0))
+        in_dumps = F.when(F.col("offset").isNotNull(), F.col("offset") >= lowest).otherwise(lowest == 0)
+        missing_from_log = has_dumps & F.col("write_id").isNotNull() & F.col("in_log").isNull() & in_dumps
     else:
         missing_from_log = F.lit(False)
 

@@ -129,10 +129,15 @@ def histories(draw):
     if draw(st.booleans()):
         for node in NODES:
             hwm = draw(st.integers(0, 4))
-            for offset in range(draw(st.integers(0, 4))):
-                log_dumps.append({"node": node, "offset": offset, "epoch": draw(st.integers(1, 2)),
-                                  "record_hash": draw(st.sampled_from(["h1", "h2"])),
-                                  "write_id": draw(st.sampled_from([None, "w0", "w1", "w2"])), "hwm": hwm})
+            # A node whose early records are in its snapshot: its dump starts later.
+            log_start = draw(st.sampled_from([None, 0, 1, 3]))
+            for offset in range(log_start or 0, draw(st.integers(0, 4))):
+                record = {"node": node, "offset": offset, "epoch": draw(st.integers(1, 2)),
+                          "record_hash": draw(st.sampled_from(["h1", "h2"])),
+                          "write_id": draw(st.sampled_from([None, "w0", "w1", "w2"])), "hwm": hwm}
+                if log_start is not None:
+                    record["log_start"] = log_start
+                log_dumps.append(record)
     return events, meta, node_events, log_dumps
 
 
