@@ -530,7 +530,7 @@ class Cluster(ClusterMembers):
                             "hwm": hwm,
                             # Records below it are in the node's snapshot
                             # (compacted, not in this dump).
-                            "log_start": storage.log.start_offset,
+                            "log_start": storage.log.log_start_offset,
                         }
                         out.write(json.dumps(record) + "\n")
                         written += 1
