@@ -16,17 +16,15 @@ majority of the last voter set.
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import initialize, rule
 
-from jepsen_like.sim import SimOptions, Simulation, find_stale_reads
+from _stateful_base import NODES, SimulatedClusterMachine
+from jepsen_like.sim import SimOptions, Simulation
 from jepsen_like.sim._reconfig_scenarios import Operator, membership_move
-from jepsen_like.sim._scenario_kit import _heal_and_check_liveness, _Workload
-
-NODES = 5
-node_index = st.integers(min_value=0, max_value=NODES - 1)
+from jepsen_like.sim._scenario_kit import _Workload
 
 
-class ReconfigurationUnderFaults(RuleBasedStateMachine):
+class ReconfigurationUnderFaults(SimulatedClusterMachine):
     @initialize(
         seed=st.integers(min_value=0, max_value=2**32 - 1),
         voters=st.sampled_from([1, 3, 3, 5]),
@@ -46,9 +44,6 @@ class ReconfigurationUnderFaults(RuleBasedStateMachine):
         self.workload = _Workload(self.sim, keys=("a", "b"))
         self.nodes = sorted(self.sim.nodes)
 
-    def _node(self, index):
-        return self.nodes[index % len(self.nodes)]
-
     @rule(data=st.data(), roll=st.floats(min_value=0, max_value=1, exclude_max=True))
     def change_voters(self, data, roll):
         """One membership move, then time for it to commit (or not)."""
@@ -61,49 +56,10 @@ class ReconfigurationUnderFaults(RuleBasedStateMachine):
         )
         self.sim.run_for(data.draw(st.integers(min_value=0, max_value=1500)))
 
-    @rule(duration_ms=st.integers(min_value=1, max_value=4000))
-    def time_passes(self, duration_ms):
-        self.sim.run_for(duration_ms)
-
-    @rule(index=node_index)
-    def isolate(self, index):
-        self.sim.network.isolate(self._node(index), self.nodes)
-
-    @rule(src=node_index, dst=node_index)
-    def cut_one_way(self, src, dst):
-        if self._node(src) != self._node(dst):
-            self.sim.network.block(self._node(src), self._node(dst))
-
-    @rule()
-    def heal(self):
-        self.sim.heal()
-
-    @rule(index=node_index)
-    def crash(self, index):
-        self.sim.crash(self._node(index))
-
-    @rule(index=node_index)
-    def restart(self, index):
-        self.sim.restart(self._node(index))
-
     @rule(key=st.sampled_from(["a", "b"]))
     def write(self, key):
         leader = self.sim.leader()
         self.workload.write(leader if leader is not None else self.nodes[0], key)
-
-    @invariant()
-    def reads_keep_their_contract(self):
-        if hasattr(self, "sim"):
-            options = self.sim.options
-            bound_ms = options.check_quorum_factor * options.fetch_timeout_ms
-            assert find_stale_reads(self.sim.history, bound_ms) == []
-
-    def teardown(self):
-        if not hasattr(self, "sim"):
-            return
-        self.sim.run_for(self.sim.options.client_timeout_ms)
-        _heal_and_check_liveness(self.sim, self.workload)
-        self.sim.check_final()
 
 
 # An example simulates a minute or two of a five-node cluster: a tenth of

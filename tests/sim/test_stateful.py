@@ -11,16 +11,16 @@ write (liveness), with every acknowledged write committed.
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import initialize, rule
 
-from jepsen_like.sim import LinkFaults, SimOptions, Simulation, find_stale_reads
-from jepsen_like.sim._scenarios import _heal_and_check_liveness, _Workload
+from _stateful_base import SimulatedClusterMachine, node_index
+from jepsen_like.sim import LinkFaults, SimOptions, Simulation
+from jepsen_like.sim._scenarios import _Workload
 
-node_index = st.integers(min_value=0, max_value=4)
 keys = st.sampled_from(["a", "b"])
 
 
-class QuorumUnderFaults(RuleBasedStateMachine):
+class QuorumUnderFaults(SimulatedClusterMachine):
     @initialize(
         seed=st.integers(min_value=0, max_value=2**32 - 1),
         voters=st.sampled_from([1, 3, 3, 5]),
@@ -32,13 +32,6 @@ class QuorumUnderFaults(RuleBasedStateMachine):
         self.sim = Simulation(seed, options)
         self.workload = _Workload(self.sim, keys=("a", "b"))
         self.nodes = sorted(self.sim.nodes)
-
-    def _node(self, index):
-        return self.nodes[index % len(self.nodes)]
-
-    @rule(duration_ms=st.integers(min_value=1, max_value=4000))
-    def time_passes(self, duration_ms):
-        self.sim.run_for(duration_ms)
 
     @rule()
     def messages_in_flight_arrive(self):
@@ -52,31 +45,10 @@ class QuorumUnderFaults(RuleBasedStateMachine):
     def links_turn_lossy(self, drop, duplicate, reorder):
         self.sim.network.faults = LinkFaults(drop_rate=drop, duplicate_rate=duplicate, reorder_rate=reorder)
 
-    @rule(index=node_index)
-    def isolate(self, index):
-        self.sim.network.isolate(self._node(index), self.nodes)
-
-    @rule(src=node_index, dst=node_index)
-    def cut_one_way(self, src, dst):
-        if self._node(src) != self._node(dst):
-            self.sim.network.block(self._node(src), self._node(dst))
-
     @rule(data=st.data())
     def split(self, data):
         side = data.draw(st.lists(st.sampled_from(self.nodes), unique=True))
         self.sim.network.split(side, [n for n in self.nodes if n not in side])
-
-    @rule()
-    def heal(self):
-        self.sim.heal()
-
-    @rule(index=node_index)
-    def crash(self, index):
-        self.sim.crash(self._node(index))
-
-    @rule(index=node_index)
-    def restart(self, index):
-        self.sim.restart(self._node(index))
 
     @rule(index=node_index, key=keys, to_leader=st.booleans())
     def propose(self, index, key, to_leader):
@@ -86,20 +58,6 @@ class QuorumUnderFaults(RuleBasedStateMachine):
     @rule(index=node_index, key=keys, mode=st.sampled_from(["linearizable", "leader-local"]))
     def read(self, index, key, mode):
         self.workload.read(self._node(index), mode, key)
-
-    @invariant()
-    def reads_keep_their_contract(self):
-        if hasattr(self, "sim"):
-            options = self.sim.options
-            bound_ms = options.check_quorum_factor * options.fetch_timeout_ms
-            assert find_stale_reads(self.sim.history, bound_ms) == []
-
-    def teardown(self):
-        if not hasattr(self, "sim"):
-            return
-        self.sim.run_for(self.sim.options.client_timeout_ms)
-        _heal_and_check_liveness(self.sim, self.workload)
-        self.sim.check_final()
 
 
 # Each example is cheap (a few ms of wall time): three times the profile.s
