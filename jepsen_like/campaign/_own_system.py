@@ -299,6 +299,9 @@ class _ReplicatedAdapter:
         except ApplyFailedError as error:  # the method raised on every replica: no effect
             raise Failed(str(error)) from None
         except IndeterminateError:
+            # Before QuorumClientError, its base class: a call in flight when
+            # its connection failed may have taken effect, so it is recorded
+            # as indeterminate (info), never as a failure.
             raise
         except QuorumClientError as error:  # refused for good before it took effect
             raise Failed(str(error)) from None
@@ -562,13 +565,12 @@ async def run_own_campaign(
                     _client_loop, system, index, clients, generate, recorder, random.Random(f"{seed}/{index}"), deadline, op_timeout_s
                 )
             if nemeses:
-                result_box: list[int] = []
 
                 async def faults_task() -> None:
-                    result_box.append(await _nemesis_loop(system, tuple(nemeses), recorder, random.Random(f"{seed}/nemesis"), deadline, fault_s))
+                    nonlocal faults
+                    faults = await _nemesis_loop(system, tuple(nemeses), recorder, random.Random(f"{seed}/nemesis"), deadline, fault_s)
 
                 nursery.start_soon(faults_task)
-        faults = result_box[0] if nemeses else 0
     finally:
         recorder.close()
         await trio.to_thread.run_sync(system.heal)
