@@ -73,7 +73,11 @@ _NODE_OPTIONS = [
     ),
     click.option("--listen", help="HOST:PORT to listen on (default: this node's voter address)."),
     click.option("--data-dir", type=click.Path(file_okay=False), help="Where the log lives (default: in memory)."),
-    click.option("--cluster-id", default=None, help="Refuse peers of other clusters.  [default: pykraft]"),
+    click.option(
+        "--cluster-id",
+        default=None,
+        help="Refuse peers of other clusters.  [default: the one `format` wrote into --data-dir, else pykraft]",
+    ),
     click.option("--metrics", "metrics_listen", help="HOST:PORT for Prometheus /metrics, /health and /ready."),
     click.option(
         "--metrics-enabled/--no-metrics-enabled", default=None, help="Keep metrics (default on; off only to measure their cost)."
@@ -194,7 +198,7 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
     return NodeConfig(
         node_id=int(settings["node_id"]),
         voters=parse_voters(voters) if isinstance(voters, str) else {int(k): _address(v) for k, v in voters.items()},
-        cluster_id=settings.get("cluster_id", "pykraft"),
+        cluster_id=settings.get("cluster_id"),
         listen=_address(settings["listen"]) if "listen" in settings else None,
         data_dir=settings.get("data_dir"),
         fsync=settings.get("fsync", True),

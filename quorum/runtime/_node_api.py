@@ -147,7 +147,9 @@ class NodeConfig:
 
     node_id: int
     voters: dict[int, tuple[str, int]] = field(default_factory=dict)
-    cluster_id: str = "pykraft"
+    # None: the cluster id ``kraft-quorum format`` wrote into ``data_dir``'s
+    # meta.json, or "pykraft" for an unformatted or in-memory node.
+    cluster_id: str | None = None
     listen: tuple[str, int] | None = None
     data_dir: Path | str | None = None
     fsync: bool = True
@@ -178,6 +180,8 @@ class NodeConfig:
         check_transport_choice(self.tls, self.plaintext)
         if self.data_dir is not None:
             self.identity = read_data_dir_identity(self.data_dir)
+        if self.cluster_id is None:
+            self.cluster_id = self.identity.cluster_id if self.identity is not None else "pykraft"
         if self.identity is not None and self.identity.bootstrap_voters:
             self.voters = {**_bootstrap_addresses(self.identity.bootstrap_voters), **self.voters}
         if not self.voters:

@@ -141,3 +141,20 @@ def test_a_node_formatted_for_dynamic_voters_starts_without_a_voter_list(tmp_pat
     with pytest.raises(ValueError, match="auto_join needs a data directory formatted for dynamic voters"):
         NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9191)}, data_dir=tmp_path / "static", auto_join=True, plaintext=True)
     assert NodeConfig(node_id=2, cluster_id="c", data_dir=tmp_path, auto_join=True, plaintext=True).auto_join
+
+
+def test_a_node_started_without_a_cluster_id_takes_the_formatted_one(tmp_path):
+    """Before: `kraft-quorum node --data-dir D` on a directory formatted
+    with `--cluster-id c` refused to start, because its cluster id had
+    defaulted to "pykraft"."""
+    from quorum.runtime import NodeConfig
+
+    voters = "1@127.0.0.1:9191:aaaa"
+    assert run("format", "--data-dir", str(tmp_path), "--node-id", "1", "--cluster-id", "c", "--initial-voters", voters).exit_code == 0
+    assert NodeConfig(node_id=1, data_dir=tmp_path, plaintext=True).cluster_id == "c"
+    unformatted = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9191)}, data_dir=tmp_path / "fresh", plaintext=True)
+    assert unformatted.cluster_id == "pykraft"
+    assert NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9191)}, plaintext=True).cluster_id == "pykraft"
+    # Given, it must match: storage refuses a directory of another cluster.
+    with pytest.raises(StorageOwnershipError):
+        FileStorage.open(tmp_path, node_id=1, cluster_id=NodeConfig(node_id=1, cluster_id="d", data_dir=tmp_path, plaintext=True).cluster_id, fsync=False)
