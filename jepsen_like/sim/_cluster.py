@@ -130,15 +130,33 @@ class SimOptions:
     # ``--auto-join``): each asks the leader to add its disk once caught up,
     # never again once that disk was a voter. Dynamic voters only.
     auto_join: bool = False
+    # A static voter set that gets upgraded to dynamic voters (issue 17):
+    # the nodes have directory ids (a static ``kraft-quorum format`` writes
+    # one too) and ``spare_nodes`` more start as observers; the scenario, or
+    # the random scenario's membership nemesis, upgrades the set with the
+    # leader's ``upgrade_voters`` (the path ``kraft-quorum upgrade-voters``
+    # takes) before any other change. Not with ``dynamic_voters``.
+    migrate_voters: bool = False
     # An observer of the run, not an option of it (never in ``describe()``):
     # the visual replay's ``Recording`` (``_recorder.py``). None: no cost.
     recorder: Any = None
+
+    @property
+    def voters_may_change(self) -> bool:
+        """Dynamic voters, from the start or after the upgrade: the
+        simulation checks votes and voter sets, and counts majorities in
+        the voter sets of the log."""
+        return self.dynamic_voters or self.migrate_voters
 
     def quorum_config(self, node_id: int, directory_id: str | None = None) -> QuorumConfig:
         dynamic: dict[str, Any] = {}
         if self.dynamic_voters:
             bootstrap = tuple(Voter(voter, disk_directory_id(voter, 0)) for voter in range(1, self.voters + 1))
             dynamic = {"bootstrap_voters": bootstrap, "directory_id": directory_id}
+        elif self.migrate_voters:
+            # Static voters; the directory id is what each Fetch carries,
+            # from which the leader learns the disks it writes in the set.
+            dynamic = {"directory_id": directory_id}
         return QuorumConfig(
             node_id=node_id,
             voters=tuple(range(1, self.voters + 1)),
@@ -187,6 +205,11 @@ class SimOptions:
             **(
                 {"dynamic_voters": True, "spare_nodes": self.spare_nodes, "reconfigure": self.reconfigure}
                 if self.dynamic_voters
+                else {}
+            ),
+            **(
+                {"migrate_voters": True, "spare_nodes": self.spare_nodes, "reconfigure": self.reconfigure}
+                if self.migrate_voters
                 else {}
             ),
             # And auto-join only when on.
@@ -449,7 +472,7 @@ class SimNode:
         self.disk = SimDisk()
         # How often the disk was wiped and formatted again (a new directory).
         self.disk_generation = 0
-        if options.dynamic_voters:
+        if options.voters_may_change:
             self.disk.directory_id = disk_directory_id(node_id, 0)
         # The last vote this process recorded (epoch, voted_for): a new one
         # must come from a voter of the set the node holds.
@@ -744,7 +767,7 @@ class Simulation:
         node.host.start()
         phase_us = self._rng.randrange(self.options.tick_ms * US_PER_MS)
         self._push(phase_us, "tick", node_id, node.incarnation)
-        if self.options.auto_join and self.options.dynamic_voters:
+        if self.options.auto_join and self.options.voters_may_change:
             node.auto_join = AutoJoin(node_id, disk.directory_id, was_voter=disk.auto_join_was_voter)
             self._observe_auto_join(node)
             self._push(self.options.fetch_timeout_ms * US_PER_MS, "auto-join", node_id, node.incarnation)
@@ -953,7 +976,7 @@ class Simulation:
             raise InvariantViolation("hw-regress", f"n{node.node_id} high watermark {node.last_hw} -> {core.high_watermark}")
         node.last_hw = core.high_watermark
         self._check_epoch(node)
-        if self.options.dynamic_voters:
+        if self.options.voters_may_change:
             self._check_voters(node, output)
         if node.auto_join is not None:
             self._observe_auto_join(node)
@@ -1208,7 +1231,7 @@ class Simulation:
         n4 of {3, 4, 5}, whose record at 122 was not yet committed, while
         {3, 5} was the last committed set)."""
         holder_sets: list[tuple[int, list[SimNode]]] = [(len(self.nodes) // 2 + 1, list(self.nodes.values()))]
-        if self.options.dynamic_voters:
+        if self.options.voters_may_change:
             final = self.committed_voters() or self.options.quorum_config(1).initial_voter_set
             holder_sets = [
                 (voters.majority, [node for node_id, node in sorted(self.nodes.items()) if voters.holds(node_id, node.disk.directory_id)])
