@@ -137,6 +137,15 @@ class SimOptions:
     # leader's ``upgrade_voters`` (the path ``kraft-quorum upgrade-voters``
     # takes) before any other change. Not with ``dynamic_voters``.
     migrate_voters: bool = False
+    # Test-only, with ``migrate_voters``: a disk wiped after the upgrade is
+    # formatted as the static cluster's disks were (no ``--initial-voters``),
+    # the procedure docs/operations.md gave first. The new, empty disk is
+    # then a voter of the static set in its own eyes, and with a node that
+    # missed the upgrade it makes a majority of that set (sweep seeds 6521:
+    # two leaders in one epoch; 6954: a leader without committed records).
+    # Off, such a disk is formatted to join (``--join --initial-voters``
+    # naming the committed voter set): an observer until added.
+    static_format_after_upgrade: bool = False
     # An observer of the run, not an option of it (never in ``describe()``):
     # the visual replay's ``Recording`` (``_recorder.py``). None: no cost.
     recorder: Any = None
@@ -282,6 +291,9 @@ class SimDisk:
         self.election_state_lost = False
         # The directory id ``format`` gave this disk (dynamic voters only).
         self.directory_id: str | None = None
+        # The initial voters a ``format --join --initial-voters`` wrote for
+        # this disk (one replaced after a static cluster's upgrade), or None.
+        self.joined_voters: VoterSet | None = None
         # Auto-join's durable marker (``quorum.cli.AUTO_JOIN_MARKER``): this
         # disk has been a voter, so auto-join never adds it again.
         self.auto_join_was_voter = False
@@ -737,8 +749,11 @@ class Simulation:
             return
         if found is not None:
             self._say(f"n{node_id} {found}")
+        config = self.options.quorum_config(node_id, disk.directory_id)
+        if disk.joined_voters is not None:
+            config = replace(config, voters=(), bootstrap_voters=disk.joined_voters.voters)
         node.host = ReplicaHost(
-            self.options.quorum_config(node_id, disk.directory_id),
+            config,
             node.machine,
             _SimPort(self, node),
             rng=rng,
@@ -873,6 +888,14 @@ class Simulation:
         node.disk_generation += 1
         node.disk = SimDisk()
         node.disk.directory_id = disk_directory_id(node_id, node.disk_generation)
+        upgraded = self.first_committed_voters()
+        if self.options.migrate_voters and upgraded is not None and not self.options.static_format_after_upgrade:
+            # ``kraft-quorum format --join --initial-voters`` naming the set
+            # the upgrade wrote: the voters in force at the log's start, as
+            # for a cluster bootstrapped with dynamic voters, and the static
+            # set's ids (so the first VOTERS record the node fetches
+            # overlaps it); this new directory is in none of them.
+            node.disk.joined_voters = upgraded
         self._say(f"NEMESIS n{node_id} DISK WIPED (directory {node.disk.directory_id})")
         self._start(node_id)
 
@@ -1170,6 +1193,15 @@ class Simulation:
                         if voters not in found:
                             found.append(voters)
         return found
+
+    def first_committed_voters(self) -> VoterSet | None:
+        """The voter set of the first committed VOTERS record (a static
+        cluster's upgrade), if any."""
+        for offset in sorted(self.committed):
+            _epoch, kind, data = self.committed[offset]
+            if kind == int(RecordKind.VOTERS):
+                return VoterSet.decode(data)
+        return None
 
     def committed_voters(self) -> VoterSet | None:
         """The voter set of the last committed VOTERS record, if any."""

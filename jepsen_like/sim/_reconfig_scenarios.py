@@ -359,17 +359,10 @@ def upgrade_static_voters(sim: Simulation, result: ScenarioResult) -> None:
     sim._say(f"PARTITION n{isolated} alone")
     sim.schedule(3000, sim.network.heal)
     _require(operator.add(5), "adding n5")
-    result.extra["upgraded_voters"] = [f"{voter.node_id}@{voter.directory_id}" for voter in VoterSet.decode(_first_voters_record(sim)).voters]
+    upgraded = sim.first_committed_voters()
+    assert upgraded is not None
+    result.extra["upgraded_voters"] = [f"{voter.node_id}@{voter.directory_id}" for voter in upgraded.voters]
     _finish(sim, result, operator)
-
-
-def _first_voters_record(sim: Simulation) -> bytes:
-    """The committed upgrade: the first committed VOTERS record."""
-    for offset in sorted(sim.committed):
-        _epoch, kind, data = sim.committed[offset]
-        if kind == int(RecordKind.VOTERS):
-            return data
-    raise InvariantViolation("upgrade-voters", "no VOTERS record was committed")
 
 
 def _upgrade_options(voters: int, spare_nodes: int) -> Callable[[int], SimOptions]:

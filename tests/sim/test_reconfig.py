@@ -6,6 +6,7 @@ invariants the simulation checks after every output do fire."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -212,3 +213,28 @@ def test_the_random_sweep_upgrades_static_voters_on_some_reconfiguration_seeds()
         assert result.valid, f"jepsen-like sim --scenario random --seed {seed}: {result.violation}"
         upgraded += result.simulation.committed_voters() is not None
     assert upgraded == len(seeds)
+
+
+@pytest.mark.parametrize(
+    ("seed", "violation"),
+    [(6521, "two-leaders: n4 (start 1) and n2 (start 2) both lead epoch 2"), (6954, "leader-completeness: n3 leads epoch 4")],
+)
+def test_a_disk_replaced_after_the_upgrade_is_formatted_to_join(seed, violation):
+    """Found by a 600-seed sweep of the upgrade: a disk wiped after the
+    upgrade and formatted as the static cluster's were (no
+    ``--initial-voters``, as docs/operations.md said to) is a voter of the
+    static set in its own eyes, with an empty log. In seed 6521 n2 crashed
+    before it fetched the upgrade and n1's disk was wiped after it: n2 and
+    the empty n1 made a majority of the static {1, 2, 3} and n2 led epoch 2
+    beside n4; in seed 6954 two wiped nodes elected one of them with no
+    committed record. Formatted to join (``--join --initial-voters`` naming
+    the set the upgrade wrote) the new disk is an observer until added."""
+    options = random_options(seed)
+    assert options.migrate_voters
+    found = run_scenario("random", seed, replace(options, static_format_after_upgrade=True))
+    assert not found.valid and found.violation.startswith(violation), f"the schedule drifted: {found.violation}"
+    story: list[str] = []
+    result = run_scenario("random", seed, options, trace=story.append)
+    assert result.valid, f"jepsen-like sim --scenario random --seed {seed}: {result.violation}"
+    upgrade = next(index for index, line in enumerate(story) if "OPERATOR upgrade voters at" in line)
+    assert any("DISK WIPED" in line for line in story[upgrade:])
