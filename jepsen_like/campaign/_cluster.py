@@ -81,6 +81,8 @@ class ClusterSettings:
     # first start, so that the voter set may change at run time (the
     # ``membership`` scenario). See ``initial_voter_ids``.
     dynamic_voters: bool = False
+    # Every controller runs ``--auto-join`` (KIP-853; dynamic voters only).
+    auto_join: bool = False
 
     @property
     def check_quorum_ms(self) -> float:
@@ -358,6 +360,8 @@ class Cluster(ClusterMembers):
             ]  # fmt: skip
             if not self.settings.check_quorum:
                 command.append("--no-check-quorum")
+            if self.settings.auto_join:
+                command.append("--auto-join")
             if node_id in self.metrics_ports:
                 command += ["--metrics", f"127.0.0.1:{self.metrics_ports[node_id]}"]
             return self.network.run_in(node_id, command)

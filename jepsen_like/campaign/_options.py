@@ -46,6 +46,11 @@ class CampaignOptions:
     # Start Debian's Prometheus scraping every node (``--prometheus``); the
     # report links its key queries.
     prometheus: bool = False
+    # KIP-853 auto-join on every controller (``--auto-join``; the
+    # membership scenario only): a replaced voter's new disk is added by
+    # auto-join once the operator has removed the old one, not by the
+    # harness (``replace-voter-auto-join``).
+    auto_join: bool = False
     # A schedule to follow instead of a named scenario and a random
     # workload (``--replay``, ``--from-sim``; docs/replay.md): a
     # ``jepsen_like.sim.Schedule``.
@@ -74,4 +79,5 @@ class CampaignOptions:
             tls=self.tls,
             metrics=self.prometheus,
             dynamic_voters=self.scenario in DYNAMIC_VOTER_SCENARIOS,
+            auto_join=self.auto_join,
         )

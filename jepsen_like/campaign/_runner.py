@@ -91,12 +91,9 @@ class Campaign:
             raise ValueError("a schedule runs on pykraft's own nodes only")
         if options.schedule is None and options.scenario not in NEMESIS_SCENARIOS:
             raise ValueError(f"unknown scenario {options.scenario!r}; choose one of {', '.join(sorted(NEMESIS_SCENARIOS))}")
-        if options.scenario in DYNAMIC_VOTER_SCENARIOS and options.brokers:
-            # kraft-broker's observer is configured with static voters and
-            # drops the VOTERS records a dynamic cluster's log carries.
+        if options.auto_join and (options.scenario not in DYNAMIC_VOTER_SCENARIOS or options.schedule is not None):
             raise ValueError(
-                f"scenario {options.scenario!r} changes the voter set, which kraft-broker cannot follow yet: "
-                "give --brokers 0 (the workload's synthetic brokers still register through the controllers)"
+                f"--auto-join needs dynamic voters: only the {', '.join(sorted(DYNAMIC_VOTER_SCENARIOS))} scenario has them"
             )
         if options.system not in SYSTEMS:
             raise ValueError(f"system must be one of {', '.join(SYSTEMS)}, got {options.system!r}")

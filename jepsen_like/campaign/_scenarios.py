@@ -496,6 +496,20 @@ def _voter_request_failure(error: BaseException) -> dict[str, Any]:
     return {"outcome": "timeout", "error": str(error)}
 
 
+async def _rejoined_by_auto_join(campaign: RunningCampaign, node_id: int, directory_id: str, timeout_s: float) -> float | None:
+    """Seconds until the leader reports voter ``node_id`` with
+    ``directory_id``, added by the node's own auto-join; None if not within
+    ``timeout_s``."""
+    cluster = campaign.cluster
+    assert cluster is not None
+    started = trio.current_time()
+    with trio.move_on_after(timeout_s):
+        while ((await cluster.quorum_view()).voters or {}).get(node_id) != directory_id:
+            await trio.sleep(0.2)
+        return round(trio.current_time() - started, 3)
+    return None
+
+
 async def change_voters(campaign: RunningCampaign, move: MembershipMove, rng: random.Random) -> None:
     """Carry out ``move``, recorded as the nemesis fault ``move.kind``: its
     start names the node, its directory id and the voter set before (as the
@@ -503,10 +517,16 @@ async def change_voters(campaign: RunningCampaign, move: MembershipMove, rng: ra
     committed VOTERS record and the voter set after. A replacement kills
     the node, formats a new disk for it (``kraft-quorum format --join``),
     starts it, removes its old directory id and adds the new one once it
-    has caught up."""
+    has caught up. With auto-join on the controllers (``--auto-join``) a
+    replacement is recorded as ``replace-voter-auto-join``: the operator
+    only removes the old directory id, and the node adds its new disk by
+    itself (the end says ``rejoined_by`` and ``rejoin_s``, from the
+    removal's commit to the new disk in the leader's voter set)."""
     cluster = campaign.cluster
     assert cluster is not None
     node_id = move.node
+    auto_join = move.kind == "replace-voter" and campaign.settings.auto_join
+    kind = "replace-voter-auto-join" if auto_join else move.kind
     described: dict[str, Any] = {"fault_id": rng.getrandbits(32), "node": node_id}
 
     async def start() -> dict[str, Any]:
@@ -529,7 +549,18 @@ async def change_voters(campaign: RunningCampaign, move: MembershipMove, rng: ra
             node.start()
             removed = await voter_request(campaign, lambda client: client.remove_voter(node_id, directory_id))
             value["removed"] = removed
-            if removed["outcome"] == "ok":
+            if auto_join and removed["outcome"] == "indeterminate":
+                # The removal may have happened: the leader's set says.
+                held = (await cluster.quorum_view()).voters
+                if held is not None and held.get(node_id) != directory_id:
+                    removed["outcome"] = "ok"
+                    removed["found"] = "the old directory id is no longer a voter"
+            if removed["outcome"] == "ok" and auto_join:
+                rejoin_s = await _rejoined_by_auto_join(campaign, node_id, new_directory_id, VOTER_REQUEST_TIMEOUT_S)
+                value["outcome"] = "ok" if rejoin_s is not None else "not rejoined"
+                value["rejoined_by"] = "auto-join" if rejoin_s is not None else None
+                value["rejoin_s"] = rejoin_s
+            elif removed["outcome"] == "ok":
                 await wait_until_back(campaign, node_id, timeout_s=30)
                 added = await voter_request(
                     campaign, lambda client: client.add_voter(node_id, new_directory_id, [cluster.endpoint(node_id)])
@@ -539,9 +570,9 @@ async def change_voters(campaign: RunningCampaign, move: MembershipMove, rng: ra
                 value["outcome"] = removed["outcome"]
         view = await cluster.quorum_view()
         value["voters_after"] = sorted(view.voters) if view.voters is not None else None
-        campaign.status(f"{move.kind} n{node_id}: {value.get('outcome')}, voters now {value['voters_after']}")
+        campaign.status(f"{kind} n{node_id}: {value.get('outcome')}, voters now {value['voters_after']}")
 
-    await campaign.fault_with(move.kind, start, body)
+    await campaign.fault_with(kind, start, body)
 
 
 async def membership(campaign: RunningCampaign, deadline_s: float) -> None:

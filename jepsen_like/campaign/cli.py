@@ -67,6 +67,7 @@ class Duration(click.ParamType):
 @click.option("--no-check", is_flag=True, help="Record only; do not run the checker.")
 @click.option("--checker", type=click.Choice(["spark", "reference"]), default="spark", show_default=True, help="reference: the checker's pure-Python twin (short runs only).")
 @click.option("--tls/--no-tls", default=False, show_default=True, help="Mutual TLS on every connection: a CA and certificates per run (docs/security.md); off, every node and broker runs --plaintext.")
+@click.option("--auto-join", is_flag=True, help="membership only: every controller runs --auto-join (KIP-853); a replaced voter's new disk rejoins by auto-join once its old one is removed.")
 @click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal.")
 @click.option("--prometheus", is_flag=True, help="Start Debian's Prometheus scraping every node; the report links its queries.")
 @click.option("--replay", "replay_path", type=click.Path(exists=True, path_type=Path), default=None, help="Run a recorded schedule again (a run directory or a schedule file; docs/replay.md): its nodes, timers, faults and operations, instead of --scenario.")
@@ -89,6 +90,7 @@ def campaign_command(
     no_check: bool,
     checker: str,
     tls: bool,
+    auto_join: bool,
     plain: bool,
     prometheus: bool,
     replay_path: Path | None,
@@ -119,6 +121,7 @@ def campaign_command(
         checker=checker,
         tls=tls,
         prometheus=prometheus,
+        auto_join=auto_join,
     )
     if replay_path is not None or from_sim is not None:
         scenario = _follow_schedule(options, replay_path, from_sim)

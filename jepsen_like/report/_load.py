@@ -488,11 +488,13 @@ KILLING_FAULTS = (
     "storage-election-state-rollback",
     "restart-all-voters",
     "replace-voter",
+    "replace-voter-auto-join",
 )
 
 #: The membership nemesis's voter changes (issue 17, KIP-853): their events
 #: carry the voter set before (start) and after (end) as lists of node ids.
-MEMBERSHIP_FAULTS = ("add-voter", "remove-voter", "replace-voter")
+#: ``replace-voter-auto-join``: a replacement whose new disk auto-join added.
+MEMBERSHIP_FAULTS = ("add-voter", "remove-voter", "replace-voter", "replace-voter-auto-join")
 
 
 def non_voter_spans(

@@ -130,15 +130,42 @@ class SimOptions:
     # ``--auto-join``): each asks the leader to add its disk once caught up,
     # never again once that disk was a voter. Dynamic voters only.
     auto_join: bool = False
+    # A static voter set that gets upgraded to dynamic voters (issue 17):
+    # the nodes have directory ids (a static ``kraft-quorum format`` writes
+    # one too) and ``spare_nodes`` more start as observers; the scenario, or
+    # the random scenario's membership nemesis, upgrades the set with the
+    # leader's ``upgrade_voters`` (the path ``kraft-quorum upgrade-voters``
+    # takes) before any other change. Not with ``dynamic_voters``.
+    migrate_voters: bool = False
+    # Test-only, with ``migrate_voters``: a disk wiped after the upgrade is
+    # formatted as the static cluster's disks were (no ``--initial-voters``),
+    # the procedure docs/operations.md gave first. The new, empty disk is
+    # then a voter of the static set in its own eyes, and with a node that
+    # missed the upgrade it makes a majority of that set (sweep seeds 6521:
+    # two leaders in one epoch; 6954: a leader without committed records).
+    # Off, such a disk is formatted to join (``--join --initial-voters``
+    # naming the committed voter set): an observer until added.
+    static_format_after_upgrade: bool = False
     # An observer of the run, not an option of it (never in ``describe()``):
     # the visual replay's ``Recording`` (``_recorder.py``). None: no cost.
     recorder: Any = None
+
+    @property
+    def voters_may_change(self) -> bool:
+        """Dynamic voters, from the start or after the upgrade: the
+        simulation checks votes and voter sets, and counts majorities in
+        the voter sets of the log."""
+        return self.dynamic_voters or self.migrate_voters
 
     def quorum_config(self, node_id: int, directory_id: str | None = None) -> QuorumConfig:
         dynamic: dict[str, Any] = {}
         if self.dynamic_voters:
             bootstrap = tuple(Voter(voter, disk_directory_id(voter, 0)) for voter in range(1, self.voters + 1))
             dynamic = {"bootstrap_voters": bootstrap, "directory_id": directory_id}
+        elif self.migrate_voters:
+            # Static voters; the directory id is what each Fetch carries,
+            # from which the leader learns the disks it writes in the set.
+            dynamic = {"directory_id": directory_id}
         return QuorumConfig(
             node_id=node_id,
             voters=tuple(range(1, self.voters + 1)),
@@ -187,6 +214,11 @@ class SimOptions:
             **(
                 {"dynamic_voters": True, "spare_nodes": self.spare_nodes, "reconfigure": self.reconfigure}
                 if self.dynamic_voters
+                else {}
+            ),
+            **(
+                {"migrate_voters": True, "spare_nodes": self.spare_nodes, "reconfigure": self.reconfigure}
+                if self.migrate_voters
                 else {}
             ),
             # And auto-join only when on.
@@ -259,6 +291,9 @@ class SimDisk:
         self.election_state_lost = False
         # The directory id ``format`` gave this disk (dynamic voters only).
         self.directory_id: str | None = None
+        # The initial voters a ``format --join --initial-voters`` wrote for
+        # this disk (one replaced after a static cluster's upgrade), or None.
+        self.joined_voters: VoterSet | None = None
         # Auto-join's durable marker (``quorum.cli.AUTO_JOIN_MARKER``): this
         # disk has been a voter, so auto-join never adds it again.
         self.auto_join_was_voter = False
@@ -449,7 +484,7 @@ class SimNode:
         self.disk = SimDisk()
         # How often the disk was wiped and formatted again (a new directory).
         self.disk_generation = 0
-        if options.dynamic_voters:
+        if options.voters_may_change:
             self.disk.directory_id = disk_directory_id(node_id, 0)
         # The last vote this process recorded (epoch, voted_for): a new one
         # must come from a voter of the set the node holds.
@@ -714,8 +749,11 @@ class Simulation:
             return
         if found is not None:
             self._say(f"n{node_id} {found}")
+        config = self.options.quorum_config(node_id, disk.directory_id)
+        if disk.joined_voters is not None:
+            config = replace(config, voters=(), bootstrap_voters=disk.joined_voters.voters)
         node.host = ReplicaHost(
-            self.options.quorum_config(node_id, disk.directory_id),
+            config,
             node.machine,
             _SimPort(self, node),
             rng=rng,
@@ -744,7 +782,7 @@ class Simulation:
         node.host.start()
         phase_us = self._rng.randrange(self.options.tick_ms * US_PER_MS)
         self._push(phase_us, "tick", node_id, node.incarnation)
-        if self.options.auto_join and self.options.dynamic_voters:
+        if self.options.auto_join and self.options.voters_may_change:
             node.auto_join = AutoJoin(node_id, disk.directory_id, was_voter=disk.auto_join_was_voter)
             self._observe_auto_join(node)
             self._push(self.options.fetch_timeout_ms * US_PER_MS, "auto-join", node_id, node.incarnation)
@@ -850,6 +888,14 @@ class Simulation:
         node.disk_generation += 1
         node.disk = SimDisk()
         node.disk.directory_id = disk_directory_id(node_id, node.disk_generation)
+        upgraded = self.first_committed_voters()
+        if self.options.migrate_voters and upgraded is not None and not self.options.static_format_after_upgrade:
+            # ``kraft-quorum format --join --initial-voters`` naming the set
+            # the upgrade wrote: the voters in force at the log's start, as
+            # for a cluster bootstrapped with dynamic voters, and the static
+            # set's ids (so the first VOTERS record the node fetches
+            # overlaps it); this new directory is in none of them.
+            node.disk.joined_voters = upgraded
         self._say(f"NEMESIS n{node_id} DISK WIPED (directory {node.disk.directory_id})")
         self._start(node_id)
 
@@ -953,7 +999,7 @@ class Simulation:
             raise InvariantViolation("hw-regress", f"n{node.node_id} high watermark {node.last_hw} -> {core.high_watermark}")
         node.last_hw = core.high_watermark
         self._check_epoch(node)
-        if self.options.dynamic_voters:
+        if self.options.voters_may_change:
             self._check_voters(node, output)
         if node.auto_join is not None:
             self._observe_auto_join(node)
@@ -1148,6 +1194,15 @@ class Simulation:
                             found.append(voters)
         return found
 
+    def first_committed_voters(self) -> VoterSet | None:
+        """The voter set of the first committed VOTERS record (a static
+        cluster's upgrade), if any."""
+        for offset in sorted(self.committed):
+            _epoch, kind, data = self.committed[offset]
+            if kind == int(RecordKind.VOTERS):
+                return VoterSet.decode(data)
+        return None
+
     def committed_voters(self) -> VoterSet | None:
         """The voter set of the last committed VOTERS record, if any."""
         for offset in sorted(self.committed, reverse=True):
@@ -1208,7 +1263,7 @@ class Simulation:
         n4 of {3, 4, 5}, whose record at 122 was not yet committed, while
         {3, 5} was the last committed set)."""
         holder_sets: list[tuple[int, list[SimNode]]] = [(len(self.nodes) // 2 + 1, list(self.nodes.values()))]
-        if self.options.dynamic_voters:
+        if self.options.voters_may_change:
             final = self.committed_voters() or self.options.quorum_config(1).initial_voter_set
             holder_sets = [
                 (voters.majority, [node for node_id, node in sorted(self.nodes.items()) if voters.holds(node_id, node.disk.directory_id)])

@@ -62,6 +62,27 @@ class Operator:
         """Ask the leader once to remove ``node_id``."""
         return self.try_once(description or f"remove n{node_id}", self._removing(node_id))
 
+    def upgrade(self, timeout_ms: float = CHANGE_TIMEOUT_MS) -> bool:
+        """Upgrade the static voter set to dynamic voters through the
+        leader's ``upgrade_voters`` (what ``kraft-quorum upgrade-voters``
+        asks of it), asking again after a refusal or a leader change until
+        a VOTERS record is committed."""
+        return self._change("upgrade voters", self._upgrading, lambda _voters: self.upgraded, timeout_ms)
+
+    def try_upgrade(self) -> bool:
+        """Ask the leader once to upgrade the static voter set."""
+        return self.try_once("upgrade voters", self._upgrading)
+
+    @property
+    def upgraded(self) -> bool:
+        """Is a VOTERS record committed (the voters are dynamic for good)?"""
+        return self.sim.committed_voters() is not None
+
+    @staticmethod
+    def _upgrading(host: ReplicaHost) -> int | None:
+        # No endpoints: the simulator's nodes are reached by id.
+        return host.upgrade_voters({})
+
     def _adding(self, voter: Voter) -> Callable[[ReplicaHost], int]:
         def apply(host: ReplicaHost) -> int:
             offset = host.add_voter(voter)
@@ -83,7 +104,7 @@ class Operator:
 
         return apply
 
-    def try_once(self, description: str, apply: Callable[[ReplicaHost], int]) -> bool:
+    def try_once(self, description: str, apply: Callable[[ReplicaHost], int | None]) -> bool:
         """Ask the current leader once (no waiting): True if it appended."""
         sim = self.sim
         leader = sim.stable_leader()
@@ -98,13 +119,16 @@ class Operator:
         except (NotLeaderError, ReconfigurationError) as refused:
             sim._say_full(f"OPERATOR {description} at n{leader} refused: {refused}")
             return False
+        if offset is None:
+            sim._say_full(f"OPERATOR {description} at n{leader}: the voters are dynamic already")
+            return False
         sim._say(f"OPERATOR {description} at n{leader}: voters record at offset {offset}")
         return True
 
     def _change(
         self,
         description: str,
-        apply: Callable[[ReplicaHost], int],
+        apply: Callable[[ReplicaHost], int | None],
         done: Callable[[VoterSet], bool],
         timeout_ms: float,
     ) -> bool:
@@ -281,6 +305,77 @@ def add_voter_that_dies(sim: Simulation, result: ScenarioResult) -> None:
 add_voter_that_dies.options_factory = dynamic_options(3, 1)  # type: ignore[attr-defined]
 
 
+def upgrade_static_voters(sim: Simulation, result: ScenarioResult) -> None:
+    """Three static voters (two more nodes observe) are upgraded to dynamic
+    voters under writes, through the leader's ``upgrade_voters``, the core
+    path ``kraft-quorum upgrade-voters`` takes (issue 17). Before, a voter
+    change is refused; while a partitioned voter has not fetched within the
+    fetch timeout its directory id is unknown and the upgrade is refused;
+    the leader that appends the upgrade crashes at once (the next leader
+    commits that record or loses it, and the operator asks again: the
+    upgrade is idempotent); every node then restarts with its static
+    configuration and holds dynamic voters, read from its log. Membership
+    goes on: a spare node is added, the leader removed, a voter's disk
+    wiped and replaced under a partition, the second spare added.
+    ``upgrade_ms``: from the first request to the committed VOTERS record."""
+    operator = Operator(sim)
+    leader = _wait_for_leader(sim)
+    _write_continuously(sim, sim.now_ms + 120_000)
+    sim.run_for(500)
+    if operator.try_add(4):
+        raise InvariantViolation("static-voters", "a static voter set accepted an AddVoter before its upgrade")
+    started = sim.now_ms
+    cut_off = [node_id for node_id in operator.voters().ids if node_id != leader][-1]
+    sim.network.isolate(cut_off, sorted(sim.nodes))
+    sim._say(f"PARTITION n{cut_off} alone")
+    sim.run_for(1.5 * sim.options.fetch_timeout_ms)
+    if operator.try_upgrade():
+        raise InvariantViolation("upgrade-voters", f"the upgrade was appended while n{cut_off}'s directory id was unknown")
+    sim.heal()
+    if not sim.run_until_true(operator.try_upgrade, CHANGE_TIMEOUT_MS, step_ms=OPERATOR_PERIOD_MS):
+        raise InvariantViolation("liveness", "no leader appended the upgrade after the partition healed")
+    appended_by = sim.leader()
+    assert appended_by is not None
+    sim.crash(appended_by)
+    sim.schedule(1000, lambda: sim.restart(appended_by))
+    _require(operator.upgrade(), "upgrading the static voters")
+    result.extra["upgrade_ms"] = round(sim.now_ms - started, 3)
+    for node_id in sorted(sim.nodes):
+        sim.crash(node_id)
+        sim.run_for(300)
+        sim.restart(node_id)
+        _wait_for_leader(sim)
+    if not sim.run_until_true(lambda: all(node.core is not None and node.core.dynamic_voters for node in sim.nodes.values()), 10_000):
+        raise InvariantViolation("upgrade-voters", "a node restarted with its static configuration does not hold dynamic voters")
+    _require(operator.add(4), "adding n4 after the upgrade")
+    leader = _wait_for_leader(sim)
+    _require(operator.remove(leader), f"removing the leader n{leader}")
+    victim = [node_id for node_id in operator.voters().ids if node_id != _wait_for_leader(sim)][0]
+    sim.wipe_disk(victim)
+    _require(operator.remove(victim), f"removing the wiped n{victim}'s old disk")
+    _require(operator.add(victim), f"adding n{victim} with its new disk")
+    isolated = [node_id for node_id in operator.voters().ids if node_id != _wait_for_leader(sim)][0]
+    sim.network.isolate(isolated, sorted(sim.nodes))
+    sim._say(f"PARTITION n{isolated} alone")
+    sim.schedule(3000, sim.network.heal)
+    _require(operator.add(5), "adding n5")
+    upgraded = sim.first_committed_voters()
+    assert upgraded is not None
+    result.extra["upgraded_voters"] = [f"{voter.node_id}@{voter.directory_id}" for voter in upgraded.voters]
+    _finish(sim, result, operator)
+
+
+def _upgrade_options(voters: int, spare_nodes: int) -> Callable[[int], SimOptions]:
+    def factory(seed: int) -> SimOptions:
+        del seed
+        return SimOptions(voters=voters, migrate_voters=True, spare_nodes=spare_nodes)
+
+    return factory
+
+
+upgrade_static_voters.options_factory = _upgrade_options(3, 2)  # type: ignore[attr-defined]
+
+
 def _auto_join_options(voters: int, spare_nodes: int, **more: Any) -> Callable[[int], SimOptions]:
     def factory(seed: int) -> SimOptions:
         del seed
@@ -366,6 +461,7 @@ RECONFIG_SCENARIOS = {
     "reconfig-remove-leader": remove_leader,
     "reconfig-remove-partitioned": remove_partitioned_voter,
     "reconfig-add-then-dies": add_voter_that_dies,
+    "reconfig-upgrade-voters": upgrade_static_voters,
 }
 
 
@@ -479,7 +575,8 @@ def membership_move(
 
 def random_reconfiguration(sim: Simulation, rng: random.Random, until_ms: float) -> None:
     """The sweep's membership nemesis: every so often, one
-    ``membership_move`` drawn from the seed."""
+    ``membership_move`` drawn from the seed; with ``migrate_voters``, the
+    upgrade of the static set first (asked again until committed)."""
     operator = Operator(sim)
     # With log damage drawn too, sets stay at three voters or more (see
     # ``damage_survivable``).
@@ -488,7 +585,13 @@ def random_reconfiguration(sim: Simulation, rng: random.Random, until_ms: float)
     def step() -> None:
         if sim.now_ms >= until_ms:
             return
-        membership_move(sim, operator, rng.random(), rng.choice, rng.random, smallest)
+        if sim.options.migrate_voters and not operator.upgraded:
+            # A static set is upgraded first (issue 17): until then the
+            # leader refuses every change (VOTERS_STATIC), and a wiped
+            # static voter would still count, its copy lost.
+            operator.try_upgrade()
+        else:
+            membership_move(sim, operator, rng.random(), rng.choice, rng.random, smallest)
         sim.schedule(rng.uniform(300, 1500), step)
 
     sim.schedule(rng.uniform(0, 500), step)

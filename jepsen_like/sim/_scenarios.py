@@ -543,6 +543,9 @@ def random_options(seed: int) -> SimOptions:
     election_rollback_rate = rng.choice((0.0, 0.0, 0.0, 0.5))
     # After those: KIP-853 auto-join on every node, with the membership nemesis.
     auto_join = rng.random() < 0.5
+    # After those: some reconfiguration seeds start with static voters that
+    # the membership nemesis upgrades first (issue 17; ``migrate_voters``).
+    migrate = reconfigure and rng.random() < 0.3
     return SimOptions(
         voters=voters,
         snapshot_every_records=snapshot_every_records,
@@ -550,7 +553,8 @@ def random_options(seed: int) -> SimOptions:
         disk_fault_rate=disk_fault_rate,
         disk_damage_rate=disk_damage_rate,
         election_rollback_rate=election_rollback_rate,
-        dynamic_voters=reconfigure,
+        dynamic_voters=reconfigure and not migrate,
+        migrate_voters=migrate,
         spare_nodes=2 if reconfigure else 0,
         reconfigure=reconfigure,
         auto_join=reconfigure and auto_join,

@@ -226,8 +226,41 @@ async def test_a_membership_campaign_changes_voters_under_faults_and_loses_nothi
     assert "voter change: the node added, removed or given a new disk" in report
 
 
-async def test_a_membership_campaign_refuses_kraft_brokers(tmp_path):
-    """kraft-broker's observer holds static voters and drops VOTERS records:
-    the membership scenario says so before starting anything."""
-    with pytest.raises(ValueError, match="--brokers 0"):
-        Campaign(CampaignOptions(store=tmp_path / "store", scenario="membership", brokers=1))
+@pytest.mark.long  # about two minutes on 2 cores: make soak; the options' fast test is the next one
+async def test_a_membership_campaign_with_brokers_and_auto_join_loses_nothing(tmp_path):
+    """Issue 17: the membership nemesis with kraft-broker processes, which
+    follow the voter set from the metadata log and keep serving metadata
+    reads while voters change, and with auto-join on every controller: a
+    replaced voter (a wiped disk, the old directory id removed by the
+    operator step) rejoins by itself, recorded as
+    ``replace-voter-auto-join``. Nothing lost or stale; the report draws
+    the voter bands and names the auto-join replacements."""
+    result = await run(
+        tmp_path, None, scenario="membership", time_limit_s=60, seed=7, controllers=4, brokers=2, auto_join=True,
+        checker="reference",
+    )  # fmt: skip
+    assert result.checker_error is None
+    assert result.valid is True, result.anomalies
+    history = [json.loads(line) for line in (result.run_dir / "history.jsonl").read_text().splitlines()]
+    ends = [event for event in history if event["process"] == "nemesis" and event["value"].get("phase") == "end"]
+    rejoined = [e for e in ends if e["f"] == "replace-voter-auto-join" and e["value"]["fault"].get("rejoined_by") == "auto-join"]
+    assert rejoined, "no replaced voter rejoined by auto-join"
+    fault = rejoined[0]["value"]["fault"]
+    assert fault["removed"]["outcome"] == "ok" and fault["new_directory_id"] != fault["directory_id"]
+    # The brokers served metadata reads, Online, after the last voter change.
+    last_change = max(e["time"] for e in ends if e["f"] in ("add-voter", "remove-voter", "replace-voter", "replace-voter-auto-join"))
+    assert any(
+        e["type"] == "ok" and e.get("mode") == "broker" and e.get("state") == "Online" and e["time"] > last_change for e in history
+    )
+    report = result.report.read_text()
+    assert "voter change: the node added, removed or given a new disk" in report and "replace-voter-auto-join" in report
+
+
+def test_a_membership_campaign_takes_brokers_and_auto_join_other_scenarios_refuse_it(tmp_path):
+    """kraft-broker follows the voter set (broker_agent, issue 17 item 4),
+    so the membership scenario runs with brokers; ``--auto-join`` puts
+    ``--auto-join`` on every controller and needs dynamic voters."""
+    campaign = Campaign(CampaignOptions(store=tmp_path / "store", scenario="membership", brokers=2, auto_join=True))
+    assert campaign.settings.dynamic_voters and campaign.settings.auto_join
+    with pytest.raises(ValueError, match="--auto-join needs dynamic voters"):
+        Campaign(CampaignOptions(store=tmp_path / "store", scenario="chaos", auto_join=True))

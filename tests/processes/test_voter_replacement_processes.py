@@ -194,9 +194,13 @@ async def test_a_static_cluster_upgraded_under_write_load_then_a_voter_replaced(
     with a static --voters list take writes while `upgrade-voters` makes
     their voters dynamic (each with the directory id its first start wrote).
     Then one voter's disk is lost: restarted with --voters on the empty
-    directory it refuses to start (the wiped-node hazard); formatted and
-    started again it is an observer, and remove-voter / add-voter replace
-    it. No acknowledged write is lost."""
+    directory it refuses to start (the wiped-node hazard); formatted to
+    join (``--join --initial-voters`` naming the voters as the upgrade wrote
+    them: formatted as the static disks were, the empty disk would count
+    itself a voter of the static set, which a node that missed the upgrade
+    still counts in; simulator seeds 6521 and 6954) and started again it is
+    an observer, and remove-voter / add-voter replace it. No acknowledged
+    write is lost."""
     cluster = ProcessCluster(tmp_path)
     try:
         cluster.start_all()
@@ -227,9 +231,10 @@ async def test_a_static_cluster_upgraded_under_write_load_then_a_voter_replaced(
                 assert not (cluster.data_dir(victim) / "meta.json").exists()
                 await writer.commits(20, 30, "with one voter down")
 
+                upgraded = ",".join(f"{n}@127.0.0.1:{cluster.ports[n]}:{directories[n]}" for n in sorted(directories))
                 formatted = subprocess.run(
                     [str(BIN / "kraft-quorum"), "format", "--data-dir", str(cluster.data_dir(victim)),
-                     "--node-id", str(victim), "--cluster-id", "pykraft"],
+                     "--node-id", str(victim), "--cluster-id", "pykraft", "--join", "--initial-voters", upgraded],
                     capture_output=True, text=True, timeout=60, check=True,
                 )  # fmt: skip
                 new_directory = json.loads(formatted.stdout)["directory_id"]

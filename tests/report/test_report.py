@@ -402,3 +402,28 @@ def test_without_voter_changes_no_controller_is_marked(run):
     run_dir, out = run
     assert load_run(run_dir).non_voter_spans() == {}
     assert "not a voter" not in Page(out.read_text(encoding="utf-8")).all_text()
+
+
+def test_a_replacement_by_auto_join_is_a_voter_change(tmp_path):
+    """The membership nemesis with ``--auto-join`` records a replaced disk
+    that rejoined by itself as ``replace-voter-auto-join`` (issue 17): a
+    voter change, drawn like the others, killing its node at the start."""
+    run_dir = build_run(tmp_path, duration_s=20)
+    history = run_dir / "history.jsonl"
+    events = [json.loads(line) for line in history.read_text().splitlines()]
+    start = {"fault_id": 21, "node": 2, "directory_id": "old2", "voters_before": [1, 2, 3]}
+    end = {**start, "new_directory_id": "new2", "removed": {"outcome": "ok", "offset": 40}, "outcome": "ok",
+           "rejoined_by": "auto-join", "rejoin_s": 2.5, "voters_after": [1, 2, 3]}  # fmt: skip
+    for time_s, phase, fault in ((4, "start", start), (9, "end", end)):
+        events.append({"process": "nemesis", "type": "info", "f": "replace-voter-auto-join", "key": None, "time": time_s * 10**9,
+                       "value": {"phase": phase, "fault": fault}})  # fmt: skip
+    events.sort(key=lambda event: event["time"])
+    for index, event in enumerate(events):
+        event["index"] = index
+    history.write_text("".join(json.dumps(event) + "\n" for event in events))
+    data = load_run(run_dir)
+    [replacement] = [fault for fault in data.faults if fault.f == "replace-voter-auto-join"]
+    assert replacement.end_fault["rejoined_by"] == "auto-join" and replacement.label() == "replace-voter-auto-join n2"
+    page = Page(write_report(run_dir).read_text(encoding="utf-8"))
+    assert "voter change: the node added, removed or given a new disk" in page.all_text()
+    assert sum(1 for tag, a in page.tags if tag == "rect" and a.get("fill") == "url(#hatch-voters)") == 1

@@ -6,10 +6,13 @@ invariants the simulation checks after every output do fire."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from jepsen_like.sim import InvariantViolation, SimOptions, Simulation, random_options, run_scenario
+from jepsen_like.sim._reconfig_scenarios import Operator
+from jepsen_like.sim._scenario_kit import _wait_for_leader
 from quorum import ElectionState, Entry, Output, RecordKind, Voter, VoterSet
 
 
@@ -139,3 +142,99 @@ def test_a_record_committed_in_a_set_not_yet_committed_is_durable():
     sim.nodes[4].disk.log.truncate_to(1)
     with pytest.raises(InvariantViolation, match="lost-write: committed offset 1 is on 1 disks"):
         sim.check_final_durability()
+
+
+# =========================================================================
+# Upgrading static voters to dynamic ones (issue 17): the core path that
+# `kraft-quorum upgrade-voters` takes, under faults, then membership changes
+# =========================================================================
+
+
+def test_static_voters_upgraded_under_faults_then_changed():
+    """Seed 1 of ``reconfig-upgrade-voters``: refused while static and while
+    a partitioned voter's directory id is unknown; the first upgrade record
+    is lost with the leader that appended it (it crashes at once) and the
+    operator's next request, on the next leader, is committed; every node
+    restarts with its static configuration and stays dynamic; then voters
+    are added, the leader removed and a wiped disk replaced."""
+    story: list[str] = []
+    result = run_scenario("reconfig-upgrade-voters", 1, trace=story.append)
+    assert result.valid, f"jepsen-like sim --scenario reconfig-upgrade-voters --seed 1: {result.violation}"
+    assert result.options["migrate_voters"] and "dynamic_voters" not in result.options
+    upgrades = [line for line in story if "OPERATOR upgrade voters at" in line and "voters record at offset" in line]
+    assert len(upgrades) == 2, "the schedule drifted: the first upgrade is no longer lost with its leader"
+    # The committed upgrade names each static voter with the disk it fetched with.
+    assert result.extra["upgraded_voters"] == ["1@d1-0", "2@d2-0", "3@d3-0"]
+    wiped = next(line for line in story if "DISK WIPED" in line)
+    assert any("OPERATOR add n" in line for line in story[story.index(wiped) :])
+    assert result.extra["final_voters"] == [2, 3, 4, 5]
+    sim = result.simulation
+    assert all(node.core.dynamic_voters for node in sim.nodes.values())
+    assert sim.committed_voters().holds(2, "d2-1"), "n2's new disk is not the voter"
+
+
+@pytest.mark.parametrize("seed", [2, 3, 4])
+def test_static_voters_upgrade_scenario_is_safe_and_live_on_more_seeds(seed):
+    result = run_scenario("reconfig-upgrade-voters", seed)
+    assert result.valid, f"jepsen-like sim --scenario reconfig-upgrade-voters --seed {seed}: {result.violation}"
+    assert result.stale_reads == 0
+
+
+def test_a_static_voter_set_refuses_changes_until_upgraded():
+    """Before the upgrade the leader refuses an AddVoter (VOTERS_STATIC),
+    so the operator's one try appends nothing; the upgrade is then
+    appended, and asking again once it is committed appends nothing more
+    (the leader answers that the voters are dynamic already)."""
+    sim = Simulation(7, SimOptions(voters=3, migrate_voters=True, spare_nodes=1))
+    operator = Operator(sim)
+    _wait_for_leader(sim)
+    sim.run_for(3 * sim.options.fetch_timeout_ms)
+    assert not operator.try_add(4)
+    assert not operator.upgraded
+    assert operator.upgrade()
+    assert not operator.try_upgrade()
+    assert operator.voters().ids == (1, 2, 3)
+    assert operator.add(4)
+    sim.check_final()
+
+
+def test_the_random_sweep_upgrades_static_voters_on_some_reconfiguration_seeds():
+    """``random_options`` draws ``migrate_voters`` for some of the seeds
+    with the membership nemesis; on those, the nemesis upgrades the static
+    set first, then changes it (a short multi-seed sweep of them; the first
+    four of this range each upgrade within their fault phase, which a
+    seed that keeps a voter down or cut off throughout does not)."""
+    seeds = [seed for seed in range(3000, 3400) if random_options(seed).migrate_voters][:4]
+    assert len(seeds) == 4
+    assert all(random_options(seed).reconfigure and not random_options(seed).dynamic_voters for seed in seeds)
+    upgraded = 0
+    for seed in seeds:
+        result = run_scenario("random", seed)
+        assert result.valid, f"jepsen-like sim --scenario random --seed {seed}: {result.violation}"
+        upgraded += result.simulation.committed_voters() is not None
+    assert upgraded == len(seeds)
+
+
+@pytest.mark.parametrize(
+    ("seed", "violation"),
+    [(6521, "two-leaders: n4 (start 1) and n2 (start 2) both lead epoch 2"), (6954, "leader-completeness: n3 leads epoch 4")],
+)
+def test_a_disk_replaced_after_the_upgrade_is_formatted_to_join(seed, violation):
+    """Found by a 600-seed sweep of the upgrade: a disk wiped after the
+    upgrade and formatted as the static cluster's were (no
+    ``--initial-voters``, as docs/operations.md said to) is a voter of the
+    static set in its own eyes, with an empty log. In seed 6521 n2 crashed
+    before it fetched the upgrade and n1's disk was wiped after it: n2 and
+    the empty n1 made a majority of the static {1, 2, 3} and n2 led epoch 2
+    beside n4; in seed 6954 two wiped nodes elected one of them with no
+    committed record. Formatted to join (``--join --initial-voters`` naming
+    the set the upgrade wrote) the new disk is an observer until added."""
+    options = random_options(seed)
+    assert options.migrate_voters
+    found = run_scenario("random", seed, replace(options, static_format_after_upgrade=True))
+    assert not found.valid and found.violation.startswith(violation), f"the schedule drifted: {found.violation}"
+    story: list[str] = []
+    result = run_scenario("random", seed, options, trace=story.append)
+    assert result.valid, f"jepsen-like sim --scenario random --seed {seed}: {result.violation}"
+    upgrade = next(index for index, line in enumerate(story) if "OPERATOR upgrade voters at" in line)
+    assert any("DISK WIPED" in line for line in story[upgrade:])

@@ -82,11 +82,14 @@ def _random(seed: int, *, pre_vote: bool = True) -> SimOptions:
 
 def _as_found(seed: int) -> SimOptions:
     """``random_options(seed)`` as the sweep drew it before election-state
-    rollbacks and auto-join (drawn last, and only when on: off, the run
-    draws as it did)."""
+    rollbacks, auto-join and the upgrade of static voters (drawn last, and
+    only when on: off, the run draws as it did)."""
     options = random_options(seed)
     options.election_rollback_rate = 0.0
     options.auto_join = False
+    # And before some reconfiguration seeds started with static voters to
+    # upgrade (``migrate_voters``, drawn last): dynamic from the start.
+    options.dynamic_voters, options.migrate_voters = options.reconfigure, False
     return options
 
 
