@@ -44,6 +44,7 @@ class Trigger(enum.Enum):
     LEADER_RESIGNED = "leader resigned"
     CHECK_QUORUM = "check quorum"
     RESIGN_REQUESTED = "resign requested"
+    HANDED_OVER = "handed over"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,7 @@ ROLE_TRANSITIONS: tuple[RoleTransition, ...] = (
     RoleTransition(_R, _P, Trigger.ELECTION_TIMEOUT, "a resigned leader stands once nobody took over"),
     RoleTransition(_R, _C, Trigger.ELECTION_TIMEOUT, "a resigned leader stands (pre-vote off)"),
     RoleTransition(_R, _U, Trigger.ELECTION_TIMEOUT, "a leader removed from the voter set observes (KIP-853)"),
+    RoleTransition(_R, _U, Trigger.HANDED_OVER, "a removed leader observes once every voter has its EndQuorumEpoch"),
     # Pre-vote and vote outcomes.
     RoleTransition(_P, _C, Trigger.WON_PRE_VOTE, "KIP-996: a majority would vote"),
     RoleTransition(_P, _F, Trigger.LOST_PRE_VOTE, "KIP-996: back to the known leader, same epoch"),

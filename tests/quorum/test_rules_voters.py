@@ -455,6 +455,49 @@ def test_a_removed_leader_leads_until_the_change_commits_then_hands_over():
     assert cluster.node(2).counters["messages_refused_not_voter"] == 0
 
 
+def test_a_removed_leader_observes_as_soon_as_every_voter_has_its_end_quorum_epoch():
+    """Before: it stayed Resigned, answering clients and its observers that
+    it knew no leader, until its election timeout (writes stopped 1.5 s with
+    node processes). Now the last acknowledgement of its EndQuorumEpoch
+    makes it an observer, which fetches and finds the new leader."""
+    from quorum import EndQuorumEpochResponse
+
+    cluster = dynamic_cluster(3)
+    cluster.elect(1)
+    remove(cluster, 1, 1)
+    cluster.deliver(FetchResponse)
+    cluster.deliver(FetchRequest)
+    assert cluster.node(1).role is Role.RESIGNED
+    cluster.deliver(EndQuorumEpochRequest, dst=2)
+    cluster.deliver(EndQuorumEpochResponse, src=2)
+    assert cluster.node(1).role is Role.RESIGNED  # 3 has not acknowledged yet
+    cluster.deliver(EndQuorumEpochRequest, dst=3)
+    cluster.deliver(EndQuorumEpochResponse, src=3)
+    assert cluster.node(1).role is Role.UNATTACHED and not cluster.node(1).is_voter
+    assert cluster.node(1).epoch == 1  # its own epoch: it keeps its vote record (§3.8)
+
+    new_leader = cluster.run_until(lambda: cluster.leaders() in ([2], [3])) and cluster.leaders()[0]
+    cluster.run_until(lambda: cluster.node(1).leader_id == new_leader)
+    assert cluster.node(1).role is Role.FOLLOWER
+
+
+def test_a_resigned_voter_stays_resigned_after_the_hand_over():
+    """A leader that resigned but is still a voter may have to stand again
+    (its election timeout is the backstop when nobody takes over): the
+    acknowledgements do not hurry it out of Resigned. Only a node that can
+    no longer stand has nothing left to wait for."""
+    from quorum import EndQuorumEpochResponse
+
+    cluster = dynamic_cluster(3)
+    cluster.elect(1)
+    output = cluster.node(1).resign()
+    cluster.handle(1, output)
+    assert cluster.node(1).role is Role.RESIGNED and cluster.node(1).is_voter
+    cluster.deliver(EndQuorumEpochRequest)
+    cluster.deliver(EndQuorumEpochResponse)
+    assert cluster.node(1).role is Role.RESIGNED
+
+
 def test_a_removed_voter_never_stands_and_grants_no_vote():
     cluster = dynamic_cluster(3)
     cluster.elect(1)
