@@ -640,8 +640,16 @@ class QuorumNode:
         self._note_voter_records(self._log.slice(self._log.start_offset))
         # A voter repairing a damaged log acts as an observer until its log
         # is repaired from a leader (``_maybe_finish_repair``): it grants
-        # no vote and never stands. An observer has nothing to repair.
-        self._repair = repairing if self._is_voter else None
+        # no vote and never stands. A node that is an observer by what its
+        # damaged log says repairs too: the damage may have taken the record
+        # that made it a voter, and a leader's records may make it one
+        # again before it holds all it acknowledged (then it must not vote,
+        # FAST '18). Before, the repair was dropped here and its durable
+        # marker kept: a disk added as a voter later came back from its next
+        # restart repairing a damage long since repaired, unable to vote
+        # (with another damaged voter, no majority could elect anyone: the
+        # sweep's seed 12712).
+        self._repair = repairing
 
         self._initialize(stored)
 

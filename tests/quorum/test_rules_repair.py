@@ -201,10 +201,26 @@ def test_a_repair_interrupted_by_a_crash_starts_again():
     assert not answer.granted
 
 
-def test_an_observer_has_nothing_to_repair():
-    cluster = Cluster(3, observers=(4,), down=(4,))
-    cluster.restart(4, repairing=RepairState(damaged_from_offset=0, restart_epoch=0, acknowledged_end=0))
+def test_an_observer_repairs_too_and_finishes_from_the_leader():
+    """Before: "an observer has nothing to repair" dropped the repair while
+    storage kept its marker, so a disk added as a voter later came back
+    from its next restart repairing again, unable to vote (the sweep's seed
+    12712). An observer's damaged log may lack the record that made it a
+    voter; it repairs like a voter, and finishes once it holds what it may
+    have acknowledged."""
+    cluster = Cluster(3, observers=(4,))
+    cluster.elect(1)
+    for number in range(1, 4):
+        cluster.propose(1, f"w{number}".encode())
+    cluster.run(20)
+    assert cluster.node(4).log.end_offset == cluster.node(1).log.end_offset
+    repair = restart_damaged(cluster, 4, damaged_from_offset=1)
+    assert cluster.node(4).repairing == repair and not cluster.node(4).is_voter
+
+    cluster.run(20)
+
     assert cluster.node(4).repairing is None
+    assert cluster.node(4).log.end_offset == cluster.node(1).log.end_offset
 
 
 def test_repair_state_is_validated():

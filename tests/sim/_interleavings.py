@@ -197,6 +197,40 @@ def lone_leader_gained_a_voter_by_auto_join(events: Events, options) -> list[str
     return found
 
 
+_DAMAGE_FOUND = re.compile(r"^n(?P<node>\d+) log damaged at offset \d+")
+
+
+def damaged_observer_added_as_a_voter(events: Events, options) -> list[str]:
+    """A node restarted with a damaged log while it was no voter (an
+    observer, or a spare), and was added as a voter later: seed 12712, where
+    the core dropped such a node's repair but storage kept the marker, so at
+    its next restart the voter repaired again, could not vote, and with a
+    second damaged voter no majority could elect a leader (liveness). The
+    voter set is followed as in ``lone_leader_gained_a_voter_by_auto_join``."""
+    voters = set(range(1, options.voters + 1))
+    damaged_as_observer: dict[int, float] = {}
+    found = []
+    for ms, text in events:
+        if (match := _DAMAGE_FOUND.match(text)) and int(match["node"]) not in voters:
+            damaged_as_observer.setdefault(int(match["node"]), ms)
+            continue
+        match = _VOTER_CHANGE.match(text)
+        if not match:
+            continue
+        added = match["joiner"] or (match["target"] if match["op"] == "add" else None)
+        if added is not None:
+            node = int(added)
+            if node in damaged_as_observer and node not in voters:
+                found.append(
+                    f"n{node}, damaged at {damaged_as_observer.pop(node):.3f} ms while no voter, was added as a voter "
+                    f"at offset {match['offset']}, at {ms:.3f} ms"
+                )
+            voters.add(node)
+        else:
+            voters.discard(int(match["target"]))
+    return found
+
+
 FINGERPRINTS: dict[str, Fingerprint] = {
     function.__name__: function
     for function in (
@@ -206,6 +240,7 @@ FINGERPRINTS: dict[str, Fingerprint] = {
         healed_node_stood_again_and_again,
         deposed_leader_sent_a_snapshot,
         lone_leader_gained_a_voter_by_auto_join,
+        damaged_observer_added_as_a_voter,
     )
 }
 

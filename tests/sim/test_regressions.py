@@ -33,6 +33,7 @@ import re
 import pytest
 from _interleavings import (
     Fingerprint,
+    damaged_observer_added_as_a_voter,
     deposed_leader_sent_a_snapshot,
     epoch_lost_in_a_crash,
     healed_node_stood_again_and_again,
@@ -254,3 +255,24 @@ def test_a_single_voter_that_gains_a_second_does_not_resign_for_check_quorum():
     assert not any(
         ms > float(at_ms) and text.startswith(f"n{leader} resigned") and "check quorum" in text for ms, text in events
     ), f"n{leader} resigned for check quorum after gaining a voter"
+
+
+def test_seed_12712_a_node_damaged_as_an_observer_finishes_its_repair_before_it_is_added():
+    """Found by a sweep of static clusters upgraded to dynamic voters: n5,
+    a spare (an observer), restarted with a damaged log. The core dropped
+    its repair ("an observer has nothing to repair") but storage kept the
+    repair marker. n5 was added as a voter, and at its next restart it
+    repaired the long-repaired damage again, unable to vote; with n3's log
+    damaged too, no majority of {2, 3, 5} could elect anyone (liveness: no
+    write committed after the heal). An observer now repairs like a voter,
+    and its finished repair clears the marker."""
+    options = random_options(12712)
+    result, events = run_with_trace("random", 12712, options)
+    assert result.valid, result.violation
+    found = damaged_observer_added_as_a_voter(events, options)
+    assert found, "the schedule drifted: no node damaged while an observer is added as a voter"
+    node = re.match(r"n(\d+),", found[0]).group(1)
+    added_at_ms = float(re.search(r"at (\S+) ms$", found[0]).group(1))
+    assert any(
+        ms < added_at_ms and text.startswith(f"n{node} ") and "log repaired" in text for ms, text in events
+    ), f"n{node} did not finish its repair before it was added"
