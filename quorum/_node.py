@@ -1463,10 +1463,21 @@ class QuorumNode:
         addition's record, or this node's removal, would otherwise never
         get a majority together). The candidate counts only the votes of
         its own set; a stale or removed node cannot pass the log check, and
-        a live leader's lease still refuses it (§4.2.3)."""
+        a live leader's lease still refuses it (§4.2.3).
+
+        A node whose log ends before its static cluster's upgrade to
+        dynamic voters (KIP-853; down while ``upgrade-voters`` ran) still
+        holds the static set, yet a candidate whose set names this node's
+        own disk is proof of the upgrade: it is heard as well. Before, such a
+        node refused every candidate outside the static set, and with one
+        more voter unable to vote no majority of the upgraded set could
+        elect anyone (the sweep's seed 17247). A static cluster's candidates
+        outside the set, which name no disk of ours, are refused as before."""
         if request.src in self._voter_ids:
             return True
-        return self.dynamic_voters and _log_up_to_date(request, self._log)
+        if not (self.dynamic_voters or self._addressed_as_voter(request)):
+            return False
+        return _log_up_to_date(request, self._log)
 
     def _hands_over(self, request: EndQuorumEpochRequest) -> bool:
         """Is ``request`` our own leader resigning in our epoch? A leader

@@ -498,6 +498,36 @@ def test_a_resigned_voter_stays_resigned_after_the_hand_over():
     assert cluster.node(1).role is Role.RESIGNED
 
 
+def test_a_voter_that_missed_the_upgrade_hears_a_candidate_whose_set_names_its_disk():
+    """A static voter whose log ends before the upgrade to dynamic voters
+    (it was down when the leader wrote it) holds the static set. A
+    candidate outside that set whose Vote names this node's disk proves the
+    upgrade (Raft thesis §4.1: grant to a candidate outside the latest
+    configuration); one that names no disk of ours is refused as before
+    (the sweep's seed 17247 was stuck without it)."""
+    from harness import messages_of
+
+    cluster = Cluster(3, down=(1, 2, 3))
+    for node_id in (1, 2, 3):
+        replica = cluster.replicas[node_id]
+        replica.config = dataclasses.replace(replica.config, directory_id=directory(node_id))
+        cluster.restart(node_id)
+    assert not cluster.node(3).dynamic_voters
+
+    def vote(voter_directory_id):
+        request = VoteRequest(
+            src=5, dst=3, epoch=4, last_epoch=0, end_offset=cluster.node(3).log.end_offset, pre_vote=False,
+            voter_directory_id=voter_directory_id,
+        )  # fmt: skip
+        [answer] = messages_of(cluster.inject(request))
+        return answer
+
+    refused = vote(None)
+    assert not refused.granted and refused.error is ErrorCode.INVALID_REQUEST
+    assert vote(directory(3)).granted
+    assert cluster.node(3).voted_for == 5
+
+
 def test_a_removed_voter_never_stands_and_grants_no_vote():
     cluster = dynamic_cluster(3)
     cluster.elect(1)

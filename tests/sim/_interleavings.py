@@ -231,6 +231,36 @@ def damaged_observer_added_as_a_voter(events: Events, options) -> list[str]:
     return found
 
 
+_UPGRADE = re.compile(r"^OPERATOR upgrade voters at n\d+: voters record at offset (?P<offset>\d+)$")
+_FETCH_OFFSET = re.compile(r"^n\d+ <- (?P<node>\d+)->\d+ Fetch e\d+ #\S+ offset=(?P<offset>\d+) ")
+_VOTE_GRANTED = re.compile(r"^n(?P<candidate>\d+) <- (?P<voter>\d+)->(?P=candidate) VoteResp e\d+ vote granted")
+
+
+def voter_without_the_upgrade_elected_an_added_one(events: Events, options) -> list[str]:
+    """A voter whose log did not reach its static cluster's upgrade to
+    dynamic voters (its last Fetch asked for an offset at or below the
+    upgrade's record) voted for a candidate outside the static set: seed
+    17247, where n3, down during the upgrade, refused n5 (added after it)
+    while n2 repaired a damaged log, and no leader could be elected."""
+    static_voters = set(range(1, options.voters + 1))
+    upgrade_offset = None
+    fetched_up_to: dict[int, int] = {}
+    found = []
+    for ms, text in events:
+        if match := _UPGRADE.match(text):
+            upgrade_offset = int(match["offset"])
+        elif match := _FETCH_OFFSET.match(text):
+            fetched_up_to[int(match["node"])] = int(match["offset"])
+        elif upgrade_offset is not None and (match := _VOTE_GRANTED.match(text)):
+            voter, candidate = int(match["voter"]), int(match["candidate"])
+            if candidate not in static_voters and fetched_up_to.get(voter, 0) <= upgrade_offset:
+                found.append(
+                    f"n{voter} (fetching at offset {fetched_up_to.get(voter, 0)}, the upgrade at {upgrade_offset}) "
+                    f"voted for n{candidate}, at {ms:.3f} ms"
+                )
+    return found
+
+
 FINGERPRINTS: dict[str, Fingerprint] = {
     function.__name__: function
     for function in (
@@ -241,6 +271,7 @@ FINGERPRINTS: dict[str, Fingerprint] = {
         deposed_leader_sent_a_snapshot,
         lone_leader_gained_a_voter_by_auto_join,
         damaged_observer_added_as_a_voter,
+        voter_without_the_upgrade_elected_an_added_one,
     )
 }
 

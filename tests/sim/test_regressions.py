@@ -42,6 +42,7 @@ from _interleavings import (
     restarted_leader_refused_a_local_read,
     run_with_trace,
     snapshot_restored_leader_refused_a_local_read,
+    voter_without_the_upgrade_elected_an_added_one,
 )
 
 from jepsen_like.sim import SimOptions, Simulation, random_options, run_scenario
@@ -276,3 +277,20 @@ def test_seed_12712_a_node_damaged_as_an_observer_finishes_its_repair_before_it_
     assert any(
         ms < added_at_ms and text.startswith(f"n{node} ") and "log repaired" in text for ms, text in events
     ), f"n{node} did not finish its repair before it was added"
+
+
+def test_seed_17247_a_voter_that_missed_the_upgrade_votes_for_an_added_candidate():
+    """Found by a sweep of static clusters upgraded to dynamic voters: n3
+    was down while the leader wrote the upgrade, so its log still said
+    "static {1, 2, 3}". After n1 was removed and n5 added, n2's log was
+    damaged (it repairs and cannot vote), and n5 stood: n3 refused it as a
+    candidate outside its static set, and no majority of {2, 3, 5} could
+    form (liveness). A Vote naming n3's own disk is proof of the upgrade,
+    and n3 now answers it as Raft thesis §4.1 says (the log check still
+    applies)."""
+    options = random_options(17247)
+    result, events = run_with_trace("random", 17247, options)
+    assert result.valid, result.violation
+    assert voter_without_the_upgrade_elected_an_added_one(events, options), (
+        "the schedule drifted: no voter that missed the upgrade votes for a candidate outside the static set"
+    )
