@@ -102,7 +102,10 @@ class TlsConfig:
     principal: Principal = field(init=False)
     not_after: datetime.datetime = field(init=False)
     # (host, port) -> (the client context it belongs to, the session, when
-    # it arrived on trio's clock); insertion order is age order.
+    # it arrived on ``time.monotonic``); insertion order is age order. Not
+    # trio's clock: each ``trio.run`` draws a new origin for it at random, so
+    # a ticket kept in one run (a client made and closed per run, as the
+    # benchmarks do) read as far too old or as younger than it is in the next.
     _tickets: dict[tuple[str, int], tuple[ssl.SSLContext, ssl.SSLSession, float]] = field(
         init=False, repr=False, default_factory=dict
     )
@@ -157,7 +160,7 @@ class TlsConfig:
         if kept is None or not self.session_resumption:
             return None
         context, session, received_s = kept
-        if context is not self._client or trio.current_time() - received_s > SESSION_TICKET_MAX_AGE_S:
+        if context is not self._client or time.monotonic() - received_s > SESSION_TICKET_MAX_AGE_S:
             return None
         return session
 
@@ -167,7 +170,7 @@ class TlsConfig:
         self._tickets.pop(address, None)
         if len(self._tickets) >= SESSION_TICKETS_MAX:
             del self._tickets[next(iter(self._tickets))]
-        self._tickets[address] = (context, session, trio.current_time())
+        self._tickets[address] = (context, session, time.monotonic())
 
     async def connect(self, host: str, port: int) -> tuple[TlsStream, Principal]:
         """Open a TCP connection and finish the TLS handshake (resuming the
