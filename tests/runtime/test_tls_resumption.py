@@ -154,12 +154,41 @@ async def test_a_ticket_is_offered_once_and_not_after_its_age_limit(certs: Path,
             pair.start_soon(one)
             pair.start_soon(one)
         assert sorted(results) == [False, True]
+        # Each of the pair left a ticket: two more at once both resume.
+        results.clear()
+        async with trio.open_nursery() as pair:
+            pair.start_soon(one)
+            pair.start_soon(one)
+        assert results == [True, True]
         await round_trip(client, port)  # a fresh ticket
         # Tickets age on the process's monotonic clock (not trio's: the
         # next test says why).
         monkeypatch.setattr(_tls, "time", MonotonicLater(SESSION_TICKET_MAX_AGE_S + 1))
         assert not (await round_trip(client, port))[0]
         nursery.cancel_scope.cancel()
+
+
+def test_tickets_kept_are_bounded_per_address_and_in_all_newest_offered_first(certs: Path, monkeypatch) -> None:
+    client = tls_for(certs, "client-admin")
+    context = client._client
+    for number in range(_tls.SESSION_TICKETS_PER_ADDRESS_MAX + 2):
+        client._keep_ticket(("127.0.0.1", 1), context, f"a{number}")  # type: ignore[arg-type]
+    kept = len(client._tickets[("127.0.0.1", 1)])
+    assert kept == client._ticket_count == _tls.SESSION_TICKETS_PER_ADDRESS_MAX
+    last = _tls.SESSION_TICKETS_PER_ADDRESS_MAX + 1
+    assert [client._take_ticket(("127.0.0.1", 1)) for _ in range(2)] == [f"a{last}", f"a{last - 1}"]
+    # In all: the address a ticket came to longest ago loses its oldest.
+    monkeypatch.setattr(_tls, "SESSION_TICKETS_MAX", 8)
+    for port in (2, 3, 4):
+        client._keep_ticket(("127.0.0.1", port), context, f"p{port}")  # type: ignore[arg-type]
+    assert client._ticket_count == 8
+    assert list(client._tickets) == [("127.0.0.1", 1), ("127.0.0.1", 2), ("127.0.0.1", 3), ("127.0.0.1", 4)]
+    assert len(client._tickets[("127.0.0.1", 1)]) == 5
+    assert client._take_ticket(("127.0.0.1", 5)) is None
+    # Too old: dropped with every older one of its address.
+    monkeypatch.setattr(_tls, "time", MonotonicLater(SESSION_TICKET_MAX_AGE_S + 1))
+    assert client._take_ticket(("127.0.0.1", 1)) is None
+    assert ("127.0.0.1", 1) not in client._tickets and client._ticket_count == 3
 
 
 class MonotonicLater:
