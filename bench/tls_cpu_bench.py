@@ -19,6 +19,14 @@ instead (``bench.quorum_bench``'s ``pykraft`` and ``pykraft-tls`` peers,
 fsync on), and the CPU rows add up the three nodes' CPU time (from
 ``/proc``) with the client's.
 
+``--batched`` measures only what ``bench.quorum_bench``'s batched rows
+do, against the node processes, each part apart: a new client's first
+batch of 100 (connecting to the first bootstrap node, then to the leader
+if that was not it: under TLS, a handshake each, counted as full or
+resumed), then batches of 100 from one connected client and from
+``BATCH_CLIENTS`` connected clients at once, each client's first answer
+excluded (CPU per record of all four processes, records/s, p50 / p99).
+
 ``--reconnects N`` measures what a reconnect costs instead: N connections
 to one TLS listener in this process (``TlsConfig.connect``, as a client or
 a node dials; the server's handshake as a node's listener does it; one
@@ -30,6 +38,7 @@ each round; CPU time is both ends'.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -47,6 +56,10 @@ from quorum.runtime import KeyValueStateMachine, NodeConfig, TlsConfig, create_c
 CLUSTER_ID = "tls-bench"
 IN_FLIGHT = 64
 BATCH_RECORDS = 100
+# Clients of the concurrent batched rows (as bench.quorum_bench's).
+BATCH_CLIENTS = 8
+# New clients timed per round for the "first batch" row of ``--batched``.
+NEW_CLIENTS = 5
 # The rows, in print order: (key, label, unit, whether more is better).
 ROWS = (
     ("seq_cpu_us", "CPU per write, sequential", "µs", False),
@@ -248,14 +261,126 @@ def process_round(writes: int, tls: bool) -> dict[str, float]:
         cluster.stop()
 
 
+#: ``--batched``'s rows, as ``ROWS``.
+BATCHED_ROWS = (
+    ("first_batch_ms", f"new client's first batch (connect, p50 of {NEW_CLIENTS})", "ms", False),
+    ("first_batch_handshakes", "TLS handshakes per new client (full + resumed)", "", False),
+    ("first_batch_resumed", "of which resumed", "", True),
+    ("batch_cpu_us", "CPU per record, 1 client", "µs", False),
+    ("batch_records_per_s", "records/s, 1 client", "/s", True),
+    ("batch_p50_ms", "batch p50, 1 client", "ms", False),
+    ("batch_p99_ms", "batch p99, 1 client", "ms", False),
+    ("batch8_cpu_us", f"CPU per record, {BATCH_CLIENTS} clients", "µs", False),
+    ("batch8_records_per_s", f"records/s, {BATCH_CLIENTS} clients", "/s", True),
+    ("batch8_p99_ms", f"batch p99, {BATCH_CLIENTS} clients", "ms", False),
+)
+
+
+def batched_round(batches: int, tls: bool) -> dict[str, float]:
+    """``--batched``: the batched rows against three ``kraft-quorum node``
+    processes, connection setup timed apart from the batches."""
+    from .peers.pykraft_peer import PykraftCluster, PykraftTlsCluster
+
+    cluster = (PykraftTlsCluster if tls else PykraftCluster)(100, log=lambda line: None)
+    cluster.start()
+    try:
+        cluster.wait_healthy(120)
+        batch = [b"v" * 100] * BATCH_RECORDS
+        cluster.write_batches([batch] * 20, time.monotonic() + 60)  # warm-up, and session tickets
+
+        def cpu_s() -> float:
+            return time.process_time() + sum(_process_cpu_s(process.pid) for process in cluster.processes)
+
+        async def measure() -> dict[str, float]:
+            result: dict[str, float] = {}
+            handshakes: list[tuple[int, int]] = []
+            first_ms: list[float] = []
+            for _ in range(NEW_CLIENTS):
+                opened: list[Any] = []
+                started = time.perf_counter()
+                async with cluster._client() as client:
+                    original = client._open_stream
+
+                    async def open_stream(server: Any, original: Any = original) -> Any:
+                        stream = await original(server)
+                        opened.append(stream)
+                        return stream
+
+                    client._open_stream = open_stream
+                    await client.propose(batch)
+                    first_ms.append((time.perf_counter() - started) * 1e3)
+                resumed = sum(bool(getattr(stream, "session_reused", False)) for stream in opened)
+                handshakes.append((len(opened) if tls else 0, resumed))
+            result["first_batch_ms"] = statistics.median(first_ms)
+            result["first_batch_handshakes"] = statistics.mean(count for count, _ in handshakes)
+            result["first_batch_resumed"] = statistics.mean(resumed for _, resumed in handshakes)
+
+            async with cluster._client() as client:
+                await client.propose(batch)  # connected to the leader
+                latencies: list[float] = []
+                cpu_started, wall_started = cpu_s(), time.perf_counter()
+                for _ in range(batches):
+                    started = time.perf_counter()
+                    await client.propose(batch)
+                    latencies.append(time.perf_counter() - started)
+                result["batch_cpu_us"] = (cpu_s() - cpu_started) / (batches * BATCH_RECORDS) * 1e6
+                result["batch_records_per_s"] = batches * BATCH_RECORDS / (time.perf_counter() - wall_started)
+                result["batch_p50_ms"] = statistics.median(latencies) * 1e3
+                result["batch_p99_ms"] = statistics.quantiles(latencies, n=100)[98] * 1e3
+
+            async with contextlib.AsyncExitStack() as stack:
+                clients = [await stack.enter_async_context(cluster._client()) for _ in range(BATCH_CLIENTS)]
+                async with trio.open_nursery() as nursery:
+                    for client in clients:
+                        nursery.start_soon(client.propose, batch)
+                latencies = []
+                per_client = max(1, batches // BATCH_CLIENTS)
+
+                async def worker(client: QuorumClient) -> None:
+                    for _ in range(per_client):
+                        started = time.perf_counter()
+                        await client.propose(batch)
+                        latencies.append(time.perf_counter() - started)
+
+                cpu_started, wall_started = cpu_s(), time.perf_counter()
+                async with trio.open_nursery() as nursery:
+                    for client in clients:
+                        nursery.start_soon(worker, client)
+                total = len(latencies) * BATCH_RECORDS
+                result["batch8_cpu_us"] = (cpu_s() - cpu_started) / total * 1e6
+                result["batch8_records_per_s"] = total / (time.perf_counter() - wall_started)
+                result["batch8_p99_ms"] = statistics.quantiles(latencies, n=100)[98] * 1e3
+            return result
+
+        return trio.run(measure)
+    finally:
+        cluster.stop()
+
+
+def print_rows(rows: tuple[tuple[str, str, str, bool], ...], runs: dict[str, list[dict[str, float]]]) -> None:
+    """Each row's median over the rounds, TLS off and on, and the change."""
+    print(f"  {'':52} {'TLS off':>10} {'TLS on':>10} {'on vs off':>10}")
+    for key, label, unit, _ in rows:
+        off = statistics.median(run[key] for run in runs["off"])
+        on = statistics.median(run[key] for run in runs["on"])
+        digits = 3 if unit == "ms" else 2 if unit == "" else 1
+        change = f"{(on / off - 1) * 100:+9.1f}%" if off else f"{'':10}"
+        extra = f" ({on - off:+.3f} ms)" if unit == "ms" else ""
+        print(f"  {(label + ' ' + unit).strip():52} {off:10.{digits}f} {on:10.{digits}f} {change}{extra}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tls_cpu_bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--writes", type=int, default=1000, help="sequential writes per measurement (default 1000)")
+    parser.add_argument("--writes", type=int, default=1000, help="sequential writes per measurement (default 1000; with --batched, batches per row)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of off then on; the median is printed (default 3)")
     parser.add_argument("--quick", action="store_true", help="300 writes, one round")
     parser.add_argument("--processes", action="store_true", help="three kraft-quorum node processes, fsync on")
     parser.add_argument("--json", metavar="OUT", help="also write every round's figures to OUT")
     parser.add_argument("--reconnects", type=int, metavar="N", help="measure N reconnects, full handshake against resumed")
+    parser.add_argument(
+        "--batched", action="store_true",
+        help="only the batched rows against node processes: a new client's first batch apart, then connected clients",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.reconnects is not None:
         if args.reconnects < 1:
@@ -270,25 +395,31 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tls-bench-") as directory:
         certs = Path(directory)
         create_cluster_certificates(certs, nodes=[1, 2, 3])
-        for _ in range(rounds):
-            for mode in ("off", "on"):
-                if args.processes:
+        for round_number in range(rounds):
+            # --batched alternates which goes first: a row's first half may
+            # see another load than its second.
+            modes = ("on", "off") if args.batched and round_number % 2 else ("off", "on")
+            for mode in modes:
+                if args.batched:
+                    runs[mode].append(batched_round(writes, mode == "on"))
+                elif args.processes:
                     runs[mode].append(process_round(writes, mode == "on"))
                 else:
                     runs[mode].append(trio.run(one_round, writes, certs if mode == "on" else None))
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1))
+    if args.batched:
+        print(
+            f"3 kraft-quorum node processes (fsync on), batches of {BATCH_RECORDS} records of 100 bytes, "
+            f"{writes} batches per row, median of {rounds} rounds (load average {os.getloadavg()[0]:.1f} at the end):"
+        )
+        print_rows(BATCHED_ROWS, runs)
+        return 0
     if args.processes:
         print(f"3 kraft-quorum node processes (fsync on) and a client, CPU of all four, median of {rounds} rounds:")
     else:
         print(f"3 voters and a client in one process over loopback, memory storage, median of {rounds} rounds:")
-    print(f"  {'':42} {'TLS off':>10} {'TLS on':>10} {'on vs off':>10}")
-    for key, label, unit, more_is_better in ROWS:
-        off = statistics.median(run[key] for run in runs["off"])
-        on = statistics.median(run[key] for run in runs["on"])
-        change = (on / off - 1) * 100
-        extra = f" ({on - off:+.3f} ms)" if unit == "ms" else ""
-        print(f"  {label + ' ' + unit:42} {off:10.{1 if unit != 'ms' else 3}f} {on:10.{1 if unit != 'ms' else 3}f} {change:+9.1f}%{extra}")
+    print_rows(ROWS, runs)
     return 0
 
 

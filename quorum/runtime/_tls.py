@@ -28,7 +28,8 @@ sends plaintext (docs/benchmarks.md, "TLS on against off").
 
 Reconnects resume the TLS 1.3 session (RFC 8446 §2.2: a ticket from the
 server, offered as a PSK with a fresh (EC)DHE exchange): ``connect`` offers
-the last ticket that address gave this ``TlsConfig``, once, and the server
+the newest ticket that address gave this ``TlsConfig``, once (a few are kept
+per address, so connections opened together all resume), and the server
 accepts it only if its own context made it, which skips both certificate
 signatures and chain checks. Mutual authentication keeps its meaning: a
 resumed session carries the peer certificate of the full handshake it
@@ -68,8 +69,13 @@ EXPIRY_WARNING_DAYS = 14
 #: (servers accept them for OpenSSL's 7,200 s; a short age keeps a
 #: session close to the full handshake that checked its certificates).
 SESSION_TICKET_MAX_AGE_S = 600.0
-#: Addresses a ``TlsConfig`` keeps a ticket for (the oldest goes first).
+#: Tickets a ``TlsConfig`` keeps in all (the oldest goes first).
 SESSION_TICKETS_MAX = 1024
+#: Tickets it keeps per address, each offered once (RFC 8446 §C.4: a ticket
+#: reused would let an observer link the connections): so many connections
+#: opened to one node at once (clients sharing a process, as the benchmarks'
+#: eight) all resume, not the first alone.
+SESSION_TICKETS_PER_ADDRESS_MAX = 8
 
 
 class TlsError(QuorumError):
@@ -101,11 +107,16 @@ class TlsConfig:
     _client: ssl.SSLContext = field(init=False, repr=False)
     principal: Principal = field(init=False)
     not_after: datetime.datetime = field(init=False)
-    # (host, port) -> (the client context it belongs to, the session, when
-    # it arrived on trio's clock); insertion order is age order.
-    _tickets: dict[tuple[str, int], tuple[ssl.SSLContext, ssl.SSLSession, float]] = field(
+    # (host, port) -> [(the client context it belongs to, the session, when
+    # it arrived on ``time.monotonic``)], oldest first; addresses in the
+    # order a ticket last arrived. Not trio's clock: each ``trio.run`` draws
+    # a new origin for it at random, so a ticket kept in one run (a client
+    # made and closed per run, as the benchmarks do) read as far too old or
+    # as younger than it is in the next.
+    _tickets: dict[tuple[str, int], list[tuple[ssl.SSLContext, ssl.SSLSession, float]]] = field(
         init=False, repr=False, default_factory=dict
     )
+    _ticket_count: int = field(init=False, repr=False, default=0)
 
     def __post_init__(self) -> None:
         self.reload()
@@ -122,6 +133,7 @@ class TlsConfig:
         principal, not_after = _describe_certificate(Path(self.cert_file))
         self._server, self._client, self.principal, self.not_after = server, client, principal, not_after
         self._tickets.clear()
+        self._ticket_count = 0
 
     def _context(self, purpose: ssl.Purpose) -> ssl.SSLContext:
         context = ssl.create_default_context(purpose, cafile=None)
@@ -151,27 +163,43 @@ class TlsConfig:
         return TlsStream(stream, self._client, server_side=False)
 
     def _take_ticket(self, address: tuple[str, int]) -> ssl.SSLSession | None:
-        """The ticket to offer ``address``, used once; None when there is
-        none, it is too old, or it belongs to a context before a reload."""
-        kept = self._tickets.pop(address, None)
-        if kept is None or not self.session_resumption:
-            return None
-        context, session, received_s = kept
-        if context is not self._client or trio.current_time() - received_s > SESSION_TICKET_MAX_AGE_S:
-            return None
-        return session
+        """The newest ticket to offer ``address``, used once; None when
+        there is none younger than ``SESSION_TICKET_MAX_AGE_S`` of the
+        current context (those of a context before a reload are dropped)."""
+        kept = self._tickets.get(address)
+        session, now_s = None, time.monotonic()
+        while kept and session is None:
+            context, candidate, received_s = kept.pop()
+            self._ticket_count -= 1
+            if now_s - received_s > SESSION_TICKET_MAX_AGE_S:
+                self._ticket_count -= len(kept)  # the rest are older still
+                kept.clear()
+            elif context is self._client:
+                session = candidate
+        if kept is not None and not kept:
+            del self._tickets[address]
+        return session if self.session_resumption else None
 
     def _keep_ticket(self, address: tuple[str, int], context: ssl.SSLContext, session: ssl.SSLSession) -> None:
         if context is not self._client:
             return  # made before a reload: never offered
-        self._tickets.pop(address, None)
-        if len(self._tickets) >= SESSION_TICKETS_MAX:
-            del self._tickets[next(iter(self._tickets))]
-        self._tickets[address] = (context, session, trio.current_time())
+        kept = self._tickets.pop(address, [])
+        if len(kept) >= SESSION_TICKETS_PER_ADDRESS_MAX:
+            del kept[0]
+            self._ticket_count -= 1
+        if self._ticket_count >= SESSION_TICKETS_MAX:
+            oldest = self._tickets[next(iter(self._tickets))]
+            del oldest[0]
+            self._ticket_count -= 1
+            if not oldest:
+                del self._tickets[next(iter(self._tickets))]
+        kept.append((context, session, time.monotonic()))
+        self._ticket_count += 1
+        self._tickets[address] = kept
 
     async def connect(self, host: str, port: int) -> tuple[TlsStream, Principal]:
         """Open a TCP connection and finish the TLS handshake (resuming the
-        session of the last connection to ``host:port`` when the server
+        session of a recent connection to ``host:port`` when the server
         accepts it); returns the stream and the server's principal. Raises
         ``OSError``, ``trio.BrokenResourceError`` (the handshake failed: the
         reason is its ``__cause__``), ``trio.TooSlowError``, or

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from quorum import Principal, PrincipalKind
 from quorum.client import QuorumClient
@@ -134,7 +135,7 @@ async def test_no_session_outlives_a_reload_on_either_side(certs: Path) -> None:
     assert [resumed for resumed, _, _ in server.seen] == [False, True, False, True, False]
 
 
-async def test_a_ticket_is_offered_once_and_not_after_its_age_limit(certs: Path, mock_clock) -> None:
+async def test_a_ticket_is_offered_once_and_not_after_its_age_limit(certs: Path, monkeypatch) -> None:
     server, client = Server(tls_for(certs, "node-1")), tls_for(certs, "client-admin")
     async with trio.open_nursery() as nursery:
         port = await start(nursery, server)
@@ -153,9 +154,79 @@ async def test_a_ticket_is_offered_once_and_not_after_its_age_limit(certs: Path,
             pair.start_soon(one)
             pair.start_soon(one)
         assert sorted(results) == [False, True]
-        mock_clock.jump(SESSION_TICKET_MAX_AGE_S + 1)
+        # Each of the pair left a ticket: two more at once both resume.
+        results.clear()
+        async with trio.open_nursery() as pair:
+            pair.start_soon(one)
+            pair.start_soon(one)
+        assert results == [True, True]
+        await round_trip(client, port)  # a fresh ticket
+        # Tickets age on the process's monotonic clock (not trio's: the
+        # next test says why).
+        monkeypatch.setattr(_tls, "time", MonotonicLater(SESSION_TICKET_MAX_AGE_S + 1))
         assert not (await round_trip(client, port))[0]
         nursery.cancel_scope.cancel()
+
+
+def test_tickets_kept_are_bounded_per_address_and_in_all_newest_offered_first(certs: Path, monkeypatch) -> None:
+    client = tls_for(certs, "client-admin")
+    context = client._client
+    for number in range(_tls.SESSION_TICKETS_PER_ADDRESS_MAX + 2):
+        client._keep_ticket(("127.0.0.1", 1), context, f"a{number}")  # type: ignore[arg-type]
+    kept = len(client._tickets[("127.0.0.1", 1)])
+    assert kept == client._ticket_count == _tls.SESSION_TICKETS_PER_ADDRESS_MAX
+    last = _tls.SESSION_TICKETS_PER_ADDRESS_MAX + 1
+    assert [client._take_ticket(("127.0.0.1", 1)) for _ in range(2)] == [f"a{last}", f"a{last - 1}"]
+    # In all: the address a ticket came to longest ago loses its oldest.
+    monkeypatch.setattr(_tls, "SESSION_TICKETS_MAX", 8)
+    for port in (2, 3, 4):
+        client._keep_ticket(("127.0.0.1", port), context, f"p{port}")  # type: ignore[arg-type]
+    assert client._ticket_count == 8
+    assert list(client._tickets) == [("127.0.0.1", 1), ("127.0.0.1", 2), ("127.0.0.1", 3), ("127.0.0.1", 4)]
+    assert len(client._tickets[("127.0.0.1", 1)]) == 5
+    assert client._take_ticket(("127.0.0.1", 5)) is None
+    # Too old: dropped with every older one of its address.
+    monkeypatch.setattr(_tls, "time", MonotonicLater(SESSION_TICKET_MAX_AGE_S + 1))
+    assert client._take_ticket(("127.0.0.1", 1)) is None
+    assert ("127.0.0.1", 1) not in client._tickets and client._ticket_count == 3
+
+
+class MonotonicLater:
+    """The ``time`` module as ``_tls`` reads it, its monotonic clock
+    ``seconds`` ahead (the wall clock as it is)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def monotonic(self) -> float:
+        return real_time.monotonic() + self.seconds
+
+    def time(self) -> float:
+        return real_time.time()
+
+
+def test_a_ticket_kept_in_one_trio_run_resumes_the_next_whatever_its_clock_reads(certs: Path) -> None:
+    """Regression: ticket ages were read on trio's clock, whose origin each
+    ``trio.run`` draws at random, so a client made in a later run (a
+    benchmark's next phase) found a fresh ticket "older than 600 s" and
+    made a full handshake (or, the other way round, would have offered one
+    older than that). Here the second run's clock reads 700 s later than
+    the first's, as a random origin may."""
+    server, client = Server(tls_for(certs, "node-1")), tls_for(certs, "client-admin")
+    (port,) = free_ports(1)
+
+    async def run_once(clock_ahead_s: float) -> bool:
+        trio.lowlevel.current_clock().jump(clock_ahead_s)  # type: ignore[attr-defined]
+        async with trio.open_nursery() as nursery:
+            listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
+            nursery.start_soon(trio.serve_listeners, server.serve, listeners)
+            resumed, _ = await round_trip(client, port)
+            nursery.cancel_scope.cancel()
+        return resumed
+
+    first = trio.run(run_once, 0.0, clock=trio.testing.MockClock(rate=1.0))
+    second = trio.run(run_once, SESSION_TICKET_MAX_AGE_S + 100, clock=trio.testing.MockClock(rate=1.0))
+    assert (first, second) == (False, True)
 
 
 @pytest.mark.parametrize("expiring", ["client", "server"])
@@ -182,6 +253,8 @@ async def test_a_resumed_session_whose_peer_certificate_expired_since_is_refused
             @staticmethod
             def time() -> float:
                 return real_time.time() + 2 * 86400
+
+            monotonic = staticmethod(real_time.monotonic)
 
         monkeypatch.setattr(_tls, "time", TwoDaysLater)
         with trio.fail_after(WAIT_S):
