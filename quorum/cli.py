@@ -230,7 +230,9 @@ async def serve_until_signalled(config: NodeConfig, open_node: Any) -> None:
             "(for tests only; give --data-dir to keep them)",
             config.node_id,
         )
-    await refuse_an_unformatted_disk_in_a_dynamic_cluster(config)
+    from .client import refuse_a_fresh_static_disk_in_a_dynamic_cluster
+
+    await refuse_a_fresh_static_disk_in_a_dynamic_cluster(config)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with open_node(config) as node, trio.open_nursery() as nursery:
             log.info("node %d serving on port %s", node.node_id, node.listen_port)
@@ -244,72 +246,6 @@ async def serve_until_signalled(config: NodeConfig, open_node: Any) -> None:
                 break
             nursery.cancel_scope.cancel()
     log.info("node %d stopped", config.node_id)
-
-
-# How long a node with an unformatted data directory waits for its peers'
-# DescribeQuorum answers before it starts: a peer that is down refuses the
-# connection at once; only a partition costs this much.
-UNFORMATTED_DISK_PROBE_TIMEOUT_S = 2.0
-
-
-async def refuse_an_unformatted_disk_in_a_dynamic_cluster(
-    config: NodeConfig, *, timeout_s: float = UNFORMATTED_DISK_PROBE_TIMEOUT_S
-) -> None:
-    """Refuse to start a node that was given a static voter list (``--voters``)
-    and a data directory with no ``meta.json`` (never formatted, or wiped)
-    when any of the other voters it names answers DescribeQuorum with a
-    dynamic voter set (KIP-853: voters with directory ids).
-
-    That is the wiped-node hazard (issue 17): a voter of a dynamic cluster
-    whose disk was lost, restarted with ``--voters`` instead of being
-    formatted and added again, would run as a static voter with an empty
-    log. A static cluster's first start is unaffected: its nodes answer with
-    a static set, or not at all (they are starting too). The core refuses
-    such a node's votes whatever happens here (a Vote names the disk the
-    candidate's set holds, ``QuorumNode._names_another_disk``); this check
-    turns a node that could never vote into a clear refusal. Peers that do
-    not answer within ``timeout_s`` are not waited for. Raises
-    ``StorageOwnershipError``."""
-    if config.data_dir is None or config.identity is not None:
-        return
-    peers = {node_id: address for node_id, address in config.voters.items() if node_id != config.node_id}
-    dynamic_at: list[int] = []
-
-    async def ask(node_id: int, host: str, port: int) -> None:
-        from .client import QuorumClient, QuorumClientError
-
-        with trio.move_on_after(timeout_s):
-            try:
-                # One connection attempt first: a peer that is down (a
-                # static cluster's first start) refuses at once, and the
-                # client would retry it until its timeout.
-                await (await trio.open_tcp_stream(host, port)).aclose()
-            except OSError:
-                return
-            try:
-                async with QuorumClient(
-                    [f"{host}:{port}"], cluster_id=config.cluster_id, request_timeout_s=timeout_s,
-                    retry_timeout_s=timeout_s, tls=config.tls,
-                ) as client:  # fmt: skip
-                    answer = await client.describe()
-            except (QuorumClientError, OSError) as error:
-                logging.getLogger("pykraft.node").debug("node %d: voter %d did not answer: %s", config.node_id, node_id, error)
-                return
-            if any(replica.directory_id is not None for replica in answer.voters):
-                dynamic_at.append(node_id)
-
-    async with trio.open_nursery() as nursery:
-        for node_id, (host, port) in sorted(peers.items()):
-            nursery.start_soon(ask, node_id, host, port)
-    if dynamic_at:
-        sentence = (
-            f"{config.data_dir} has no meta.json but voter {min(dynamic_at)} reports that cluster "
-            f"{config.cluster_id!r} has dynamic voters, so node {config.node_id} refuses to start with a static "
-            f"voter list: a wiped or new disk must be formatted (kraft-quorum format --join) and added as a voter "
-            f"(docs/operations.md, \"Replacing a voter\")"
-        )
-        logging.getLogger("pykraft.node").error("%s", sentence)
-        raise StorageOwnershipError(sentence)
 
 
 #: Written into the data directory the first time this disk is a voter:

@@ -58,7 +58,8 @@ from .wire import (
     encode_message,
 )
 
-from .runtime import WRITE_ERRORS, PeerNotAuthenticatedError, StreamWriter, TlsConfig, peer_not_after
+from .runtime import WRITE_ERRORS, NodeConfig, PeerNotAuthenticatedError, StreamWriter, TlsConfig, peer_not_after
+from .storage import StorageOwnershipError, holds_log
 
 logger = logging.getLogger("pykraft.client")
 
@@ -571,3 +572,106 @@ def _change_offset(response: VoterChangeResponse) -> int:
     if response.offset is None:
         raise QuorumClientError("the leader answered a voter change without the offset of its record")
     return response.offset
+
+
+# How long a node about to start on a fresh disk with a static voter list
+# waits for its peers' DescribeQuorum answers: a peer that is down refuses
+# the connection at once; only a partition costs this much.
+FRESH_DISK_PROBE_TIMEOUT_S = 2.0
+
+
+async def refuse_a_fresh_static_disk_in_a_dynamic_cluster(
+    config: NodeConfig, *, timeout_s: float = FRESH_DISK_PROBE_TIMEOUT_S
+) -> None:
+    """Refuse to start a node given a static voter list (``--voters``) on a
+    fresh disk when any of the other voters it names answers DescribeQuorum
+    with a dynamic voter set (KIP-853: voters with directory ids). Raises
+    ``StorageOwnershipError`` (one sentence naming the fix); returns at
+    once, asking nobody, for a disk that is not fresh or not static.
+
+    The hazard (issue 17, simulator seeds 6521 and 6954): a voter of a
+    cluster upgraded to dynamic voters loses its disk and is started again
+    with ``--voters`` on an empty directory, or on one formatted as the
+    static disks were (``kraft-quorum format`` without ``--initial-voters``).
+    Its log is empty, so nothing tells it of the upgrade: it is a voter of
+    the static set in its own eyes, and with a node that missed the upgrade
+    it makes a majority of that set (two leaders in one epoch, or a leader
+    without the committed records). A replaced disk must be formatted with
+    ``--join --initial-voters`` and added as a voter.
+
+    Static: no ``meta.json`` (its first open will write a static one), or
+    one without bootstrap voters. Fresh, for a formatted disk: this node is
+    a voter of its static list, and the disk holds no log segment with
+    bytes in it and no snapshot (``quorum.storage.holds_log``), whatever its
+    election state says: an epoch and a vote tell nothing of the voter set,
+    and a wiped disk that started once (its probe found no peer) is as
+    blind as before. A disk with a log is never refused: it fetches the
+    VOTERS records from where its log ends, and its log shows it took part
+    in the cluster. A disk the answering peer names as a voter (its node id
+    with its directory id) is not refused either: it is the disk the
+    upgrade counted, whose loss of records Raft already allows for. A
+    static cluster's first start is unaffected: its nodes answer with a
+    static set, or not at all (they are starting too). Peers that do not
+    answer within ``timeout_s`` are not waited for.
+
+    Why a probe and not the core: an empty log with a static voter list is
+    exactly the state of every voter at a static cluster's first start, and
+    with ``kraft.version`` 0 membership lives in the command line, not on
+    the disk (KIP-853, "Motivation": a lost disk can make a static voter
+    vote without its old votes and records). Only a peer that holds the
+    upgrade can tell the two apart. The core refuses the Vote of a
+    candidate whose disk is not the one its set names
+    (``QuorumNode._names_another_disk``), but a static node that missed
+    the upgrade names no disk at all.
+
+    The trio runtime cannot ask this itself (this client is built on it):
+    ``kraft-quorum node``, ``kraft-controller`` and ``quorum.replicated``
+    call this before ``open_quorum_node``; other embedders may too."""
+    identity = config.identity
+    if config.data_dir is None or (identity is not None and identity.bootstrap_voters):
+        return
+    if identity is not None and (config.node_id not in config.voters or holds_log(config.data_dir)):
+        return
+    peers = {node_id: address for node_id, address in config.voters.items() if node_id != config.node_id}
+    this_disk = (config.node_id, identity.directory_id if identity is not None else None)
+    dynamic_at: list[int] = []
+
+    async def ask(node_id: int, host: str, port: int) -> None:
+        with trio.move_on_after(timeout_s):
+            try:
+                # One connection attempt first: a peer that is down (a
+                # static cluster's first start) refuses at once, and the
+                # client would retry it until its timeout.
+                await (await trio.open_tcp_stream(host, port)).aclose()
+            except OSError:
+                return
+            try:
+                async with QuorumClient(
+                    [f"{host}:{port}"], cluster_id=config.cluster_id, request_timeout_s=timeout_s,
+                    retry_timeout_s=timeout_s, tls=config.tls,
+                ) as client:  # fmt: skip
+                    answer = await client.describe()
+            except (QuorumClientError, OSError) as error:
+                logger.debug("node %d: voter %d did not answer: %s", config.node_id, node_id, error)
+                return
+            named = {(replica.node_id, replica.directory_id) for replica in answer.voters}
+            if any(directory_id is not None for _, directory_id in named) and this_disk not in named:
+                dynamic_at.append(node_id)
+
+    async with trio.open_nursery() as nursery:
+        for node_id, (host, port) in sorted(peers.items()):
+            nursery.start_soon(ask, node_id, host, port)
+    if dynamic_at:
+        what = (
+            "has no meta.json"
+            if identity is None
+            else "holds no log and its meta.json names no voters (formatted without --initial-voters)"
+        )
+        sentence = (
+            f"{config.data_dir} {what} but voter {min(dynamic_at)} reports that cluster {config.cluster_id!r} has "
+            f"dynamic voters, so node {config.node_id} refuses to start with a static voter list: format a new, "
+            f"empty data directory with kraft-quorum format --join --initial-voters (the voters as the cluster was "
+            f"formatted or upgraded) and add it as a voter (docs/operations.md, \"Upgrading static voters to dynamic\")"
+        )
+        logging.getLogger("pykraft.node").error("%s", sentence)
+        raise StorageOwnershipError(sentence)

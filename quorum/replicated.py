@@ -311,7 +311,9 @@ class Replicated:
         quick starts). Raises ``ValueError`` for a bad setting (neither of
         the two, say), ``RuntimeError`` if already started, ``TypeError`` if
         msgpack cannot encode the object's state (see ``snapshot_state``), and
-        what opening the node raises (``OSError`` for a port in use, the storage errors).
+        what opening the node raises (``OSError`` for a port in use, the storage errors;
+        ``StorageOwnershipError`` for a fresh disk given static ``voters`` in a cluster
+        with dynamic voters: ``quorum.client.refuse_a_fresh_static_disk_in_a_dynamic_cluster``).
         """
         if self._replica is not None:
             raise RuntimeError(f"{type(self).__name__} is already started")
@@ -404,12 +406,15 @@ class _Replica:
     async def _main(self) -> None:
         import trio
 
-        from .client import QuorumClient
+        from .client import QuorumClient, refuse_a_fresh_static_disk_in_a_dynamic_cluster
         from .runtime import open_quorum_node
 
         self._stop = trio.Event()
         self._token = trio.lowlevel.current_trio_token()
         bootstrap = [f"{node}@{host}:{port}" for node, (host, port) in sorted(self.config.voters.items())]
+        # As kraft-quorum node does: a disk replaced after an upgrade to
+        # dynamic voters must not start as a static voter with an empty log.
+        await refuse_a_fresh_static_disk_in_a_dynamic_cluster(self.config)
         async with open_quorum_node(self.config, self.machine) as handle:
             # The client retries past the call's own bound, so that a call
             # with no leader to forward to ends as TimeoutError, always.

@@ -48,6 +48,7 @@ from ._storage import (
     RecoveredState,
     RetentionPolicy,
     format_data_dir,
+    holds_log,
     new_directory_id,
     read_data_dir_identity,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "check_storage_report",
     "dump_log",
     "format_data_dir",
+    "holds_log",
     "dump_log_command",
     "format_item",
     "main",

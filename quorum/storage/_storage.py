@@ -721,6 +721,15 @@ def _holds_data(data_dir: Path) -> bool:
     bytes in it, or a snapshot: the marks of a node that has run."""
     if (data_dir / ELECTION_STATE_FILE_NAME).exists() or (data_dir / ELECTION_WITNESS_FILE_NAME).exists():
         return True
+    return holds_log(data_dir)
+
+
+def holds_log(data_dir: str | Path) -> bool:
+    """True if ``data_dir`` holds a log segment with bytes in it or a
+    snapshot: records this disk fetched or wrote (read only, no lock; a
+    torn first record counts, as anything written does). False for a
+    directory that does not exist. Raises ``OSError``."""
+    data_dir = Path(data_dir)
     log_dir = data_dir / LOG_DIR_NAME
     if log_dir.is_dir() and any(path.stat().st_size > 0 for path in log_dir.glob("*.log")):
         return True

@@ -188,7 +188,7 @@ async def _logged(cluster: ProcessCluster, node_id: int, text: str, times: int) 
     return cluster.log_text(node_id).count(text) >= times
 
 
-@pytest.mark.long  # about 20 s; the logic's fast tests: tests/quorum/test_rules_voters.py (upgrade), tests/runtime/test_runtime_voter_changes.py, tests/cli/test_unformatted_disk_refusal.py
+@pytest.mark.long  # about 20 s; the logic's fast tests: tests/quorum/test_rules_voters.py (upgrade), tests/runtime/test_runtime_voter_changes.py, tests/cli/test_fresh_disk_refusal.py
 async def test_a_static_cluster_upgraded_under_write_load_then_a_voter_replaced(tmp_path):
     """KIP-853's kraft.version 0 to 1 without downtime: three nodes started
     with a static --voters list take writes while `upgrade-voters` makes
