@@ -328,4 +328,4 @@ def loads_schedule(data: bytes | str) -> Schedule:
     return parse_schedule(document)
 
 
-__all__ = ["FAULT_KINDS", "FORMAT", "MAX_SCHEDULE_BYTES", "VERSION", "Fault", "Operation", "Schedule", "ScheduleError", "Timers", "loads_schedule", "parse_schedule"]
+__all__ = ["FAULT_KINDS", "FORMAT", "MAX_DURATION_MS", "MAX_FAULTS", "MAX_OPERATIONS", "MAX_SCHEDULE_BYTES", "VERSION", "Fault", "Operation", "Schedule", "ScheduleError", "Timers", "loads_schedule", "parse_schedule"]
