@@ -14,6 +14,7 @@ is named in ``not_replayable``, and such a schedule is refused by
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -170,14 +171,17 @@ def schedule_of_run(
 
 
 def _operation(invoke: dict[str, Any], invoked_ms: int, node: int) -> Operation:
+    # Interned: a window's 100,000 operations share a few kinds, modes and
+    # keys (a key lives 120 operations) rather than each holding copies.
+    mode = invoke.get("mode") if invoke["f"] == "read" else None
     return Operation(
         at_ms=invoked_ms,
         process=int(invoke["process"]),
-        f=invoke["f"],
-        key=invoke["key"],
+        f=sys.intern(invoke["f"]),
+        key=sys.intern(invoke["key"]),
         node=node,
         value=invoke.get("value"),
-        mode=invoke.get("mode") if invoke["f"] == "read" else None,
+        mode=sys.intern(mode) if isinstance(mode, str) else mode,
     )
 
 
@@ -211,8 +215,11 @@ def _nemesis_event(
 
 
 def write_schedule(run_dir: Path, schedule: Schedule) -> Path:
+    """``schedule`` as ``run_dir/schedule.json``, written a line at a time.
+    Raises ``OSError``."""
     path = run_dir / SCHEDULE_FILE
-    path.write_text(schedule.dumps())
+    with open(path, "w", encoding="utf-8") as out:
+        out.writelines(schedule.text_parts())
     return path
 
 
