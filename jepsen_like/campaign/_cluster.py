@@ -544,10 +544,17 @@ class Cluster(ClusterMembers):
 
 
 def member_tls_config(certs_dir: Path, stem: str) -> TlsConfig:
-    """The ``TlsConfig`` of the member whose files in ``certs_dir`` are
-    ``STEM.pem`` and ``STEM-key.pem`` (the run's CA in ``ca.pem``). Raises
-    ``TlsError`` when they cannot be used."""
-    return TlsConfig(certs_dir / "ca.pem", certs_dir / f"{stem}.pem", certs_dir / f"{stem}-key.pem")
+    """The ``TlsConfig`` the harness connects with as the member whose
+    files in ``certs_dir`` are ``STEM.pem`` and ``STEM-key.pem`` (the run's
+    CA in ``ca.pem``). Raises ``TlsError`` when they cannot be used.
+
+    Without session resumption: keeping a ticket means reading
+    ``SSLObject.session``, and on this host's CPython 3.11 and OpenSSL 3.0
+    every read leaks about 6 KiB of OpenSSL memory (a plain-``ssl``
+    reproduction shows it too), one per connection the harness opens: some
+    1.4 KiB per operation of a long chaos run, where the nodes' own peer
+    connections still resume (docs/nemesis.md, "Long runs")."""
+    return TlsConfig(certs_dir / "ca.pem", certs_dir / f"{stem}.pem", certs_dir / f"{stem}-key.pem", session_resumption=False)
 
 
 #: Synthetic brokers whose TLS configuration the harness keeps loaded. Each

@@ -186,6 +186,9 @@ def test_the_harness_keeps_a_few_synthetic_brokers_certificates_loaded_however_m
     again = certificates.config(1001)  # issued once, loaded again from its files
     assert again is not first and again.principal.name == "1001" and len(certificates) == 1
     assert sorted(path.name for path in tmp_path.glob("broker-*-key.pem")) == ["broker-1001-key.pem", "broker-1002-key.pem"]
+    # Nor does any hold a session ticket: reading one leaks OpenSSL memory
+    # on every connection (see member_tls_config).
+    assert not again.session_resumption and not second.session_resumption
 
 
 def _run_history(path, events):
