@@ -20,6 +20,7 @@ in-process clients open their sockets under ``client_sockets``.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import json
@@ -203,10 +204,10 @@ class Cluster(ClusterMembers):
         self.certs_dir = run_dir / "certs"
         # The harness's certificate, shared by every client it opens.
         self.tls: TlsConfig | None = None
-        self._broker_tls: dict[int, TlsConfig] = {}
+        self._broker_certificates = BrokerCertificates(self.certs_dir)
         if settings.tls:
             create_cluster_certificates(self.certs_dir, nodes=self.controller_ids, brokers=self.broker_ids, clients=["admin"])
-            self.tls = self.tls_config("client-admin")
+            self.tls = member_tls_config(self.certs_dir, "client-admin")
         # node id -> its metrics port on 127.0.0.1, when settings.metrics.
         self.metrics_ports: dict[int, int] = {}
         lay_out(network, settings)
@@ -313,16 +314,7 @@ class Cluster(ClusterMembers):
         run's CA on first use. Raises ``ValueError`` without TLS."""
         if self.tls is None:
             raise ValueError("the cluster runs without TLS")
-        config = self._broker_tls.get(broker_id)
-        if config is None:
-            principal = Principal(PrincipalKind.BROKER, str(broker_id))
-            if not (self.certs_dir / f"broker-{broker_id}.pem").exists():
-                CertificateAuthority.load(self.certs_dir).write_member(self.certs_dir, principal)
-            config = self._broker_tls[broker_id] = self.tls_config(f"broker-{broker_id}")
-        return config
-
-    def tls_config(self, stem: str) -> TlsConfig:
-        return TlsConfig(self.certs_dir / "ca.pem", self.certs_dir / f"{stem}.pem", self.certs_dir / f"{stem}-key.pem")
+        return self._broker_certificates.config(broker_id)
 
     def _tls_argv(self, stem: str, *, acl: bool) -> list[str]:
         if self.tls is None:
@@ -553,6 +545,60 @@ class Cluster(ClusterMembers):
                         out.write(json.dumps(converted) + "\n")
                         written += 1
         return written
+
+
+def member_tls_config(certs_dir: Path, stem: str) -> TlsConfig:
+    """The ``TlsConfig`` the harness connects with as the member whose
+    files in ``certs_dir`` are ``STEM.pem`` and ``STEM-key.pem`` (the run's
+    CA in ``ca.pem``). Raises ``TlsError`` when they cannot be used.
+
+    Without session resumption: keeping a ticket means reading
+    ``SSLObject.session``, and on this host's CPython 3.11 and OpenSSL 3.0
+    every read leaks about 6 KiB of OpenSSL memory (a plain-``ssl``
+    reproduction shows it too), one per connection the harness opens: some
+    1.4 KiB per operation of a long chaos run, where the nodes' own peer
+    connections still resume (docs/nemesis.md, "Long runs")."""
+    return TlsConfig(certs_dir / "ca.pem", certs_dir / f"{stem}.pem", certs_dir / f"{stem}-key.pem", session_resumption=False)
+
+
+#: Synthetic brokers whose TLS configuration the harness keeps loaded. Each
+#: holds two OpenSSL contexts (about 0.85 MiB of the harness's memory, none
+#: of it seen by tracemalloc), and the workload registers a new synthetic
+#: broker every few seconds: a 30-minute chaos run kept some 2,000 of them,
+#: nearly 2 GiB (docs/nemesis.md, "Long runs").
+BROKER_TLS_KEPT = 8
+
+
+class BrokerCertificates:
+    """Synthetic brokers' certificates: issued by the run's CA (in
+    ``certs_dir``) on a broker's first use, and loaded as a ``TlsConfig``
+    for the ``kept`` brokers used most recently only; an older one is
+    loaded again from its files when it comes back."""
+
+    def __init__(self, certs_dir: Path, kept: int = BROKER_TLS_KEPT) -> None:
+        if kept < 1:
+            raise ValueError("kept must be at least 1")
+        self.certs_dir = certs_dir
+        self.kept = kept
+        self._loaded: collections.OrderedDict[int, TlsConfig] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        """Configurations loaded now (at most ``kept``)."""
+        return len(self._loaded)
+
+    def config(self, broker_id: int) -> TlsConfig:
+        """Broker ``broker_id``'s configuration. Raises ``TlsError`` when
+        its files cannot be used, ``OSError`` when they cannot be written."""
+        config = self._loaded.get(broker_id)
+        if config is None:
+            stem = f"broker-{broker_id}"
+            if not (self.certs_dir / f"{stem}.pem").exists():
+                CertificateAuthority.load(self.certs_dir).write_member(self.certs_dir, Principal(PrincipalKind.BROKER, str(broker_id)))
+            config = self._loaded[broker_id] = member_tls_config(self.certs_dir, stem)
+            if len(self._loaded) > self.kept:
+                self._loaded.popitem(last=False)
+        self._loaded.move_to_end(broker_id)
+        return config
 
 
 def _free_ports(count: int) -> list[int]:

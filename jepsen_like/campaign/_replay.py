@@ -14,12 +14,13 @@ is named in ``not_replayable``, and such a schedule is refused by
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from jepsen_like.sim import MAX_SCHEDULE_BYTES, Fault, Operation, Schedule, ScheduleError, Timers, loads_schedule
+from jepsen_like.sim import MAX_DURATION_MS, MAX_FAULTS, MAX_OPERATIONS, MAX_SCHEDULE_BYTES, Fault, Operation, Schedule, ScheduleError, Timers, loads_schedule
 
 from ._options import CampaignOptions
 from ._scenarios import RunningCampaign, kill_and_restart, pause_node
@@ -27,6 +28,8 @@ from ._scenarios import RunningCampaign, kill_and_restart, pause_node
 SCHEDULE_FILE = "schedule.json"
 # Nemesis names that are a node cut from every other node, not from clients.
 _ISOLATE_NAMES = ("isolate", "isolate-leader")
+# A schedule's ``origin`` is at most this long (jepsen_like.sim's MAX_TEXT).
+_ORIGIN_MAX = 200
 
 
 def schedule_path(path: Path) -> Path:
@@ -46,10 +49,29 @@ def read_schedule(path: Path) -> Schedule:
     return loads_schedule(data)
 
 
-def schedule_of_run(history_path: Path, options: CampaignOptions, leader: int | None, start_ns: int, origin: str) -> Schedule:
+def schedule_of_run(
+    history_path: Path,
+    options: CampaignOptions,
+    leader: int | None,
+    start_ns: int,
+    origin: str,
+    *,
+    operations_max: int = MAX_OPERATIONS,
+    faults_max: int = MAX_FAULTS,
+) -> Schedule:
     """The schedule a finished run followed, from its history: time 0 is
     ``start_ns`` on the history's clock (the workload's start), ``leader``
-    the leader then."""
+    the leader then.
+
+    A run longer than one schedule holds (more than ``operations_max``
+    register operations or ``faults_max`` faults, or longer than
+    ``MAX_DURATION_MS``) gets the schedule of its first part, which its
+    loader accepts and ``--replay`` runs: every fault and operation that
+    began before the first one that did not fit (the window's end), and
+    ``origin`` ends with where the window ends and why (docs/replay.md).
+    The history is read line by line, and what is held does not grow with
+    its length past the window's operations. Raises ``OSError`` when the
+    history cannot be read."""
     voters = options.controllers
     faults: list[Fault] = []
     operations: list[Operation] = []
@@ -58,6 +80,8 @@ def schedule_of_run(history_path: Path, options: CampaignOptions, leader: int | 
     invokes: dict[Any, tuple[int, dict[str, Any]]] = {}
     node_of_process: dict[Any, int] = {}
     others = 0
+    fault_starts = 0
+    window_end: tuple[int, str] | None = None  # (ms, why) once something did not fit
 
     def at_ms(event: dict[str, Any]) -> int:
         return max(0, round((event["time"] - start_ns) / 1e6))
@@ -70,19 +94,37 @@ def schedule_of_run(history_path: Path, options: CampaignOptions, leader: int | 
             return None
         return node_id if node_id is not None and 1 <= node_id <= voters else None
 
+    def fits(time_ms: int, full: bool, limit: str) -> bool:
+        """Whether what begins at ``time_ms`` is in the window (``full``:
+        the window already holds as many as ``limit`` says it may)."""
+        nonlocal window_end
+        if window_end is None and (full or time_ms >= MAX_DURATION_MS):
+            window_end = (time_ms, limit if full else "an hour at most")
+        return window_end is None or (time_ms < window_end[0] and not full)
+
     with open(history_path, encoding="utf-8") as lines:
         for line in lines:
             event = json.loads(line)
             if event["process"] == "nemesis":
-                _nemesis_event(event, at_ms(event), voters, started, faults, not_replayable)
+                time_ms = at_ms(event)
+                value = event.get("value")
+                if isinstance(value, dict) and value.get("phase") == "start":
+                    if not fits(time_ms, fault_starts >= faults_max, f"{faults_max:,} faults at most"):
+                        continue  # left out, and so is its end
+                    fault_starts += 1
+                _nemesis_event(event, time_ms, voters, started, faults, not_replayable)
                 continue
             if event.get("final") or event["time"] < start_ns:
                 continue
             key = event.get("key")
             register = isinstance(key, str) and not key.startswith(("topic/", "broker/")) and event["f"] in ("read", "write", "cas")
             if event["type"] == "invoke":
+                time_ms = at_ms(event)
+                kept = len(operations) + len(invokes)
+                if not fits(time_ms, register and kept >= operations_max, f"{operations_max:,} operations at most"):
+                    continue
                 if register:
-                    invokes[event["process"]] = (at_ms(event), event)
+                    invokes[event["process"]] = (time_ms, event)
                 else:
                     others += 1
                 continue
@@ -90,11 +132,13 @@ def schedule_of_run(history_path: Path, options: CampaignOptions, leader: int | 
             node = answered_by(event)
             if node is not None:
                 node_of_process[event["process"]] = node
-            if opened is None:
-                continue
-            invoked_ms, invoke = opened
-            first_node = node or node_of_process.get(event["process"]) or 1 + int(event["process"]) % voters
-            operations.append(_operation(invoke, invoked_ms, first_node))
+            if opened is not None:
+                invoked_ms, invoke = opened
+                first_node = node or node_of_process.get(event["process"]) or 1 + int(event["process"]) % voters
+                operations.append(_operation(invoke, invoked_ms, first_node))
+            if event["type"] == "info":
+                # The process ends here (its client takes a fresh one).
+                node_of_process.pop(event["process"], None)
     for invoked_ms, invoke in invokes.values():  # never completed: the run ended first
         operations.append(_operation(invoke, invoked_ms, node_of_process.get(invoke["process"]) or 1 + int(invoke["process"]) % voters))
     if others:
@@ -107,7 +151,12 @@ def schedule_of_run(history_path: Path, options: CampaignOptions, leader: int | 
     )
     # A fault heals (and an operation starts) a few ms after its time on a
     # busy host: the schedule lasts until the last of them.
-    duration_ms = max([round(options.time_limit_s * 1000)] + [f.end_ms for f in faults] + [op.at_ms for op in operations])
+    planned_ms = round(options.time_limit_s * 1000) if window_end is None else window_end[0]
+    duration_ms = min(MAX_DURATION_MS, max([planned_ms] + [f.end_ms for f in faults] + [op.at_ms for op in operations]))
+    faults = [Fault(f.at_ms, min(f.duration_ms, duration_ms - f.at_ms), f.kind, f.node) for f in faults]
+    if window_end is not None:
+        note = f" (its first {window_end[0] / 1000:,.1f} s: {window_end[1]})"
+        origin = origin[: _ORIGIN_MAX - len(note)] + note
     return Schedule(
         seed=options.seed,
         voters=voters,
@@ -116,20 +165,23 @@ def schedule_of_run(history_path: Path, options: CampaignOptions, leader: int | 
         leader=leader if leader is not None and 1 <= leader <= voters else None,
         faults=tuple(sorted(faults, key=lambda f: (f.at_ms, f.node))),
         operations=tuple(operations),
-        origin=origin[:200],
+        origin=origin[:_ORIGIN_MAX],
         not_replayable=tuple(not_replayable[:50]),
     )
 
 
 def _operation(invoke: dict[str, Any], invoked_ms: int, node: int) -> Operation:
+    # Interned: a window's 100,000 operations share a few kinds, modes and
+    # keys (a key lives 120 operations) rather than each holding copies.
+    mode = invoke.get("mode") if invoke["f"] == "read" else None
     return Operation(
         at_ms=invoked_ms,
         process=int(invoke["process"]),
-        f=invoke["f"],
-        key=invoke["key"],
+        f=sys.intern(invoke["f"]),
+        key=sys.intern(invoke["key"]),
         node=node,
         value=invoke.get("value"),
-        mode=invoke.get("mode") if invoke["f"] == "read" else None,
+        mode=sys.intern(mode) if isinstance(mode, str) else mode,
     )
 
 
@@ -163,8 +215,11 @@ def _nemesis_event(
 
 
 def write_schedule(run_dir: Path, schedule: Schedule) -> Path:
+    """``schedule`` as ``run_dir/schedule.json``, written a line at a time.
+    Raises ``OSError``."""
     path = run_dir / SCHEDULE_FILE
-    path.write_text(schedule.dumps())
+    with open(path, "w", encoding="utf-8") as out:
+        out.writelines(schedule.text_parts())
     return path
 
 

@@ -23,7 +23,7 @@ _LAZY = {
     "find_stale_reads": "jepsen_like.sim._reads",
     **{
         name: "jepsen_like.sim._schedule"
-        for name in ("MAX_SCHEDULE_BYTES", "Fault", "Operation", "Schedule", "ScheduleError", "Timers", "loads_schedule", "parse_schedule")
+        for name in ("MAX_DURATION_MS", "MAX_FAULTS", "MAX_OPERATIONS", "MAX_SCHEDULE_BYTES", "Fault", "Operation", "Schedule", "ScheduleError", "Timers", "loads_schedule", "parse_schedule")
     },
     "SimReplay": "jepsen_like.sim._schedule_replay",
     "Shrunk": "jepsen_like.sim._schedule_replay",
@@ -46,6 +46,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "MAX_DURATION_MS",
+    "MAX_FAULTS",
+    "MAX_OPERATIONS",
     "MAX_SCHEDULE_BYTES",
     "SCENARIOS",
     "Fault",

@@ -24,7 +24,7 @@ pick is not under a schedule's control, so a real replay is approximate
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -86,6 +86,9 @@ class Fault:
     def end_ms(self) -> int:
         return self.at_ms + self.duration_ms
 
+    def to_json(self) -> dict[str, Any]:
+        return {"at_ms": self.at_ms, "duration_ms": self.duration_ms, "kind": self.kind, "node": self.node}
+
 
 @dataclass(frozen=True, slots=True)
 class Operation:
@@ -128,7 +131,15 @@ class Schedule:
 
     def to_json(self) -> dict[str, Any]:
         """The document (docs/replay.md), JSON-ready."""
-        document: dict[str, Any] = {
+        return {
+            **self._head(),
+            "faults": [fault.to_json() for fault in self.faults],
+            "operations": [op.to_json() for op in self.operations],
+        }
+
+    def _head(self) -> dict[str, Any]:
+        """The document without its faults and operations."""
+        head: dict[str, Any] = {
             "format": FORMAT,
             "version": VERSION,
             "origin": self.origin,
@@ -142,25 +153,30 @@ class Schedule:
                 "pre_vote": self.timers.pre_vote,
             },
             "duration_ms": self.duration_ms,
-            "faults": [
-                {"at_ms": f.at_ms, "duration_ms": f.duration_ms, "kind": f.kind, "node": f.node} for f in self.faults
-            ],
-            "operations": [op.to_json() for op in self.operations],
         }
         if self.not_replayable:
-            document["not_replayable"] = list(self.not_replayable)
-        return document
+            head["not_replayable"] = list(self.not_replayable)
+        return head
 
     def dumps(self) -> str:
         """The document as text, one fault or operation per line (diffable)."""
-        document = self.to_json()
-        head = {k: v for k, v in document.items() if k not in ("faults", "operations")}
-        lines = [json.dumps(head, sort_keys=True)[:-1]]
-        for name in ("faults", "operations"):
-            items = document[name]
-            body = ",\n".join("  " + json.dumps(item, sort_keys=True) for item in items)
-            lines.append(f', "{name}": [\n{body}\n]' if items else f', "{name}": []')
-        return "".join(lines) + "}\n"
+        return "".join(self.text_parts())
+
+    def text_parts(self) -> Iterator[str]:
+        """``dumps()`` in pieces, one line at a time: a writer that takes
+        them one by one never holds the whole text (a long run's schedule
+        holds 100,000 operations)."""
+        yield json.dumps(self._head(), sort_keys=True)[:-1]
+        items: tuple[Fault, ...] | tuple[Operation, ...]
+        for name, items in (("faults", self.faults), ("operations", self.operations)):
+            if not items:
+                yield f', "{name}": []'
+                continue
+            yield f', "{name}": [\n'
+            for index, item in enumerate(items):
+                yield ("  " if index == 0 else ",\n  ") + json.dumps(item.to_json(), sort_keys=True)
+            yield "\n]"
+        yield "}\n"
 
     def with_parts(self, *, faults: Sequence[Fault] | None = None, operations: Sequence[Operation] | None = None, duration_ms: int | None = None) -> Schedule:
         """The same schedule with other faults, operations or duration;
@@ -328,4 +344,4 @@ def loads_schedule(data: bytes | str) -> Schedule:
     return parse_schedule(document)
 
 
-__all__ = ["FAULT_KINDS", "FORMAT", "MAX_SCHEDULE_BYTES", "VERSION", "Fault", "Operation", "Schedule", "ScheduleError", "Timers", "loads_schedule", "parse_schedule"]
+__all__ = ["FAULT_KINDS", "FORMAT", "MAX_DURATION_MS", "MAX_FAULTS", "MAX_OPERATIONS", "MAX_SCHEDULE_BYTES", "VERSION", "Fault", "Operation", "Schedule", "ScheduleError", "Timers", "loads_schedule", "parse_schedule"]
