@@ -136,7 +136,12 @@ class TlsConfig:
         self._ticket_count = 0
 
     def _context(self, purpose: ssl.Purpose) -> ssl.SSLContext:
-        context = ssl.create_default_context(purpose, cafile=None)
+        # Not ssl.create_default_context: with no CA argument it also loads
+        # the system's public CAs (and honours SSLKEYLOGFILE). The cluster's
+        # CA is the only trust anchor: a certificate any public or corporate
+        # CA signed, SAN URI and all, must not make its holder a member.
+        side = ssl.PROTOCOL_TLS_SERVER if purpose is ssl.Purpose.CLIENT_AUTH else ssl.PROTOCOL_TLS_CLIENT
+        context = ssl.SSLContext(side)
         context.minimum_version = ssl.TLSVersion.TLSv1_3
         # Identities are principals in the SAN URI, bound by the caller;
         # nodes are reached by address, so host names are not checked.

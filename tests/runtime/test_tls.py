@@ -421,3 +421,18 @@ async def test_voter_changes_need_admin(certs: Path) -> None:
             with pytest.raises(VoterChangeRefusedError, match="static voter set"):
                 await node_9.add_voter(9, "0a1b2c3d", ["127.0.0.1:1"])
         nursery.cancel_scope.cancel()
+
+
+def test_the_cluster_ca_is_the_only_trust_anchor(certs: Path, tmp_path: Path, monkeypatch) -> None:
+    """Before: the contexts came from ``ssl.create_default_context``, which
+    with no CA argument also loads the system's CAs, so a certificate any
+    of those signed (SAN URI ``pykraft://node/3`` and all) would have been
+    trusted. Here the "system" store is another CA (OpenSSL reads
+    ``SSL_CERT_FILE``), holding a node-3 certificate of its own."""
+    other = tmp_path / "other"
+    create_cluster_certificates(other, nodes=[3])
+    monkeypatch.setenv("SSL_CERT_FILE", str(other / "ca.pem"))
+    cluster_ca = ssl._ssl._test_decode_cert(str(certs / "ca.pem"))  # noqa: SLF001 - the stdlib's own decoder
+    tls = tls_for(certs, "node-1")
+    for context in (tls._server, tls._client):  # noqa: SLF001
+        assert [ca["subject"] for ca in context.get_ca_certs()] == [cluster_ca["subject"]]
