@@ -220,6 +220,15 @@ class NodeConfig:
                 given = settings.setdefault(name, stored)
                 if (tuple(given) if name == "bootstrap_voters" else given) != stored:
                     raise ValueError(f"quorum setting {name} {given!r} differs from {self.data_dir}'s meta.json: {stored!r}")
+        # Where each voter listens, for the NOT_LEADER answers that name it
+        # (a static set names no endpoints of its own); port 0 (pick one
+        # at bind time) is nowhere another node can reach.
+        settings.setdefault(
+            "voter_endpoints",
+            tuple(
+                (node_id, address_endpoint(*address)) for node_id, address in sorted(self.voters.items()) if address[1]
+            ),
+        )
         if settings.get("bootstrap_voters"):
             # Dynamic voters: the set comes from the disk and the log, and
             # ``voters`` is only where to reach them.

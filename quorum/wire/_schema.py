@@ -39,7 +39,7 @@ from .._messages import (
 )
 from .._node import ReplicaDescription
 from .._types import Entry, OffsetAndEpoch, RecordKind, SnapshotId
-from .._voters import ENDPOINTS_MAX, check_directory_id, voter_set_problem
+from .._voters import ENDPOINTS_MAX, check_directory_id, check_endpoint, voter_set_problem
 from ._checks import (
     INT64_MAX,
     RECORD_KINDS,
@@ -430,6 +430,9 @@ def encode_fetch_response(m: FetchResponse) -> list:
         _encode_snapshot_id(m.snapshot_id),
         m.read_token,
         m.extension,
+        # ``leader_endpoint`` only when set: every other answer is the very
+        # body a peer that predates the field decodes.
+        *(() if m.leader_endpoint is None else (m.leader_endpoint,)),
     ]
 
 
@@ -448,7 +451,8 @@ def decode_fetch_response(body: Any, limits: WireLimits, build: bool) -> FetchRe
         snapshot_id,
         read_token,
         extension,
-    ) = fields(body, 13)
+        leader_endpoint,
+    ) = fields_with_optional_tail(body, 14)
     epoch = check_epoch(epoch, "epoch")
     checked = FetchResponse(
         src=check_node_id(src, "src"),
@@ -464,6 +468,7 @@ def decode_fetch_response(body: Any, limits: WireLimits, build: bool) -> FetchRe
         snapshot_id=None if snapshot_id is None else _snapshot_id(snapshot_id, "snapshot_id"),
         read_token=check_int64(read_token, "read_token"),
         extension=_extension(extension, limits),
+        leader_endpoint=None if leader_endpoint is None else check_endpoint(leader_endpoint, "leader_endpoint"),
     )
     return checked if build else None
 
