@@ -21,6 +21,7 @@ DescribeQuorumResponse version 3); None is nil.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -813,6 +814,61 @@ def decode_voter_change_response(body: Any, limits: WireLimits, build: bool) -> 
     return VoterChangeResponse(error=check_error_code(error), leader_hint=leader_hint, offset=offset, message=message)
 
 
+# Version 2 of the client requests a node may answer NOT_LEADER, and of
+# their answers (``LEADER_HINT_VERSIONS``): a request's body is version 1's;
+# an answer's is version 1's, then ``leader_epoch`` and ``leader_endpoint``.
+
+
+def _in_version(decode: Callable[[Any, WireLimits, bool], Any], version: int) -> Callable[[Any, WireLimits, bool], Any]:
+    """``decode``, whose message then says it came in ``version``."""
+
+    def decode_in_version(body: Any, limits: WireLimits, build: bool) -> Any:
+        message = decode(body, limits, build)
+        return None if message is None else dataclasses.replace(message, version=version)
+
+    return decode_in_version
+
+
+def _with_leader_fields(encode: Callable[[Any], list]) -> Callable[[Any], list]:
+    """Version 2 of an answer's body: version 1's, then the leader's epoch
+    and endpoint."""
+
+    def encode_v2(m: Any) -> list:
+        return [*encode(m), m.leader_epoch, m.leader_endpoint]
+
+    return encode_v2
+
+
+def _leader_fields_decoder(decode: Callable[[Any, WireLimits, bool], Any]) -> Callable[[Any, WireLimits, bool], Any]:
+    """Decodes ``_with_leader_fields``' bodies; ``ValueError`` (from the
+    message's own checks) for a leader epoch or endpoint out of range."""
+
+    def decode_v2(body: Any, limits: WireLimits, build: bool) -> Any:
+        if type(body) is not list or len(body) < 2:
+            raise ValueError(f"body must be an array ending in leader_epoch, leader_endpoint, got {describe_value(body)}")
+        *head, leader_epoch, leader_endpoint = body
+        message = decode(head, limits, build)
+        if message is None:
+            return None
+        return dataclasses.replace(message, leader_epoch=leader_epoch, leader_endpoint=leader_endpoint, version=2)
+
+    return decode_v2
+
+
+def _leader_hint_schemas(
+    type_code: int, message_class: type, encode: Callable[[Any], list], decode: Callable[[Any, WireLimits, bool], Any]
+) -> MessageSchema:
+    """The schema of a request (versions 1 and 2 share a body) or, for a
+    class with ``leader_endpoint``, of an answer (version 2 adds the leader
+    fields) that may say NOT_LEADER."""
+    if "leader_endpoint" in message_class.__dataclass_fields__:
+        return MessageSchema(
+            type_code, message_class, encode, _in_version(decode, 1),
+            ((2, _with_leader_fields(encode), _leader_fields_decoder(decode)),),
+        )  # fmt: skip
+    return MessageSchema(type_code, message_class, encode, _in_version(decode, 1), ((2, encode, _in_version(decode, 2)),))
+
+
 SCHEMAS: tuple[MessageSchema, ...] = (
     # 1..31: quorum messages (KIP-595, KIP-996 pre-vote, KIP-630 snapshots).
     MessageSchema(1, VoteRequest, encode_vote_request, decode_vote_request),
@@ -826,10 +882,10 @@ SCHEMAS: tuple[MessageSchema, ...] = (
     MessageSchema(9, FetchSnapshotRequest, encode_fetch_snapshot_request, decode_fetch_snapshot_request),
     MessageSchema(10, FetchSnapshotResponse, encode_fetch_snapshot_response, decode_fetch_snapshot_response),
     # 32..63: client requests.
-    MessageSchema(32, ProposeRequest, encode_propose_request, decode_propose_request),
-    MessageSchema(33, ProposeResponse, encode_propose_response, decode_propose_response),
-    MessageSchema(34, ReadRequest, encode_read_request, decode_read_request),
-    MessageSchema(35, ReadResponse, encode_read_response, decode_read_response),
+    _leader_hint_schemas(32, ProposeRequest, encode_propose_request, decode_propose_request),
+    _leader_hint_schemas(33, ProposeResponse, encode_propose_response, decode_propose_response),
+    _leader_hint_schemas(34, ReadRequest, encode_read_request, decode_read_request),
+    _leader_hint_schemas(35, ReadResponse, encode_read_response, decode_read_response),
     MessageSchema(
         36, DescribeQuorumRequest, encode_describe_quorum_request, decode_describe_quorum_request,
         (
@@ -844,13 +900,13 @@ SCHEMAS: tuple[MessageSchema, ...] = (
             (3, encode_describe_quorum_response_v3, decode_describe_quorum_response_v3),
         ),
     ),
-    MessageSchema(38, ApplicationRequest, encode_application_request, decode_application_request),
-    MessageSchema(39, ApplicationResponse, encode_application_response, decode_application_response),
+    _leader_hint_schemas(38, ApplicationRequest, encode_application_request, decode_application_request),
+    _leader_hint_schemas(39, ApplicationResponse, encode_application_response, decode_application_response),
     # KIP-853 voter changes (administration, served by the leader).
-    MessageSchema(40, AddVoterRequest, encode_add_voter_request, decode_add_voter_request),
-    MessageSchema(41, VoterChangeResponse, encode_voter_change_response, decode_voter_change_response),
-    MessageSchema(42, RemoveVoterRequest, encode_remove_voter_request, decode_remove_voter_request),
-    MessageSchema(43, UpgradeVotersRequest, encode_upgrade_voters_request, decode_upgrade_voters_request),
+    _leader_hint_schemas(40, AddVoterRequest, encode_add_voter_request, decode_add_voter_request),
+    _leader_hint_schemas(41, VoterChangeResponse, encode_voter_change_response, decode_voter_change_response),
+    _leader_hint_schemas(42, RemoveVoterRequest, encode_remove_voter_request, decode_remove_voter_request),
+    _leader_hint_schemas(43, UpgradeVotersRequest, encode_upgrade_voters_request, decode_upgrade_voters_request),
     # 64..: connection frames.
     MessageSchema(64, ErrorFrame, encode_error_frame, decode_error_frame),
     MessageSchema(65, Hello, encode_hello, decode_hello),
