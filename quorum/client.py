@@ -5,8 +5,11 @@
     async with QuorumClient(["1@127.0.0.1:9091", "2@127.0.0.1:9092"]) as client:
         offset = await client.propose([b"record"])
 
-Bootstrap entries are ``ID@HOST:PORT`` (so a NOT_LEADER hint leads straight
-to the leader) or ``HOST:PORT`` (the client then tries the next one).
+Bootstrap entries are ``ID@HOST:PORT`` or ``HOST:PORT``, and one is
+enough: they are for the first contact (KIP-853's bootstrap servers). A
+node that does not lead answers NOT_LEADER naming the leader and, in
+version 2, where it listens; the client adds that server and goes there
+(``learn_servers`` adds more, the voters of a voter set the caller holds).
 Requests are pipelined on one connection. Only errors that prove the
 request did not happen (NOT_LEADER) are retried; a connection lost while a
 proposal was in flight raises ``IndeterminateError``: it may have happened
