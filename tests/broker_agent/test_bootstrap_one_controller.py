@@ -28,16 +28,39 @@ CONTROLLERS = (1, 2, 3)
 pytestmark = pytest.mark.processes  # real sockets
 
 
-async def _controllers(stack: AsyncExitStack) -> dict:
+def _configs(data_root=None) -> dict[int, NodeConfig]:
     ports = dict(zip(CONTROLLERS, free_ports(len(CONTROLLERS))))
     voters = {node_id: ("127.0.0.1", port) for node_id, port in ports.items()}
-    handles = {}
-    for node_id in CONTROLLERS:
-        config = NodeConfig(node_id=node_id, voters=voters, quorum=QUORUM, fsync=False, plaintext=True)
-        handles[node_id] = await stack.enter_async_context(
-            open_controller_node(config, ControllerConfig(cluster_id="pykraft", **TIMERS))
+    return {
+        node_id: NodeConfig(
+            node_id=node_id,
+            voters=voters,
+            quorum=QUORUM,
+            fsync=False,
+            plaintext=True,
+            data_dir=None if data_root is None else data_root / f"c{node_id}",
         )
-    return handles
+        for node_id in CONTROLLERS
+    }
+
+
+def _open(config: NodeConfig):
+    return open_controller_node(config, ControllerConfig(cluster_id="pykraft", **TIMERS))
+
+
+async def _controllers(stack: AsyncExitStack) -> dict:
+    return {node_id: await stack.enter_async_context(_open(config)) for node_id, config in _configs().items()}
+
+
+async def _until(condition, what: str) -> None:
+    """Wait (bounded by the test's ``fail_after``) until ``condition()``."""
+    while not condition():
+        await trio.sleep(0.02)
+
+
+def _registered(handle) -> dict:
+    """controller id -> its registration, in ``handle``'s committed image."""
+    return dict(handle.runtime.state_machine.image.controllers)
 
 
 async def test_a_broker_and_a_client_given_one_follower_reach_the_leader():
@@ -87,6 +110,40 @@ async def test_a_broker_and_a_client_given_one_follower_reach_the_leader():
             (registered,) = cluster.brokers
             assert (registered.broker_id, registered.broker_epoch) == (101, broker_epoch)
             assert registered.state == BrokerState.ONLINE.value
+
+            # KIP-919: every controller registered itself; the leader's
+            # image, describe and the broker's image show where each listens.
+            await _until(lambda: set(_registered(controllers[leader])) == set(CONTROLLERS), "3 registrations")
+            async with AdminClient([f"127.0.0.1:{follower_port}"]) as admin:
+                described = await admin.describe_controllers()
+            assert [(c.controller_id, c.listeners) for c in described.controllers] == [
+                (node_id, (("CONTROLLER", "127.0.0.1", controllers[node_id].listen_port),)) for node_id in CONTROLLERS
+            ]
+            broker_image = broker.node.runtime.state_machine.image
+            await _until(lambda: set(broker_image.controllers) == set(CONTROLLERS), "the broker's image")
+
+
+async def test_a_restarted_controller_registers_a_new_incarnation(tmp_path):
+    configs = _configs(tmp_path)
+    with trio.fail_after(30):
+        async with AsyncExitStack() as stack:
+            handles = {node_id: await stack.enter_async_context(_open(configs[node_id])) for node_id in (1, 2)}
+            async with _open(configs[3]) as third:
+                await _until(lambda: set(_registered(third)) == set(CONTROLLERS), "3 registrations")
+                first_incarnation = _registered(third)[3].incarnation_id
+            async with _open(configs[3]) as third:
+
+
+                def registered_again() -> bool:
+                    # Every node's image holds the restarted process's own registration.
+                    mine = _registered(third).get(3)
+                    return (
+                        mine is not None
+                        and mine.incarnation_id != first_incarnation
+                        and all(_registered(handle).get(3) == mine for handle in handles.values())
+                    )
+
+                await _until(registered_again, "a new incarnation")
 
 
 def _fields(request) -> dict:
