@@ -418,9 +418,11 @@ async def _register_controller(node: Any, config: Any, image: ClusterImage, requ
         # Every voter this node knows of, at the first endpoint the voter
         # set names, else its --voters address: a NOT_LEADER answer names
         # the leader (and where it listens) in any case.
-        bootstrap = [f"{voter_id}@{host}:{port}" for voter_id, (host, port) in sorted(config.voters.items()) if port]
+        addresses = dict(config.voters)
+        addresses[config.node_id] = ((config.listen or ("127.0.0.1", 0))[0], node.listen_port)  # the bound port
+        bootstrap = [f"{voter_id}@{host}:{port}" for voter_id, (host, port) in sorted(addresses.items()) if port]
         for voter in runtime.node.voters.voters:
-            if voter.endpoints and voter.node_id not in config.voters:
+            if voter.endpoints and voter.node_id not in addresses:
                 bootstrap.append(f"{voter.node_id}@{voter.endpoints[0]}")
         try:
             async with AdminClient(bootstrap, cluster_id=config.cluster_id, timeout_s=5.0, tls=config.tls) as admin:
