@@ -601,8 +601,6 @@ class BrokerSimulation(Simulation):
         controllers it knows, in turn), timed out like the agent's
         registration task."""
         broker_id = process.broker_id
-        core = self.nodes[broker_id].core
-        assert core is not None
         assert process.driver is not None
         # The broker's own choice (``BrokerDriver.registration_target``):
         # its voter set always names a controller.

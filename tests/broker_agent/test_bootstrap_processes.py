@@ -9,11 +9,12 @@ tests/sim/test_broker_bootstrap.py."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 
 import pytest
 import trio
-from _processes import CONTROLLERS, SESSION_TIMEOUT_MS, BrokerCluster
+from _processes import BIN, CONTROLLERS, SESSION_TIMEOUT_MS, BrokerCluster
 
 from quorum.client import QuorumClient
 from registration.client import AdminClient
@@ -92,6 +93,21 @@ async def _story(cluster: BrokerCluster) -> None:
             assert states[BROKER] == ("Online", epoch), states
             await trio.sleep(0.1)
     assert f"voter {leader} is at {address[leader]}" in cluster.log_text(BROKER)
+
+    # KIP-919: every controller registered itself, the one restarted with
+    # its new incarnation; `kraft-cluster describe --controllers` shows them.
+    with trio.fail_after(WAIT_S):
+        while True:
+            described = subprocess.run(
+                [str(BIN / "kraft-cluster"), "describe", "--controllers", "--bootstrap", address[given]],
+                capture_output=True, text=True, timeout=WAIT_S,
+            )  # fmt: skip
+            if described.returncode == 0 and "3 controller(s) registered" in described.stdout:
+                break
+            await trio.sleep(0.1)
+    for node_id in CONTROLLERS:
+        assert f"CONTROLLER://{address[node_id]}" in described.stdout, described.stdout
+    assert "kraft.version=0-1" in described.stdout
 
     # A client given the follower alone writes (a topic) and reads.
     async with AdminClient([address[given]], timeout_s=WAIT_S) as admin:
