@@ -438,7 +438,7 @@ class BrokerAgent:
         quorum's own answers (DescribeQuorum from this observer's view,
         NOT_LEADER for proposals and reads)."""
         if isinstance(request, ApplicationRequest):
-            return ApplicationResponse(payload=self.answer(request.payload).to_payload())
+            return ApplicationResponse(payload=self.answer(request.payload).to_payload(), version=request.version)
         return await handle_client_request(runtime, request)
 
     def answer(self, payload: bytes) -> MetadataResponse:
@@ -663,11 +663,19 @@ async def open_broker(config: BrokerConfig, *, incarnation_id: str | None = None
             async with AdminClient(
                 config.bootstrap_list, cluster_id=config.cluster_id, timeout_s=timeout_s, tls=config.tls
             ) as admin:
+
+                async def register(request: RegisterBrokerRequest) -> RegisterBrokerResponse:
+                    # The controllers the broker's replica knows (the log's
+                    # voter set, the leaders NOT_LEADER answers named), not
+                    # only the bootstrap list (KIP-853).
+                    admin.quorum_client.learn_servers(agent_ref[0].driver.known_controllers())
+                    return await admin.register_broker(request)
+
                 agent = BrokerAgent(
                     config,
                     node.runtime,
                     metadata,
-                    register=admin.register_broker,
+                    register=register,
                     listeners=((config.listener_name, host, port),),
                     incarnation_id=incarnation,
                     event_sink=sink,

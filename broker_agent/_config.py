@@ -17,16 +17,17 @@ from ._lifecycle import LifecycleConfig
 class BrokerConfig:
     """Everything a broker needs.
 
-    ``bootstrap`` maps every controller voter's id to its address (the
-    quorum's ``voters``; the broker fetches the metadata log from their
-    leader as an observer, so its own ``broker_id`` must not be among them).
-    Once it has fetched the log the broker follows the voter set there
-    (KIP-853 VOTERS records, and snapshots that carry them): controllers
-    added later are reached at the endpoints the record names, removed ones
-    are no longer asked, so the list need not change with the voter set;
-    it must still name the controller that leads when the broker first
-    starts, or one that will (a follower's answer names the leader's id,
-    not its address).
+    ``bootstrap`` maps the id of one controller voter or more to its
+    address, for the first contact only (KIP-853's
+    ``controller.quorum.bootstrap.servers``): the broker fetches the
+    metadata log from the leader as an observer (so its own ``broker_id``
+    must not be among them), and a follower's NOT_LEADER answer names the
+    leader and where it listens, which the broker's fetches and
+    registrations follow. Once it has fetched the log the broker also
+    follows the voter set there (KIP-853 VOTERS records, and snapshots
+    that carry them): controllers added later are reached at the
+    endpoints the record names, removed ones are no longer asked, so the
+    list need not change with the voter set.
     ``listen`` is where clients reach it; port 0 picks a free port, and the
     bound port is what gets registered. ``data_dir`` None keeps the metadata
     log in memory (a restart fetches it again). ``quorum`` overrides the

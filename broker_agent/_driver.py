@@ -94,6 +94,30 @@ class BrokerDriver:
         the image (records of other kinds are skipped, not missed)."""
         return int(self.host.applied_offset)
 
+    def known_controllers(self) -> dict[int, str | None]:
+        """The controllers this broker knows of, node id -> where it listens
+        ("HOST:PORT", None when not known), the leader its replica follows
+        first: the voter set its replica holds (the log's, once fetched,
+        KIP-853; before that the bootstrap list) and the leaders NOT_LEADER
+        answers named. Like Kafka's ``controller.quorum.bootstrap.servers``,
+        the bootstrap list is only for the first contact."""
+        core = self.host.core
+        ordered = [] if core.leader_id is None else [core.leader_id]
+        ordered += core.voters.ids
+        ordered += sorted(core.learned_endpoints)
+        own = self.lifecycle.config.broker_id
+        return {node_id: core.endpoint_of(node_id) for node_id in ordered if node_id != own}
+
+    def registration_target(self, attempt: int) -> int | None:
+        """The controller to send registration ``attempt`` (1, 2, ...) to:
+        the leader the replica follows, else the known controllers in turn
+        (``known_controllers``); None if it knows none."""
+        core = self.host.core
+        if core.leader_id is not None and core.leader_id != self.lifecycle.config.broker_id:
+            return core.leader_id
+        candidates = list(self.known_controllers())
+        return candidates[(attempt - 1) % len(candidates)] if candidates else None
+
     # ------------------------------------------------------------------
     # Inputs
     # ------------------------------------------------------------------

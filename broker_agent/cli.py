@@ -43,7 +43,7 @@ def _address(text: str) -> tuple[str, int]:
 
 @click.command("kraft-broker", cls=ReportingCommand)
 @click.option("--broker-id", type=int, required=True, help="This broker's id (not a controller voter id).")
-@click.option("--bootstrap", required=True, help="ID@HOST:PORT,... of every controller voter.")
+@click.option("--bootstrap", required=True, help="ID@HOST:PORT,... of one controller voter or more, for the first contact (the leader and the voter set are learned from them).")
 @click.option("--listen", required=True, help="HOST:PORT for clients (port 0: any free port).")
 @click.option("--rack", default=None, help="This broker's rack, for replica placement.")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Keep the metadata log here (default: memory).")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ._voters import Voter, VoterSet, check_directory_id
+from ._voters import Voter, VoterSet, check_directory_id, check_endpoint
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,6 +30,11 @@ class QuorumConfig:
     # format`` wrote it (ids, directory ids, endpoints); every later set is
     # a VOTERS record in the log. Empty: the static ``voters`` hold.
     bootstrap_voters: tuple[Voter, ...] = ()
+    # Where voters listen, (node id, "HOST:PORT") pairs: named with the
+    # leader in NOT_LEADER answers when the voter set in force names no
+    # endpoint for it (a static set; KIP-853's sets carry their own). The
+    # trio node fills it from its voters' addresses.
+    voter_endpoints: tuple[tuple[int, str], ...] = ()
     # This node's directory id (meta.json): with dynamic voters, a node is
     # a voter only with the directory it was added with (KIP-853).
     directory_id: str | None = None
@@ -82,6 +87,12 @@ class QuorumConfig:
             object.__setattr__(self, "bootstrap_voters", bootstrap.voters)
             object.__setattr__(self, "voters", bootstrap.ids)
         check_directory_id(self.directory_id)
+        endpoints = tuple(self.voter_endpoints)
+        for item in endpoints:
+            if not isinstance(item, tuple) or len(item) != 2 or type(item[0]) is not int:
+                raise ValueError(f"voter_endpoints must be (node id, HOST:PORT) pairs, got {item!r:.80}")
+            check_endpoint(item[1], f"voter_endpoints[{item[0]}]")
+        object.__setattr__(self, "voter_endpoints", endpoints)
         if not self.voters:
             raise ValueError("at least one voter is required")
         if len(set(self.voters)) != len(self.voters):

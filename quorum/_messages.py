@@ -195,6 +195,12 @@ class FetchResponse:
     snapshot_id: SnapshotId | None = None
     read_token: int = 0
     extension: Any = None
+    # With an error that names a leader (NOT_LEADER): where that leader
+    # listens, "HOST:PORT", from the voter set the responder holds (KIP-853
+    # NodeEndpoints). A fetcher that knows only the responder's address (a
+    # broker given one controller) reaches the leader through it. Sent on
+    # the wire only when set.
+    leader_endpoint: str | None = None
 
 
 @dataclass(slots=True, kw_only=True, unsafe_hash=True)

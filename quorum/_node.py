@@ -162,7 +162,16 @@ from ._types import (
     RecordKind,
     SnapshotId,
 )
-from ._voters import Voter, VoterSet, join_snapshot, snapshot_holds_voters, split_snapshot, voter_set_problem
+from ._voters import (
+    VOTERS_MAX,
+    Voter,
+    VoterSet,
+    check_endpoint,
+    join_snapshot,
+    snapshot_holds_voters,
+    split_snapshot,
+    voter_set_problem,
+)
 
 # The errors live in _errors.py; ``quorum/__init__.py`` imports them from here.
 __all__ = [
@@ -432,6 +441,11 @@ def _field_out_of_range(message: _Request | _Response) -> str | None:
     if kind is FetchRequest and type(message.repairing) is not bool:
         return f"repairing {message.repairing!r} is not a bool"
     if kind is FetchResponse:
+        if message.leader_endpoint is not None:
+            try:
+                check_endpoint(message.leader_endpoint, "leader_endpoint")
+            except ValueError as error:
+                return str(error)
         if message.diverging is not None:
             problem = _offset_and_epoch_problem("diverging", message.diverging.offset, message.diverging.epoch)
             if problem is not None:
@@ -613,6 +627,17 @@ class QuorumNode:
         # the rotation where it stopped, rather than asking the same
         # (possibly dead) voter first every time it loses its leader.
         self._bootstrap_index = 0
+        # Where the leaders that NOT_LEADER answers named listen (node id ->
+        # "HOST:PORT", KIP-853 NodeEndpoints): a fetcher that was given one
+        # controller's address (a broker) reaches the leader it is sent to
+        # through the host, which reads ``learned_endpoints``, and an
+        # observer without a leader also asks them in turn. Node state: it
+        # outlives roles (the next leader is found the same way). Replaced,
+        # never changed in place, so a host sees a change by identity.
+        self._learned_endpoints: Mapping[int, str] = {}
+        # Where the static voters listen (the config's), for the NOT_LEADER
+        # answers of a cluster whose voter set names no endpoints.
+        self._static_endpoints = dict(config.voter_endpoints)
         # How often each kind of input was turned away (``counters``); for
         # the host's metrics and logs, never part of a decision.
         self._counters: dict[str, int] = dict.fromkeys(_COUNTER_NAMES, 0)
@@ -1359,6 +1384,8 @@ class QuorumNode:
                 fetcher = self._fetcher
                 if fetcher is None or not fetcher.accept(message.request_id, message.src):
                     return False
+                if isinstance(message, FetchResponse) and message.leader_endpoint is not None:
+                    self._learn_endpoint(message)
                 consumer = self._hooks.fetch_extension_consumer
                 if isinstance(message, FetchResponse) and message.extension is not None and consumer is not None:
                     # The host hears every answer to its Fetch, whatever its
@@ -2141,8 +2168,44 @@ class QuorumNode:
                 error=code,
                 high_watermark=self._hw,
                 log_start_offset=self._log.start_offset,
+                leader_endpoint=self.endpoint_of(leader_hint),
             )
         )
+
+    def endpoint_of(self, node_id: int | None) -> str | None:
+        """Where ``node_id`` listens ("HOST:PORT") as far as this node
+        knows: the first endpoint the voter set in force names for it, else
+        the config's static endpoint, else one a NOT_LEADER answer named;
+        None when not known (or ``node_id`` is None). What NOT_LEADER
+        answers name with the leader (KIP-853)."""
+        if node_id is None:
+            return None
+        voter = self._voters.get(node_id)
+        if voter is not None and voter.endpoints:
+            return voter.endpoints[0]
+        return self._static_endpoints.get(node_id) or self._learned_endpoints.get(node_id)
+
+    @property
+    def learned_endpoints(self) -> Mapping[int, str]:
+        """Where the leaders named by NOT_LEADER answers listen (node id ->
+        "HOST:PORT", validated): the host tells its transport, so that this
+        node reaches a leader it had no address for. A new object whenever
+        it changes; do not modify it."""
+        return self._learned_endpoints
+
+    def _learn_endpoint(self, response: FetchResponse) -> None:
+        """Keep the endpoint a fetch answer gives for the leader it names."""
+        named, endpoint = response.leader_id, response.leader_endpoint
+        if named is None or endpoint is None or named == self.node_id or self._learned_endpoints.get(named) == endpoint:
+            return
+        learned = dict(self._learned_endpoints)
+        learned.pop(named, None)
+        if len(learned) >= VOTERS_MAX:
+            # Bounded: a peer that names ever new leaders displaces the
+            # oldest it named, never grows the map.
+            del learned[next(iter(learned))]
+        learned[named] = endpoint
+        self._learned_endpoints = learned
 
     def _reply_fetch_snapshot(self, request: FetchSnapshotRequest, code: ErrorCode, **fields: Any) -> None:
         self._send(
@@ -2245,10 +2308,15 @@ class QuorumNode:
         if self._role is Role.FOLLOWER:
             target = self._leader_id  # KIP-595: fetch only from the leader
         else:
-            # An observer without a leader asks the voters in turn; a
-            # non-leader answers NOT_LEADER with the leader it knows.
-            voters = self._voters.ids
-            target = voters[self._bootstrap_index % len(voters)]
+            # An observer without a leader asks the voters in turn, and the
+            # leaders it was sent to before (they may lead again, or know
+            # who does); a non-leader answers NOT_LEADER with the leader it
+            # knows and where it listens.
+            targets = self._voters.ids
+            learned = self._learned_endpoints
+            if learned and not self._is_voter:
+                targets = targets + tuple(sorted(node for node in learned if node not in self._voters))
+            target = targets[self._bootstrap_index % len(targets)]
         if target is None:
             return
         # Unique per process (the session is in the high bits), so the

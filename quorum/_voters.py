@@ -197,6 +197,20 @@ def endpoint_address(endpoint: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def check_endpoint(endpoint: object, name: str = "endpoint") -> str:
+    """``endpoint`` if it is a printable ``HOST:PORT`` of at most
+    ``ENDPOINT_CHARS_MAX`` characters that ``endpoint_address`` parses;
+    raises ``ValueError`` otherwise. For endpoints from outside (a peer's
+    NOT_LEADER answer names where its leader listens: untrusted input)."""
+    if not isinstance(endpoint, str) or not 0 < len(endpoint) <= ENDPOINT_CHARS_MAX or not endpoint.isprintable():
+        raise ValueError(f"{name} must be a printable HOST:PORT of at most {ENDPOINT_CHARS_MAX} characters")
+    try:
+        endpoint_address(endpoint)
+    except ValueError:
+        raise ValueError(f"{name} must be HOST:PORT, got {endpoint[:60]!r}") from None
+    return endpoint
+
+
 def voter_set_problem(data: bytes) -> str | None:
     """Why ``data`` is not a valid ``VOTERS`` payload, or None."""
     try:

@@ -5,8 +5,11 @@
     async with QuorumClient(["1@127.0.0.1:9091", "2@127.0.0.1:9092"]) as client:
         offset = await client.propose([b"record"])
 
-Bootstrap entries are ``ID@HOST:PORT`` (so a NOT_LEADER hint leads straight
-to the leader) or ``HOST:PORT`` (the client then tries the next one).
+Bootstrap entries are ``ID@HOST:PORT`` or ``HOST:PORT``, and one is
+enough: they are for the first contact (KIP-853's bootstrap servers). A
+node that does not lead answers NOT_LEADER naming the leader and, in
+version 2, where it listens; the client adds that server and goes there
+(``learn_servers`` adds more, the voters of a voter set the caller holds).
 Requests are pipelined on one connection. Only errors that prove the
 request did not happen (NOT_LEADER) are retried; a connection lost while a
 proposal was in flight raises ``IndeterminateError``: it may have happened
@@ -26,10 +29,12 @@ rather than retrying what can never work.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import itertools
 import logging
 import ssl
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import trio
@@ -37,6 +42,7 @@ import trio
 from ._access import PrincipalKind
 from ._messages import ErrorCode
 from ._node import QuorumError
+from ._voters import check_endpoint, endpoint_address
 from .wire import (
     ClusterIdMismatchError,
     AddVoterRequest,
@@ -291,6 +297,16 @@ class _Connection:
         return holder[0]
 
 
+# The requests a node may answer NOT_LEADER (versions 1 and 2; version 2's
+# answers name where the leader listens).
+_LEADER_HINT_REQUEST_TYPES = frozenset(
+    {ProposeRequest, ReadRequest, ApplicationRequest, AddVoterRequest, RemoveVoterRequest, UpgradeVotersRequest}
+)
+# How many servers a client keeps: its bootstrap list and the leaders
+# NOT_LEADER answers named. A voter set holds at most a few.
+_SERVERS_MAX = 64
+
+
 class QuorumClient:
     """See the module docstring. Use as an async context manager."""
 
@@ -318,6 +334,10 @@ class QuorumClient:
         # The DescribeQuorum version to ask in: one lower each time a node
         # refuses it (an older pykraft).
         self._describe_version = 3
+        # The version of the requests a node may answer NOT_LEADER: 2 (the
+        # answer names where the leader listens), 1 once a node refuses it
+        # (an older pykraft).
+        self._leader_hint_version = 2
         # Servers a plaintext client already asked whether they speak TLS.
         self._plaintext_servers_checked: set[Server] = set()
         self._connect_lock = trio.Lock()
@@ -381,13 +401,49 @@ class QuorumClient:
         self.server_certificate_not_after = peer_not_after(stream)
         return stream
 
-    async def _move_to(self, leader_hint: int | None, away_from: _Connection | None) -> None:
-        """Use another node from the next request on. Only the first of
-        several requests turned away by the same connection moves the
-        client. The old connection is not cut: requests still in flight on
-        it (pipelined by other tasks) get their answers, then it closes."""
+    def learn_servers(self, endpoints: Mapping[int, str | None]) -> None:
+        """Ask these nodes too (node id -> "HOST:PORT"; None: not known,
+        skipped): the voters of the voter set a caller holds (a broker's
+        replica), in place of any address the bootstrap list gave for
+        those ids. Raises ``ValueError`` for an endpoint that is not
+        ``HOST:PORT``."""
+        for node_id, endpoint in endpoints.items():
+            if endpoint is not None:
+                self._learn_server(node_id, check_endpoint(endpoint))
+
+    def _learn_server(self, node_id: int, endpoint: str) -> None:
+        """A NOT_LEADER answer said node ``node_id`` leads and listens at
+        ``endpoint`` (validated by the wire): ask it there from now on, in
+        place of any address the bootstrap list gave for that id (KIP-853:
+        the bootstrap list is only for the first contact; the cluster's
+        voter set says where its voters are). Bounded: past
+        ``_SERVERS_MAX`` entries a new id is not kept (the answer's leader
+        is still asked, through the node that named it)."""
+        host, port = endpoint_address(endpoint)
+        learned = Server(node_id, host, port)
+        for index, server in enumerate(self._servers):
+            if server.node_id == node_id:
+                if server != learned:
+                    logger.info("node %d listens at %s (not %s): a NOT_LEADER answer said so", node_id, learned, server)
+                    self._servers[index] = learned
+                return
+        if len(self._servers) >= _SERVERS_MAX:
+            return
+        logger.info("learned of node %d at %s from a NOT_LEADER answer", node_id, learned)
+        self._servers.append(learned)
+
+    async def _move_to(
+        self, leader_hint: int | None, away_from: _Connection | None, leader_endpoint: str | None = None
+    ) -> None:
+        """Use another node from the next request on (the leader named, at
+        ``leader_endpoint`` when given). Only the first of several requests
+        turned away by the same connection moves the client. The old
+        connection is not cut: requests still in flight on it (pipelined by
+        other tasks) get their answers, then it closes."""
         if away_from is not None and self._connection is not away_from:
             return  # another request already moved the client
+        if leader_hint is not None and leader_endpoint is not None:
+            self._learn_server(leader_hint, leader_endpoint)
         if self._connection is not None:
             connection, self._connection = self._connection, None
             connection.retiring = True
@@ -410,6 +466,8 @@ class QuorumClient:
         backoff_s = 0.02
         last_error: BaseException | None = None
         deadline = trio.current_time() + self.retry_timeout_s
+        if type(message) in _LEADER_HINT_REQUEST_TYPES and message.version > self._leader_hint_version:
+            message = dataclasses.replace(message, version=self._leader_hint_version)
         while (remaining_s := deadline - trio.current_time()) > 0:
             connection = self._connection
             try:
@@ -438,6 +496,17 @@ class QuorumClient:
                 await self._move_to(None, connection)
                 continue
             if isinstance(response, ErrorFrame):
+                if (
+                    response.code is ErrorCode.INVALID_REQUEST
+                    and type(message) in _LEADER_HINT_REQUEST_TYPES
+                    and message.version == 2
+                    and "version 2 is not supported" in response.message
+                ):
+                    # An older pykraft: ask again in version 1 (its answers
+                    # name the leader's id only), and keep to it.
+                    self._leader_hint_version = 1
+                    message = dataclasses.replace(message, version=1)
+                    continue
                 if response.code is ErrorCode.INCONSISTENT_CLUSTER_ID:
                     raise WrongClusterError(f"{connection.address} belongs to another cluster: {response.message}")
                 if response.code is ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
@@ -446,7 +515,7 @@ class QuorumClient:
             error_code = getattr(response, "error", ErrorCode.NONE)
             if error_code is ErrorCode.NOT_LEADER:
                 last_error = QuorumClientError(f"{connection.address} is not the leader")
-                await self._move_to(response.leader_hint, connection)
+                await self._move_to(response.leader_hint, connection, getattr(response, "leader_endpoint", None))
                 if response.leader_hint is None:
                     await trio.sleep(min(backoff_s, max(0.0, deadline - trio.current_time())))
                     backoff_s = min(backoff_s * 2, 0.5)

@@ -15,6 +15,7 @@ from ._requests import (
     CreateTopicsRequest,
     DeleteTopicsRequest,
     RegisterBrokerRequest,
+    RegisterControllerRequest,
     UnregisterBrokerRequest,
     decode_message,
 )
@@ -32,6 +33,14 @@ def refuse_controller_request(principal: Principal, payload: bytes, acl: AccessC
         if principal.kind is PrincipalKind.BROKER and principal.member_id == request.broker_id:
             return None
         return f"{principal} may not register broker {request.broker_id}: only pykraft://broker/{request.broker_id} may"
+    if isinstance(request, RegisterControllerRequest):
+        # KIP-919: only the controller's own node certificate registers it.
+        if principal.kind is PrincipalKind.NODE and principal.member_id == request.controller_id:
+            return None
+        return (
+            f"{principal} may not register controller {request.controller_id}: "
+            f"only pykraft://node/{request.controller_id} may"
+        )
     if isinstance(request, (UnregisterBrokerRequest, CreateTopicsRequest, DeleteTopicsRequest)):
         operation = Operation.ADMIN
     else:

@@ -51,6 +51,7 @@ from ._records import (
     PartitionRecord,
     Record,
     RegisterBrokerRecord,
+    RegisterControllerRecord,
     RemoveTopicRecord,
     TopicRecord,
     UnregisterBrokerRecord,
@@ -66,14 +67,19 @@ from ._requests import (
     DeleteTopicResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    ControllerDescription,
     DescribeClusterRequest,
     DescribeClusterResponse,
+    DescribeControllersRequest,
+    DescribeControllersResponse,
     DescribeTopicsRequest,
     DescribeTopicsResponse,
     HeartbeatReply,
     PartitionDescription,
     RegisterBrokerRequest,
     RegisterBrokerResponse,
+    RegisterControllerRequest,
+    RegisterControllerResponse,
     Request,
     Response,
     TopicDescription,
@@ -629,6 +635,10 @@ class Controller:
             case DescribeTopicsRequest():
                 names = request.names
                 return self._read(request.linearizable, lambda: self.describe_topics(names))
+            case RegisterControllerRequest():
+                return self._register_controller(request, now_ms)
+            case DescribeControllersRequest():
+                return self._read(request.linearizable, self.describe_controllers)
         raise TypeError(f"not a controller request: {type(request).__name__}")
 
     def _read(self, linearizable: bool, answer: Callable[[], Response]) -> Reply:
@@ -736,6 +746,57 @@ class Controller:
             return RegisterBrokerResponse(broker_epoch=registration.broker_epoch)
 
         return self._write_reply([NoOpRecord()], now_ms, respond)
+
+    def _register_controller(self, request: RegisterControllerRequest, now_ms: int) -> Reply:
+        """KIP-919: record where a controller listens, the directory it
+        votes with and the features it supports; answered once committed.
+        The same registration again (a retry) writes nothing new: it is
+        answered once a no-op behind the first commits. Unlike a broker's,
+        a controller's registration has no epoch and no session: a
+        controller's liveness is the quorum's to judge (check quorum,
+        elections), and what brokers need from the record (where the
+        controllers are) does not go stale when one is down."""
+        if request.cluster_id != self.config.cluster_id:
+            return _reply(
+                RegisterControllerResponse(
+                    error=ErrorCode.INCONSISTENT_CLUSTER_ID,
+                    message=f"this is cluster {self.config.cluster_id!r}, not {request.cluster_id!r}",
+                )
+            )
+        record = RegisterControllerRecord(
+            controller_id=request.controller_id,
+            incarnation_id=request.incarnation_id,
+            listeners=request.listeners,
+            directory_id=request.directory_id,
+            features=request.features,
+        )
+        existing = self.working_image.controller(request.controller_id)
+        same = existing is not None and (
+            existing.incarnation_id,
+            existing.listeners,
+            existing.directory_id,
+            existing.features,
+        ) == (record.incarnation_id, record.listeners, record.directory_id, record.features)
+        return self._write_reply(
+            [NoOpRecord() if same else record], now_ms, lambda _first_offset: RegisterControllerResponse()
+        )
+
+    def describe_controllers(self) -> DescribeControllersResponse:
+        """The committed image's registered controllers, with its offset."""
+        image = self.image
+        return DescribeControllersResponse(
+            offset=image.offset,
+            controllers=tuple(
+                ControllerDescription(
+                    controller_id=c.controller_id,
+                    incarnation_id=c.incarnation_id,
+                    listeners=c.listeners,
+                    directory_id=c.directory_id,
+                    features=c.features,
+                )
+                for _, c in sorted(image.controllers.items())
+            ),
+        )
 
     def _unregister_broker(self, request: UnregisterBrokerRequest, now_ms: int) -> Reply:
         broker_id = request.broker_id

@@ -38,6 +38,7 @@ from ._records import (
     PartitionRecord,
     Record,
     RegisterBrokerRecord,
+    RegisterControllerRecord,
     RemoveTopicRecord,
     TopicRecord,
     UnregisterBrokerRecord,
@@ -51,6 +52,10 @@ logger = logging.getLogger("pykraft.registration")
 PartitionKey = tuple[str, int]
 
 _SNAPSHOT_FORMAT = 1
+# Format 2 adds the registered controllers (KIP-919). An image without any
+# is still written in format 1, byte for byte what nodes before format 2
+# wrote and read.
+_SNAPSHOT_FORMAT_CONTROLLERS = 2
 _EMPTY: frozenset = frozenset()
 
 
@@ -70,6 +75,17 @@ class BrokerRegistration:
     @property
     def state(self) -> BrokerState:
         return state_of(True, self.fenced, self.in_controlled_shutdown)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerRegistration:
+    """A registered controller (KIP-919 ``RegisterControllerRecord``)."""
+
+    controller_id: int
+    incarnation_id: str
+    listeners: tuple[tuple[str, str, int], ...]
+    directory_id: str | None
+    features: tuple[tuple[str, int, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +174,7 @@ class ClusterImage:
     def __init__(self) -> None:
         self._offset = 0
         self._brokers: dict[int, BrokerRegistration] = {}
+        self._controllers: dict[int, ControllerRegistration] = {}
         self._topics_by_id: dict[str, TopicInfo] = {}
         self._topics_by_name: dict[str, TopicInfo] = {}
         self._partitions: dict[PartitionKey, PartitionState] = {}
@@ -185,6 +202,7 @@ class ClusterImage:
         other = ClusterImage.__new__(ClusterImage)
         other._offset = self._offset
         other._brokers = dict(self._brokers)
+        other._controllers = dict(self._controllers)
         other._topics_by_id = dict(self._topics_by_id)
         other._topics_by_name = dict(self._topics_by_name)
         other._partitions = dict(self._partitions)
@@ -202,6 +220,7 @@ class ClusterImage:
         return (
             self._offset == other._offset
             and self._brokers == other._brokers
+            and self._controllers == other._controllers
             and self._topics_by_id == other._topics_by_id
             and self._partitions == other._partitions
         )
@@ -284,6 +303,17 @@ class ClusterImage:
             broker_epoch=offset,
             fenced=True,
             in_controlled_shutdown=False,
+        )
+
+    def _apply_register_controller(self, record: RegisterControllerRecord, _offset: int) -> None:
+        # KIP-919: the latest registration of a controller id replaces the
+        # one before (a restart registers a new incarnation).
+        self._controllers[record.controller_id] = ControllerRegistration(
+            controller_id=record.controller_id,
+            incarnation_id=record.incarnation_id,
+            listeners=record.listeners,
+            directory_id=record.directory_id,
+            features=record.features,
         )
 
     def _registration_for(self, broker_id: int, broker_epoch: int, record: Record) -> BrokerRegistration:
@@ -450,7 +480,15 @@ class ClusterImage:
                     ]
                 )
             topics.append([name, topic.topic_id, topic.unclean_leader_election, rows])
-        return msgpack.packb([_SNAPSHOT_FORMAT, self._offset, brokers, topics], use_bin_type=True)
+        if not self._controllers:
+            return msgpack.packb([_SNAPSHOT_FORMAT, self._offset, brokers, topics], use_bin_type=True)
+        controllers = [
+            [c.controller_id, c.incarnation_id, c.listeners, c.directory_id, c.features]
+            for _, c in sorted(self._controllers.items())
+        ]
+        return msgpack.packb(
+            [_SNAPSHOT_FORMAT_CONTROLLERS, self._offset, brokers, topics, controllers], use_bin_type=True
+        )
 
     def restore(self, data: bytes) -> None:
         """Replace this image with the one ``snapshot()`` wrote.
@@ -466,6 +504,7 @@ class ClusterImage:
             raise SnapshotDecodeError(f"not a cluster-image snapshot: {error!r}") from None
         self._offset = restored._offset
         self._brokers = restored._brokers
+        self._controllers = restored._controllers
         self._topics_by_id = restored._topics_by_id
         self._topics_by_name = restored._topics_by_name
         self._partitions = restored._partitions
@@ -491,6 +530,14 @@ class ClusterImage:
 
     def broker(self, broker_id: int) -> BrokerRegistration | None:
         return self._brokers.get(broker_id)
+
+    @property
+    def controllers(self) -> Mapping[int, ControllerRegistration]:
+        """Registered controllers by id (KIP-919; read-only)."""
+        return MappingProxyType(self._controllers)
+
+    def controller(self, controller_id: int) -> ControllerRegistration | None:
+        return self._controllers.get(controller_id)
 
     def broker_state(self, broker_id: int) -> BrokerState:
         registration = self._brokers.get(broker_id)
@@ -660,6 +707,7 @@ _APPLIERS = {
     PartitionChangeRecord: ClusterImage._apply_partition_change,
     RemoveTopicRecord: ClusterImage._apply_remove_topic,
     NoOpRecord: ClusterImage._apply_no_op,
+    RegisterControllerRecord: ClusterImage._apply_register_controller,
 }
 
 
@@ -667,10 +715,25 @@ def _restore(data: bytes) -> ClusterImage:
     """Build an image from snapshot bytes; lets structural errors escape as
     ValueError/TypeError/KeyError/IndexError for ``restore`` to wrap."""
     decoded = msgpack.unpackb(data, use_list=False, raw=False)
-    if type(decoded) is not tuple or len(decoded) != 4 or decoded[0] != _SNAPSHOT_FORMAT:
-        raise SnapshotDecodeError("not a cluster-image snapshot of format 1")
-    _, offset, brokers, topics = decoded
+    if type(decoded) is tuple and len(decoded) == 5 and decoded[0] == _SNAPSHOT_FORMAT_CONTROLLERS:
+        _, offset, brokers, topics, controllers = decoded
+    elif type(decoded) is tuple and len(decoded) == 4 and decoded[0] == _SNAPSHOT_FORMAT:
+        _, offset, brokers, topics = decoded
+        controllers = ()
+    else:
+        raise SnapshotDecodeError("not a cluster-image snapshot of format 1 or 2")
     image = ClusterImage()
+    for controller_id, incarnation_id, listeners, directory_id, features in controllers:
+        # Through the record's own checks: a snapshot is read from disk or
+        # from a peer.
+        record = RegisterControllerRecord(
+            controller_id=controller_id,
+            incarnation_id=incarnation_id,
+            listeners=listeners,
+            directory_id=directory_id,
+            features=features,
+        )
+        image._apply_register_controller(record, 0)
     if type(offset) is not int or offset < 0:
         raise SnapshotDecodeError(f"bad offset {offset!r}")
     image._offset = offset

@@ -37,6 +37,7 @@ FLAG_UNCHANGED = 0
 _TOPIC_NAME_MAX_CHARS = 249  # Kafka's limit (a topic's directory name + suffixes fit in 255)
 _TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]+")
 _TEXT_MAX_CHARS = 1024  # incarnation ids, topic ids, listener names, hosts, racks
+_FEATURES_MAX = 32  # supported feature ranges a controller may name
 
 
 def topic_name_problem(name: object) -> str | None:
@@ -110,6 +111,24 @@ def check_listeners(value: object) -> None:
         check_int("listener port", port, 0, 65535)
         if name in names:
             raise ValueError(f"listener name {name!r} appears twice")
+        names.add(name)
+
+
+def check_features(value: object) -> None:
+    """A tuple of ``(name, min_version, max_version)`` with distinct names
+    and 0 <= min <= max (KIP-919's supported feature ranges)."""
+    if type(value) is not tuple or len(value) > _FEATURES_MAX:
+        raise ValueError(f"features must be a tuple of at most {_FEATURES_MAX} (name, min, max), got {value!r:.80}")
+    names = set()
+    for feature in value:
+        if type(feature) is not tuple or len(feature) != 3:
+            raise ValueError(f"a feature is a (name, min_version, max_version) tuple, got {feature!r:.80}")
+        name, low, high = feature
+        check_text("feature name", name)
+        check_int("feature min_version", low, 0, 32767)
+        check_int("feature max_version", high, low, 32767)
+        if name in names:
+            raise ValueError(f"feature {name!r} appears twice")
         names.add(name)
 
 
@@ -256,6 +275,30 @@ class RemoveTopicRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RegisterControllerRecord:
+    """A controller (a quorum voter running the controller) registered
+    with the active controller (KIP-919): where it listens, the directory
+    it votes with and the feature versions it supports, so that brokers
+    and ``describe`` see the controllers. A new incarnation's record (a
+    restart) replaces the previous one of the same id. Not a broker: no
+    epoch, no fencing (its liveness is the quorum's business)."""
+
+    TYPE_CODE: ClassVar[int] = 27
+    controller_id: int
+    incarnation_id: str
+    listeners: tuple[tuple[str, str, int], ...]
+    directory_id: str | None = None
+    features: tuple[tuple[str, int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        check_int("controller_id", self.controller_id, 0)
+        check_text("incarnation_id", self.incarnation_id)
+        check_listeners(self.listeners)
+        check_text("directory_id", self.directory_id, optional=True)
+        check_features(self.features)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NoOpRecord:
     """Written when the log is otherwise idle, so that followers and brokers
     can tell "caught up" from "stuck" (KIP-835, ``metadata.max.idle.interval.ms``)."""
@@ -271,6 +314,7 @@ Record = (
     | PartitionRecord
     | PartitionChangeRecord
     | RemoveTopicRecord
+    | RegisterControllerRecord
     | NoOpRecord
 )
 
@@ -283,6 +327,7 @@ RECORD_TYPES: tuple[type, ...] = (
     RemoveTopicRecord,
     BrokerRegistrationChangeRecord,
     NoOpRecord,
+    RegisterControllerRecord,
 )
 
 _RECORD_VERSION = 0

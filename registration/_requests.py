@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import msgpack
 
 from ._errors import ErrorCode
-from ._records import check_bool, check_int, check_listeners, check_text
+from ._records import check_bool, check_features, check_int, check_listeners, check_text
 
 # ---------------------------------------------------------------------------
 # Wire helpers
@@ -185,6 +185,93 @@ class UnregisterBrokerResponse(_Wire):
     def __post_init__(self) -> None:
         _check_error(self.error)
         _check_message(self.message)
+
+
+# ---------------------------------------------------------------------------
+# Controller registration (KIP-919 ControllerRegistration)
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegisterControllerRequest(_Wire):
+    """A controller process registers itself with the active controller
+    (KIP-919): ``incarnation_id`` is fresh for every process start (the
+    same one again is a retry), ``directory_id`` the disk it votes with
+    (None: not known, a static voter set), ``features`` the
+    ``(name, min_version, max_version)`` ranges it supports."""
+
+    WIRE_NAME: ClassVar[str] = "register_controller"
+    controller_id: int
+    incarnation_id: str
+    cluster_id: str
+    listeners: tuple[tuple[str, str, int], ...]
+    directory_id: str | None = None
+    features: tuple[tuple[str, int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        check_int("controller_id", self.controller_id, 0)
+        check_text("incarnation_id", self.incarnation_id)
+        check_text("cluster_id", self.cluster_id)
+        check_listeners(self.listeners)
+        check_text("directory_id", self.directory_id, optional=True)
+        check_features(self.features)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegisterControllerResponse(_Wire):
+    WIRE_NAME: ClassVar[str] = "register_controller_response"
+    error: ErrorCode = ErrorCode.NONE
+    message: str = ""
+
+    def __post_init__(self) -> None:
+        _check_error(self.error)
+        _check_message(self.message)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeControllersRequest(_Wire):
+    """The registered controllers (KIP-919), from the active controller's
+    committed image (leader-local, or ``linearizable``)."""
+
+    WIRE_NAME: ClassVar[str] = "describe_controllers"
+    linearizable: bool = False
+
+    def __post_init__(self) -> None:
+        check_bool("linearizable", self.linearizable)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerDescription(_Wire):
+    controller_id: int
+    incarnation_id: str
+    listeners: tuple[tuple[str, str, int], ...]
+    directory_id: str | None = None
+    features: tuple[tuple[str, int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        check_int("controller_id", self.controller_id, 0)
+        check_text("incarnation_id", self.incarnation_id)
+        check_listeners(self.listeners)
+        check_text("directory_id", self.directory_id, optional=True)
+        check_features(self.features)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeControllersResponse(_Wire):
+    """``offset`` is the image offset the answer reflects."""
+
+    WIRE_NAME: ClassVar[str] = "describe_controllers_response"
+    _NESTED: ClassVar[dict[str, type]] = {"controllers": ControllerDescription}
+    error: ErrorCode = ErrorCode.NONE
+    message: str = ""
+    offset: int = -1
+    controllers: tuple[ControllerDescription, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_error(self.error)
+        _check_message(self.message)
+        check_int("offset", self.offset, -1)
+        _check_tuple_of("controllers", self.controllers, ControllerDescription)
 
 
 # ---------------------------------------------------------------------------
@@ -513,6 +600,8 @@ Request = (
     | DeleteTopicsRequest
     | DescribeClusterRequest
     | DescribeTopicsRequest
+    | RegisterControllerRequest
+    | DescribeControllersRequest
 )
 Response = (
     RegisterBrokerResponse
@@ -521,6 +610,8 @@ Response = (
     | DeleteTopicsResponse
     | DescribeClusterResponse
     | DescribeTopicsResponse
+    | RegisterControllerResponse
+    | DescribeControllersResponse
 )
 
 REQUEST_TYPES: tuple[type, ...] = (
@@ -530,6 +621,8 @@ REQUEST_TYPES: tuple[type, ...] = (
     DeleteTopicsRequest,
     DescribeClusterRequest,
     DescribeTopicsRequest,
+    RegisterControllerRequest,
+    DescribeControllersRequest,
 )
 RESPONSE_TYPES: tuple[type, ...] = (
     RegisterBrokerResponse,
@@ -538,6 +631,8 @@ RESPONSE_TYPES: tuple[type, ...] = (
     DeleteTopicsResponse,
     DescribeClusterResponse,
     DescribeTopicsResponse,
+    RegisterControllerResponse,
+    DescribeControllersResponse,
 )
 _BY_WIRE_NAME: dict[str, type] = {cls.WIRE_NAME: cls for cls in REQUEST_TYPES + RESPONSE_TYPES}
 
@@ -588,4 +683,8 @@ def error_response(request: Request, error: ErrorCode, message: str) -> Response
             return DescribeClusterResponse(error=error, message=message)
         case DescribeTopicsRequest():
             return DescribeTopicsResponse(error=error, message=message)
+        case RegisterControllerRequest():
+            return RegisterControllerResponse(error=error, message=message)
+        case DescribeControllersRequest():
+            return DescribeControllersResponse(error=error, message=message)
     raise TypeError(f"not a controller request: {type(request).__name__}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from ._records import (
     decode_record,
 )
 from ._authorization import refuse_controller_request
-from ._requests import decode_message, encode_message
+from ._requests import RegisterControllerRequest, decode_message, encode_message
 
 if TYPE_CHECKING:
     from quorum.runtime import NodeConfig, QuorumNodeHandle
@@ -374,6 +375,69 @@ def _error_payload(message: str) -> bytes:
     return msgpack.packb(["error", [int(ErrorCode.INVALID_REQUEST), message[:500]]], use_bin_type=True)
 
 
+#: The feature versions this code supports, as a controller registers them
+#: (KIP-919 ``SupportedFeatures``): ``kraft.version`` 0 (a static voter
+#: set) and 1 (KIP-853 dynamic voters).
+SUPPORTED_FEATURES: tuple[tuple[str, int, int], ...] = (("kraft.version", 0, 1),)
+#: The listener name a controller registers its quorum address under.
+CONTROLLER_LISTENER = "CONTROLLER"
+
+
+def registration_recorded(image: ClusterImage, request: RegisterControllerRequest) -> bool:
+    """Does ``image`` hold exactly the registration ``request`` asks for
+    (this incarnation, listeners, directory and features)? Until it does,
+    the controller process registers (again)."""
+    current = image.controller(request.controller_id)
+    return current is not None and (
+        current.incarnation_id,
+        current.listeners,
+        current.directory_id,
+        current.features,
+    ) == (request.incarnation_id, request.listeners, request.directory_id, request.features)
+
+
+async def _register_controller(node: Any, config: Any, image: ClusterImage, request: RegisterControllerRequest) -> None:
+    """KIP-919: while this node is a voter, register it as a controller
+    with the active controller (which may be this node) until the
+    committed image holds the registration, and again whenever it stops
+    holding it; retried with a backoff. Over TLS the node's own
+    certificate authorizes it. Never returns (cancel it)."""
+    import trio
+
+    from .client import AdminClient
+
+    backoff_s = 0.1
+    while True:
+        if registration_recorded(image, request) or not node.runtime.node.is_voter:
+            # Registered; or an observer (a node added later registers
+            # once it votes).
+            backoff_s = 0.1
+            await trio.sleep(0.5)
+            continue
+        runtime = node.runtime
+        # Every voter this node knows of, at the first endpoint the voter
+        # set names, else its --voters address: a NOT_LEADER answer names
+        # the leader (and where it listens) in any case.
+        addresses = dict(config.voters)
+        addresses[config.node_id] = ((config.listen or ("127.0.0.1", 0))[0], node.listen_port)  # the bound port
+        bootstrap = [f"{voter_id}@{host}:{port}" for voter_id, (host, port) in sorted(addresses.items()) if port]
+        for voter in runtime.node.voters.voters:
+            if voter.endpoints and voter.node_id not in addresses:
+                bootstrap.append(f"{voter.node_id}@{voter.endpoints[0]}")
+        try:
+            async with AdminClient(bootstrap, cluster_id=config.cluster_id, timeout_s=5.0, tls=config.tls) as admin:
+                response = await admin.register_controller(request)
+            if response.error:
+                logger.info("node %d: controller registration refused: %s %s", config.node_id, response.error.name, response.message)
+            else:
+                logger.info("node %d: registered as a controller (incarnation %s)", config.node_id, request.incarnation_id)
+                continue
+        except Exception as error:  # noqa: BLE001 - any failure to reach the active controller is retried
+            logger.debug("node %d: controller registration failed: %s", config.node_id, error)
+        await trio.sleep(backoff_s)
+        backoff_s = min(backoff_s * 2, 2.0)
+
+
 @asynccontextmanager
 async def open_controller_node(
     config: NodeConfig, controller_config: ControllerConfig | None = None
@@ -382,6 +446,8 @@ async def open_controller_node(
     ``open_quorum_node``."""
     # The trio runtime is imported here, on use: the rest of this module is
     # sans-IO and the simulator imports it.
+    import trio
+
     from quorum.runtime import FINE_BUCKETS_S, EventLog, open_quorum_node
 
     machine = ControllerStateMachine()
@@ -403,6 +469,18 @@ async def open_controller_node(
             application.heartbeat_seconds = node.runtime.metrics.histogram(
                 "pykraft_controller_heartbeat_seconds", "Time to handle one broker heartbeat.", FINE_BUCKETS_S
             )
-            yield node
+            # KIP-919: a fresh incarnation per process start.
+            registration = RegisterControllerRequest(
+                controller_id=config.node_id,
+                incarnation_id=str(uuid.uuid4()),
+                cluster_id=config.cluster_id,
+                listeners=((CONTROLLER_LISTENER, (config.listen or ("", 0))[0], node.listen_port),),
+                directory_id=node.runtime.config.directory_id,
+                features=SUPPORTED_FEATURES,
+            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_register_controller, node, config, machine.image, registration)
+                yield node
+                nursery.cancel_scope.cancel()
     finally:
         events.close()

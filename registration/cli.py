@@ -205,17 +205,32 @@ def cluster_main() -> None:
 @timeout_option
 @_json
 @click.option("--linearizable", is_flag=True)
+@click.option("--controllers", is_flag=True, help="The registered controllers (KIP-919) in place of the brokers.")
 @with_client_tls
-def cluster_describe(bootstrap: str, cluster_id: str, timeout_s: float, as_json: bool, linearizable: bool, tls: Any) -> None:
-    """Brokers with state, epoch and incarnation; topic and partition counts."""
+def cluster_describe(
+    bootstrap: str, cluster_id: str, timeout_s: float, as_json: bool, linearizable: bool, controllers: bool, tls: Any
+) -> None:
+    """Brokers with state, epoch and incarnation; topic and partition counts.
+    With --controllers: each registered controller's listeners, directory
+    id and supported features."""
 
     async def call() -> Any:
         async with _admin(bootstrap, cluster_id, timeout_s, tls) as admin:
+            if controllers:
+                return await admin.describe_controllers(linearizable=linearizable)
             return await admin.describe_cluster(linearizable=linearizable)
 
     response = trio.run(call)
     if as_json:
         click.echo(json.dumps(response.to_wire(), default=str))
+        return
+    if controllers:
+        click.echo(f"{len(response.controllers)} controller(s) registered  (image offset {response.offset})")
+        click.echo(f"{'ControllerId':>12}  {'Listeners':<28} {'Directory':<34} Features")
+        for controller in response.controllers:
+            listeners = ",".join(f"{name}://{host}:{port}" for name, host, port in controller.listeners)
+            features = ",".join(f"{name}={low}-{high}" for name, low, high in controller.features)
+            click.echo(f"{controller.controller_id:>12}  {listeners:<28} {controller.directory_id or '-':<34} {features}")
         return
     click.echo(
         f"cluster {response.cluster_id}  (image offset {response.offset})  topics {response.topic_count}"

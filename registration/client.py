@@ -21,11 +21,15 @@ from ._requests import (
     DeleteTopicsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
+    DescribeControllersRequest,
+    DescribeControllersResponse,
     DescribeTopicsRequest,
     DescribeTopicsResponse,
     NewTopic,
     RegisterBrokerRequest,
     RegisterBrokerResponse,
+    RegisterControllerRequest,
+    RegisterControllerResponse,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
 )
@@ -97,6 +101,17 @@ class AdminClient:
 
     async def register_broker(self, request: RegisterBrokerRequest) -> RegisterBrokerResponse:
         return await self.request(request, RegisterBrokerResponse, idempotent=False)
+
+    async def register_controller(self, request: RegisterControllerRequest) -> RegisterControllerResponse:
+        """KIP-919: register a controller (the same incarnation again is a
+        harmless retry)."""
+        return await self.request(request, RegisterControllerResponse, idempotent=True)
+
+    async def describe_controllers(self, *, linearizable: bool = False) -> DescribeControllersResponse:
+        """The registered controllers (KIP-919), from the active controller."""
+        return await self.request(
+            DescribeControllersRequest(linearizable=linearizable), DescribeControllersResponse, idempotent=True
+        )
 
     async def unregister_broker(self, broker_id: int) -> UnregisterBrokerResponse:
         return await self.request(UnregisterBrokerRequest(broker_id=broker_id), UnregisterBrokerResponse, idempotent=False)

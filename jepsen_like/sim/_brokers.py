@@ -62,7 +62,7 @@ from broker_agent import (
 )
 from broker_agent import ErrorCode as BrokerErrorCode
 from jepsen_like import HarnessInvariantError
-from quorum import Entry, FetchRequest, NotLeaderError, ProposalLostError, ReadNotConfirmedError, RecordKind
+from quorum import Entry, FetchRequest, NotLeaderError, ProposalLostError, QuorumConfig, ReadNotConfirmedError, RecordKind
 from registration import (
     BrokerHeartbeat,
     BrokerRegistrationChangeRecord,
@@ -96,6 +96,11 @@ _NEVER_MS = 10**12
 READ_OPS = ("cluster_metadata", "describe_topic", "list_topics")
 
 
+def sim_endpoint(node_id: int) -> str:
+    """The endpoint a simulated voter is named at ("HOST:PORT")."""
+    return f"n{node_id}.sim:9093"
+
+
 @dataclass(slots=True)
 class BrokerSimOptions(SimOptions):
     """``SimOptions`` plus the brokers' and the controller's settings.
@@ -117,6 +122,10 @@ class BrokerSimOptions(SimOptions):
     no_op_interval_ms: int = 500
     self_fencing: bool = True
     broker_epoch_checks: bool = True
+    # The controllers a broker is given (its replica's voter list, as
+    # ``kraft-broker --bootstrap``); empty: every voter. One follower is
+    # enough: its NOT_LEADER answers name the leader (KIP-853).
+    broker_bootstrap: tuple[int, ...] = ()
 
     @classmethod
     def from_options(cls, options: SimOptions | None) -> BrokerSimOptions:
@@ -140,6 +149,20 @@ class BrokerSimOptions(SimOptions):
         """design.md's promise for an Online broker's answers:
         session timeout + the check-quorum window (docs/broker.md)."""
         return self.session_timeout_ms + self.check_quorum_factor * self.fetch_timeout_ms
+
+    def quorum_config(self, node_id: int, directory_id: str | None = None) -> QuorumConfig:
+        """A voter's config, or a broker's: an observer given the voter
+        list ``broker_bootstrap`` (when set) as a static list, as
+        ``BrokerConfig`` gives a trio broker its ``bootstrap``."""
+        config = SimOptions.quorum_config(self, node_id, directory_id)
+        if not self.broker_bootstrap:
+            return config
+        # Where each voter "listens", so that NOT_LEADER answers name it as
+        # a trio node's do (the simulated network routes by id).
+        config = dataclasses.replace(config, voter_endpoints=tuple((voter, sim_endpoint(voter)) for voter in self.voter_ids))
+        if node_id <= BROKER_ID_BASE:
+            return config
+        return dataclasses.replace(config, voters=self.broker_bootstrap, bootstrap_voters=(), directory_id=None)
 
     def controller_config(self) -> ControllerConfig:
         return ControllerConfig(
@@ -168,6 +191,8 @@ class BrokerSimOptions(SimOptions):
             self_fencing=self.self_fencing,
             broker_epoch_checks=self.broker_epoch_checks,
         )
+        if self.broker_bootstrap:
+            described.update(broker_bootstrap=list(self.broker_bootstrap))
         return described
 
 
@@ -572,13 +597,15 @@ class BrokerSimulation(Simulation):
             self._push(int(delay_ms * US_PER_MS), "client", dst, target.incarnation, at_node)
 
     def _send_registration(self, process: BrokerProcess, attempt: int) -> None:
-        """RegisterBroker to the leader the observer knows (else the voters
-        in turn), timed out like the agent's registration task."""
+        """RegisterBroker to the leader the observer knows (else the
+        controllers it knows, in turn), timed out like the agent's
+        registration task."""
         broker_id = process.broker_id
-        core = self.nodes[broker_id].core
-        assert core is not None
-        voters = self.broker_options.voter_ids
-        target = core.leader_id if core.leader_id in voters else voters[(attempt - 1) % len(voters)]
+        assert process.driver is not None
+        # The broker's own choice (``BrokerDriver.registration_target``):
+        # its voter set always names a controller.
+        target = process.driver.registration_target(attempt)
+        assert target is not None and target in self.nodes
         request = RegisterBrokerRequest(
             broker_id=broker_id,
             incarnation_id=process.incarnation_id,

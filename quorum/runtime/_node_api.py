@@ -224,6 +224,15 @@ class NodeConfig:
                 given = settings.setdefault(name, stored)
                 if (tuple(given) if name == "bootstrap_voters" else given) != stored:
                     raise ValueError(f"quorum setting {name} {given!r} differs from {self.data_dir}'s meta.json: {stored!r}")
+        # Where each voter listens, for the NOT_LEADER answers that name it
+        # (a static set names no endpoints of its own); port 0 (pick one
+        # at bind time) is nowhere another node can reach.
+        settings.setdefault(
+            "voter_endpoints",
+            tuple(
+                (node_id, address_endpoint(*address)) for node_id, address in sorted(self.voters.items()) if address[1]
+            ),
+        )
         if settings.get("bootstrap_voters"):
             # Dynamic voters: the set comes from the disk and the log, and
             # ``voters`` is only where to reach them.
@@ -340,6 +349,22 @@ def address_endpoint(host: str, port: int) -> str:
 VoterChangeRequest = AddVoterRequest | RemoveVoterRequest | UpgradeVotersRequest
 
 
+def leader_fields(runtime: QuorumRuntime, request: Any, leader_hint: int | None) -> dict[str, Any]:
+    """The fields of an answer to ``request`` that may say NOT_LEADER: its
+    version (the request's, Kafka's rule), the hinted leader, and, in
+    version 2, the epoch it leads (when this node knows it leads now) and
+    where it listens, from the voter set this node holds (KIP-853
+    NodeEndpoints): a client given only this node's address reaches the
+    leader through it."""
+    node = runtime.node
+    return {
+        "version": request.version,
+        "leader_hint": leader_hint,
+        "leader_epoch": node.epoch if leader_hint is not None and leader_hint == node.leader_id else None,
+        "leader_endpoint": node.endpoint_of(leader_hint),
+    }
+
+
 async def handle_voter_change(runtime: QuorumRuntime, request: VoterChangeRequest) -> VoterChangeResponse:
     """Serve a KIP-853 AddVoter, RemoveVoter or UpgradeVoters request on
     this node: the leader appends the change and answers once it is
@@ -359,19 +384,27 @@ async def handle_voter_change(runtime: QuorumRuntime, request: VoterChangeReques
         else:
             offset = await runtime.upgrade_voters(runtime.voter_endpoints)
             if offset is None:
-                return VoterChangeResponse(message="the voters are dynamic already: nothing to do")
+                return VoterChangeResponse(
+                    message="the voters are dynamic already: nothing to do", version=request.version
+                )
     except NotLeaderError as error:
-        return VoterChangeResponse(error=ErrorCode.NOT_LEADER, leader_hint=error.leader_id, message=str(error))
+        return VoterChangeResponse(
+            error=ErrorCode.NOT_LEADER, message=str(error), **leader_fields(runtime, request, error.leader_id)
+        )
     except ReconfigurationError as error:
         logger.info("node %d: refused to %s: %s", runtime.config.node_id, what, error.reason)
-        return VoterChangeResponse(error=error.code, leader_hint=runtime.node.leader_id, message=error.reason)
+        return VoterChangeResponse(
+            error=error.code, message=error.reason, **leader_fields(runtime, request, runtime.node.leader_id)
+        )
     except (ProposalLostError, ProposalOutcomeUnknownError) as error:
         # A new leader's log replaced (or may have replaced) the change:
         # the client asks the new leader, whose voter set tells the truth.
         logger.info("node %d: %s: %s", runtime.config.node_id, what, error)
-        return VoterChangeResponse(error=ErrorCode.NOT_LEADER, leader_hint=runtime.node.leader_id, message=str(error))
+        return VoterChangeResponse(
+            error=ErrorCode.NOT_LEADER, message=str(error), **leader_fields(runtime, request, runtime.node.leader_id)
+        )
     logger.info("node %d: %s: committed at offset %d", runtime.config.node_id, what, offset)
-    return VoterChangeResponse(offset=offset)
+    return VoterChangeResponse(offset=offset, version=request.version)
 
 
 async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
@@ -382,7 +415,9 @@ async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
     try:
         if isinstance(request, ProposeRequest):
             last, answers = await runtime.propose_with_answers(list(request.records))
-            return ProposeResponse(offset=last - len(request.records) + 1, results=tuple(answers))
+            return ProposeResponse(
+                offset=last - len(request.records) + 1, results=tuple(answers), version=request.version
+            )
         if isinstance(request, ReadRequest):
             if request.mode == "linearizable":
                 offset = await runtime.read_index()
@@ -390,9 +425,9 @@ async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
                 offset = runtime.leader_local_offset()
             query = getattr(runtime.state_machine, "query", None)
             value = query(request.query) if query is not None else None
-            return ReadResponse(offset=offset, value=value)
+            return ReadResponse(offset=offset, value=value, version=request.version)
         if isinstance(request, ApplicationRequest):
-            return ApplicationResponse(payload=await runtime.application_request(request.payload))
+            return ApplicationResponse(payload=await runtime.application_request(request.payload), version=request.version)
         if isinstance(request, DescribeQuorumRequest):
             description = runtime.describe()
             return DescribeQuorumResponse(
@@ -416,11 +451,12 @@ async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
         code, hint = ErrorCode.NOT_LEADER, node.leader_id
     else:
         raise ValueError(f"not a client request: {type(request).__name__}")
+    fields = leader_fields(runtime, request, hint)
     if isinstance(request, ProposeRequest):
-        return ProposeResponse(error=code, leader_hint=hint)
+        return ProposeResponse(error=code, **fields)
     if isinstance(request, ApplicationRequest):
-        return ApplicationResponse(error=code, leader_hint=hint)
-    return ReadResponse(error=code, leader_hint=hint)
+        return ApplicationResponse(error=code, **fields)
+    return ReadResponse(error=code, **fields)
 
 
 def propose_from_client(runtime: QuorumRuntime, request: Any, reply: Callable[[Any], None]) -> bool:
@@ -434,11 +470,11 @@ def propose_from_client(runtime: QuorumRuntime, request: Any, reply: Callable[[A
     def done(result: tuple[int, list[bytes | None]] | None, error: BaseException | None) -> None:
         if result is not None:
             last, answers = result
-            reply(ProposeResponse(offset=last - count + 1, results=tuple(answers)))
+            reply(ProposeResponse(offset=last - count + 1, results=tuple(answers), version=request.version))
         elif isinstance(error, NotLeaderError):
-            reply(ProposeResponse(error=ErrorCode.NOT_LEADER, leader_hint=error.leader_id))
+            reply(ProposeResponse(error=ErrorCode.NOT_LEADER, **leader_fields(runtime, request, error.leader_id)))
         elif isinstance(error, ProposalLostError):
-            reply(ProposeResponse(error=ErrorCode.NOT_LEADER, leader_hint=runtime.node.leader_id))
+            reply(ProposeResponse(error=ErrorCode.NOT_LEADER, **leader_fields(runtime, request, runtime.node.leader_id)))
         else:  # ApplyFailedError: the state machine raised (the host logged it)
             logger.info("proposal failed: %r", error)
             reply(ErrorFrame(code=ErrorCode.INVALID_REQUEST, message=str(error)[:200], correlation_id=0))

@@ -369,6 +369,9 @@ class QuorumRuntime:
         # The voter set whose endpoints the transport was last told of, and
         # who else wants to hear of a new one (``watch_voter_set``).
         self._voters_addressed: Any = None
+        # The leaders' endpoints learned from NOT_LEADER answers that the
+        # transport was last told of (``_address_learned_endpoints``).
+        self._endpoints_addressed: Any = None
         self._voter_set_watchers: list[Callable[[], None]] = []
 
     # =====================================================================
@@ -798,6 +801,14 @@ class QuorumRuntime:
         for watcher in self._voter_set_watchers:
             watcher()
 
+    def _address_learned_endpoints(self) -> None:
+        """A NOT_LEADER answer named where a leader listens (KIP-853
+        NodeEndpoints): reach it there, before the Fetch this output sends
+        it leaves. The core validated the endpoint (``check_endpoint``)."""
+        learned = self._endpoints_addressed = self.node.learned_endpoints
+        for node_id, endpoint in learned.items():
+            self.transport.learn_voter_address(node_id, endpoint_address(endpoint))
+
     def watch_voter_set(self, watcher: Callable[[], None]) -> None:
         """Call ``watcher()`` in the core task whenever the voter set in
         force here changes (a VOTERS record appended or truncated, a
@@ -1086,6 +1097,8 @@ class QuorumRuntime:
     def _output_ready(self, output: Output) -> None:
         """An output the host has handled: early messages leave now; the
         rest is persisted (group commit) before its messages leave."""
+        if self.node.learned_endpoints is not self._endpoints_addressed:
+            self._address_learned_endpoints()
         for message in output.early_messages:
             self.transport.send(message)
         if output.append:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .._messages import ErrorCode
 from .._node import ReplicaDescription
-from .._voters import ENDPOINT_CHARS_MAX, ENDPOINTS_MAX, check_directory_id
+from .._voters import ENDPOINT_CHARS_MAX, ENDPOINTS_MAX, check_directory_id, check_endpoint
 from ._checks import (
     ERROR_MESSAGE_CHARS_MAX,
     check_bool,
@@ -43,6 +43,33 @@ def _as_tuple(instance: object, name: str) -> tuple:
     return value
 
 
+#: The versions of the client requests that a node may answer NOT_LEADER
+#: (Propose, Read, Application, AddVoter, RemoveVoter, UpgradeVoters) and of
+#: their answers: 1, and 2, whose answers also name the leader's epoch and
+#: where it listens (KIP-853 NodeEndpoints), so that a client that was
+#: given one node's address reaches the leader. A response is sent in the
+#: version of its request.
+LEADER_HINT_VERSIONS = (1, 2)
+
+
+def _check_leader_hint_version(instance: object) -> None:
+    version = getattr(instance, "version")
+    if type(version) is not int or version not in LEADER_HINT_VERSIONS:
+        raise ValueError(f"version must be one of {list(LEADER_HINT_VERSIONS)}, got {version!r:.40}")
+
+
+def _check_leader_fields(instance: object) -> None:
+    """The version and the version-2 fields of an answer that may say
+    NOT_LEADER: ``leader_epoch`` (the epoch the hinted leader leads, if
+    known) and ``leader_endpoint`` ("HOST:PORT" where it listens, if
+    known; validated: it is a peer's word)."""
+    _check_leader_hint_version(instance)
+    check_optional_int64(getattr(instance, "leader_epoch"), "leader_epoch")
+    endpoint = getattr(instance, "leader_endpoint")
+    if endpoint is not None:
+        check_endpoint(endpoint, "leader_endpoint")
+
+
 def _set_error(instance: object) -> ErrorCode:
     code = check_error_code(getattr(instance, "error"))
     object.__setattr__(instance, "error", code)
@@ -54,8 +81,10 @@ class ProposeRequest:
     """Append ``records`` (at least one) as data records. Leader only."""
 
     records: tuple[bytes, ...]
+    version: int = 2
 
     def __post_init__(self) -> None:
+        _check_leader_hint_version(self)
         records = _as_tuple(self, "records")
         if not records:
             raise ValueError("records must hold at least one record")
@@ -75,9 +104,13 @@ class ProposeResponse:
     # What the state machine answered for each record, in order (None where
     # it answers nothing): a compare-and-set's outcome, say.
     results: tuple[bytes | None, ...] = ()
+    leader_epoch: int | None = None
+    leader_endpoint: str | None = None
+    version: int = 2
 
     def __post_init__(self) -> None:
         error = _set_error(self)
+        _check_leader_fields(self)
         check_optional_int64(self.offset, "offset")
         check_optional_node_id(self.leader_hint, "leader_hint")
         if error is ErrorCode.NONE and self.offset is None:
@@ -96,8 +129,10 @@ class ReadRequest:
 
     mode: str = "linearizable"
     query: bytes = b""
+    version: int = 2
 
     def __post_init__(self) -> None:
+        _check_leader_hint_version(self)
         if type(self.mode) is not str or self.mode not in READ_MODES:
             raise ValueError(f"mode must be one of {READ_MODES}, got {self.mode!r:.40}")
         check_bytes(self.query, "query", _BYTES_MAX)
@@ -112,9 +147,13 @@ class ReadResponse:
     offset: int | None = None
     leader_hint: int | None = None
     value: bytes | None = None
+    leader_epoch: int | None = None
+    leader_endpoint: str | None = None
+    version: int = 2
 
     def __post_init__(self) -> None:
         error = _set_error(self)
+        _check_leader_fields(self)
         check_optional_int64(self.offset, "offset")
         check_optional_node_id(self.leader_hint, "leader_hint")
         if self.value is not None:
@@ -221,8 +260,10 @@ class ApplicationRequest:
     ``[name, [fields]]``). The quorum carries it without looking inside."""
 
     payload: bytes
+    version: int = 2
 
     def __post_init__(self) -> None:
+        _check_leader_hint_version(self)
         check_bytes(self.payload, "payload", _BYTES_MAX)
 
 
@@ -234,9 +275,13 @@ class ApplicationResponse:
     error: ErrorCode = ErrorCode.NONE
     leader_hint: int | None = None
     payload: bytes = b""
+    leader_epoch: int | None = None
+    leader_endpoint: str | None = None
+    version: int = 2
 
     def __post_init__(self) -> None:
         _set_error(self)
+        _check_leader_fields(self)
         check_optional_node_id(self.leader_hint, "leader_hint")
         check_bytes(self.payload, "payload", _BYTES_MAX)
 
@@ -258,8 +303,10 @@ class AddVoterRequest:
     node_id: int
     directory_id: str | None = None
     endpoints: tuple[str, ...] = ()
+    version: int = 2
 
     def __post_init__(self) -> None:
+        _check_leader_hint_version(self)
         _check_voter_key(self.node_id, self.directory_id)
         endpoints = _as_tuple(self, "endpoints")
         if len(endpoints) > ENDPOINTS_MAX:
@@ -279,8 +326,10 @@ class RemoveVoterRequest:
 
     node_id: int
     directory_id: str | None = None
+    version: int = 2
 
     def __post_init__(self) -> None:
+        _check_leader_hint_version(self)
         _check_voter_key(self.node_id, self.directory_id)
 
 
@@ -289,7 +338,12 @@ class UpgradeVotersRequest:
     """Upgrade a static voter set to a dynamic one (KIP-853's
     ``kraft.version`` 0 to 1), served by the leader: it writes the first
     VOTERS record, the static voters with the directory ids they fetch
-    with. Idempotent. Administration. No fields."""
+    with. Idempotent. Administration. No fields (but the version)."""
+
+    version: int = 2
+
+    def __post_init__(self) -> None:
+        _check_leader_hint_version(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -306,9 +360,13 @@ class VoterChangeResponse:
     leader_hint: int | None = None
     offset: int | None = None
     message: str = ""
+    leader_epoch: int | None = None
+    leader_endpoint: str | None = None
+    version: int = 2
 
     def __post_init__(self) -> None:
         error = _set_error(self)
+        _check_leader_fields(self)
         check_optional_node_id(self.leader_hint, "leader_hint")
         check_optional_int64(self.offset, "offset")
         check_str(self.message, "message", ERROR_MESSAGE_CHARS_MAX)

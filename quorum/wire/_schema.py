@@ -21,6 +21,7 @@ DescribeQuorumResponse version 3); None is nil.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +40,7 @@ from .._messages import (
 )
 from .._node import ReplicaDescription
 from .._types import Entry, OffsetAndEpoch, RecordKind, SnapshotId
-from .._voters import ENDPOINTS_MAX, check_directory_id, voter_set_problem
+from .._voters import ENDPOINTS_MAX, check_directory_id, check_endpoint, voter_set_problem
 from ._checks import (
     INT64_MAX,
     RECORD_KINDS,
@@ -430,6 +431,9 @@ def encode_fetch_response(m: FetchResponse) -> list:
         _encode_snapshot_id(m.snapshot_id),
         m.read_token,
         m.extension,
+        # ``leader_endpoint`` only when set: every other answer is the very
+        # body a peer that predates the field decodes.
+        *(() if m.leader_endpoint is None else (m.leader_endpoint,)),
     ]
 
 
@@ -448,7 +452,8 @@ def decode_fetch_response(body: Any, limits: WireLimits, build: bool) -> FetchRe
         snapshot_id,
         read_token,
         extension,
-    ) = fields(body, 13)
+        leader_endpoint,
+    ) = fields_with_optional_tail(body, 14)
     epoch = check_epoch(epoch, "epoch")
     checked = FetchResponse(
         src=check_node_id(src, "src"),
@@ -464,6 +469,7 @@ def decode_fetch_response(body: Any, limits: WireLimits, build: bool) -> FetchRe
         snapshot_id=None if snapshot_id is None else _snapshot_id(snapshot_id, "snapshot_id"),
         read_token=check_int64(read_token, "read_token"),
         extension=_extension(extension, limits),
+        leader_endpoint=None if leader_endpoint is None else check_endpoint(leader_endpoint, "leader_endpoint"),
     )
     return checked if build else None
 
@@ -808,6 +814,61 @@ def decode_voter_change_response(body: Any, limits: WireLimits, build: bool) -> 
     return VoterChangeResponse(error=check_error_code(error), leader_hint=leader_hint, offset=offset, message=message)
 
 
+# Version 2 of the client requests a node may answer NOT_LEADER, and of
+# their answers (``LEADER_HINT_VERSIONS``): a request's body is version 1's;
+# an answer's is version 1's, then ``leader_epoch`` and ``leader_endpoint``.
+
+
+def _in_version(decode: Callable[[Any, WireLimits, bool], Any], version: int) -> Callable[[Any, WireLimits, bool], Any]:
+    """``decode``, whose message then says it came in ``version``."""
+
+    def decode_in_version(body: Any, limits: WireLimits, build: bool) -> Any:
+        message = decode(body, limits, build)
+        return None if message is None else dataclasses.replace(message, version=version)
+
+    return decode_in_version
+
+
+def _with_leader_fields(encode: Callable[[Any], list]) -> Callable[[Any], list]:
+    """Version 2 of an answer's body: version 1's, then the leader's epoch
+    and endpoint."""
+
+    def encode_v2(m: Any) -> list:
+        return [*encode(m), m.leader_epoch, m.leader_endpoint]
+
+    return encode_v2
+
+
+def _leader_fields_decoder(decode: Callable[[Any, WireLimits, bool], Any]) -> Callable[[Any, WireLimits, bool], Any]:
+    """Decodes ``_with_leader_fields``' bodies; ``ValueError`` (from the
+    message's own checks) for a leader epoch or endpoint out of range."""
+
+    def decode_v2(body: Any, limits: WireLimits, build: bool) -> Any:
+        if type(body) is not list or len(body) < 2:
+            raise ValueError(f"body must be an array ending in leader_epoch, leader_endpoint, got {describe_value(body)}")
+        *head, leader_epoch, leader_endpoint = body
+        message = decode(head, limits, build)
+        if message is None:
+            return None
+        return dataclasses.replace(message, leader_epoch=leader_epoch, leader_endpoint=leader_endpoint, version=2)
+
+    return decode_v2
+
+
+def _leader_hint_schemas(
+    type_code: int, message_class: type, encode: Callable[[Any], list], decode: Callable[[Any, WireLimits, bool], Any]
+) -> MessageSchema:
+    """The schema of a request (versions 1 and 2 share a body) or, for a
+    class with ``leader_endpoint``, of an answer (version 2 adds the leader
+    fields) that may say NOT_LEADER."""
+    if "leader_endpoint" in message_class.__dataclass_fields__:
+        return MessageSchema(
+            type_code, message_class, encode, _in_version(decode, 1),
+            ((2, _with_leader_fields(encode), _leader_fields_decoder(decode)),),
+        )  # fmt: skip
+    return MessageSchema(type_code, message_class, encode, _in_version(decode, 1), ((2, encode, _in_version(decode, 2)),))
+
+
 SCHEMAS: tuple[MessageSchema, ...] = (
     # 1..31: quorum messages (KIP-595, KIP-996 pre-vote, KIP-630 snapshots).
     MessageSchema(1, VoteRequest, encode_vote_request, decode_vote_request),
@@ -821,10 +882,10 @@ SCHEMAS: tuple[MessageSchema, ...] = (
     MessageSchema(9, FetchSnapshotRequest, encode_fetch_snapshot_request, decode_fetch_snapshot_request),
     MessageSchema(10, FetchSnapshotResponse, encode_fetch_snapshot_response, decode_fetch_snapshot_response),
     # 32..63: client requests.
-    MessageSchema(32, ProposeRequest, encode_propose_request, decode_propose_request),
-    MessageSchema(33, ProposeResponse, encode_propose_response, decode_propose_response),
-    MessageSchema(34, ReadRequest, encode_read_request, decode_read_request),
-    MessageSchema(35, ReadResponse, encode_read_response, decode_read_response),
+    _leader_hint_schemas(32, ProposeRequest, encode_propose_request, decode_propose_request),
+    _leader_hint_schemas(33, ProposeResponse, encode_propose_response, decode_propose_response),
+    _leader_hint_schemas(34, ReadRequest, encode_read_request, decode_read_request),
+    _leader_hint_schemas(35, ReadResponse, encode_read_response, decode_read_response),
     MessageSchema(
         36, DescribeQuorumRequest, encode_describe_quorum_request, decode_describe_quorum_request,
         (
@@ -839,13 +900,13 @@ SCHEMAS: tuple[MessageSchema, ...] = (
             (3, encode_describe_quorum_response_v3, decode_describe_quorum_response_v3),
         ),
     ),
-    MessageSchema(38, ApplicationRequest, encode_application_request, decode_application_request),
-    MessageSchema(39, ApplicationResponse, encode_application_response, decode_application_response),
+    _leader_hint_schemas(38, ApplicationRequest, encode_application_request, decode_application_request),
+    _leader_hint_schemas(39, ApplicationResponse, encode_application_response, decode_application_response),
     # KIP-853 voter changes (administration, served by the leader).
-    MessageSchema(40, AddVoterRequest, encode_add_voter_request, decode_add_voter_request),
-    MessageSchema(41, VoterChangeResponse, encode_voter_change_response, decode_voter_change_response),
-    MessageSchema(42, RemoveVoterRequest, encode_remove_voter_request, decode_remove_voter_request),
-    MessageSchema(43, UpgradeVotersRequest, encode_upgrade_voters_request, decode_upgrade_voters_request),
+    _leader_hint_schemas(40, AddVoterRequest, encode_add_voter_request, decode_add_voter_request),
+    _leader_hint_schemas(41, VoterChangeResponse, encode_voter_change_response, decode_voter_change_response),
+    _leader_hint_schemas(42, RemoveVoterRequest, encode_remove_voter_request, decode_remove_voter_request),
+    _leader_hint_schemas(43, UpgradeVotersRequest, encode_upgrade_voters_request, decode_upgrade_voters_request),
     # 64..: connection frames.
     MessageSchema(64, ErrorFrame, encode_error_frame, decode_error_frame),
     MessageSchema(65, Hello, encode_hello, decode_hello),

@@ -78,8 +78,9 @@ class BrokerCluster:
             ],
         )  # fmt: skip
 
-    def start_broker(self, broker_id: int) -> float:
-        """Start (or restart) a broker process; returns when it was spawned
+    def start_broker(self, broker_id: int, bootstrap: str | None = None) -> float:
+        """Start (or restart) a broker process, given every controller (or
+        the ``--bootstrap`` list given); returns when it was spawned
         (``time.monotonic()``)."""
         self._spawn(
             broker_id,
@@ -87,7 +88,7 @@ class BrokerCluster:
                 str(BIN / "kraft-broker"),
                 "--plaintext",
                 "--broker-id", str(broker_id),
-                "--bootstrap", self.voters_arg,
+                "--bootstrap", bootstrap or self.voters_arg,
                 "--listen", f"127.0.0.1:{self.broker_ports[broker_id]}",
                 "--event-log", str(self.event_log(broker_id)),
                 "--session-timeout-ms", str(SESSION_TIMEOUT_MS),

@@ -77,5 +77,11 @@ async def test_a_broker_registers_with_its_own_certificate_and_no_other(tmp_path
                 async with MetadataClient([f"127.0.0.1:{broker.listen_port}"], retry_timeout_s=60) as plaintext:
                     with trio.fail_after(20), pytest.raises(MetadataClientError, match="requires TLS and this client has none"):
                         await plaintext.list_topics()
+                # The controller registered itself (KIP-919) with its own node
+                # certificate, which no denial above counts.
+                image = controller.runtime.state_machine.image
+                while image.controller(1) is None:
+                    await trio.sleep(0.02)
+                assert image.controller(1).listeners == (("CONTROLLER", "127.0.0.1", port),)
                 denials = controller.runtime.metrics.samples("pykraft_authorization_denials_total")
                 assert sum(denials.values()) == 3

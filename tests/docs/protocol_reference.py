@@ -76,6 +76,7 @@ def _type(annotation: str) -> str:
     """A dataclass annotation in the page's words."""
     text = annotation.replace("ErrorCode", "error")
     text = re.sub(r"tuple\[tuple\[str, str, int\], \.\.\.\]", "array of [name, host, port]", text)
+    text = re.sub(r"tuple\[tuple\[str, int, int\], \.\.\.\]", "array of [name, min_version, max_version]", text)
     text = re.sub(r"tuple\[(\w+), \.\.\.\]", r"array of \1", text)
     text = text.replace(" | None", "?")
     return text
@@ -109,6 +110,7 @@ def controller_section() -> str:
         _requests.BrokerDescription,
         _requests.TopicDescription,
         _requests.PartitionDescription,
+        _requests.ControllerDescription,
     )
     for cls in nested:
         rows.append(f"| `{cls.__name__}` | {_fields(cls)} |")

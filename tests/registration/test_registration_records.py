@@ -17,6 +17,7 @@ from registration import (
     PartitionRecord,
     RecordDecodeError,
     RegisterBrokerRecord,
+    RegisterControllerRecord,
     RemoveTopicRecord,
     TopicRecord,
     UnregisterBrokerRecord,
@@ -81,6 +82,18 @@ records = st.one_of(
     ),
     st.builds(RemoveTopicRecord, topic_id=texts),
     st.just(NoOpRecord()),
+    st.builds(
+        RegisterControllerRecord,
+        controller_id=broker_ids,
+        incarnation_id=texts,
+        listeners=st.lists(
+            st.tuples(texts, texts, st.integers(0, 65535)), min_size=1, max_size=3, unique_by=lambda l: l[0]
+        ).map(tuple),
+        directory_id=st.none() | texts,
+        features=st.lists(
+            st.tuples(texts, st.integers(0, 5), st.integers(5, 32767)), max_size=3, unique_by=lambda f: f[0]
+        ).map(tuple),
+    ),
 )
 
 
@@ -107,6 +120,7 @@ def test_type_codes_are_kafkas_metadata_api_keys():
         "RemoveTopicRecord": 9,
         "BrokerRegistrationChangeRecord": 17,
         "NoOpRecord": 20,
+        "RegisterControllerRecord": 27,  # KIP-919
     }
 
 

@@ -7,8 +7,19 @@ import socket
 import pytest
 import trio
 
+import quorum.wire._schema as schema
+from quorum import ErrorCode
 from quorum.client import IndeterminateError, NoAnswerError, QuorumClient, QuorumClientError
 from quorum.runtime import KeyValueStateMachine, NodeConfig, open_quorum_node
+from quorum.wire import (
+    ErrorFrame,
+    FrameDecoder,
+    ProposeRequest,
+    ProposeResponse,
+    UnsupportedVersionError,
+    decode_message,
+    encode_message,
+)
 
 
 def closed_port() -> int:
@@ -92,3 +103,42 @@ async def test_last_answered_by_names_the_node_that_answered(tmp_path):
                 assert str(answered) == f"1@127.0.0.1:{node_port}"
                 await client.read(b"k")
                 assert client.last_answered_by == answered
+
+
+async def test_a_node_refusing_version_2_is_asked_again_in_version_1(autojump_clock, monkeypatch):
+    """An older pykraft knows version 1 of Propose only: it answers the
+    version-2 request with INVALID_REQUEST "version 2 is not supported";
+    the client asks again in version 1 and keeps to it."""
+    versions_seen: list[int] = []
+
+    async def old_node(stream: trio.SocketStream) -> None:
+        decoder = FrameDecoder()
+        async with stream:
+            while data := await stream.receive_some(65536):
+                decoder.feed(data)
+                while (payload := decoder.next_frame()) is not None:
+                    try:
+                        decoded = decode_message(payload, expected_cluster_id="pykraft")
+                    except UnsupportedVersionError as error:
+                        # What an older node's codec raises and answers.
+                        versions_seen.append(error.version)
+                        answer = ErrorFrame(code=ErrorCode.INVALID_REQUEST, message=str(error), correlation_id=error.correlation_id)
+                        await stream.send_all(encode_message(answer, correlation_id=error.correlation_id, cluster_id="pykraft"))
+                        continue
+                    versions_seen.append(decoded.version)
+                    reply = ProposeResponse(offset=7, version=decoded.version)
+                    await stream.send_all(encode_message(reply, correlation_id=decoded.correlation_id, cluster_id="pykraft"))
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(functools.partial(trio.serve_tcp, old_node, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        propose = schema.SCHEMA_BY_CLASS[ProposeRequest]
+        # The older node's decoder (this process's server side): Propose in
+        # version 1 only.
+        old = schema.MessageSchema(propose.type_code, propose.message_class, propose.encode_body, propose.decode_body)
+        monkeypatch.setitem(schema.SCHEMA_BY_CODE, propose.type_code, old)
+        async with QuorumClient([f"127.0.0.1:{port}"], retry_timeout_s=5) as client:
+            assert await client.propose([b"x"]) == 7
+            assert await client.propose([b"y"]) == 7
+        assert versions_seen == [2, 1, 1]
+        nursery.cancel_scope.cancel()

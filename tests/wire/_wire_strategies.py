@@ -3,6 +3,8 @@ representative fixed examples of each."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import strategies as st
 
 from quorum import (
@@ -136,6 +138,29 @@ fetch_requests = st.builds(
 )
 
 
+# Where a NOT_LEADER answer says the leader listens: HOST:PORT, port 1..65535.
+leader_endpoints = st.builds(
+    lambda host, port: f"{host}:{port}",
+    st.sampled_from(["127.0.0.1", "node-4.example", "[::1]", "h" * 240]),
+    st.integers(1, 65535),
+)
+leader_hint_versions = st.sampled_from([1, 2])
+
+
+def _with_leader_fields(responses):
+    """Answers that may say NOT_LEADER, in version 1 (no leader epoch or
+    endpoint on the wire) or version 2 (either, both or neither)."""
+    return st.one_of(
+        responses.map(lambda m: dataclasses.replace(m, version=1)),
+        st.builds(
+            lambda m, epoch, endpoint: dataclasses.replace(m, leader_epoch=epoch, leader_endpoint=endpoint, version=2),
+            responses,
+            st.none() | epochs,
+            st.none() | leader_endpoints,
+        ),
+    )
+
+
 @st.composite
 def fetch_responses(draw) -> FetchResponse:
     epoch = draw(epochs)
@@ -153,6 +178,7 @@ def fetch_responses(draw) -> FetchResponse:
         snapshot_id=draw(st.none() | snapshot_ids),
         read_token=draw(int64s),
         extension=draw(st.none() | extensions),
+        leader_endpoint=draw(st.none() | leader_endpoints),
     )
 
 
@@ -189,8 +215,10 @@ hellos = st.one_of(
     st.builds(Hello, node_id=optional_node_ids, role=st.just("client")),
     st.builds(Hello, node_id=node_ids, role=st.sampled_from(HELLO_ROLES)),
 )
-propose_requests = st.builds(ProposeRequest, records=st.lists(st.binary(max_size=40), min_size=1, max_size=8).map(tuple))
-propose_responses = st.one_of(
+propose_requests = st.builds(
+    ProposeRequest, records=st.lists(st.binary(max_size=40), min_size=1, max_size=8).map(tuple), version=leader_hint_versions
+)
+propose_responses = _with_leader_fields(st.one_of(
     st.builds(
         ProposeResponse,
         error=st.just(ErrorCode.NONE),
@@ -199,9 +227,11 @@ propose_responses = st.one_of(
         results=st.lists(st.one_of(st.none(), st.binary(max_size=8)), max_size=4).map(tuple),
     ),
     st.builds(ProposeResponse, error=failure_codes, offset=optional_int64s, leader_hint=optional_node_ids),
+))
+read_requests = st.builds(
+    ReadRequest, mode=st.sampled_from(READ_MODES), query=st.binary(max_size=40), version=leader_hint_versions
 )
-read_requests = st.builds(ReadRequest, mode=st.sampled_from(READ_MODES), query=st.binary(max_size=40))
-read_responses = st.one_of(
+read_responses = _with_leader_fields(st.one_of(
     st.builds(
         ReadResponse,
         error=st.just(ErrorCode.NONE),
@@ -210,7 +240,7 @@ read_responses = st.one_of(
         value=st.none() | st.binary(max_size=40),
     ),
     st.builds(ReadResponse, error=failure_codes, offset=optional_int64s, leader_hint=optional_node_ids),
-)
+))
 describe_quorum_requests = st.builds(DescribeQuorumRequest, version=st.sampled_from([1, 2]))
 
 
@@ -273,9 +303,11 @@ endpoints = st.lists(
     st.builds(lambda host, port: f"{host}:{port}", st.sampled_from(["127.0.0.1", "node-4.example", "[::1]"]), st.integers(0, 65535)),
     max_size=8,
 ).map(tuple)
-add_voter_requests = st.builds(AddVoterRequest, node_id=node_ids, directory_id=directory_ids, endpoints=endpoints)
-remove_voter_requests = st.builds(RemoveVoterRequest, node_id=node_ids, directory_id=directory_ids)
-voter_change_responses = st.one_of(
+add_voter_requests = st.builds(
+    AddVoterRequest, node_id=node_ids, directory_id=directory_ids, endpoints=endpoints, version=leader_hint_versions
+)
+remove_voter_requests = st.builds(RemoveVoterRequest, node_id=node_ids, directory_id=directory_ids, version=leader_hint_versions)
+voter_change_responses = _with_leader_fields(st.one_of(
     st.builds(VoterChangeResponse, error=st.just(ErrorCode.NONE), offset=optional_int64s),
     st.builds(
         VoterChangeResponse,
@@ -284,7 +316,7 @@ voter_change_responses = st.one_of(
         offset=optional_int64s,
         message=st.text(max_size=80),
     ),
-)
+))
 
 STRATEGIES = {
     VoteRequest: vote_requests,
@@ -307,14 +339,16 @@ STRATEGIES = {
     DescribeQuorumResponse: describe_quorum_responses,
     AddVoterRequest: add_voter_requests,
     RemoveVoterRequest: remove_voter_requests,
-    UpgradeVotersRequest: st.just(UpgradeVotersRequest()),
+    UpgradeVotersRequest: st.builds(UpgradeVotersRequest, version=leader_hint_versions),
     VoterChangeResponse: voter_change_responses,
-    ApplicationRequest: st.builds(ApplicationRequest, payload=st.binary(max_size=64)),
-    ApplicationResponse: st.builds(
-        ApplicationResponse,
-        error=st.sampled_from(list(ErrorCode)),
-        leader_hint=optional_node_ids,
-        payload=st.binary(max_size=64),
+    ApplicationRequest: st.builds(ApplicationRequest, payload=st.binary(max_size=64), version=leader_hint_versions),
+    ApplicationResponse: _with_leader_fields(
+        st.builds(
+            ApplicationResponse,
+            error=st.sampled_from(list(ErrorCode)),
+            leader_hint=optional_node_ids,
+            payload=st.binary(max_size=64),
+        )
     ),
 }
 any_message = st.one_of(list(STRATEGIES.values()))
@@ -354,6 +388,7 @@ EXAMPLES = {
         records=_LEADER_RECORDS,
         read_token=4,
         extension={"ok": True},
+        leader_endpoint="127.0.0.1:9091",
     ),
     FetchSnapshotRequest: FetchSnapshotRequest(
         src=4, dst=1, epoch=7, snapshot_id=SnapshotId(1000, 6), position=4096, request_id=13

@@ -78,7 +78,7 @@ def test_the_envelope_and_body_layout_is_the_documented_one():
         [
             1, 4, 7, 12, 1, 0, 41, 10,
             [[40, 6, 1, b""], [41, 7, 1, b""], [42, 7, 0, b"register broker 4"]],
-            None, None, 4, {"ok": True},
+            None, None, 4, {"ok": True}, "127.0.0.1:9091",
         ],
     ]  # fmt: skip
     vote = encode_message(EXAMPLES[VoteRequest], correlation_id=0, cluster_id="c")
