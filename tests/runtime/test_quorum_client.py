@@ -142,3 +142,51 @@ async def test_a_node_refusing_version_2_is_asked_again_in_version_1(autojump_cl
             assert await client.propose([b"y"]) == 7
         assert versions_seen == [2, 1, 1]
         nursery.cancel_scope.cancel()
+
+
+async def scripted_node(nursery: trio.Nursery, answer, requests: list[float]) -> int:
+    """A node that answers each Propose with ``answer(version)`` and notes
+    when each request came."""
+
+    async def serve(stream: trio.SocketStream) -> None:
+        decoder = FrameDecoder()
+        async with stream:
+            while data := await stream.receive_some(65536):
+                decoder.feed(data)
+                while (payload := decoder.next_frame()) is not None:
+                    decoded = decode_message(payload, expected_cluster_id="pykraft")
+                    requests.append(trio.current_time())
+                    reply = answer(decoded.version)
+                    await stream.send_all(encode_message(reply, correlation_id=decoded.correlation_id, cluster_id="pykraft"))
+
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+    return listeners[0].socket.getsockname()[1]
+
+
+def not_leader(version: int) -> ProposeResponse:
+    return ProposeResponse(error=ErrorCode.NOT_LEADER, version=version)
+
+
+async def test_nodes_that_know_no_leader_are_asked_in_turn_before_any_backoff(autojump_clock):
+    """Before: the client slept (20, 40, 80 ... 500 ms) after every
+    NOT_LEADER that named no leader, so while a removed leader and its
+    observers knew no successor, writes stopped for up to 2 s although the
+    next node in the list led. Now it backs off only after a whole round."""
+    asked: list[float] = []
+    async with trio.open_nursery() as nursery:
+        unknowing = [await scripted_node(nursery, not_leader, asked) for _ in range(2)]
+        leader = await scripted_node(nursery, lambda version: ProposeResponse(offset=7, version=version), asked)
+        servers = [f"127.0.0.1:{port}" for port in (*unknowing, leader)]
+        async with QuorumClient(servers, retry_timeout_s=5) as client:
+            started = trio.current_time()
+            assert await client.propose([b"x"]) == 7
+            assert trio.current_time() - started < 0.01  # no backoff on the way
+        assert len(asked) == 3
+
+        # Nobody knows a leader: still a backoff per round, not a hot loop.
+        asked.clear()
+        async with QuorumClient([f"127.0.0.1:{port}" for port in unknowing], retry_timeout_s=2) as client:
+            with pytest.raises(QuorumClientError):
+                await client.propose([b"y"])
+        assert 4 <= len(asked) <= 30
+        nursery.cancel_scope.cancel()
