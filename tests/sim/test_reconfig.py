@@ -217,7 +217,7 @@ def test_the_random_sweep_upgrades_static_voters_on_some_reconfiguration_seeds()
 
 @pytest.mark.parametrize(
     ("seed", "violation"),
-    [(6521, "two-leaders: n4 (start 1) and n2 (start 2) both lead epoch 2"), (14398, "leader-completeness: n1 leads epoch 2")],
+    [(6521, "two-leaders: n4 (start 1) and n2 (start 2) both lead epoch 2")],
 )
 def test_a_disk_replaced_after_the_upgrade_is_formatted_to_join(seed, violation):
     """Found by a 600-seed sweep of the upgrade: a disk wiped after the
@@ -227,8 +227,11 @@ def test_a_disk_replaced_after_the_upgrade_is_formatted_to_join(seed, violation)
     before it fetched the upgrade and n1's disk was wiped after it: n2 and
     the empty n1 made a majority of the static {1, 2, 3} and n2 led epoch 2
     beside n4; in seed 6954 two wiped nodes elected one of them with no
-    committed record (14398 does that now: 6954's schedule moved when a
-    removed leader began to observe as soon as its hand-over was acknowledged). Formatted to join (``--join --initial-voters`` naming
+    committed record. 6954's schedule moved when a removed leader began to
+    observe as soon as its hand-over was acknowledged, and again when a
+    voter that missed the upgrade began to hear candidates naming its disk;
+    a search of 5,000 more seeds (12040-17039) found no other seed where
+    the static format breaks safety, so 6521 alone guards it here. Formatted to join (``--join --initial-voters`` naming
     the set the upgrade wrote) the new disk is an observer until added."""
     options = random_options(seed)
     assert options.migrate_voters
