@@ -17,7 +17,7 @@ import bisect
 from collections.abc import Iterable, Sequence
 from operator import itemgetter
 
-from ._types import Entry, OffsetAndEpoch, SnapshotId, one_epoch_columns
+from ._types import PER_BATCH_CHECK_MIN_RECORDS, Entry, OffsetAndEpoch, SnapshotId, one_epoch_columns
 
 _DATA_OF = itemgetter(3)  # an Entry's data
 
@@ -94,15 +94,17 @@ class MemoryLog:
         ``bytes_max`` of payload but always at least one record if any."""
         lo = max(0, start - self._start_offset)
         hi = len(self._entries) if end is None else max(lo, min(len(self._entries), end - self._start_offset))
+        chunk = self._entries[lo:hi]
         if bytes_max is None:
-            return self._entries[lo:hi]
-        # Payload plus a rough per-record overhead, so that a flood of empty
-        # records is bounded too: no more than bytes_max // 16 records (at
-        # least one) can fit. Summed over them in C first, since all of
-        # them nearly always fit.
-        chunk = self._entries[lo : min(hi, lo + max(1, bytes_max // 16))]
-        if sum(map(len, map(_DATA_OF, chunk))) + 16 * len(chunk) <= bytes_max:
             return chunk
+        # Payload plus a rough per-record overhead, so that a flood of empty
+        # records is bounded too.
+        if len(chunk) >= PER_BATCH_CHECK_MIN_RECORDS:
+            # No more than bytes_max // 16 records (at least one) can fit;
+            # summed in C first, since all of them nearly always do.
+            del chunk[max(1, bytes_max // 16) :]
+            if sum(map(len, map(_DATA_OF, chunk))) + 16 * len(chunk) <= bytes_max:
+                return chunk
         result: list[Entry] = []
         total = 0
         for entry in chunk:
@@ -142,8 +144,11 @@ class MemoryLog:
         epoch going backwards."""
         expected = self.end_offset
         last_epoch = self.last_epoch
-        columns = one_epoch_columns(entries, expected)
-        if columns is not None and columns[1][0] >= last_epoch:
+        if (
+            len(entries) >= PER_BATCH_CHECK_MIN_RECORDS
+            and (columns := one_epoch_columns(entries, expected)) is not None
+            and columns[1][0] >= last_epoch
+        ):
             # The common case, one epoch without a gap, checked per batch.
             epoch = columns[1][0]
             if not self._epoch_starts or self._epoch_starts[-1] != epoch:

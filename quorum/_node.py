@@ -157,6 +157,7 @@ from ._types import (
     INT64_MAX,
     NODE_ID_MAX,
     OFFSET_MAX,
+    PER_BATCH_CHECK_MIN_RECORDS,
     VOTERS_KIND,
     ElectionState,
     Entry,
@@ -476,13 +477,14 @@ def _records_problem(records: Sequence[Entry], leader_epoch: int) -> str | None:
     expected = records[0].offset
     if expected < 0 or expected + len(records) - 1 > OFFSET_MAX:
         return f"records {expected}..{expected + len(records) - 1} outside 0..{OFFSET_MAX}"
-    columns = one_epoch_columns(records, expected)
-    if columns is not None:
-        # The common case, checked per batch: one epoch in range, no
-        # VOTERS record (those take the loop, which checks their sets).
-        epoch, kinds = columns[1][0], columns[2]
-        if 0 <= epoch <= leader_epoch and kinds.count(DATA_KIND) == len(kinds):
-            return None
+    if len(records) >= PER_BATCH_CHECK_MIN_RECORDS:
+        columns = one_epoch_columns(records, expected)
+        if columns is not None:
+            # The common case, checked per batch: one epoch in range, no
+            # VOTERS record (those take the loop, which checks their sets).
+            epoch, kinds = columns[1][0], columns[2]
+            if 0 <= epoch <= leader_epoch and kinds.count(DATA_KIND) == len(kinds):
+                return None
     previous_epoch = 0
     for entry in records:
         if entry.offset != expected:

@@ -86,6 +86,14 @@ class Entry(NamedTuple):
     data: bytes
 
 
+# Below this many records, the record-by-record loops cost less than the
+# per-batch check's fixed part (building the columns): single-record
+# proposals and short Fetch answers keep the loops. Under cachegrind, the
+# stores' check_append takes about 7,000 instructions for two records per
+# batch against about 6,300 by the loop, and the loop 12,500 for four.
+PER_BATCH_CHECK_MIN_RECORDS = 4
+
+
 def one_epoch_columns(
     entries: Sequence[Entry], first_offset: int
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[RecordKind, ...], tuple[bytes, ...]] | None:
@@ -98,7 +106,8 @@ def one_epoch_columns(
     rather than a record at a time in Python. The log, the stores and the
     core's check of a Fetch answer check the columns against their own
     bounds, and fall back to their record-by-record loops (which say what
-    is wrong) only when this returns None. Raises nothing for entries that
+    is wrong) only when this returns None; they ask only for batches of at
+    least ``PER_BATCH_CHECK_MIN_RECORDS``. Raises nothing for entries that
     are ``Entry`` tuples."""
     if not entries:
         return None

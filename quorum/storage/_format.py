@@ -41,7 +41,7 @@ import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from .._types import Entry, RecordKind, SnapshotId, one_epoch_columns
+from .._types import PER_BATCH_CHECK_MIN_RECORDS, Entry, RecordKind, SnapshotId, one_epoch_columns
 
 FORMAT_VERSION = 1
 
@@ -176,7 +176,7 @@ def check_append(entries: Sequence[Entry], expected_offset: int, last_epoch: int
     contiguous offsets from ``expected_offset``, epochs never decreasing
     and not below ``last_epoch``, known kinds, bytes data. Raises
     ``ValueError`` or ``TypeError``."""
-    columns = one_epoch_columns(entries, expected_offset)
+    columns = one_epoch_columns(entries, expected_offset) if len(entries) >= PER_BATCH_CHECK_MIN_RECORDS else None
     if columns is not None:
         # The common case, checked per batch: one epoch in range, one known
         # kind, data all of type bytes (a subclass takes the loop) and
