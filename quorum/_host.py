@@ -42,7 +42,7 @@ from ._log import MemoryLog
 from ._messages import ErrorCode, FetchRequest, Message
 from ._node import CoreHooks, NotLeaderError, QuorumNode, RepairState, Snapshot
 from ._output import Output, ReadReady, RoleChange
-from ._types import ElectionState, Entry, RecordKind, SnapshotId
+from ._types import DATA_KIND, ElectionState, Entry, SnapshotId
 from ._voters import Voter, state_machine_data
 
 logger = logging.getLogger("pykraft.quorum")
@@ -529,7 +529,7 @@ class ReplicaHost:
 
     def _apply(self, entries: list[Entry]) -> None:
         applied = self.applied_offset
-        data = [entry for entry in entries if entry.kind is RecordKind.DATA and entry.offset >= applied]
+        data = [entry for entry in entries if entry.kind is DATA_KIND and entry.offset >= applied]
         if data:
             self._apply_data(data)
         self.applied_offset = max(applied, entries[-1].offset + 1)

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 
-from ._types import Entry, OffsetAndEpoch, SnapshotId
+from ._types import PER_BATCH_CHECK_MIN_RECORDS, Entry, OffsetAndEpoch, SnapshotId, one_epoch_columns
+
+_DATA_OF = itemgetter(3)  # an Entry's data
 
 
 class MemoryLog:
@@ -91,13 +94,20 @@ class MemoryLog:
         ``bytes_max`` of payload but always at least one record if any."""
         lo = max(0, start - self._start_offset)
         hi = len(self._entries) if end is None else max(lo, min(len(self._entries), end - self._start_offset))
+        chunk = self._entries[lo:hi]
         if bytes_max is None:
-            return self._entries[lo:hi]
+            return chunk
+        # Payload plus a rough per-record overhead, so that a flood of empty
+        # records is bounded too.
+        if len(chunk) >= PER_BATCH_CHECK_MIN_RECORDS:
+            # No more than bytes_max // 16 records (at least one) can fit;
+            # summed in C first, since all of them nearly always do.
+            del chunk[max(1, bytes_max // 16) :]
+            if sum(map(len, map(_DATA_OF, chunk))) + 16 * len(chunk) <= bytes_max:
+                return chunk
         result: list[Entry] = []
         total = 0
-        for entry in self._entries[lo:hi]:
-            # Payload plus a rough per-record overhead, so that a flood of
-            # empty records is bounded too.
+        for entry in chunk:
             total += len(entry.data) + 16
             # At least one record, or a record larger than the limit would
             # stop replication for good.
@@ -134,6 +144,18 @@ class MemoryLog:
         epoch going backwards."""
         expected = self.end_offset
         last_epoch = self.last_epoch
+        if (
+            len(entries) >= PER_BATCH_CHECK_MIN_RECORDS
+            and (columns := one_epoch_columns(entries, expected)) is not None
+            and columns[1][0] >= last_epoch
+        ):
+            # The common case, one epoch without a gap, checked per batch.
+            epoch = columns[1][0]
+            if not self._epoch_starts or self._epoch_starts[-1] != epoch:
+                self._epoch_starts.append(epoch)
+                self._epoch_offsets.append(expected)
+            self._entries.extend(entries)
+            return
         for entry in entries:
             if entry.offset != expected:
                 raise ValueError(f"append at offset {entry.offset}, log ends at {expected}")
@@ -168,7 +190,7 @@ class MemoryLog:
         del self._entries[:drop]
         self._start_offset = offset
         self._start_epoch = epoch_before
-        self._rebuild_epoch_index()
+        self._cut_epoch_index()
 
     def reset(self, snapshot: SnapshotId) -> None:
         """Discard everything: the log now starts after ``snapshot``."""
@@ -178,12 +200,17 @@ class MemoryLog:
         self._epoch_starts.clear()
         self._epoch_offsets.clear()
 
-    def _rebuild_epoch_index(self) -> None:
-        # After records are dropped from the front, an epoch's first record
-        # may be gone: rebuild rather than patch, it is rare (snapshots).
-        self._epoch_starts.clear()
-        self._epoch_offsets.clear()
-        for entry in self._entries:
-            if not self._epoch_starts or self._epoch_starts[-1] != entry.epoch:
-                self._epoch_starts.append(entry.epoch)
-                self._epoch_offsets.append(entry.offset)
+    def _cut_epoch_index(self) -> None:
+        # Records were dropped from the front, up to the new log start:
+        # epochs whose records are all gone leave the index, and the epoch
+        # of the first record kept now begins at the log start. Patched, not
+        # rebuilt: a rebuild read every record kept at each snapshot.
+        if not self._entries:
+            self._epoch_starts.clear()
+            self._epoch_offsets.clear()
+            return
+        start = self._start_offset
+        kept_from = max(0, bisect.bisect_right(self._epoch_offsets, start) - 1)
+        del self._epoch_starts[:kept_from]
+        del self._epoch_offsets[:kept_from]
+        self._epoch_offsets[0] = start

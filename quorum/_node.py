@@ -152,15 +152,19 @@ from ._role_state import (
 )
 from ._roles import Trigger, describe_transition, transition_allowed
 from ._types import (
+    DATA_KIND,
     EPOCH_MAX,
     INT64_MAX,
     NODE_ID_MAX,
     OFFSET_MAX,
+    PER_BATCH_CHECK_MIN_RECORDS,
+    VOTERS_KIND,
     ElectionState,
     Entry,
     OffsetAndEpoch,
     RecordKind,
     SnapshotId,
+    one_epoch_columns,
 )
 from ._voters import (
     VOTERS_MAX,
@@ -487,13 +491,21 @@ def _records_problem(records: Sequence[Entry], leader_epoch: int) -> str | None:
     expected = records[0].offset
     if expected < 0 or expected + len(records) - 1 > OFFSET_MAX:
         return f"records {expected}..{expected + len(records) - 1} outside 0..{OFFSET_MAX}"
+    if len(records) >= PER_BATCH_CHECK_MIN_RECORDS:
+        columns = one_epoch_columns(records, expected)
+        if columns is not None:
+            # The common case, checked per batch: one epoch in range, no
+            # VOTERS record (those take the loop, which checks their sets).
+            epoch, kinds = columns[1][0], columns[2]
+            if 0 <= epoch <= leader_epoch and kinds.count(DATA_KIND) == len(kinds):
+                return None
     previous_epoch = 0
     for entry in records:
         if entry.offset != expected:
             return f"record at offset {entry.offset} where {expected} was expected"
         if not previous_epoch <= entry.epoch <= leader_epoch:
             return f"record epoch {entry.epoch} at offset {entry.offset} outside {previous_epoch}..{leader_epoch}"
-        if entry.kind is RecordKind.VOTERS:
+        if entry.kind is VOTERS_KIND:
             problem = voter_set_problem(entry.data)
             if problem is not None:
                 return f"voter set record at offset {entry.offset}: {problem}"
@@ -993,7 +1005,7 @@ class QuorumNode:
         # one every other log converges to); the records carry its epoch.
         first = self._log.end_offset
         if payloads:
-            self._append_as_leader(RecordKind.DATA, payloads)
+            self._append_as_leader(DATA_KIND, payloads)
         return first, self._flush()
 
     def add_voter(self, voter: Voter) -> tuple[int, Output]:
@@ -1964,7 +1976,7 @@ class QuorumNode:
         self._log.append(entries)
         self._out.append.extend(entries)
         self._complete_parked_fetches(self._leading)
-        if kind is RecordKind.VOTERS:
+        if kind is VOTERS_KIND:
             self._note_voter_records(entries)
 
     def _maybe_advance_high_watermark(self) -> None:
@@ -2482,7 +2494,7 @@ class QuorumNode:
         from our own storage is damage)."""
         found = False
         for entry in entries:
-            if entry.kind is RecordKind.VOTERS:
+            if entry.kind is VOTERS_KIND:
                 self._voter_records.append((entry.offset, VoterSet.decode(entry.data)))
                 found = True
         if found:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import NamedTuple, NewType
 
 NodeId = NewType("NodeId", int)
@@ -60,6 +61,14 @@ class RecordKind(enum.IntEnum):
     VOTERS = 2
 
 
+# The members, read once. In Python 3.11 reading ``RecordKind.DATA`` passes
+# through ``EnumType.__getattr__`` (about 1,000 machine instructions, a
+# module global about 30), and the replication path asks once or more per
+# record on each node.
+DATA_KIND = RecordKind.DATA
+VOTERS_KIND = RecordKind.VOTERS
+
+
 class Entry(NamedTuple):
     """One record of the replicated log.
 
@@ -75,6 +84,37 @@ class Entry(NamedTuple):
     epoch: int
     kind: RecordKind
     data: bytes
+
+
+# Below this many records, the record-by-record loops cost less than the
+# per-batch check's fixed part (building the columns): single-record
+# proposals and short Fetch answers keep the loops. Under cachegrind, the
+# stores' check_append takes about 7,000 instructions for two records per
+# batch against about 6,300 by the loop, and the loop 12,500 for four.
+PER_BATCH_CHECK_MIN_RECORDS = 4
+
+
+def one_epoch_columns(
+    entries: Sequence[Entry], first_offset: int
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[RecordKind, ...], tuple[bytes, ...]] | None:
+    """The columns ``(offsets, epochs, kinds, datas)`` of ``entries`` when
+    they are numbered ``first_offset``, ``first_offset + 1``, ... without a
+    gap and all carry one epoch; None otherwise, and for no entries.
+
+    That is the shape of nearly every batch (one proposal, one Fetch answer
+    within a leader's epoch), and this checks it over the whole batch in C
+    rather than a record at a time in Python. The log, the stores and the
+    core's check of a Fetch answer check the columns against their own
+    bounds, and fall back to their record-by-record loops (which say what
+    is wrong) only when this returns None; they ask only for batches of at
+    least ``PER_BATCH_CHECK_MIN_RECORDS``. Raises nothing for entries that
+    are ``Entry`` tuples."""
+    if not entries:
+        return None
+    offsets, epochs, kinds, datas = zip(*entries)
+    if epochs.count(epochs[0]) != len(epochs) or offsets != tuple(range(first_offset, first_offset + len(offsets))):
+        return None
+    return offsets, epochs, kinds, datas
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from .._types import Entry, RecordKind, SnapshotId
+from .._types import PER_BATCH_CHECK_MIN_RECORDS, Entry, RecordKind, SnapshotId, one_epoch_columns
 
 FORMAT_VERSION = 1
 
@@ -168,11 +168,28 @@ def decode_records(buf: bytes, pos: int, header: BatchHeader, *, build: bool = T
     return entries
 
 
+_ONLY_BYTES = {bytes}
+
+
 def check_append(entries: Sequence[Entry], expected_offset: int, last_epoch: int) -> None:
     """The contract of ``append``, for stores that do not frame batches:
     contiguous offsets from ``expected_offset``, epochs never decreasing
     and not below ``last_epoch``, known kinds, bytes data. Raises
     ``ValueError`` or ``TypeError``."""
+    columns = one_epoch_columns(entries, expected_offset) if len(entries) >= PER_BATCH_CHECK_MIN_RECORDS else None
+    if columns is not None:
+        # The common case, checked per batch: one epoch in range, one known
+        # kind, data all of type bytes (a subclass takes the loop) and
+        # together no larger than one record may be.
+        _, epochs, kinds, datas = columns
+        if (
+            last_epoch <= epochs[0] <= U32_MAX
+            and kinds.count(kinds[0]) == len(kinds)
+            and kinds[0] in KINDS
+            and set(map(type, datas)) == _ONLY_BYTES
+            and sum(map(len, datas)) <= U32_MAX
+        ):
+            return
     for entry in entries:
         if entry.offset != expected_offset:
             raise ValueError(f"append: entry at offset {entry.offset} where offset {expected_offset} was expected")

@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ from ._repair import (
 from ._snapshots import SnapshotStore, SnapshotWriter
 
 META_FILE_NAME = "meta.json"
+_DATA_OF = attrgetter("data")  # an Entry's data
 LOCK_FILE_NAME = ".lock"
 LOG_DIR_NAME = "log"
 SNAPSHOT_DIR_NAME = "snapshots"
@@ -591,7 +593,7 @@ class MemoryStorage(_Facade):
         limit = self.retention.retention_bytes
         if limit is not None:
             entries = list(self.log.entries_from())
-            total = sum(5 + len(entry.data) for entry in entries)
+            total = 5 * len(entries) + sum(map(len, map(_DATA_OF, entries)))
             cut = self.log.log_start_offset
             for entry in entries:
                 if total <= limit or entry.offset >= latest.end_offset:

@@ -39,7 +39,7 @@ from .._messages import (
     VoteResponse,
 )
 from .._node import ReplicaDescription
-from .._types import Entry, OffsetAndEpoch, RecordKind, SnapshotId
+from .._types import VOTERS_KIND, Entry, OffsetAndEpoch, RecordKind, SnapshotId
 from .._voters import ENDPOINTS_MAX, check_directory_id, check_endpoint, voter_set_problem
 from ._checks import (
     INT64_MAX,
@@ -234,7 +234,7 @@ def _records(raw: Any, message_epoch: int, build: bool) -> tuple[Entry, ...]:
             ):
                 record_kind = kinds.get(kind)
                 if record_kind is not None:
-                    if record_kind is RecordKind.VOTERS:
+                    if record_kind is VOTERS_KIND:
                         # A voter set decides who votes: checked here, at the
                         # edge, as every other field (the core checks again).
                         problem = voter_set_problem(data)
