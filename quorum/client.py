@@ -83,7 +83,8 @@ class VoterChangeRefusedError(QuorumClientError):
     """The leader refused an AddVoter, RemoveVoter or UpgradeVoters request
     (KIP-853): ``code`` is the ``ErrorCode`` (VOTER_CHANGE_IN_PROGRESS,
     VOTER_NOT_CAUGHT_UP, DUPLICATE_VOTER, VOTER_NOT_FOUND, VOTERS_STATIC,
-    INVALID_REQUEST), ``reason`` the leader's sentence. Nothing changed."""
+    VOTER_REMOVED, INVALID_REQUEST), ``reason`` the leader's sentence.
+    Nothing changed."""
 
     def __init__(self, address: str, code: ErrorCode, reason: str) -> None:
         super().__init__(f"{address} refused the voter change: {code.name}: {reason}")
@@ -532,18 +533,29 @@ class QuorumClient:
                 self._describe_version = version - 1
         return await self._call(DescribeQuorumRequest(version=1), retry_indeterminate=True)
 
-    async def add_voter(self, node_id: int, directory_id: str | None, endpoints: list[str]) -> int:
+    async def add_voter(
+        self, node_id: int, directory_id: str | None, endpoints: list[str], *, auto_join: bool = False
+    ) -> int:
         """KIP-853 AddRaftVoter at the leader: add replica ``node_id`` with
         data directory ``directory_id`` (None: whichever fetches under that
-        id now), listening on ``endpoints`` ("host:port"). Returns the
-        offset of the committed VOTERS record. Raises ``ValueError`` for a
-        bad argument, ``VoterChangeRefusedError`` (nothing changed; a change
-        in progress and a voter not yet caught up are asked again until the
-        retry timeout),
+        id now), listening on ``endpoints`` ("host:port"). ``auto_join``:
+        the node asks for itself (sent in version 2; the leader refuses it
+        with VOTER_REMOVED for a disk an operator removed; a leader older
+        than version 2 refuses the version, and auto-join asks again
+        later). Returns the offset of the committed VOTERS record. Raises
+        ``ValueError`` for a bad argument, ``VoterChangeRefusedError``
+        (nothing changed; a change in progress and a voter not yet caught
+        up are asked again until the retry timeout),
         ``IndeterminateError`` (the connection failed with the request in
         flight: describe the quorum to see whether it happened),
         ``QuorumClientError`` (no leader served it in time)."""
-        request = AddVoterRequest(node_id=node_id, directory_id=directory_id, endpoints=tuple(endpoints))
+        request = AddVoterRequest(
+            node_id=node_id,
+            directory_id=directory_id,
+            endpoints=tuple(endpoints),
+            auto_join=auto_join,
+            version=2 if auto_join else 1,
+        )
         return _change_offset(await self._call(request, retry_indeterminate=False))
 
     async def remove_voter(self, node_id: int, directory_id: str | None = None) -> int:

@@ -342,14 +342,17 @@ async def handle_voter_change(runtime: QuorumRuntime, request: VoterChangeReques
     committed; every refusal is an answer (NOT_LEADER with the leader hint,
     or the ``ReconfigurationError``'s code and reason), logged once."""
     if isinstance(request, AddVoterRequest):
-        what = f"add voter {request.node_id} (directory {request.directory_id})"
+        asker = "auto-join: " if request.auto_join else ""
+        what = f"{asker}add voter {request.node_id} (directory {request.directory_id})"
     elif isinstance(request, RemoveVoterRequest):
         what = f"remove voter {request.node_id} (directory {request.directory_id})"
     else:
         what = "upgrade the static voter set to dynamic voters"
     try:
         if isinstance(request, AddVoterRequest):
-            offset = await runtime.add_voter(Voter(request.node_id, request.directory_id, request.endpoints))
+            offset = await runtime.add_voter(
+                Voter(request.node_id, request.directory_id, request.endpoints), auto_join=request.auto_join
+            )
         elif isinstance(request, RemoveVoterRequest):
             offset = await runtime.remove_voter(request.node_id, request.directory_id)
         else:
