@@ -246,3 +246,37 @@ def test_a_single_voter_that_gains_a_second_does_not_resign_for_check_quorum():
     assert grown is not None, "the schedule drifted: auto-join no longer grows n3's single-voter set"
     assert any("OPERATOR remove n2" in line for line in lines[:grown]), "the schedule drifted: n3 is no longer left alone"
     assert not any("n3 resigned" in line and "check quorum" in line for line in lines[grown:]), "n3 resigned after gaining a voter"
+
+
+def test_seed_57641_auto_join_never_re_adds_a_disk_removed_while_it_was_cut_off():
+    """Found by a 6,000-seed reconfiguration sweep (seed 57641, with
+    auto-join): n4, caught up, was cut off; the operator added it (offset
+    7), snapshots compacted the log past that record, and the operator
+    removed n4 (offset 26) before n4 ever fetched a voter set holding its
+    disk. Its next auto-join tick asked to add the disk again, and nothing
+    it could fetch would ever have told it: the snapshot covering both
+    records held a set without n4. Now every voter set remembers the disks
+    an operator removed: the leader refuses an auto-join AddVoter for one
+    (VOTER_REMOVED), and n4 learns it from the snapshot it installs. The
+    simulation fails a run in which a leader lets auto-join add such a disk
+    (before the fix this run failed at n4's ask)."""
+    lines: list[str] = []
+    result = run_scenario("random", 57641, random_options(57641), trace=lines.append, full_trace=True)
+    assert result.valid, result.violation
+
+    def first(text: str, after: int = 0) -> int:
+        found = next((index for index, line in enumerate(lines) if index >= after and text in line), None)
+        assert found is not None, f"the schedule drifted: no {text!r} after line {after}"
+        return found
+
+    added = first("OPERATOR add n4 at n1: voters record at offset 7")
+    compacted = first("n1 snapshot at 22", added)
+    removed = first("OPERATOR remove n4 at n1: voters record at offset 26", compacted)
+    asked = first("n4 AUTO-JOIN asks n1 to add directory d4-0", removed)
+    assert not any("n4 AUTO-JOIN remembers" in line for line in lines[:asked]), "the schedule drifted: n4 saw itself a voter"
+    # n4 installs a snapshot past the removal and learns from it.
+    installed = first("n4 <- 1->4 FetchSnapResp", asked)
+    assert "n4 AUTO-JOIN remembers directory d4-0" in lines[installed + 1]
+    assert not any(re.search(r"n4 AUTO-JOIN (asks|at)", line) for line in lines[installed:])
+    sim = result.simulation
+    assert sim.nodes[4].disk.auto_join_was_voter and 4 not in sim.committed_voters()
