@@ -61,7 +61,11 @@ REMOVED_VOTERS_MAX = 64
 # VOTERS record versions: 1 holds the voters; 2 also the removed disks.
 # A set with no removed disk is written in version 1, byte for byte what
 # pykraft wrote before version 2, so a cluster that never removed a voter
-# keeps records an older node reads as it always did.
+# keeps records an older node reads as it always did. An older node reads
+# a version-2 record too (its decoder looks at "voters" only): in a
+# rolling upgrade it holds the right voters, and while it leads it does
+# not refuse a removed disk (it does not know auto-join's AddVoter
+# version 2 either, so no new node's auto-join reaches it).
 VOTERS_RECORD_VERSION = 2
 
 # A dynamic cluster's snapshot: this magic, then the length of the voter

@@ -371,7 +371,9 @@ async def auto_join(node: Any, config: NodeConfig) -> None:
                 # fetched a set holding it): never asked again.
                 if decision.answered(refused.code):
                     remember_being_a_voter()
-                log.info("node %d: auto-join: not added: %s", config.node_id, refused)
+                    log.info("node %d: auto-join: not added, and never asked again: %s", config.node_id, refused)
+                else:
+                    log.info("node %d: auto-join: not added yet: %s", config.node_id, refused)
             except QuorumClientError as error:
                 log.info("node %d: auto-join: not added yet: %s", config.node_id, error)
             else:
