@@ -638,10 +638,16 @@ class QuorumNode:
         self._voter_ids = frozenset(self._voters.ids)
         self._is_voter = self._voters.holds(self.node_id, config.directory_id)
         self._note_voter_records(self._log.slice(self._log.start_offset))
-        # A voter repairing a damaged log acts as an observer until its log
+        # A node repairing a damaged log acts as an observer until its log
         # is repaired from a leader (``_maybe_finish_repair``): it grants
-        # no vote and never stands. An observer has nothing to repair.
-        self._repair = repairing if self._is_voter else None
+        # no vote and never stands. Also when the set in force in what is
+        # left of its log does not name its disk: the damage may have cut
+        # the record that added it, and a candidate that names its disk
+        # would otherwise get its vote (``_addressed_as_voter``) for a log
+        # lacking records it acknowledged (sweep seed 306014). Only a node
+        # with no directory id, which no set can name, and not a voter of
+        # its own set, has nothing to repair: it never votes.
+        self._repair = repairing if self._is_voter or config.directory_id is not None else None
 
         self._initialize(stored)
 

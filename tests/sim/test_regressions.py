@@ -280,3 +280,26 @@ def test_seed_57641_auto_join_never_re_adds_a_disk_removed_while_it_was_cut_off(
     assert not any(re.search(r"n4 AUTO-JOIN (asks|at)", line) for line in lines[installed:])
     sim = result.simulation
     assert sim.nodes[4].disk.auto_join_was_voter and 4 not in sim.committed_voters()
+
+
+def test_seed_306014_a_node_repairing_a_log_cut_before_its_own_addition_grants_no_vote():
+    """Found by the 2,000-seed reconfiguration sweep from 300000 (seed
+    306014): n4's new disk was added at offset 67; n4 crashed with its log
+    damaged at offset 38 (it had acknowledged up to 84). What was left of
+    its log held a voter set without that disk, so the core dropped its
+    repair state ("an observer has nothing to repair"), and when n3, whose
+    log ended at 78, named n4's disk in its VoteRequest (KIP-853: a voter
+    added without the record votes), n4 granted it: n3 led epoch 3 without
+    committed offset 78 (leader-completeness). A node keeps its repair
+    state whatever its truncated log says, and so grants no vote."""
+    lines: list[str] = []
+    result = run_scenario("random", 306014, random_options(306014), trace=lines.append, full_trace=True)
+    assert result.valid, result.violation
+    damaged = next((index for index, line in enumerate(lines) if "n4 log damaged at offset 38 (of 84)" in line), None)
+    assert damaged is not None, "the schedule drifted: n4's log is no longer damaged below its addition"
+    assert any("OPERATOR add n4 at n2: voters record at offset 67" in line for line in lines[:damaged])
+    assert any(re.search(r"n4 <- 3->4 Vote e3 (pre|vote) last=e2@78 voter-dir=d4-1", line) for line in lines[damaged:]), (
+        "the schedule drifted: n3 no longer asks n4 for its vote with a short log"
+    )
+    assert not any("4->3 VoteResp e3 vote granted" in line for line in lines[damaged:])
+    assert any("n4 follower" in line and "log repaired" in line for line in lines[damaged:])
