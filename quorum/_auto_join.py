@@ -9,25 +9,42 @@ auto-join re-added such a voter at its next attempt.
 
 "Has been a voter" is sticky and durable. The host persists it (a marker
 in the data directory, a flag on the simulated disk) the moment
-``AutoJoin.observe`` or ``AutoJoin.joined`` says so, before the node
+``AutoJoin.observe`` or ``AutoJoin.answered`` says so, before the node
 handles its next input; it comes back with the disk at the next start and
 is gone with a wiped disk (a new directory id, a new disk to add). It is
-learned three ways, so that a removal cannot slip past it:
+learned these ways, so that a removal cannot slip past it:
 
 - a voter set in the node's log (the base set or any VOTERS record,
   committed or not) holds this disk: a record that added it and a later
   one that removed it may arrive in one fetch, after which the set in
   force never held it;
-- the node's own AddVoter was committed (``joined``): the node may crash
-  before it fetches the record that added it, and by the time it is back
-  a snapshot may cover both that record and its removal;
+- a voter set in the node's log names this disk among the removed ones
+  (``VoterSet.removed``): a snapshot may cover both the record that added
+  it and the one that removed it, and the node then never sees a set that
+  held it;
+- the leader answers the node's AddVoter: committed (NONE), or refused
+  with VOTER_REMOVED, an operator removed this disk (``answered``). The
+  node may crash before it fetches the record that added it, or be cut
+  off while an operator adds and removes it; the leader, which decides
+  every AddVoter and holds the removal in its voter set, refuses an
+  auto-join AddVoter for a removed disk, also one already on its way when
+  the operator removed it (``QuorumNode.add_voter``);
 - the marker on disk at start.
+
+So a node may ask once for a disk an operator removed (it cannot know
+before it hears of the removal), but the leader never adds it, and the node
+never asks again. KIP-853 does not guard this (Kafka 4.2's auto-join
+re-added a removed controller); the simpler guard, the node's own memory
+alone, cannot see an add and a removal that a snapshot swallowed before it
+fetched them, which is why the leader decides (issue 17).
 """
 
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
+
+from ._messages import ErrorCode
 
 if TYPE_CHECKING:
     from ._node import QuorumNode
@@ -56,6 +73,11 @@ class AutoJoin:
 
     __slots__ = ("node_id", "directory_id", "was_voter")
 
+    #: The answers to an auto-join AddVoter that say this disk has been a
+    #: voter (``answered``): committed, or refused because an operator
+    #: removed it. Every other refusal changes nothing; the node asks again.
+    DECISIVE_ANSWERS: ClassVar[frozenset[ErrorCode]] = frozenset({ErrorCode.NONE, ErrorCode.VOTER_REMOVED})
+
     def __init__(self, node_id: int, directory_id: str | None, *, was_voter: bool) -> None:
         self.node_id = node_id
         self.directory_id = directory_id
@@ -69,15 +91,21 @@ class AutoJoin:
         set, and at start."""
         if self.was_voter:
             return False
-        if any(voters.holds(self.node_id, self.directory_id) for voters in core.voter_sets_in_log):
+        if any(
+            voters.holds(self.node_id, self.directory_id) or voters.was_removed(self.node_id, self.directory_id)
+            for voters in core.voter_sets_in_log
+        ):
             self.was_voter = True
             return True
         return False
 
-    def joined(self) -> bool:
-        """The leader answered that this node's AddVoter was committed. True
-        if the caller must now make "was a voter" durable (as ``observe``)."""
-        if self.was_voter:
+    def answered(self, code: ErrorCode) -> bool:
+        """The leader answered this node's AddVoter with ``code``: NONE (the
+        change is committed) and VOTER_REMOVED (an operator removed this
+        disk) both mean this disk has been a voter; any other code changes
+        nothing (asked again later). True if the caller must now make "was
+        a voter" durable (as ``observe``)."""
+        if self.was_voter or code not in self.DECISIVE_ANSWERS:
             return False
         self.was_voter = True
         return True

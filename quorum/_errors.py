@@ -48,7 +48,8 @@ class ReconfigurationError(QuorumError):
     up) or at all (a static voter set, an unknown voter, the last voter).
     Nothing changed; ``reason`` says which, and ``code`` classes it as the
     answer to an AddVoter or RemoveVoter request does: VOTER_CHANGE_IN_PROGRESS
-    (retry shortly), VOTER_NOT_CAUGHT_UP, DUPLICATE_VOTER, VOTER_NOT_FOUND or
+    (retry shortly), VOTER_NOT_CAUGHT_UP, DUPLICATE_VOTER, VOTER_NOT_FOUND,
+    VOTER_REMOVED (auto-join asked for a disk an operator removed) or
     INVALID_REQUEST (a static voter set, the last voter)."""
 
     def __init__(self, reason: str, code: ErrorCode = ErrorCode.INVALID_REQUEST) -> None:

@@ -398,15 +398,16 @@ class ReplicaHost:
         self._handle(output)
         self._drive_application(ticked=False)
 
-    def add_voter(self, voter: Voter, done: Done | None = None) -> int:
+    def add_voter(self, voter: Voter, done: Done | None = None, *, auto_join: bool = False) -> int:
         """Append a VOTERS record adding ``voter`` (KIP-853); returns its
         offset: the change is done once that record is committed. With
         ``done``, ``done(offset, None)`` is called then, or ``done(None,
         error)`` with ``ProposalLostError`` (another leader's record took the
         offset: the change did not happen) or ``ProposalOutcomeUnknownError``,
-        as for a proposal. Raises ``NotLeaderError`` or
+        as for a proposal. ``auto_join``: the node asks for itself
+        (``QuorumNode.add_voter``). Raises ``NotLeaderError`` or
         ``ReconfigurationError`` (nothing changed; ``done`` is not called)."""
-        offset = self._change_voters(lambda: self.core.add_voter(voter), done)
+        offset = self._change_voters(lambda: self.core.add_voter(voter, auto_join=auto_join), done)
         assert offset is not None  # the core always appends a change
         return offset
 

@@ -60,6 +60,11 @@ class ErrorCode(enum.IntEnum):
     # Kafka answers UNSUPPORTED_VERSION while kraft.version is 0; pykraft
     # says what to do: upgrade the static voter set first (upgrade-voters).
     VOTERS_STATIC = 1002
+    # Refused to auto-join only (an AddVoter marked ``auto_join``): an
+    # operator removed this disk and has not added it back (issue 17). The
+    # node takes it as "removed" for good; an operator's own add-voter of
+    # the disk is not refused, and clears the mark.
+    VOTER_REMOVED = 1003
 
 
 @dataclass(slots=True, kw_only=True, unsafe_hash=True)

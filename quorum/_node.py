@@ -675,17 +675,18 @@ class QuorumNode:
         self._voter_ids = frozenset(self._voters.ids)
         self._is_voter = self._voters.holds(self.node_id, config.directory_id)
         self._note_voter_records(self._log.slice(self._log.start_offset))
-        # A voter repairing a damaged log acts as an observer until its log
+        # A node repairing a damaged log acts as an observer until its log
         # is repaired from a leader (``_maybe_finish_repair``): it grants
         # no vote and never stands. A node that is an observer by what its
-        # damaged log says repairs too: the damage may have taken the record
-        # that made it a voter, and a leader's records may make it one
-        # again before it holds all it acknowledged (then it must not vote,
-        # FAST '18). Before, the repair was dropped here and its durable
-        # marker kept: a disk added as a voter later came back from its next
-        # restart repairing a damage long since repaired, unable to vote
-        # (with another damaged voter, no majority could elect anyone: the
-        # sweep's seed 12712).
+        # damaged log says repairs too: the damage may have cut the record
+        # that made it a voter, and a leader's records, or a candidate whose
+        # set names its disk (``_addressed_as_voter``), may make it one again
+        # before it holds all it acknowledged (then it must not vote, FAST
+        # '18; sweep seed 306014). Before, the repair was dropped here and
+        # its durable marker kept: a disk added as a voter later came back
+        # from its next restart repairing a damage long since repaired,
+        # unable to vote (with another damaged voter, no majority could
+        # elect anyone: the sweep's seed 12712).
         self._repair = repairing
 
         self._initialize(stored)
@@ -1008,7 +1009,7 @@ class QuorumNode:
             self._append_as_leader(DATA_KIND, payloads)
         return first, self._flush()
 
-    def add_voter(self, voter: Voter) -> tuple[int, Output]:
+    def add_voter(self, voter: Voter, *, auto_join: bool = False) -> tuple[int, Output]:
         """Add ``voter`` to the voter set (KIP-853 AddRaftVoter): append a
         VOTERS record, in force here and on each replica from the moment it
         is appended (Raft thesis §4.1). Returns the record's offset (the
@@ -1019,14 +1020,37 @@ class QuorumNode:
         log reaches the high watermark. Otherwise a majority that needs it
         could not commit until it caught up (§4.2.1).
 
+        ``auto_join``: the node asks to add itself (KIP-853 auto-join), not
+        an operator. It is refused for a disk an operator removed and has
+        not added back (``VoterSet.removed``, carried by every VOTERS record
+        and snapshot): the leader decides every AddVoter, and its set in
+        force knows of the removal even when a snapshot swallowed both the
+        record that added the disk and the one that removed it before the
+        node fetched either, and even for an AddVoter that was on its way
+        when the operator removed the disk (issue 17). An operator's add
+        (``auto_join`` False) of such a disk is what they asked for: it is
+        done, and the disk is no longer a removed one.
+
         Raises ``NotLeaderError`` when this node does not lead, and
         ``ReconfigurationError`` when the change is refused (see
-        ``_reconfiguring_leader``; the voter is already one; not caught up).
+        ``_reconfiguring_leader``; the voter is already one; VOTER_REMOVED
+        for auto-join; not caught up).
         """
         leader = self._reconfiguring_leader()
         if voter.node_id in self._voters:
             raise ReconfigurationError(f"node {voter.node_id} is already a voter", ErrorCode.DUPLICATE_VOTER)
         replica = leader.replicas.get(voter.node_id)
+        # The disk to add: the one named, else the one fetching under that id.
+        directory_id = voter.directory_id if voter.directory_id is not None or replica is None else replica.directory_id
+        if auto_join and self._voters.was_removed(voter.node_id, directory_id):
+            # Checked after _reconfiguring_leader: with no change pending,
+            # the removal that set the mark is committed, not one a leader
+            # change may still undo.
+            raise ReconfigurationError(
+                f"an operator removed node {voter.node_id}'s disk {directory_id}: auto-join does not add it back"
+                f" (an operator may, with add-voter)",
+                ErrorCode.VOTER_REMOVED,
+            )
         window = self.config.ticks(self.config.fetch_timeout_ms)
         if replica is None or replica.last_fetch_tick is None or self._tick - replica.last_fetch_tick >= window:
             raise ReconfigurationError(

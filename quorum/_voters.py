@@ -14,6 +14,16 @@ observer until it is added again (KIP-853, "directory id").
 A dynamic cluster's snapshots carry the voter set that holds at their end
 (``join_snapshot``): a follower that installs a snapshot learns the set with
 it, since the records that made it are no longer in anyone's log.
+
+Removed disks. A voter set also remembers the disks (node id, directory id)
+an operator removed and has not added back (``VoterSet.removed``, the most
+recent ``REMOVED_VOTERS_MAX``), so that the leader refuses to let auto-join
+add one of them again (``QuorumNode.add_voter``) and a node learns from any
+set it holds that its disk was removed (``quorum.AutoJoin``). It lives in
+the voter set because the voter set is the state that every VOTERS record
+and every snapshot carries whole: a snapshot that swallowed both the record
+adding a disk and the one removing it still says "removed" (issue 17).
+KIP-853 has no such memory: its auto-join re-adds a removed controller.
 """
 
 from __future__ import annotations
@@ -37,6 +47,26 @@ ENDPOINTS_MAX = 8
 # Voter sets stay small: every change is one voter (Raft thesis §4.1), and
 # every majority is counted over the whole set on every acknowledgement.
 VOTERS_MAX = 255
+# Removed disks a voter set remembers, the most recent first out when full.
+# The mark is needed only until the removed disk's node hears of it: once
+# it fetches a record or a snapshot whose set names it removed, or the
+# leader refuses its auto-join AddVoter with VOTER_REMOVED, the node
+# remembers it on its own disk for good (``quorum.AutoJoin``). So a mark is
+# lost only if 64 other disks are removed while that node stays away, and
+# even then only an operator's wish is at stake, not Raft safety: the
+# leader still adds only a caught-up replica, one change at a time (§4.1).
+# Each mark costs ~45 bytes in every VOTERS record and snapshot header, so
+# a full list is ~3 KB, far below every frame limit.
+REMOVED_VOTERS_MAX = 64
+# VOTERS record versions: 1 holds the voters; 2 also the removed disks.
+# A set with no removed disk is written in version 1, byte for byte what
+# pykraft wrote before version 2, so a cluster that never removed a voter
+# keeps records an older node reads as it always did. An older node reads
+# a version-2 record too (its decoder looks at "voters" only): in a
+# rolling upgrade it holds the right voters, and while it leads it does
+# not refuse a removed disk (it does not know auto-join's AddVoter
+# version 2 either, so no new node's auto-join reaches it).
+VOTERS_RECORD_VERSION = 2
 
 # A dynamic cluster's snapshot: this magic, then the length of the voter
 # set's encoding (4 bytes, big-endian), the encoding, then the state
@@ -88,10 +118,15 @@ class Voter:
 
 @dataclass(frozen=True, slots=True)
 class VoterSet:
-    """A set of voters, sorted by node id, each id once. Raises
-    ``ValueError`` when empty, too large or when an id repeats."""
+    """A set of voters, sorted by node id, each id once, and ``removed``:
+    the disks ``(node_id, directory_id)`` an operator removed and has not
+    added back, oldest first, at most ``REMOVED_VOTERS_MAX`` (see the
+    module docstring). Raises ``ValueError`` when empty, too large, when
+    an id repeats, or for a removed disk that is malformed, repeated or a
+    voter of the set."""
 
     voters: tuple[Voter, ...]
+    removed: tuple[tuple[int, str], ...] = ()
     # Looked up on every Fetch and Vote: a dict, not a scan.
     _by_id: dict[int, Voter] = field(init=False, repr=False, compare=False)
     # ``ids`` and ``majority``, computed once: the leader needs both on
@@ -108,7 +143,20 @@ class VoterSet:
         ids = tuple(voter.node_id for voter in voters)
         if len(set(ids)) != len(ids):
             raise ValueError(f"voter ids repeat: {ids}")
+        removed = tuple(self.removed)
+        if len(removed) > REMOVED_VOTERS_MAX:
+            raise ValueError(f"a voter set remembers at most {REMOVED_VOTERS_MAX} removed disks, not {len(removed)}")
+        for disk in removed:
+            if not isinstance(disk, tuple) or len(disk) != 2 or disk[1] is None:
+                raise ValueError(f"a removed disk is (node id, directory id), got {disk!r}")
+            Voter(disk[0], disk[1])  # raises ValueError for an id out of range
+        if len(set(removed)) != len(removed):
+            raise ValueError(f"removed disks repeat: {removed}")
+        by_disk = {(voter.node_id, voter.directory_id) for voter in voters}
+        if by_disk.intersection(removed):
+            raise ValueError(f"a voter is also a removed disk: {sorted(by_disk.intersection(removed))}")
         object.__setattr__(self, "voters", voters)
+        object.__setattr__(self, "removed", removed)
         object.__setattr__(self, "_by_id", {voter.node_id: voter for voter in voters})
         object.__setattr__(self, "_ids", ids)
         object.__setattr__(self, "_majority", majority(len(voters)))
@@ -145,18 +193,34 @@ class VoterSet:
         voter = self._by_id.get(node_id)
         return voter is not None and (voter.directory_id is None or voter.directory_id == directory_id)
 
+    def was_removed(self, node_id: int, directory_id: str | None) -> bool:
+        """Did an operator remove the disk (``node_id``, ``directory_id``)
+        and not add it back (within the last ``REMOVED_VOTERS_MAX``)?"""
+        return directory_id is not None and (node_id, directory_id) in self.removed
+
     def with_voter(self, voter: Voter) -> VoterSet:
-        """This set plus ``voter``; raises ``ValueError`` if its id is here."""
+        """This set plus ``voter``, which is no longer a removed disk (an
+        operator may add back a disk on purpose; auto-join may not, and the
+        leader checks that before, ``QuorumNode.add_voter``). Raises
+        ``ValueError`` if its id is here."""
         if voter.node_id in self:
             raise ValueError(f"node {voter.node_id} is already a voter")
-        return VoterSet(self.voters + (voter,))
+        removed = tuple(disk for disk in self.removed if disk != (voter.node_id, voter.directory_id))
+        return VoterSet(self.voters + (voter,), removed)
 
     def without(self, node_id: int) -> VoterSet:
-        """This set less ``node_id``; raises ``ValueError`` if it is not
-        here or is the last voter."""
-        if node_id not in self:
+        """This set less ``node_id``, whose disk (when its directory id is
+        known) joins the removed ones, the oldest dropped past
+        ``REMOVED_VOTERS_MAX``; raises ``ValueError`` if it is not here or
+        is the last voter."""
+        voter = self.get(node_id)
+        if voter is None:
             raise ValueError(f"node {node_id} is not a voter")
-        return VoterSet(tuple(voter for voter in self.voters if voter.node_id != node_id))
+        removed = self.removed
+        if voter.directory_id is not None:
+            disk = (node_id, voter.directory_id)
+            removed = (*(other for other in removed if other != disk), disk)[-REMOVED_VOTERS_MAX:]
+        return VoterSet(tuple(other for other in self.voters if other.node_id != node_id), removed)
 
     def describe(self) -> str:
         """``{1, 2/ab12cd34, 3}``, for logs and events."""
@@ -165,14 +229,24 @@ class VoterSet:
     # -- the VOTERS control record -------------------------------------------
 
     def encode(self) -> bytes:
-        """The payload of a ``VOTERS`` record: deterministic JSON."""
+        """The payload of a ``VOTERS`` record (and of a snapshot's voter
+        set header): deterministic JSON, in version 1 (``{"voters":
+        rows}``) when no disk is removed, else version 2 (``{"removed":
+        [[id, directory], ...], "version": 2, "voters": rows}``; see
+        ``VOTERS_RECORD_VERSION``)."""
         rows = [[voter.node_id, voter.directory_id, list(voter.endpoints)] for voter in self.voters]
-        return json.dumps({"voters": rows}, separators=(",", ":")).encode()
+        document: dict[str, object] = {"voters": rows}
+        if self.removed:
+            document["version"] = VOTERS_RECORD_VERSION
+            document["removed"] = [list(disk) for disk in self.removed]
+        return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> VoterSet:
-        """Read a ``VOTERS`` record's payload. Raises ``ValueError`` for
-        anything ``encode`` would not have written."""
+        """Read a ``VOTERS`` record's payload, of either version. Raises
+        ``ValueError`` for anything ``encode`` would not have written (a
+        version-2 document with no removed disk among them: one set has one
+        encoding, so replicas compare records byte for byte)."""
         try:
             document = json.loads(bytes(data).decode())
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -185,7 +259,23 @@ class VoterSet:
             if not isinstance(row, list) or len(row) != 3 or not isinstance(row[2], list):
                 raise ValueError(f"voter set record has a malformed voter {row!r}")
             voters.append(Voter(row[0], row[1], tuple(row[2])))
-        return cls(tuple(voters))
+        assert isinstance(document, dict)
+        version = document.get("version", 1)
+        if version == 1:
+            if "version" in document or "removed" in document:
+                raise ValueError("a version-1 voter set record names its version or removed disks")
+            return cls(tuple(voters))
+        if version != VOTERS_RECORD_VERSION:
+            raise ValueError(f"voter set record has unknown version {version!r}")
+        listed = document.get("removed")
+        if not isinstance(listed, list) or not 0 < len(listed) <= REMOVED_VOTERS_MAX:
+            raise ValueError(f"a version-2 voter set record lists 1..{REMOVED_VOTERS_MAX} removed disks")
+        removed = []
+        for disk in listed:
+            if not isinstance(disk, list) or len(disk) != 2 or not isinstance(disk[1], str):
+                raise ValueError(f"voter set record has a malformed removed disk {disk!r}")
+            removed.append((disk[0], check_directory_id(disk[1], "removed directory_id")))
+        return cls(tuple(voters), tuple(removed))  # type: ignore[arg-type]
 
 
 def endpoint_address(endpoint: str) -> tuple[str, int]:

@@ -260,8 +260,8 @@ async def auto_join(node: Any, config: NodeConfig) -> None:
     that it was one, and never add it again. Asks the leader every fetch
     timeout while the action is JOIN; a refusal is logged and asked again
     later."""
-    from . import AutoJoin, AutoJoinAction
-    from .client import QuorumClient, QuorumClientError
+    from . import AutoJoin, AutoJoinAction, ErrorCode
+    from .client import QuorumClient, QuorumClientError, VoterChangeRefusedError
     from .storage import atomic_write_json
 
     log = logging.getLogger("pykraft.node")
@@ -302,13 +302,24 @@ async def auto_join(node: Any, config: NodeConfig) -> None:
                 async with QuorumClient(
                     [f"{leader}@{address}"], cluster_id=config.cluster_id, tls=config.tls, retry_timeout_s=interval_s
                 ) as client:
-                    offset = await client.add_voter(config.node_id, core.config.directory_id, [endpoint])
+                    offset = await client.add_voter(
+                        config.node_id, core.config.directory_id, [endpoint], auto_join=True
+                    )
+            except VoterChangeRefusedError as refused:
+                # VOTER_REMOVED: an operator removed this disk (the leader's
+                # voter set says so, though this node may never have
+                # fetched a set holding it): never asked again.
+                if decision.answered(refused.code):
+                    remember_being_a_voter()
+                    log.info("node %d: auto-join: not added, and never asked again: %s", config.node_id, refused)
+                else:
+                    log.info("node %d: auto-join: not added yet: %s", config.node_id, refused)
             except QuorumClientError as error:
                 log.info("node %d: auto-join: not added yet: %s", config.node_id, error)
             else:
                 # Committed: this disk was a voter, whether or not this node
                 # fetched the record before a removal (and a snapshot) came.
-                if decision.joined():
+                if decision.answered(ErrorCode.NONE):
                     remember_being_a_voter()
                 log.info("node %d: auto-join: added as a voter at offset %d", config.node_id, offset)
         await trio.sleep(interval_s)

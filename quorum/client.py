@@ -90,7 +90,8 @@ class VoterChangeRefusedError(QuorumClientError):
     """The leader refused an AddVoter, RemoveVoter or UpgradeVoters request
     (KIP-853): ``code`` is the ``ErrorCode`` (VOTER_CHANGE_IN_PROGRESS,
     VOTER_NOT_CAUGHT_UP, DUPLICATE_VOTER, VOTER_NOT_FOUND, VOTERS_STATIC,
-    INVALID_REQUEST), ``reason`` the leader's sentence. Nothing changed."""
+    VOTER_REMOVED, INVALID_REQUEST), ``reason`` the leader's sentence.
+    Nothing changed."""
 
     def __init__(self, address: str, code: ErrorCode, reason: str) -> None:
         super().__init__(f"{address} refused the voter change: {code.name}: {reason}")
@@ -307,6 +308,16 @@ _LEADER_HINT_REQUEST_TYPES = frozenset(
 _SERVERS_MAX = 64
 
 
+def _in_older_version(message: Any, version: int) -> Any:
+    """``message`` as an older node takes it. Raises ``QuorumClientError``
+    for an auto-join AddVoter, which version 1 cannot mark: sent unmarked it
+    would be an operator's request, which the leader lets re-add a removed
+    disk (issue 17); auto-join asks again later."""
+    if getattr(message, "auto_join", False):
+        raise QuorumClientError(f"the leader is older than auto-join's AddVoter version 2 (it speaks version {version})")
+    return dataclasses.replace(message, version=version)
+
+
 class QuorumClient:
     """See the module docstring. Use as an async context manager."""
 
@@ -468,7 +479,7 @@ class QuorumClient:
         last_error: BaseException | None = None
         deadline = trio.current_time() + self.retry_timeout_s
         if type(message) in _LEADER_HINT_REQUEST_TYPES and message.version > self._leader_hint_version:
-            message = dataclasses.replace(message, version=self._leader_hint_version)
+            message = _in_older_version(message, self._leader_hint_version)
         while (remaining_s := deadline - trio.current_time()) > 0:
             connection = self._connection
             try:
@@ -506,7 +517,7 @@ class QuorumClient:
                     # An older pykraft: ask again in version 1 (its answers
                     # name the leader's id only), and keep to it.
                     self._leader_hint_version = 1
-                    message = dataclasses.replace(message, version=1)
+                    message = _in_older_version(message, 1)
                     continue
                 if response.code is ErrorCode.INCONSISTENT_CLUSTER_ID:
                     raise WrongClusterError(f"{connection.address} belongs to another cluster: {response.message}")
@@ -612,18 +623,28 @@ class QuorumClient:
                 self._describe_version = version - 1
         return await self._call(DescribeQuorumRequest(version=1), retry_indeterminate=True)
 
-    async def add_voter(self, node_id: int, directory_id: str | None, endpoints: list[str]) -> int:
+    async def add_voter(
+        self, node_id: int, directory_id: str | None, endpoints: list[str], *, auto_join: bool = False
+    ) -> int:
         """KIP-853 AddRaftVoter at the leader: add replica ``node_id`` with
         data directory ``directory_id`` (None: whichever fetches under that
-        id now), listening on ``endpoints`` ("host:port"). Returns the
-        offset of the committed VOTERS record. Raises ``ValueError`` for a
-        bad argument, ``VoterChangeRefusedError`` (nothing changed; a change
-        in progress and a voter not yet caught up are asked again until the
-        retry timeout),
+        id now), listening on ``endpoints`` ("host:port"). ``auto_join``:
+        the node asks for itself (sent in version 2; the leader refuses it
+        with VOTER_REMOVED for a disk an operator removed; a leader older
+        than version 2 refuses the version, and auto-join asks again
+        later). Returns the offset of the committed VOTERS record. Raises
+        ``ValueError`` for a bad argument, ``VoterChangeRefusedError``
+        (nothing changed; a change in progress and a voter not yet caught
+        up are asked again until the retry timeout),
         ``IndeterminateError`` (the connection failed with the request in
         flight: describe the quorum to see whether it happened),
         ``QuorumClientError`` (no leader served it in time)."""
-        request = AddVoterRequest(node_id=node_id, directory_id=directory_id, endpoints=tuple(endpoints))
+        request = AddVoterRequest(
+            node_id=node_id,
+            directory_id=directory_id,
+            endpoints=tuple(endpoints),
+            auto_join=auto_join,
+        )
         return _change_offset(await self._call(request, retry_indeterminate=False))
 
     async def remove_voter(self, node_id: int, directory_id: str | None = None) -> int:

@@ -33,6 +33,7 @@ from quorum import (
     ElectionCopy,
     ElectionState,
     Entry,
+    ErrorCode,
     LeaderApplication,
     MemoryLog,
     Message,
@@ -584,7 +585,7 @@ class Simulation:
         # (node, disk generation, epoch) -> the vote that disk made durable.
         self.durable_votes: dict[tuple[int, int, int], int] = {}
         # Disks (node id, directory id) an operator removed and has not added
-        # since: auto-join must never ask to add one of them again.
+        # since: no leader may let auto-join add one of them again.
         self.removed_by_operator: set[tuple[int, str | None]] = set()
         self.role_log: list[RoleChange] = []
         self.resignations: list[tuple[int, int, str]] = []  # (time_us, node, reason)
@@ -684,7 +685,7 @@ class Simulation:
             self._auto_join_round(node)
             self._push(self.options.fetch_timeout_ms * US_PER_MS, "auto-join", node.node_id, node.incarnation)
         elif kind == "auto-joined":
-            self._auto_joined(node)
+            self._auto_joined(node, event.payload)
         else:  # pragma: no cover - a simulator bug
             raise HarnessInvariantError(f"unknown event {kind}")
 
@@ -952,36 +953,51 @@ class Simulation:
             return
         leader, node_id, voter = core.leader_id, node.node_id, Voter(node.node_id, node.disk.directory_id)
         assert leader is not None
-        if (node_id, voter.directory_id) in self.removed_by_operator:
-            raise InvariantViolation(
-                "auto-join-re-add",
-                f"n{node_id} asks to add directory {voter.directory_id} again after an operator removed it",
-            )
+        # The node may ask for a disk an operator removed: it cannot know
+        # before it hears of the removal (a snapshot may have swallowed the
+        # add and the removal while it was cut off). The leader must refuse
+        # it (checked below), and the node must then never ask again.
         self._say(f"n{node_id} AUTO-JOIN asks n{leader} to add directory {voter.directory_id}")
         incarnation = node.incarnation
 
-        def answered(_result: Any, error: BaseException | None) -> None:
-            # The answer travels back to the asking process (lost if it died).
-            if error is None and node.incarnation == incarnation:
-                self._push(self._client_delay_us(), "auto-joined", node_id, incarnation)
+        def answer(code: ErrorCode) -> None:
+            # The answer travels back to the asking process (lost if it
+            # died). Only an answer that changes the node's decision
+            # travels: the others change nothing there, and drawing their
+            # delays would move every seed's schedule.
+            if node.incarnation == incarnation and code in AutoJoin.DECISIVE_ANSWERS:
+                self._push(self._client_delay_us(), "auto-joined", node_id, incarnation, code)
+
+        def committed(_result: Any, error: BaseException | None) -> None:
+            if error is None:
+                answer(ErrorCode.NONE)
 
         def at_leader(leader_node: SimNode) -> None:
             assert leader_node.host is not None
             try:
-                offset = leader_node.host.add_voter(voter, answered)
+                offset = leader_node.host.add_voter(voter, committed, auto_join=True)
             except (NotLeaderError, ReconfigurationError) as refused:
                 self._say_full(f"n{node_id} AUTO-JOIN refused by n{leader_node.node_id}: {refused}")
+                if isinstance(refused, ReconfigurationError):
+                    answer(refused.code)
                 return
+            if (node_id, voter.directory_id) in self.removed_by_operator:
+                raise InvariantViolation(
+                    "auto-join-re-add",
+                    f"n{leader_node.node_id} lets auto-join add n{node_id}'s directory {voter.directory_id} again"
+                    f" after an operator removed it",
+                )
             self._say(f"n{node_id} AUTO-JOIN at n{leader_node.node_id}: voters record at offset {offset}")
 
         self._to_node(leader, at_leader, lambda: None)
 
-    def _auto_joined(self, node: SimNode) -> None:
-        """The leader answered that the node's AddVoter was committed."""
+    def _auto_joined(self, node: SimNode, code: ErrorCode) -> None:
+        """The leader answered the node's AddVoter: committed, or refused."""
         assert node.auto_join is not None
-        if node.auto_join.joined():
+        if node.auto_join.answered(code):
             node.disk.auto_join_was_voter = True
-            self._say_full(f"n{node.node_id} AUTO-JOIN added: directory {node.disk.directory_id} was a voter")
+            said = "added" if code is ErrorCode.NONE else f"refused {code.name}"
+            self._say_full(f"n{node.node_id} AUTO-JOIN {said}: directory {node.disk.directory_id} was a voter")
 
     # =====================================================================
     # The output contract

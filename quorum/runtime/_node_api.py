@@ -371,14 +371,17 @@ async def handle_voter_change(runtime: QuorumRuntime, request: VoterChangeReques
     committed; every refusal is an answer (NOT_LEADER with the leader hint,
     or the ``ReconfigurationError``'s code and reason), logged once."""
     if isinstance(request, AddVoterRequest):
-        what = f"add voter {request.node_id} (directory {request.directory_id})"
+        asker = "auto-join: " if request.auto_join else ""
+        what = f"{asker}add voter {request.node_id} (directory {request.directory_id})"
     elif isinstance(request, RemoveVoterRequest):
         what = f"remove voter {request.node_id} (directory {request.directory_id})"
     else:
         what = "upgrade the static voter set to dynamic voters"
     try:
         if isinstance(request, AddVoterRequest):
-            offset = await runtime.add_voter(Voter(request.node_id, request.directory_id, request.endpoints))
+            offset = await runtime.add_voter(
+                Voter(request.node_id, request.directory_id, request.endpoints), auto_join=request.auto_join
+            )
         elif isinstance(request, RemoveVoterRequest):
             offset = await runtime.remove_voter(request.node_id, request.directory_id)
         else:
@@ -514,9 +517,18 @@ def authorize_client_request(
         if principal.kind is PrincipalKind.NODE and kind in (AddVoterRequest, RemoveVoterRequest, UpgradeVotersRequest):
             # A node may do anything an ACL grants, but the voter set is the
             # operator's: a node's certificate only adds that node itself
-            # (auto-join), never another node and never removes one.
+            # (auto-join), never another node and never removes one. And
+            # only marked as auto-join: an unmarked AddVoter is an
+            # operator's, which the leader does for a disk an operator
+            # removed (and forgets the removal), so a node must not be
+            # able to send one (issue 17).
             if kind is AddVoterRequest and request.node_id == principal.member_id:
-                return None
+                if request.auto_join:
+                    return None
+                return (
+                    f"{principal} may only add itself as a voter by auto-join (AddVoterRequest version 2 with "
+                    f"auto_join): an add-voter not marked so is an operator's"
+                )
             return f"{principal} may only add itself as a voter (auto-join), not send this {kind.__name__}"
         if kind is ApplicationRequest and application is not None:
             return application(principal, request.payload, acl.acl)

@@ -1195,7 +1195,7 @@ class QuorumRuntime:
         elif name == "add_voter" or name == "remove_voter" or name == "upgrade_voters":
             try:
                 if name == "add_voter":
-                    host.add_voter(request[1], done=waiter.resolve)
+                    host.add_voter(request[1], done=waiter.resolve, auto_join=request[2])
                 elif name == "remove_voter":
                     host.remove_voter(request[1], request[2], done=waiter.resolve)
                 else:
@@ -1268,17 +1268,18 @@ class QuorumRuntime:
         self._submit(("clock",))
         return self.host.leader_local_offset()
 
-    async def add_voter(self, voter: Voter) -> int:
+    async def add_voter(self, voter: Voter, *, auto_join: bool = False) -> int:
         """Add ``voter`` to the voter set (KIP-853 AddRaftVoter) and wait
         until the change is committed; returns the VOTERS record's offset.
-        The leader checks that the new voter is caught up (``QuorumNode.add_voter``).
+        The leader checks that the new voter is caught up, and refuses
+        ``auto_join`` for a disk an operator removed (``QuorumNode.add_voter``).
 
         Raises ``NotLeaderError``, ``ReconfigurationError`` (refused: nothing
         changed; its ``code`` says why), ``ProposalLostError`` (another
         leader's record took the offset: it did not happen) or
         ``ProposalOutcomeUnknownError``. Wrap in ``trio.fail_after`` for a
         bound: a cancelled wait leaves the outcome unknown."""
-        return await self._call("add_voter", voter)
+        return await self._call("add_voter", voter, auto_join)
 
     async def remove_voter(self, node_id: int, directory_id: str | None = None) -> int:
         """Remove voter ``node_id`` (with ``directory_id`` when given:

@@ -169,6 +169,12 @@ class ReadResponse:
 #: getting the version it asked for.
 DESCRIBE_QUORUM_VERSIONS = (1, 2, 3)
 
+#: The AddVoterRequest versions (``LEADER_HINT_VERSIONS``): 1 (node id,
+#: directory id, endpoints), 2 (adds ``auto_join``, issue 17; its answer,
+#: as every version-2 answer that may say NOT_LEADER, names where the
+#: leader listens). Only a version-2 request marked ``auto_join`` is ever
+#: answered VOTER_REMOVED, a code no older client can be sent.
+
 #: The longest errno name a DescribeQuorumResponse carries ("ENOSPC", "EIO").
 DISK_FAILURE_CHARS_MAX = 32
 
@@ -298,16 +304,25 @@ class AddVoterRequest:
     directory fetches under that id now) and which listens on ``endpoints``
     ("host:port", at most ``ENDPOINTS_MAX``). The leader refuses a replica
     that is not caught up. Administration (the ``admin`` ACL operation).
-    Raises ``ValueError`` naming the bad field."""
+
+    ``auto_join`` (version 2 only): the node asks to add itself (KIP-853
+    auto-join); the leader refuses it with VOTER_REMOVED for a disk an
+    operator removed (issue 17). Version 1 is an operator's request, and
+    what a node older than version 2 sends. Raises ``ValueError`` naming
+    the bad field."""
 
     node_id: int
     directory_id: str | None = None
     endpoints: tuple[str, ...] = ()
+    auto_join: bool = False
     version: int = 2
 
     def __post_init__(self) -> None:
         _check_leader_hint_version(self)
         _check_voter_key(self.node_id, self.directory_id)
+        check_bool(self.auto_join, "auto_join")
+        if self.auto_join and self.version < 2:
+            raise ValueError("auto_join needs version 2")
         endpoints = _as_tuple(self, "endpoints")
         if len(endpoints) > ENDPOINTS_MAX:
             raise ValueError(f"endpoints must hold at most {ENDPOINTS_MAX}, got {len(endpoints)}")

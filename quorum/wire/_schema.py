@@ -787,6 +787,23 @@ def decode_add_voter_request(body: Any, limits: WireLimits, build: bool) -> AddV
     )
 
 
+def encode_add_voter_request_v2(m: AddVoterRequest) -> list:
+    # Version 1's fields, then whether the node asks for itself (auto-join);
+    # its answer, as every version-2 answer, names where the leader listens.
+    return [*encode_add_voter_request(m), m.auto_join]
+
+
+def decode_add_voter_request_v2(body: Any, limits: WireLimits, build: bool) -> AddVoterRequest:
+    node_id, directory_id, endpoints, auto_join = fields(body, 4)
+    return AddVoterRequest(
+        node_id=node_id,
+        directory_id=_directory_id(directory_id, "directory_id"),
+        endpoints=_endpoints(endpoints, limits),
+        auto_join=check_bool(auto_join, "auto_join"),
+        version=2,
+    )
+
+
 def encode_remove_voter_request(m: RemoveVoterRequest) -> list:
     return [m.node_id, m.directory_id]
 
@@ -903,7 +920,10 @@ SCHEMAS: tuple[MessageSchema, ...] = (
     _leader_hint_schemas(38, ApplicationRequest, encode_application_request, decode_application_request),
     _leader_hint_schemas(39, ApplicationResponse, encode_application_response, decode_application_response),
     # KIP-853 voter changes (administration, served by the leader).
-    _leader_hint_schemas(40, AddVoterRequest, encode_add_voter_request, decode_add_voter_request),
+    MessageSchema(
+        40, AddVoterRequest, encode_add_voter_request, _in_version(decode_add_voter_request, 1),
+        ((2, encode_add_voter_request_v2, decode_add_voter_request_v2),),
+    ),
     _leader_hint_schemas(41, VoterChangeResponse, encode_voter_change_response, decode_voter_change_response),
     _leader_hint_schemas(42, RemoveVoterRequest, encode_remove_voter_request, decode_remove_voter_request),
     _leader_hint_schemas(43, UpgradeVotersRequest, encode_upgrade_voters_request, decode_upgrade_voters_request),

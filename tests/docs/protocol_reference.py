@@ -58,6 +58,7 @@ CLIENT_ACTION: dict[str, str] = {
     "VOTER_NOT_FOUND": "definite: no voter has that node id (and directory id): describe the quorum for the current set",
     "VOTER_CHANGE_IN_PROGRESS": "another voter change is not yet committed, or the new leader has not yet committed in its epoch (KIP-853: one change at a time): retry in a moment",
     "VOTERS_STATIC": "definite: the cluster has a static voter set, which AddVoter and RemoveVoter cannot change: upgrade it first (`kraft-quorum upgrade-voters`, UpgradeVotersRequest), then retry",
+    "VOTER_REMOVED": "definite, to auto-join only (an AddVoter version 2 marked `auto_join`): an operator removed this disk and has not added it back. The node remembers it and never asks again; an operator may still add the disk (`kraft-quorum add-voter`)",
     "VOTER_NOT_CAUGHT_UP": "the new voter has not fetched from the leader within the fetch timeout (with that directory id), or its log ends below the high watermark: start it as an observer, wait until it catches up, retry",
 }
 

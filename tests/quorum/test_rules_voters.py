@@ -9,6 +9,8 @@ import pytest
 from harness import CHECK_QUORUM_TICKS, FETCH_TIMEOUT_TICKS, Cluster, Disk, record
 
 from quorum import (
+    AutoJoin,
+    AutoJoinAction,
     ErrorCode,
     EndQuorumEpochRequest,
     FetchRequest,
@@ -21,7 +23,7 @@ from quorum import (
     VoterSet,
     VoteRequest,
 )
-from quorum._voters import join_snapshot, split_snapshot
+from quorum._voters import REMOVED_VOTERS_MAX, join_snapshot, split_snapshot
 
 
 def directory(node_id: int, generation: int = 0) -> str:
@@ -852,3 +854,189 @@ def test_a_wiped_voter_restarted_with_a_static_voter_list_cannot_lose_a_committe
     assert cluster.leaders() == []
     assert cluster.node(3).counters["votes_refused_other_directory"] > 0
     assert cluster.node(3).voted_for is None
+
+
+# -- auto-join: the leader refuses a disk an operator removed (issue 17) ------------------
+
+
+def auto_join_add(cluster: Cluster, leader: int, node_id: int, generation: int = 0) -> int:
+    """``node_id``'s auto-join asks ``leader`` to add its disk."""
+    offset, output = cluster.node(leader).add_voter(Voter(node_id, directory(node_id, generation)), auto_join=True)
+    cluster.handle(leader, output)
+    return offset
+
+
+def added_then_removed_while_cut_off(**overrides) -> Cluster:
+    """Observer 4 caught up, then cut off from everyone; meanwhile an
+    operator adds its disk and removes it again, both committed: node 4
+    never fetched a voter set holding its disk."""
+    cluster = caught_up_observer(**overrides)
+    cluster.isolate(4)
+    add(cluster, 1, 4)
+    settle(cluster)
+    remove(cluster, 1, 4)
+    settle(cluster)
+    assert not cluster.node(1).voter_change_pending and cluster.node(1).voters.ids == (1, 2, 3)
+    return cluster
+
+
+def test_auto_join_is_refused_for_a_removed_disk_after_a_snapshot_covering_the_add_and_the_removal():
+    """The sweep's seed 57641: node 4 was added while cut off, snapshots
+    compacted the log past the add, the operator removed it, and its next
+    auto-join asked again. The leader's voter set remembers the removal
+    (in its snapshot too), and refuses that disk to auto-join."""
+    cluster = added_then_removed_while_cut_off(snapshot_retained_records=0)
+    removed_at = cluster.node(1).log.end_offset - 1
+    cluster.propose(1, b"x")
+    settle(cluster)
+    for node_id in (1, 2, 3):
+        cluster.take_snapshot(node_id)
+        assert cluster.node(node_id).log.start_offset > removed_at
+    # The snapshot's voter set carries the removal, through a restart too.
+    voters, _state = split_snapshot(cluster.node(1).snapshot.data)
+    assert voters.ids == (1, 2, 3) and voters.was_removed(4, directory(4))
+    cluster.crash(1)
+    cluster.restart(1)
+    cluster.elect(1)
+
+    # Node 4's own view: never a voter, nothing removed; it would join.
+    decision = AutoJoin(4, directory(4), was_voter=False)
+    assert not decision.observe(cluster.node(4))
+    assert decision.action(cluster.node(4)) is AutoJoinAction.JOIN
+    with pytest.raises(ReconfigurationError, match="auto-join does not add it back") as refused:
+        auto_join_add(cluster, 1, 4)
+    assert refused.value.code is ErrorCode.VOTER_REMOVED
+    assert cluster.node(1).voters.ids == (1, 2, 3) and not cluster.node(1).voter_change_pending
+    # The refusal is as good as having seen itself a voter: sticky.
+    assert decision.answered(ErrorCode.VOTER_REMOVED)
+    assert decision.action(cluster.node(4)) is AutoJoinAction.REMOVED
+    assert not decision.answered(ErrorCode.VOTER_REMOVED)  # remembered once
+
+
+def test_a_node_learns_from_a_snapshot_that_its_disk_was_removed():
+    """Without asking: the snapshot it installs lists its disk as removed,
+    though no voter set it ever held had it as a voter."""
+    cluster = added_then_removed_while_cut_off(snapshot_retained_records=0)
+    cluster.propose(1, b"x")
+    settle(cluster)
+    cluster.take_snapshot(1)
+    decision = AutoJoin(4, directory(4), was_voter=False)
+    cluster.heal()
+    cluster.run(300)
+    node = cluster.node(4)
+    assert node.snapshot is not None and not any(voters.holds(4, directory(4)) for voters in node.voter_sets_in_log)
+    assert decision.observe(node)
+    assert decision.action(node) is AutoJoinAction.REMOVED
+
+
+def test_an_auto_join_request_on_its_way_when_the_operator_removes_the_disk_does_not_land():
+    """The race: node 4 decides to join (its view: not a voter) and its
+    AddVoter travels while the operator adds and removes the disk. Arriving
+    while the removal is uncommitted it is told to retry (the removal might
+    still be undone by a leader change, and the mark with it); arriving
+    after, it is refused for good, at whichever node leads by then."""
+    cluster = caught_up_observer()
+    decision = AutoJoin(4, directory(4), was_voter=False)
+    assert decision.action(cluster.node(4)) is AutoJoinAction.JOIN  # the request leaves
+    cluster.isolate(4)
+    add(cluster, 1, 4)
+    settle(cluster)
+    remove(cluster, 1, 4)
+    with pytest.raises(ReconfigurationError) as refused:
+        auto_join_add(cluster, 1, 4)
+    assert refused.value.code is ErrorCode.VOTER_CHANGE_IN_PROGRESS
+    assert not decision.answered(refused.value.code)  # asks again later
+    settle(cluster)
+    with pytest.raises(ReconfigurationError) as refused:
+        auto_join_add(cluster, 1, 4)
+    assert refused.value.code is ErrorCode.VOTER_REMOVED
+    # A new leader holds the same set, so refuses the same.
+    cluster.crash(1)
+    cluster.run(3000)
+    (leader,) = cluster.leaders()
+    with pytest.raises(ReconfigurationError) as refused:
+        auto_join_add(cluster, leader, 4)
+    assert refused.value.code is ErrorCode.VOTER_REMOVED
+
+
+def test_an_operator_may_add_a_removed_disk_back_which_clears_the_mark():
+    cluster = added_then_removed_while_cut_off()
+    cluster.heal()
+    cluster.run(300)
+    # An operator's add (not auto-join) of the removed disk is done.
+    add(cluster, 1, 4)
+    settle(cluster, 4)
+    assert cluster.node(1).voters.get(4) == Voter(4, directory(4))
+    assert not cluster.node(1).voters.was_removed(4, directory(4))
+    assert cluster.node(1).voters.removed == ()
+    # Removed again: marked again.
+    remove(cluster, 1, 4)
+    settle(cluster, 4)
+    assert cluster.node(1).voters.was_removed(4, directory(4))
+
+
+def test_auto_join_may_add_a_new_disk_of_a_removed_node():
+    """The mark is the disk's, not the node id's: a wiped node formatted
+    again is another disk, which auto-join may add."""
+    cluster = added_then_removed_while_cut_off()
+    wipe(cluster, 4)
+    cluster.heal()
+    cluster.run(300)
+    auto_join_add(cluster, 1, 4, generation=1)
+    settle(cluster, 4)
+    assert cluster.node(1).voters.get(4) == Voter(4, directory(4, 1))
+    assert cluster.node(1).voters.was_removed(4, directory(4))
+
+
+def test_a_voter_set_remembers_the_last_removed_disks_only():
+    """``REMOVED_VOTERS_MAX`` bounds every VOTERS record and snapshot
+    header: the oldest mark goes first; removing a disk again moves its
+    mark to the end."""
+    first = VoterSet((Voter(1, "keep"),))
+    voters = first
+    for node_id in range(2, REMOVED_VOTERS_MAX + 3):
+        voters = voters.with_voter(Voter(node_id, f"d{node_id}")).without(node_id)
+    assert len(voters.removed) == REMOVED_VOTERS_MAX
+    assert not voters.was_removed(2, "d2")  # the 65th removal pushed out the first
+    assert voters.was_removed(3, "d3") and voters.removed[-1] == (REMOVED_VOTERS_MAX + 2, f"d{REMOVED_VOTERS_MAX + 2}")
+    assert VoterSet.decode(voters.encode()) == voters
+    # Removing a disk again moves its mark to the end (the last to go).
+    again = voters.with_voter(Voter(3, "d3")).without(3)
+    assert again.removed[-1] == (3, "d3") and len(again.removed) == REMOVED_VOTERS_MAX
+    # A voter without a directory id (a static voter) leaves no mark.
+    assert VoterSet((Voter(1), Voter(2))).without(2).removed == ()
+    with pytest.raises(ValueError, match="at most"):
+        VoterSet(first.voters, tuple((node_id, "x") for node_id in range(2, REMOVED_VOTERS_MAX + 3)))
+
+
+def test_voter_set_records_of_version_1_still_load_and_a_set_without_removals_is_written_as_before():
+    """Records and snapshots written before version 2 load with no removed
+    disk, and a set with none is written byte for byte as then."""
+    old = b'{"voters":[[1,"dir-1-0",["h:1"]],[2,null,[]]]}'
+    voters = VoterSet.decode(old)
+    assert voters.removed == () and voters.ids == (1, 2)
+    assert voters.encode() == old
+    old_snapshot = b"KVS1" + len(old).to_bytes(4, "big") + old + b"state"
+    assert split_snapshot(old_snapshot) == (voters, b"state")
+    removed = voters.without(1)
+    assert removed.encode() == b'{"removed":[[1,"dir-1-0"]],"version":2,"voters":[[2,null,[]]]}'
+    assert split_snapshot(join_snapshot(removed, b"s")) == (removed, b"s")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"version":2,"voters":[[1,null,[]]],"removed":[]}',  # version 2 names a removal
+        b'{"version":3,"voters":[[1,null,[]]],"removed":[[2,"a"]]}',
+        b'{"voters":[[1,null,[]]],"removed":[[2,"a"]]}',  # removals without version 2
+        b'{"version":2,"voters":[[1,null,[]]],"removed":[[2,null]]}',
+        b'{"version":2,"voters":[[1,null,[]]],"removed":[[2,"a"],[2,"a"]]}',
+        b'{"version":2,"voters":[[1,"a",[]]],"removed":[[1,"a"]]}',  # a voter is not removed
+        b'{"version":2,"voters":[[1,null,[]]],"removed":[[-2,"a"]]}',
+        b'{"version":2,"voters":[[1,null,[]]],"removed":[[2,"a b"]]}',
+        b'{"version":2,"voters":[[1,null,[]]],"removed":"2"}',
+    ],
+)
+def test_a_version_2_voter_set_payload_is_checked(payload):
+    with pytest.raises(ValueError):
+        VoterSet.decode(payload)

@@ -77,6 +77,28 @@ async def test_the_leader_adds_and_removes_a_caught_up_observer(one_voter_and_an
     assert leader.node.voters.ids == (1,)
 
 
+async def test_auto_join_of_a_removed_disk_is_refused_and_an_operator_may_add_it_back(
+    one_voter_and_an_observer, autojump_clock
+):
+    """Issue 17 through the runtime: an AddVoter marked auto-join (version
+    2) for a disk an operator removed is answered VOTER_REMOVED; the
+    operator's own AddVoter (version 1) adds it back."""
+    leader, observer = one_voter_and_an_observer
+    disk = {"node_id": 2, "directory_id": "disk-2", "endpoints": ("127.0.0.1:9092",)}
+    joined = await handle_client_request(leader, AddVoterRequest(**disk, auto_join=True, version=2))
+    assert joined.error is ErrorCode.NONE
+    removed = await handle_client_request(leader, RemoveVoterRequest(node_id=2, directory_id="disk-2"))
+    assert removed.error is ErrorCode.NONE
+    with trio.fail_after(10):
+        await observer.wait_until(lambda: observer.node.log.end_offset >= leader.node.high_watermark)
+    again = await handle_client_request(leader, AddVoterRequest(**disk, auto_join=True, version=2))
+    assert again.error is ErrorCode.VOTER_REMOVED and "auto-join does not add it back" in again.message
+    assert leader.node.voters.ids == (1,)
+    by_operator = await handle_client_request(leader, AddVoterRequest(**disk))
+    assert by_operator.error is ErrorCode.NONE and leader.node.voters.ids == (1, 2)
+    assert leader.node.voters.removed == ()
+
+
 async def test_a_replica_that_never_fetched_is_not_caught_up(one_voter_and_an_observer, autojump_clock):
     leader, _ = one_voter_and_an_observer
     answer = await handle_client_request(leader, AddVoterRequest(node_id=3, directory_id="disk-3"))

@@ -418,8 +418,11 @@ async def test_voter_changes_need_admin(certs: Path) -> None:
                 await node_9.remove_voter(3)
             with pytest.raises(NotAuthorizedError, match="node/9 may only add itself"):
                 await node_9.upgrade_voters()  # the voter set is the operator's
-            with pytest.raises(VoterChangeRefusedError, match="static voter set"):
+            # Only as auto-join: an unmarked add is an operator's (issue 17).
+            with pytest.raises(NotAuthorizedError, match="node/9 may only add itself as a voter by auto-join"):
                 await node_9.add_voter(9, "0a1b2c3d", ["127.0.0.1:1"])
+            with pytest.raises(VoterChangeRefusedError, match="static voter set"):
+                await node_9.add_voter(9, "0a1b2c3d", ["127.0.0.1:1"], auto_join=True)
         nursery.cancel_scope.cancel()
 
 

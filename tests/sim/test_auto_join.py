@@ -1,8 +1,8 @@
 """KIP-853 auto-join in the simulator: the very decision the trio node runs
 (``quorum.AutoJoin``), on every node of a simulated cluster. A wiped
 voter's new disk joins by itself once the operator removed the old one; a
-disk the operator removed is never asked for again (Kafka 4.2 re-added
-it), across restarts, leader changes and snapshots that cover both the
+disk the operator removed is never added again (Kafka 4.2 re-added it),
+across restarts, leader changes and snapshots that cover both the
 addition and the removal; the simulation's check of that does fire."""
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ def test_the_committed_answer_alone_keeps_a_removed_disk_out():
     """n4's own AddVoter commits while n4 is cut off (it never fetches the
     record adding it); the operator removes it; snapshots then cover both
     records, so the log n4 later fetches never shows it as a voter. The
-    leader's answer that its AddVoter committed is what keeps it out."""
+    leader's answer that its AddVoter committed keeps it out (and so
+    would the removal that the snapshot's voter set lists)."""
     story: list[str] = []
     sim = _sim(story, snapshot_every_records=20)
     operator = Operator(sim)
@@ -84,8 +85,9 @@ def test_the_committed_answer_alone_keeps_a_removed_disk_out():
 
 
 def test_the_re_add_check_fires():
-    """The simulation fails a run in which auto-join asks to add a disk the
-    operator removed (here: marked as removed before it ever joined)."""
+    """The simulation fails a run in which a leader lets auto-join add a
+    disk the operator removed (here: marked as removed in the simulation's
+    books only, so the leader's voter set does not know it)."""
     sim = _sim()
     sim.removed_by_operator.add((4, "d4-0"))
     with pytest.raises(InvariantViolation, match="auto-join-re-add"):

@@ -294,3 +294,64 @@ def test_seed_17247_a_voter_that_missed_the_upgrade_votes_for_an_added_candidate
     assert voter_without_the_upgrade_elected_an_added_one(events, options), (
         "the schedule drifted: no voter that missed the upgrade votes for a candidate outside the static set"
     )
+
+
+def test_seed_57641_auto_join_never_re_adds_a_disk_removed_while_it_was_cut_off():
+    """Found by a 6,000-seed reconfiguration sweep (seed 57641, with
+    auto-join): n4, caught up, was cut off; the operator added it (offset
+    7), snapshots compacted the log past that record, and the operator
+    removed n4 (offset 26) before n4 ever fetched a voter set holding its
+    disk. Its next auto-join tick asked to add the disk again, and nothing
+    it could fetch would ever have told it: the snapshot covering both
+    records held a set without n4. Now every voter set remembers the disks
+    an operator removed: the leader refuses an auto-join AddVoter for one
+    (VOTER_REMOVED), and n4 learns it from the snapshot it installs. The
+    simulation fails a run in which a leader lets auto-join add such a disk
+    (before the fix this run failed at n4's ask)."""
+    lines: list[str] = []
+    options = random_options(57641)
+    # As the sweep drew it: dynamic voters from the start (the upgrade of
+    # static voters, drawn last, came later).
+    options.dynamic_voters, options.migrate_voters = options.reconfigure, False
+    result = run_scenario("random", 57641, options, trace=lines.append, full_trace=True)
+    assert result.valid, result.violation
+
+    def first(text: str, after: int = 0) -> int:
+        found = next((index for index, line in enumerate(lines) if index >= after and text in line), None)
+        assert found is not None, f"the schedule drifted: no {text!r} after line {after}"
+        return found
+
+    added = first("OPERATOR add n4 at n1: voters record at offset 7")
+    compacted = first("n1 snapshot at 22", added)
+    removed = first("OPERATOR remove n4 at n1: voters record at offset 26", compacted)
+    asked = first("n4 AUTO-JOIN asks n1 to add directory d4-0", removed)
+    assert not any("n4 AUTO-JOIN remembers" in line for line in lines[:asked]), "the schedule drifted: n4 saw itself a voter"
+    # n4 installs a snapshot past the removal and learns from it.
+    installed = first("n4 <- 1->4 FetchSnapResp", asked)
+    assert "n4 AUTO-JOIN remembers directory d4-0" in lines[installed + 1]
+    assert not any(re.search(r"n4 AUTO-JOIN (asks|at)", line) for line in lines[installed:])
+    sim = result.simulation
+    assert sim.nodes[4].disk.auto_join_was_voter and 4 not in sim.committed_voters()
+
+
+def test_seed_306014_a_node_repairing_a_log_cut_before_its_own_addition_grants_no_vote():
+    """Found by the 2,000-seed reconfiguration sweep from 300000 (seed
+    306014): n4's new disk was added at offset 67; n4 crashed with its log
+    damaged at offset 38 (it had acknowledged up to 84). What was left of
+    its log held a voter set without that disk, so the core dropped its
+    repair state ("an observer has nothing to repair"), and when n3, whose
+    log ended at 78, named n4's disk in its VoteRequest (KIP-853: a voter
+    added without the record votes), n4 granted it: n3 led epoch 3 without
+    committed offset 78 (leader-completeness). A node keeps its repair
+    state whatever its truncated log says, and so grants no vote."""
+    lines: list[str] = []
+    result = run_scenario("random", 306014, random_options(306014), trace=lines.append, full_trace=True)
+    assert result.valid, result.violation
+    damaged = next((index for index, line in enumerate(lines) if "n4 log damaged at offset 38 (of 84)" in line), None)
+    assert damaged is not None, "the schedule drifted: n4's log is no longer damaged below its addition"
+    assert any("OPERATOR add n4 at n2: voters record at offset 67" in line for line in lines[:damaged])
+    assert any(re.search(r"n4 <- 3->4 Vote e3 (pre|vote) last=e2@78 voter-dir=d4-1", line) for line in lines[damaged:]), (
+        "the schedule drifted: n3 no longer asks n4 for its vote with a short log"
+    )
+    assert not any("4->3 VoteResp e3 vote granted" in line for line in lines[damaged:])
+    assert any("n4 follower" in line and "log repaired" in line for line in lines[damaged:])

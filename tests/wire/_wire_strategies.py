@@ -303,8 +303,13 @@ endpoints = st.lists(
     st.builds(lambda host, port: f"{host}:{port}", st.sampled_from(["127.0.0.1", "node-4.example", "[::1]"]), st.integers(0, 65535)),
     max_size=8,
 ).map(tuple)
-add_voter_requests = st.builds(
-    AddVoterRequest, node_id=node_ids, directory_id=directory_ids, endpoints=endpoints, version=leader_hint_versions
+add_voter_requests = st.one_of(
+    st.builds(AddVoterRequest, node_id=node_ids, directory_id=directory_ids, endpoints=endpoints, version=st.just(1)),
+    # Version 2: marked as auto-join (or not); its answer names the leader.
+    st.builds(
+        AddVoterRequest, node_id=node_ids, directory_id=directory_ids, endpoints=endpoints, auto_join=st.booleans(),
+        version=st.just(2),
+    ),
 )
 remove_voter_requests = st.builds(RemoveVoterRequest, node_id=node_ids, directory_id=directory_ids, version=leader_hint_versions)
 voter_change_responses = _with_leader_fields(st.one_of(
