@@ -15,7 +15,8 @@ request did not happen (NOT_LEADER) are retried; a connection lost while a
 proposal was in flight raises ``IndeterminateError``: it may have happened
 (``NoAnswerError``, a subclass, when the request was sent and no answer came
 within ``request_timeout_s``). ``last_answered_by`` names the server whose
-answer ended the last successful request.
+answer ended the last successful request, ``last_sent_to`` the server the
+last request went to (or tried to reach) whether it was answered or not.
 
 With ``tls`` (a ``quorum.runtime.TlsConfig``) every connection is mutual
 TLS 1.3, and the server must prove it is a quorum node (the one a
@@ -342,6 +343,7 @@ class QuorumClient:
         self._index = 0
         self._connection: _Connection | None = None
         self._last_answered_by: Server | None = None
+        self._last_sent_to: Server | None = None
         # The DescribeQuorum version to ask in: one lower each time a node
         # refuses it (an older pykraft).
         self._describe_version = 3
@@ -362,6 +364,16 @@ class QuorumClient:
         read it right after your own request returns, before awaiting
         anything else."""
         return self._last_answered_by
+
+    @property
+    def last_sent_to(self) -> Server | None:
+        """The server the last request was last sent to, or last tried to
+        reach (a connection refused counts): for a request that raised, the
+        node that refused it, did not answer in time, or could not be
+        reached; for one that returned, ``last_answered_by``. None before
+        the first request. With several tasks sharing the client, read it
+        as ``last_answered_by``."""
+        return self._last_sent_to
 
     async def __aenter__(self) -> QuorumClient:
         self._nursery_manager = trio.open_nursery()
@@ -389,6 +401,7 @@ class QuorumClient:
                 return self._connection
             await self._close_connection()
             server = self._servers[self._index % len(self._servers)]
+            self._last_sent_to = server
             stream = await self._open_stream(server)
             connection = _Connection(stream, self.cluster_id, server)
             assert self._nursery is not None
@@ -492,6 +505,7 @@ class QuorumClient:
                 await trio.sleep(min(backoff_s, max(0.0, deadline - trio.current_time())))
                 backoff_s = min(backoff_s * 2, 0.5)
                 continue
+            self._last_sent_to = connection.server
             try:
                 response = await connection.request(message, min(self.request_timeout_s, max(0.001, remaining_s)))
             except WrongClusterError:

@@ -220,6 +220,9 @@ class _Session:
         self.brokers = {broker_id: _BrokerLink(address, cluster_id, tls) for broker_id, address in endpoints.brokers.items()}
         self.broker_epochs: dict[int, int] = {}
         self.broker_floor = -1
+        # The node the last RegisterBroker went to (or tried to reach):
+        # with TLS it travels on a client of its own, gone when it fails.
+        self.registration_sent_to: str | None = None
 
     async def register_broker(self, request: RegisterBrokerRequest) -> tuple[Any, str | None]:
         """RegisterBroker for a synthetic broker; with TLS over a short-lived
@@ -227,7 +230,10 @@ class _Session:
         the node that answered. Raises as ``AdminClient.register_broker``."""
         broker_tls = self.endpoints.broker_tls
         if broker_tls is None:
-            return await self.admin.register_broker(request), serving_node(self.admin.quorum_client)
+            try:
+                return await self.admin.register_broker(request), serving_node(self.admin.quorum_client)
+            finally:
+                self.registration_sent_to = sent_to_node(self.admin.quorum_client)
         failure: BaseException | None = None
         async with AdminClient(
             self.endpoints.controllers, cluster_id=self.cluster_id, timeout_s=self.timeout_s, tls=broker_tls(request.broker_id)
@@ -236,6 +242,8 @@ class _Session:
                 return await registrar.register_broker(request), serving_node(registrar.quorum_client)
             except (QuorumClientError, AdminClientError) as error:  # re-raised outside the client's nursery
                 failure = error
+            finally:
+                self.registration_sent_to = sent_to_node(registrar.quorum_client)
         assert failure is not None
         raise failure
 
@@ -255,6 +263,14 @@ def serving_node(client: QuorumClient) -> str | None:
     bootstrap entry; None when unknown (no answer yet, or a ``HOST:PORT``
     entry without a node id)."""
     server = client.last_answered_by
+    return None if server is None or server.node_id is None else str(server.node_id)
+
+
+def sent_to_node(client: QuorumClient) -> str | None:
+    """The node ``client``'s last request went to (or tried to reach),
+    answered or not, from its bootstrap entry: the node a failed or
+    indeterminate operation is recorded against. None as ``serving_node``."""
+    server = client.last_sent_to
     return None if server is None or server.node_id is None else str(server.node_id)
 
 
@@ -478,18 +494,19 @@ class Workload:
         invoke, then ``info`` (and retires the process) when the request may
         have happened, ``fail`` when it certainly did not. Returns the
         response and the node that answered, for the caller to record the
-        outcome; None after a recorded failure. ``answered_by``: ``call``
-        returns (response, node) itself (it used a client of its own)."""
+        outcome; None after a recorded failure (with the node the request
+        went to). ``answered_by``: ``call`` returns (response, node) itself
+        (it used a client of its own: RegisterBroker)."""
         process, record = session.process, self.history.record
         record(process, "invoke", f, key, value, **extra)
         try:
             response = await call()
-        except AdminClientError as error:  # an answer it could not read: it may have happened
-            self._indeterminate(process, f, key, value, error, **extra)
-        except QuorumClientError as error:
-            if _in_flight(error):
-                self._indeterminate(process, f, key, value, error, **extra)
-            record(process, "fail", f, key, value, error=str(error)[:200], **extra)
+        except (AdminClientError, QuorumClientError) as error:
+            node = session.registration_sent_to if answered_by else sent_to_node(session.admin.quorum_client)
+            # An answer it could not read, or a request left in flight: it may have happened.
+            if isinstance(error, AdminClientError) or _in_flight(error):
+                self._indeterminate(process, f, key, value, error, node=node, **extra)
+            record(process, "fail", f, key, value, error=str(error)[:200], node=node, **extra)
             return None
         if answered_by:
             return response
@@ -547,11 +564,13 @@ class Workload:
                     self._wrote(key, new)
                     record(process, "ok", f, key, value, offset=offset, node=serving_node(client))
                 else:
-                    record(process, "fail", f, key, value, error="precondition failed")
+                    record(process, "fail", f, key, value, error="precondition failed", node=serving_node(client))
         except QuorumClientError as error:
+            # The node it went to: the one that refused it or stopped answering.
+            node = sent_to_node(client)
             if _in_flight(error):
-                self._indeterminate(process, f, key, value, error, **extra)
-            record(process, "fail", f, key, value, error=str(error)[:200], **extra)
+                self._indeterminate(process, f, key, value, error, node=node, **extra)
+            record(process, "fail", f, key, value, error=str(error)[:200], node=node, **extra)
 
     # ------------------------------------------------------------------
     # A schedule's operations (``--replay``; docs/replay.md)

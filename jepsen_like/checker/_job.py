@@ -227,7 +227,10 @@ def check_sources(
                 if warm_up is not None:
                     warm_up.join()
                 guard.enter(TIER2_PHASE)
-                tier2 = _tier2_findings(spark, ops, models, limits=limits, all_keys=all_keys, guard=guard)
+                partitions = tier2_partitions(spark.sparkContext.defaultParallelism, counts)
+                tier2 = _tier2_findings(
+                    spark, ops, models, limits=limits, all_keys=all_keys, guard=guard, partitions=partitions
+                )
                 lap("tier2_s")
     finally:
         release(ops)
@@ -537,12 +540,20 @@ def _resolve(evidence: Mapping[str, Any], hid: int, rendered: Mapping[tuple[int,
     return resolved
 
 
+def tier2_partitions(parallelism: int, counts: Mapping[int, Mapping[str, int]]) -> int:
+    """Tier 2's partitions: two per core (so that a slow key does not hold a
+    core's other keys back), but never more than the keys it searches (keys
+    of histories with operations to search): each partition is a task in a
+    Python worker, and a one-key history's check needs one."""
+    keys = sum(history["keys"] for history in counts.values() if history.get("tier2_operations"))
+    return max(1, min(max(2, parallelism * 2), keys))
+
+
 def _tier2_findings(
     spark: SparkSession, ops: DataFrame, models: Mapping[int, Model], *, limits: KeyBudget, all_keys: bool,
-    guard: "DeadlineGuard",
+    guard: "DeadlineGuard", partitions: int,
 ) -> dict[int, list[dict[str, Any]]]:
     candidates = _tier2.candidates(ops)
-    partitions = max(2, spark.sparkContext.defaultParallelism * 2)
     first_limits = replace(limits, budget_steps=min(limits.budget_steps, FIRST_PASS_BUDGET_STEPS))
     first_pass = _tier2.run(candidates, models, limits=first_limits, all_keys=all_keys, partitions=partitions)
     results = {(r["hid"], r["key"]): r for r in first_pass}

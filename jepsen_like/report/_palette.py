@@ -1,7 +1,8 @@
 """The report's colours, defined once: one colour per meaning.
 
 Every colour a legend shows (a role, a broker state, an outcome, an op type,
-a kind of fault, a witness, two leaders at once) comes from here, and no two
+a kind of fault, a witness, two leaders at once, the staleness plot's marks)
+comes from here, and no two
 meanings share one: ``tests/report/test_report_palette.py`` holds every pair
 of them at least ``MIN_DISTANCE`` apart (RGB distance), and the browser test
 checks the rendered legends. Colours that carry no meaning of their own
@@ -53,6 +54,12 @@ TWO_LEADERS = "#f0abfc"  # two nodes each believing they lead
 HEAL = "#15803d"  # a heal of every fault (a line)
 VOTERS = "#06b6d4"  # a voter change (KIP-853), and a controller outside the voter set
 VOTERS_PALE = "#ecfeff"  # the light stripes of a voter change's band
+#: The staleness plot: a group's reads (its bar, tinted; the median dot and
+#: the p99 tick), a group with reads beyond its mode's bound (its bar,
+#: tinted, and the count in the tables), and that bound (a dashed line).
+STALENESS = "#4338ca"
+BEYOND_BOUND = "#be185d"
+STALENESS_BOUND = "#111827"
 
 #: Two colours with different meanings are at least this far apart in RGB.
 MIN_DISTANCE = 45.0
@@ -68,7 +75,8 @@ def meanings() -> dict[str, str]:
     found["other op types"] = OTHER_OP_COLOUR
     found.update(
         {"fault": FAULT, "down": DOWN, "hostile": HOSTILE, "disk": DISK, "witness": WITNESS, "two leaders": TWO_LEADERS, "heal": HEAL,
-         "voters": VOTERS}
+         "voters": VOTERS, "staleness": STALENESS, "beyond the staleness bound": BEYOND_BOUND,
+         "staleness bound": STALENESS_BOUND}
     )
     return found
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+from ._palette import BEYOND_BOUND, STALENESS, STALENESS_BOUND, rgba
 from ._svg import esc, ms_label, num
 
 WIDTH = 1320
@@ -24,16 +25,17 @@ AXIS_H = 24
 # Zero (a read that missed nothing) is drawn at the axis's left edge.
 _FLOOR_MS = 0.1
 
-STALENESS_CSS = """
-.st-bar{fill:#bfdbfe}.st-bar.beyond{fill:#fecaca}
-.st-p99{stroke:#1d4ed8;stroke-width:2}
-.st-p50{fill:#1d4ed8}
-.st-bound{stroke:#dc2626;stroke-width:2;stroke-dasharray:4 2}
-.st-label{font-size:11.5px;fill:#0f172a}
-.st-beyond{color:#991b1b;font-weight:700}
-table.staleness td{text-align:right;font-variant-numeric:tabular-nums}
-table.staleness td.name{text-align:left}
-table.staleness caption{text-align:left;padding:8px 0 2px}
+# Colours: the palette's (``_palette.py``), one per meaning; the bars are tints.
+STALENESS_CSS = f"""
+.st-bar{{fill:{rgba(STALENESS, 0.3)}}}.st-bar.beyond{{fill:{rgba(BEYOND_BOUND, 0.3)}}}
+.st-p99{{stroke:{STALENESS};stroke-width:2}}
+.st-p50{{fill:{STALENESS}}}
+.st-bound{{stroke:{STALENESS_BOUND};stroke-width:2;stroke-dasharray:4 2}}
+.st-label{{font-size:11.5px;fill:#0f172a}}
+.st-beyond{{color:{BEYOND_BOUND};font-weight:700}}
+table.staleness td{{text-align:right;font-variant-numeric:tabular-nums}}
+table.staleness td.name{{text-align:left}}
+table.staleness caption{{text-align:left;padding:8px 0 2px}}
 """
 
 
@@ -126,7 +128,7 @@ def _plot(figures: Mapping[str, Any]) -> str:
         f"<div class=\"scroll\"><svg class=\"chart staleness-plot\" viewBox=\"0 0 {WIDTH} {num(height)}\" role=\"img\" "
         f"aria-label=\"staleness per node and fault window\">",
         f"<text class=\"panel-title\" x=\"{LABEL_W}\" y=\"16\">staleness (ms, log): bar to the worst read, "
-        "dot at the median, tick at p99, dashed red: the mode's bound</text>",
+        "dot at the median, tick at p99, dashed: the mode's bound (a pink bar: reads beyond it)</text>",
     ]
     for exponent in range(lo_exp, hi_exp + 1):
         gx = x(10.0 ** exponent)

@@ -243,6 +243,21 @@ def test_a_small_input_is_told_by_its_event_count_not_its_file_size(tmp_path):
     assert not is_small_input(discover_histories([campaign]))
 
 
+def test_tier2_has_no_more_partitions_than_keys_to_search():
+    """Each tier-2 partition is a Python task: a one-key history gets one,
+    not two per core; keys of histories with nothing to search count for
+    none; many keys get two per core."""
+    from jepsen_like.checker._job import tier2_partitions
+
+    one_key = {0: {"keys": 1, "tier2_operations": 3}}
+    assert tier2_partitions(2, one_key) == 1
+    assert tier2_partitions(2, {**one_key, 1: {"keys": 40, "tier2_operations": 0}}) == 1
+    assert tier2_partitions(2, {0: {"keys": 3, "tier2_operations": 9}}) == 3
+    assert tier2_partitions(2, {0: {"keys": 500, "tier2_operations": 900}}) == 4
+    assert tier2_partitions(1, {0: {"keys": 500, "tier2_operations": 900}}) == 2
+    assert tier2_partitions(8, {0: {"keys": 0, "tier2_operations": 0}}) == 1
+
+
 def test_only_the_newest_class_archives_are_kept(tmp_path):
     """One archive per Spark install (each virtualenv has its own), about
     170 MB each: writing one deletes all but the newest few, never the one

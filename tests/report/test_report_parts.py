@@ -13,6 +13,7 @@ import pytest
 from jepsen_like.report import concurrent_leaders, load_run, render_report, write_report
 from jepsen_like.report._load import NO_ERROR, NO_NODE, Op, failure_breakdown, failure_reason
 from jepsen_like.report._palette import MIN_DISTANCE, OP_COLOURS, OTHER_OP_COLOUR, distance, meanings, op_colours
+from jepsen_like.report._staleness import STALENESS_CSS
 from jepsen_like.report._svg import overlaps, text_width_px
 
 from _crowded_run import build_crowded_run
@@ -50,6 +51,18 @@ def test_op_types_past_the_palette_share_the_one_other_colour():
     colours = op_colours(types)
     assert len(set(colours[f] for f in types[: len(OP_COLOURS)])) == len(OP_COLOURS)
     assert {colours[f] for f in types[len(OP_COLOURS) :]} == {OTHER_OP_COLOUR}
+
+
+def test_the_staleness_plot_draws_in_the_palette_s_colours():
+    """Its marks' colours (bars as tints of theirs) are meanings of the
+    palette, so the distinctness test above covers them."""
+    palette = set(meanings().values())
+    for rule in ("st-bar", "st-bar.beyond", "st-p99", "st-p50", "st-bound", "st-beyond"):
+        [body] = re.findall(r"\.%s\{([^}]*)\}" % re.escape(rule), STALENESS_CSS)
+        colours = re.findall(r"#[0-9a-f]{6}", body) + [
+            "#%02x%02x%02x" % tuple(int(part) for part in rgb.split(",")) for rgb in re.findall(r"rgba\((\d+,\d+,\d+),", body)
+        ]
+        assert colours and set(colours) <= palette, (rule, colours)
 
 
 def test_a_colour_not_written_rrggbb_is_refused():

@@ -1,5 +1,6 @@
-"""QuorumClient's public answers to "who answered?" and "did it time out?":
-``last_answered_by`` and ``NoAnswerError`` (an ``IndeterminateError``)."""
+"""QuorumClient's public answers to "who answered?", "where did it go?" and
+"did it time out?": ``last_answered_by``, ``last_sent_to`` and
+``NoAnswerError`` (an ``IndeterminateError``)."""
 
 import functools
 import socket
@@ -55,6 +56,8 @@ async def test_a_proposal_without_an_answer_raises_no_answer_error(autojump_cloc
             assert isinstance(caught.value, IndeterminateError)  # existing callers still catch it
             assert received, "the request left the client"
             assert client.last_answered_by is None
+            # Where it went, for the history of an operation that may have happened there.
+            assert client.last_sent_to is not None and (client.last_sent_to.node_id, client.last_sent_to.port) == (7, port)
         nursery.cancel_scope.cancel()
 
 
@@ -80,6 +83,16 @@ async def test_a_refused_connection_is_not_a_no_answer_error(autojump_clock):
     assert not isinstance(caught.value.__cause__, IndeterminateError)
 
 
+async def test_last_sent_to_names_the_node_a_request_could_not_reach(autojump_clock):
+    port = closed_port()
+    async with QuorumClient([f"4@127.0.0.1:{port}"], retry_timeout_s=1.0) as client:
+        assert client.last_sent_to is None
+        with pytest.raises(QuorumClientError):
+            await client.propose([KeyValueStateMachine.encode_put(b"k", b"v")])
+        assert client.last_sent_to is not None and (client.last_sent_to.node_id, client.last_sent_to.port) == (4, port)
+        assert client.last_answered_by is None
+
+
 async def test_last_answered_by_names_the_node_that_answered(tmp_path):
     node_port, dead_port = closed_port(), closed_port()
     config = NodeConfig(
@@ -101,6 +114,7 @@ async def test_last_answered_by_names_the_node_that_answered(tmp_path):
                 assert answered is not None
                 assert (answered.node_id, answered.host, answered.port) == (1, "127.0.0.1", node_port)
                 assert str(answered) == f"1@127.0.0.1:{node_port}"
+                assert client.last_sent_to == answered
                 await client.read(b"k")
                 assert client.last_answered_by == answered
 
