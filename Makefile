@@ -63,9 +63,10 @@ soak: $(STAMP)
 # and scratch space in a temporary directory, stopped by pid afterwards
 # (bench/spark_standalone.py). `make checker-standalone HISTORY=path` checks
 # that history; by default a synthetic one of $(STANDALONE_OPS) operations.
+# STANDALONE_ARGS: more options, and after `--` options for jepsen-like check.
 STANDALONE_OPS ?= 100000
 checker-standalone: $(STAMP)
-	$(BIN)/python -m bench.spark_standalone $(if $(HISTORY),$(HISTORY),--ops $(STANDALONE_OPS))
+	$(BIN)/python -m bench.spark_standalone $(if $(HISTORY),$(HISTORY),--ops $(STANDALONE_OPS)) $(STANDALONE_ARGS)
 
 # Apache Kafka 4.4.0's jars (tools/kafka/pom.xml), fetched from Maven Central
 # into $${PYKRAFT_CACHE:-~/.cache/pykraft}/kafka-4.4.0, outside the tree; a
