@@ -273,11 +273,17 @@ def _descendants_memory(root: int) -> list[tuple[int, str, int]]:
 
 
 def _role(argv: list[bytes]) -> str:
+    """A JVM's main class (Spark's launcher is ``Main``); for any other
+    process (the spark-class shell and its subshells, Python), its first
+    words."""
     words = [word.decode(errors="replace") for word in argv if word]
-    for word in words:
-        if word.startswith("org.apache.spark."):
-            return word.rsplit(".", 1)[1]
-    return " ".join(Path(words[0]).name if i == 0 else w for i, w in enumerate(words[:3])) if words else "?"
+    if not words:
+        return "?"
+    if Path(words[0]).name == "java":
+        for word in words:
+            if word.startswith("org.apache.spark."):
+                return word.rsplit(".", 1)[1]
+    return " ".join([Path(words[0]).name, *words[1:3]])
 
 
 def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
