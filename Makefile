@@ -11,7 +11,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONHASHSEED := 0
 
-.PHONY: all venv test run sim-demo soak bench clean prereqs kafka playground pyodide
+.PHONY: all venv test run sim-demo soak bench clean prereqs kafka playground pyodide checker-standalone
 
 all: test
 
@@ -57,6 +57,16 @@ soak: $(STAMP)
 	$(BIN)/jepsen-like sweep --seeds 10000
 	$(BIN)/jepsen-like sweep --seeds 10000 --reconfigure
 	$(BIN)/jepsen-like campaign --scenario chaos --duration 30m --tls --plain
+
+# The checker on a Spark standalone cluster started from the pyspark
+# distribution in .venv: a master and two one-core workers on 127.0.0.1, logs
+# and scratch space in a temporary directory, stopped by pid afterwards
+# (bench/spark_standalone.py). `make checker-standalone HISTORY=path` checks
+# that history; by default a synthetic one of $(STANDALONE_OPS) operations.
+# STANDALONE_ARGS: more options, and after `--` options for jepsen-like check.
+STANDALONE_OPS ?= 100000
+checker-standalone: $(STAMP)
+	$(BIN)/python -m bench.spark_standalone $(if $(HISTORY),$(HISTORY),--ops $(STANDALONE_OPS)) $(STANDALONE_ARGS)
 
 # Apache Kafka 4.4.0's jars (tools/kafka/pom.xml), fetched from Maven Central
 # into $${PYKRAFT_CACHE:-~/.cache/pykraft}/kafka-4.4.0, outside the tree; a

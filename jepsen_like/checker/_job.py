@@ -484,22 +484,35 @@ def _tier1_findings(
         )
     if not parts:
         return {}, {}
-    rows = reduce(partial(DataFrame.unionByName, allowMissingColumns=True), parts).collect()
+    # One row per ok read: millions for a big history. Fetched as Arrow
+    # columns, not pickled rows: a pickled row costs the driver's JVM and
+    # this process microseconds each, one at a time, after the job.
+    table = reduce(partial(DataFrame.unionByName, allowMissingColumns=True), parts).toArrow()
+    columns = {name: table.column(name).to_pylist() for name in table.column_names}
+    del table
     figures: dict[int, list[ReadStaleness]] = defaultdict(list)
-    for row in rows:
-        if row["check"] == _STALENESS_ROW:
-            figures[row["hid"]].append(
-                ReadStaleness(
-                    index=row["index"], mode=row["mode"] or MODE_LINEARIZABLE, node=row["node"], invoke_ns=row["t_inv"],
-                    staleness_ns=row["staleness_ns"], offsets_behind=row["offsets_behind"], bound_ns=row["bound_ns"],
-                    missed_write=row["missed"],
+    evidences = []
+    if "mode" in columns:
+        staleness_rows = zip(
+            columns["check"], columns["hid"], columns["index"], columns["mode"], columns["node"], columns["t_inv"],
+            columns["staleness_ns"], columns["offsets_behind"], columns["bound_ns"], columns["missed"],
+        )
+        for check_name, hid, index, mode, node, t_inv, staleness_ns, offsets_behind, bound_ns, missed in staleness_rows:
+            if check_name == _STALENESS_ROW:
+                figures[hid].append(
+                    ReadStaleness(
+                        index=index, mode=mode or MODE_LINEARIZABLE, node=node, invoke_ns=t_inv, staleness_ns=staleness_ns,
+                        offsets_behind=offsets_behind, bound_ns=bound_ns, missed_write=missed,
+                    )
                 )
+    if "evidence" in columns:
+        evidences = [
+            (hid, check_name, rank, total, json.loads(evidence))
+            for hid, check_name, rank, total, evidence in zip(
+                columns["hid"], columns["check"], columns["rank"], columns["total"], columns["evidence"]
             )
-    evidences = [
-        (row["hid"], row["check"], row["rank"], row["total"], json.loads(row["evidence"]))
-        for row in rows
-        if row["check"] != _STALENESS_ROW
-    ]
+            if check_name != _STALENESS_ROW
+        ]
     references = {
         (hid, evidence[name])
         for hid, _, _, _, evidence in evidences
