@@ -132,6 +132,18 @@ def check_features(value: object) -> None:
         names.add(name)
 
 
+def check_controller_fields(controller: Any) -> None:
+    """The fields a controller registration carries wherever it appears
+    (KIP-919: the request, the record, the description): an id >= 0, an
+    incarnation id, listeners, an optional directory id and feature
+    ranges. Raises ``ValueError`` naming the first bad field."""
+    check_int("controller_id", controller.controller_id, 0)
+    check_text("incarnation_id", controller.incarnation_id)
+    check_listeners(controller.listeners)
+    check_text("directory_id", controller.directory_id, optional=True)
+    check_features(controller.features)
+
+
 def check_flag(name: str, value: object) -> None:
     if type(value) is not int or value not in (FLAG_SET, FLAG_CLEAR, FLAG_UNCHANGED):
         raise ValueError(f"{name} must be 1 (set), -1 (clear) or 0 (unchanged), got {value!r}")
@@ -291,11 +303,7 @@ class RegisterControllerRecord:
     features: tuple[tuple[str, int, int], ...] = ()
 
     def __post_init__(self) -> None:
-        check_int("controller_id", self.controller_id, 0)
-        check_text("incarnation_id", self.incarnation_id)
-        check_listeners(self.listeners)
-        check_text("directory_id", self.directory_id, optional=True)
-        check_features(self.features)
+        check_controller_fields(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

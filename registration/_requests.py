@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import msgpack
 
 from ._errors import ErrorCode
-from ._records import check_bool, check_features, check_int, check_listeners, check_text
+from ._records import check_bool, check_controller_fields, check_int, check_listeners, check_text
 
 # ---------------------------------------------------------------------------
 # Wire helpers
@@ -209,12 +209,8 @@ class RegisterControllerRequest(_Wire):
     features: tuple[tuple[str, int, int], ...] = ()
 
     def __post_init__(self) -> None:
-        check_int("controller_id", self.controller_id, 0)
-        check_text("incarnation_id", self.incarnation_id)
+        check_controller_fields(self)
         check_text("cluster_id", self.cluster_id)
-        check_listeners(self.listeners)
-        check_text("directory_id", self.directory_id, optional=True)
-        check_features(self.features)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -249,11 +245,7 @@ class ControllerDescription(_Wire):
     features: tuple[tuple[str, int, int], ...] = ()
 
     def __post_init__(self) -> None:
-        check_int("controller_id", self.controller_id, 0)
-        check_text("incarnation_id", self.incarnation_id)
-        check_listeners(self.listeners)
-        check_text("directory_id", self.directory_id, optional=True)
-        check_features(self.features)
+        check_controller_fields(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
