@@ -42,9 +42,12 @@ from ._records import (
     RemoveTopicRecord,
     TopicRecord,
     UnregisterBrokerRecord,
-    decode_record,
+    checked_partition_change,
     describe_record,
+    record_from_values,
+    unpack_record,
 )
+from ._gc_pause import collector_paused
 
 logger = logging.getLogger("pykraft.registration")
 
@@ -57,6 +60,11 @@ _SNAPSHOT_FORMAT = 1
 # wrote and read.
 _SNAPSHOT_FORMAT_CONTROLLERS = 2
 _EMPTY: frozenset = frozenset()
+# ``apply`` pauses the cyclic collector for batches of at least this many
+# entries, at most this many at a time (bounded pauses, even when recovery
+# applies a whole log in one call).
+_GC_PAUSE_MIN_ENTRIES = 256
+_GC_PAUSE_MAX_ENTRIES = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,8 +258,20 @@ class ClusterImage:
         decoded, or that does not fit the image, is logged and skipped: it
         must never stop a node, and every node skips it alike.
         """
+        if len(entries) < _GC_PAUSE_MIN_ENTRIES:
+            self._apply_entries(entries)
+            return
+        # A big batch (a fence: one partition change per partition the
+        # broker led) with the cyclic collector paused, a bounded run at a
+        # time; see registration/_gc_pause.py.
+        for start in range(0, len(entries), _GC_PAUSE_MAX_ENTRIES):
+            with collector_paused():
+                self._apply_entries(entries[start : start + _GC_PAUSE_MAX_ENTRIES])
+
+    def _apply_entries(self, entries: Sequence[Entry]) -> None:
         data_kind = RecordKind.DATA
         appliers = _APPLIERS
+        change_partition = self._change_partition
         for entry in entries:
             offset = entry.offset
             if offset < self._offset:
@@ -261,9 +281,15 @@ class ClusterImage:
                 continue
             try:
                 # apply_record without its checks: the offset was checked
-                # above and decode_record returns only record types.
-                record = decode_record(entry.data)
-                appliers[type(record)](self, record, offset)
+                # above and unpack_record returns only record types.
+                cls, values = unpack_record(entry.data)
+                if cls is PartitionChangeRecord:
+                    # The most frequent record, by far: applied from its
+                    # field values, validated as the record validates them,
+                    # without building the record object.
+                    change_partition(*checked_partition_change(values))
+                else:
+                    appliers[cls](self, record_from_values(cls, values), offset)
                 self._offset = offset + 1
             except (RecordDecodeError, InvalidRecordError) as error:
                 logger.error("skipped the record at offset %d: %s", entry.offset, error)
@@ -379,16 +405,28 @@ class ClusterImage:
             self._led_by.add(record.leader, key)
 
     def _apply_partition_change(self, record: PartitionChangeRecord, _offset: int) -> None:
+        self._change_partition(record.topic_id, record.partition_id, record.isr, record.leader, record.replicas)
+
+    def _change_partition(
+        self,
+        topic_id: str,
+        partition_id: int,
+        new_isr: tuple[int, ...] | None,
+        new_leader: int,
+        new_replicas: tuple[int, ...] | None,
+    ) -> None:
+        """Apply a ``PartitionChangeRecord`` given as its (validated) field
+        values. Raises ``InvalidRecordError`` (and changes nothing) when it
+        does not fit the image."""
         # The hottest applier: a fence writes one such record per partition
         # the broker leads or follows in (docs/benchmarks.md, "The controller
         # at scale"), hence the local names.
-        key = (record.topic_id, record.partition_id)
+        key = (topic_id, partition_id)
         old = self._partitions.get(key)
         if old is None:
-            raise InvalidRecordError(f"{describe_record(record)}: unknown partition")
+            raise InvalidRecordError(f"{_describe_change(key, new_isr, new_leader, new_replicas)}: unknown partition")
         old_isr = old.isr
         old_leader = old.leader
-        new_replicas, new_isr, new_leader = record.replicas, record.isr, record.leader
         intern = self._tuples.setdefault
         replicas = old.replicas if new_replicas is None else intern(new_replicas, new_replicas)
         isr = old_isr if new_isr is None else intern(new_isr, new_isr)
@@ -396,9 +434,14 @@ class ClusterImage:
         if new_isr is not None or new_replicas is not None:
             for broker_id in isr:  # a few ids: a scan is cheaper than two sets
                 if broker_id not in replicas:
-                    raise InvalidRecordError(f"{describe_record(record)}: isr {isr} is not within replicas {replicas}")
+                    raise InvalidRecordError(
+                        f"{_describe_change(key, new_isr, new_leader, new_replicas)}: "
+                        f"isr {isr} is not within replicas {replicas}"
+                    )
         if leader != NO_LEADER and leader not in isr:
-            raise InvalidRecordError(f"{describe_record(record)}: leader {leader} is not in the isr {isr}")
+            raise InvalidRecordError(
+                f"{_describe_change(key, new_isr, new_leader, new_replicas)}: leader {leader} is not in the isr {isr}"
+            )
         # Kafka's replay: the leader epoch moves whenever the record names a
         # leader (even the same one); the partition epoch on every change.
         leader_epoch = old.leader_epoch if new_leader == LEADER_UNCHANGED else old.leader_epoch + 1
@@ -696,6 +739,16 @@ class ClusterImage:
         assert dict(self._in_isr.items()) == in_isr, "in-isr index"
         assert set(self._topics_by_id) == {t.topic_id for t in self._topics_by_name.values()}, "topic maps"
         assert set(partition_ids) <= set(self._topics_by_id), "partitions of unknown topics"
+
+
+def _describe_change(
+    key: PartitionKey, isr: tuple[int, ...] | None, leader: int, replicas: tuple[int, ...] | None
+) -> str:
+    """``describe_record`` of the partition change with these (valid) field
+    values, for an error message."""
+    topic_id, partition_id = key
+    record = PartitionChangeRecord(topic_id=topic_id, partition_id=partition_id, isr=isr, leader=leader, replicas=replicas)
+    return describe_record(record)
 
 
 _APPLIERS = {
