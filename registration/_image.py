@@ -182,6 +182,11 @@ class ClusterImage:
     def __init__(self) -> None:
         self._offset = 0
         self._brokers: dict[int, BrokerRegistration] = {}
+        # Ids of the Online brokers: elections ask for them at every fence and
+        # at every unfencing, and scanning 5,000 registrations each time made
+        # a heartbeat storm quadratic (docs/benchmarks.md, "The controller at
+        # scale").
+        self._online: set[int] = set()
         self._controllers: dict[int, ControllerRegistration] = {}
         self._topics_by_id: dict[str, TopicInfo] = {}
         self._topics_by_name: dict[str, TopicInfo] = {}
@@ -210,6 +215,7 @@ class ClusterImage:
         other = ClusterImage.__new__(ClusterImage)
         other._offset = self._offset
         other._brokers = dict(self._brokers)
+        other._online = set(self._online)
         other._controllers = dict(self._controllers)
         other._topics_by_id = dict(self._topics_by_id)
         other._topics_by_name = dict(self._topics_by_name)
@@ -321,6 +327,7 @@ class ClusterImage:
             )
         # A new registration starts fenced (KIP-631 RegisterBrokerRecord
         # ``Fenced`` defaults to true) and replaces the previous one.
+        self._online.discard(record.broker_id)
         self._brokers[record.broker_id] = BrokerRegistration(
             broker_id=record.broker_id,
             incarnation_id=record.incarnation_id,
@@ -357,6 +364,10 @@ class ClusterImage:
         in_controlled_shutdown = registration.in_controlled_shutdown
         if record.in_controlled_shutdown != 0:
             in_controlled_shutdown = record.in_controlled_shutdown == FLAG_SET
+        if fenced or in_controlled_shutdown:
+            self._online.discard(record.broker_id)
+        else:
+            self._online.add(record.broker_id)
         self._brokers[record.broker_id] = BrokerRegistration(
             broker_id=registration.broker_id,
             incarnation_id=registration.incarnation_id,
@@ -370,6 +381,7 @@ class ClusterImage:
     def _apply_unregister_broker(self, record: UnregisterBrokerRecord, _offset: int) -> None:
         self._registration_for(record.broker_id, record.broker_epoch, record)
         del self._brokers[record.broker_id]
+        self._online.discard(record.broker_id)
 
     def _apply_topic(self, record: TopicRecord, _offset: int) -> None:
         if record.name in self._topics_by_name or record.topic_id in self._topics_by_id:
@@ -547,6 +559,7 @@ class ClusterImage:
             raise SnapshotDecodeError(f"not a cluster-image snapshot: {error!r}") from None
         self._offset = restored._offset
         self._brokers = restored._brokers
+        self._online = restored._online
         self._controllers = restored._controllers
         self._topics_by_id = restored._topics_by_id
         self._topics_by_name = restored._topics_by_name
@@ -589,7 +602,10 @@ class ClusterImage:
         return registration.state
 
     def brokers_in_state(self, state: BrokerState) -> list[int]:
-        """Ids of the registered brokers in ``state``, ascending."""
+        """Ids of the registered brokers in ``state``, ascending (Online:
+        indexed, O(result))."""
+        if state is BrokerState.ONLINE:
+            return sorted(self._online)
         return sorted(broker_id for broker_id, registration in self._brokers.items() if registration.state is state)
 
     @property
@@ -737,6 +753,8 @@ class ClusterImage:
         assert dict(self._leaderless.items()) == leaderless, "leaderless index"
         assert dict(self._led_by.items()) == led_by, "led-by index"
         assert dict(self._in_isr.items()) == in_isr, "in-isr index"
+        online = {broker_id for broker_id, registration in self._brokers.items() if registration.state is BrokerState.ONLINE}
+        assert self._online == online, "online brokers index"
         assert set(self._topics_by_id) == {t.topic_id for t in self._topics_by_name.values()}, "topic maps"
         assert set(partition_ids) <= set(self._topics_by_id), "partitions of unknown topics"
 
@@ -796,6 +814,8 @@ def _restore(data: bytes) -> ClusterImage:
         image._brokers[broker_id] = BrokerRegistration(
             broker_id, incarnation_id, listeners, rack, broker_epoch, bool(fenced), bool(in_controlled_shutdown)
         )
+        if not fenced and not in_controlled_shutdown:
+            image._online.add(broker_id)
     intern = image._tuples.setdefault
     partitions = image._partitions
     partition_ids = image._partition_ids._sets
