@@ -48,7 +48,9 @@ def _cluster(brokers: int) -> ClusterImage:
         for p in range(100):
             replicas = tuple((topic * 100 + p + k) % brokers for k in range(3))
             records.append(
-                PartitionRecord(topic_id=f"topic-id-{topic}", partition_id=p, replicas=replicas, isr=replicas, leader=replicas[0])
+                PartitionRecord(
+                    topic_id=f"topic-id-{topic}", partition_id=p, replicas=replicas, isr=replicas, leader=replicas[0]
+                )
             )
     image = ClusterImage()
     image.apply([Entry(i, 1, RecordKind.DATA, encode_record(r)) for i, r in enumerate(records)])
@@ -90,8 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         firsts.append(first_s * 1e3)
         steadies.append(steady_s * 1e3)
     print(f"{args.brokers} brokers' heartbeats on one controller, {len(firsts)} rounds, process CPU:")
-    print(f"  first heartbeats (each unfences)  min {min(firsts):8.1f} ms   median {statistics.median(firsts):8.1f} ms")
-    print(f"  next heartbeats (all Online)      min {min(steadies):8.1f} ms   median {statistics.median(steadies):8.1f} ms")
+    for label, values in (("first heartbeats (each unfences)", firsts), ("next heartbeats (all Online)", steadies)):
+        print(f"  {label:<33} min {min(values):8.1f} ms   median {statistics.median(values):8.1f} ms")
     return 0
 
 

@@ -753,7 +753,7 @@ class ClusterImage:
         assert dict(self._leaderless.items()) == leaderless, "leaderless index"
         assert dict(self._led_by.items()) == led_by, "led-by index"
         assert dict(self._in_isr.items()) == in_isr, "in-isr index"
-        online = {broker_id for broker_id, registration in self._brokers.items() if registration.state is BrokerState.ONLINE}
+        online = {broker_id for broker_id, entry in self._brokers.items() if entry.state is BrokerState.ONLINE}
         assert self._online == online, "online brokers index"
         assert set(self._topics_by_id) == {t.topic_id for t in self._topics_by_name.values()}, "topic maps"
         assert set(partition_ids) <= set(self._topics_by_id), "partitions of unknown topics"
@@ -765,7 +765,9 @@ def _describe_change(
     """``describe_record`` of the partition change with these (valid) field
     values, for an error message."""
     topic_id, partition_id = key
-    record = PartitionChangeRecord(topic_id=topic_id, partition_id=partition_id, isr=isr, leader=leader, replicas=replicas)
+    record = PartitionChangeRecord(
+        topic_id=topic_id, partition_id=partition_id, isr=isr, leader=leader, replicas=replicas
+    )
     return describe_record(record)
 
 

@@ -706,12 +706,10 @@ def test_a_storm_of_first_heartbeats_looks_at_each_registration_a_bounded_number
     brokers are registered."""
     brokers = 400
     image = ClusterImage()
-    image.apply(
-        [
-            Entry(b, 1, RecordKind.DATA, encode_record(RegisterBrokerRecord(broker_id=b, incarnation_id=f"b{b}", listeners=LISTENERS)))
-            for b in range(brokers)
-        ]
-    )
+    registrations = [
+        RegisterBrokerRecord(broker_id=b, incarnation_id=f"b{b}", listeners=LISTENERS) for b in range(brokers)
+    ]
+    image.apply([Entry(b, 1, RecordKind.DATA, encode_record(record)) for b, record in enumerate(registrations)])
     controller = Controller(ControllerConfig(cluster_id=CLUSTER_ID), image)
     controller.activate(0, next_write_offset=image.offset)
     lookups = 0
@@ -725,7 +723,8 @@ def test_a_storm_of_first_heartbeats_looks_at_each_registration_a_bounded_number
     monkeypatch.setattr(BrokerRegistration, "state", property(counted_state))
 
     for broker_id in range(brokers):
-        controller.on_fetch(broker_id, BrokerHeartbeat(broker_id=broker_id, broker_epoch=broker_id).to_extension(), brokers, 1_000)
+        heartbeat = BrokerHeartbeat(broker_id=broker_id, broker_epoch=broker_id).to_extension()
+        controller.on_fetch(broker_id, heartbeat, brokers, 1_000)
 
     assert len(controller.take_proposals()) == brokers
     assert controller.working_image.brokers_in_state(BrokerState.ONLINE) == list(range(brokers))

@@ -414,11 +414,13 @@ def test_the_online_brokers_index_follows_every_broker_record_copies_and_snapsho
     assert original.brokers_in_state(BrokerState.ONLINE) == [1, 2]
 
     copy.apply(_entries([BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=0, fenced=1)], copy.offset))
-    copy.apply(_entries([BrokerRegistrationChangeRecord(broker_id=2, broker_epoch=1, in_controlled_shutdown=1)], copy.offset))
+    shut_down = BrokerRegistrationChangeRecord(broker_id=2, broker_epoch=1, in_controlled_shutdown=1)
+    copy.apply(_entries([shut_down], copy.offset))
     assert copy.brokers_in_state(BrokerState.ONLINE) == [] and original.brokers_in_state(BrokerState.ONLINE) == [1, 2]
     assert copy.brokers_in_state(BrokerState.STOPPING) == [2]
 
-    original.apply(_entries([RegisterBrokerRecord(broker_id=2, incarnation_id="new", listeners=LISTENERS)], original.offset))
+    bounced = RegisterBrokerRecord(broker_id=2, incarnation_id="new", listeners=LISTENERS)
+    original.apply(_entries([bounced], original.offset))
     assert original.brokers_in_state(BrokerState.ONLINE) == [1]
     original.apply(_entries([UnregisterBrokerRecord(broker_id=1, broker_epoch=0)], original.offset))
     assert original.brokers_in_state(BrokerState.ONLINE) == []
