@@ -41,6 +41,7 @@ from ._common import free_ports
 from .reconnect_bench import register_brokers
 
 CLUSTER_ID = "heartbeat-bench"
+REQUEST_TIMEOUT_S = 5.0
 BIN = Path(sys.executable).parent
 
 
@@ -68,6 +69,10 @@ def _histogram_quantile(text: str, name: str, quantile: float) -> float | None:
     return None
 
 
+def _counter_total(text: str, name: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
 class BrokerLoad:
     """Plays ``brokers`` observers over a few TCP connections to the leader."""
 
@@ -86,6 +91,10 @@ class BrokerLoad:
         self.errors = 0
         self.error_codes: dict[str, int] = {}
         self.round_trips_s: list[float] = []
+        # Fetches sent again after no answer for REQUEST_TIMEOUT_S (a real
+        # broker's request timeout: the leader drops brokers' Fetches past
+        # its observer queue's bound, and a dropped one is never answered).
+        self.sent_again = 0
 
     async def run(self, deadline_s: float) -> None:
         broker_ids = sorted(self.epochs)
@@ -101,6 +110,7 @@ class BrokerLoad:
         offsets = {broker_id: self.start_offset for broker_id in broker_ids}
         last_epochs = {broker_id: self.epoch for broker_id in broker_ids}
         sent_at: dict[int, float] = {}
+        outstanding: dict[int, int] = {}  # broker -> request id of its Fetch in flight
         lock = trio.Lock()
 
         async def send(broker_id: int) -> None:
@@ -116,43 +126,65 @@ class BrokerLoad:
                 extension=extension,
             )
             sent_at[broker_id] = trio.current_time()
+            outstanding[broker_id] = request_id
             async with lock:
                 await stream.send_all(encode_message(request, correlation_id=next(correlation), cluster_id=CLUSTER_ID))
+
+        async def send_again_when_unanswered() -> None:
+            while True:
+                await trio.sleep(1.0)
+                now = trio.current_time()
+                for broker_id, at in list(sent_at.items()):
+                    if now - at > REQUEST_TIMEOUT_S:
+                        self.sent_again += 1
+                        await send(broker_id)
+
+        async def back_off_then_send(broker_id: int) -> None:
+            await trio.sleep(0.1)
+            await send(broker_id)
 
         for broker_id in broker_ids:
             await send(broker_id)
         decoder = FrameDecoder()
         with trio.move_on_at(deadline_s):
-            while True:
-                data = await stream.receive_some(1 << 20)
-                if not data:
-                    return
-                decoder.feed(data)
-                while (payload := decoder.next_frame()) is not None:
-                    response = decode_message(payload, expected_cluster_id=CLUSTER_ID).message
-                    if not isinstance(response, FetchResponse):
-                        continue
-                    broker_id = response.dst
-                    self.round_trips_s.append(trio.current_time() - sent_at.pop(broker_id, trio.current_time()))
-                    if response.error:
-                        self.errors += 1
-                        self.error_codes[response.error.name] = self.error_codes.get(response.error.name, 0) + 1
-                        # A real broker backs off and follows the leader hint;
-                        # here the run is spoiled: say so, do not spin.
-                        await trio.sleep(0.1)
-                    else:
-                        self.answered += 1
-                        if response.records:
-                            offsets[broker_id] = response.records[-1].offset + 1
-                            last_epochs[broker_id] = response.records[-1].epoch
-                        if response.diverging is not None:
-                            offsets[broker_id] = response.diverging.offset
-                            last_epochs[broker_id] = response.diverging.epoch
-                    await send(broker_id)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(send_again_when_unanswered)
+                while True:
+                    data = await stream.receive_some(1 << 20)
+                    if not data:
+                        nursery.cancel_scope.cancel()
+                        break
+                    decoder.feed(data)
+                    while (payload := decoder.next_frame()) is not None:
+                        response = decode_message(payload, expected_cluster_id=CLUSTER_ID).message
+                        if not isinstance(response, FetchResponse):
+                            continue
+                        broker_id = response.dst
+                        if outstanding.get(broker_id) != response.request_id:
+                            continue  # the answer to a Fetch sent again since
+                        del outstanding[broker_id]
+                        self.round_trips_s.append(trio.current_time() - sent_at.pop(broker_id, trio.current_time()))
+                        if response.error:
+                            self.errors += 1
+                            self.error_codes[response.error.name] = self.error_codes.get(response.error.name, 0) + 1
+                            # A real broker backs off and follows the leader hint;
+                            # here the run is spoiled: say so, do not spin (and
+                            # do not hold up the connection's other brokers).
+                            nursery.start_soon(back_off_then_send, broker_id)
+                            continue
+                        else:
+                            self.answered += 1
+                            if response.records:
+                                offsets[broker_id] = response.records[-1].offset + 1
+                                last_epochs[broker_id] = response.records[-1].epoch
+                            if response.diverging is not None:
+                                offsets[broker_id] = response.diverging.offset
+                                last_epochs[broker_id] = response.diverging.epoch
+                        await send(broker_id)
         await stream.aclose()
 
 
-async def run(brokers: int, seconds: float, connections: int) -> dict[str, object]:
+async def run(brokers: int, seconds: float, connections: int, log_dir: str | None = None) -> dict[str, object]:
     ports = free_ports(6)
     voters = {i + 1: ports[i] for i in range(3)}
     metrics_ports = {i + 1: ports[3 + i] for i in range(3)}
@@ -163,8 +195,10 @@ async def run(brokers: int, seconds: float, connections: int) -> dict[str, objec
             node_id: subprocess.Popen(
                 [str(BIN / "kraft-controller"), "--plaintext", "--node-id", str(node_id), "--voters", voters_arg,
                  "--data-dir", f"{directory}/c{node_id}", "--cluster-id", CLUSTER_ID,
-                 "--metrics", f"127.0.0.1:{metrics_ports[node_id]}", "--log-level", "WARNING"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                 "--metrics", f"127.0.0.1:{metrics_ports[node_id]}",
+                 "--log-level", "WARNING" if log_dir is None else "INFO"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL if log_dir is None else open(f"{log_dir}/c{node_id}.log", "wb"),
             )
             for node_id in voters
         }  # fmt: skip
@@ -185,6 +219,7 @@ async def run(brokers: int, seconds: float, connections: int) -> dict[str, objec
             async def sample_start() -> None:
                 await trio.sleep_until(window_started)
                 cpu_before.append(_cpu_seconds(processes[leader].pid))
+                print(f"[heartbeat] window starts: leader {leader}, pid {processes[leader].pid}", file=sys.stderr, flush=True)
                 answered_before.append(load.answered)
 
             async with trio.open_nursery() as nursery:
@@ -208,6 +243,8 @@ async def run(brokers: int, seconds: float, connections: int) -> dict[str, objec
                 "fetch_round_trip_p50_ms": round(round_trips[len(round_trips) // 2] * 1000, 1) if round_trips else None,
                 "fetch_round_trip_p99_ms": round(round_trips[int(len(round_trips) * 0.99)] * 1000, 1) if round_trips else None,
                 "fetch_errors": dict(sorted(load.error_codes.items())),
+                "fetches_sent_again": load.sent_again,
+                "observer_messages_dropped": _counter_total(text, "pykraft_quorum_observer_messages_dropped_total"),
                 "leader_changed": (await _leader_now(bootstrap)) != leader,
                 "brokers_online": online,
             }
@@ -228,10 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--connections", type=int, default=10, help="TCP connections the brokers share")
     parser.add_argument("--quick", action="store_true", help="200 brokers for 5 s")
+    parser.add_argument("--log-dir", help="keep each controller's log (INFO and above) here, as cN.log")
     args = parser.parse_args(argv)
     if args.quick:
         args.brokers, args.seconds = 200, 5.0
-    result = trio.run(run, args.brokers, args.seconds, args.connections)
+    result = trio.run(run, args.brokers, args.seconds, args.connections, args.log_dir)
     print(f"heartbeat bench: {result['brokers']} brokers heartbeating through fetches, 3 controllers (fsync), {args.seconds:.0f} s window")
     for key, value in result.items():
         print(f"  {key:<28} {value}")

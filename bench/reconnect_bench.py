@@ -265,28 +265,49 @@ async def _cluster_ready(bootstrap: list[str]) -> bool:
     return True
 
 
-async def register_brokers(bootstrap: list[str], broker_ids: range, cluster_id: str = CLUSTER_ID) -> dict[int, int]:
+async def register_brokers(
+    bootstrap: list[str], broker_ids: range, cluster_id: str = CLUSTER_ID, in_flight: int = 64
+) -> dict[int, int]:
     """Register every broker through the admin client (retrying while no
-    leader answers); their epochs. Raises ``RuntimeError`` when one is
-    refused. Also used by ``bench.heartbeat_bench``."""
+    leader answers), up to ``in_flight`` registrations at once (one at a
+    time, 5,000 brokers took 213 s at load 20: a commit round each); their
+    epochs. Raises ``RuntimeError`` when one is refused. Also used by
+    ``bench.heartbeat_bench``."""
     epochs: dict[int, int] = {}
-    async with AdminClient(bootstrap, cluster_id=cluster_id, timeout_s=30) as admin:
-        for broker_id in broker_ids:
-            request = RegisterBrokerRequest(
-                broker_id=broker_id,
-                incarnation_id=f"bench-{broker_id}",
-                cluster_id=cluster_id,
-                listeners=(("PLAINTEXT", "127.0.0.1", 9000 + broker_id),),
-            )
+    failures: list[str] = []
+    slots = trio.Semaphore(in_flight)
+
+    async def register(admin: AdminClient, broker_id: int) -> None:
+        request = RegisterBrokerRequest(
+            broker_id=broker_id,
+            incarnation_id=f"bench-{broker_id}",
+            cluster_id=cluster_id,
+            listeners=(("PLAINTEXT", "127.0.0.1", 9000 + broker_id),),
+        )
+        try:
             for _ in range(100):
                 response = await admin.register_broker(request)
                 if response.error.name != "NOT_LEADER":
                     break
                 await trio.sleep(0.05)
             if response.error is not ControllerErrorCode.NONE:
-                raise RuntimeError(f"registration of {broker_id} failed: {response.error.name} {response.message}")
+                failures.append(f"registration of {broker_id} failed: {response.error.name} {response.message}")
+                return
             epochs[broker_id] = response.broker_epoch
-    return epochs
+        finally:
+            slots.release()
+
+    async with AdminClient(bootstrap, cluster_id=cluster_id, timeout_s=30) as admin:
+        async with trio.open_nursery() as nursery:
+            for broker_id in broker_ids:
+                await slots.acquire()
+                if failures:
+                    slots.release()
+                    break
+                nursery.start_soon(register, admin, broker_id)
+    if failures:
+        raise RuntimeError(failures[0])
+    return dict(sorted(epochs.items()))
 
 
 async def _progress(stats: FleetStats, brokers: int) -> None:

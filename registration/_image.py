@@ -42,9 +42,12 @@ from ._records import (
     RemoveTopicRecord,
     TopicRecord,
     UnregisterBrokerRecord,
-    decode_record,
+    checked_partition_change,
     describe_record,
+    record_from_values,
+    unpack_record,
 )
+from ._gc_pause import collector_paused
 
 logger = logging.getLogger("pykraft.registration")
 
@@ -57,6 +60,11 @@ _SNAPSHOT_FORMAT = 1
 # wrote and read.
 _SNAPSHOT_FORMAT_CONTROLLERS = 2
 _EMPTY: frozenset = frozenset()
+# ``apply`` pauses the cyclic collector for batches of at least this many
+# entries, at most this many at a time (bounded pauses, even when recovery
+# applies a whole log in one call).
+_GC_PAUSE_MIN_ENTRIES = 256
+_GC_PAUSE_MAX_ENTRIES = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +182,11 @@ class ClusterImage:
     def __init__(self) -> None:
         self._offset = 0
         self._brokers: dict[int, BrokerRegistration] = {}
+        # Ids of the Online brokers: elections ask for them at every fence and
+        # at every unfencing, and scanning 5,000 registrations each time made
+        # a heartbeat storm quadratic (docs/benchmarks.md, "The controller at
+        # scale").
+        self._online: set[int] = set()
         self._controllers: dict[int, ControllerRegistration] = {}
         self._topics_by_id: dict[str, TopicInfo] = {}
         self._topics_by_name: dict[str, TopicInfo] = {}
@@ -202,6 +215,7 @@ class ClusterImage:
         other = ClusterImage.__new__(ClusterImage)
         other._offset = self._offset
         other._brokers = dict(self._brokers)
+        other._online = set(self._online)
         other._controllers = dict(self._controllers)
         other._topics_by_id = dict(self._topics_by_id)
         other._topics_by_name = dict(self._topics_by_name)
@@ -250,8 +264,20 @@ class ClusterImage:
         decoded, or that does not fit the image, is logged and skipped: it
         must never stop a node, and every node skips it alike.
         """
+        if len(entries) < _GC_PAUSE_MIN_ENTRIES:
+            self._apply_entries(entries)
+            return
+        # A big batch (a fence: one partition change per partition the
+        # broker led) with the cyclic collector paused, a bounded run at a
+        # time; see registration/_gc_pause.py.
+        for start in range(0, len(entries), _GC_PAUSE_MAX_ENTRIES):
+            with collector_paused():
+                self._apply_entries(entries[start : start + _GC_PAUSE_MAX_ENTRIES])
+
+    def _apply_entries(self, entries: Sequence[Entry]) -> None:
         data_kind = RecordKind.DATA
         appliers = _APPLIERS
+        change_partition = self._change_partition
         for entry in entries:
             offset = entry.offset
             if offset < self._offset:
@@ -261,9 +287,15 @@ class ClusterImage:
                 continue
             try:
                 # apply_record without its checks: the offset was checked
-                # above and decode_record returns only record types.
-                record = decode_record(entry.data)
-                appliers[type(record)](self, record, offset)
+                # above and unpack_record returns only record types.
+                cls, values = unpack_record(entry.data)
+                if cls is PartitionChangeRecord:
+                    # The most frequent record, by far: applied from its
+                    # field values, validated as the record validates them,
+                    # without building the record object.
+                    change_partition(*checked_partition_change(values))
+                else:
+                    appliers[cls](self, record_from_values(cls, values), offset)
                 self._offset = offset + 1
             except (RecordDecodeError, InvalidRecordError) as error:
                 logger.error("skipped the record at offset %d: %s", entry.offset, error)
@@ -295,6 +327,7 @@ class ClusterImage:
             )
         # A new registration starts fenced (KIP-631 RegisterBrokerRecord
         # ``Fenced`` defaults to true) and replaces the previous one.
+        self._online.discard(record.broker_id)
         self._brokers[record.broker_id] = BrokerRegistration(
             broker_id=record.broker_id,
             incarnation_id=record.incarnation_id,
@@ -331,6 +364,10 @@ class ClusterImage:
         in_controlled_shutdown = registration.in_controlled_shutdown
         if record.in_controlled_shutdown != 0:
             in_controlled_shutdown = record.in_controlled_shutdown == FLAG_SET
+        if fenced or in_controlled_shutdown:
+            self._online.discard(record.broker_id)
+        else:
+            self._online.add(record.broker_id)
         self._brokers[record.broker_id] = BrokerRegistration(
             broker_id=registration.broker_id,
             incarnation_id=registration.incarnation_id,
@@ -344,6 +381,7 @@ class ClusterImage:
     def _apply_unregister_broker(self, record: UnregisterBrokerRecord, _offset: int) -> None:
         self._registration_for(record.broker_id, record.broker_epoch, record)
         del self._brokers[record.broker_id]
+        self._online.discard(record.broker_id)
 
     def _apply_topic(self, record: TopicRecord, _offset: int) -> None:
         if record.name in self._topics_by_name or record.topic_id in self._topics_by_id:
@@ -379,16 +417,28 @@ class ClusterImage:
             self._led_by.add(record.leader, key)
 
     def _apply_partition_change(self, record: PartitionChangeRecord, _offset: int) -> None:
+        self._change_partition(record.topic_id, record.partition_id, record.isr, record.leader, record.replicas)
+
+    def _change_partition(
+        self,
+        topic_id: str,
+        partition_id: int,
+        new_isr: tuple[int, ...] | None,
+        new_leader: int,
+        new_replicas: tuple[int, ...] | None,
+    ) -> None:
+        """Apply a ``PartitionChangeRecord`` given as its (validated) field
+        values. Raises ``InvalidRecordError`` (and changes nothing) when it
+        does not fit the image."""
         # The hottest applier: a fence writes one such record per partition
         # the broker leads or follows in (docs/benchmarks.md, "The controller
         # at scale"), hence the local names.
-        key = (record.topic_id, record.partition_id)
+        key = (topic_id, partition_id)
         old = self._partitions.get(key)
         if old is None:
-            raise InvalidRecordError(f"{describe_record(record)}: unknown partition")
+            raise InvalidRecordError(f"{_describe_change(key, new_isr, new_leader, new_replicas)}: unknown partition")
         old_isr = old.isr
         old_leader = old.leader
-        new_replicas, new_isr, new_leader = record.replicas, record.isr, record.leader
         intern = self._tuples.setdefault
         replicas = old.replicas if new_replicas is None else intern(new_replicas, new_replicas)
         isr = old_isr if new_isr is None else intern(new_isr, new_isr)
@@ -396,9 +446,14 @@ class ClusterImage:
         if new_isr is not None or new_replicas is not None:
             for broker_id in isr:  # a few ids: a scan is cheaper than two sets
                 if broker_id not in replicas:
-                    raise InvalidRecordError(f"{describe_record(record)}: isr {isr} is not within replicas {replicas}")
+                    raise InvalidRecordError(
+                        f"{_describe_change(key, new_isr, new_leader, new_replicas)}: "
+                        f"isr {isr} is not within replicas {replicas}"
+                    )
         if leader != NO_LEADER and leader not in isr:
-            raise InvalidRecordError(f"{describe_record(record)}: leader {leader} is not in the isr {isr}")
+            raise InvalidRecordError(
+                f"{_describe_change(key, new_isr, new_leader, new_replicas)}: leader {leader} is not in the isr {isr}"
+            )
         # Kafka's replay: the leader epoch moves whenever the record names a
         # leader (even the same one); the partition epoch on every change.
         leader_epoch = old.leader_epoch if new_leader == LEADER_UNCHANGED else old.leader_epoch + 1
@@ -504,6 +559,7 @@ class ClusterImage:
             raise SnapshotDecodeError(f"not a cluster-image snapshot: {error!r}") from None
         self._offset = restored._offset
         self._brokers = restored._brokers
+        self._online = restored._online
         self._controllers = restored._controllers
         self._topics_by_id = restored._topics_by_id
         self._topics_by_name = restored._topics_by_name
@@ -546,7 +602,10 @@ class ClusterImage:
         return registration.state
 
     def brokers_in_state(self, state: BrokerState) -> list[int]:
-        """Ids of the registered brokers in ``state``, ascending."""
+        """Ids of the registered brokers in ``state``, ascending (Online:
+        indexed, O(result))."""
+        if state is BrokerState.ONLINE:
+            return sorted(self._online)
         return sorted(broker_id for broker_id, registration in self._brokers.items() if registration.state is state)
 
     @property
@@ -694,8 +753,22 @@ class ClusterImage:
         assert dict(self._leaderless.items()) == leaderless, "leaderless index"
         assert dict(self._led_by.items()) == led_by, "led-by index"
         assert dict(self._in_isr.items()) == in_isr, "in-isr index"
+        online = {broker_id for broker_id, entry in self._brokers.items() if entry.state is BrokerState.ONLINE}
+        assert self._online == online, "online brokers index"
         assert set(self._topics_by_id) == {t.topic_id for t in self._topics_by_name.values()}, "topic maps"
         assert set(partition_ids) <= set(self._topics_by_id), "partitions of unknown topics"
+
+
+def _describe_change(
+    key: PartitionKey, isr: tuple[int, ...] | None, leader: int, replicas: tuple[int, ...] | None
+) -> str:
+    """``describe_record`` of the partition change with these (valid) field
+    values, for an error message."""
+    topic_id, partition_id = key
+    record = PartitionChangeRecord(
+        topic_id=topic_id, partition_id=partition_id, isr=isr, leader=leader, replicas=replicas
+    )
+    return describe_record(record)
 
 
 _APPLIERS = {
@@ -743,6 +816,8 @@ def _restore(data: bytes) -> ClusterImage:
         image._brokers[broker_id] = BrokerRegistration(
             broker_id, incarnation_id, listeners, rack, broker_epoch, bool(fenced), bool(in_controlled_shutdown)
         )
+        if not fenced and not in_controlled_shutdown:
+            image._online.add(broker_id)
     intern = image._tuples.setdefault
     partitions = image._partitions
     partition_ids = image._partition_ids._sets

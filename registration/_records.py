@@ -266,13 +266,22 @@ class PartitionChangeRecord:
     replicas: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        check_text("topic_id", self.topic_id)
-        check_int("partition_id", self.partition_id, 0)
-        if self.isr is not None:
-            check_broker_ids("isr", self.isr)
-        check_int("leader", self.leader, LEADER_UNCHANGED)
-        if self.replicas is not None:
-            check_broker_ids("replicas", self.replicas)
+        check_partition_change(self.topic_id, self.partition_id, self.isr, self.leader, self.replicas)
+
+
+def check_partition_change(
+    topic_id: object, partition_id: object, isr: object, leader: object, replicas: object
+) -> None:
+    """``PartitionChangeRecord``'s validation, on its field values (in field
+    order), so that a voter can check a decoded change without building the
+    record (``unpack_record``). Raises ``ValueError``."""
+    check_text("topic_id", topic_id)
+    check_int("partition_id", partition_id, 0)
+    if isr is not None:
+        check_broker_ids("isr", isr)
+    check_int("leader", leader, LEADER_UNCHANGED)
+    if replicas is not None:
+        check_broker_ids("replicas", replicas)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -411,6 +420,19 @@ def decode_record(data: bytes) -> Record:
     bytes, an unknown type code or version, a wrong number of fields, or a
     field value the record's validation refuses.
     """
+    cls, values = unpack_record(data)
+    return record_from_values(cls, values)
+
+
+def unpack_record(data: bytes) -> tuple[type, tuple[Any, ...]]:
+    """The record type and the raw field values (in field order) ``data``
+    holds, with the fields not yet validated: ``record_from_values`` (or,
+    for a ``PartitionChangeRecord``, ``check_partition_change``) does that.
+
+    Raises ``RecordDecodeError`` for anything malformed in the structure: not
+    msgpack, trailing bytes, an unknown type code or version, a wrong number
+    of fields.
+    """
     try:
         decoded = msgpack.unpackb(data, use_list=False, raw=False, strict_map_key=True)
     except (ValueError, TypeError, msgpack.UnpackException) as error:
@@ -423,13 +445,30 @@ def decode_record(data: bytes) -> Record:
         raise RecordDecodeError(f"unknown record type {type_code!r}")
     if version != _RECORD_VERSION or type(version) is not int:
         raise RecordDecodeError(f"unsupported version {version!r} of {cls.__name__}")
-    names = _FIELD_NAMES[cls]
-    if type(values) is not tuple or len(values) != len(names):
-        raise RecordDecodeError(f"{cls.__name__} v{version} has {len(names)} fields")
+    if type(values) is not tuple or len(values) != len(_FIELD_NAMES[cls]):
+        raise RecordDecodeError(f"{cls.__name__} v{version} has {len(_FIELD_NAMES[cls])} fields")
+    return cls, values
+
+
+def record_from_values(cls: type, values: tuple[Any, ...]) -> Record:
+    """The record of type ``cls`` with the field values ``unpack_record``
+    returned. Raises ``RecordDecodeError`` when the record's validation
+    refuses a value."""
     try:
-        return _new_record(cls, names, values)
+        return _new_record(cls, _FIELD_NAMES[cls], values)
     except (ValueError, TypeError) as error:
         raise RecordDecodeError(f"invalid {cls.__name__}: {error}") from None
+
+
+def checked_partition_change(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The field values of a ``PartitionChangeRecord`` from ``unpack_record``,
+    validated exactly as ``record_from_values`` validates them, without
+    building the record. Raises ``RecordDecodeError`` as it does."""
+    try:
+        check_partition_change(*values)
+    except (ValueError, TypeError) as error:
+        raise RecordDecodeError(f"invalid {PartitionChangeRecord.__name__}: {error}") from None
+    return values
 
 
 def describe_record(record: Record) -> str:

@@ -4,6 +4,7 @@ snapshots)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -23,13 +24,16 @@ from registration import (
     NoOpRecord,
     PartitionChangeRecord,
     PartitionRecord,
+    RecordDecodeError,
     RegisterBrokerRecord,
     RemoveTopicRecord,
     SnapshotDecodeError,
     TopicRecord,
     UnregisterBrokerRecord,
+    decode_record,
     encode_record,
 )
+from registration._gc_pause import collector_paused
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -276,3 +280,153 @@ def test_images_built_by_a_controller_are_identical_on_every_node():
 
     harness.check_invariants()
     assert harness.working == harness.image
+
+
+# Raw partition changes [topic_id, partition_id, isr, leader, replicas]
+# that the record's validation refuses, with why.
+_INVALID_CHANGE_VALUES = [
+    ("", 0, None, 1, None),  # an empty topic id
+    ("tid", -1, None, 1, None),  # a negative partition id
+    ("tid", True, None, 1, None),  # a bool is not an int
+    ("tid", 0, (1, 1), -2, None),  # a broker twice in the ISR
+    ("tid", 0, (), -2, None),  # an empty ISR
+    ("tid", 0, None, -3, None),  # below LEADER_UNCHANGED
+    ("tid", 0, None, 1, (2, "x")),  # a replica that is not a broker id
+]
+
+
+@pytest.mark.parametrize("values", _INVALID_CHANGE_VALUES)
+def test_a_partition_change_with_an_invalid_field_is_skipped_with_the_records_own_error(values, caplog):
+    """Voters apply partition changes from their field values, without
+    building the record (issue 21); the validation and its message must
+    stay the record's own: the same error decode_record raises, the record
+    skipped, the image unchanged."""
+    data = msgpack.packb([PartitionChangeRecord.TYPE_CODE, 0, list(values)], use_bin_type=True)
+    with pytest.raises(RecordDecodeError) as raised:
+        decode_record(data)
+    image = _image()
+    offset = image.offset
+
+    image.apply([Entry(offset, 1, RecordKind.DATA, data)])
+
+    assert image.skipped_records == 1 and image.offset == offset + 1
+    assert f"skipped the record at offset {offset}: {raised.value}" in caplog.text
+    reference = _image()
+    reference.apply([Entry(offset, 1, RecordKind.DATA, encode_record(NoOpRecord()))])
+    assert image == reference
+
+
+def test_partition_changes_applied_from_their_values_match_the_records_path(caplog):
+    """The voter's path (``apply``: values, no record object) and the
+    controller's (``apply_record``) give equal images and skip the same
+    changes with the same messages, fitting or not."""
+    changes = [
+        PartitionChangeRecord(topic_id="tid", partition_id=0, isr=(1,)),
+        PartitionChangeRecord(topic_id="tid", partition_id=0, isr=(2,)),  # leader 1 not in the ISR
+        PartitionChangeRecord(topic_id="tid", partition_id=0, leader=2, isr=(2, 1)),
+        PartitionChangeRecord(topic_id="tid", partition_id=1, leader=NO_LEADER),
+        PartitionChangeRecord(topic_id="tid", partition_id=1, isr=(2, 3)),  # 3 not a replica
+        PartitionChangeRecord(topic_id="tid", partition_id=9, leader=1),  # no such partition
+        PartitionChangeRecord(topic_id="tid", partition_id=1, leader=1, isr=(1,), replicas=(1, 2)),
+        PartitionChangeRecord(topic_id="uid", partition_id=0, leader=2),
+    ]
+    by_values = _image()
+    by_records = _image()
+    first = by_values.offset
+
+    by_values.apply(_entries(changes, first))
+    values_log, _ = caplog.text, caplog.clear()
+    refusals = []
+    for offset, change in enumerate(changes, first):
+        try:
+            by_records.apply_record(change, offset)
+        except InvalidRecordError as error:
+            refusals.append(f"skipped the record at offset {offset}: {error}")
+            by_records.apply([Entry(offset, 1, RecordKind.DATA, encode_record(NoOpRecord()))])
+
+    assert by_values == by_records and by_values.fingerprint() == by_records.fingerprint()
+    by_values.check_indexes()
+    assert len(refusals) == 3 and by_values.skipped_records == 3
+    assert all(refusal in values_log for refusal in refusals)
+
+
+def test_a_big_batch_is_applied_with_the_cyclic_collector_paused_then_running_again():
+    """Issue 21: a voter applies a fence's 10,000 partition changes without
+    the collector's young-generation passes walking the batch again and
+    again; the collector runs again right after (one pass, as the pause
+    ends). The same batch unpaused starts several passes."""
+    topics = [TopicRecord(name="big", topic_id="bid")]
+    partitions = [
+        PartitionRecord(topic_id="bid", partition_id=p, replicas=(1, 2), isr=(1, 2), leader=1) for p in range(4_000)
+    ]
+    changes = [PartitionChangeRecord(topic_id="bid", partition_id=p, isr=(2,), leader=2) for p in range(4_000)]
+    paused, unpaused = _image(), _image()
+    for image in (paused, unpaused):
+        image.apply(_entries(topics + partitions, image.offset))
+    batch = _entries(changes, paused.offset)
+    passes: list[int] = []
+
+    def count(phase, info):
+        if phase == "start":
+            passes.append(info["generation"])
+
+    def passes_during(apply):
+        gc.collect()  # counts from zero: the few allocations before the pause cannot start a pass
+        passes.clear()
+        gc.callbacks.append(count)
+        try:
+            apply(batch)
+        finally:
+            gc.callbacks.remove(count)
+        return len(passes)
+
+    assert passes_during(unpaused._apply_entries) >= 3
+    assert passes_during(paused.apply) <= 1
+    assert gc.isenabled()
+    assert paused == unpaused
+    assert paused.leader_count(2) == 4_000 + 1 and paused.leader_count(1) == 1  # the sample: 2 leads tid/1, 1 tid/0
+    paused.check_indexes()
+
+
+def test_the_collector_pause_leaves_a_disabled_collector_disabled_and_survives_errors():
+    gc.disable()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(ZeroDivisionError):
+        with collector_paused():
+            assert not gc.isenabled()
+            1 / 0
+    assert gc.isenabled()
+
+
+def test_the_online_brokers_index_follows_every_broker_record_copies_and_snapshots():
+    """Elections ask for the Online brokers at every fence and unfencing:
+    an index, not a scan of every registration (5,000 brokers unfencing
+    after a failover made the scan quadratic). It must follow fencing,
+    controlled shutdown, a new registration and unregistration, stay
+    apart in a copy, and come back from a snapshot."""
+    original = _image()
+    copy = original.copy()
+    assert original.brokers_in_state(BrokerState.ONLINE) == [1, 2]
+
+    copy.apply(_entries([BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=0, fenced=1)], copy.offset))
+    shut_down = BrokerRegistrationChangeRecord(broker_id=2, broker_epoch=1, in_controlled_shutdown=1)
+    copy.apply(_entries([shut_down], copy.offset))
+    assert copy.brokers_in_state(BrokerState.ONLINE) == [] and original.brokers_in_state(BrokerState.ONLINE) == [1, 2]
+    assert copy.brokers_in_state(BrokerState.STOPPING) == [2]
+
+    bounced = RegisterBrokerRecord(broker_id=2, incarnation_id="new", listeners=LISTENERS)
+    original.apply(_entries([bounced], original.offset))
+    assert original.brokers_in_state(BrokerState.ONLINE) == [1]
+    original.apply(_entries([UnregisterBrokerRecord(broker_id=1, broker_epoch=0)], original.offset))
+    assert original.brokers_in_state(BrokerState.ONLINE) == []
+    copy.apply(_entries([BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=0, fenced=-1)], copy.offset))
+    restored = ClusterImage()
+    restored.restore(copy.snapshot())
+    assert restored.brokers_in_state(BrokerState.ONLINE) == [1] == copy.brokers_in_state(BrokerState.ONLINE)
+    for image in (original, copy, restored):
+        image.check_indexes()
