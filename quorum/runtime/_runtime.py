@@ -225,19 +225,14 @@ class _Port:
             logger.info("node %d took a snapshot at offset %d", node_id, snapshot_id.end_offset)
 
 
-def _holds_snapshot(outputs: list[Output]) -> bool:
-    return any(output.snapshot is not None for output in outputs)
-
-
 class _DiskThread:
-    """One thread that carries out the leader's fsyncs (and the whole
-    write of a batch that holds a snapshot), fed through a queue: cheaper
-    than a ``trio.to_thread`` call per batch (no limiter, no task to
-    reschedule). ``done(error)`` runs in the trio thread once a batch is
-    durable (or failed)."""
+    """One thread that carries out the leader's writes and fsyncs, fed
+    through a queue: cheaper than a ``trio.to_thread`` call per batch (no
+    limiter, no task to reschedule). ``done(error)`` runs in the trio
+    thread once a batch is durable (or failed)."""
 
-    def __init__(self, finish_batch: Callable[[list[Output]], None], token: trio.lowlevel.TrioToken) -> None:
-        self._finish_batch = finish_batch
+    def __init__(self, write_batch: Callable[[list[Output]], None], token: trio.lowlevel.TrioToken) -> None:
+        self._write_batch = write_batch
         self._token = token
         self._jobs: queue.SimpleQueue[tuple[list[Output], Callable[[BaseException | None], None]] | None] = (
             queue.SimpleQueue()
@@ -260,7 +255,7 @@ class _DiskThread:
             error: BaseException | None = None
             started = time.perf_counter()
             try:
-                self._finish_batch(outputs)
+                self._write_batch(outputs)
             except BaseException as failure:  # noqa: BLE001 - handed to the trio thread
                 error = failure
             self.last_seconds = time.perf_counter() - started
@@ -665,7 +660,7 @@ class QuorumRuntime:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled."""
         if self._io_in_thread:
-            self._disk_thread = _DiskThread(self._finish_in_thread, trio.lowlevel.current_trio_token())
+            self._disk_thread = _DiskThread(self._write_batch, trio.lowlevel.current_trio_token())
         self._clock = trio.lowlevel.current_clock()
         self._clock_origin_s = self._clock.current_time()
         self._loop_thread_cpu_started_s = time.thread_time()
@@ -966,18 +961,6 @@ class QuorumRuntime:
         if not durable:
             self._send_persisted(batch)
             return
-        if not _holds_snapshot(durable):
-            # The records go to the page cache here, in the loop thread (a
-            # short write, after this run's frames left: ``_persist_queued``);
-            # the disk thread only waits for the fsync. Written there, the
-            # Python part of the write ran in the disk thread and fought the
-            # event loop for the GIL: a few more futex calls and context
-            # switches per write on the leader (docs/benchmarks.md).
-            try:
-                self._write_records(durable)
-            except OSError as error:
-                self._persist_failed(batch, durable, error)
-                return
         self._persisting = True
         if _trace.enabled:
             _trace.stamp("persist-start", durable[-1].persist_seq)
@@ -1043,16 +1026,10 @@ class QuorumRuntime:
             self._submit(("persisted", durable[-1].persist_seq))
 
     def _write_batch(self, outputs: list[Output]) -> None:
-        """All the batch's writes, one fsync (in the core task, the
-        persister, or the leader's disk thread). Raises ``OSError``."""
-        self._sync(self._write_records(outputs))
-
-    def _write_records(self, outputs: list[Output]) -> bool:
-        """The batch's writes, not yet durable; True when it held a
-        snapshot. Raises ``OSError`` (the log then holds a prefix)."""
+        """Runs in a worker thread: all the batch's writes, one fsync."""
         storage = self.storage
         started = time.perf_counter()
-        snapshots = _holds_snapshot(outputs)
+        snapshots = any(output.snapshot is not None for output in outputs)
         if not snapshots:
             # A group commit of pipelined proposals: one write to the log
             # for all their records (``apply_outputs``).
@@ -1068,29 +1045,16 @@ class QuorumRuntime:
                 self._snapshots_written.inc()
                 self._snapshot_bytes.set(len(output.snapshot[1]))
                 self._snapshot_last_time.set(time.time())
-        self._write_seconds.observe(time.perf_counter() - started)
-        return snapshots
-
-    def _sync(self, snapshots: bool) -> None:
-        """Make what ``_write_records`` wrote durable. Raises ``OSError``."""
-        storage = self.storage
-        started = time.perf_counter()
+        written = time.perf_counter()
         storage.flush()
-        self._fsync_seconds.observe(time.perf_counter() - started)
+        self._write_seconds.observe(written - started)
+        self._fsync_seconds.observe(time.perf_counter() - written)
         if snapshots:
             # The size/age policy (NodeConfig.retention_bytes/_ms, like
             # Kafka's metadata.max.retention.*) may drop what lies behind
             # the new snapshot. The core need not hear of it: its own log
             # starts at a snapshot after a restart anyway.
             storage.apply_retention(int(time.time() * 1000))
-
-    def _finish_in_thread(self, outputs: list[Output]) -> None:
-        """The leader's disk thread: what ``_persist_in_thread`` left of
-        the batch's work (the fsync; everything when it holds a snapshot)."""
-        if _holds_snapshot(outputs):
-            self._write_batch(outputs)
-        else:
-            self._sync(False)
 
     # =====================================================================
     # Transport callbacks (run in transport tasks; never block)
