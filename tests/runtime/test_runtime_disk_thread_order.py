@@ -8,7 +8,6 @@ sequential p50 with TLS and node processes; docs/benchmarks.md)."""
 from __future__ import annotations
 
 import random
-import threading
 from pathlib import Path
 
 import trio
@@ -87,63 +86,3 @@ async def test_the_leader_hands_its_disk_thread_a_batch_only_after_the_runs_fram
     assert offsets == sorted(offsets) and len(set(offsets)) == 20
     assert len(submitted_in_batch) >= 10  # group commit may join some writes
     assert not any(submitted_in_batch)
-
-
-async def test_the_leader_writes_its_records_in_the_loop_and_fsyncs_them_in_the_disk_thread(
-    tmp_path: Path, monkeypatch
-) -> None:
-    """The Python part of a write runs in the event loop's thread (after
-    the run's frames left); the disk thread only waits for the fsync, so it
-    no longer holds the GIL against the loop while it encodes a batch."""
-    appends_by_thread: dict[str, int] = {}
-    flushes_by_thread: dict[str, int] = {}
-    original_append, original_flush = FileStorage.append, FileStorage.flush
-
-    def count(table: dict[str, int]) -> None:
-        name = threading.current_thread().name
-        table[name] = table.get(name, 0) + 1
-
-    def append(self: FileStorage, entries) -> None:  # noqa: ANN001
-        count(appends_by_thread)
-        original_append(self, entries)
-
-    def flush(self: FileStorage) -> None:
-        count(flushes_by_thread)
-        original_flush(self)
-
-    monkeypatch.setattr(FileStorage, "append", append)
-    monkeypatch.setattr(FileStorage, "flush", flush)
-    network = MemoryNetwork()
-    storages = []
-    async with trio.open_nursery() as nursery:
-        runtimes = []
-        for node_id in VOTERS:
-            storage = FileStorage.open(tmp_path / f"node-{node_id}", node_id=node_id, cluster_id="order")
-            storages.append(storage)
-            runtime = QuorumRuntime(
-                QuorumConfig(node_id=node_id, voters=VOTERS),
-                KeyValueStateMachine(),
-                storage=storage,
-                transport=BatchingTransport(network, node_id),
-                rng=random.Random(node_id),
-                io_in_thread=True,
-                snapshot_every_records=0,
-            )
-            await nursery.start(runtime.run)
-            runtimes.append(runtime)
-        with trio.fail_after(30):
-            while not any(runtime.node.leader_has_committed_own_epoch for runtime in runtimes):
-                await trio.sleep(0.01)
-            leader = next(runtime for runtime in runtimes if runtime.node.leader_has_committed_own_epoch)
-            appends_by_thread.clear()
-            flushes_by_thread.clear()
-            for index in range(10):
-                await leader.propose([KeyValueStateMachine.encode_put(b"k%d" % index, b"v")])
-        nursery.cancel_scope.cancel()
-    for storage in storages:
-        storage.close()
-    # Every node appends in the loop's thread (followers persist inline);
-    # only the leader's fsyncs run in its disk thread.
-    assert set(appends_by_thread) == {threading.main_thread().name}
-    assert appends_by_thread[threading.main_thread().name] >= 10
-    assert flushes_by_thread.get("pykraft-disk", 0) >= 1
