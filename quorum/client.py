@@ -65,7 +65,15 @@ from .wire import (
     encode_message,
 )
 
-from .runtime import WRITE_ERRORS, NodeConfig, PeerNotAuthenticatedError, StreamReader, StreamWriter, TlsConfig, peer_not_after
+from .runtime import (
+    WRITE_ERRORS,
+    NodeConfig,
+    PeerNotAuthenticatedError,
+    StreamReader,
+    StreamWriter,
+    TlsConfig,
+    peer_not_after,
+)
 from .storage import StorageOwnershipError, holds_log
 
 logger = logging.getLogger("pykraft.client")

@@ -109,5 +109,6 @@ def test_one_call_per_group_commit_leaves_the_same_log_as_one_per_output() -> No
     apply_outputs(outputs, grouped)
     one_by_one.flush()
     grouped.flush()
-    assert grouped.load().entries == one_by_one.load().entries == [*(data(o, 1) for o in range(3)), *(data(o, 2) for o in range(3, 7))]
+    expected = [*(data(o, 1) for o in range(3)), *(data(o, 2) for o in range(3, 7))]
+    assert grouped.load().entries == one_by_one.load().entries == expected
     assert grouped.load().election_state == one_by_one.load().election_state
