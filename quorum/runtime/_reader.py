@@ -8,12 +8,13 @@ fails with EAGAIN before it waits: one wasted ``recv`` per message on every
 node (docs/benchmarks.md, "Where a sequential write spends its time").
 ``StreamReader`` waits first and reads once the socket is readable, and
 reads again at once only when the last read filled the buffer (more may be
-queued). Any other stream (TLS, a test's memory stream) is read through its
-own ``receive_some``.
+queued). ``TlsStream`` reads its ciphertext through one. Any other stream (a
+test's memory stream) is read through its own ``receive_some``.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 
 import trio
@@ -35,8 +36,9 @@ class StreamReader:
         closed its side; a checkpoint, as ``trio.abc.ReceiveStream``'s.
 
         Raises ``trio.ClosedResourceError`` when the socket was closed here,
-        or the ``OSError`` of a broken connection (a reset), or what the
-        stream's own ``receive_some`` raises."""
+        ``trio.BrokenResourceError`` (from the ``OSError``) when the
+        connection broke (a reset), as ``trio.SocketStream`` does, or what
+        the stream's own ``receive_some`` raises."""
         sock = self._socket
         if sock is None:
             return await self.stream.receive_some(max_bytes)
@@ -58,5 +60,9 @@ class StreamReader:
                 # Readiness was a guess (after a full read) or spurious.
                 await trio.lowlevel.wait_readable(sock)
                 continue
+            except OSError as error:
+                if error.errno == errno.EBADF:
+                    raise trio.ClosedResourceError("the socket is closed") from error
+                raise trio.BrokenResourceError(f"the connection broke: {error}") from error
             self._more = len(data) == max_bytes
             return data

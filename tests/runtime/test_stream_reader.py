@@ -4,6 +4,9 @@ should (docs/benchmarks.md, "Where a sequential write spends its time")."""
 
 from __future__ import annotations
 
+import socket
+import struct
+
 import pytest
 import trio
 import trio.testing
@@ -65,6 +68,16 @@ async def test_the_peers_close_reads_as_the_end_of_the_stream() -> None:
     with trio.fail_after(WAIT_S):
         assert await reader.receive_some(1024) == b"last"
         assert await reader.receive_some(1024) == b""
+
+
+async def test_a_reset_is_a_broken_stream_as_with_trios_socket_stream() -> None:
+    near, far = await socket_pair()
+    reader = StreamReader(near)
+    await near.send_all(b"never read")  # unread at close: the close is a reset
+    far.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    await far.aclose()
+    with trio.fail_after(WAIT_S), pytest.raises(trio.BrokenResourceError):
+        await reader.receive_some(1024)
 
 
 async def test_a_socket_closed_here_cannot_be_read() -> None:
