@@ -1,9 +1,10 @@
 """CPU, context switches and system calls per write, per process, on three
-``kraft-quorum node`` processes (fsync on, plaintext), around three of
+``kraft-quorum node`` processes (fsync on; plaintext, or mutual TLS with
+``--tls``), around three of
 ``bench.quorum_bench``'s rows:
 
     PYTHONPATH=<tree> .venv/bin/python bench/write_syscalls.py [--rows idle,seq,inflight,batch]
-        [--seq-writes 800] [--inflight-writes 8000] [--batches 300] [--idle-s 4] [--pids-file PATH]
+        [--seq-writes 800] [--inflight-writes 8000] [--batches 300] [--idle-s 4] [--pids-file PATH] [--tls]
 
 Run as a file, not as a module, so that it drives the ``quorum`` (and the
 ``bench.peers`` cluster) of the tree on ``PYTHONPATH``: the same script
@@ -34,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.peers.pykraft_peer import PykraftCluster
+from bench.peers.pykraft_peer import PykraftCluster, PykraftTlsCluster
 
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 VALUE = b"x" * 100
@@ -118,10 +119,11 @@ def main() -> None:
     parser.add_argument("--idle-s", type=float, default=4.0)
     parser.add_argument("--pids-file", type=Path, help="write the node pids (and the leader's) here, as JSON")
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--tls", action="store_true", help="mutual TLS on every connection (PykraftTlsCluster)")
     args = parser.parse_args()
     use_perf = shutil.which("perf") is not None
     scratch = Path(tempfile.mkdtemp(prefix="write-syscalls-"))
-    cluster = PykraftCluster(log=lambda line: None)
+    cluster = (PykraftTlsCluster if args.tls else PykraftCluster)(log=lambda line: None)
     cluster.start()
     results: dict = {"pythonpath": os.environ.get("PYTHONPATH"), "rows": {}}
     try:
