@@ -59,7 +59,7 @@ from ._node import (
     Snapshot,
 )
 from ._output import Output, ReadFailed, ReadReady, Role, RoleChange
-from ._persist import DurableTarget, apply_output
+from ._persist import DurableTarget, apply_output, apply_outputs
 from ._election_copies import (
     ElectionChoice,
     ElectionCopy,
@@ -143,6 +143,7 @@ __all__ = [
     "Voter",
     "VoterSet",
     "apply_output",
+    "apply_outputs",
     "describe_message",
     "majorities_overlap",
     "message_type_name",

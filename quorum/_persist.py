@@ -11,7 +11,7 @@ files nor locks), so the simulator imports it freely.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from ._output import Output
@@ -57,3 +57,37 @@ def apply_output(output: Output, target: DurableTarget) -> None:
         target.append(output.append)
     if output.delete_before is not None:
         target.delete_before(output.delete_before)
+
+
+def apply_outputs(outputs: Iterable[Output], target: DurableTarget) -> None:
+    """``apply_output`` for each of ``outputs`` in order, except that the
+    records of consecutive outputs whose only persistence work is an append
+    go to ``target`` in one ``append`` call: a leader's group commit of
+    many pipelined proposals (one output each) then costs one write to the
+    log instead of one per proposal. The result on ``target`` is the same
+    (appends of contiguous records compose; nothing else lies between them).
+    Raises what ``apply_output`` raises; after an ``OSError`` the target
+    holds a prefix of the work, as it would one output at a time."""
+    runs: list[list[Entry]] = []
+    for output in outputs:
+        if (
+            output.append
+            and output.election_state is None
+            and output.snapshot is None
+            and output.truncate_to is None
+            and output.delete_before is None
+        ):
+            runs.append(output.append)
+            continue
+        if not output.has_persistence:
+            continue  # nothing to do: the run of appends goes on
+        if runs:
+            _append_runs(runs, target)
+            runs = []
+        apply_output(output, target)
+    if runs:
+        _append_runs(runs, target)
+
+
+def _append_runs(runs: list[list[Entry]], target: DurableTarget) -> None:
+    target.append(runs[0] if len(runs) == 1 else [entry for run in runs for entry in run])

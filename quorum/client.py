@@ -65,7 +65,15 @@ from .wire import (
     encode_message,
 )
 
-from .runtime import WRITE_ERRORS, NodeConfig, PeerNotAuthenticatedError, StreamWriter, TlsConfig, peer_not_after
+from .runtime import (
+    WRITE_ERRORS,
+    NodeConfig,
+    PeerNotAuthenticatedError,
+    StreamReader,
+    StreamWriter,
+    TlsConfig,
+    peer_not_after,
+)
 from .storage import StorageOwnershipError, holds_log
 
 logger = logging.getLogger("pykraft.client")
@@ -185,6 +193,7 @@ class _Connection:
         self.retiring = False
         # What the kernel does not take is sent by ``write_loop``.
         self.writer = StreamWriter(stream)
+        self.reader = StreamReader(stream)
         # The flush point (``send_frame``): frames of requests made while
         # others are in flight, held until ``flush_loop`` runs, then written
         # as one (one system call; under TLS, one record).
@@ -234,7 +243,7 @@ class _Connection:
         decoder = FrameDecoder()
         try:
             while not (self.retiring and not self.waiting):
-                data = await self.stream.receive_some(256 * 1024)
+                data = await self.reader.receive_some(256 * 1024)
                 if not data:
                     raise trio.BrokenResourceError("connection closed by the server")
                 self.received_any = True

@@ -30,6 +30,7 @@ from ._tls import (
     peer_not_after,
     peer_principal,
 )
+from ._reader import StreamReader
 from ._writer import WRITE_ERRORS, StreamWriter
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "WRITE_ERRORS",
     "ConnectionLimits",
     "EventLog",
+    "StreamReader",
     "StreamWriter",
     "KeyValueStateMachine",
     "LeaderApplication",

@@ -89,6 +89,7 @@ from ._tls import (
     handshake_failure_reason,
     peer_principal,
 )
+from ._reader import StreamReader
 from ._writer import StreamWriter
 from . import _trace
 
@@ -284,6 +285,7 @@ class _Connection:
         self.cluster_id = cluster_id
         self.limits = limits
         self.writer = StreamWriter(stream)
+        self.reader = StreamReader(stream)
         self.writer.on_drained = self.capacity_changed
         self._correlation = itertools.count(1)
         self.closed = False
@@ -800,7 +802,7 @@ class TcpTransport(Transport):
             else:
                 deadline_s, reason = float("inf"), ""
             with trio.move_on_at(deadline_s) as timer:
-                data = await connection.stream.receive_some(RECEIVE_BYTES)
+                data = await connection.reader.receive_some(RECEIVE_BYTES)
                 if not data:
                     if decoder.in_frame:
                         logger.debug("%s closed the connection %d bytes into a frame", connection.peer, decoder.buffered_bytes)

@@ -57,6 +57,7 @@ import trio
 
 from .._access import Principal, principal_from_uris
 from .._node import QuorumError
+from ._reader import StreamReader
 
 logger = logging.getLogger("pykraft.tls")
 
@@ -280,6 +281,8 @@ class TlsStream(trio.abc.Stream):
         with the same context) and hands the first ticket the server sends
         to ``on_ticket``."""
         self.transport_stream = transport_stream
+        # Ciphertext in with one read per arrival (no failed read first).
+        self._transport_reader = StreamReader(transport_stream)
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self._ssl = context.wrap_bio(
@@ -323,7 +326,7 @@ class TlsStream(trio.abc.Stream):
             if records:
                 await self.transport_stream.send_all(records)
             if not self._handshake_done:
-                data = await self.transport_stream.receive_some(self.RECEIVE_BYTES)
+                data = await self._transport_reader.receive_some(self.RECEIVE_BYTES)
                 if not data:
                     raise trio.BrokenResourceError("the peer closed the connection during the TLS handshake")
                 self._incoming.write(data)
@@ -468,7 +471,7 @@ class TlsStream(trio.abc.Stream):
                 return b""
             if self._incoming.eof:
                 raise trio.BrokenResourceError("the TCP connection ended inside a TLS record")
-            data = await self.transport_stream.receive_some(self.RECEIVE_BYTES)
+            data = await self._transport_reader.receive_some(self.RECEIVE_BYTES)
             if not data:
                 # No close_notify: SSLObject.read now raises SSLEOFError.
                 self._incoming.write_eof()

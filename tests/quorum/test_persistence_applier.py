@@ -1,7 +1,7 @@
 """``quorum.apply_output``: the one persistence applier, shared by the
 runtime's storage and the simulator's disk (the output contract's order)."""
 
-from quorum import ElectionState, Entry, Output, RecordKind, SnapshotId, apply_output
+from quorum import ElectionState, Entry, Output, RecordKind, SnapshotId, apply_output, apply_outputs
 from quorum.storage import MemoryStorage
 from jepsen_like.sim import SimDisk
 
@@ -9,6 +9,7 @@ from jepsen_like.sim import SimDisk
 class Recorder:
     def __init__(self) -> None:
         self.calls: list[str] = []
+        self.appended: list[list[int]] = []
 
     def write_election_state(self, state: ElectionState) -> None:
         self.calls.append("election")
@@ -24,6 +25,7 @@ class Recorder:
 
     def append(self, entries: list[Entry]) -> None:
         self.calls.append("append")
+        self.appended.append([entry.offset for entry in entries])
 
     def delete_before(self, offset: int) -> None:
         self.calls.append("delete")
@@ -71,3 +73,42 @@ def test_the_runtimes_storage_and_the_simulators_disk_end_alike() -> None:
     assert disk.snapshot is not None
     assert (recovered.snapshot_id, recovered.snapshot_bytes) == (disk.snapshot.snapshot_id, disk.snapshot.data)
     assert recovered.entries == disk.log.slice(disk.log.start_offset)
+
+
+def test_consecutive_appends_of_a_group_commit_go_in_one_call() -> None:
+    """The leader's disk thread writes a group commit with ``apply_outputs``:
+    pipelined proposals (one output each) cost one log write, not one each;
+    any other work keeps its place between the appends."""
+    recorder = Recorder()
+    apply_outputs(
+        [
+            Output(append=[data(0, 1)]),
+            Output(append=[data(1, 1), data(2, 1)]),
+            Output(append=[data(3, 1)], delete_before=1),
+            Output(append=[data(4, 1)]),
+            Output(),
+            Output(append=[data(5, 1)]),
+            Output(truncate_to=5, append=[data(5, 2)]),
+        ],
+        recorder,
+    )
+    assert recorder.calls == ["append", "append", "delete", "append", "truncate", "append"]
+    assert recorder.appended == [[0, 1, 2], [3], [4, 5], [5]]
+
+
+def test_one_call_per_group_commit_leaves_the_same_log_as_one_per_output() -> None:
+    outputs = [
+        Output(election_state=ElectionState(epoch=1, voted_for=1, leader_id=1), append=[data(0, 1)]),
+        *(Output(append=[data(o, 1)]) for o in range(1, 5)),
+        Output(truncate_to=3, append=[data(3, 2)]),
+        *(Output(append=[data(o, 2)]) for o in range(4, 7)),
+    ]
+    one_by_one, grouped = MemoryStorage(), MemoryStorage()
+    for output in outputs:
+        apply_output(output, one_by_one)
+    apply_outputs(outputs, grouped)
+    one_by_one.flush()
+    grouped.flush()
+    expected = [*(data(o, 1) for o in range(3)), *(data(o, 2) for o in range(3, 7))]
+    assert grouped.load().entries == one_by_one.load().entries == expected
+    assert grouped.load().election_state == one_by_one.load().election_state
