@@ -12,6 +12,7 @@ from typing import Any
 import click
 import trio
 
+from ._allocator import fix_mmap_threshold
 from ._progress import LiveProgress, PlainProgress
 from ._options import CampaignOptions
 from ._runner import Campaign, CampaignResult
@@ -99,6 +100,9 @@ def campaign_command(
     """Run a cluster of real processes under faults, record the history and
     check it. Exits 0 only when the history is valid."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
+    # Before any thread or TLS connection exists: a long run's heap must
+    # not grow with the connections it opens (_allocator.py).
+    fix_mmap_threshold()
     if duration_s is not None:
         if click.get_current_context().get_parameter_source("time_limit_s") is not click.core.ParameterSource.DEFAULT:
             raise click.UsageError("--duration and --time-limit both give the run's length: pick one")
