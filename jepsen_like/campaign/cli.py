@@ -100,9 +100,6 @@ def campaign_command(
     """Run a cluster of real processes under faults, record the history and
     check it. Exits 0 only when the history is valid."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
-    # Before any thread or TLS connection exists: a long run's heap must
-    # not grow with the connections it opens (_allocator.py).
-    fix_mmap_threshold()
     if duration_s is not None:
         if click.get_current_context().get_parameter_source("time_limit_s") is not click.core.ParameterSource.DEFAULT:
             raise click.UsageError("--duration and --time-limit both give the run's length: pick one")
@@ -156,6 +153,10 @@ def campaign_command(
             nursery.cancel_scope.cancel()
         return result
 
+    # Once the options are good and before any thread or TLS connection
+    # exists: a long run's heap must not grow with the connections it
+    # opens (_allocator.py).
+    fix_mmap_threshold()
     # SIGTERM unwinds like Ctrl-C, so every process and network device the
     # run created is removed on the way out.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
