@@ -14,16 +14,17 @@ they leave are too small for the next large block, so the heap grows. An
 in-process loop shows it (tests/campaign/test_allocator.py): requests over
 six TLS connections, one of them replaced every ten requests, grow the
 heap; with the threshold pinned they do not. Variants of the loop without
-new connections, or over plain TCP, did not grow it either way
-(docs/benchmarks.md, "The campaign harness's memory over a long run"). The harness opens a new TLS connection every few
-operations (a fresh client after an indeterminate operation, a short-lived
-one per synthetic broker registration), hence the growth per operation.
+new connections, or over plain TCP, did not grow it (docs/benchmarks.md,
+"The campaign harness's memory over a long run"). The harness opens new
+TLS connections all through a run (a fresh client after an indeterminate
+operation, a short-lived one per synthetic broker registration,
+reconnections after faults), hence the growth with the operations.
 
 ``fix_mmap_threshold`` pins the threshold at glibc's starting value, which
 also stops glibc from raising it (mallopt(3), ``M_MMAP_THRESHOLD``): the
 large short-lived blocks always go to ``mmap`` and back, and the heap holds
-only blocks below 128 KiB. The campaign CLI calls it first thing, for its
-own process only (the node processes it starts are not affected); a
+only blocks below 128 KiB. The campaign CLI calls it just before the run,
+for its own process only (the node processes it starts are not affected); a
 program that embeds ``Campaign`` owns its allocator and decides itself.
 """
 
