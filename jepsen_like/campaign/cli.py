@@ -12,6 +12,7 @@ from typing import Any
 import click
 import trio
 
+from ._allocator import fix_mmap_threshold
 from ._progress import LiveProgress, PlainProgress
 from ._options import CampaignOptions
 from ._runner import Campaign, CampaignResult
@@ -152,6 +153,10 @@ def campaign_command(
             nursery.cancel_scope.cancel()
         return result
 
+    # Once the options are good and before any thread or TLS connection
+    # exists: a long run's heap must not grow with the connections it
+    # opens (_allocator.py).
+    fix_mmap_threshold()
     # SIGTERM unwinds like Ctrl-C, so every process and network device the
     # run created is removed on the way out.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
