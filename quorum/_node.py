@@ -2775,8 +2775,11 @@ class QuorumNode:
         leader is the voter that would have broken the tie
         (docs/benchmarks.md, "Failover"). It is about to vote for itself
         in that epoch anyway; by a total order exactly one of two such
-        nodes grants the other. A pre-vote decides nothing durable, so
-        this is about liveness only.
+        nodes grants the other. For the same reason a follower of a
+        crashed leader that grants a pre-vote waits an election timeout
+        before it stands itself: the node it granted is about to stand in
+        the next epoch, and standing too would split that vote. A pre-vote
+        decides nothing durable, so this is about liveness only.
         """
         granted = (
             request.epoch > self._epoch
@@ -2790,6 +2793,9 @@ class QuorumNode:
                 isinstance(self._state, CandidacyState) and self._state.leader_crashed and not self._outranks_us(request)
             )
         )
+        state = self._state
+        if granted and isinstance(state, FollowerState) and state.leader_unreachable:
+            state.fetch_deadline = max(state.fetch_deadline, self._tick + self.config.ticks(self.config.election_timeout_ms))
         self._reply_vote(request, granted=granted)
 
     def _outranks_us(self, request: VoteRequest) -> bool:
