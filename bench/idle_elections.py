@@ -1,7 +1,7 @@
 """Spurious elections of an idle quorum: three ``kraft-quorum node``
 processes, no writes, for N minutes.
 
-    python -m bench.idle_elections [--minutes 10] [--timers fast]
+    python -m bench.idle_elections [--minutes 10] [--timers fast] [--keep-logs DIR]
 
 Each node appends its role changes to an event log (``--event-log``); at the
 end the script counts, over the whole run after the first leader:
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=10.0, help="how long to watch (default 10)")
     parser.add_argument("--timers", default="default", help="kraft-quorum node --timers (default: default)")
-    parser.add_argument("--keep", action="store_true", help="keep the work directory (node logs, event logs)")
+    parser.add_argument("--keep-logs", metavar="DIR", type=Path,
+                        help="copy the nodes' logs and event logs into DIR (the work directory is removed)")
     args = parser.parse_args(argv)
     executable = kraft_quorum_executable()
     if executable is None:
@@ -159,12 +161,16 @@ def main(argv: list[str] | None = None) -> int:
     if loads:
         print(f"load average (1 min) over the run: min {min(loads):.1f}, mean {sum(loads) / len(loads):.1f}, "
               f"max {max(loads):.1f}; at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    if dead:
-        print(f"nodes that exited during the run: {', '.join(dead)} (logs in {workdir})")
-    if args.keep or dead:
-        print(f"work directory kept: {workdir}")
-    else:
-        remove_temp_dir(workdir)
+    for process in processes:
+        if process.name in dead:
+            print(f"{process.name} exited during the run; its log ends:\n{process.log_tail(15)}")
+    if args.keep_logs is not None:
+        args.keep_logs.mkdir(parents=True, exist_ok=True)
+        for path in [*event_logs, *(process.log_path for process in processes)]:
+            if path.exists():
+                shutil.copy(path, args.keep_logs / path.name)
+        print(f"logs copied to {args.keep_logs}")
+    remove_temp_dir(workdir)
     return 1 if dead else 0
 
 

@@ -2775,11 +2775,13 @@ class QuorumNode:
         leader is the voter that would have broken the tie
         (docs/benchmarks.md, "Failover"). It is about to vote for itself
         in that epoch anyway; by a total order exactly one of two such
-        nodes grants the other. For the same reason a follower of a
-        crashed leader that grants a pre-vote waits an election timeout
-        before it stands itself: the node it granted is about to stand in
-        the next epoch, and standing too would split that vote. A pre-vote
-        decides nothing durable, so this is about liveness only.
+        nodes grants the other, unless that one refused our own pre-vote
+        (it had not seen the reset yet): we cannot win without it, so it
+        must be able to. For the same reason a follower of a crashed
+        leader that grants a pre-vote waits an election timeout before it
+        stands itself: the node it granted is about to stand in the next
+        epoch, and standing too would split that vote. A pre-vote decides
+        nothing durable, so this is about liveness only.
         """
         granted = (
             request.epoch > self._epoch
@@ -2790,7 +2792,12 @@ class QuorumNode:
             and not (isinstance(self._state, FollowerState) and self._state.fetched_from_leader)
             and _log_up_to_date(request, self._log)
             and not (
-                isinstance(self._state, CandidacyState) and self._state.leader_crashed and not self._outranks_us(request)
+                isinstance(self._state, CandidacyState)
+                and self._state.leader_crashed
+                # One that refused us (it had not yet seen the reset) stands
+                # on its own later: without its grant we cannot win.
+                and request.src not in self._state.rejected
+                and not self._outranks_us(request)
             )
         )
         state = self._state

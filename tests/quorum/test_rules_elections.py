@@ -364,3 +364,24 @@ def test_a_survivor_grants_the_pre_vote_of_a_more_up_to_date_one_whatever_its_id
     cluster.deliver_all()
 
     assert cluster.leaders() == [3]
+
+
+def test_a_survivor_grants_the_pre_vote_of_one_that_refused_its_own():
+    """A survivor that stood before the other saw the reset was refused by
+    it (that one still heard its leader lately): when the other stands in
+    turn, the first grants it whatever their ranks, since it cannot win
+    without it. Refusing by rank, both would wait out their pre-vote
+    rounds (an election timeout) with no leader."""
+    cluster = Cluster(3)
+    cluster.elect(1)
+    cluster.crash(1)
+    cluster.handle(2, cluster.node(2).peer_unreachable(1))
+    cluster.stand(2)
+    cluster.deliver_all()  # node 3 has not seen the reset: it refuses node 2
+    assert cluster.role(2) is Role.PROSPECTIVE
+    cluster.handle(3, cluster.node(3).peer_unreachable(1))
+    cluster.stand(3)  # outranked by node 2 (same log, higher id)
+
+    cluster.deliver_all()
+
+    assert cluster.leaders() == [3]
