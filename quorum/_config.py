@@ -76,9 +76,9 @@ class QuorumConfig:
     fast_failover: bool = True
     # That random wait only spreads the survivors apart, so that one wins
     # the pre-vote and the vote before another stands (a split vote costs
-    # an election backoff): a few round trips suffice, not a whole election
-    # timeout, and this wait is most of what a crashed leader costs
-    # (docs/benchmarks.md, "Failover"). None: a quarter of
+    # an election timeout and a backoff): a few round trips suffice, not a
+    # whole election timeout, and this wait was most of what a crashed
+    # leader cost (docs/benchmarks.md, "Failover"). None: a quarter of
     # election_timeout_ms.
     unreachable_leader_wait_ms: int | None = None
     voter_set: frozenset[int] = field(init=False, repr=False)
@@ -171,14 +171,14 @@ class QuorumConfig:
 
 # Named timer profiles (``kraft-quorum node --timers NAME``): QuorumConfig
 # settings applied before any explicit flag or [quorum] setting, which win.
-# docs/operations.md, "Timers", says what each costs.
+# docs/operations.md, "Timer profiles", says what each costs.
 TIMER_PROFILES: dict[str, dict[str, int]] = {
     "default": {},
     # Quicker failover, at the price of twice the idle Fetch traffic and a
     # node that a pause of about a second (GC, swap, an overloaded machine)
     # makes stand. A crashed leader (connection reset) is replaced after a
-    # wait below unreachable_leader_wait_ms; a partitioned one after the
-    # fetch timeout plus an election timeout. request_timeout_ms stays
+    # wait below unreachable_leader_wait_ms; a partitioned one once its
+    # followers' fetch timeout has passed. request_timeout_ms stays
     # above fetch_max_wait_ms (a parked Fetch is not a lost one) and half
     # the fetch timeout (one lost Fetch is retried before giving up).
     "fast": {

@@ -99,7 +99,7 @@ _NODE_OPTIONS = [
         "--timers",
         type=click.Choice(sorted(TIMER_PROFILES)),
         default=None,
-        help="A named set of quorum timers (docs/operations.md, \"Timers\"); the flags below override it.  [default: default]",
+        help="A named set of quorum timers (docs/operations.md, \"Timer profiles\"); the flags below override it.  [default: default]",
     ),
     click.option("--election-timeout-ms", type=int),
     click.option("--fetch-timeout-ms", type=int),
