@@ -223,10 +223,14 @@ def test_the_random_sweep_upgrades_static_voters_on_some_reconfiguration_seeds()
 
 
 @pytest.mark.parametrize(
-    ("seed", "violation"),
-    [(6521, "two-leaders: n4 (start 1) and n2 (start 2) both lead epoch 2")],
+    ("seed", "violation", "whole_timeout_wait"),
+    [
+        (6521, "two-leaders: n4 (start 1) and n2 (start 2) both lead epoch 2", True),
+        (2798, "leader-completeness: n1 leads epoch 2 without committed offset 3", False),
+        (4432, "leader-completeness: n1 leads epoch 2 without committed offset 5", False),
+    ],
 )
-def test_a_disk_replaced_after_the_upgrade_is_formatted_to_join(seed, violation):
+def test_a_disk_replaced_after_the_upgrade_is_formatted_to_join(seed, violation, whole_timeout_wait):
     """Found by a 600-seed sweep of the upgrade: a disk wiped after the
     upgrade and formatted as the static cluster's were (no
     ``--initial-voters``, as docs/operations.md said to) is a voter of the
@@ -240,12 +244,16 @@ def test_a_disk_replaced_after_the_upgrade_is_formatted_to_join(seed, violation)
     a search of 5,000 more seeds (12040-17039) found no other seed where
     the static format breaks safety, so 6521 alone guards it here. Formatted to join (``--join --initial-voters`` naming
     the set the upgrade wrote) the new disk is an observer until added.
-    Found when a follower whose leader's process was gone waited up to a
-    whole election timeout before standing: the run keeps that wait
-    (``unreachable_leader_wait_ms``), with which 6521 replays as found (with
-    the quarter that is the default since 2026-11-26 it no longer breaks)."""
+    6521 was found when a follower whose leader's process was gone waited
+    up to a whole election timeout before standing: it keeps that wait
+    (``unreachable_leader_wait_ms``), with which it replays as found (with
+    the quarter that is the default since 2026-11-26 it no longer breaks).
+    2798 and 4432 break it with the default wait (a search of 0-12039 after
+    that change): a wiped, statically formatted disk let a leader be elected
+    without a committed record."""
     options = random_options(seed)
-    options = replace(options, unreachable_leader_wait_ms=options.election_timeout_ms)
+    if whole_timeout_wait:
+        options = replace(options, unreachable_leader_wait_ms=options.election_timeout_ms)
     assert options.migrate_voters
     found = run_scenario("random", seed, replace(options, static_format_after_upgrade=True))
     assert not found.valid and found.violation.startswith(violation), f"the schedule drifted: {found.violation}"
