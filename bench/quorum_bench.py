@@ -1,7 +1,7 @@
 """Side-by-side benchmark: pykraft against etcd, ZooKeeper and PySyncObj.
 
     python -m bench.quorum_bench [--peers pykraft,etcd,zookeeper,pysyncobj,pysyncobj-batch]
-                                 [--quick] [--json OUT]
+                                 [--quick] [--trials N] [--rows failover] [--json OUT]
 
 Every system runs as 3 voters (separate processes) on 127.0.0.1 with its data
 on disk and fsync as described in the notes under the table, one system after
@@ -47,7 +47,7 @@ from ._common import (
     write_json,
 )
 from .peers.etcd import EtcdCluster
-from .peers.pykraft_peer import PykraftCluster, PykraftTlsCluster
+from .peers.pykraft_peer import PykraftCluster, PykraftFastCluster, PykraftTlsCluster
 from .peers.pysyncobj_peer import PySyncObjBatchingCluster, PySyncObjCluster, PySyncObjMsyncCluster
 from .peers.zookeeper import ZooKeeperCluster
 
@@ -55,6 +55,7 @@ PEERS: dict[str, type[Cluster]] = {
     cls.name: cls
     for cls in (
         PykraftCluster,
+        PykraftFastCluster,
         PykraftTlsCluster,
         EtcdCluster,
         ZooKeeperCluster,
@@ -75,6 +76,9 @@ QUICK = {"seq": 300, "concurrent": 3000, "batches": 30, "batches_concurrent": 20
 # Clients of the concurrent batch row, each with its own connection and one
 # batch of 100 in flight.
 BATCH_CLIENTS = 8
+
+# What --rows chooses from, in the order they run.
+ROW_GROUPS = ("seq", "inflight", "batch", "batch8", "rss", "failover")
 
 ROWS = [
     ("seq_writes_per_s", "seq writes/s"),
@@ -266,12 +270,17 @@ def run_peer(cluster: Cluster, sizes: dict[str, Any], value_bytes: int) -> dict[
         data[f"batched_100_{BATCH_CLIENTS}_clients"] = result.as_dict()
         log(f"[{cluster.name}] batches from {BATCH_CLIENTS} clients: {result.records_per_s:,.0f} records/s")
 
-    rows.row(("seq_writes_per_s", "seq_latency_ms"), seq)
-    rows.row(("inflight_writes_per_s", "inflight_latency_ms"), inflight)
-    rows.row(("batch_records_per_s", "batch_latency_ms"), batches)
-    rows.row(("batch8_records_per_s", "batch8_latency_ms"), concurrent_batches)
-    rows.row(("rss_mib",), rows.rss)
-    rows.row(("failover_ms",), lambda: rows.failover(sizes["trials"]))
+    chosen = sizes.get("rows", ROW_GROUPS)
+    for group, keys, fn in (
+        ("seq", ("seq_writes_per_s", "seq_latency_ms"), seq),
+        ("inflight", ("inflight_writes_per_s", "inflight_latency_ms"), inflight),
+        ("batch", ("batch_records_per_s", "batch_latency_ms"), batches),
+        ("batch8", ("batch8_records_per_s", "batch8_latency_ms"), concurrent_batches),
+        ("rss", ("rss_mib",), rows.rss),
+        ("failover", ("failover_ms",), lambda: rows.failover(sizes["trials"])),
+    ):
+        if group in chosen:
+            rows.row(keys, fn)
     return rows.result(ROWS)
 
 
@@ -319,7 +328,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     parser.add_argument("--value-bytes", type=int, default=100, help="bytes per record (default 100)")
     parser.add_argument("--trials", type=int, help="failover trials (default 10, 3 with --quick)")
+    parser.add_argument("--rows", default=",".join(ROW_GROUPS),
+                        help=f"comma-separated rows to run, from {', '.join(ROW_GROUPS)} (default: all; the others "
+                             "read \"-\"), e.g. --rows failover")
     args = parser.parse_args(argv)
+    args.row_names = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown_rows = [r for r in args.row_names if r not in ROW_GROUPS]
+    if unknown_rows or not args.row_names:
+        parser.error(f"unknown or no row(s) {', '.join(unknown_rows)}; known: {', '.join(ROW_GROUPS)}")
     args.peer_names = [p.strip() for p in args.peers.split(",") if p.strip()]
     unknown = [p for p in args.peer_names if p not in PEERS]
     if unknown:
@@ -333,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = dict(QUICK if args.quick else FULL)
     if args.trials is not None:
         sizes["trials"] = max(1, min(args.trials, 100))
+    sizes["rows"] = tuple(args.row_names)
     machine = machine_info()
     try:
         results = run_peers(

@@ -15,7 +15,7 @@ from ._access import (
     refuse_quorum_message,
 )
 from ._auto_join import AutoJoin, AutoJoinAction
-from ._config import QuorumConfig
+from ._config import TIMER_PROFILES, QuorumConfig, timer_profile
 from ._host import (
     ApplyFailedError,
     CommitTimer,
@@ -85,6 +85,7 @@ __all__ = [
     "principal_from_uris",
     "refuse_quorum_message",
     "MESSAGE_TYPES",
+    "TIMER_PROFILES",
     "ApplyFailedError",
     "BeginQuorumEpochRequest",
     "BeginQuorumEpochResponse",
@@ -148,4 +149,5 @@ __all__ = [
     "majorities_overlap",
     "message_type_name",
     "service_class",
+    "timer_profile",
 ]

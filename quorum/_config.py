@@ -70,10 +70,17 @@ class QuorumConfig:
     pre_vote: bool = True
     # When the transport reports the leader unreachable (connection refused
     # or reset: the process is gone), a follower stands after one random
-    # wait in [0, election_timeout) instead of the full fetch timeout, and
-    # grants pre-votes again. A partition gives no such signal; it is
-    # detected by the fetch timeout alone.
+    # wait in [0, unreachable_leader_wait_ms) instead of the full fetch
+    # timeout, and grants pre-votes again. A partition gives no such
+    # signal; it is detected by the fetch timeout alone.
     fast_failover: bool = True
+    # That random wait only spreads the survivors apart, so that one wins
+    # the pre-vote and the vote before another stands (a split vote costs
+    # an election timeout and a backoff): a few round trips suffice, not a
+    # whole election timeout, and this wait was most of what a crashed
+    # leader cost (docs/benchmarks.md, "Failover"). None: a quarter of
+    # election_timeout_ms.
+    unreachable_leader_wait_ms: int | None = None
     voter_set: frozenset[int] = field(init=False, repr=False)
     # ``ticks`` answers, by duration: the core asks for the same few
     # durations on every Fetch it serves or sends (hot path).
@@ -108,6 +115,13 @@ class QuorumConfig:
         ):
             if getattr(self, name) < self.tick_ms:
                 raise ValueError(f"{name} must be at least one tick ({self.tick_ms} ms)")
+        if self.unreachable_leader_wait_ms is None:
+            object.__setattr__(self, "unreachable_leader_wait_ms", max(self.tick_ms, self.election_timeout_ms // 4))
+        elif not self.tick_ms <= self.unreachable_leader_wait_ms <= self.election_timeout_ms:
+            raise ValueError(
+                f"unreachable_leader_wait_ms must be between one tick ({self.tick_ms} ms) and "
+                f"election_timeout_ms ({self.election_timeout_ms} ms)"
+            )
         if self.fetch_max_wait_ms >= self.fetch_timeout_ms:
             raise ValueError("fetch_max_wait_ms must be below fetch_timeout_ms")
         if self.check_quorum_factor < 1.0:
@@ -153,3 +167,36 @@ class QuorumConfig:
     @property
     def check_quorum_ms(self) -> float:
         return self.check_quorum_factor * self.fetch_timeout_ms
+
+
+# Named timer profiles (``kraft-quorum node --timers NAME``): QuorumConfig
+# settings applied before any explicit flag or [quorum] setting, which win.
+# docs/operations.md, "Timer profiles", says what each costs.
+TIMER_PROFILES: dict[str, dict[str, int]] = {
+    "default": {},
+    # Quicker failover, at the price of twice the idle Fetch traffic and a
+    # node that a pause of about a second (GC, swap, an overloaded machine)
+    # makes stand. A crashed leader (connection reset) is replaced after a
+    # wait below unreachable_leader_wait_ms; a partitioned one once its
+    # followers' fetch timeout has passed. request_timeout_ms stays
+    # above fetch_max_wait_ms (a parked Fetch is not a lost one) and half
+    # the fetch timeout (one lost Fetch is retried before giving up).
+    "fast": {
+        "election_timeout_ms": 500,
+        "fetch_timeout_ms": 1000,
+        "fetch_max_wait_ms": 250,
+        "request_timeout_ms": 500,
+        "election_backoff_base_ms": 20,
+        "election_backoff_max_ms": 200,
+        "unreachable_leader_wait_ms": 50,
+    },
+}
+
+
+def timer_profile(name: str) -> dict[str, int]:
+    """The QuorumConfig settings of the timer profile ``name`` (a copy).
+    Raises ``ValueError`` for a name not in ``TIMER_PROFILES``."""
+    try:
+        return dict(TIMER_PROFILES[name])
+    except KeyError:
+        raise ValueError(f"unknown timer profile {name!r} (known: {', '.join(TIMER_PROFILES)})") from None

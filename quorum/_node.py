@@ -1285,7 +1285,7 @@ class QuorumNode:
             # One random wait per loss of the leader (not one per report:
             # the minimum of many draws would bunch the followers together).
             state.leader_unreachable = True
-            soon = self._tick + self._rng.randrange(self.config.ticks(self.config.election_timeout_ms))
+            soon = self._tick + self._rng.randrange(self.config.ticks(self.config.unreachable_leader_wait_ms))
             state.fetch_deadline = min(state.fetch_deadline, soon)
             # Our leader's process is gone: grant pre-votes again (KIP-996
             # refuses them only while the leader is known to be alive), and
@@ -1806,7 +1806,12 @@ class QuorumNode:
         epoch, without bumping ours, so that a node that cannot win (a
         stale log, or a partition's minority) disrupts nobody."""
         leader = self._leader_id if self._leader_id != self.node_id else None
-        candidacy = CandidacyState(election_deadline=self._draw_election_deadline(), granted={self.node_id})
+        previous = self._state
+        candidacy = CandidacyState(
+            election_deadline=self._draw_election_deadline(),
+            granted={self.node_id},
+            leader_crashed=isinstance(previous, FollowerState) and previous.leader_unreachable,
+        )
         self._enter_role(Role.PROSPECTIVE, trigger, candidacy)
         # Keep the last known leader (in memory only: the epoch is not
         # bumped, KIP-996): losing the pre-vote returns to it.
@@ -2760,6 +2765,23 @@ class QuorumNode:
         A leader refuses; so does a follower that has fetched from its
         leader since it began following: its leader is alive, and a healed
         node must not depose it.
+
+        A prospective node that stood because its leader's process is gone
+        (``CandidacyState.leader_crashed``) grants only a node that
+        outranks it (``_outranks_us``): the survivors stand within
+        ``unreachable_leader_wait_ms`` of each other, and two that granted
+        each other would both stand in the next epoch and split the vote,
+        which costs an election timeout and a backoff when the crashed
+        leader is the voter that would have broken the tie
+        (docs/benchmarks.md, "Failover"). It is about to vote for itself
+        in that epoch anyway; by a total order exactly one of two such
+        nodes grants the other, unless that one refused our own pre-vote
+        (it had not seen the reset yet): we cannot win without it, so it
+        must be able to. For the same reason a follower of a crashed
+        leader that grants a pre-vote waits an election timeout before it
+        stands itself: the node it granted is about to stand in the next
+        epoch, and standing too would split that vote. A pre-vote decides
+        nothing durable, so this is about liveness only.
         """
         granted = (
             request.epoch > self._epoch
@@ -2769,8 +2791,27 @@ class QuorumNode:
             and self._role is not Role.LEADER
             and not (isinstance(self._state, FollowerState) and self._state.fetched_from_leader)
             and _log_up_to_date(request, self._log)
+            and not (
+                isinstance(self._state, CandidacyState)
+                and self._state.leader_crashed
+                # One that refused us (it had not yet seen the reset) stands
+                # on its own later: without its grant we cannot win.
+                and request.src not in self._state.rejected
+                and not self._outranks_us(request)
+            )
         )
+        state = self._state
+        if granted and isinstance(state, FollowerState) and state.leader_unreachable:
+            state.fetch_deadline = max(state.fetch_deadline, self._tick + self.config.ticks(self.config.election_timeout_ms))
         self._reply_vote(request, granted=granted)
+
+    def _outranks_us(self, request: VoteRequest) -> bool:
+        """Does ``request``'s candidate rank above this node: a log more up
+        to date (§3.6.1), or as up to date and a lower id? A total order,
+        so of two prospective nodes exactly one grants the other. Only
+        pre-votes read it: it never decides a real vote."""
+        theirs = OffsetAndEpoch(request.last_epoch, request.end_offset)
+        return theirs > self._log.last or (theirs == self._log.last and request.src < self.node_id)
 
     def _on_vote_response(self, response: VoteResponse) -> None:
         """An answer in our epoch; it counts only toward the round of the

@@ -224,6 +224,11 @@ class CandidacyState:
     # A candidate that lost or timed out waits a random backoff before the
     # next round (KIP-595 election backoff), so that split votes resolve.
     backing_off: bool = False
+    # A pre-vote round begun because the transport reported our leader's
+    # process gone (``QuorumNode.peer_unreachable``): the other survivors
+    # stand at about the same time, and such a round grants a pre-vote only
+    # to a node that outranks it (``QuorumNode._on_pre_vote_request``).
+    leader_crashed: bool = False
 
 
 @dataclass(slots=True)

@@ -33,6 +33,7 @@ import trio
 
 from .cli_errors import CommandError, ReportingGroup, record_listen_addresses
 from .cli_tls import client_tls, listener_tls, tls_client_options
+from ._config import TIMER_PROFILES, timer_profile
 from .runtime import EXPIRY_WARNING_DAYS, ConnectionLimits, KeyValueStateMachine, NodeConfig, open_quorum_node, parse_voters
 from ._voters import Voter
 from .storage import (
@@ -94,6 +95,12 @@ _NODE_OPTIONS = [
         help="A damaged log: repair it from a leader, not voting until then (default), or refuse to start.",
     ),
     click.option("--fsync/--no-fsync", default=None, help="fsync before acknowledging (default on; off only for experiments)."),
+    click.option(
+        "--timers",
+        type=click.Choice(sorted(TIMER_PROFILES)),
+        default=None,
+        help="A named set of quorum timers (docs/operations.md, \"Timer profiles\"); the flags below override it.  [default: default]",
+    ),
     click.option("--election-timeout-ms", type=int),
     click.option("--fetch-timeout-ms", type=int),
     click.option("--check-quorum/--no-check-quorum", default=None, help="KAFKA-15489 leader progress timeout."),
@@ -149,7 +156,11 @@ def node_settings(config_file: str | None, log_level: str, options: dict[str, An
 
 def node_config_or_usage_error(settings: dict[str, Any]) -> NodeConfig:
     try:
-        return _node_config(settings)
+        config = _node_config(settings)
+        # Timers that cannot work together are a usage error now, not a
+        # failure once the node starts.
+        config.quorum_config()
+        return config
     except (KeyError, ValueError, TypeError) as error:
         raise click.UsageError(str(error)) from error
 
@@ -169,7 +180,7 @@ _SETTINGS_KEYS = frozenset(
     {
         "node_id", "voters", "cluster_id", "listen", "data_dir", "fsync", "metrics_listen", "metrics_enabled", "event_log",
         "snapshot_every_records", "retention_bytes", "retention_ms", "quorum",
-        "election_timeout_ms", "fetch_timeout_ms", "check_quorum", "pre_vote", "on_damage",
+        "timers", "election_timeout_ms", "fetch_timeout_ms", "check_quorum", "pre_vote", "on_damage",
         "tls_ca", "tls_cert", "tls_key", "acl_file", "plaintext", "auto_join",
     }
     | _CONNECTION_LIMIT_KEYS
@@ -188,11 +199,15 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
             "kraft-quorum format --initial-voters or --standalone"
         )
     voters = settings.get("voters", {})
-    quorum = {
-        key: settings[key]
-        for key in ("election_timeout_ms", "fetch_timeout_ms", "check_quorum", "pre_vote")
-        if key in settings
-    }
+    # The profile first; then the flags (or top-level keys), then [quorum].
+    quorum: dict[str, Any] = timer_profile(settings.get("timers", "default"))
+    quorum.update(
+        {
+            key: settings[key]
+            for key in ("election_timeout_ms", "fetch_timeout_ms", "check_quorum", "pre_vote")
+            if key in settings
+        }
+    )
     quorum.update(settings.get("quorum", {}))
     tls = listener_tls(settings, config_file=True)
     return NodeConfig(

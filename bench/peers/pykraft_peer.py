@@ -480,6 +480,30 @@ class PykraftCluster(Cluster):
         return self.workdir
 
 
+class PykraftFastCluster(PykraftCluster):
+    """The same three nodes with ``--timers fast`` (docs/operations.md,
+    "Timers"): the failover of the aggressive timer profile."""
+
+    name = "pykraft-fast"
+    label = "pykraft (--timers fast)"
+
+    def __init__(
+        self,
+        value_bytes: int = 100,
+        log: Callable[[str], None] = print,
+        node_args: Callable[[int], list[str]] | None = None,
+    ) -> None:
+        more = node_args or (lambda index: [])
+        super().__init__(value_bytes, log, lambda index: ["--timers", "fast", *more(index)])
+
+    def notes(self) -> list[str]:
+        return [
+            *super().notes(),
+            "pykraft-fast: --timers fast: election timeout 500 ms, fetch timeout 1000 ms, a follower whose leader's "
+            "connection is reset stands within 50 ms (unreachable_leader_wait_ms).",
+        ]
+
+
 class PykraftTlsCluster(PykraftCluster):
     """The same three nodes with mutual TLS 1.3 on every connection (a
     development CA made with ``kraft-quorum certs``'s code in the work

@@ -88,6 +88,10 @@ class SimOptions:
     check_quorum: bool = True
     pre_vote: bool = True
     fast_failover: bool = True
+    # QuorumConfig.unreachable_leader_wait_ms; None: its default (a quarter
+    # of the election timeout). Regression seeds found when the wait was a
+    # whole election timeout replay as found with it set to that.
+    unreachable_leader_wait_ms: int | None = None
     tick_ms: int = 10
     election_timeout_ms: int = 1000
     fetch_timeout_ms: int = 2000
@@ -178,6 +182,7 @@ class SimOptions:
             check_quorum_factor=self.check_quorum_factor,
             pre_vote=self.pre_vote,
             fast_failover=self.fast_failover,
+            unreachable_leader_wait_ms=self.unreachable_leader_wait_ms,
             snapshot_retained_records=50,
         )
 
@@ -201,6 +206,11 @@ class SimOptions:
             # as they always did.
             **({"disk_damage_rate": self.disk_damage_rate} if self.disk_damage_rate else {}),
             **({"election_rollback_rate": self.election_rollback_rate} if self.election_rollback_rate else {}),
+            **(
+                {"unreachable_leader_wait_ms": self.unreachable_leader_wait_ms}
+                if self.unreachable_leader_wait_ms is not None
+                else {}
+            ),
             # The same for the service model.
             **(
                 {

@@ -214,6 +214,24 @@ def test_a_follower_told_its_leader_process_is_gone_grants_at_once():
     assert (cluster.node(3).epoch, cluster.node(3).voted_for) == (2, 2)
 
 
+def test_a_survivor_that_granted_a_pre_vote_waits_an_election_timeout_before_it_stands():
+    """A follower of a crashed leader that grants a pre-vote does not stand
+    within ``unreachable_leader_wait_ms`` any more: the node it granted is
+    about to stand in the next epoch, and a second candidate would split
+    that vote (seen on three real processes: both survivors stood within
+    2 ms, one having just granted the other's pre-vote)."""
+    cluster = Cluster(3)
+    cluster.elect(1)
+    cluster.crash(1)
+    cluster.handle(2, cluster.node(2).peer_unreachable(1))
+
+    response = answer(cluster.inject(up_to_date_vote(cluster, 3, 2, pre_vote=True)))
+    waited = cluster.tick_until(2, lambda node: node.role is not Role.FOLLOWER)
+
+    assert response.granted
+    assert ELECTION_TIMEOUT_TICKS <= waited <= 2 * ELECTION_TIMEOUT_TICKS
+
+
 def test_a_restarted_voter_has_no_lease_until_its_leader_answers():
     """A voter that restarts as a follower of the leader it recorded has not
     heard from it in this process: it cannot vouch for it, and grants."""

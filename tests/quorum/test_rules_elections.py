@@ -7,6 +7,7 @@ import pytest
 from harness import (
     ELECTION_TIMEOUT_TICKS,
     FETCH_TIMEOUT_TICKS,
+    TICK_MS,
     Cluster,
     Disk,
     cluster_with_node_in,
@@ -296,6 +297,91 @@ def test_follower_told_its_leader_is_unreachable_stands_within_an_election_timeo
     waited = cluster.tick_until(2, lambda node: node.role is not Role.FOLLOWER)
 
     if fast_failover:
-        assert 1 <= waited <= ELECTION_TIMEOUT_TICKS
+        assert 1 <= waited <= ELECTION_TIMEOUT_TICKS // 4  # unreachable_leader_wait_ms: None, a quarter
     else:
         assert waited == FETCH_TIMEOUT_TICKS
+
+
+def test_the_wait_after_the_leader_is_reported_gone_is_drawn_below_unreachable_leader_wait_ms():
+    """quorum/_config.py unreachable_leader_wait_ms bounds the random wait
+    of a follower whose leader's process is gone (most of what a crashed
+    leader costs; docs/benchmarks.md, "Failover"), and the draws spread
+    over it: two survivors standing in the same tick would split the vote."""
+    waits = []
+    for seed in range(40):
+        cluster = Cluster(3, seed=seed, unreachable_leader_wait_ms=50 * TICK_MS)
+        cluster.elect(1)
+        cluster.crash(1)
+        cluster.handle(2, cluster.node(2).peer_unreachable(1))
+        waits.append(cluster.tick_until(2, lambda node: node.role is not Role.FOLLOWER))
+
+    assert all(1 <= wait <= 50 for wait in waits), waits
+    assert len(set(waits)) > 20, waits
+
+
+def _both_survivors_stand_before_any_pre_vote_arrives(cluster: Cluster) -> None:
+    cluster.elect(1)
+    cluster.crash(1)
+    for survivor in (2, 3):
+        cluster.handle(survivor, cluster.node(survivor).peer_unreachable(1))
+    for survivor in (2, 3):
+        cluster.stand(survivor)  # nothing delivered yet: both are Prospective
+
+
+def test_survivors_of_a_crashed_leader_that_stand_together_do_not_split_the_vote():
+    """quorum/_node.py _on_pre_vote_request: two survivors that stood at
+    about the same time because their leader's process is gone grant a
+    pre-vote only to the one that outranks the other (as up to date, lower
+    id): one stands in the next epoch and wins it. Granting each other, both
+    would stand, split the vote, and wait out an election timeout and a
+    backoff (docs/benchmarks.md, "Failover")."""
+    cluster = Cluster(3)
+    _both_survivors_stand_before_any_pre_vote_arrives(cluster)
+
+    cluster.deliver_all()
+
+    assert cluster.leaders() == [2]
+    assert [event.role for event in cluster.events(3) if event.role is Role.CANDIDATE] == []
+    assert cluster.node(3).epoch == cluster.node(2).epoch == 2
+
+
+def test_a_survivor_grants_the_pre_vote_of_a_more_up_to_date_one_whatever_its_id():
+    """The rank is the log first (Raft thesis §3.6.1): a survivor missing
+    the leader's last record grants the pre-vote of one that has it, even
+    with a higher id, and that one (which refuses it) wins."""
+    cluster = Cluster(3)
+    cluster.elect(1)
+    cluster.cut(1, 2)  # node 2 misses the next record
+    cluster.propose(1, b"x")
+    cluster.deliver_all()
+    assert cluster.node(3).log.end_offset > cluster.node(2).log.end_offset
+    cluster.crash(1)
+    for survivor in (2, 3):
+        cluster.handle(survivor, cluster.node(survivor).peer_unreachable(1))
+    for survivor in (2, 3):
+        cluster.stand(survivor)
+
+    cluster.deliver_all()
+
+    assert cluster.leaders() == [3]
+
+
+def test_a_survivor_grants_the_pre_vote_of_one_that_refused_its_own():
+    """A survivor that stood before the other saw the reset was refused by
+    it (that one still heard its leader lately): when the other stands in
+    turn, the first grants it whatever their ranks, since it cannot win
+    without it. Refusing by rank, both would wait out their pre-vote
+    rounds (an election timeout) with no leader."""
+    cluster = Cluster(3)
+    cluster.elect(1)
+    cluster.crash(1)
+    cluster.handle(2, cluster.node(2).peer_unreachable(1))
+    cluster.stand(2)
+    cluster.deliver_all()  # node 3 has not seen the reset: it refuses node 2
+    assert cluster.role(2) is Role.PROSPECTIVE
+    cluster.handle(3, cluster.node(3).peer_unreachable(1))
+    cluster.stand(3)  # outranked by node 2 (same log, higher id)
+
+    cluster.deliver_all()
+
+    assert cluster.leaders() == [3]

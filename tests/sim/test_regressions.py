@@ -96,7 +96,7 @@ def _as_found(seed: int) -> SimOptions:
     return options
 
 
-@pytest.mark.parametrize("seed", [77, 138])
+@pytest.mark.parametrize("seed", [77, 426])
 def test_new_leader_must_not_answer_leader_local_reads_before_committing_its_epoch(seed):
     """Found by the random sweep (seed 15): a leader elected after a restart
     answered leader-local reads from a state machine that had not yet
@@ -108,7 +108,7 @@ def test_new_leader_must_not_answer_leader_local_reads_before_committing_its_epo
     assert result.stale_reads == 0
 
 
-@pytest.mark.parametrize("seed", [24, 1046])
+@pytest.mark.parametrize("seed", [344, 1046])
 def test_leader_restored_from_snapshot_waits_for_its_epoch_before_local_reads(seed):
     """Same bug, through a snapshot (seed 105): the restarted leader's state
     machine held only the snapshot."""
@@ -176,7 +176,7 @@ def test_an_epoch_lost_in_a_crash_before_it_was_persisted_is_not_a_regression():
     assert sim.leader() is not None
 
 
-@pytest.mark.parametrize("seed", [100277, 100622])
+@pytest.mark.parametrize("seed", [100037, 100134])
 def test_a_diverging_follower_must_not_learn_the_high_watermark(seed):
     """Found by the random sweep (seeds 100510, 100516): a deposed leader
     (n1, with uncommitted records of epoch 1) fetched from a new leader whose

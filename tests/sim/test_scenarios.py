@@ -106,12 +106,15 @@ def test_without_check_quorum_there_is_no_lease_and_the_flood_stops_writes():
     assert result.extra["writes_ok"] == 0
 
 
-def test_leader_crash_fails_over_within_election_timeout_plus_round_trips_at_the_median():
+def test_leader_crash_fails_over_within_the_unreachable_leader_wait_without_split_votes():
     """A crashed leader's followers learn of it from the transport (the
     kernel resets the dead process's connections) and stand after a random
-    wait in [0, election_timeout). The median failover is within the
-    election timeout plus two round trips; a split vote (two followers
-    drawing the same tick) costs up to another election timeout and backoff.
+    wait in [0, unreachable_leader_wait_ms) (250 ms by default). The median
+    failover is within that wait; and no run splits the vote, which would
+    cost an election timeout and a backoff (1000 ms or more): survivors
+    that stand together grant each other's pre-vote only in rank order
+    (docs/benchmarks.md, "Failover"). Before both changes these 60 seeds
+    read a median of 406 ms and a worst of 1346 ms.
     """
     failovers = []
     for seed in range(60):
@@ -119,9 +122,9 @@ def test_leader_crash_fails_over_within_election_timeout_plus_round_trips_at_the
         assert result.valid, result.violation
         failovers.append(result.failover_ms)
     failovers.sort()
-    election_timeout_ms, round_trip_ms = 1000, 4
-    assert failovers[len(failovers) // 2] <= election_timeout_ms + 2 * round_trip_ms
-    assert failovers[-1] <= 3 * election_timeout_ms
+    unreachable_leader_wait_ms, election_timeout_ms = 250, 1000
+    assert failovers[len(failovers) // 2] <= unreachable_leader_wait_ms
+    assert failovers[-1] < election_timeout_ms
 
 
 @pytest.mark.parametrize("name", ["minority-partition", "flapping-network"])
