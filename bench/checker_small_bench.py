@@ -1,6 +1,6 @@
 """How long a user waits for the checker on a small history.
 
-    python -m bench.checker_small_bench [--runs N] [--ops N] [--json-out FILE]
+    python -m bench.checker_small_bench [--runs N] [--ops N] [--cpu] [--json-out FILE]
 
 Times ``jepsen-like check PATH`` end to end, in a fresh process each run, as
 a user runs it: interpreter start, imports, the Spark session (two JVM
@@ -13,6 +13,13 @@ are printed, with the machine's load average over the runs: on a shared
 machine the figures grow with the load, so read them together. The target
 (issue 19) is under 8 s for any history under 10,000 operations.
 
+``--cpu`` also measures each run's CPU time, user + system, of the check's
+process and everything it started (the Spark JVM and the Python workers):
+the run's process stops Spark and waits for the JVM to exit before it
+exits itself, so that the JVM's CPU is counted in its ``RUSAGE_CHILDREN``
+(a JVM left to exit on its own is never reaped by it, and its CPU would be
+lost). CPU time grows far less with the machine's load than wall time.
+
 Every run must exit 0 with nothing from Spark on the terminal (no log4j
 lines, no JVM warnings): the benchmark says so when one does not. Nothing is
 asserted: the figures are printed (and written as JSON with ``--json-out``).
@@ -24,6 +31,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -47,18 +55,29 @@ THREE_OPERATIONS = [
 _SPARK_NOISE = re.compile(r"WARN|log4j|incubator|NativeCodeLoader|Using Spark's default|SLF4J|\[cds\]|Exception in thread")
 
 
-def _one_run(path: Path, work: Path) -> dict[str, Any]:
-    command = [
-        sys.executable, "-m", "jepsen_like.checker", "check", str(path),
-        "--spark-log", str(work / "spark.log"), "--out", str(work / f"{path.stem}-result.json"),
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _one_run(path: Path, work: Path, cpu: bool = False) -> dict[str, Any]:
+    arguments = [
+        "check", str(path), "--spark-log", str(work / "spark.log"), "--out", str(work / f"{path.stem}-result.json"),
     ]
+    if cpu:
+        command = [sys.executable, "-m", "bench.checker_small_bench", "--run-and-reap", *arguments]
+    else:
+        command = [sys.executable, "-m", "jepsen_like.checker", *arguments]
     load_before = os.getloadavg()[0]
+    cpu_before = _children_cpu_s()
     started = time.monotonic()
     completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     wall_s = time.monotonic() - started
+    cpu_s = _children_cpu_s() - cpu_before
     terminal = completed.stdout + completed.stderr
     return {
         "wall_s": wall_s,
+        "cpu_s": cpu_s if cpu else None,
         "exit": completed.returncode,
         "load_1m": (load_before + os.getloadavg()[0]) / 2,
         "noise_lines": [line for line in terminal.splitlines() if _SPARK_NOISE.search(line)],
@@ -70,9 +89,32 @@ def _operations(result_path: Path) -> int:
     return json.loads(result_path.read_text())["stats"]["operations"]
 
 
-def _measure(label: str, path: Path, work: Path, runs: int) -> dict[str, Any]:
-    first = _one_run(path, work)
-    timed = [_one_run(path, work) for _ in range(runs)]
+def _run_and_reap(arguments: list[str]) -> int:
+    """``jepsen-like ARGUMENTS`` in this process, then stop Spark and wait
+    for its JVM to exit (so that this process's parent counts the JVM's CPU
+    in its ``RUSAGE_CHILDREN``); returns the command's exit code."""
+    from jepsen_like.checker.cli import main as checker_main
+
+    try:
+        checker_main.main(arguments, prog_name="jepsen-like", standalone_mode=True)
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    process = getattr(gateway, "proc", None)
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
+    if process is not None and process.stdin is not None:
+        process.stdin.close()  # Spark's gateway JVM exits when its stdin closes
+        process.wait(timeout=300)
+    return code
+
+
+def _measure(label: str, path: Path, work: Path, runs: int, cpu: bool = False) -> dict[str, Any]:
+    first = _one_run(path, work, cpu)
+    timed = [_one_run(path, work, cpu) for _ in range(runs)]
     walls = [run["wall_s"] for run in timed]
     loads = [run["load_1m"] for run in timed]
     summary = {
@@ -83,6 +125,7 @@ def _measure(label: str, path: Path, work: Path, runs: int) -> dict[str, Any]:
         "min_s": min(walls),
         "max_s": max(walls),
         "walls_s": walls,
+        "cpus_s": [run["cpu_s"] for run in timed] if cpu else None,
         "load_1m_min": min(loads),
         "load_1m_max": max(loads),
         "exits": sorted({run["exit"] for run in [first, *timed]}),
@@ -100,7 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="timed runs per history (after one untimed)")
     parser.add_argument("--ops", type=int, default=9_000, help="base operations of the synthetic campaign")
     parser.add_argument("--quick", action="store_true", help="3 timed runs")
+    parser.add_argument("--cpu", action="store_true", help="also measure each run's CPU seconds, the JVM's included")
     parser.add_argument("--json-out", type=Path, default=None)
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--run-and-reap"]:
+        return _run_and_reap(argv[1:])
     arguments = parser.parse_args(argv)
     runs = 3 if arguments.quick else max(1, arguments.runs)
 
@@ -117,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"checker, small histories end to end ({runs} timed runs each; nproc {os.cpu_count()})", flush=True)
         results = []
         for label, path in (("3 operations", three), ("synthetic campaign", campaign)):
-            summary = _measure(label, path, work, runs)
+            summary = _measure(label, path, work, runs, arguments.cpu)
             results.append(summary)
             print(
                 f"{label:20} {summary['operations']:>6,} ops: median {summary['median_s']:5.1f} s "
@@ -127,6 +175,13 @@ def main(argv: list[str] | None = None) -> int:
                 + ("nothing from Spark on the terminal" if not summary["noise_lines"] else f"TERMINAL NOISE: {summary['noise_lines'][:3]}"),
                 flush=True,
             )
+            if arguments.cpu:
+                cpus = summary["cpus_s"]
+                print(
+                    f"{'':20} CPU, JVM included: median {statistics.median(cpus):5.1f} s "
+                    f"(runs: {', '.join(f'{value:.1f}' for value in cpus)})",
+                    flush=True,
+                )
             if "failure" in summary:
                 print(summary["failure"], flush=True)
     if arguments.json_out is not None:
