@@ -424,27 +424,10 @@ def _duplicate_indexes(kept: DataFrame) -> DataFrame:
     )
 
 
-def materialize_columnar(frame: DataFrame) -> DataFrame:
-    """Compute ``frame`` now, in a job of its own, and keep it on local disk
-    as Spark's columnar cache (compressed column buffers in batches), for a
-    big input's frames that many queries read for a few columns each (tier
-    1's checks read the operations some fifteen times). A query then decodes
-    only the columns it uses; from :func:`materialize`'s copy every query
-    deserialised every whole row. The plan keeps its lineage (above frames
-    that :func:`materialize` kept, it is short)."""
-    kept = frame.persist(StorageLevel.DISK_ONLY)
-    kept.count()
-    return kept
-
-
 def release(frame: DataFrame | None) -> None:
-    """Drop what :func:`materialize` or :func:`materialize_columnar` kept
-    (best effort: without it the blocks go when the JVM garbage-collects
-    the RDD)."""
+    """Drop what :func:`materialize` kept (best effort: without it the
+    blocks go when the JVM garbage-collects the RDD)."""
     if frame is None:
-        return
-    if frame.is_cached:
-        frame.unpersist(blocking=False)
         return
     try:
         frame._jdf.queryExecution().logical().rdd().unpersist(False)
@@ -503,8 +486,7 @@ def _side_count_rows(node_events: DataFrame | None, log_dumps: DataFrame | None)
 
 def load(spark: SparkSession, sources: Sequence[HistorySource], *, eager: bool = True) -> Loaded:
     """Read and validate every history and its side files (``eager``: see
-    :func:`materialize`; eager side files are kept by
-    :func:`materialize_columnar`). Validation and counting are one Spark action: what
+    :func:`materialize`). Validation and counting are one Spark action: what
     a small input's check costs is per job, not per row.
 
     Raises :class:`HistoryFormatError` listing the first malformed events or
@@ -529,11 +511,8 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, eager: bool =
     # Side files arrive in as many partitions as file splits (one partition
     # of a big log dump can hold millions of records): spread them first.
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    # Eagerly (a big input), as columnar caches: tier 1 reads the log dumps
-    # four times and the node events five, for a few columns each.
-    keep_side = materialize_columnar if eager else partial(materialize, eager=False)
-    node_events = keep_side(node_events.repartition(partitions)) if node_events is not None else None
-    log_dumps = keep_side(log_dumps.repartition(partitions)) if log_dumps is not None else None
+    node_events = materialize(node_events.repartition(partitions), eager=eager) if node_events is not None else None
+    log_dumps = materialize(log_dumps.repartition(partitions), eager=eager) if log_dumps is not None else None
 
     errors = kept.where(F.col("error_message").isNotNull()).select(
         "hid", "index", F.col("error_message").alias("message"), F.col(CORRUPT).alias("raw")

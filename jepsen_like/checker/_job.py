@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 
 from jepsen_like.checker import _tier1, _tier2
 from jepsen_like.checker._errors import HistoryFormatError
-from jepsen_like.checker._frames import OP_RENDER_COLUMNS, Loaded, build_operations, load, materialize, materialize_columnar, model_error, release
+from jepsen_like.checker._frames import OP_RENDER_COLUMNS, Loaded, build_operations, load, materialize, model_error, release
 from jepsen_like.checker._load import HistorySource, discover_histories, model_override_name, resolve_model_name
 from jepsen_like.checker._model_catalog import MODEL_DEFAULT, get_model
 from jepsen_like.checker._models import MODE_LINEARIZABLE, Model, canonical_json, operation_from_row, render_operation
@@ -203,8 +203,9 @@ def check_sources(
                     raise HistoryFormatError(f"{sources[hid].path}: {error}") from None
             lap("load_s")
             guard.enter("operations")
-            ops = build_operations(loaded.paired, models, inexact_numbers=loaded.inexact_values)
-            ops = materialize(ops, eager=False) if small_input else materialize_columnar(ops)
+            ops = materialize(
+                build_operations(loaded.paired, models, inexact_numbers=loaded.inexact_values), eager=not small_input
+            )
             history_counts = _operation_counts(ops, models, sources)
             release(loaded.paired)
             nemesis = loaded.nemesis

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from _checker_helpers import comparable
-from jepsen_like.checker import ANOMALY_KINDS, check, check_reference, discover_histories, synthesize
-from jepsen_like.checker._job import is_small_input
+from jepsen_like.checker import ANOMALY_KINDS, check, check_reference, synthesize
 from jepsen_like.checker._synth import find_planted, parse_plant_spec
 
 pytestmark = pytest.mark.spark
@@ -80,14 +79,6 @@ def test_all_kinds_planted_together_are_all_found(campaigns, results):
 def test_reference_agrees_with_the_spark_job(name, campaigns, results):
     reference = check_reference([str(campaigns["root"] / name)], max_witnesses=100)[0]
     assert comparable(reference.to_dict()) == comparable(results[name])
-
-
-def test_the_campaigns_together_are_a_big_input_whose_cached_frames_are_dropped(spark, campaigns, results):
-    # The big-input path keeps the operations and side files as Spark's
-    # columnar cache (gigabytes on disk for a big history): the check must
-    # drop every cached frame it made before it returns.
-    assert not is_small_input(discover_histories([str(campaigns["root"])]))
-    assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
 
 
 def test_same_seed_same_files(tmp_path):
