@@ -100,6 +100,8 @@ def _case_spark(case: dict[str, Any]) -> dict[str, Any]:
     )
     check_s = time.monotonic() - check_started
     _stop_spark(spark)
+    if case.get("results_out"):  # to compare two trees' results, byte for byte
+        Path(case["results_out"]).write_text(json.dumps([result.to_dict() for result in results], indent=1, sort_keys=True))
     valid = [result.valid for result in results]
     keys = [result.checks["linearizability"].get("keys") for result in results]
     return {
