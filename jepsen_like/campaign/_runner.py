@@ -32,6 +32,7 @@ from ._cluster import CLUSTER_ID, Cluster, QuorumView, _free_ports
 from ._history import HistoryRecorder
 from ._kafka_target import KafkaCampaignCluster
 from ._kafka_workload import KafkaWorkload
+from ._memory import MemoryTimeline, growth_per_operation
 from ._options import DYNAMIC_VOTER_SCENARIOS, CampaignOptions
 from ._processes import NodeProcess, ProcessGroup
 from ._replay import run_faults, schedule_of_run, write_schedule
@@ -65,6 +66,10 @@ class CampaignResult:
     peak_rss_bytes: int = 0
     peak_rss_recording_bytes: int = 0  # the same when the history was written, before checker and report
     disk_bytes: int = 0
+    # Least-squares growth of the harness's RSS and of Python's allocated
+    # blocks per operation over the run's last three quarters (memory.csv).
+    rss_growth_per_operation_bytes: float | None = None
+    python_blocks_per_operation: float | None = None
 
 
 class Campaign:
@@ -197,8 +202,11 @@ class Campaign:
                 self.started_ns = self.history.now_ns()
                 self.deadline_s = self.started_s + options.time_limit_s
                 self._phase(f"running {options.scenario}")
+                memory = MemoryTimeline(self.run_dir / "memory.csv", lambda: self.history.counts["invoke"], self._node_pids)
+                disks.callback(memory.close)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._watch)
+                    nursery.start_soon(memory.run, self.started_s)
                     async with trio.open_nursery() as run_nursery:
                         if schedule is None:
                             run_nursery.start_soon(workload.run, self.deadline_s)
@@ -255,7 +263,14 @@ class Campaign:
         result.phase_seconds = dict(self.phase_seconds)
         result.peak_rss_bytes = peak_rss_bytes()
         result.disk_bytes = directory_bytes(self.run_dir)
+        if (self.run_dir / "memory.csv").exists():
+            growth = growth_per_operation(self.run_dir / "memory.csv")
+            if growth is not None:
+                result.rss_growth_per_operation_bytes, result.python_blocks_per_operation = growth
         return result
+
+    def _node_pids(self) -> list[int]:
+        return [node.process.pid for node in self.processes.nodes.values() if node.running and node.process is not None]
 
     def _mount_small_disk(self, disks: contextlib.ExitStack) -> None:
         """For a scenario in ``SMALL_DISK_SCENARIOS``: the last controller's

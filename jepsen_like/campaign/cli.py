@@ -233,6 +233,11 @@ def verdict_lines(scenario: str, result: CampaignResult) -> list[str]:
             f"    harness peak memory (RSS): {result.peak_rss_recording_bytes / 2**20:.0f} MiB while recording,"
             f" {result.peak_rss_bytes / 2**20:.0f} MiB with the checker and the report"
         )
+    if result.rss_growth_per_operation_bytes is not None:
+        lines.append(
+            f"    harness memory growth after the first quarter: {result.rss_growth_per_operation_bytes:.0f} B of RSS"
+            f" and {result.python_blocks_per_operation:.2f} Python blocks per operation (memory.csv)"
+        )
     if result.disk_bytes:
         lines.append(f"    run directory: {result.run_dir} ({result.disk_bytes / 2**20:.1f} MiB)")
     else:
