@@ -64,6 +64,7 @@ from ._palette import (
     op_colours,
     rgba,
 )
+from ._memory import MEMORY_CSS, memory_section
 from ._staleness import STALENESS_CSS, staleness_section
 from ._svg import (
     LogScale,
@@ -154,6 +155,7 @@ def render_report(data: RunData, out: Path | None = None) -> str:
         _timeline_section(data, scale, witnesses),
         _latency_section(data, scale, witnesses),
         _throughput_section(data, scale),
+        memory_section(data.run_dir, LEFT, PLOT_W, WIDTH),
         _failures_section(data),
         staleness_section(data.results),
         _anomalies_section(data, witnesses),
@@ -162,7 +164,7 @@ def render_report(data: RunData, out: Path | None = None) -> str:
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-        f"<title>{esc(title)} — pykraft campaign report</title>\n<style>{CSS}{STALENESS_CSS}</style>\n</head>\n"
+        f"<title>{esc(title)} — pykraft campaign report</title>\n<style>{CSS}{STALENESS_CSS}{MEMORY_CSS}</style>\n</head>\n"
         "<body>\n<div id=\"tip\" hidden></div>\n<main>\n" + "\n".join(body) + "\n</main>\n"
         f"<script>{JS}</script>\n</body>\n</html>\n"
     )
@@ -323,7 +325,7 @@ def _header(data: RunData, witnesses: Sequence[CheckWitnesses]) -> str:
  </div>
 </div>
 {warnings}
-<nav><a href="#timeline">timeline</a><a href="#latency">latency</a><a href="#throughput">throughput</a><a href="#failures">failures</a><a href="#staleness">staleness</a><a href="#anomalies">anomalies</a><a href="#files">files</a></nav>
+<nav><a href="#timeline">timeline</a><a href="#latency">latency</a><a href="#throughput">throughput</a><a href="#memory">memory</a><a href="#failures">failures</a><a href="#staleness">staleness</a><a href="#anomalies">anomalies</a><a href="#files">files</a></nav>
 </header>"""
 
 

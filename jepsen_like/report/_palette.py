@@ -60,6 +60,10 @@ VOTERS_PALE = "#ecfeff"  # the light stripes of a voter change's band
 STALENESS = "#4338ca"
 BEYOND_BOUND = "#be185d"
 STALENESS_BOUND = "#111827"
+#: The memory chart (a campaign's memory.csv): the harness's resident set
+#: and the node processes' summed resident set, a line each.
+MEMORY_HARNESS = "#581c87"
+MEMORY_NODES = "#3f6212"
 
 #: Two colours with different meanings are at least this far apart in RGB.
 MIN_DISTANCE = 45.0
@@ -76,7 +80,7 @@ def meanings() -> dict[str, str]:
     found.update(
         {"fault": FAULT, "down": DOWN, "hostile": HOSTILE, "disk": DISK, "witness": WITNESS, "two leaders": TWO_LEADERS, "heal": HEAL,
          "voters": VOTERS, "staleness": STALENESS, "beyond the staleness bound": BEYOND_BOUND,
-         "staleness bound": STALENESS_BOUND}
+         "staleness bound": STALENESS_BOUND, "harness memory": MEMORY_HARNESS, "nodes' memory": MEMORY_NODES}
     )
     return found
 

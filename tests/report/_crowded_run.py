@@ -147,6 +147,14 @@ def build_crowded_run(root: Path, *, seed: int = 3) -> Path:
         "stats": {"operations": counter}, "checks": {"stale-read": {"status": "fail", "count": len(witnesses), "witnesses": witnesses}},
     }  # fmt: skip
     (run_dir / "results.json").write_text(json.dumps(results))
+    # The memory timeline the runner writes every 10 s (here every second
+    # of the 12): the harness flat after start-up, a node killed mid-run.
+    rows = ["elapsed_s,operations,harness_rss_bytes,python_blocks,nodes_rss_bytes"]
+    for second in range(12):
+        harness = (100 + min(second, 3) * 25 + rng.randrange(4)) * 2**20
+        nodes = (300 - (60 if second in (8, 9) else 0) + second) * 2**20
+        rows.append(f"{second}.0,{second * 250},{harness},{500_000 + rng.randrange(50_000)},{nodes}")
+    (run_dir / "memory.csv").write_text("\n".join(rows) + "\n")
     return run_dir
 
 

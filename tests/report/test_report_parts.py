@@ -216,3 +216,19 @@ def test_a_run_with_no_failures_says_so(tmp_path):
     (run_dir / "history.jsonl").write_text("\n".join(kept) + "\n")
     page = write_report(run_dir).read_text(encoding="utf-8")
     assert "none: every operation that completed was ok" in page
+
+
+def test_the_memory_card_charts_memory_csv_and_tables_its_growth(tmp_path):
+    from jepsen_like.report._memory import memory_section
+
+    assert "no memory.csv" in memory_section(tmp_path, 100, 1000, 1200)
+    rows = ["elapsed_s,operations,harness_rss_bytes,python_blocks,nodes_rss_bytes"]
+    rows += [f"{10 * i}.0,{1000 * i},{(100 + 2 * i) * 2**20},1,{300 * 2**20}" for i in range(9)]
+    (tmp_path / "memory.csv").write_text("\n".join(rows) + "\n10.0,torn")
+    card = memory_section(tmp_path, 100, 1000, 1200)
+    assert card.count("<path class=\"mem-") == 2
+    # Harness: 100 → 116 MiB; from the first quarter's row (i=2: 104 MiB,
+    # 2,000 operations) to the end (116 MiB, 8,000): +12 MiB, 2,097 B per operation.
+    assert "<td class=\"name\">harness</td><td>100</td><td>116</td><td>116</td><td>+12</td><td>2097 B</td>" in card
+    assert "<td class=\"name\">nodes, summed</td><td>300</td><td>300</td><td>300</td><td>+0</td><td>0 B</td>" in card
+    assert "1 unreadable row(s) skipped" in card
