@@ -66,6 +66,9 @@ _EMPTY: frozenset = frozenset()
 # applies a whole log in one call).
 _GC_PAUSE_MIN_ENTRIES = 256
 _GC_PAUSE_MAX_ENTRIES = 20_000
+# ``apply`` leaves at most this many partition changes' index updates
+# pending (_SetIndex.pending) when it returns.
+_PENDING_CHANGES_MAX = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,15 +132,26 @@ class _SetIndex:
 
     After ``copy()`` neither side owns any set: the first mutation of a key's
     set on either side copies that one set.
+
+    ``pending`` holds updates noted but not yet made (partition changes note
+    theirs there: a fence's 10,000 each move one key between two brokers'
+    sets, and one set operation per broker costs far less than three method
+    calls per partition). Every method applies them first, so nothing reads
+    or changes the sets past them.
     """
 
-    __slots__ = ("_sets", "_owned")
+    __slots__ = ("_sets", "_owned", "pending")
 
     def __init__(self, sets: dict[Any, set] | None = None) -> None:
         self._sets: dict[Any, set] = {} if sets is None else sets
         self._owned: set = set()  # keys whose set only this index holds
+        #: key -> {member: True (added) or False (discarded)}, the last
+        #: update noted per member; see ``apply_pending``.
+        self.pending: dict[Any, dict[Any, bool]] = {}
 
     def add(self, key: Any, member: Any) -> None:
+        if self.pending:
+            self.apply_pending()
         members = self._sets.get(key)
         if members is None:
             self._sets[key] = {member}
@@ -149,6 +163,8 @@ class _SetIndex:
         members.add(member)
 
     def discard(self, key: Any, member: Any) -> None:
+        if self.pending:
+            self.apply_pending()
         members = self._sets.get(key)
         if members is None or member not in members:
             return
@@ -163,30 +179,42 @@ class _SetIndex:
 
     def get(self, key: Any) -> frozenset | set:
         """The members of ``key`` (do not mutate the result)."""
+        if self.pending:
+            self.apply_pending()
         return self._sets.get(key, _EMPTY)
 
     def keys(self) -> Iterable[Any]:
+        if self.pending:
+            self.apply_pending()
         return self._sets.keys()
 
     def items(self) -> Iterable[tuple[Any, set]]:
+        if self.pending:
+            self.apply_pending()
         return self._sets.items()
 
     def copy(self) -> _SetIndex:
+        if self.pending:
+            self.apply_pending()
         self._owned = set()
         return _SetIndex(dict(self._sets))
 
-    def apply_changes(self, changes: dict[Any, dict[Any, bool]]) -> None:
-        """Apply many ``add``s and ``discard``s at once: ``changes[key]
-        [member]`` is True when the last of them for that member was an
-        ``add``, False when a ``discard``. For one member of a set only the
-        last operation matters, so this ends where calling them in order
-        would: the same sets, a key without members removed, copy-on-write
-        as ever (one copy per key at most)."""
+    def apply_pending(self) -> None:
+        """Make the noted updates: for one member of a set only the last
+        ``add`` or ``discard`` matters, so this ends where making them in
+        order would (the same sets, a key without members removed), with
+        one copy-on-write per key at most."""
         sets = self._sets
         owned = self._owned
-        for key, member_changes in changes.items():
+        pending, self.pending = self.pending, {}
+        for key, member_changes in pending.items():
             added = [member for member, present in member_changes.items() if present]
-            removed = [member for member, present in member_changes.items() if not present]
+            if len(added) == len(member_changes):
+                removed: Iterable[Any] = ()
+            elif not added:
+                removed = member_changes  # its keys, every one discarded
+            else:
+                removed = [member for member, present in member_changes.items() if not present]
             members = sets.get(key)
             if members is None:
                 members = set(added)
@@ -229,6 +257,8 @@ class ClusterImage:
         # Replica and ISR tuples are interned: a 1,000-broker cluster has far
         # fewer distinct replica sets than partitions.
         self._tuples: dict[tuple[int, ...], tuple[int, ...]] = {}
+        # Partition changes whose index updates are noted, not yet made.
+        self._pending_changes = 0
         #: Records skipped because they were undecodable or did not fit the
         #: image (diagnostics only; not part of the image's state).
         self.skipped_records = 0
@@ -254,6 +284,7 @@ class ClusterImage:
         other._led_by = self._led_by.copy()
         other._in_isr = self._in_isr.copy()
         other._tuples = self._tuples  # an append-only cache of canonical tuples
+        self._pending_changes = other._pending_changes = 0  # the index copies made them
         other.skipped_records = 0
         return other
 
@@ -306,38 +337,34 @@ class ClusterImage:
     def _apply_entries(self, entries: Sequence[Entry]) -> None:
         data_kind = RecordKind.DATA
         appliers = _APPLIERS
-        # Partition changes gather their index updates (a fence's 10,000
-        # move one broker's leaderships and ISR memberships); every other
-        # applier reads or writes the indexes, so they are applied before it.
-        changes = _PartitionChanges(self)
-        change_partition = changes.change
-        try:
-            for entry in entries:
-                offset = entry.offset
-                if offset < self._offset:
-                    continue
-                if entry.kind is not data_kind:
-                    self._offset = offset + 1
-                    continue
-                try:
-                    # apply_record without its checks: the offset was checked
-                    # above and unpack_record returns only record types.
-                    cls, values = unpack_record(entry.data)
-                    if cls is PartitionChangeRecord:
-                        # The most frequent record, by far: applied from its
-                        # field values, validated as the record validates
-                        # them, without building the record object.
-                        change_partition(*checked_partition_change(values))
-                    else:
-                        changes.flush()
-                        appliers[cls](self, record_from_values(cls, values), offset)
-                    self._offset = offset + 1
-                except (RecordDecodeError, InvalidRecordError) as error:
-                    logger.error("skipped the record at offset %d: %s", entry.offset, error)
-                    self.skipped_records += 1
-                    self._offset = entry.offset + 1
-        finally:
-            changes.flush()
+        change_partition = self._change_partition
+        for offset, _epoch, kind, data in entries:  # an Entry is a named tuple: unpacking beats attributes
+            if offset < self._offset:
+                continue
+            if kind is not data_kind:
+                self._offset = offset + 1
+                continue
+            try:
+                # apply_record without its checks: the offset was checked
+                # above and unpack_record returns only record types.
+                cls, values = unpack_record(data)
+                if cls is PartitionChangeRecord:
+                    # The most frequent record, by far: applied from its
+                    # field values, validated as the record validates them,
+                    # without building the record object.
+                    change_partition(*checked_partition_change(values))
+                else:
+                    appliers[cls](self, record_from_values(cls, values), offset)
+                self._offset = offset + 1
+            except (RecordDecodeError, InvalidRecordError) as error:
+                logger.error("skipped the record at offset %d: %s", offset, error)
+                self.skipped_records += 1
+                self._offset = offset + 1
+        # Index updates wait for a batch's worth of changes, however the
+        # records come (the quorum host hands a state machine one record per
+        # call), and no longer: they hold memory until made.
+        if self._pending_changes >= _PENDING_CHANGES_MAX:
+            self._apply_pending_changes()
 
     def apply_record(self, record: Record, offset: int) -> None:
         """Apply one record that sits at ``offset`` in the log.
@@ -369,15 +396,14 @@ class ClusterImage:
         """
         if offset < self._offset:
             raise ValueError(f"offset {offset} is below the image's offset {self._offset}")
-        batch = _PartitionChanges(self)
-        change = batch.change
+        change = self._change_partition
         applied = 0
         try:
             for values in changes:
                 change(*values)
                 applied += 1
         finally:
-            batch.flush()
+            self._apply_pending_changes()
             if applied:
                 self._offset = offset + applied
 
@@ -480,9 +506,90 @@ class ClusterImage:
             self._led_by.add(record.leader, key)
 
     def _apply_partition_change(self, record: PartitionChangeRecord, _offset: int) -> None:
-        batch = _PartitionChanges(self)
-        batch.change(record.topic_id, record.partition_id, record.isr, record.leader, record.replicas)
-        batch.flush()
+        self._change_partition(record.topic_id, record.partition_id, record.isr, record.leader, record.replicas)
+
+    def _change_partition(
+        self,
+        topic_id: str,
+        partition_id: int,
+        new_isr: tuple[int, ...] | None,
+        new_leader: int,
+        new_replicas: tuple[int, ...] | None,
+    ) -> None:
+        """Apply a ``PartitionChangeRecord`` given as its (validated) field
+        values. Raises ``InvalidRecordError`` (and changes nothing) when it
+        does not fit the image."""
+        # The hottest applier: a fence writes one such record per partition
+        # the broker leads or follows in (docs/benchmarks.md, "The controller
+        # at scale"), hence the local names.
+        key = (topic_id, partition_id)
+        partitions = self._partitions
+        old = partitions.get(key)
+        if old is None:
+            raise InvalidRecordError(f"{_describe_change(key, new_isr, new_leader, new_replicas)}: unknown partition")
+        old_isr = old.isr
+        old_leader = old.leader
+        intern = self._tuples.setdefault
+        replicas = old.replicas if new_replicas is None else intern(new_replicas, new_replicas)
+        isr = old_isr if new_isr is None else intern(new_isr, new_isr)
+        leader = old_leader if new_leader == LEADER_UNCHANGED else new_leader
+        if new_isr is not None or new_replicas is not None:
+            for broker_id in isr:  # a few ids: a scan is cheaper than two sets
+                if broker_id not in replicas:
+                    raise InvalidRecordError(
+                        f"{_describe_change(key, new_isr, new_leader, new_replicas)}: "
+                        f"isr {isr} is not within replicas {replicas}"
+                    )
+        if leader != NO_LEADER and leader not in isr:
+            raise InvalidRecordError(
+                f"{_describe_change(key, new_isr, new_leader, new_replicas)}: leader {leader} is not in the isr {isr}"
+            )
+        # Kafka's replay: the leader epoch moves whenever the record names a
+        # leader (even the same one); the partition epoch on every change.
+        leader_epoch = old.leader_epoch if new_leader == LEADER_UNCHANGED else old.leader_epoch + 1
+        partitions[key] = _new_partition_state(
+            (old.topic_id, old.partition_id, replicas, isr, leader, leader_epoch, old.partition_epoch + 1)
+        )
+        # The index updates, noted (_SetIndex.pending; _note written out where
+        # a fence passes 10,000 times: a broker leaves an ISR, a leader moves).
+        self._pending_changes += 1
+        if isr is not old_isr:
+            in_isr = self._in_isr.pending
+            for broker_id in old_isr:
+                if broker_id not in isr:
+                    noted = in_isr.get(broker_id)
+                    if noted is None:
+                        in_isr[broker_id] = {key: False}
+                    else:
+                        noted[key] = False
+            for broker_id in isr:
+                if broker_id not in old_isr:
+                    _note(in_isr, broker_id, key, True)
+        if leader != old_leader:
+            led_by = self._led_by.pending
+            if old_leader == NO_LEADER:
+                _note(self._leaderless.pending, old.topic_id, old.partition_id, False)
+            else:
+                noted = led_by.get(old_leader)
+                if noted is None:
+                    led_by[old_leader] = {key: False}
+                else:
+                    noted[key] = False
+            if leader == NO_LEADER:
+                _note(self._leaderless.pending, old.topic_id, old.partition_id, True)
+            else:
+                noted = led_by.get(leader)
+                if noted is None:
+                    led_by[leader] = {key: True}
+                else:
+                    noted[key] = True
+
+    def _apply_pending_changes(self) -> None:
+        """Make the index updates partition changes noted."""
+        self._in_isr.apply_pending()
+        self._led_by.apply_pending()
+        self._leaderless.apply_pending()
+        self._pending_changes = 0
 
     def _apply_remove_topic(self, record: RemoveTopicRecord, _offset: int) -> None:
         topic = self._topics_by_id.get(record.topic_id)
@@ -575,6 +682,7 @@ class ClusterImage:
         self._led_by = restored._led_by
         self._in_isr = restored._in_isr
         self._tuples = restored._tuples
+        self._pending_changes = 0
 
     def fingerprint(self) -> str:
         """A stable hash of the whole image (equal images, equal
@@ -768,109 +876,13 @@ class ClusterImage:
 _new_partition_state = partial(tuple.__new__, PartitionState)  # PartitionState(*fields), without its __new__'s call
 
 
-def _note(changes: dict[Any, dict[Any, bool]], key: Any, member: Any, present: bool) -> None:
-    """Record an index update for ``_SetIndex.apply_changes``."""
-    members = changes.get(key)
+def _note(pending: dict[Any, dict[Any, bool]], key: Any, member: Any, present: bool) -> None:
+    """Note an index update in a ``_SetIndex.pending``."""
+    members = pending.get(key)
     if members is None:
-        changes[key] = {member: present}
+        pending[key] = {member: present}
     else:
         members[member] = present
-
-
-class _PartitionChanges:
-    """Partition changes applied to one image, their index updates gathered
-    until ``flush`` and applied per broker (per topic for the leaderless
-    index) with ``_SetIndex.apply_changes``.
-
-    Why: a fence changes 10,000 partitions, each moving one key out of the
-    fenced broker's two index sets and into its new leader's; one set
-    operation per broker instead of three method calls per partition (issue
-    21, docs/benchmarks.md "The fence, again"). The partitions themselves
-    change at once, so every check sees the earlier changes; only the
-    indexes wait, and nothing reads them before ``flush``.
-    """
-
-    __slots__ = ("_image", "_partitions", "_intern", "_in_isr", "_led_by", "_leaderless")
-
-    def __init__(self, image: ClusterImage) -> None:
-        self._image = image
-        self._partitions = image._partitions
-        self._intern = image._tuples.setdefault
-        self._in_isr: dict[int, dict[PartitionKey, bool]] = {}
-        self._led_by: dict[int, dict[PartitionKey, bool]] = {}
-        self._leaderless: dict[str, dict[int, bool]] = {}
-
-    def change(
-        self,
-        topic_id: str,
-        partition_id: int,
-        new_isr: tuple[int, ...] | None,
-        new_leader: int,
-        new_replicas: tuple[int, ...] | None,
-    ) -> None:
-        """Apply a ``PartitionChangeRecord`` given as its (validated) field
-        values. Raises ``InvalidRecordError`` (and changes nothing) when it
-        does not fit the image."""
-        # The hottest applier: a fence writes one such record per partition
-        # the broker leads or follows in (docs/benchmarks.md, "The controller
-        # at scale"), hence the local names.
-        key = (topic_id, partition_id)
-        old = self._partitions.get(key)
-        if old is None:
-            raise InvalidRecordError(f"{_describe_change(key, new_isr, new_leader, new_replicas)}: unknown partition")
-        old_isr = old.isr
-        old_leader = old.leader
-        intern = self._intern
-        replicas = old.replicas if new_replicas is None else intern(new_replicas, new_replicas)
-        isr = old_isr if new_isr is None else intern(new_isr, new_isr)
-        leader = old_leader if new_leader == LEADER_UNCHANGED else new_leader
-        if new_isr is not None or new_replicas is not None:
-            for broker_id in isr:  # a few ids: a scan is cheaper than two sets
-                if broker_id not in replicas:
-                    raise InvalidRecordError(
-                        f"{_describe_change(key, new_isr, new_leader, new_replicas)}: "
-                        f"isr {isr} is not within replicas {replicas}"
-                    )
-        if leader != NO_LEADER and leader not in isr:
-            raise InvalidRecordError(
-                f"{_describe_change(key, new_isr, new_leader, new_replicas)}: leader {leader} is not in the isr {isr}"
-            )
-        # Kafka's replay: the leader epoch moves whenever the record names a
-        # leader (even the same one); the partition epoch on every change.
-        leader_epoch = old.leader_epoch if new_leader == LEADER_UNCHANGED else old.leader_epoch + 1
-        self._partitions[key] = _new_partition_state(
-            (old.topic_id, old.partition_id, replicas, isr, leader, leader_epoch, old.partition_epoch + 1)
-        )
-        if isr is not old_isr:
-            in_isr = self._in_isr
-            for broker_id in old_isr:
-                if broker_id not in isr:
-                    _note(in_isr, broker_id, key, False)
-            for broker_id in isr:
-                if broker_id not in old_isr:
-                    _note(in_isr, broker_id, key, True)
-        if leader != old_leader:
-            if old_leader == NO_LEADER:
-                _note(self._leaderless, old.topic_id, old.partition_id, False)
-            else:
-                _note(self._led_by, old_leader, key, False)
-            if leader == NO_LEADER:
-                _note(self._leaderless, old.topic_id, old.partition_id, True)
-            else:
-                _note(self._led_by, leader, key, True)
-
-    def flush(self) -> None:
-        """Apply the gathered index updates. Raises nothing of its own."""
-        image = self._image
-        if self._in_isr:
-            image._in_isr.apply_changes(self._in_isr)
-            self._in_isr = {}
-        if self._led_by:
-            image._led_by.apply_changes(self._led_by)
-            self._led_by = {}
-        if self._leaderless:
-            image._leaderless.apply_changes(self._leaderless)
-            self._leaderless = {}
 
 
 def _describe_change(

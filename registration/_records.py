@@ -372,6 +372,7 @@ RECORD_TYPES: tuple[type, ...] = (
 
 _RECORD_VERSION = 0
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {cls: tuple(f.name for f in fields(cls)) for cls in RECORD_TYPES}
+_FIELD_COUNTS: dict[type, int] = {cls: len(names) for cls, names in _FIELD_NAMES.items()}
 _TYPES_BY_CODE: dict[int, type] = {cls.TYPE_CODE: cls for cls in RECORD_TYPES}  # type: ignore[attr-defined]
 
 
@@ -488,7 +489,7 @@ def unpack_record(data: bytes) -> tuple[type, tuple[Any, ...]]:
         raise RecordDecodeError(f"unknown record type {type_code!r}")
     if version != _RECORD_VERSION or type(version) is not int:
         raise RecordDecodeError(f"unsupported version {version!r} of {cls.__name__}")
-    if type(values) is not tuple or len(values) != len(_FIELD_NAMES[cls]):
+    if type(values) is not tuple or len(values) != _FIELD_COUNTS[cls]:
         raise RecordDecodeError(f"{cls.__name__} v{version} has {len(_FIELD_NAMES[cls])} fields")
     return cls, values
 
