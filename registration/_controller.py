@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._election import elect_leader, election_change
+from ._election import PartitionChange, elect_leader, election_change
 from ._errors import ErrorCode, NotActiveError, RegistrationInvariantError
 from ._gc_pause import collector_paused
 from ._image import BrokerRegistration, ClusterImage
@@ -189,9 +189,6 @@ class _PendingBatch:
 
 
 _UNFENCED = (BrokerState.ONLINE, BrokerState.STOPPING)
-
-#: A ``PartitionChangeRecord`` as its field values (``election_change``).
-PartitionChange = tuple[str, int, "tuple[int, ...] | None", int, None]
 
 
 class Controller:

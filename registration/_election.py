@@ -23,6 +23,11 @@ from ._image import PartitionState
 from ._records import LEADER_UNCHANGED, NO_LEADER, PartitionChangeRecord
 
 
+#: A ``PartitionChangeRecord`` as its field values, in field order: topic
+#: id, partition id, isr (None: unchanged), leader, replicas (None).
+PartitionChange = tuple[str, int, tuple[int, ...] | None, int, None]
+
+
 def elect_leader(
     partition: PartitionState,
     *,
@@ -49,7 +54,7 @@ def election_change(
     is_acceptable: Callable[[int], bool],
     removing: int | None,
     unclean_allowed: bool,
-) -> tuple[str, int, tuple[int, ...] | None, int, None] | None:
+) -> PartitionChange | None:
     """``elect_leader``'s change as the ``PartitionChangeRecord``'s field
     values (topic id, partition id, isr, leader, replicas), or None: for
     callers that encode and apply it without the record object
