@@ -527,10 +527,10 @@ class ClusterImage:
         old = partitions.get(key)
         if old is None:
             raise InvalidRecordError(f"{_describe_change(key, new_isr, new_leader, new_replicas)}: unknown partition")
-        old_isr = old.isr
-        old_leader = old.leader
+        # One unpacking instead of seven attribute reads.
+        old_topic_id, old_partition_id, old_replicas, old_isr, old_leader, old_leader_epoch, old_partition_epoch = old
         intern = self._tuples.setdefault
-        replicas = old.replicas if new_replicas is None else intern(new_replicas, new_replicas)
+        replicas = old_replicas if new_replicas is None else intern(new_replicas, new_replicas)
         isr = old_isr if new_isr is None else intern(new_isr, new_isr)
         leader = old_leader if new_leader == LEADER_UNCHANGED else new_leader
         if new_isr is not None or new_replicas is not None:
@@ -546,9 +546,9 @@ class ClusterImage:
             )
         # Kafka's replay: the leader epoch moves whenever the record names a
         # leader (even the same one); the partition epoch on every change.
-        leader_epoch = old.leader_epoch if new_leader == LEADER_UNCHANGED else old.leader_epoch + 1
+        leader_epoch = old_leader_epoch if new_leader == LEADER_UNCHANGED else old_leader_epoch + 1
         partitions[key] = _new_partition_state(
-            (old.topic_id, old.partition_id, replicas, isr, leader, leader_epoch, old.partition_epoch + 1)
+            (old_topic_id, old_partition_id, replicas, isr, leader, leader_epoch, old_partition_epoch + 1)
         )
         # The index updates, noted (_SetIndex.pending; _note written out where
         # a fence passes 10,000 times: a broker leaves an ISR, a leader moves).
@@ -568,7 +568,7 @@ class ClusterImage:
         if leader != old_leader:
             led_by = self._led_by.pending
             if old_leader == NO_LEADER:
-                _note(self._leaderless.pending, old.topic_id, old.partition_id, False)
+                _note(self._leaderless.pending, old_topic_id, old_partition_id, False)
             else:
                 noted = led_by.get(old_leader)
                 if noted is None:
@@ -576,7 +576,7 @@ class ClusterImage:
                 else:
                     noted[key] = False
             if leader == NO_LEADER:
-                _note(self._leaderless.pending, old.topic_id, old.partition_id, True)
+                _note(self._leaderless.pending, old_topic_id, old_partition_id, True)
             else:
                 noted = led_by.get(leader)
                 if noted is None:
