@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 
+import msgpack
 import pytest
 from _registration_helpers import LISTENERS
 
@@ -215,3 +216,65 @@ def test_apply_partition_changes_stops_at_the_first_change_that_does_not_fit():
     image.check_indexes()
     with pytest.raises(ValueError):
         image.apply_partition_changes(values[2:], first)  # below the image's offset
+
+
+def _random_value(rng: random.Random, depth: int = 0):
+    choice = rng.randrange(9 if depth < 2 else 6)
+    if choice == 0:
+        return rng.randint(-3, 12)
+    if choice == 1:
+        return rng.choice(("tid", "uid", "", "t", "x" * 300))
+    if choice == 2:
+        return None
+    if choice == 3:
+        return rng.random() < 0.5
+    if choice == 4:
+        return rng.choice((b"\x00", 1.5, 2**40))
+    if choice == 5:
+        return rng.choice(((1, 2), (2,), (1, 1), (), (0, 1, 2, 3)))
+    if choice == 6:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    if choice == 7:
+        return {rng.choice(("a", "b")): _random_value(rng, depth + 1)}
+    return tuple(_random_value(rng, depth + 1) for _ in range(rng.randint(0, 3)))
+
+
+def test_the_controllers_state_machine_never_raises_whatever_the_records():
+    """ControllerStateMachine declares ``apply_never_raises`` (the host hands
+    it whole runs, and would stop the node if it raised): records of every
+    type with random field values, random bytes and truncated records are
+    skipped or applied, never raised, and a run in one call ends where the
+    same records one per call end."""
+    from registration import ControllerStateMachine
+    from registration._records import RECORD_TYPES, _FIELD_NAMES
+
+    assert ControllerStateMachine.apply_never_raises is True
+    entries, _ = _fence_cluster(6)
+    rng = random.Random(595)
+    garbage = []
+    for _ in range(3_000):
+        kind = rng.randrange(4)
+        if kind == 0:
+            cls = rng.choice(RECORD_TYPES)
+            fields = [_random_value(rng) for _ in _FIELD_NAMES[cls]]
+            data = msgpack.packb([cls.TYPE_CODE, 0, fields], use_bin_type=True)
+        elif kind == 1:
+            data = bytes(rng.randrange(256) for _ in range(rng.randint(0, 12)))
+        elif kind == 2:
+            data = encode_record(PartitionChangeRecord(topic_id="tid", partition_id=rng.randrange(8), leader=rng.randrange(4)))
+            data = data[: rng.randrange(len(data) + 1)] + bytes(rng.randrange(2))
+        else:
+            data = msgpack.packb([_random_value(rng) for _ in range(rng.randint(0, 4))], use_bin_type=True)
+        garbage.append(data)
+    base = len(entries)
+    run = [Entry(base + i, 1, RecordKind.DATA, data) for i, data in enumerate(garbage)]
+    at_once, one_by_one = ControllerStateMachine(), ControllerStateMachine()
+    for machine in (at_once, one_by_one):
+        machine.image.apply(entries)
+    at_once.apply(run)
+    for entry in run:
+        one_by_one.apply([entry])
+    assert at_once.image == one_by_one.image  # offsets included
+    assert at_once.snapshot() == one_by_one.snapshot()  # the register map's records too
+    assert at_once.image.skipped_records == one_by_one.image.skipped_records > 1_000
+    at_once.image.check_indexes()
