@@ -10,9 +10,10 @@ are the controller's ``tick`` building the batch (leader elections, the
 records, their application to the working image) and a voter's image
 applying the committed batch (decoding and applying 10,001 records), at
 once and one record per call (a ``ControllerStateMachine`` fed as
-``quorum.ReplicaHost`` feeds a state machine that may raise: one record
-per ``apply`` call, so that an exception stays with its record). No
-voter processes, no disk: CPU time is far less sensitive to other load than
+``quorum.ReplicaHost`` feeds a state machine that may raise, so that an
+exception stays with its record: how every voter applied the fence until
+``ControllerStateMachine`` declared ``apply_never_raises``). No voter
+processes, no disk: CPU time is far less sensitive to other load than
 wall time, so run it under each tree (``PYTHONPATH=<tree>``), alternating,
 to compare two trees. Prints the minimum and median of each, and a digest
 of the batch and of the image after it (equal digests: the same records
