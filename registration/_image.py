@@ -322,7 +322,9 @@ class ClusterImage:
         Entries below ``offset`` were applied already and are ignored;
         control records only advance the offset. A record that cannot be
         decoded, or that does not fit the image, is logged and skipped: it
-        must never stop a node, and every node skips it alike.
+        must never stop a node, and every node skips it alike. Raises
+        nothing for any record (``ControllerStateMachine`` relies on it to
+        declare ``apply_never_raises``).
         """
         if len(entries) < _GC_PAUSE_MIN_ENTRIES:
             self._apply_entries(entries)
