@@ -8,8 +8,12 @@ controller on a restored image, every other broker heartbeating, the hot
 broker's session expiring; timed in process CPU time (``time.process_time``)
 are the controller's ``tick`` building the batch (leader elections, the
 records, their application to the working image) and a voter's image
-applying the committed batch (decoding and applying 10,001 records). No
-voter processes, no disk: CPU time is far less sensitive to other load than
+applying the committed batch (decoding and applying 10,001 records), at
+once and one record per call (a ``ControllerStateMachine`` fed as
+``quorum.ReplicaHost`` feeds a state machine that may raise, so that an
+exception stays with its record: how every voter applied the fence until
+``ControllerStateMachine`` declared ``apply_never_raises``). No voter
+processes, no disk: CPU time is far less sensitive to other load than
 wall time, so run it under each tree (``PYTHONPATH=<tree>``), alternating,
 to compare two trees. Prints the minimum and median of each, and a digest
 of the batch and of the image after it (equal digests: the same records
@@ -27,14 +31,21 @@ import time
 from collections.abc import Sequence
 
 from quorum import Entry, RecordKind
-from registration import BrokerHeartbeat, BrokerState, ClusterImage, Controller, ControllerConfig
+from registration import (
+    BrokerHeartbeat,
+    BrokerState,
+    ClusterImage,
+    Controller,
+    ControllerConfig,
+    ControllerStateMachine,
+)
 
 from .registration_bench import CLUSTER_ID, FULL, HOT_BROKER, QUICK, build_cluster, log
 
 
-def fence_once(snapshot: bytes, next_offset: int, brokers: int) -> tuple[float, float, str, str]:
-    """One fence on fresh images: (build CPU s, apply CPU s, batch digest,
-    image fingerprint)."""
+def fence_once(snapshot: bytes, next_offset: int, brokers: int) -> tuple[float, float, float, str, str]:
+    """One fence on fresh images: (build CPU s, apply CPU s, apply one
+    record per call CPU s, batch digest, image fingerprint)."""
     committed = ClusterImage()
     committed.restore(snapshot)
     controller = Controller(ControllerConfig(cluster_id=CLUSTER_ID), committed)
@@ -61,8 +72,16 @@ def fence_once(snapshot: bytes, next_offset: int, brokers: int) -> tuple[float, 
     assert voter.broker_state(HOT_BROKER) is BrokerState.FENCED and voter.leader_count(HOT_BROKER) == 0
     fingerprint = voter.fingerprint()
     assert controller.working_image.fingerprint() == fingerprint
+    host_fed = ControllerStateMachine()
+    host_fed.image.restore(snapshot)
+    gc.collect()
+    started = time.process_time()
+    for entry in entries:
+        host_fed.apply([entry])
+    per_record_s = time.process_time() - started
+    assert host_fed.image.fingerprint() == fingerprint
     digest = hashlib.sha256(b"".join(len(data).to_bytes(4, "big") + data for data in records)).hexdigest()
-    return build_s, apply_s, digest, fingerprint
+    return build_s, apply_s, per_record_s, digest, fingerprint
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -75,17 +94,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     metadata_log, controller, _ = build_cluster(sizes)
     snapshot = controller.image.snapshot()
     del controller
-    builds, applies, digests = [], [], set()
+    builds, applies, per_records, digests = [], [], [], set()
     for _ in range(max(1, args.rounds)):
-        build_s, apply_s, digest, fingerprint = fence_once(snapshot, metadata_log.end_offset, sizes.brokers)
+        build_s, apply_s, per_record_s, digest, fingerprint = fence_once(
+            snapshot, metadata_log.end_offset, sizes.brokers
+        )
         builds.append(build_s * 1e3)
         applies.append(apply_s * 1e3)
+        per_records.append(per_record_s * 1e3)
         digests.add((digest[:16], fingerprint[:16]))
     assert len(digests) == 1, digests
     (digest, fingerprint), = digests
     print(f"fence of the broker leading {sizes.hot_partitions} partitions, {len(builds)} rounds, process CPU:")
     print(f"  build the batch (tick)   min {min(builds):6.1f} ms   median {statistics.median(builds):6.1f} ms")
     print(f"  a voter applies it       min {min(applies):6.1f} ms   median {statistics.median(applies):6.1f} ms")
+    print(f"  ... one record per call  min {min(per_records):6.1f} ms   median {statistics.median(per_records):6.1f} ms")
     print(f"  batch sha256 {digest}, image fingerprint {fingerprint}")
     return 0
 

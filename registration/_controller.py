@@ -33,11 +33,11 @@ import base64
 import hashlib
 import logging
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._election import elect_leader
+from ._election import PartitionChange, elect_leader, election_change
 from ._errors import ErrorCode, NotActiveError, RegistrationInvariantError
 from ._gc_pause import collector_paused
 from ._image import BrokerRegistration, ClusterImage
@@ -56,6 +56,7 @@ from ._records import (
     RemoveTopicRecord,
     TopicRecord,
     UnregisterBrokerRecord,
+    encode_partition_changes,
     encode_records,
     topic_name_problem,
 )
@@ -296,19 +297,28 @@ class Controller:
     # Writing
     # ------------------------------------------------------------------
 
-    def _write(self, records: list[Record], now_ms: int) -> tuple[list[bytes], _PendingBatch]:
-        """Encode ``records``, apply them to the working image at their
-        predicted offsets, and remember the batch as in flight."""
+    def _write(
+        self, records: list[Record], now_ms: int, changes: Sequence[PartitionChange] = ()
+    ) -> tuple[list[bytes], _PendingBatch]:
+        """Encode the batch (``changes``, partition changes as their record's
+        field values, then ``records``), apply it to the working image at its
+        predicted offsets, and remember it as in flight."""
         working = self.working_image
         first = self._next_write_offset
         # A batch can hold 10,000 partition changes (a fence): the cyclic
         # collector would walk its young objects dozens of times.
         with collector_paused():
-            encoded = encode_records(records)
-            for index, record in enumerate(records):
-                working.apply_record(record, first + index)
-        self._next_write_offset = first + len(records)
-        batch = _PendingBatch(first, len(records))
+            # The changes are validated as their records would validate
+            # themselves (encode_partition_changes), then applied with the
+            # image's own checks: the records are never built.
+            encoded = encode_partition_changes(changes)
+            encoded += encode_records(records)
+            working.apply_partition_changes(changes, first)
+            for index, record in enumerate(records, first + len(changes)):
+                working.apply_record(record, index)
+        count = len(changes) + len(records)
+        self._next_write_offset = first + count
+        batch = _PendingBatch(first, count)
         self._pending.append(batch)
         self._last_write_ms = now_ms
         return encoded, batch
@@ -328,13 +338,25 @@ class Controller:
 
         return on_committed
 
-    def _queue(self, records: list[Record], now_ms: int, then: Callable[[int], Any] | None = None) -> None:
-        encoded, batch = self._write(records, now_ms)
+    def _queue(
+        self,
+        records: list[Record],
+        now_ms: int,
+        then: Callable[[int], Any] | None = None,
+        changes: Sequence[PartitionChange] = (),
+    ) -> None:
+        encoded, batch = self._write(records, now_ms, changes)
         on_committed = self._committed_callback(batch, then, always=False)
         self._proposals.append(Proposal(encoded, on_committed, batch.expected_first_offset))
 
-    def _write_reply(self, records: list[Record], now_ms: int, respond: Callable[[int], Response]) -> Reply:
-        encoded, batch = self._write(records, now_ms)
+    def _write_reply(
+        self,
+        records: list[Record],
+        now_ms: int,
+        respond: Callable[[int], Response],
+        changes: Sequence[PartitionChange] = (),
+    ) -> Reply:
+        encoded, batch = self._write(records, now_ms, changes)
         on_committed = self._committed_callback(batch, respond, always=True)
         return Reply(records=encoded, on_committed=on_committed, expected_first_offset=batch.expected_first_offset)
 
@@ -478,27 +500,29 @@ class Controller:
         else:
             self._expiry_order.pop(broker_id, None)
 
-    def _removal_changes(self, broker_id: int) -> list[Record]:
+    def _removal_changes(self, broker_id: int) -> list[PartitionChange]:
         """Partition changes taking ``broker_id`` out of every ISR (except as
-        a last member) and moving its leaderships (seed 004 section A)."""
+        a last member) and moving its leaderships (seed 004 section A), as
+        their records' field values (``_write`` encodes and applies them)."""
         working = self.working_image
         online = set(working.brokers_in_state(BrokerState.ONLINE))
         online.discard(broker_id)
-        changes: list[Record] = []
-        # One election per partition the broker is in: 10,000 records for a
+        is_acceptable = online.__contains__
+        partition = working.partition
+        topic_by_id = working.topic_by_id
+        changes: list[PartitionChange] = []
+        topic_id_before, unclean_allowed = None, False
+        # One election per partition the broker is in: 10,000 changes for a
         # broker that leads 10,000 partitions (see _write).
         with collector_paused():
             for topic_id, partition_id in sorted(working.partitions_with_replica_in_isr(broker_id)):
-                partition = working.partition(topic_id, partition_id)
-                assert partition is not None
-                topic = working.topic_by_id(topic_id)
-                assert topic is not None
-                change = elect_leader(
-                    partition,
-                    is_acceptable=online.__contains__,
-                    removing=broker_id,
-                    unclean_allowed=topic.unclean_leader_election,
-                )
+                state = partition(topic_id, partition_id)
+                assert state is not None
+                if topic_id != topic_id_before:  # the keys are sorted: a topic's partitions in a row
+                    topic = topic_by_id(topic_id)
+                    assert topic is not None
+                    topic_id_before, unclean_allowed = topic_id, topic.unclean_leader_election
+                change = election_change(state, is_acceptable, broker_id, unclean_allowed)
                 if change is not None:
                     changes.append(change)
         return changes
@@ -507,16 +531,14 @@ class Controller:
         """Fence an unfenced broker: its partition changes, then its fence
         record (KIP-631 ``handleBrokerFenced``), in one batch."""
         target = self._transition(registration, event)
-        records = self._removal_changes(registration.broker_id)
-        records.append(
-            BrokerRegistrationChangeRecord(
-                broker_id=registration.broker_id,
-                broker_epoch=registration.broker_epoch,
-                fenced=FLAG_SET,
-                in_controlled_shutdown=FLAG_CLEAR if registration.in_controlled_shutdown else FLAG_UNCHANGED,
-            )
+        changes = self._removal_changes(registration.broker_id)
+        record = BrokerRegistrationChangeRecord(
+            broker_id=registration.broker_id,
+            broker_epoch=registration.broker_epoch,
+            fenced=FLAG_SET,
+            in_controlled_shutdown=FLAG_CLEAR if registration.in_controlled_shutdown else FLAG_UNCHANGED,
         )
-        self._queue(records, now_ms)
+        self._queue([record], now_ms, changes=changes)
         self._check_state(registration.broker_id, target)
         self._sync_expiry(registration.broker_id)
 
@@ -555,20 +577,18 @@ class Controller:
         end offset is what the other brokers must fetch past."""
         target = self._transition(registration, BrokerEvent.SHUTDOWN_REQUESTED)
         broker_id = registration.broker_id
-        records = self._removal_changes(broker_id)
-        records.append(
-            BrokerRegistrationChangeRecord(
-                broker_id=broker_id, broker_epoch=registration.broker_epoch, in_controlled_shutdown=FLAG_SET
-            )
+        changes = self._removal_changes(broker_id)
+        record = BrokerRegistrationChangeRecord(
+            broker_id=broker_id, broker_epoch=registration.broker_epoch, in_controlled_shutdown=FLAG_SET
         )
         session = self._sessions[broker_id]
         session.controlled_shutdown_end_offset = None
-        count = len(records)
+        count = len(changes) + 1
 
         def committed(first_offset: int) -> None:
             session.controlled_shutdown_end_offset = first_offset + count
 
-        self._queue(records, now_ms, committed)
+        self._queue([record], now_ms, committed, changes=changes)
         self._check_state(broker_id, target)
         self._sync_expiry(broker_id)
 
@@ -671,6 +691,7 @@ class Controller:
         if existing is not None and existing.incarnation_id == request.incarnation_id:
             return self._register_again(request, existing, now_ms)
         records: list[Record] = []
+        changes: list[PartitionChange] = []
         if existing is not None:
             state = existing.state
             session = self._sessions[broker_id]
@@ -695,7 +716,7 @@ class Controller:
                 # KIP-380 "onBrokerFailure(bounced) first, then
                 # onBrokerStartUp": the old generation's leaderships and ISR
                 # memberships go, then its fence, then the new registration.
-                records += self._removal_changes(broker_id)
+                changes = self._removal_changes(broker_id)
                 records.append(
                     BrokerRegistrationChangeRecord(
                         broker_id=broker_id,
@@ -714,10 +735,11 @@ class Controller:
                 rack=request.rack,
             )
         )
-        # KIP-631: the broker epoch is the offset of the registration record.
-        index = len(records) - 1
+        # KIP-631: the broker epoch is the offset of the registration record,
+        # the batch's last (after the changes, which _write puts first).
+        index = len(changes) + len(records) - 1
         reply = self._write_reply(
-            records, now_ms, lambda first_offset: RegisterBrokerResponse(broker_epoch=first_offset + index)
+            records, now_ms, lambda first_offset: RegisterBrokerResponse(broker_epoch=first_offset + index), changes
         )
         self._sessions[broker_id] = _Session(last_contact_ms=now_ms)
         self._check_state(broker_id, BrokerState.FENCED)
@@ -818,9 +840,9 @@ class Controller:
                 )
             )
         target = next_state(registration.state, BrokerEvent.UNREGISTER)
-        records = self._removal_changes(broker_id)
-        records.append(UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=registration.broker_epoch))
-        reply = self._write_reply(records, now_ms, lambda _first_offset: UnregisterBrokerResponse())
+        changes = self._removal_changes(broker_id)
+        record = UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=registration.broker_epoch)
+        reply = self._write_reply([record], now_ms, lambda _first_offset: UnregisterBrokerResponse(), changes)
         self._sessions.pop(broker_id, None)
         self._check_state(broker_id, target)
         self._sync_expiry(broker_id)

@@ -23,6 +23,11 @@ from ._image import PartitionState
 from ._records import LEADER_UNCHANGED, NO_LEADER, PartitionChangeRecord
 
 
+#: A ``PartitionChangeRecord`` as its field values, in field order: topic
+#: id, partition id, isr (None: unchanged), leader, replicas (None).
+PartitionChange = tuple[str, int, tuple[int, ...] | None, int, None]
+
+
 def elect_leader(
     partition: PartitionState,
     *,
@@ -37,6 +42,24 @@ def elect_leader(
     the broker being unfenced); ``removing`` is the broker leaving the ISR
     (fenced, stopping, bounced or unregistered).
     """
+    values = election_change(partition, is_acceptable, removing, unclean_allowed)
+    if values is None:
+        return None
+    topic_id, partition_id, isr, leader, _replicas = values
+    return PartitionChangeRecord(topic_id=topic_id, partition_id=partition_id, isr=isr, leader=leader)
+
+
+def election_change(
+    partition: PartitionState,
+    is_acceptable: Callable[[int], bool],
+    removing: int | None,
+    unclean_allowed: bool,
+) -> PartitionChange | None:
+    """``elect_leader``'s change as the ``PartitionChangeRecord``'s field
+    values (topic id, partition id, isr, leader, replicas), or None: for
+    callers that encode and apply it without the record object
+    (``encode_partition_changes``, ``ClusterImage.apply_partition_changes``;
+    a fence makes 10,000)."""
     isr = partition.isr
     if removing is not None and removing in isr and len(isr) > 1:
         at = isr.index(removing)  # ids in an ISR are distinct
@@ -56,9 +79,10 @@ def elect_leader(
                         break
     if leader == partition.leader and isr == partition.isr:
         return None
-    return PartitionChangeRecord(
-        topic_id=partition.topic_id,
-        partition_id=partition.partition_id,
-        isr=None if isr == partition.isr else isr,
-        leader=LEADER_UNCHANGED if leader == partition.leader else leader,
+    return (
+        partition.topic_id,
+        partition.partition_id,
+        None if isr == partition.isr else isr,
+        LEADER_UNCHANGED if leader == partition.leader else leader,
+        None,
     )

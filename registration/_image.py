@@ -19,6 +19,7 @@ import hashlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -65,6 +66,9 @@ _EMPTY: frozenset = frozenset()
 # applies a whole log in one call).
 _GC_PAUSE_MIN_ENTRIES = 256
 _GC_PAUSE_MAX_ENTRIES = 20_000
+# ``apply`` leaves at most this many partition changes' index updates
+# pending (_SetIndex.pending) when it returns.
+_PENDING_CHANGES_MAX = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,15 +132,26 @@ class _SetIndex:
 
     After ``copy()`` neither side owns any set: the first mutation of a key's
     set on either side copies that one set.
+
+    ``pending`` holds updates noted but not yet made (partition changes note
+    theirs there: a fence's 10,000 each move one key between two brokers'
+    sets, and one set operation per broker costs far less than three method
+    calls per partition). Every method applies them first, so nothing reads
+    or changes the sets past them.
     """
 
-    __slots__ = ("_sets", "_owned")
+    __slots__ = ("_sets", "_owned", "pending")
 
     def __init__(self, sets: dict[Any, set] | None = None) -> None:
         self._sets: dict[Any, set] = {} if sets is None else sets
         self._owned: set = set()  # keys whose set only this index holds
+        #: key -> {member: True (added) or False (discarded)}, the last
+        #: update noted per member; see ``apply_pending``.
+        self.pending: dict[Any, dict[Any, bool]] = {}
 
     def add(self, key: Any, member: Any) -> None:
+        if self.pending:
+            self.apply_pending()
         members = self._sets.get(key)
         if members is None:
             self._sets[key] = {member}
@@ -148,6 +163,8 @@ class _SetIndex:
         members.add(member)
 
     def discard(self, key: Any, member: Any) -> None:
+        if self.pending:
+            self.apply_pending()
         members = self._sets.get(key)
         if members is None or member not in members:
             return
@@ -162,17 +179,57 @@ class _SetIndex:
 
     def get(self, key: Any) -> frozenset | set:
         """The members of ``key`` (do not mutate the result)."""
+        if self.pending:
+            self.apply_pending()
         return self._sets.get(key, _EMPTY)
 
     def keys(self) -> Iterable[Any]:
+        if self.pending:
+            self.apply_pending()
         return self._sets.keys()
 
     def items(self) -> Iterable[tuple[Any, set]]:
+        if self.pending:
+            self.apply_pending()
         return self._sets.items()
 
     def copy(self) -> _SetIndex:
+        if self.pending:
+            self.apply_pending()
         self._owned = set()
         return _SetIndex(dict(self._sets))
+
+    def apply_pending(self) -> None:
+        """Make the noted updates: for one member of a set only the last
+        ``add`` or ``discard`` matters, so this ends where making them in
+        order would (the same sets, a key without members removed), with
+        one copy-on-write per key at most."""
+        sets = self._sets
+        owned = self._owned
+        pending, self.pending = self.pending, {}
+        for key, member_changes in pending.items():
+            added = [member for member, present in member_changes.items() if present]
+            if len(added) == len(member_changes):
+                removed: Iterable[Any] = ()
+            elif not added:
+                removed = member_changes  # its keys, every one discarded
+            else:
+                removed = [member for member, present in member_changes.items() if not present]
+            members = sets.get(key)
+            if members is None:
+                members = set(added)
+            elif key in owned:
+                members.difference_update(removed)
+                members.update(added)
+            else:
+                members = members.difference(removed)
+                members.update(added)
+            if members:
+                sets[key] = members
+                owned.add(key)
+            elif key in sets:
+                del sets[key]
+                owned.discard(key)
 
 
 class ClusterImage:
@@ -200,6 +257,8 @@ class ClusterImage:
         # Replica and ISR tuples are interned: a 1,000-broker cluster has far
         # fewer distinct replica sets than partitions.
         self._tuples: dict[tuple[int, ...], tuple[int, ...]] = {}
+        # Partition changes whose index updates are noted, not yet made.
+        self._pending_changes = 0
         #: Records skipped because they were undecodable or did not fit the
         #: image (diagnostics only; not part of the image's state).
         self.skipped_records = 0
@@ -225,6 +284,7 @@ class ClusterImage:
         other._led_by = self._led_by.copy()
         other._in_isr = self._in_isr.copy()
         other._tuples = self._tuples  # an append-only cache of canonical tuples
+        self._pending_changes = other._pending_changes = 0  # the index copies made them
         other.skipped_records = 0
         return other
 
@@ -262,7 +322,9 @@ class ClusterImage:
         Entries below ``offset`` were applied already and are ignored;
         control records only advance the offset. A record that cannot be
         decoded, or that does not fit the image, is logged and skipped: it
-        must never stop a node, and every node skips it alike.
+        must never stop a node, and every node skips it alike. Raises
+        nothing for any record (``ControllerStateMachine`` relies on it to
+        declare ``apply_never_raises``).
         """
         if len(entries) < _GC_PAUSE_MIN_ENTRIES:
             self._apply_entries(entries)
@@ -278,17 +340,16 @@ class ClusterImage:
         data_kind = RecordKind.DATA
         appliers = _APPLIERS
         change_partition = self._change_partition
-        for entry in entries:
-            offset = entry.offset
+        for offset, _epoch, kind, data in entries:  # an Entry is a named tuple: unpacking beats attributes
             if offset < self._offset:
                 continue
-            if entry.kind is not data_kind:
+            if kind is not data_kind:
                 self._offset = offset + 1
                 continue
             try:
                 # apply_record without its checks: the offset was checked
                 # above and unpack_record returns only record types.
-                cls, values = unpack_record(entry.data)
+                cls, values = unpack_record(data)
                 if cls is PartitionChangeRecord:
                     # The most frequent record, by far: applied from its
                     # field values, validated as the record validates them,
@@ -298,9 +359,14 @@ class ClusterImage:
                     appliers[cls](self, record_from_values(cls, values), offset)
                 self._offset = offset + 1
             except (RecordDecodeError, InvalidRecordError) as error:
-                logger.error("skipped the record at offset %d: %s", entry.offset, error)
+                logger.error("skipped the record at offset %d: %s", offset, error)
                 self.skipped_records += 1
-                self._offset = entry.offset + 1
+                self._offset = offset + 1
+        # Index updates wait for a batch's worth of changes, however the
+        # records come (the quorum host hands a state machine one record per
+        # call), and no longer: they hold memory until made.
+        if self._pending_changes >= _PENDING_CHANGES_MAX:
+            self._apply_pending_changes()
 
     def apply_record(self, record: Record, offset: int) -> None:
         """Apply one record that sits at ``offset`` in the log.
@@ -317,6 +383,31 @@ class ClusterImage:
             raise TypeError(f"not a metadata record: {type(record).__name__}")
         apply(self, record, offset)
         self._offset = offset + 1
+
+    def apply_partition_changes(self, changes: Sequence[tuple[Any, ...]], offset: int) -> None:
+        """Apply ``PartitionChangeRecord``s given as their field values (in
+        field order, already validated as the record validates them:
+        ``check_partition_change``), the first at ``offset`` and the others
+        at the offsets after it: what ``apply_record`` does one record at a
+        time, with the index updates applied together (the controller's
+        fence, issue 21).
+
+        Raises ``ValueError`` when ``offset`` is below ``self.offset``;
+        ``InvalidRecordError`` at the first change that does not fit the
+        image, with the changes before it applied and it and the rest not.
+        """
+        if offset < self._offset:
+            raise ValueError(f"offset {offset} is below the image's offset {self._offset}")
+        change = self._change_partition
+        applied = 0
+        try:
+            for values in changes:
+                change(*values)
+                applied += 1
+        finally:
+            self._apply_pending_changes()
+            if applied:
+                self._offset = offset + applied
 
     def _apply_register_broker(self, record: RegisterBrokerRecord, offset: int) -> None:
         previous = self._brokers.get(record.broker_id)
@@ -434,13 +525,14 @@ class ClusterImage:
         # the broker leads or follows in (docs/benchmarks.md, "The controller
         # at scale"), hence the local names.
         key = (topic_id, partition_id)
-        old = self._partitions.get(key)
+        partitions = self._partitions
+        old = partitions.get(key)
         if old is None:
             raise InvalidRecordError(f"{_describe_change(key, new_isr, new_leader, new_replicas)}: unknown partition")
-        old_isr = old.isr
-        old_leader = old.leader
+        # One unpacking instead of seven attribute reads.
+        old_topic_id, old_partition_id, old_replicas, old_isr, old_leader, old_leader_epoch, old_partition_epoch = old
         intern = self._tuples.setdefault
-        replicas = old.replicas if new_replicas is None else intern(new_replicas, new_replicas)
+        replicas = old_replicas if new_replicas is None else intern(new_replicas, new_replicas)
         isr = old_isr if new_isr is None else intern(new_isr, new_isr)
         leader = old_leader if new_leader == LEADER_UNCHANGED else new_leader
         if new_isr is not None or new_replicas is not None:
@@ -456,27 +548,50 @@ class ClusterImage:
             )
         # Kafka's replay: the leader epoch moves whenever the record names a
         # leader (even the same one); the partition epoch on every change.
-        leader_epoch = old.leader_epoch if new_leader == LEADER_UNCHANGED else old.leader_epoch + 1
-        self._partitions[key] = PartitionState(
-            old.topic_id, old.partition_id, replicas, isr, leader, leader_epoch, old.partition_epoch + 1
+        leader_epoch = old_leader_epoch if new_leader == LEADER_UNCHANGED else old_leader_epoch + 1
+        partitions[key] = _new_partition_state(
+            (old_topic_id, old_partition_id, replicas, isr, leader, leader_epoch, old_partition_epoch + 1)
         )
+        # The index updates, noted (_SetIndex.pending; _note written out where
+        # a fence passes 10,000 times: a broker leaves an ISR, a leader moves).
+        self._pending_changes += 1
         if isr is not old_isr:
-            in_isr = self._in_isr
+            in_isr = self._in_isr.pending
             for broker_id in old_isr:
                 if broker_id not in isr:
-                    in_isr.discard(broker_id, key)
+                    noted = in_isr.get(broker_id)
+                    if noted is None:
+                        in_isr[broker_id] = {key: False}
+                    else:
+                        noted[key] = False
             for broker_id in isr:
                 if broker_id not in old_isr:
-                    in_isr.add(broker_id, key)
+                    _note(in_isr, broker_id, key, True)
         if leader != old_leader:
+            led_by = self._led_by.pending
             if old_leader == NO_LEADER:
-                self._leaderless.discard(old.topic_id, old.partition_id)
+                _note(self._leaderless.pending, old_topic_id, old_partition_id, False)
             else:
-                self._led_by.discard(old_leader, key)
+                noted = led_by.get(old_leader)
+                if noted is None:
+                    led_by[old_leader] = {key: False}
+                else:
+                    noted[key] = False
             if leader == NO_LEADER:
-                self._leaderless.add(old.topic_id, old.partition_id)
+                _note(self._leaderless.pending, old_topic_id, old_partition_id, True)
             else:
-                self._led_by.add(leader, key)
+                noted = led_by.get(leader)
+                if noted is None:
+                    led_by[leader] = {key: True}
+                else:
+                    noted[key] = True
+
+    def _apply_pending_changes(self) -> None:
+        """Make the index updates partition changes noted."""
+        self._in_isr.apply_pending()
+        self._led_by.apply_pending()
+        self._leaderless.apply_pending()
+        self._pending_changes = 0
 
     def _apply_remove_topic(self, record: RemoveTopicRecord, _offset: int) -> None:
         topic = self._topics_by_id.get(record.topic_id)
@@ -569,6 +684,7 @@ class ClusterImage:
         self._led_by = restored._led_by
         self._in_isr = restored._in_isr
         self._tuples = restored._tuples
+        self._pending_changes = 0
 
     def fingerprint(self) -> str:
         """A stable hash of the whole image (equal images, equal
@@ -757,6 +873,18 @@ class ClusterImage:
         assert self._online == online, "online brokers index"
         assert set(self._topics_by_id) == {t.topic_id for t in self._topics_by_name.values()}, "topic maps"
         assert set(partition_ids) <= set(self._topics_by_id), "partitions of unknown topics"
+
+
+_new_partition_state = partial(tuple.__new__, PartitionState)  # PartitionState(*fields), without its __new__'s call
+
+
+def _note(pending: dict[Any, dict[Any, bool]], key: Any, member: Any, present: bool) -> None:
+    """Note an index update in a ``_SetIndex.pending``."""
+    members = pending.get(key)
+    if members is None:
+        pending[key] = {member: present}
+    else:
+        members[member] = present
 
 
 def _describe_change(

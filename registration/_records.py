@@ -38,6 +38,7 @@ _TOPIC_NAME_MAX_CHARS = 249  # Kafka's limit (a topic's directory name + suffixe
 _TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]+")
 _TEXT_MAX_CHARS = 1024  # incarnation ids, topic ids, listener names, hosts, racks
 _FEATURES_MAX = 32  # supported feature ranges a controller may name
+_SHORT_IDS_MAX = 8  # ISRs up to this long take check_partition_change's fast path
 
 
 def topic_name_problem(name: object) -> str | None:
@@ -275,6 +276,28 @@ def check_partition_change(
     """``PartitionChangeRecord``'s validation, on its field values (in field
     order), so that a voter can check a decoded change without building the
     record (``unpack_record``). Raises ``ValueError``."""
+    # The usual shape accepted in one pass (a fence checks 10,000 of them on
+    # the controller and on every voter): each test below is at least as
+    # strict as the full check after it, which runs, with its messages, on
+    # anything else.
+    if (
+        type(topic_id) is str
+        and 0 < len(topic_id) <= _TEXT_MAX_CHARS
+        and type(partition_id) is int
+        and partition_id >= 0
+        and type(leader) is int
+        and leader >= LEADER_UNCHANGED
+        and replicas is None
+    ):
+        if isr is None:
+            return
+        if type(isr) is tuple and 0 < len(isr) <= _SHORT_IDS_MAX:
+            for broker_id in isr:
+                if type(broker_id) is not int or broker_id < 0:
+                    break
+            else:
+                if len(isr) == 1 or len(set(isr)) == len(isr):
+                    return
     check_text("topic_id", topic_id)
     check_int("partition_id", partition_id, 0)
     if isr is not None:
@@ -349,6 +372,7 @@ RECORD_TYPES: tuple[type, ...] = (
 
 _RECORD_VERSION = 0
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {cls: tuple(f.name for f in fields(cls)) for cls in RECORD_TYPES}
+_FIELD_COUNTS: dict[type, int] = {cls: len(names) for cls, names in _FIELD_NAMES.items()}
 _TYPES_BY_CODE: dict[int, type] = {cls.TYPE_CODE: cls for cls in RECORD_TYPES}  # type: ignore[attr-defined]
 
 
@@ -393,6 +417,26 @@ def encode_records(records: Iterable[Record]) -> list[bytes]:
         if values is None:
             raise TypeError(f"not a metadata record: {type(record).__name__}")
         encoded.append(pack((record.TYPE_CODE, _RECORD_VERSION, values(record))))
+    return encoded
+
+
+def encode_partition_changes(changes: Iterable[tuple[Any, ...]]) -> list[bytes]:
+    """The log bytes of ``PartitionChangeRecord``s given as their field
+    values (in field order): byte for byte what ``encode_records`` writes
+    for the records, without building them (a fence writes 10,000). Each is
+    validated as the record validates itself (``check_partition_change``).
+
+    Raises ``ValueError`` for values the record refuses.
+    """
+    pack = msgpack.Packer(use_bin_type=True).pack
+    type_code = PartitionChangeRecord.TYPE_CODE
+    field_count = len(_FIELD_NAMES[PartitionChangeRecord])
+    encoded = []
+    for values in changes:
+        if type(values) is not tuple or len(values) != field_count:
+            raise ValueError(f"a partition change is a tuple of its {field_count} field values, got {values!r:.80}")
+        check_partition_change(*values)
+        encoded.append(pack((type_code, _RECORD_VERSION, values)))
     return encoded
 
 
@@ -445,7 +489,7 @@ def unpack_record(data: bytes) -> tuple[type, tuple[Any, ...]]:
         raise RecordDecodeError(f"unknown record type {type_code!r}")
     if version != _RECORD_VERSION or type(version) is not int:
         raise RecordDecodeError(f"unsupported version {version!r} of {cls.__name__}")
-    if type(values) is not tuple or len(values) != len(_FIELD_NAMES[cls]):
+    if type(values) is not tuple or len(values) != _FIELD_COUNTS[cls]:
         raise RecordDecodeError(f"{cls.__name__} v{version} has {len(_FIELD_NAMES[cls])} fields")
     return cls, values
 
