@@ -49,7 +49,6 @@ async def one_round(writes: int, metrics_enabled: bool = True) -> tuple[float, f
                 storage=MemoryStorage(),
                 transport=network.transport(node_id),
                 rng=random.Random(node_id),
-                io_in_thread=False,
                 snapshot_every_records=1000,
                 metrics=Metrics(node_id, enabled=metrics_enabled),
             )

@@ -51,7 +51,6 @@ async def run_phase(phase: str, count: int) -> None:
                 storage=MemoryStorage(),
                 transport=network.transport(node_id),
                 rng=random.Random(node_id),
-                io_in_thread=False,
                 snapshot_every_records=1000,
                 metrics=_metrics(node_id),
             )

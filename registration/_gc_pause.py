@@ -14,8 +14,7 @@ keep counting, and its next pass runs at the first allocation after the
 batch. Callers pause it around one batch of bounded size only.
 
 Not thread-safe by design: the collector is process-wide and the cores run
-on one thread (the runtime's disk thread allocates little, and its garbage
-waits at most one batch).
+on one thread, the event loop's (the runtime writes its log there too).
 """
 
 from __future__ import annotations

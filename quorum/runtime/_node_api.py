@@ -672,7 +672,6 @@ async def open_quorum_node(
         snapshot_every_records=config.snapshot_every_records,
         metrics=metrics,
         event_sink=events.emit,
-        io_in_thread=config.data_dir is not None,
         leader_application=leader_application,
     )
     runtime.voter_endpoints = {node_id: (address_endpoint(*address),) for node_id, address in config.voters.items()}

@@ -15,10 +15,18 @@ Three tasks share the work:
   the core produced, makes their persistence work durable with a single
   fsync (group commit: one fsync however many outputs queued up behind the
   previous one), only then hands their messages to the transport, and
-  tells the core what is durable. On the leader the fsync runs in a worker
-  thread, so that the leader keeps appending and answering fetches
-  meanwhile; a node that does not lead persists inline, in the core task,
-  since its next Fetch (the acknowledgement) waits for that fsync anyway;
+  tells the core what is durable. On the leader it is a task of its own,
+  woken by the core's output and run once the tasks ready before it
+  (the connection readers with frames in hand) have handed theirs to the
+  core: everything they appended shares its fsync, and the followers'
+  Fetch answers carrying those records left before it starts, so the
+  followers' disks work in parallel with the leader's (Raft thesis
+  §10.2.1). The write and fsync run in trio's thread: a worker thread's
+  hand-off cost about four ``futex`` calls, a wake-up socket and two thread
+  wake-ups per write, and the thread fought the loop for the GIL
+  (docs/benchmarks.md, "The runtime's disk path and wake-ups"). A node
+  that does not lead persists inline, in the core's run, since its next
+  Fetch (the acknowledgement) waits for that fsync anyway;
 - the **ticker** wakes every ``tick_ms`` of trio's clock (so ``MockClock``
   drives it in tests). Logical time follows that clock, not the number of
   wake-ups: before any input is handled, the core is fed every tick that
@@ -44,10 +52,8 @@ from __future__ import annotations
 import abc
 import errno
 import logging
-import queue
 import random
 import secrets
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -225,46 +231,6 @@ class _Port:
             logger.info("node %d took a snapshot at offset %d", node_id, snapshot_id.end_offset)
 
 
-class _DiskThread:
-    """One thread that carries out the leader's writes and fsyncs, fed
-    through a queue: cheaper than a ``trio.to_thread`` call per batch (no
-    limiter, no task to reschedule). ``done(error)`` runs in the trio
-    thread once a batch is durable (or failed)."""
-
-    def __init__(self, write_batch: Callable[[list[Output]], None], token: trio.lowlevel.TrioToken) -> None:
-        self._write_batch = write_batch
-        self._token = token
-        self._jobs: queue.SimpleQueue[tuple[list[Output], Callable[[BaseException | None], None]] | None] = (
-            queue.SimpleQueue()
-        )
-        self.last_seconds = 0.0
-        self._thread = threading.Thread(target=self._run, name="pykraft-disk", daemon=True)
-        self._thread.start()
-
-    def submit(self, outputs: list[Output], done: Callable[[BaseException | None], None]) -> None:
-        self._jobs.put((outputs, done))
-
-    def stop(self) -> None:
-        """Let the batch in progress finish, then end the thread (blocking)."""
-        self._jobs.put(None)
-        self._thread.join()
-
-    def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            outputs, done = job
-            error: BaseException | None = None
-            started = time.perf_counter()
-            try:
-                self._write_batch(outputs)
-            except BaseException as failure:  # noqa: BLE001 - handed to the trio thread
-                error = failure
-            self.last_seconds = time.perf_counter() - started
-            try:
-                self._token.run_sync_soon(done, error)
-            except trio.RunFinishedError:
-                return
-
-
 class QuorumRuntime:
     """One quorum replica: core, storage, transport and state machine.
 
@@ -284,7 +250,6 @@ class QuorumRuntime:
         snapshot_every_records: int = 10_000,
         metrics: Metrics | None = None,
         event_sink: Callable[[dict[str, Any]], None] | None = None,
-        io_in_thread: bool = True,
         leader_application: LeaderApplication | None = None,
     ) -> None:
         self.config = config
@@ -299,9 +264,6 @@ class QuorumRuntime:
         self._init_metrics()
         self.snapshot_every_records = snapshot_every_records
         self._event_sink = event_sink
-        # Disk IO runs in a worker thread so the core keeps serving during
-        # an fsync; in-memory storage (tests under MockClock) runs inline.
-        self._io_in_thread = io_in_thread
         self._rng = rng or random.Random()
         # Inputs for the core, in order. An input that arrives while the
         # core is idle is handled at once by whoever submits it (no task
@@ -337,13 +299,6 @@ class QuorumRuntime:
         self._core_error: BaseException | None = None
         self._persist_queue: deque[Output] = deque()
         self._persist_wakeup = trio.Event()
-        # True while the disk thread works on a batch: outputs queued
-        # meanwhile wait for it (their messages go after its fsync).
-        self._persisting = False
-        self._disk_thread: _DiskThread | None = None
-        # The leader's disk job waits for the end of the core's run (see
-        # ``_persist_queued``).
-        self._persist_after_batch = False
         # While a write round has failed: the errno name ("ENOSPC"), the
         # backoff before the next retry, and True while the persister owes
         # the queue a retry (nothing else may write meanwhile).
@@ -659,27 +614,17 @@ class QuorumRuntime:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled."""
-        if self._io_in_thread:
-            self._disk_thread = _DiskThread(self._write_batch, trio.lowlevel.current_trio_token())
         self._clock = trio.lowlevel.current_clock()
         self._clock_origin_s = self._clock.current_time()
         self._loop_thread_cpu_started_s = time.thread_time()
-        try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(self.transport.run, self._deliver, self._unreachable)
-                nursery.start_soon(self._persister)
-                nursery.start_soon(self._ticker)
-                nursery.start_soon(self._serve_observers)
-                self.host.start()
-                task_status.started()
-                await self._core_task()
-        finally:
-            if self._disk_thread is not None:
-                # Storage is closed after this returns: no write may still
-                # be running then.
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(self._disk_thread.stop)
-                self._disk_thread = None
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.transport.run, self._deliver, self._unreachable)
+            nursery.start_soon(self._persister)
+            nursery.start_soon(self._ticker)
+            nursery.start_soon(self._serve_observers)
+            self.host.start()
+            task_status.started()
+            await self._core_task()
 
     def _submit(self, item: tuple) -> None:
         """Hand an input to the core. Inputs are handled one at a time, in
@@ -709,9 +654,6 @@ class QuorumRuntime:
         finally:
             self._core_busy = False
             self.transport.end_batch()
-        if self._persist_after_batch and self._core_error is None:
-            self._persist_after_batch = False
-            self._persist_queued()
 
     def _feed_due_ticks(self) -> None:
         """Feed the core every tick due by trio's clock that it has not had
@@ -851,26 +793,31 @@ class QuorumRuntime:
             self._submit(("clock",))
 
     async def _persister(self) -> None:
-        """Group commit for a leader whose storage is in memory (tests): the
-        outputs queued while other tasks ran are persisted together."""
+        """The leader's group commit (see the module docstring), and the
+        retries after a failed write round on any node. Woken by
+        ``_persist_queued``, it runs after the tasks that were ready before
+        it: the outputs of every frame they had in hand share one fsync."""
         while True:
             if self._disk_retry_due:
                 await trio.sleep(self._disk_retry_s)
                 self._retry_disk()
                 continue
-            if self._persisting or not self._persist_queue:
-                # Nothing to do, or the disk thread will take the queue.
+            if not self._persist_queue:
                 self._persist_wakeup = trio.Event()
                 await self._persist_wakeup.wait()
                 continue
             batch, durable = self._take_persist_batch()
             if durable:
+                if _trace.enabled:
+                    _trace.stamp("persist-start", durable[-1].persist_seq)
                 try:
                     self._write_batch(durable)
                 except OSError as error:
                     self._persist_failed(batch, durable, error)
                     continue
                 self._disk_ok()
+                if _trace.enabled:
+                    _trace.stamp("persist-done", durable[-1].persist_seq)
             self._send_persisted(batch)
             if durable:
                 self._submit(("persisted", durable[-1].persist_seq))
@@ -930,66 +877,16 @@ class QuorumRuntime:
             self._disk_failed_gauge.set(0)
 
     def _persist_queued(self) -> None:
-        """Start persisting what is queued, the way this node's role wants."""
-        if self._persisting or self._disk_retry_due or not self._persist_queue:
+        """Start persisting what is queued, the way this node's role wants:
+        a follower at once, in the core's run; the leader in the persister
+        task, once the core's run (and every other task ready meanwhile)
+        has handed its frames to the transport."""
+        if self._disk_retry_due or not self._persist_queue:
             return
         if not self.node.is_leader:
             self._persist_inline()
-        elif self._disk_thread is not None:
-            if self._core_busy:
-                # Inside a run of the core, whose frames (the followers'
-                # Fetch answers carrying these records) the transport still
-                # holds: wake the disk thread once they are written
-                # (``_drain_inbox``). Woken now, it would take the GIL at the
-                # loop's next release, which under TLS is inside SSL_write,
-                # before those frames reach the socket, and run the Python
-                # part of its write (encoding the batch) first: the
-                # followers' copy, on the commit path, would wait behind
-                # the leader's own (docs/benchmarks.md, "TLS on against off").
-                self._persist_after_batch = True
-                return
-            self._persist_in_thread()
         else:
             self._persist_wakeup.set()
-
-    def _persist_in_thread(self) -> None:
-        """The leader's fsync runs in the disk thread, so that the leader
-        keeps appending and answering fetches meanwhile (Raft thesis
-        §10.2.1); everything queued behind it goes in the next fsync."""
-        assert self._disk_thread is not None
-        batch, durable = self._take_persist_batch()
-        if not durable:
-            self._send_persisted(batch)
-            return
-        self._persisting = True
-        if _trace.enabled:
-            _trace.stamp("persist-start", durable[-1].persist_seq)
-        self._disk_thread.submit(durable, lambda error: self._persisted_in_thread(batch, durable, error))
-
-    def _persisted_in_thread(self, batch: list[Output], durable: list[Output], error: BaseException | None) -> None:
-        """In the trio thread (``run_sync_soon``), once the disk thread is
-        done with ``batch``. Must not raise: trio would abort the run."""
-        self._persisting = False
-        if isinstance(error, OSError):
-            try:
-                self._persist_failed(batch, durable, error)
-                return
-            except BaseException as failure:  # noqa: BLE001 - re-raised by the core task
-                error = failure
-        if error is None:
-            try:
-                self._disk_ok()
-                if _trace.enabled:
-                    _trace.stamp("persist-done", durable[-1].persist_seq)
-                self._send_persisted(batch)
-                self._submit(("persisted", durable[-1].persist_seq))
-                self._persist_queued()
-                return
-            except BaseException as failure:  # noqa: BLE001 - re-raised by the core task
-                error = failure
-        # A bug (a disk failure is an OSError, handled above): the node stops.
-        self._core_error = error
-        self._inbox_wakeup.set()
 
     def _take_persist_batch(self) -> tuple[list[Output], list[Output]]:
         batch = list(self._persist_queue)
@@ -1026,7 +923,7 @@ class QuorumRuntime:
             self._submit(("persisted", durable[-1].persist_seq))
 
     def _write_batch(self, outputs: list[Output]) -> None:
-        """Runs in a worker thread: all the batch's writes, one fsync."""
+        """All the batch's writes, one fsync."""
         storage = self.storage
         started = time.perf_counter()
         snapshots = any(output.snapshot is not None for output in outputs)

@@ -69,7 +69,6 @@ class MemoryCluster:
             storage=MemoryStorage(),
             transport=self.network.transport(node_id),
             rng=random.Random(node_id),
-            io_in_thread=False,
             leader_application=ControllerApplication(controller, machine.image),
             snapshot_every_records=snapshot_every_records,
         )
@@ -129,7 +128,6 @@ class MemoryCluster:
             storage=MemoryStorage(),
             transport=self.network.transport(broker_id),
             rng=random.Random(broker_id),
-            io_in_thread=False,
         )
         agent = BrokerAgent(
             config,

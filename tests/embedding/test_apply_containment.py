@@ -88,7 +88,6 @@ async def start_cluster(nursery, make_machine):
             storage=MemoryStorage(),
             transport=network.transport(node_id),
             rng=random.Random(node_id),
-            io_in_thread=False,
             snapshot_every_records=0,
         )
         await nursery.start(runtime.run)
@@ -273,7 +272,6 @@ async def test_a_state_machine_whose_snapshot_raises_keeps_the_node_running_and_
         storage=MemoryStorage(),
         transport=network.transport(1),
         rng=random.Random(1),
-        io_in_thread=False,
         snapshot_every_records=2,
     )
     await nursery.start(runtime.run)

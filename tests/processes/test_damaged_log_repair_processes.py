@@ -108,7 +108,6 @@ async def test_describe_statistics_and_metrics_show_a_repairing_node(autojump_cl
                 storage=storages[node_id],
                 transport=network.transport(node_id),
                 rng=random.Random(node_id),
-                io_in_thread=False,
             )
             await nursery.start(runtime.run)
             runtimes[node_id] = runtime

@@ -76,7 +76,7 @@ def test_the_runtimes_storage_and_the_simulators_disk_end_alike() -> None:
 
 
 def test_consecutive_appends_of_a_group_commit_go_in_one_call() -> None:
-    """The leader's disk thread writes a group commit with ``apply_outputs``:
+    """The leader's persister writes a group commit with ``apply_outputs``:
     pipelined proposals (one output each) cost one log write, not one each;
     any other work keeps its place between the appends."""
     recorder = Recorder()

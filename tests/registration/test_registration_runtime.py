@@ -46,7 +46,6 @@ async def test_controller_drives_registration_and_heartbeats_through_the_runtime
             storage=MemoryStorage(),
             transport=network.transport(node_id),
             rng=random.Random(node_id),
-            io_in_thread=False,
             leader_application=controller,
         )
         await nursery.start(runtime.run)

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 import trio
 
-import quorum.runtime._runtime as runtime_module
 import quorum.storage._segments as segments_module
 from quorum import NotLeaderError, ProposalLostError, ProposalOutcomeUnknownError, QuorumConfig
 from quorum.runtime import KeyValueStateMachine, MemoryNetwork, QuorumRuntime
@@ -68,45 +67,9 @@ class DiskFaults:
         self.write_errno = self.fsync_errno = None
 
 
-class ClockHeldWhileDisksWrite:
-    """MockClock's autojump moves virtual time whenever every task waits;
-    a leader waiting for its disk thread waits on real I/O, which should
-    take no virtual time. Without this, check quorum and election timers
-    fired while a leader's fsync was still running, and the cluster could
-    spend the test's whole minute of virtual time re-electing (about one
-    run in five failed). While any disk thread holds a batch, a task keeps
-    checkpointing, so the clock stays where it is."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.batches_in_flight = 0
-        self._wakeup = trio.Event()
-        submit = runtime_module._DiskThread.submit
-
-        def counted_submit(thread, outputs, done) -> None:  # in the trio thread
-            self.batches_in_flight += 1
-            self._wakeup.set()
-
-            def finished(error: BaseException | None) -> None:  # in the trio thread too
-                self.batches_in_flight -= 1
-                done(error)
-
-            submit(thread, outputs, finished)
-
-        monkeypatch.setattr(runtime_module._DiskThread, "submit", counted_submit)
-
-    async def hold(self) -> None:
-        while True:
-            if self.batches_in_flight:
-                await trio.lowlevel.checkpoint()
-            else:
-                self._wakeup = trio.Event()
-                await self._wakeup.wait()
-
-
 class FileCluster:
-    def __init__(self, nursery: trio.Nursery, root: Path, *, io_in_thread: bool = False) -> None:
+    def __init__(self, nursery: trio.Nursery, root: Path) -> None:
         self.nursery = nursery
-        self.io_in_thread = io_in_thread
         self.root = root
         self.network = MemoryNetwork()
         self.runtimes: dict[int, QuorumRuntime] = {}
@@ -124,7 +87,6 @@ class FileCluster:
                 storage=storage,
                 transport=self.network.transport(node_id),
                 rng=random.Random(node_id),
-                io_in_thread=self.io_in_thread,
                 snapshot_every_records=0,
             )
             await self.nursery.start(runtime.run)
@@ -168,18 +130,13 @@ async def check_sound_and_equal(cluster: FileCluster, nursery: trio.Nursery) -> 
     assert logs[0] and logs[0] == logs[1] == logs[2]
 
 
-@pytest.mark.parametrize("io_in_thread", [False, True], ids=["inline", "disk-thread"])
 @pytest.mark.parametrize("fault", ["write-enospc", "fsync-eio"])
-async def test_a_leader_whose_disk_fails_stays_up_resigns_and_resumes(
-    tmp_path, monkeypatch, autojump_clock, fault, io_in_thread
-):
-    """The leader's disk fails (its writes run inline, or in the disk
-    thread as in production)."""
+async def test_a_leader_whose_disk_fails_stays_up_resigns_and_resumes(tmp_path, monkeypatch, autojump_clock, fault):
+    """The leader's disk fails (its writes run in its persister task, as
+    in production)."""
     faults = DiskFaults(monkeypatch)
     async with trio.open_nursery() as nursery:
-        if io_in_thread:
-            nursery.start_soon(ClockHeldWhileDisksWrite(monkeypatch).hold)
-        cluster = FileCluster(nursery, tmp_path, io_in_thread=io_in_thread)
+        cluster = FileCluster(nursery, tmp_path)
         await cluster.start_all()
         for index in range(5):
             await cluster.write(b"k", b"before-%d" % index)

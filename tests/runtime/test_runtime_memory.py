@@ -40,7 +40,6 @@ class Cluster:
             storage=self.storages[node_id],
             transport=self.network.transport(node_id),
             rng=random.Random(node_id),
-            io_in_thread=False,
             snapshot_every_records=20,
         )
         scope = trio.CancelScope()
@@ -220,7 +219,6 @@ async def test_snapshots_let_the_retention_policy_delete_old_segments(tmp_path, 
             storage=storage,
             transport=MemoryNetwork().transport(1),
             rng=random.Random(1),
-            io_in_thread=False,
             snapshot_every_records=50,
         )
         async with trio.open_nursery() as nursery:

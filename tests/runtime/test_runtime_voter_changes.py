@@ -39,7 +39,6 @@ async def one_voter_and_an_observer(nursery):
             storage=MemoryStorage(),
             transport=network.transport(node_id),
             rng=random.Random(node_id),
-            io_in_thread=False,
         )
         await nursery.start(runtime.run)
         runtimes[node_id] = runtime
@@ -139,7 +138,7 @@ async def test_every_replica_learns_where_an_added_voter_listens(nursery, autoju
         books[node_id] = AddressBook(network, node_id)
         runtimes[node_id] = QuorumRuntime(
             config, KeyValueStateMachine(), storage=MemoryStorage(), transport=books[node_id],
-            rng=random.Random(node_id), io_in_thread=False,
+            rng=random.Random(node_id),
         )  # fmt: skip
         await nursery.start(runtimes[node_id].run)
     with trio.fail_after(30):
@@ -192,7 +191,7 @@ async def test_upgrade_voters_makes_a_static_cluster_dynamic_once(nursery, autoj
         config = QuorumConfig(node_id=node_id, voters=voters, directory_id=f"disk-{node_id}")
         runtime = QuorumRuntime(
             config, KeyValueStateMachine(), storage=MemoryStorage(), transport=network.transport(node_id),
-            rng=random.Random(node_id), io_in_thread=False,
+            rng=random.Random(node_id),
         )  # fmt: skip
         runtime.voter_endpoints = {1: ("127.0.0.1:9091",), 2: ("127.0.0.1:9092",)}
         await nursery.start(runtime.run)

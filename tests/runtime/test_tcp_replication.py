@@ -1,6 +1,6 @@
 """Three voters in one trio run, on real sockets and files: the replication
 path as a process runs it (frames written without a task hop, a follower
-persisting inline, the leader's disk thread, proposals answered from the
+persisting inline, the leader's persister task, proposals answered from the
 core task), and the client's pipelining across a change of node."""
 
 import socket
