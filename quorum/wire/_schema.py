@@ -21,9 +21,8 @@ DescribeQuorumResponse version 3); None is nil.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._messages import (
@@ -554,42 +553,46 @@ def encode_propose_request(m: ProposeRequest) -> list:
     return [list(m.records)]
 
 
-def decode_propose_request(body: Any, limits: WireLimits, build: bool) -> ProposeRequest:
+def decode_propose_request(body: Any, limits: WireLimits, build: bool, **version_fields: Any) -> ProposeRequest:
     (records,) = fields(body, 1)
     if type(records) is not list or len(records) > limits.records_per_request_max:
         raise ValueError(
             f"records must be an array of at most {limits.records_per_request_max}, got {describe_value(records)}"
         )
-    return ProposeRequest(records=tuple(records))
+    return ProposeRequest(records=tuple(records), **version_fields)
 
 
 def encode_propose_response(m: ProposeResponse) -> list:
     return [m.error, m.offset, m.leader_hint, list(m.results)]
 
 
-def decode_propose_response(body: Any, limits: WireLimits, build: bool) -> ProposeResponse:
+def decode_propose_response(body: Any, limits: WireLimits, build: bool, **version_fields: Any) -> ProposeResponse:
     error, offset, leader_hint, results = fields(body, 4)
     if type(results) is not list:
         raise ValueError(f"results must be an array, got {type(results).__name__}")
-    return ProposeResponse(error=check_error_code(error), offset=offset, leader_hint=leader_hint, results=tuple(results))
+    return ProposeResponse(
+        error=check_error_code(error), offset=offset, leader_hint=leader_hint, results=tuple(results), **version_fields
+    )
 
 
 def encode_read_request(m: ReadRequest) -> list:
     return [m.mode, m.query]
 
 
-def decode_read_request(body: Any, limits: WireLimits, build: bool) -> ReadRequest:
+def decode_read_request(body: Any, limits: WireLimits, build: bool, **version_fields: Any) -> ReadRequest:
     mode, query = fields(body, 2)
-    return ReadRequest(mode=mode, query=query)
+    return ReadRequest(mode=mode, query=query, **version_fields)
 
 
 def encode_read_response(m: ReadResponse) -> list:
     return [m.error, m.offset, m.leader_hint, m.value]
 
 
-def decode_read_response(body: Any, limits: WireLimits, build: bool) -> ReadResponse:
+def decode_read_response(body: Any, limits: WireLimits, build: bool, **version_fields: Any) -> ReadResponse:
     error, offset, leader_hint, value = fields(body, 4)
-    return ReadResponse(error=check_error_code(error), offset=offset, leader_hint=leader_hint, value=value)
+    return ReadResponse(
+        error=check_error_code(error), offset=offset, leader_hint=leader_hint, value=value, **version_fields
+    )
 
 
 def encode_describe_quorum_request(m: DescribeQuorumRequest) -> list:
@@ -732,42 +735,48 @@ class MessageSchema:
     encode_body: Callable[[Any], list]
     decode_body: Callable[[Any, WireLimits, bool], Any]
     later_versions: tuple[tuple[int, Callable[[Any], list], Callable[[Any, WireLimits, bool], Any]], ...] = ()
+    # Derived once from the above: every frame asks for them.
+    versions: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _codecs: dict = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        codecs = {PROTOCOL_VERSION: (self.encode_body, self.decode_body)}
+        for later, encode, decode in self.later_versions:
+            codecs.setdefault(later, (encode, decode))
+        object.__setattr__(self, "versions", (PROTOCOL_VERSION, *(version for version, _, _ in self.later_versions)))
+        object.__setattr__(self, "_codecs", codecs)
 
     @property
     def name(self) -> str:
         return self.message_class.__name__
 
-    @property
-    def versions(self) -> tuple[int, ...]:
-        return (PROTOCOL_VERSION, *(version for version, _, _ in self.later_versions))
-
     def codec(self, version: int) -> tuple[Callable[[Any], list], Callable[[Any, WireLimits, bool], Any]]:
         """(encode, decode) of ``version``; raises ``KeyError`` for a version
         this type does not have."""
-        if version == PROTOCOL_VERSION:
-            return self.encode_body, self.decode_body
-        for later, encode, decode in self.later_versions:
-            if later == version:
-                return encode, decode
-        raise KeyError(version)
+        try:
+            return self._codecs[version]
+        except TypeError:  # unhashable: no version either
+            raise KeyError(version) from None
 
 
 def encode_application_request(m: ApplicationRequest) -> list:
     return [m.payload]
 
 
-def decode_application_request(body: Any, limits: WireLimits, build: bool) -> ApplicationRequest:
+def decode_application_request(body: Any, limits: WireLimits, build: bool, **version_fields: Any) -> ApplicationRequest:
     (payload,) = fields(body, 1)
-    return ApplicationRequest(payload=payload)
+    return ApplicationRequest(payload=payload, **version_fields)
 
 
 def encode_application_response(m: ApplicationResponse) -> list:
     return [m.error, m.leader_hint, m.payload]
 
 
-def decode_application_response(body: Any, limits: WireLimits, build: bool) -> ApplicationResponse:
+def decode_application_response(
+    body: Any, limits: WireLimits, build: bool, **version_fields: Any
+) -> ApplicationResponse:
     error, leader_hint, payload = fields(body, 3)
-    return ApplicationResponse(error=check_error_code(error), leader_hint=leader_hint, payload=payload)
+    return ApplicationResponse(error=check_error_code(error), leader_hint=leader_hint, payload=payload, **version_fields)
 
 
 def _endpoints(value: Any, limits: WireLimits) -> tuple:
@@ -780,10 +789,13 @@ def encode_add_voter_request(m: AddVoterRequest) -> list:
     return [m.node_id, m.directory_id, list(m.endpoints)]
 
 
-def decode_add_voter_request(body: Any, limits: WireLimits, build: bool) -> AddVoterRequest:
+def decode_add_voter_request(body: Any, limits: WireLimits, build: bool, **version_fields: Any) -> AddVoterRequest:
     node_id, directory_id, endpoints = fields(body, 3)
     return AddVoterRequest(
-        node_id=node_id, directory_id=_directory_id(directory_id, "directory_id"), endpoints=_endpoints(endpoints, limits)
+        node_id=node_id,
+        directory_id=_directory_id(directory_id, "directory_id"),
+        endpoints=_endpoints(endpoints, limits),
+        **version_fields,
     )
 
 
@@ -808,27 +820,33 @@ def encode_remove_voter_request(m: RemoveVoterRequest) -> list:
     return [m.node_id, m.directory_id]
 
 
-def decode_remove_voter_request(body: Any, limits: WireLimits, build: bool) -> RemoveVoterRequest:
+def decode_remove_voter_request(body: Any, limits: WireLimits, build: bool, **version_fields: Any) -> RemoveVoterRequest:
     node_id, directory_id = fields(body, 2)
-    return RemoveVoterRequest(node_id=node_id, directory_id=_directory_id(directory_id, "directory_id"))
+    return RemoveVoterRequest(node_id=node_id, directory_id=_directory_id(directory_id, "directory_id"), **version_fields)
 
 
 def encode_upgrade_voters_request(m: UpgradeVotersRequest) -> list:
     return []
 
 
-def decode_upgrade_voters_request(body: Any, limits: WireLimits, build: bool) -> UpgradeVotersRequest:
+def decode_upgrade_voters_request(
+    body: Any, limits: WireLimits, build: bool, **version_fields: Any
+) -> UpgradeVotersRequest:
     fields(body, 0)
-    return UpgradeVotersRequest()
+    return UpgradeVotersRequest(**version_fields)
 
 
 def encode_voter_change_response(m: VoterChangeResponse) -> list:
     return [m.error, m.leader_hint, m.offset, m.message]
 
 
-def decode_voter_change_response(body: Any, limits: WireLimits, build: bool) -> VoterChangeResponse:
+def decode_voter_change_response(
+    body: Any, limits: WireLimits, build: bool, **version_fields: Any
+) -> VoterChangeResponse:
     error, leader_hint, offset, message = fields(body, 4)
-    return VoterChangeResponse(error=check_error_code(error), leader_hint=leader_hint, offset=offset, message=message)
+    return VoterChangeResponse(
+        error=check_error_code(error), leader_hint=leader_hint, offset=offset, message=message, **version_fields
+    )
 
 
 # Version 2 of the client requests a node may answer NOT_LEADER, and of
@@ -836,12 +854,13 @@ def decode_voter_change_response(body: Any, limits: WireLimits, build: bool) -> 
 # an answer's is version 1's, then ``leader_epoch`` and ``leader_endpoint``.
 
 
-def _in_version(decode: Callable[[Any, WireLimits, bool], Any], version: int) -> Callable[[Any, WireLimits, bool], Any]:
-    """``decode``, whose message then says it came in ``version``."""
+def _in_version(decode: Callable[..., Any], version: int) -> Callable[[Any, WireLimits, bool], Any]:
+    """``decode`` (which passes its keyword arguments on to the message's
+    constructor), whose message says it came in ``version``. Built once
+    with that version, not rebuilt: the constructor's checks run once."""
 
     def decode_in_version(body: Any, limits: WireLimits, build: bool) -> Any:
-        message = decode(body, limits, build)
-        return None if message is None else dataclasses.replace(message, version=version)
+        return decode(body, limits, build, version=version)
 
     return decode_in_version
 
@@ -856,18 +875,15 @@ def _with_leader_fields(encode: Callable[[Any], list]) -> Callable[[Any], list]:
     return encode_v2
 
 
-def _leader_fields_decoder(decode: Callable[[Any, WireLimits, bool], Any]) -> Callable[[Any, WireLimits, bool], Any]:
-    """Decodes ``_with_leader_fields``' bodies; ``ValueError`` (from the
+def _leader_fields_decoder(decode: Callable[..., Any]) -> Callable[[Any, WireLimits, bool], Any]:
+    """Decodes ``_with_leader_fields``' bodies (``decode`` passes its keyword
+    arguments on to the message's constructor); ``ValueError`` (from the
     message's own checks) for a leader epoch or endpoint out of range."""
 
     def decode_v2(body: Any, limits: WireLimits, build: bool) -> Any:
         if type(body) is not list or len(body) < 2:
             raise ValueError(f"body must be an array ending in leader_epoch, leader_endpoint, got {describe_value(body)}")
-        *head, leader_epoch, leader_endpoint = body
-        message = decode(head, limits, build)
-        if message is None:
-            return None
-        return dataclasses.replace(message, leader_epoch=leader_epoch, leader_endpoint=leader_endpoint, version=2)
+        return decode(body[:-2], limits, build, leader_epoch=body[-2], leader_endpoint=body[-1], version=2)
 
     return decode_v2
 
