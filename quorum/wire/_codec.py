@@ -185,8 +185,10 @@ def decode_message(
         # refused outright. A small frame also counts its containers as they
         # are built (an empty map costs ~70 bytes for its one byte of
         # msgpack); a large one (records, on the replication path) skips the
-        # count, which costs a Python call per record.
-        if type_code in limits.large_type_codes:
+        # count, which costs a Python call per record. So does a frame of
+        # at most ``containers_max`` bytes: every array or map takes at
+        # least one byte, so it cannot hold more than the limit.
+        if size <= limits.containers_max or type_code in limits.large_type_codes:
             envelope = _unpack_bounded(payload, count_container=None)
         else:
             envelope = _unpack_bounded(payload, count_container=_container_counter(limits.containers_max))

@@ -396,21 +396,35 @@ def encode_fetch_request(m: FetchRequest) -> list:
     return body
 
 
-def decode_fetch_request(body: Any, limits: WireLimits, build: bool) -> FetchRequest:
+def decode_fetch_request(body: Any, limits: WireLimits, build: bool) -> FetchRequest | None:
     src, dst, epoch, fetch_offset, last_fetched_epoch, request_id, read_token, extension, directory_id, repairing = (
         fields_with_optional_tail(body, 10, optional=2)
     )
+    # Every field checked, in this order, whether or not a message is built
+    # (the encoder's own check builds none: it has the message).
+    src = check_node_id(src, "src")
+    dst = check_node_id(dst, "dst")
+    epoch = check_epoch(epoch, "epoch")
+    fetch_offset = check_int64(fetch_offset, "fetch_offset")
+    last_fetched_epoch = check_epoch(last_fetched_epoch, "last_fetched_epoch")
+    request_id = check_int64(request_id, "request_id")
+    read_token = check_int64(read_token, "read_token")
+    extension = _extension(extension, limits)
+    directory_id = _directory_id(directory_id, "directory_id")
+    repairing = False if repairing is None else check_bool(repairing, "repairing")
+    if not build:
+        return None
     return FetchRequest(
-        src=check_node_id(src, "src"),
-        dst=check_node_id(dst, "dst"),
-        epoch=check_epoch(epoch, "epoch"),
-        fetch_offset=check_int64(fetch_offset, "fetch_offset"),
-        last_fetched_epoch=check_epoch(last_fetched_epoch, "last_fetched_epoch"),
-        request_id=check_int64(request_id, "request_id"),
-        read_token=check_int64(read_token, "read_token"),
-        extension=_extension(extension, limits),
-        directory_id=_directory_id(directory_id, "directory_id"),
-        repairing=False if repairing is None else check_bool(repairing, "repairing"),
+        src=src,
+        dst=dst,
+        epoch=epoch,
+        fetch_offset=fetch_offset,
+        last_fetched_epoch=last_fetched_epoch,
+        request_id=request_id,
+        read_token=read_token,
+        extension=extension,
+        directory_id=directory_id,
+        repairing=repairing,
     )
 
 
@@ -454,23 +468,39 @@ def decode_fetch_response(body: Any, limits: WireLimits, build: bool) -> FetchRe
         leader_endpoint,
     ) = fields_with_optional_tail(body, 14)
     epoch = check_epoch(epoch, "epoch")
-    checked = FetchResponse(
-        src=check_node_id(src, "src"),
-        dst=check_node_id(dst, "dst"),
+    # Every field checked, in this order, whether or not a message is built
+    # (the encoder's own check builds none: it has the message).
+    src = check_node_id(src, "src")
+    dst = check_node_id(dst, "dst")
+    request_id = check_int64(request_id, "request_id")
+    leader_id = check_optional_node_id(leader_id, "leader_id")
+    error = check_error_code(error)
+    high_watermark = check_int64(high_watermark, "high_watermark")
+    log_start_offset = check_int64(log_start_offset, "log_start_offset")
+    records = _records(records, epoch, build)
+    diverging = None if diverging is None else _offset_and_epoch(diverging, "diverging")
+    snapshot_id = None if snapshot_id is None else _snapshot_id(snapshot_id, "snapshot_id")
+    read_token = check_int64(read_token, "read_token")
+    extension = _extension(extension, limits)
+    leader_endpoint = None if leader_endpoint is None else check_endpoint(leader_endpoint, "leader_endpoint")
+    if not build:
+        return None
+    return FetchResponse(
+        src=src,
+        dst=dst,
         epoch=epoch,
-        request_id=check_int64(request_id, "request_id"),
-        leader_id=check_optional_node_id(leader_id, "leader_id"),
-        error=check_error_code(error),
-        high_watermark=check_int64(high_watermark, "high_watermark"),
-        log_start_offset=check_int64(log_start_offset, "log_start_offset"),
-        records=_records(records, epoch, build),
-        diverging=None if diverging is None else _offset_and_epoch(diverging, "diverging"),
-        snapshot_id=None if snapshot_id is None else _snapshot_id(snapshot_id, "snapshot_id"),
-        read_token=check_int64(read_token, "read_token"),
-        extension=_extension(extension, limits),
-        leader_endpoint=None if leader_endpoint is None else check_endpoint(leader_endpoint, "leader_endpoint"),
+        request_id=request_id,
+        leader_id=leader_id,
+        error=error,
+        high_watermark=high_watermark,
+        log_start_offset=log_start_offset,
+        records=records,
+        diverging=diverging,
+        snapshot_id=snapshot_id,
+        read_token=read_token,
+        extension=extension,
+        leader_endpoint=leader_endpoint,
     )
-    return checked if build else None
 
 
 def encode_fetch_snapshot_request(m: FetchSnapshotRequest) -> list:
