@@ -321,6 +321,11 @@ class CoreHooks:
 
 
 _NO_HOOKS = CoreHooks()
+# What an input that produced nothing returns (a parked Fetch, most ticks:
+# about half the inputs of a write). Shared: drivers only read outputs
+# (the core changes only the one it is still building, ``_out``).
+_NO_OUTPUT = Output()
+_LEADER = Role.LEADER
 
 # What ``QuorumNode.counters`` counts: inputs the core turned away without
 # acting on them, and stands it could not make.
@@ -2912,12 +2917,16 @@ class QuorumNode:
         """Hand the output of one input to the driver. An output with
         persistence work gets the next sequence number; ``persisted`` with
         that number later tells us how far the log is durable."""
-        if self._role is Role.LEADER and not self._is_voter and not self.voter_change_pending:
+        if self._role is _LEADER and not self._is_voter and not self.voter_change_pending:
             # A leader that removed itself led until the change committed
             # (Raft thesis §4.2.2: it replicates it without counting
             # itself); now it hands over and keeps no vote (KIP-853).
             self._become_resigned("removed from the voter set: the change is committed", Trigger.RESIGN_REQUESTED)
         out = self._out
+        if not out and not out.reset_log:
+            # Empty (``reset_log`` is the one field ``bool`` leaves out): it
+            # stays in the making for the next input.
+            return _NO_OUTPUT
         self._out = Output()
         if out.has_persistence:
             self._persist_seq += 1
