@@ -133,7 +133,7 @@ from ._messages import (
     VoteResponse,
     describe_message,
 )
-from ._output import Output, ReadFailed, ReadReady, Role, RoleChange
+from ._output import NO_OUTPUT, Output, ReadFailed, ReadReady, Role, RoleChange
 from ._quorum_math import next_high_watermark, read_confirmed
 from ._role_state import (
     CandidacyState,
@@ -321,10 +321,6 @@ class CoreHooks:
 
 
 _NO_HOOKS = CoreHooks()
-# What an input that produced nothing returns (a parked Fetch, most ticks:
-# about half the inputs of a write). Shared: drivers only read outputs
-# (the core changes only the one it is still building, ``_out``).
-_NO_OUTPUT = Output()
 _LEADER = Role.LEADER
 
 # What ``QuorumNode.counters`` counts: inputs the core turned away without
@@ -2926,7 +2922,7 @@ class QuorumNode:
         if not out and not out.reset_log:
             # Empty (``reset_log`` is the one field ``bool`` leaves out): it
             # stays in the making for the next input.
-            return _NO_OUTPUT
+            return NO_OUTPUT
         self._out = Output()
         if out.has_persistence:
             self._persist_seq += 1
