@@ -113,6 +113,9 @@ def encode_message(
     return _HEADER.pack(len(payload)) + payload
 
 
+_new_tuple = tuple.__new__
+
+
 class _TooManyContainersError(ValueError):
     pass
 
@@ -224,4 +227,6 @@ def decode_message(
         message = decode_body(body, limits, True)
     except ValueError as exc:
         raise InvalidMessageError(str(exc), correlation_id=correlation_id, message_type=schema.name) from exc
-    return Decoded(message, correlation_id, version)
+    # tuple.__new__ straight: the named tuple's own __new__ is a Python
+    # function, and this runs for every frame received.
+    return _new_tuple(Decoded, (message, correlation_id, version))

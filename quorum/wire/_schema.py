@@ -290,11 +290,25 @@ def fields_with_optional_tail(body: Any, count: int, optional: int = 1) -> list:
     return fields(body, count)
 
 
+# Directory ids that passed ``check_directory_id``: every Fetch of a voter
+# carries its own, and the check builds a set of its characters. Validity
+# depends on the string alone; bounded, since a peer chooses the strings.
+_VALID_DIRECTORY_IDS: set[str] = set()
+_VALID_DIRECTORY_IDS_MAX = 1024
+
+
 def _directory_id(value: Any, name: str) -> str | None:
+    if value is None or (type(value) is str and value in _VALID_DIRECTORY_IDS):
+        return value
     try:
-        return check_directory_id(value, name)
+        checked = check_directory_id(value, name)
     except ValueError:
         raise ValueError(f"{name} must be nil or a directory id, got {describe_value(value)}") from None
+    if type(checked) is str:
+        if len(_VALID_DIRECTORY_IDS) >= _VALID_DIRECTORY_IDS_MAX:
+            _VALID_DIRECTORY_IDS.clear()
+        _VALID_DIRECTORY_IDS.add(checked)
+    return checked
 
 
 def encode_vote_request(m: VoteRequest) -> list:
