@@ -22,6 +22,7 @@ DescribeQuorumResponse version 3); None is nil.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import repeat
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +39,16 @@ from .._messages import (
     VoteResponse,
 )
 from .._node import ReplicaDescription
-from .._types import VOTERS_KIND, Entry, OffsetAndEpoch, RecordKind, SnapshotId
+from .._types import (
+    DATA_KIND,
+    PER_BATCH_CHECK_MIN_RECORDS,
+    VOTERS_KIND,
+    Entry,
+    OffsetAndEpoch,
+    RecordKind,
+    SnapshotId,
+    one_epoch_columns,
+)
 from .._voters import ENDPOINTS_MAX, check_directory_id, check_endpoint, voter_set_problem
 from ._checks import (
     INT64_MAX,
@@ -211,6 +221,10 @@ def _records(raw: Any, message_epoch: int, build: bool) -> tuple[Entry, ...]:
     if type(first) not in (list, Entry) or len(first) != 4:
         raise ValueError(f"records[0] must be an array [offset, epoch, kind, data], got {describe_value(first)}")
     first_offset = next_offset = check_int64(first[0], "records[0].offset")
+    if len(raw) >= PER_BATCH_CHECK_MIN_RECORDS:
+        entries_or_none = _one_epoch_data_records(raw, first_offset, message_epoch, build)
+        if entries_or_none is not None:
+            return entries_or_none
     previous_epoch = 0
     kinds = RECORD_KINDS
     # A plain int off the wire; an Entry holds a RecordKind (never a bool,
@@ -248,6 +262,48 @@ def _records(raw: Any, message_epoch: int, build: bool) -> tuple[Entry, ...]:
     if next_offset - 1 > INT64_MAX:
         raise ValueError(f"records run past the largest offset {INT64_MAX}")
     return tuple(entries)
+
+
+_ONLY_LIST = {list}
+_ONLY_ENTRY = {Entry}
+_ONLY_INT = {int}
+_ONLY_BYTES = {bytes}
+_ONLY_FOUR = {4}
+_ENCODED_KIND_TYPES = {int, RecordKind}
+_new_tuple = tuple.__new__
+
+
+def _one_epoch_data_records(raw: list, first_offset: int, message_epoch: int, build: bool) -> tuple[Entry, ...] | None:
+    """What ``_records`` returns for ``raw`` when it has the shape of nearly
+    every batch: arrays (``Entry`` tuples for the encoder) of four fields,
+    int offsets from ``first_offset`` on without a gap, one int epoch within
+    0..``message_epoch``, DATA records only, bytes data. Checked over the
+    batch in C (``one_epoch_columns``, then a type set per column) rather
+    than a record at a time; None for anything else, which the loop of
+    ``_records`` then accepts or refuses, naming the record. ``raw``'s last
+    offset is bounded by the caller."""
+    if set(map(type, raw)) != (_ONLY_LIST if build else _ONLY_ENTRY) or set(map(len, raw)) != _ONLY_FOUR:
+        return None
+    columns = one_epoch_columns(raw, first_offset)
+    if columns is None:
+        return None
+    offsets, epochs, kinds, datas = columns
+    if not (
+        set(map(type, offsets)) == _ONLY_INT
+        and set(map(type, epochs)) == _ONLY_INT
+        and 0 <= epochs[0] <= message_epoch
+        and (set(map(type, kinds)) == _ONLY_INT if build else set(map(type, kinds)) <= _ENCODED_KIND_TYPES)
+        and kinds.count(DATA_KIND) == len(kinds)
+        and set(map(type, datas)) == _ONLY_BYTES
+    ):
+        return None
+    if first_offset + len(raw) - 1 > INT64_MAX:
+        return None  # the loop says so
+    if not build:
+        return ()
+    # tuple.__new__ straight: the named tuple's own __new__ is a Python
+    # function, one call per record.
+    return tuple(map(_new_tuple, repeat(Entry), zip(offsets, epochs, repeat(DATA_KIND), datas)))
 
 
 def _reject_record(record: Any, expected_offset: int, previous_epoch: int, message_epoch: int, *, index: int) -> None:
