@@ -41,7 +41,7 @@ from ._errors import QuorumError
 from ._log import MemoryLog
 from ._messages import ErrorCode, FetchRequest, Message
 from ._node import CoreHooks, NotLeaderError, QuorumNode, RepairState, Snapshot
-from ._output import Output, ReadReady, RoleChange
+from ._output import NO_OUTPUT, Output, ReadReady, RoleChange
 from ._types import DATA_KIND, ElectionState, Entry, SnapshotId
 from ._voters import Voter, state_machine_data
 
@@ -501,7 +501,7 @@ class ReplicaHost:
         """Act on one core output: role changes, an installed snapshot,
         committed records, read answers; then hand it to the world
         (``port.output_ready``) and apply the snapshot policy."""
-        if not output:
+        if output is NO_OUTPUT or not output:
             return
         if self._repair_pending and self.core.repairing is None:
             self._repair_pending = False

@@ -133,7 +133,7 @@ from ._messages import (
     VoteResponse,
     describe_message,
 )
-from ._output import Output, ReadFailed, ReadReady, Role, RoleChange
+from ._output import NO_OUTPUT, Output, ReadFailed, ReadReady, Role, RoleChange
 from ._quorum_math import next_high_watermark, read_confirmed
 from ._role_state import (
     CandidacyState,
@@ -321,6 +321,7 @@ class CoreHooks:
 
 
 _NO_HOOKS = CoreHooks()
+_LEADER = Role.LEADER
 
 # What ``QuorumNode.counters`` counts: inputs the core turned away without
 # acting on them, and stands it could not make.
@@ -2912,12 +2913,16 @@ class QuorumNode:
         """Hand the output of one input to the driver. An output with
         persistence work gets the next sequence number; ``persisted`` with
         that number later tells us how far the log is durable."""
-        if self._role is Role.LEADER and not self._is_voter and not self.voter_change_pending:
+        if self._role is _LEADER and not self._is_voter and not self.voter_change_pending:
             # A leader that removed itself led until the change committed
             # (Raft thesis §4.2.2: it replicates it without counting
             # itself); now it hands over and keeps no vote (KIP-853).
             self._become_resigned("removed from the voter set: the change is committed", Trigger.RESIGN_REQUESTED)
         out = self._out
+        if not out and not out.reset_log:
+            # Empty (``reset_log`` is the one field ``bool`` leaves out): it
+            # stays in the making for the next input.
+            return NO_OUTPUT
         self._out = Output()
         if out.has_persistence:
             self._persist_seq += 1

@@ -167,3 +167,10 @@ class Output:
             or self.events
             or self.voters_changed is not None
         )
+
+
+#: What the core returns for an input that produced nothing (a parked
+#: Fetch, most ticks: about half the inputs of a write), shared rather than
+#: built each time. Drivers only read outputs; the core changes only the
+#: one it is still building.
+NO_OUTPUT = Output()

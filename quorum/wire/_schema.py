@@ -21,9 +21,9 @@ DescribeQuorumResponse version 3); None is nil.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from itertools import repeat
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._messages import (
@@ -39,7 +39,16 @@ from .._messages import (
     VoteResponse,
 )
 from .._node import ReplicaDescription
-from .._types import VOTERS_KIND, Entry, OffsetAndEpoch, RecordKind, SnapshotId
+from .._types import (
+    DATA_KIND,
+    PER_BATCH_CHECK_MIN_RECORDS,
+    VOTERS_KIND,
+    Entry,
+    OffsetAndEpoch,
+    RecordKind,
+    SnapshotId,
+    one_epoch_columns,
+)
 from .._voters import ENDPOINTS_MAX, check_directory_id, check_endpoint, voter_set_problem
 from ._checks import (
     INT64_MAX,
@@ -212,6 +221,10 @@ def _records(raw: Any, message_epoch: int, build: bool) -> tuple[Entry, ...]:
     if type(first) not in (list, Entry) or len(first) != 4:
         raise ValueError(f"records[0] must be an array [offset, epoch, kind, data], got {describe_value(first)}")
     first_offset = next_offset = check_int64(first[0], "records[0].offset")
+    if len(raw) >= PER_BATCH_CHECK_MIN_RECORDS:
+        entries_or_none = _one_epoch_data_records(raw, first_offset, message_epoch, build)
+        if entries_or_none is not None:
+            return entries_or_none
     previous_epoch = 0
     kinds = RECORD_KINDS
     # A plain int off the wire; an Entry holds a RecordKind (never a bool,
@@ -249,6 +262,48 @@ def _records(raw: Any, message_epoch: int, build: bool) -> tuple[Entry, ...]:
     if next_offset - 1 > INT64_MAX:
         raise ValueError(f"records run past the largest offset {INT64_MAX}")
     return tuple(entries)
+
+
+_ONLY_LIST = {list}
+_ONLY_ENTRY = {Entry}
+_ONLY_INT = {int}
+_ONLY_BYTES = {bytes}
+_ONLY_FOUR = {4}
+_ENCODED_KIND_TYPES = {int, RecordKind}
+_new_tuple = tuple.__new__
+
+
+def _one_epoch_data_records(raw: list, first_offset: int, message_epoch: int, build: bool) -> tuple[Entry, ...] | None:
+    """What ``_records`` returns for ``raw`` when it has the shape of nearly
+    every batch: arrays (``Entry`` tuples for the encoder) of four fields,
+    int offsets from ``first_offset`` on without a gap, one int epoch within
+    0..``message_epoch``, DATA records only, bytes data. Checked over the
+    batch in C (``one_epoch_columns``, then a type set per column) rather
+    than a record at a time; None for anything else, which the loop of
+    ``_records`` then accepts or refuses, naming the record. ``raw``'s last
+    offset is bounded by the caller."""
+    if set(map(type, raw)) != (_ONLY_LIST if build else _ONLY_ENTRY) or set(map(len, raw)) != _ONLY_FOUR:
+        return None
+    columns = one_epoch_columns(raw, first_offset)
+    if columns is None:
+        return None
+    offsets, epochs, kinds, datas = columns
+    if not (
+        set(map(type, offsets)) == _ONLY_INT
+        and set(map(type, epochs)) == _ONLY_INT
+        and 0 <= epochs[0] <= message_epoch
+        and (set(map(type, kinds)) == _ONLY_INT if build else set(map(type, kinds)) <= _ENCODED_KIND_TYPES)
+        and kinds.count(DATA_KIND) == len(kinds)
+        and set(map(type, datas)) == _ONLY_BYTES
+    ):
+        return None
+    if first_offset + len(raw) - 1 > INT64_MAX:
+        return None  # the loop says so
+    if not build:
+        return ()
+    # tuple.__new__ straight: the named tuple's own __new__ is a Python
+    # function, one call per record.
+    return tuple(map(_new_tuple, repeat(Entry), zip(offsets, epochs, repeat(DATA_KIND), datas)))
 
 
 def _reject_record(record: Any, expected_offset: int, previous_epoch: int, message_epoch: int, *, index: int) -> None:
@@ -291,11 +346,25 @@ def fields_with_optional_tail(body: Any, count: int, optional: int = 1) -> list:
     return fields(body, count)
 
 
+# Directory ids that passed ``check_directory_id``: every Fetch of a voter
+# carries its own, and the check builds a set of its characters. Validity
+# depends on the string alone; bounded, since a peer chooses the strings.
+_VALID_DIRECTORY_IDS: set[str] = set()
+_VALID_DIRECTORY_IDS_MAX = 1024
+
+
 def _directory_id(value: Any, name: str) -> str | None:
+    if value is None or (type(value) is str and value in _VALID_DIRECTORY_IDS):
+        return value
     try:
-        return check_directory_id(value, name)
+        checked = check_directory_id(value, name)
     except ValueError:
         raise ValueError(f"{name} must be nil or a directory id, got {describe_value(value)}") from None
+    if type(checked) is str:
+        if len(_VALID_DIRECTORY_IDS) >= _VALID_DIRECTORY_IDS_MAX:
+            _VALID_DIRECTORY_IDS.clear()
+        _VALID_DIRECTORY_IDS.add(checked)
+    return checked
 
 
 def encode_vote_request(m: VoteRequest) -> list:
@@ -397,21 +466,35 @@ def encode_fetch_request(m: FetchRequest) -> list:
     return body
 
 
-def decode_fetch_request(body: Any, limits: WireLimits, build: bool) -> FetchRequest:
+def decode_fetch_request(body: Any, limits: WireLimits, build: bool) -> FetchRequest | None:
     src, dst, epoch, fetch_offset, last_fetched_epoch, request_id, read_token, extension, directory_id, repairing = (
         fields_with_optional_tail(body, 10, optional=2)
     )
+    # Every field checked, in this order, whether or not a message is built
+    # (the encoder's own check builds none: it has the message).
+    src = check_node_id(src, "src")
+    dst = check_node_id(dst, "dst")
+    epoch = check_epoch(epoch, "epoch")
+    fetch_offset = check_int64(fetch_offset, "fetch_offset")
+    last_fetched_epoch = check_epoch(last_fetched_epoch, "last_fetched_epoch")
+    request_id = check_int64(request_id, "request_id")
+    read_token = check_int64(read_token, "read_token")
+    extension = _extension(extension, limits)
+    directory_id = _directory_id(directory_id, "directory_id")
+    repairing = False if repairing is None else check_bool(repairing, "repairing")
+    if not build:
+        return None
     return FetchRequest(
-        src=check_node_id(src, "src"),
-        dst=check_node_id(dst, "dst"),
-        epoch=check_epoch(epoch, "epoch"),
-        fetch_offset=check_int64(fetch_offset, "fetch_offset"),
-        last_fetched_epoch=check_epoch(last_fetched_epoch, "last_fetched_epoch"),
-        request_id=check_int64(request_id, "request_id"),
-        read_token=check_int64(read_token, "read_token"),
-        extension=_extension(extension, limits),
-        directory_id=_directory_id(directory_id, "directory_id"),
-        repairing=False if repairing is None else check_bool(repairing, "repairing"),
+        src=src,
+        dst=dst,
+        epoch=epoch,
+        fetch_offset=fetch_offset,
+        last_fetched_epoch=last_fetched_epoch,
+        request_id=request_id,
+        read_token=read_token,
+        extension=extension,
+        directory_id=directory_id,
+        repairing=repairing,
     )
 
 
@@ -455,23 +538,39 @@ def decode_fetch_response(body: Any, limits: WireLimits, build: bool) -> FetchRe
         leader_endpoint,
     ) = fields_with_optional_tail(body, 14)
     epoch = check_epoch(epoch, "epoch")
-    checked = FetchResponse(
-        src=check_node_id(src, "src"),
-        dst=check_node_id(dst, "dst"),
+    # Every field checked, in this order, whether or not a message is built
+    # (the encoder's own check builds none: it has the message).
+    src = check_node_id(src, "src")
+    dst = check_node_id(dst, "dst")
+    request_id = check_int64(request_id, "request_id")
+    leader_id = check_optional_node_id(leader_id, "leader_id")
+    error = check_error_code(error)
+    high_watermark = check_int64(high_watermark, "high_watermark")
+    log_start_offset = check_int64(log_start_offset, "log_start_offset")
+    records = _records(records, epoch, build)
+    diverging = None if diverging is None else _offset_and_epoch(diverging, "diverging")
+    snapshot_id = None if snapshot_id is None else _snapshot_id(snapshot_id, "snapshot_id")
+    read_token = check_int64(read_token, "read_token")
+    extension = _extension(extension, limits)
+    leader_endpoint = None if leader_endpoint is None else check_endpoint(leader_endpoint, "leader_endpoint")
+    if not build:
+        return None
+    return FetchResponse(
+        src=src,
+        dst=dst,
         epoch=epoch,
-        request_id=check_int64(request_id, "request_id"),
-        leader_id=check_optional_node_id(leader_id, "leader_id"),
-        error=check_error_code(error),
-        high_watermark=check_int64(high_watermark, "high_watermark"),
-        log_start_offset=check_int64(log_start_offset, "log_start_offset"),
-        records=_records(records, epoch, build),
-        diverging=None if diverging is None else _offset_and_epoch(diverging, "diverging"),
-        snapshot_id=None if snapshot_id is None else _snapshot_id(snapshot_id, "snapshot_id"),
-        read_token=check_int64(read_token, "read_token"),
-        extension=_extension(extension, limits),
-        leader_endpoint=None if leader_endpoint is None else check_endpoint(leader_endpoint, "leader_endpoint"),
+        request_id=request_id,
+        leader_id=leader_id,
+        error=error,
+        high_watermark=high_watermark,
+        log_start_offset=log_start_offset,
+        records=records,
+        diverging=diverging,
+        snapshot_id=snapshot_id,
+        read_token=read_token,
+        extension=extension,
+        leader_endpoint=leader_endpoint,
     )
-    return checked if build else None
 
 
 def encode_fetch_snapshot_request(m: FetchSnapshotRequest) -> list:
@@ -554,42 +653,46 @@ def encode_propose_request(m: ProposeRequest) -> list:
     return [list(m.records)]
 
 
-def decode_propose_request(body: Any, limits: WireLimits, build: bool) -> ProposeRequest:
+def decode_propose_request(body: Any, limits: WireLimits, build: bool, **version_fields: Any) -> ProposeRequest:
     (records,) = fields(body, 1)
     if type(records) is not list or len(records) > limits.records_per_request_max:
         raise ValueError(
             f"records must be an array of at most {limits.records_per_request_max}, got {describe_value(records)}"
         )
-    return ProposeRequest(records=tuple(records))
+    return ProposeRequest(records=tuple(records), **version_fields)
 
 
 def encode_propose_response(m: ProposeResponse) -> list:
     return [m.error, m.offset, m.leader_hint, list(m.results)]
 
 
-def decode_propose_response(body: Any, limits: WireLimits, build: bool) -> ProposeResponse:
+def decode_propose_response(body: Any, limits: WireLimits, build: bool, **version_fields: Any) -> ProposeResponse:
     error, offset, leader_hint, results = fields(body, 4)
     if type(results) is not list:
         raise ValueError(f"results must be an array, got {type(results).__name__}")
-    return ProposeResponse(error=check_error_code(error), offset=offset, leader_hint=leader_hint, results=tuple(results))
+    return ProposeResponse(
+        error=check_error_code(error), offset=offset, leader_hint=leader_hint, results=tuple(results), **version_fields
+    )
 
 
 def encode_read_request(m: ReadRequest) -> list:
     return [m.mode, m.query]
 
 
-def decode_read_request(body: Any, limits: WireLimits, build: bool) -> ReadRequest:
+def decode_read_request(body: Any, limits: WireLimits, build: bool, **version_fields: Any) -> ReadRequest:
     mode, query = fields(body, 2)
-    return ReadRequest(mode=mode, query=query)
+    return ReadRequest(mode=mode, query=query, **version_fields)
 
 
 def encode_read_response(m: ReadResponse) -> list:
     return [m.error, m.offset, m.leader_hint, m.value]
 
 
-def decode_read_response(body: Any, limits: WireLimits, build: bool) -> ReadResponse:
+def decode_read_response(body: Any, limits: WireLimits, build: bool, **version_fields: Any) -> ReadResponse:
     error, offset, leader_hint, value = fields(body, 4)
-    return ReadResponse(error=check_error_code(error), offset=offset, leader_hint=leader_hint, value=value)
+    return ReadResponse(
+        error=check_error_code(error), offset=offset, leader_hint=leader_hint, value=value, **version_fields
+    )
 
 
 def encode_describe_quorum_request(m: DescribeQuorumRequest) -> list:
@@ -732,42 +835,48 @@ class MessageSchema:
     encode_body: Callable[[Any], list]
     decode_body: Callable[[Any, WireLimits, bool], Any]
     later_versions: tuple[tuple[int, Callable[[Any], list], Callable[[Any, WireLimits, bool], Any]], ...] = ()
+    # Derived once from the above: every frame asks for them.
+    versions: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _codecs: dict = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        codecs = {PROTOCOL_VERSION: (self.encode_body, self.decode_body)}
+        for later, encode, decode in self.later_versions:
+            codecs.setdefault(later, (encode, decode))
+        object.__setattr__(self, "versions", (PROTOCOL_VERSION, *(version for version, _, _ in self.later_versions)))
+        object.__setattr__(self, "_codecs", codecs)
 
     @property
     def name(self) -> str:
         return self.message_class.__name__
 
-    @property
-    def versions(self) -> tuple[int, ...]:
-        return (PROTOCOL_VERSION, *(version for version, _, _ in self.later_versions))
-
     def codec(self, version: int) -> tuple[Callable[[Any], list], Callable[[Any, WireLimits, bool], Any]]:
         """(encode, decode) of ``version``; raises ``KeyError`` for a version
         this type does not have."""
-        if version == PROTOCOL_VERSION:
-            return self.encode_body, self.decode_body
-        for later, encode, decode in self.later_versions:
-            if later == version:
-                return encode, decode
-        raise KeyError(version)
+        try:
+            return self._codecs[version]
+        except TypeError:  # unhashable: no version either
+            raise KeyError(version) from None
 
 
 def encode_application_request(m: ApplicationRequest) -> list:
     return [m.payload]
 
 
-def decode_application_request(body: Any, limits: WireLimits, build: bool) -> ApplicationRequest:
+def decode_application_request(body: Any, limits: WireLimits, build: bool, **version_fields: Any) -> ApplicationRequest:
     (payload,) = fields(body, 1)
-    return ApplicationRequest(payload=payload)
+    return ApplicationRequest(payload=payload, **version_fields)
 
 
 def encode_application_response(m: ApplicationResponse) -> list:
     return [m.error, m.leader_hint, m.payload]
 
 
-def decode_application_response(body: Any, limits: WireLimits, build: bool) -> ApplicationResponse:
+def decode_application_response(
+    body: Any, limits: WireLimits, build: bool, **version_fields: Any
+) -> ApplicationResponse:
     error, leader_hint, payload = fields(body, 3)
-    return ApplicationResponse(error=check_error_code(error), leader_hint=leader_hint, payload=payload)
+    return ApplicationResponse(error=check_error_code(error), leader_hint=leader_hint, payload=payload, **version_fields)
 
 
 def _endpoints(value: Any, limits: WireLimits) -> tuple:
@@ -780,10 +889,13 @@ def encode_add_voter_request(m: AddVoterRequest) -> list:
     return [m.node_id, m.directory_id, list(m.endpoints)]
 
 
-def decode_add_voter_request(body: Any, limits: WireLimits, build: bool) -> AddVoterRequest:
+def decode_add_voter_request(body: Any, limits: WireLimits, build: bool, **version_fields: Any) -> AddVoterRequest:
     node_id, directory_id, endpoints = fields(body, 3)
     return AddVoterRequest(
-        node_id=node_id, directory_id=_directory_id(directory_id, "directory_id"), endpoints=_endpoints(endpoints, limits)
+        node_id=node_id,
+        directory_id=_directory_id(directory_id, "directory_id"),
+        endpoints=_endpoints(endpoints, limits),
+        **version_fields,
     )
 
 
@@ -808,27 +920,33 @@ def encode_remove_voter_request(m: RemoveVoterRequest) -> list:
     return [m.node_id, m.directory_id]
 
 
-def decode_remove_voter_request(body: Any, limits: WireLimits, build: bool) -> RemoveVoterRequest:
+def decode_remove_voter_request(body: Any, limits: WireLimits, build: bool, **version_fields: Any) -> RemoveVoterRequest:
     node_id, directory_id = fields(body, 2)
-    return RemoveVoterRequest(node_id=node_id, directory_id=_directory_id(directory_id, "directory_id"))
+    return RemoveVoterRequest(node_id=node_id, directory_id=_directory_id(directory_id, "directory_id"), **version_fields)
 
 
 def encode_upgrade_voters_request(m: UpgradeVotersRequest) -> list:
     return []
 
 
-def decode_upgrade_voters_request(body: Any, limits: WireLimits, build: bool) -> UpgradeVotersRequest:
+def decode_upgrade_voters_request(
+    body: Any, limits: WireLimits, build: bool, **version_fields: Any
+) -> UpgradeVotersRequest:
     fields(body, 0)
-    return UpgradeVotersRequest()
+    return UpgradeVotersRequest(**version_fields)
 
 
 def encode_voter_change_response(m: VoterChangeResponse) -> list:
     return [m.error, m.leader_hint, m.offset, m.message]
 
 
-def decode_voter_change_response(body: Any, limits: WireLimits, build: bool) -> VoterChangeResponse:
+def decode_voter_change_response(
+    body: Any, limits: WireLimits, build: bool, **version_fields: Any
+) -> VoterChangeResponse:
     error, leader_hint, offset, message = fields(body, 4)
-    return VoterChangeResponse(error=check_error_code(error), leader_hint=leader_hint, offset=offset, message=message)
+    return VoterChangeResponse(
+        error=check_error_code(error), leader_hint=leader_hint, offset=offset, message=message, **version_fields
+    )
 
 
 # Version 2 of the client requests a node may answer NOT_LEADER, and of
@@ -836,12 +954,13 @@ def decode_voter_change_response(body: Any, limits: WireLimits, build: bool) -> 
 # an answer's is version 1's, then ``leader_epoch`` and ``leader_endpoint``.
 
 
-def _in_version(decode: Callable[[Any, WireLimits, bool], Any], version: int) -> Callable[[Any, WireLimits, bool], Any]:
-    """``decode``, whose message then says it came in ``version``."""
+def _in_version(decode: Callable[..., Any], version: int) -> Callable[[Any, WireLimits, bool], Any]:
+    """``decode`` (which passes its keyword arguments on to the message's
+    constructor), whose message says it came in ``version``. Built once
+    with that version, not rebuilt: the constructor's checks run once."""
 
     def decode_in_version(body: Any, limits: WireLimits, build: bool) -> Any:
-        message = decode(body, limits, build)
-        return None if message is None else dataclasses.replace(message, version=version)
+        return decode(body, limits, build, version=version)
 
     return decode_in_version
 
@@ -856,18 +975,15 @@ def _with_leader_fields(encode: Callable[[Any], list]) -> Callable[[Any], list]:
     return encode_v2
 
 
-def _leader_fields_decoder(decode: Callable[[Any, WireLimits, bool], Any]) -> Callable[[Any, WireLimits, bool], Any]:
-    """Decodes ``_with_leader_fields``' bodies; ``ValueError`` (from the
+def _leader_fields_decoder(decode: Callable[..., Any]) -> Callable[[Any, WireLimits, bool], Any]:
+    """Decodes ``_with_leader_fields``' bodies (``decode`` passes its keyword
+    arguments on to the message's constructor); ``ValueError`` (from the
     message's own checks) for a leader epoch or endpoint out of range."""
 
     def decode_v2(body: Any, limits: WireLimits, build: bool) -> Any:
         if type(body) is not list or len(body) < 2:
             raise ValueError(f"body must be an array ending in leader_epoch, leader_endpoint, got {describe_value(body)}")
-        *head, leader_epoch, leader_endpoint = body
-        message = decode(head, limits, build)
-        if message is None:
-            return None
-        return dataclasses.replace(message, leader_epoch=leader_epoch, leader_endpoint=leader_endpoint, version=2)
+        return decode(body[:-2], limits, build, leader_epoch=body[-2], leader_endpoint=body[-1], version=2)
 
     return decode_v2
 

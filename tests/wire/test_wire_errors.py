@@ -224,6 +224,26 @@ def test_directory_ids_are_optional_trailing_fields_for_older_peers():
             _decode([7, 1, 11, CLUSTER, [*fetch, bad]])
 
 
+def test_directory_ids_already_seen_are_remembered_in_bounds_and_bad_ones_never():
+    """The decoder remembers directory ids that passed the check (every
+    Fetch of a voter carries one): a remembered id decodes again, a bad one
+    is refused however many good ones came before, and a peer sending new
+    ids forever cannot grow the memory past its bound."""
+    from quorum.wire import _schema
+
+    fetch = [2, 1, 7, 40, 6, 99, 3, None]
+    for _ in range(2):
+        assert _decode([7, 1, 11, CLUSTER, [*fetch, "dir-a"]]).message.directory_id == "dir-a"
+    assert "dir-a" in _schema._VALID_DIRECTORY_IDS
+    for index in range(_schema._VALID_DIRECTORY_IDS_MAX + 10):
+        assert _decode([7, 1, 11, CLUSTER, [*fetch, f"d{index}"]]).message.directory_id == f"d{index}"
+        assert len(_schema._VALID_DIRECTORY_IDS) <= _schema._VALID_DIRECTORY_IDS_MAX
+    for bad in ("no spaces", "x" * 65, ["dir-a"]):
+        with pytest.raises(InvalidMessageError, match="directory_id must be"):
+            _decode([7, 1, 11, CLUSTER, [*fetch, bad]])
+    assert "no spaces" not in _schema._VALID_DIRECTORY_IDS
+
+
 def test_an_unknown_error_code_is_invalid():
     with pytest.raises(InvalidMessageError, match="error must be a known error code"):
         _decode([4, 1, 1, CLUSTER, [2, 1, 7, 5]])
@@ -435,6 +455,19 @@ def test_diverging_and_snapshot_id_travel_in_their_documented_order():
 def test_wire_message_classes_refuse_invalid_fields(build):
     with pytest.raises(ValueError):
         build()
+
+
+def test_a_batch_of_records_or_results_names_its_first_bad_member():
+    """Records and results are checked over the whole batch at once; what
+    fails is still found and named, wherever it sits in the batch."""
+    with pytest.raises(ValueError, match=r"records\[10\] must be bytes"):
+        ProposeRequest(records=[b"a"] * 10 + ["text", b"b", 7])
+    with pytest.raises(ValueError, match=r"records\[1\] must be bytes"):
+        ProposeRequest(records=[b"a", bytearray(b"b")])
+    with pytest.raises(ValueError, match=r"results\[2\] must be bytes"):
+        ProposeResponse(offset=1, results=(None, b"x", 5, b"y"))
+    assert ProposeRequest(records=[b"a", b""] * 50).records == (b"a", b"") * 50
+    assert ProposeResponse(offset=1, results=[None, b"x", None]).results == (None, b"x", None)
 
 
 def test_wire_message_classes_normalise_lists_and_error_codes():
