@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -160,6 +161,60 @@ def spark_session(
         atexit.register(archive_dump.finish)
     _ship_package(session)
     return session
+
+
+class SessionStart:
+    """A Spark session being started (:func:`spark_session`) on a thread of
+    its own, so that what this process does meanwhile (importing the job's
+    modules: pyspark.sql's DataFrame API, pyarrow, the checker) overlaps the
+    JVM's start instead of preceding it.
+
+    While the session starts, this process's file descriptors 1 and 2 point
+    at the Spark log (see :func:`spark_session`): the caller must not print
+    until :meth:`result` (or :meth:`wait`) has returned.
+    """
+
+    def __init__(
+        self,
+        master: str = DEFAULT_MASTER,
+        *,
+        conf: Mapping[str, str] | None = None,
+        log_path: str | Path | None = None,
+        small_input: bool = False,
+    ) -> None:
+        # Imported here, on the caller's thread, not on the starting one:
+        # two threads importing pyspark's mutually dependent modules at
+        # once can deadlock on Python's per-module import locks.
+        import pyspark.java_gateway  # noqa: F401
+        import pyspark.sql  # noqa: F401
+
+        self._session: SparkSession | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._start, args=(master, conf, log_path, small_input), name="checker-spark-start", daemon=True
+        )
+        self._thread.start()
+
+    def _start(
+        self, master: str, conf: Mapping[str, str] | None, log_path: str | Path | None, small_input: bool
+    ) -> None:
+        try:
+            self._session = spark_session(master, conf=conf, log_path=log_path, small_input=small_input)
+        except BaseException as error:  # noqa: BLE001 (handed to the caller by result())
+            self._error = error
+
+    def wait(self) -> None:
+        """Wait until the session has started, or failed to."""
+        self._thread.join()
+
+    def result(self) -> "SparkSession":
+        """The session, once started. Raises what :func:`spark_session`
+        raised."""
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._session is not None
+        return self._session
 
 
 def _driver_java_options(small_input: bool) -> tuple[str, "_ClassArchiveDump | None"]:

@@ -224,8 +224,7 @@ def test_cli_empty_history_says_nothing_to_check_with_its_exit_code_and_no_spark
 
 
 def test_a_small_input_is_told_by_its_event_count_not_its_file_size(tmp_path):
-    from jepsen_like.checker._job import SMALL_INPUT_EVENTS_MAX, SMALL_INPUT_SIDE_RECORDS_MAX, is_small_input
-    from jepsen_like.checker._load import discover_histories
+    from jepsen_like.checker._load import SMALL_INPUT_EVENTS_MAX, SMALL_INPUT_SIDE_RECORDS_MAX, discover_histories, is_small_input
 
     # Long events (300 bytes each) once made a 10,000-operation campaign
     # look like 60,000 events: it then got none of the small-input settings.
