@@ -40,6 +40,16 @@ _ARCHIVE_DUMP_TIMEOUT_S = 120
 # oldest beyond these go when a new one is written.
 CLASS_ARCHIVES_KEPT = 4
 
+# The memory pages of a small input's sorts, aggregations and hash joins.
+# Spark sizes them from the memory it has (64 MB each with the driver's 4 GB
+# and two cores), and every task that sorts, aggregates or builds a hash
+# table takes at least one: a 3-operation check allocated (and zeroed, and
+# the collector copied) about 470 MB of them, for kilobytes of rows. A
+# record larger than a page gets a page of its own size, so no input is
+# refused for it (docs/benchmarks.md, "Session start overlapped and fewer
+# jobs").
+SMALL_INPUT_PAGE_SIZE = "1m"
+
 # Shipped to executors once per process: the checker's own modules (so that
 # executors on other machines, or Python workers that do not share the
 # driver's sys.path, can import the search and the models).
@@ -149,6 +159,8 @@ def spark_session(
         # In local mode the driver JVM is the executor: give it room for
         # ten-million-operation histories.
         builder = builder.config("spark.driver.memory", "4g")
+    if small_input:
+        builder = builder.config("spark.buffer.pageSize", SMALL_INPUT_PAGE_SIZE)
     for name, value in (conf or {}).items():
         builder = builder.config(name, value)
     try:
@@ -225,8 +237,9 @@ def _driver_java_options(small_input: bool) -> tuple[str, "_ClassArchiveDump | N
     if small_input:
         # A check of a small history lives for seconds: the optimising JIT
         # compiler's work would not pay back, and one GC thread leaves the
-        # second core to the job.
-        options += ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+        # second core to the job. Its classes' metadata (about 23 MB) stays
+        # under the first metaspace threshold: no full collection for it.
+        options += ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:MetaspaceSize=64m"]
         archive_options, dump = _class_archive_options(options)
         options += archive_options
     return " ".join(options), dump
