@@ -113,7 +113,8 @@ def spark_session(
     (appended; default :func:`default_log_path`), never to this process's
     terminal. ``small_input`` starts a JVM tuned for a short life
     (histories of a few thousand events): it compiles less, collects
-    garbage in one thread, and maps its classes from a class data archive
+    garbage in one thread, sorts and aggregates in small memory pages
+    (:data:`SMALL_INPUT_PAGE_SIZE`), and maps its classes from a class data archive
     (:data:`CLASS_ARCHIVE_ENV`). The first such session on a machine has
     none yet: its JVM writes the archive when this process exits (a few
     seconds, once), and the sessions after it start faster.
@@ -198,10 +199,17 @@ class SessionStart:
         # two threads importing pyspark's mutually dependent modules at
         # once can deadlock on Python's per-module import locks.
         import pyspark.java_gateway  # noqa: F401
-        import pyspark.sql  # noqa: F401
+        from pyspark.sql import SparkSession
 
         self._session: SparkSession | None = None
         self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if SparkSession.getActiveSession() is not None:
+            # This thread's session is reused as is (see spark_session): a
+            # thread of its own would not see it as active, and would
+            # apply the checker's settings to it.
+            self._start(master, conf, log_path, small_input)
+            return
         self._thread = threading.Thread(
             target=self._start, args=(master, conf, log_path, small_input), name="checker-spark-start", daemon=True
         )
@@ -217,7 +225,8 @@ class SessionStart:
 
     def wait(self) -> None:
         """Wait until the session has started, or failed to."""
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
 
     def result(self) -> "SparkSession":
         """The session, once started. Raises what :func:`spark_session`
