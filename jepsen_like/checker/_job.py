@@ -29,7 +29,14 @@ from pyspark.sql import functions as F
 from jepsen_like.checker import _tier1, _tier2
 from jepsen_like.checker._errors import HistoryFormatError
 from jepsen_like.checker._frames import OP_RENDER_COLUMNS, Loaded, build_operations, load, materialize, model_error, release
-from jepsen_like.checker._load import HistorySource, discover_histories, model_override_name, resolve_model_name
+from jepsen_like.checker._load import (
+    HistorySource,
+    discover_histories,
+    estimated_events,
+    is_small_input,
+    model_override_name,
+    resolve_model_name,
+)
 from jepsen_like.checker._model_catalog import MODEL_DEFAULT, get_model
 from jepsen_like.checker._models import MODE_LINEARIZABLE, Model, canonical_json, operation_from_row, render_operation
 from jepsen_like.checker._report import (
@@ -43,7 +50,7 @@ from jepsen_like.checker._report import (
     skipped,
     tier1_check,
 )
-from jepsen_like.checker._spark import DEFAULT_MASTER, spark_session
+from jepsen_like.checker._spark import DEFAULT_MASTER, SessionStart, spark_session
 from jepsen_like.checker._staleness import ReadStaleness, fault_windows, summarize
 from jepsen_like.checker._wgl import (
     BUDGET_DEADLINE,
@@ -78,7 +85,7 @@ def check(
     max_witnesses: int = DEFAULT_MAX_WITNESSES,
     all_keys: bool = False,
     linearizability: bool = True,
-    spark: SparkSession | None = None,
+    spark: SparkSession | SessionStart | None = None,
     spark_conf: Mapping[str, str] | None = None,
     spark_log: str | Path | None = None,
     timings: MutableMapping[str, float] | None = None,
@@ -110,9 +117,10 @@ def check(
     (:class:`DeadlineGuard`). ``all_keys``: search every key
     even in histories another key has already refuted. ``linearizability``:
     False skips tier 2 (reported as skipped). ``spark``: a session
-    to use (else one is started on ``spark_master``, tuned for a short life
-    when the input is small, writing Spark's output to ``spark_log``; see
-    :func:`spark_session`). ``timings``, if given, receives the seconds each
+    to use, or one being started (:class:`SessionStart`: the command line
+    starts it before importing this module); else one is started on
+    ``spark_master``, tuned for a short life when the input is small,
+    writing Spark's output to ``spark_log`` (see :func:`spark_session`). ``timings``, if given, receives the seconds each
     phase took.
 
     Returns one :class:`HistoryResult` per history, in input order.
@@ -130,10 +138,13 @@ def check(
         [paths] if isinstance(paths, str) else paths, history_format=history_format, independent=independent
     )
     started = time.monotonic()
-    session = spark
-    if session is None:
+    if isinstance(spark, SessionStart):
+        session = spark.result()
+    elif spark is None:
         small = is_small_input(sources)
         session = spark_session(spark_master, conf=spark_conf, log_path=spark_log, small_input=small)
+    else:
+        session = spark
     if timings is not None:
         timings["session_s"] = time.monotonic() - started
     return check_sources(
@@ -290,23 +301,12 @@ def _warm_up_quietly(spark: SparkSession) -> None:
         pass
 
 
-# Rough sizes for sizing shuffles: bytes per event in each format.
-_JSONL_BYTES_PER_EVENT = 100
-_PARQUET_BYTES_PER_EVENT = 8
 _EVENTS_PER_SHUFFLE_PARTITION = 1_000_000
 
 
-# Inputs of up to this many history events (10,000 operations, two events
-# each, and some nemesis events) and side-file records (node events and log
-# dumps: a campaign of 10,000 operations has about 15,000) are checked with
-# the settings below: their check is seconds of fixed cost, most of it
-# compiling and scheduling, not data.
-SMALL_INPUT_EVENTS_MAX = 22_000
-SMALL_INPUT_SIDE_RECORDS_MAX = 50_000
-# JSON-lines files up to this size are counted line by line (milliseconds);
-# larger ones are not small inputs whatever their exact count.
-_COUNT_LINES_MAX_BYTES = 32 * 1024 * 1024
-# Whole-stage code generation compiles every stage to Java byte code (tens
+# A small input (``is_small_input``) is checked with the settings below:
+# its check is seconds of fixed cost, most of it compiling and scheduling,
+# not data. Whole-stage code generation compiles every stage to Java byte code (tens
 # to hundreds of ms each, and the job has dozens), which pays back only on
 # many rows; adaptive execution re-plans after every shuffle for the same
 # reason. One shuffle partition: one task per stage. The expressions are
@@ -326,54 +326,12 @@ _SMALL_INPUT_CONF = {
 }
 
 
-def estimated_events(sources: Sequence[HistorySource]) -> int:
-    """A rough count of the events (history, node events, log dumps) in
-    ``sources``, from file sizes."""
-    events = 0
-    for source in sources:
-        for path in (source.path, *source.node_event_paths, *source.log_dump_paths):
-            size = _size_bytes(path)
-            events += size // (_PARQUET_BYTES_PER_EVENT if path.suffix == ".parquet" else _JSONL_BYTES_PER_EVENT)
-    return events
-
-
-def is_small_input(sources: Sequence[HistorySource]) -> bool:
-    """Whether ``sources`` get the settings of a small input: at most
-    :data:`SMALL_INPUT_EVENTS_MAX` history events and
-    :data:`SMALL_INPUT_SIDE_RECORDS_MAX` side-file records in all
-    (JSON-lines files counted exactly, Parquet estimated from its size)."""
-    history_events = side_records = 0
-    for source in sources:
-        history_events += _events_in(source.path)
-        side_records += sum(_events_in(path) for path in (*source.node_event_paths, *source.log_dump_paths))
-        if history_events > SMALL_INPUT_EVENTS_MAX or side_records > SMALL_INPUT_SIDE_RECORDS_MAX:
-            return False
-    return True
-
-
-def _events_in(path: Path) -> int:
-    size = _size_bytes(path)
-    if path.suffix != ".jsonl" or size > _COUNT_LINES_MAX_BYTES:
-        return size // (_PARQUET_BYTES_PER_EVENT if path.suffix == ".parquet" else _JSONL_BYTES_PER_EVENT)
-    lines = 0
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            lines += chunk.count(b"\n")
-    return lines
-
-
 def shuffle_partitions(spark: SparkSession, sources: Sequence[HistorySource]) -> int:
     """Shuffle partitions for this run: one per million events or so, at
     least one per core. Tiny tasks cost more than they do (a run of a hundred
     small histories is dominated by per-task overhead), big ones spill."""
     cores = spark.sparkContext.defaultParallelism
     return int(max(cores, min(1000, -(-estimated_events(sources) // _EVENTS_PER_SHUFFLE_PARTITION))))
-
-
-def _size_bytes(path: Any) -> int:
-    if path.is_dir():
-        return sum(child.stat().st_size for child in path.rglob("*") if child.is_file())
-    return path.stat().st_size
 
 
 _STAT_NAMES = ("events", "nemesis_events", "operations", "ok", "fail", "info", "keys", "node_events")

@@ -23,7 +23,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from jepsen_like.checker._edn import iter_edn_events
 from jepsen_like.checker._errors import HistoryFormatError
@@ -571,12 +571,71 @@ def read_log_dumps(paths: Iterable[Path]) -> list[dict[str, Any]]:
     return records
 
 
+# Rough sizes of an event in each format, in bytes (Parquet is compressed).
+_JSONL_BYTES_PER_EVENT = 100
+_PARQUET_BYTES_PER_EVENT = 8
+# Inputs of up to this many history events (10,000 operations, two events
+# each, and some nemesis events) and side-file records (node events and log
+# dumps: a campaign of 10,000 operations has about 15,000) are small inputs:
+# the checker starts a JVM tuned for a short life and runs them with the
+# settings of one (``_job``).
+SMALL_INPUT_EVENTS_MAX = 22_000
+SMALL_INPUT_SIDE_RECORDS_MAX = 50_000
+# JSON-lines files up to this size are counted line by line (milliseconds);
+# larger ones are not small inputs whatever their exact count.
+_COUNT_LINES_MAX_BYTES = 32 * 1024 * 1024
+
+
+def estimated_events(sources: Sequence[HistorySource]) -> int:
+    """A rough count of the events (history, node events, log dumps) in
+    ``sources``, from file sizes."""
+    events = 0
+    for source in sources:
+        for path in (source.path, *source.node_event_paths, *source.log_dump_paths):
+            size = _size_bytes(path)
+            events += size // (_PARQUET_BYTES_PER_EVENT if path.suffix == ".parquet" else _JSONL_BYTES_PER_EVENT)
+    return events
+
+
+def is_small_input(sources: Sequence[HistorySource]) -> bool:
+    """Whether ``sources`` get the settings of a small input: at most
+    :data:`SMALL_INPUT_EVENTS_MAX` history events and
+    :data:`SMALL_INPUT_SIDE_RECORDS_MAX` side-file records in all
+    (JSON-lines files counted exactly, Parquet estimated from its size)."""
+    history_events = side_records = 0
+    for source in sources:
+        history_events += _events_in(source.path)
+        side_records += sum(_events_in(path) for path in (*source.node_event_paths, *source.log_dump_paths))
+        if history_events > SMALL_INPUT_EVENTS_MAX or side_records > SMALL_INPUT_SIDE_RECORDS_MAX:
+            return False
+    return True
+
+
+def _events_in(path: Path) -> int:
+    size = _size_bytes(path)
+    if path.suffix != ".jsonl" or size > _COUNT_LINES_MAX_BYTES:
+        return size // (_PARQUET_BYTES_PER_EVENT if path.suffix == ".parquet" else _JSONL_BYTES_PER_EVENT)
+    lines = 0
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            lines += chunk.count(b"\n")
+    return lines
+
+
+def _size_bytes(path: Path) -> int:
+    if path.is_dir():
+        return sum(child.stat().st_size for child in path.rglob("*") if child.is_file())
+    return path.stat().st_size
+
+
 __all__ = [
     "HistoryMeta",
     "HistorySource",
     "OPTIONAL_FIELDS",
     "discover_histories",
+    "estimated_events",
     "history_events",
+    "is_small_input",
     "locate_lines",
     "pair_operations",
     "read_history_events",

@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -38,6 +39,16 @@ _ARCHIVE_DUMP_TIMEOUT_S = 120
 # option set (each virtualenv has its own Spark), about 170 MB each; the
 # oldest beyond these go when a new one is written.
 CLASS_ARCHIVES_KEPT = 4
+
+# The memory pages of a small input's sorts, aggregations and hash joins.
+# Spark sizes them from the memory it has (64 MB each with the driver's 4 GB
+# and two cores), and every task that sorts, aggregates or builds a hash
+# table takes at least one: a 3-operation check allocated (and zeroed, and
+# the collector copied) about 470 MB of them, for kilobytes of rows. A
+# record larger than a page gets a page of its own size, so no input is
+# refused for it (docs/benchmarks.md, "Session start overlapped and fewer
+# jobs").
+SMALL_INPUT_PAGE_SIZE = "1m"
 
 # Shipped to executors once per process: the checker's own modules (so that
 # executors on other machines, or Python workers that do not share the
@@ -102,7 +113,8 @@ def spark_session(
     (appended; default :func:`default_log_path`), never to this process's
     terminal. ``small_input`` starts a JVM tuned for a short life
     (histories of a few thousand events): it compiles less, collects
-    garbage in one thread, and maps its classes from a class data archive
+    garbage in one thread, sorts and aggregates in small memory pages
+    (:data:`SMALL_INPUT_PAGE_SIZE`), and maps its classes from a class data archive
     (:data:`CLASS_ARCHIVE_ENV`). The first such session on a machine has
     none yet: its JVM writes the archive when this process exits (a few
     seconds, once), and the sessions after it start faster.
@@ -148,6 +160,8 @@ def spark_session(
         # In local mode the driver JVM is the executor: give it room for
         # ten-million-operation histories.
         builder = builder.config("spark.driver.memory", "4g")
+    if small_input:
+        builder = builder.config("spark.buffer.pageSize", SMALL_INPUT_PAGE_SIZE)
     for name, value in (conf or {}).items():
         builder = builder.config(name, value)
     try:
@@ -162,6 +176,68 @@ def spark_session(
     return session
 
 
+class SessionStart:
+    """A Spark session being started (:func:`spark_session`) on a thread of
+    its own, so that what this process does meanwhile (importing the job's
+    modules: pyspark.sql's DataFrame API, pyarrow, the checker) overlaps the
+    JVM's start instead of preceding it.
+
+    While the session starts, this process's file descriptors 1 and 2 point
+    at the Spark log (see :func:`spark_session`): the caller must not print
+    until :meth:`result` (or :meth:`wait`) has returned.
+    """
+
+    def __init__(
+        self,
+        master: str = DEFAULT_MASTER,
+        *,
+        conf: Mapping[str, str] | None = None,
+        log_path: str | Path | None = None,
+        small_input: bool = False,
+    ) -> None:
+        # Imported here, on the caller's thread, not on the starting one:
+        # two threads importing pyspark's mutually dependent modules at
+        # once can deadlock on Python's per-module import locks.
+        import pyspark.java_gateway  # noqa: F401
+        from pyspark.sql import SparkSession
+
+        self._session: SparkSession | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if SparkSession.getActiveSession() is not None:
+            # This thread's session is reused as is (see spark_session): a
+            # thread of its own would not see it as active, and would
+            # apply the checker's settings to it.
+            self._start(master, conf, log_path, small_input)
+            return
+        self._thread = threading.Thread(
+            target=self._start, args=(master, conf, log_path, small_input), name="checker-spark-start", daemon=True
+        )
+        self._thread.start()
+
+    def _start(
+        self, master: str, conf: Mapping[str, str] | None, log_path: str | Path | None, small_input: bool
+    ) -> None:
+        try:
+            self._session = spark_session(master, conf=conf, log_path=log_path, small_input=small_input)
+        except BaseException as error:  # noqa: BLE001 (handed to the caller by result())
+            self._error = error
+
+    def wait(self) -> None:
+        """Wait until the session has started, or failed to."""
+        if self._thread is not None:
+            self._thread.join()
+
+    def result(self) -> "SparkSession":
+        """The session, once started. Raises what :func:`spark_session`
+        raised."""
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._session is not None
+        return self._session
+
+
 def _driver_java_options(small_input: bool) -> tuple[str, "_ClassArchiveDump | None"]:
     """The driver JVM's options, and the class archive this JVM must dump
     when it exits (None: it maps an existing one, or does without)."""
@@ -170,8 +246,9 @@ def _driver_java_options(small_input: bool) -> tuple[str, "_ClassArchiveDump | N
     if small_input:
         # A check of a small history lives for seconds: the optimising JIT
         # compiler's work would not pay back, and one GC thread leaves the
-        # second core to the job.
-        options += ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+        # second core to the job. Its classes' metadata (about 23 MB) stays
+        # under the first metaspace threshold: no full collection for it.
+        options += ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:MetaspaceSize=64m"]
         archive_options, dump = _class_archive_options(options)
         options += archive_options
     return " ".join(options), dump

@@ -18,7 +18,7 @@ import click
 
 from jepsen_like.checker._edn import parse_value
 from jepsen_like.checker._errors import HistoryFormatError
-from jepsen_like.checker._load import HISTORY_FORMATS
+from jepsen_like.checker._load import HISTORY_FORMATS, discover_histories, is_small_input
 from jepsen_like.checker._model_catalog import MODEL_DEFAULT, MODEL_NAMES, get_model
 from jepsen_like.checker._wgl import DEFAULT_BUDGET_MS, DEFAULT_BUDGET_STATES, DEFAULT_BUDGET_STEPS, KeyBudget
 
@@ -117,7 +117,7 @@ def check_command(
                 limits=limits, independent=independent,
             )
         else:
-            from jepsen_like.checker._job import check
+            from jepsen_like.checker._spark import SessionStart
 
             if spark_log is None and out is not None:
                 spark_log = (out if out.is_dir() else out.parent) / "spark.log"
@@ -127,14 +127,25 @@ def check_command(
                     spark_log.open("a").close()
                 except OSError as error:
                     raise _InputError(f"cannot write the Spark log {spark_log}: {error}") from None
-            results = check(
-                list(paths), model=model, spark_master=spark_master, budget_steps=budget_steps,
-                budget_states=budget_states, budget_ms=budget_ms, independent=independent,
-                # The deadline counts from the command's start, imports included.
-                deadline_s=None if deadline_s is None else max(1e-3, deadline_s - (time.monotonic() - started)),
-                max_witnesses=max_witnesses, all_keys=all_keys, linearizability=not skip_linearizability,
-                spark_conf=conf, spark_log=spark_log, initial_value=initial, history_format=history_format,
-            )
+            # The JVM starts first (seconds), on a thread of its own, while
+            # this thread imports the job (pyspark.sql, pyarrow, the checker).
+            small = is_small_input(discover_histories(list(paths), history_format=history_format, independent=independent))
+            starting = SessionStart(spark_master, conf=conf, log_path=spark_log, small_input=small)
+            try:
+                from jepsen_like.checker._job import check
+
+                results = check(
+                    list(paths), model=model, budget_steps=budget_steps,
+                    budget_states=budget_states, budget_ms=budget_ms, independent=independent,
+                    # The deadline counts from the command's start, imports included.
+                    deadline_s=None if deadline_s is None else max(1e-3, deadline_s - (time.monotonic() - started)),
+                    max_witnesses=max_witnesses, all_keys=all_keys, linearizability=not skip_linearizability,
+                    spark=starting, initial_value=initial, history_format=history_format,
+                )
+            finally:
+                # Until the session has started, this process's output goes
+                # to the Spark log: nothing may be printed before.
+                starting.wait()
     except HistoryFormatError as error:
         raise _InputError(str(error)) from None
     if out is not None:

@@ -223,9 +223,35 @@ def test_cli_empty_history_says_nothing_to_check_with_its_exit_code_and_no_spark
     assert log.read_text().strip()
 
 
+_FAILED_START = """
+import sys
+from jepsen_like.checker._spark import SessionStart
+starting = SessionStart("local[1]", log_path=sys.argv[1])
+starting.wait()
+try:
+    starting.result()
+except OSError as error:
+    print("raised", type(error).__name__)
+"""
+
+
+def test_a_session_started_on_a_thread_raises_its_error_in_the_caller(tmp_path):
+    """The command line starts its session on a thread of its own: what
+    stopped it from starting (here a Spark log that cannot be created, a
+    file in the way of its directory) is raised where the session is asked
+    for, not lost with the thread."""
+    in_the_way = tmp_path / "not-a-directory"
+    in_the_way.write_text("")
+    run = subprocess.run(
+        [sys.executable, "-c", _FAILED_START, str(in_the_way / "spark.log")],
+        capture_output=True, text=True, env=_cli_environment(), timeout=120, cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.strip() in ("raised FileExistsError", "raised NotADirectoryError"), run.stdout + run.stderr
+
+
 def test_a_small_input_is_told_by_its_event_count_not_its_file_size(tmp_path):
-    from jepsen_like.checker._job import SMALL_INPUT_EVENTS_MAX, SMALL_INPUT_SIDE_RECORDS_MAX, is_small_input
-    from jepsen_like.checker._load import discover_histories
+    from jepsen_like.checker._load import SMALL_INPUT_EVENTS_MAX, SMALL_INPUT_SIDE_RECORDS_MAX, discover_histories, is_small_input
 
     # Long events (300 bytes each) once made a 10,000-operation campaign
     # look like 60,000 events: it then got none of the small-input settings.
