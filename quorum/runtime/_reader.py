@@ -13,9 +13,9 @@ test's memory stream) is read through its own ``receive_some``.
 
 Reading first was measured again for issue 21 (docs/benchmarks.md, "The
 read path's wake-ups"): on the leader's sequential writes it added about
-3 failed reads per write and more Python calls per read than it saved, and
-every wait still re-armed the socket: trio registers a descriptor for one
-event at a time (``EPOLLONESHOT``), so no stream can stay registered.
+3 failed reads per write and 28 Python calls per read, and every wait
+still re-armed the socket: trio registers a descriptor for one event at a
+time (``EPOLLONESHOT``), so no stream can stay registered.
 """
 
 from __future__ import annotations
