@@ -10,6 +10,12 @@ node (docs/benchmarks.md, "Where a sequential write spends its time").
 reads again at once only when the last read filled the buffer (more may be
 queued). ``TlsStream`` reads its ciphertext through one. Any other stream (a
 test's memory stream) is read through its own ``receive_some``.
+
+Reading first was measured again for issue 21 (docs/benchmarks.md, "The
+read path's wake-ups"): on the leader's sequential writes it added about
+3 failed reads per write and 28 Python calls per read, and every wait
+still re-armed the socket: trio registers a descriptor for one event at a
+time (``EPOLLONESHOT``), so no stream can stay registered.
 """
 
 from __future__ import annotations
@@ -44,12 +50,15 @@ class StreamReader:
             return await self.stream.receive_some(max_bytes)
         # fileno() is -1 once the socket is closed: a closed descriptor
         # number (perhaps reused by another file) is never read.
-        if sock.fileno() < 0:
+        fd = sock.fileno()
+        if fd < 0:
             raise trio.ClosedResourceError("the socket is closed")
         if self._more:
             await trio.lowlevel.checkpoint()
         else:
-            await trio.lowlevel.wait_readable(sock)
+            # The number, not the socket: trio would ask it for the number
+            # again. A close (``notify_closing``) still wakes this wait.
+            await trio.lowlevel.wait_readable(fd)
         while True:
             fd = sock.fileno()
             if fd < 0:
