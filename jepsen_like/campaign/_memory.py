@@ -65,16 +65,24 @@ class MemoryTimeline:
         self._file.close()
 
 
-def growth_per_operation(path: Path, skip_fraction: float = 0.25) -> tuple[float, float] | None:
+#: Runs with fewer samples than this (10 minutes at one per 10 s) get no
+#: growth figure: their rows are mostly start-up (the first Parquet chunk,
+#: the first TLS connections), and a slope fitted to them reads as a leak.
+FIT_MIN_SAMPLES = 60
+
+
+def growth_per_operation(
+    path: Path, skip_fraction: float = 0.25, min_samples: int = FIT_MIN_SAMPLES
+) -> tuple[float, float] | None:
     """The harness's RSS and Python-block growth per operation, fitted by
     least squares over the rows after the first ``skip_fraction`` of the
     run (start-up and warm caches are not growth). None with fewer than
-    three rows or no operations in them."""
+    ``min_samples`` rows in all, or no operations in the fitted ones."""
     with open(path, newline="") as file:
         rows = [(int(row["operations"]), int(row["harness_rss_bytes"]), int(row["python_blocks"])) for row in csv.DictReader(file)]
-    rows = rows[int(len(rows) * skip_fraction) :]
-    if len(rows) < 3:
+    if len(rows) < max(min_samples, 3):
         return None
+    rows = rows[int(len(rows) * skip_fraction) :]
     operations = [row[0] for row in rows]
     mean_operations = sum(operations) / len(operations)
     spread = sum((value - mean_operations) ** 2 for value in operations)

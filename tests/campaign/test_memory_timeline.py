@@ -24,7 +24,8 @@ def test_each_sample_is_a_row_and_the_slope_is_fitted_after_the_first_quarter(tm
     rows = [",".join(COLUMNS)] + [f"{i}.0,{i * 100},{10_000_000 + i * 100 * 2048},{50_000 + i * 300},0" for i in range(8)]
     rows[1] = "0.0,0,99999999999,1,0"  # start-up noise, inside the skipped first quarter
     path.write_text("\n".join(rows) + "\n")
-    rss_slope, blocks_slope = growth_per_operation(path)
+    assert growth_per_operation(path) is None  # a short run: start-up, not growth
+    rss_slope, blocks_slope = growth_per_operation(path, min_samples=8)
     assert round(rss_slope) == 2048
     assert round(blocks_slope, 6) == 3.0
 
@@ -32,5 +33,5 @@ def test_each_sample_is_a_row_and_the_slope_is_fitted_after_the_first_quarter(tm
 def test_no_slope_without_enough_rows_or_operations(tmp_path):
     path = tmp_path / "memory.csv"
     path.write_text(",".join(COLUMNS) + "\n0.0,0,1,1,0\n10.0,0,2,2,0\n20.0,0,3,3,0\n30.0,0,4,4,0\n")
-    assert growth_per_operation(path) is None  # no operations: no per-operation figure
+    assert growth_per_operation(path, min_samples=4) is None  # no operations: no per-operation figure
     assert rss_bytes(2**22 + 12345) is None  # no such process
