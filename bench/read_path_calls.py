@@ -83,17 +83,19 @@ def main() -> None:
     parser.add_argument("--tls", action="store_true", help="over TlsStreams (mutual TLS)")
     args = parser.parse_args()
     logging.disable(logging.CRITICAL)
-    certs = None
-    if args.tls:
-        certs = Path(tempfile.mkdtemp(prefix="read-path-certs-"))
-        create_cluster_certificates(certs, nodes=[1, 2], clients=[])
-    for from_voter in (False, True):
-        calls = {"call": 0, "c_call": 0} if args.calls else None
-        trio.run(read_frames, args.frames, from_voter, calls, certs)
-        if calls is not None:
-            name = "voter " if from_voter else "client"
-            print(f"{name} connection: {calls['call'] / args.frames:.1f} Python calls, "
-                  f"{calls['c_call'] / args.frames:.1f} C calls per frame read")  # fmt: skip
+    # The test certificates and keys live only as long as the run.
+    with tempfile.TemporaryDirectory(prefix="read-path-certs-") as scratch:
+        certs = None
+        if args.tls:
+            certs = Path(scratch)
+            create_cluster_certificates(certs, nodes=[1, 2], clients=[])
+        for from_voter in (False, True):
+            calls = {"call": 0, "c_call": 0} if args.calls else None
+            trio.run(read_frames, args.frames, from_voter, calls, certs)
+            if calls is not None:
+                name = "voter " if from_voter else "client"
+                print(f"{name} connection: {calls['call'] / args.frames:.1f} Python calls, "
+                      f"{calls['c_call'] / args.frames:.1f} C calls per frame read")  # fmt: skip
 
 
 if __name__ == "__main__":
