@@ -77,9 +77,15 @@ def growth_per_operation(
     """The harness's RSS and Python-block growth per operation, fitted by
     least squares over the rows after the first ``skip_fraction`` of the
     run (start-up and warm caches are not growth). None with fewer than
-    ``min_samples`` rows in all, or no operations in the fitted ones."""
-    with open(path, newline="") as file:
-        rows = [(int(row["operations"]), int(row["harness_rss_bytes"]), int(row["python_blocks"])) for row in csv.DictReader(file)]
+    ``min_samples`` rows in all, no operations in the fitted ones, or a
+    file it cannot read."""
+    try:
+        with open(path, newline="") as file:
+            rows = [(int(row["operations"]), int(row["harness_rss_bytes"]), int(row["python_blocks"])) for row in csv.DictReader(file)]
+    except (OSError, UnicodeDecodeError, csv.Error, KeyError, TypeError, ValueError):
+        # A damaged file (a disk fault, a hand edit): no figure, rather than
+        # losing the run's verdict at its very end.
+        return None
     if len(rows) < max(min_samples, 3):
         return None
     rows = rows[int(len(rows) * skip_fraction) :]

@@ -35,3 +35,5 @@ def test_no_slope_without_enough_rows_or_operations(tmp_path):
     path.write_text(",".join(COLUMNS) + "\n0.0,0,1,1,0\n10.0,0,2,2,0\n20.0,0,3,3,0\n30.0,0,4,4,0\n")
     assert growth_per_operation(path, min_samples=4) is None  # no operations: no per-operation figure
     assert rss_bytes(2**22 + 12345) is None  # no such process
+    path.write_text(",".join(COLUMNS) + "\n" + "0.0,x,1,1,0\n" * 80)
+    assert growth_per_operation(path) is None  # unreadable rows: no figure, no exception
