@@ -271,7 +271,7 @@ class ReplicaHost:
         self.snapshot_failures = 0
         self._snapshot_failing = False
         if snapshot is not None:
-            state_machine.restore(state_machine_data(snapshot.data, config.dynamic_voters))
+            state_machine.restore(state_machine_data(snapshot.data))
             self.applied_offset = self._last_snapshot_offset = snapshot.snapshot_id.end_offset
         # Proposals in flight, by the offset of their last record.
         self.pending_proposals: dict[int, _PendingProposal] = {}
@@ -512,7 +512,7 @@ class ReplicaHost:
             port.role_changed(event)
         if output.snapshot_loaded is not None:
             snapshot_id, data = output.snapshot_loaded
-            self.state_machine.restore(state_machine_data(data, self.config.dynamic_voters))
+            self.state_machine.restore(state_machine_data(data))
             self.applied_offset = self._last_snapshot_offset = snapshot_id.end_offset
             port.snapshot_changed(snapshot_id, True)
         if output.committed:

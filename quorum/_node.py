@@ -172,6 +172,7 @@ from ._voters import (
     VoterSet,
     check_endpoint,
     join_snapshot,
+    snapshot_header_problem,
     snapshot_holds_voters,
     split_snapshot,
     voter_set_problem,
@@ -666,11 +667,16 @@ class QuorumNode:
         # (``upgrade_voters``)? With a VOTERS record in the log, the
         # cluster is dynamic whatever the base (``dynamic_voters``).
         self._base_dynamic = config.dynamic_voters
-        if snapshot is not None and (config.dynamic_voters or snapshot_holds_voters(snapshot.data)):
-            # Raises ValueError for a snapshot without the header in a
-            # bootstrapped cluster: storage handed over bytes it never wrote.
-            self._base_voters = split_snapshot(snapshot.data)[0]
-            self._base_dynamic = True
+        if snapshot is not None:
+            # A snapshot says which it is (``snapshot_taken`` writes the set
+            # iff the voters were dynamic at its end). Without the header it
+            # was taken before a static cluster's upgrade, even on a node
+            # formatted to join the upgraded cluster: a leader whose newest
+            # snapshot predates the upgrade sends that one (the sweep's seed
+            # 180174). The log after it holds the upgrade's VOTERS record.
+            self._base_dynamic = snapshot_holds_voters(snapshot.data)
+            if self._base_dynamic:
+                self._base_voters = split_snapshot(snapshot.data)[0]
         self._voter_records: list[tuple[int, VoterSet]] = []
         self._voters = self._base_voters
         self._voter_ids = frozenset(self._voters.ids)
@@ -2637,18 +2643,18 @@ class QuorumNode:
         if len(download.buffer) >= response.size:
             fetcher.download = None
             snapshot = Snapshot(download.snapshot_id, bytes(download.buffer))
-            if self.config.dynamic_voters or self.dynamic_voters:
-                try:
-                    split_snapshot(snapshot.data)
-                except ValueError as error:
-                    # A dynamic cluster's snapshot always carries its voter
-                    # set (and an upgrade is never undone once this node
-                    # holds it committed or not: a snapshot holds only
-                    # committed records, and the leader's log holds every
-                    # committed one): these bytes are not one.
-                    self._drop_malformed(response, f"snapshot {download.snapshot_id.end_offset}: {error}")
-                    fetcher.next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
-                    return
+            if (problem := snapshot_header_problem(snapshot.data)) is not None:
+                # The header begins but does not decode: damage, not a
+                # snapshot of either kind.
+                self._drop_malformed(response, f"snapshot {download.snapshot_id.end_offset}: {problem}")
+                fetcher.next_fetch_tick = self._tick + self.config.ticks(self.config.retry_backoff_ms)
+                return
+            # Without the header it was taken before the cluster's upgrade
+            # to dynamic voters, whatever this node's format: its leader's
+            # newest snapshot may predate the upgrade (KIP-853: a kraft.version
+            # 0 snapshot, the voters of that time). Refused, a disk
+            # formatted to join after the upgrade could not catch up until
+            # that leader snapshotted again (the sweep's seed 180174).
             self._install_snapshot(snapshot)
         self._maybe_send_fetch(self._tick)
 
@@ -2659,10 +2665,14 @@ class QuorumNode:
         snapshot_id = snapshot.snapshot_id
         self._snapshot = snapshot
         self._log.reset(snapshot_id)
-        # A dynamic cluster's snapshot carries the set in force at its end
-        # (checked on arrival, ``_on_fetch_snapshot_response``); a static
-        # one's is the state machine's bytes alone.
-        self._base_dynamic = self.config.dynamic_voters or snapshot_holds_voters(snapshot.data)
+        # A snapshot taken while the voters were dynamic carries the set in
+        # force at its end (checked on arrival,
+        # ``_on_fetch_snapshot_response``); one taken while they were static
+        # (before the cluster's upgrade) is the state machine's bytes alone:
+        # this node's initial set stands in until the log's first VOTERS
+        # record (the static set; on a disk formatted to join, the set it
+        # was given, with directory ids, so it is no voter by id alone).
+        self._base_dynamic = snapshot_holds_voters(snapshot.data)
         self._base_voters = split_snapshot(snapshot.data)[0] if self._base_dynamic else self.config.initial_voter_set
         self._voter_records.clear()
         self._voters_changed()

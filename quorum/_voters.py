@@ -345,12 +345,25 @@ def snapshot_holds_voters(data: bytes) -> bool:
     return True
 
 
-def state_machine_data(snapshot_data: bytes, dynamic_voters: bool) -> bytes:
+def snapshot_header_problem(data: bytes) -> str | None:
+    """Why ``data`` begins a voter set header that does not decode (damage),
+    or None: for a snapshot with a whole header, and for one without any (a
+    snapshot taken while the voters were static)."""
+    if not bytes(data[: len(_SNAPSHOT_MAGIC)]) == _SNAPSHOT_MAGIC:
+        return None
+    try:
+        split_snapshot(data)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def state_machine_data(snapshot_data: bytes) -> bytes:
     """The state machine's part of a snapshot: what follows the voter set
-    in a cluster bootstrapped with dynamic voters (``dynamic_voters``); in
-    a cluster started with static voters, all of it, unless it carries a
-    voter set (taken after the upgrade, ``snapshot_holds_voters``). Raises
-    what ``split_snapshot`` raises."""
-    if dynamic_voters or snapshot_holds_voters(snapshot_data):
+    when it carries one (taken while the voters were dynamic,
+    ``snapshot_holds_voters``), all of it otherwise (taken while they were
+    static, before a cluster's upgrade, even if this node was formatted
+    with dynamic voters)."""
+    if snapshot_holds_voters(snapshot_data):
         return split_snapshot(snapshot_data)[1]
     return snapshot_data

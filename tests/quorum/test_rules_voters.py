@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from harness import CHECK_QUORUM_TICKS, FETCH_TIMEOUT_TICKS, Cluster, Disk, record
+from harness import CHECK_QUORUM_TICKS, FETCH_TIMEOUT_TICKS, Cluster, Disk, Replica, make_config, record
 
 from quorum import (
     AutoJoin,
@@ -298,6 +298,45 @@ def test_a_snapshot_taken_before_the_upgrade_holds_the_state_machine_alone():
     cluster.crash(2)
     cluster.restart(2)
     assert cluster.node(2).dynamic_voters  # from the record after the snapshot
+
+
+def test_a_disk_formatted_to_join_installs_a_snapshot_from_before_the_upgrade_and_restarts_from_it():
+    """A leader whose newest snapshot predates the upgrade sends it, without
+    a voter set, to a disk formatted to join the upgraded cluster (its
+    configuration names the upgrade's set: dynamic voters). The joiner
+    installed nothing: it dropped the snapshot as "not a dynamic-voter
+    snapshot" and asked again, until that leader snapshotted once more
+    (the sweep's seed 180174). It installs it, learns the set from the
+    VOTERS record after it, and restarts from that snapshot."""
+    cluster = static_cluster(snapshot_retained_records=0)
+    cluster.propose(1, b"before the upgrade")
+    settle(cluster)
+    snapshot_id = cluster.take_snapshot(1, data=b"state")
+    upgrade(cluster, 1)
+    settle(cluster)
+    leader = cluster.node(1)
+    assert leader.snapshot.data == b"state" and leader.log.start_offset == snapshot_id.end_offset
+    upgraded_set = leader.voters
+
+    joiner = Replica(
+        4,
+        make_config(4, cluster.voter_ids, bootstrap_voters=upgraded_set.voters, directory_id=directory(4)),
+        Disk(),
+    )
+    assert joiner.config.dynamic_voters
+    cluster.replicas[4] = joiner
+    cluster.restart(4)
+    settle(cluster, 4)
+    node4 = cluster.node(4)
+    assert node4.snapshot is not None and node4.snapshot.data == b"state"
+    assert node4.log.end_offset == leader.log.end_offset
+    assert node4.dynamic_voters and node4.voters == upgraded_set and not node4.is_voter
+    assert node4.counters["messages_out_of_range"] == 0
+
+    cluster.crash(4)
+    cluster.restart(4)  # from the snapshot without a voter set, then the record
+    node4 = cluster.node(4)
+    assert node4.snapshot.data == b"state" and node4.dynamic_voters and node4.voters == upgraded_set
 
 
 def test_after_the_upgrade_a_wiped_voter_is_replaced_by_remove_and_add():

@@ -261,6 +261,36 @@ def voter_without_the_upgrade_elected_an_added_one(events: Events, options) -> l
     return found
 
 
+_WIPED = re.compile(r"^NEMESIS n(?P<node>\d+) DISK WIPED")
+_FETCH_SNAPSHOT = re.compile(r"^n\d+ <- (?P<node>\d+)->\d+ FetchSnap e\d+ #\S+ snapshot=(?P<end>\d+) pos=0$")
+
+
+def joiner_fetched_a_snapshot_from_before_the_upgrade(events: Events, options) -> list[str]:
+    """A disk wiped after its static cluster's upgrade to dynamic voters (so
+    formatted to join, with the upgrade's set) asked its leader for a
+    snapshot that ends at or before the upgrade's VOTERS record (one
+    without a voter set): seed 180174, where the joiner dropped it as "not
+    a dynamic-voter snapshot" and asked again and again until that leader
+    snapshotted once more."""
+    upgrade_offset = None
+    wiped_after_upgrade: set[int] = set()
+    found = []
+    for ms, text in events:
+        if match := _UPGRADE.match(text):
+            upgrade_offset = int(match["offset"])
+        elif upgrade_offset is not None and (match := _WIPED.match(text)):
+            wiped_after_upgrade.add(int(match["node"]))
+        elif (match := _FETCH_SNAPSHOT.match(text)) and int(match["node"]) in wiped_after_upgrade:
+            end = int(match["end"])
+            if upgrade_offset is not None and end <= upgrade_offset:
+                found.append(
+                    f"n{match['node']}, wiped after the upgrade at offset {upgrade_offset}, fetched snapshot {end} "
+                    f"at {ms:.3f} ms"
+                )
+                wiped_after_upgrade.discard(int(match["node"]))
+    return found
+
+
 FINGERPRINTS: dict[str, Fingerprint] = {
     function.__name__: function
     for function in (
@@ -272,6 +302,7 @@ FINGERPRINTS: dict[str, Fingerprint] = {
         lone_leader_gained_a_voter_by_auto_join,
         damaged_observer_added_as_a_voter,
         voter_without_the_upgrade_elected_an_added_one,
+        joiner_fetched_a_snapshot_from_before_the_upgrade,
     )
 }
 

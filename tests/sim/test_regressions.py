@@ -37,6 +37,7 @@ from _interleavings import (
     deposed_leader_sent_a_snapshot,
     epoch_lost_in_a_crash,
     healed_node_stood_again_and_again,
+    joiner_fetched_a_snapshot_from_before_the_upgrade,
     lone_leader_gained_a_voter_by_auto_join,
     parse,
     restarted_leader_refused_a_local_read,
@@ -294,6 +295,29 @@ def test_seed_17247_a_voter_that_missed_the_upgrade_votes_for_an_added_candidate
     assert voter_without_the_upgrade_elected_an_added_one(events, options), (
         "the schedule drifted: no voter that missed the upgrade votes for a candidate outside the static set"
     )
+
+
+def test_seed_180174_a_disk_formatted_to_join_installs_a_snapshot_from_before_the_upgrade():
+    """Found in an 8,000-seed sweep (seed 180174, a static cluster upgraded
+    to dynamic voters): n4's disk was wiped after the upgrade and formatted
+    to join; its leader n2's newest snapshot (offset 80) was taken just
+    before the upgrade's VOTERS record (81), so it holds no voter set. n4
+    dropped it as "not a dynamic-voter snapshot" and fetched it again and
+    again: it could not catch up until n2 snapshotted once more (liveness
+    for the joiner; the run stayed valid). A snapshot says which kind it is
+    by its header, whatever the node's format (KIP-853: kraft.version 0
+    snapshots hold the voters of that time), so n4 installs it and takes
+    the set from the record after it."""
+    options = random_options(180174)
+    result, events = run_with_trace("random", 180174, options)
+    found = joiner_fetched_a_snapshot_from_before_the_upgrade(events, options)
+    assert found, "the schedule drifted: no disk wiped after the upgrade fetches a snapshot from before it"
+    assert result.valid, result.violation
+    node = re.match(r"n(\d+),", found[0]).group(1)
+    upgrade_offset = int(re.search(r"upgrade at offset (\d+)", found[0]).group(1))
+    fetch = re.compile(rf"^n\d+ <- {node}->\d+ Fetch e\d+ #\S+ offset=(?P<offset>\d+) ")
+    fetched = [int(match["offset"]) for _, text in events if (match := fetch.match(text))]
+    assert fetched and max(fetched) > upgrade_offset, f"n{node} never fetched past the upgrade: {fetched[-5:]}"
 
 
 def test_seed_57641_auto_join_never_re_adds_a_disk_removed_while_it_was_cut_off():
