@@ -88,7 +88,10 @@ playground: $(STAMP) pyodide
 	@echo "serving on http://127.0.0.1:$(PLAYGROUND_PORT)/ (or open build/playground/index.html from disk); Ctrl-C to stop"
 	$(BIN)/python -m http.server --bind 127.0.0.1 --directory build/playground $(PLAYGROUND_PORT)
 
+# make bench installs the quorum benchmark's peers first (tools/bench-peers.sh:
+# etcd and ZooKeeper from Debian when root, the bench extra's clients).
 bench: $(STAMP) kafka pyodide
+	@tools/bench-peers.sh $(BIN)/python
 	$(BIN)/python -m bench.run_all
 
 clean:
