@@ -131,9 +131,12 @@ def spark_session(
 
     from pyspark.sql import SparkSession
 
+    from jepsen_like.checker._java_lookups import cache_java_lookups
+
     active = SparkSession.getActiveSession()
     if active is not None:
         _ship_package(active)
+        cache_java_lookups()
         return active
     is_local = master.startswith("local")
     java_options, archive_dump = _driver_java_options(small_input)
@@ -173,6 +176,7 @@ def spark_session(
     if archive_dump is not None:
         atexit.register(archive_dump.finish)
     _ship_package(session)
+    cache_java_lookups()
     return session
 
 
