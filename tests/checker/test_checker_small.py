@@ -340,3 +340,42 @@ def test_a_write_compacted_into_a_snapshot_is_not_lost(tmp_path):
     lost = check_source_reference(source).checks["lost-write"]
     assert lost["status"] == "fail" and lost["count"] == 1, lost  # w2 (offset 12) was dumped and is missing
     assert lost["witnesses"][0]["write"]["write_id"] == "w2"
+
+
+def test_java_lookups_are_asked_of_the_jvm_once_and_field_values_every_time(spark):
+    # The session fixture starts through spark_session, which caches
+    # PySpark's Java lookups and turns its DataFrame debugging off: a second
+    # F.col costs one round trip (the call itself), not three (class,
+    # member, call) plus five for the Python call site.
+    from pyspark import SparkContext
+    from pyspark.sql import functions as F
+
+    from jepsen_like.checker._java_lookups import cache_java_lookups
+
+    cache_java_lookups()  # idempotent: the fixture's session already has it
+    client = SparkContext._gateway._gateway_client
+    real_send = client.send_command
+    sent: list[str] = []
+
+    def counting_send(command, *args, **kwargs):
+        sent.append(command)
+        return real_send(command, *args, **kwargs)
+
+    client.send_command = counting_send
+    try:
+        F.col("warm")
+        integer = getattr(SparkContext._jvm, "java.lang.Integer")
+        del sent[:]
+        column = F.col("x")
+        col_round_trips = len(sent)
+        del sent[:]
+        # A static field (java.lang.Integer.MAX_VALUE) is read from the
+        # JVM each time, never from the cache.
+        first, second = integer.MAX_VALUE, integer.MAX_VALUE
+        field_round_trips = len(sent)
+    finally:
+        del client.send_command
+    assert col_round_trips == 1
+    assert field_round_trips == 2 and first == second == 2**31 - 1
+    assert str(column) == "Column<'x'>"
+    assert [row.id for row in spark.range(3).select(F.col("id")).collect()] == [0, 1, 2]
