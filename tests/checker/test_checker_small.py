@@ -379,3 +379,31 @@ def test_java_lookups_are_asked_of_the_jvm_once_and_field_values_every_time(spar
     assert field_round_trips == 2 and first == second == 2**31 - 1
     assert str(column) == "Column<'x'>"
     assert [row.id for row in spark.range(3).select(F.col("id")).collect()] == [0, 1, 2]
+
+
+def test_a_one_check_process_releases_no_java_object_one_by_one(spark):
+    # The command line checks once and exits: a Java object its queries
+    # made gets no finalizer (py4j's, which releases it on the JVM with a
+    # round trip when Python drops it); it goes with the JVM. Turned back
+    # on afterwards: this session is shared.
+    from py4j.finalizer import ThreadSafeFinalizer
+    from pyspark import SparkContext
+    from pyspark.sql import functions as F
+
+    from jepsen_like.checker._spark import keep_java_objects_until_exit
+
+    gateway = SparkContext._gateway
+
+    def has_finalizer(column) -> bool:
+        java = column._jc
+        key = f"{java._gateway_client.address}{java._gateway_client.port}{java._target_id}"
+        return key in ThreadSafeFinalizer.finalizers
+
+    try:
+        released_by_default = has_finalizer(F.col("y"))
+        keep_java_objects_until_exit()
+        released_after = has_finalizer(F.col("y"))
+    finally:
+        gateway.gateway_property.enable_memory_management = True
+    assert released_by_default
+    assert not released_after
