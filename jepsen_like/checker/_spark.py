@@ -158,11 +158,11 @@ def spark_session(
         # are local files, listed faster by the driver itself.
         .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
         .config(DRIVER_JAVA_OPTIONS, java_options)
-        # PySpark's DataFrame debugging: every F.col the checker's queries
-        # are built with would first walk this process's Python stack and
-        # send the call site to the JVM (five more round trips each, about
-        # 2,700 for a 9,010-operation history). It only names the Python
-        # line in the text of a Spark error.
+        # PySpark's DataFrame debugging: every F.col made on the thread
+        # that started the session (the library's check() with a session
+        # of its own) would first walk this process's Python stack and
+        # send the call site to the JVM, five more round trips each. It
+        # only names the Python line in the text of a Spark error.
         .config(DATAFRAME_DEBUGGING, "false")
         .config("spark.executorEnv.PYTHONHASHSEED", "0")
     )
