@@ -387,7 +387,7 @@ def _side_errors(frame: DataFrame, required: Mapping[str, Sequence[str]] | Seque
     )
 
 
-def materialize(frame: DataFrame, *, eager: bool = True) -> DataFrame:
+def materialize(frame: DataFrame, *, small_input: bool = False) -> DataFrame:
     """Compute ``frame`` once and keep it, under a plan without lineage.
     Every later query over it is then analysed and optimised against that
     short plan: with the full read-pair-join plan underneath, building the
@@ -395,10 +395,13 @@ def materialize(frame: DataFrame, *, eager: bool = True) -> DataFrame:
     not in Spark's memory: a ten-million-operation history in the memory
     store starved the sorts and aggregations of execution memory.
 
-    ``eager``: computed now, in a job of its own; else by the first job that
-    reads it (one job fewer: what a small input's check pays is per job, not
-    per row)."""
-    return frame.localCheckpoint(eager=eager, storageLevel=StorageLevel.DISK_ONLY)
+    ``small_input``: computed by the first job that reads it, not now in a
+    job of its own (one job fewer: what a small input's check pays is per
+    job, not per row), and kept in memory as rows (no serializing to disk
+    and reading back; kilobytes to a few megabytes)."""
+    if small_input:
+        return frame.localCheckpoint(eager=False, storageLevel=StorageLevel.MEMORY_ONLY)
+    return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
 
 
 def _duplicate_indexes(kept: DataFrame) -> DataFrame:
@@ -484,9 +487,9 @@ def _side_count_rows(node_events: DataFrame | None, log_dumps: DataFrame | None)
     return [part.withColumn("row", F.lit(_SIDE_COUNT_ROW)) for part in parts]
 
 
-def load(spark: SparkSession, sources: Sequence[HistorySource], *, eager: bool = True) -> Loaded:
-    """Read and validate every history and its side files (``eager``: see
-    :func:`materialize`). Validation and counting are one Spark action: what
+def load(spark: SparkSession, sources: Sequence[HistorySource], *, small_input: bool = False) -> Loaded:
+    """Read and validate every history and its side files (``small_input``:
+    see :func:`materialize`). Validation and counting are one Spark action: what
     a small input's check costs is per job, not per row.
 
     Raises :class:`HistoryFormatError` listing the first malformed events or
@@ -504,15 +507,21 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, eager: bool =
         paired.select("*", error.alias("error_message")).where(
             F.col("error_message").isNotNull() | (F.col("type") == "invoke") | (F.col("process") == NEMESIS)
         ),
-        eager=eager,
+        small_input=small_input,
     )
     node_events = _read_side_files(spark, sources, "node_event_paths", NODE_EVENT_SCHEMA)
     log_dumps = _read_side_files(spark, sources, "log_dump_paths", LOG_DUMP_SCHEMA)
     # Side files arrive in as many partitions as file splits (one partition
     # of a big log dump can hold millions of records): spread them first.
+    # A small input's are kilobytes, in one split: its one shuffle
+    # partition would only copy them.
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    node_events = materialize(node_events.repartition(partitions), eager=eager) if node_events is not None else None
-    log_dumps = materialize(log_dumps.repartition(partitions), eager=eager) if log_dumps is not None else None
+
+    def spread(frame: DataFrame) -> DataFrame:
+        return frame if small_input else frame.repartition(partitions)
+
+    node_events = materialize(spread(node_events), small_input=small_input) if node_events is not None else None
+    log_dumps = materialize(spread(log_dumps), small_input=small_input) if log_dumps is not None else None
 
     errors = kept.where(F.col("error_message").isNotNull()).select(
         "hid", "index", F.col("error_message").alias("message"), F.col(CORRUPT).alias("raw")

@@ -201,7 +201,7 @@ def check_sources(
     try:
         with guard:
             guard.enter("load")
-            loaded = load(spark, sources, eager=not small_input)
+            loaded = load(spark, sources, small_input=small_input)
             model_names = {
                 hid: resolve_model_name(source, loaded.operation_names[hid], model_override_name(model))
                 for hid, source in enumerate(sources)
@@ -215,7 +215,7 @@ def check_sources(
             lap("load_s")
             guard.enter("operations")
             ops = materialize(
-                build_operations(loaded.paired, models, inexact_numbers=loaded.inexact_values), eager=not small_input
+                build_operations(loaded.paired, models, inexact_numbers=loaded.inexact_values), small_input=small_input
             )
             history_counts = _operation_counts(ops, models, sources)
             release(loaded.paired)

@@ -78,6 +78,7 @@ def default_log_path() -> Path:
 
 
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+DATAFRAME_DEBUGGING = "spark.python.sql.dataFrameDebugging.enabled"
 
 
 def merged_java_options(conf: Mapping[str, str] | None, java_options: str) -> tuple[dict[str, str], str]:
@@ -131,9 +132,12 @@ def spark_session(
 
     from pyspark.sql import SparkSession
 
+    from jepsen_like.checker._java_lookups import cache_java_lookups
+
     active = SparkSession.getActiveSession()
     if active is not None:
         _ship_package(active)
+        cache_java_lookups()
         return active
     is_local = master.startswith("local")
     java_options, archive_dump = _driver_java_options(small_input)
@@ -154,6 +158,12 @@ def spark_session(
         # are local files, listed faster by the driver itself.
         .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
         .config(DRIVER_JAVA_OPTIONS, java_options)
+        # PySpark's DataFrame debugging: every F.col made on the thread
+        # that started the session (the library's check() with a session
+        # of its own) would first walk this process's Python stack and
+        # send the call site to the JVM, five more round trips each. It
+        # only names the Python line in the text of a Spark error.
+        .config(DATAFRAME_DEBUGGING, "false")
         .config("spark.executorEnv.PYTHONHASHSEED", "0")
     )
     if is_local:
@@ -173,6 +183,7 @@ def spark_session(
     if archive_dump is not None:
         atexit.register(archive_dump.finish)
     _ship_package(session)
+    cache_java_lookups()
     return session
 
 
@@ -185,6 +196,13 @@ class SessionStart:
     While the session starts, this process's file descriptors 1 and 2 point
     at the Spark log (see :func:`spark_session`): the caller must not print
     until :meth:`result` (or :meth:`wait`) has returned.
+
+    ``one_check``: this process checks once and exits (the command line).
+    The Java objects its queries are built of (columns, plans: thousands)
+    are then not released one by one as Python drops them, each release a
+    round trip to the JVM (a third of a small check's round trips), but all
+    at once with the JVM (:func:`keep_java_objects_until_exit`). Not for a
+    session already running: it may live on.
     """
 
     def __init__(
@@ -194,6 +212,7 @@ class SessionStart:
         conf: Mapping[str, str] | None = None,
         log_path: str | Path | None = None,
         small_input: bool = False,
+        one_check: bool = False,
     ) -> None:
         # Imported here, on the caller's thread, not on the starting one:
         # two threads importing pyspark's mutually dependent modules at
@@ -208,18 +227,22 @@ class SessionStart:
             # This thread's session is reused as is (see spark_session): a
             # thread of its own would not see it as active, and would
             # apply the checker's settings to it.
-            self._start(master, conf, log_path, small_input)
+            self._start(master, conf, log_path, small_input, one_check=False)
             return
         self._thread = threading.Thread(
-            target=self._start, args=(master, conf, log_path, small_input), name="checker-spark-start", daemon=True
+            target=self._start, args=(master, conf, log_path, small_input, one_check), name="checker-spark-start",
+            daemon=True,
         )
         self._thread.start()
 
     def _start(
-        self, master: str, conf: Mapping[str, str] | None, log_path: str | Path | None, small_input: bool
+        self, master: str, conf: Mapping[str, str] | None, log_path: str | Path | None, small_input: bool,
+        one_check: bool,
     ) -> None:
         try:
             self._session = spark_session(master, conf=conf, log_path=log_path, small_input=small_input)
+            if one_check:
+                keep_java_objects_until_exit()
         except BaseException as error:  # noqa: BLE001 (handed to the caller by result())
             self._error = error
 
@@ -236,6 +259,19 @@ class SessionStart:
             raise self._error
         assert self._session is not None
         return self._session
+
+
+def keep_java_objects_until_exit() -> None:
+    """Stop telling the JVM, one round trip each, which of its objects this
+    process no longer refers to (py4j's memory management, for objects made
+    from now on): they stay referenced until the JVM exits. For a process
+    that checks once and exits; a long-lived one would keep every query's
+    objects. Does nothing before a gateway exists."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is not None:
+        gateway.gateway_property.enable_memory_management = False
 
 
 def _driver_java_options(small_input: bool) -> tuple[str, "_ClassArchiveDump | None"]:

@@ -130,7 +130,9 @@ def check_command(
             # The JVM starts first (seconds), on a thread of its own, while
             # this thread imports the job (pyspark.sql, pyarrow, the checker).
             small = is_small_input(discover_histories(list(paths), history_format=history_format, independent=independent))
-            starting = SessionStart(spark_master, conf=conf, log_path=spark_log, small_input=small)
+            # This process checks once and exits: the Java objects of its
+            # queries go with the JVM, not one round trip each.
+            starting = SessionStart(spark_master, conf=conf, log_path=spark_log, small_input=small, one_check=True)
             try:
                 from jepsen_like.checker._job import check
 

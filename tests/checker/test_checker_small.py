@@ -340,3 +340,70 @@ def test_a_write_compacted_into_a_snapshot_is_not_lost(tmp_path):
     lost = check_source_reference(source).checks["lost-write"]
     assert lost["status"] == "fail" and lost["count"] == 1, lost  # w2 (offset 12) was dumped and is missing
     assert lost["witnesses"][0]["write"]["write_id"] == "w2"
+
+
+def test_java_lookups_are_asked_of_the_jvm_once_and_field_values_every_time(spark):
+    # The session fixture starts through spark_session, which caches
+    # PySpark's Java lookups and turns its DataFrame debugging off: a second
+    # F.col costs one round trip (the call itself), not three (class,
+    # member, call) plus five for the Python call site.
+    from pyspark import SparkContext
+    from pyspark.sql import functions as F
+
+    from jepsen_like.checker._java_lookups import cache_java_lookups
+
+    cache_java_lookups()  # idempotent: the fixture's session already has it
+    client = SparkContext._gateway._gateway_client
+    real_send = client.send_command
+    sent: list[str] = []
+
+    def counting_send(command, *args, **kwargs):
+        sent.append(command)
+        return real_send(command, *args, **kwargs)
+
+    client.send_command = counting_send
+    try:
+        F.col("warm")
+        integer = getattr(SparkContext._jvm, "java.lang.Integer")
+        del sent[:]
+        column = F.col("x")
+        col_round_trips = len(sent)
+        del sent[:]
+        # A static field (java.lang.Integer.MAX_VALUE) is read from the
+        # JVM each time, never from the cache.
+        first, second = integer.MAX_VALUE, integer.MAX_VALUE
+        field_round_trips = len(sent)
+    finally:
+        del client.send_command
+    assert col_round_trips == 1
+    assert field_round_trips == 2 and first == second == 2**31 - 1
+    assert str(column) == "Column<'x'>"
+    assert [row.id for row in spark.range(3).select(F.col("id")).collect()] == [0, 1, 2]
+
+
+def test_a_one_check_process_releases_no_java_object_one_by_one(spark):
+    # The command line checks once and exits: a Java object its queries
+    # made gets no finalizer (py4j's, which releases it on the JVM with a
+    # round trip when Python drops it); it goes with the JVM. Turned back
+    # on afterwards: this session is shared.
+    from py4j.finalizer import ThreadSafeFinalizer
+    from pyspark import SparkContext
+    from pyspark.sql import functions as F
+
+    from jepsen_like.checker._spark import keep_java_objects_until_exit
+
+    gateway = SparkContext._gateway
+
+    def has_finalizer(column) -> bool:
+        java = column._jc
+        key = f"{java._gateway_client.address}{java._gateway_client.port}{java._target_id}"
+        return key in ThreadSafeFinalizer.finalizers
+
+    try:
+        released_by_default = has_finalizer(F.col("y"))
+        keep_java_objects_until_exit()
+        released_after = has_finalizer(F.col("y"))
+    finally:
+        gateway.gateway_property.enable_memory_management = True
+    assert released_by_default
+    assert not released_after
