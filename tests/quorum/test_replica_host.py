@@ -72,6 +72,9 @@ class Counter:
     def tick(self, now_ms: int) -> None:
         pass
 
+    def catch_up(self) -> None:
+        pass
+
     def note_log_end(self, end_offset: int) -> None:
         pass
 
