@@ -249,11 +249,13 @@ class Controller:
         (``quorum.ReplicaHost.application_catch_up``); it does nothing when
         the image is not behind.
 
-        Raises ``InvalidRecordError`` or ``RegistrationInvariantError`` when
-        the image refuses the batch or does not reach the state the broker's
-        transition says (a controller bug, as when ``_write`` applied it at
-        once); the controller then refuses new work until its batches have
-        committed and starts over from the committed image."""
+        Raises ``InvalidRecordError`` or ``ValueError`` when the image
+        refuses the batch (a change that does not fit; its offset moved past
+        the batch), ``RegistrationInvariantError`` when it does not reach
+        the state the broker's transition says: controller bugs, as when
+        ``_write`` applied the batch at once. The controller then refuses
+        new work until its batches have committed and starts over from the
+        committed image."""
         behind, self._behind = self._behind, []
         if not behind or self._working is None:
             return
