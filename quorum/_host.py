@@ -173,6 +173,11 @@ class LeaderApplication(Protocol):
     def take_proposals(self) -> list[Proposal]:
         ...
 
+    def catch_up(self) -> None:
+        """The batches just taken have been handed to the network (see
+        ``ReplicaHost.application_catch_up``): do the work put off until
+        they left (the controller applies them to its working image)."""
+
     def handle_request(self, request: Any, now_ms: int) -> Any:
         """A client's request. Returns a reply with exactly one of:
         ``response`` (answer now); ``records`` and ``on_committed(first)``
@@ -263,6 +268,9 @@ class ReplicaHost:
         self.snapshot_every_records = snapshot_every_records
         self.application = application
         self.application_active = False
+        # The application proposed since its last catch_up (see
+        # application_catch_up).
+        self.application_proposed = False
         self.applied_offset = 0
         self._last_snapshot_offset = 0
         # Snapshots the state machine failed to take (its ``snapshot()``
@@ -717,8 +725,26 @@ class ReplicaHost:
     def _propose_application_batches(self) -> None:
         assert self.application is not None
         for proposal in self.application.take_proposals():
+            self.application_proposed = True
             if not self._propose(proposal.records, _batch_done(proposal.on_committed, len(proposal.records))):
                 return  # no longer leading: the application is deactivated next
+
+    def application_catch_up(self) -> None:
+        """Let the leader application do the work it put off past its
+        proposals, if it proposed since the last call: the controller
+        proposes a fence's 10,000 partition changes once encoded and applies
+        them to its working image here, about 30 ms of CPU. Each world calls
+        it after the input that proposed, once that input's messages (the
+        parked Fetches answered with the batch) have left: then the
+        followers receive and persist the batch while the leader works,
+        instead of after (issue 21). Cheap when nothing was proposed.
+        Raises what the application's ``catch_up`` raises (a bug: the node
+        stops, as for any exception of the application)."""
+        if not self.application_proposed:
+            return
+        self.application_proposed = False
+        if self.application is not None and self.application_active:
+            self.application.catch_up()
 
     def _application_call(self, request: Any, done: ApplicationDone) -> None:
         application = self.application

@@ -237,6 +237,9 @@ class ControllerApplication:
         self._fence_causes = "session expired"
         self.controller.tick(now_ms)
 
+    def catch_up(self) -> None:
+        self.controller.catch_up()
+
     def take_proposals(self) -> list[Proposal]:
         proposals = self.controller.take_proposals()
         if self.metrics is not None or self._emit is not None:

@@ -698,6 +698,10 @@ class Simulation:
             self._auto_joined(node, event.payload)
         else:  # pragma: no cover - a simulator bug
             raise HarnessInvariantError(f"unknown event {kind}")
+        # As the runtime does once the input's messages have left: the
+        # leader application's put-off work (ReplicaHost.application_catch_up).
+        if node.host is not None and node.host.application_proposed:
+            node.host.application_catch_up()
 
     def _serve_input(self, node: SimNode, event: _Event, waited_us: int) -> None:
         """A message (``deliver``) or client request (``client``) served."""

@@ -642,10 +642,15 @@ class QuorumRuntime:
         # system call, and under TLS one encryption, instead of one each.
         # Nothing waits for it: the batch ends before this returns.
         self.transport.begin_batch()
+        host = self.host
         try:
             while self._inbox and self._core_error is None:
                 self._feed_due_ticks()
+                if host.application_proposed:
+                    self._application_catch_up()
                 self._process(self._inbox.popleft())
+                if host.application_proposed:
+                    self._application_catch_up()
         except BaseException as error:  # noqa: BLE001 - re-raised by the core task
             # A bug in the core or the runtime: the node stops, as it would
             # had the core task met it, not the task that submitted it.
@@ -654,6 +659,15 @@ class QuorumRuntime:
         finally:
             self._core_busy = False
             self.transport.end_batch()
+
+    def _application_catch_up(self) -> None:
+        """The leader application proposed: send what the core answered so
+        far (the batch, to the parked followers) now, then let the
+        application do its put-off work while they persist it
+        (``ReplicaHost.application_catch_up``). Called with the core held."""
+        self.transport.end_batch()
+        self.transport.begin_batch()
+        self.host.application_catch_up()
 
     def _feed_due_ticks(self) -> None:
         """Feed the core every tick due by trio's clock that it has not had

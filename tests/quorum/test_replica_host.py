@@ -58,6 +58,7 @@ class Counter:
         self.activations: list[int] = []
         self.committed_at: list[int] = []
         self.queued: list[Proposal] = []
+        self.catch_ups = 0
 
     def activate(self, now_ms: int, next_write_offset: int) -> None:
         self.activations.append(next_write_offset)
@@ -71,6 +72,9 @@ class Counter:
 
     def tick(self, now_ms: int) -> None:
         pass
+
+    def catch_up(self) -> None:
+        self.catch_ups += 1
 
     def note_log_end(self, end_offset: int) -> None:
         pass
@@ -133,6 +137,20 @@ def test_the_application_starts_after_a_record_of_its_epoch_is_applied_and_its_b
     assert application.activations and host.application_active
     assert host.applied_offset > host.core.epoch_start_offset
     assert len(application.committed_at) == 1 and application.committed_at[0] < host.applied_offset
+
+
+def test_the_application_catches_up_once_after_an_input_that_proposed_its_batches() -> None:
+    application = Counter()
+    host, disk, _machine = new_host(application=application)
+    host.application_catch_up()
+    assert application.catch_ups == 0  # nothing proposed yet
+    while not host.application_proposed:
+        host.tick()
+        disk.settle(host)
+    assert application.catch_ups == 0  # the world calls it, once the batch's messages left
+    host.application_catch_up()
+    host.application_catch_up()
+    assert application.catch_ups == 1 and not host.application_proposed
 
 
 def test_a_snapshot_is_taken_every_n_records_applied() -> None:

@@ -10,6 +10,7 @@ heartbeats its Fetches carry.
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import trio
 from _registration_helpers import CLUSTER_ID, LISTENERS
@@ -23,7 +24,9 @@ from registration import (
     ClusterImage,
     Controller,
     ControllerConfig,
+    CreateTopicsRequest,
     ErrorCode,
+    NewTopic,
     RegisterBrokerRequest,
 )
 
@@ -87,4 +90,79 @@ async def test_controller_drives_registration_and_heartbeats_through_the_runtime
         while len({image.offset for image in images}) > 1:
             await trio.sleep(0.05)
     assert len({image.fingerprint() for image in images}) == 1
+    nursery.cancel_scope.cancel()
+
+
+class _CatchUpWitness(Controller):
+    """The real controller, noting at each ``catch_up`` where its batches end
+    and how far each follower's log reaches."""
+
+    def __init__(self, config: ControllerConfig, image: ClusterImage, runtimes: dict[int, QuorumRuntime]) -> None:
+        super().__init__(config, image)
+        self.runtimes = runtimes
+        self.seen: list[tuple[int, dict[int, int]]] = []
+
+    def catch_up(self) -> None:
+        logs = {node_id: runtime.node.log.end_offset for node_id, runtime in self.runtimes.items() if node_id in VOTERS}
+        self.seen.append((self.next_write_offset, logs))
+        super().catch_up()
+
+
+async def test_the_runtime_catches_the_controller_up_after_the_fence_reached_the_followers(nursery, autojump_clock):
+    """Issue 21: the fence's batch goes to the parked followers before the
+    leader's working image applies it (ReplicaHost.application_catch_up)."""
+    network = MemoryNetwork()
+    runtimes: dict[int, QuorumRuntime] = {}
+    controllers: dict[int, _CatchUpWitness] = {}
+    for node_id in (*VOTERS, BROKER):
+        image = ClusterImage()
+        controller = _CatchUpWitness(CONFIG, image, runtimes) if node_id in VOTERS else None
+        runtime = QuorumRuntime(
+            QuorumConfig(node_id=node_id, voters=VOTERS),
+            image,
+            storage=MemoryStorage(),
+            transport=network.transport(node_id),
+            rng=random.Random(node_id),
+            leader_application=controller,
+        )
+        await nursery.start(runtime.run)
+        runtimes[node_id] = runtime
+        if controller is not None:
+            controllers[node_id] = controller
+
+    async def write(request: Any) -> Any:
+        while (reply := controller.handle_request(request, 0)).response is not None:
+            assert reply.response.error is ErrorCode.NOT_LEADER
+            await trio.sleep(0.05)
+        last = await leader.propose(reply.records)
+        return reply.on_committed(last - len(reply.records) + 1)
+
+    with trio.fail_after(120):
+        while not any(c.is_active for c in controllers.values()):
+            await trio.sleep(0.05)
+        leader_id = next(node_id for node_id, c in controllers.items() if c.is_active)
+        leader, controller = runtimes[leader_id], controllers[leader_id]
+        request = RegisterBrokerRequest(broker_id=BROKER, incarnation_id="one", cluster_id=CLUSTER_ID, listeners=LISTENERS)
+        epoch = (await write(request)).broker_epoch
+        broker = runtimes[BROKER]
+        broker.attach_fetch_extension(
+            lambda: BrokerHeartbeat(broker_id=BROKER, broker_epoch=epoch).to_extension(), lambda _reply: None
+        )
+        while broker.state_machine.broker_state(BROKER) is not BrokerState.ONLINE:
+            await trio.sleep(0.05)
+        topics = CreateTopicsRequest(topics=(NewTopic(name="t", partitions=20, replication_factor=1),))
+        assert (await write(topics)).results[0].error is ErrorCode.NONE
+        assert leader.state_machine.leader_count(BROKER) == 20
+
+        network.isolate(BROKER, list(VOTERS))  # its heartbeats stop; its session expires
+        while leader.state_machine.broker_state(BROKER) is not BrokerState.FENCED:
+            await trio.sleep(0.05)
+
+    fence_end = leader.node.log.end_offset
+    followers = [node_id for node_id in VOTERS if node_id != leader_id]
+    at_fence = [logs for batches_end, logs in controller.seen if batches_end == fence_end]
+    assert at_fence, controller.seen
+    for logs in at_fence:  # every catch-up with the fence proposed: the followers hold it
+        assert all(logs[node_id] == fence_end for node_id in followers), (logs, fence_end)
+    assert leader.state_machine.fingerprint() == controller.working_image.fingerprint()
     nursery.cancel_scope.cancel()
