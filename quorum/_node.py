@@ -321,6 +321,13 @@ class CoreHooks:
 
 
 _NO_HOOKS = CoreHooks()
+# Observers answered per step once the high watermark moved (issue 21):
+# 5,000 brokers' answers in one step would hold up a voter's Fetch behind
+# them in the driver (it sends and encodes a step's answers before it steps
+# the core again); 512 at ~15 us each (core and encoding) are ~8 ms, and
+# 5,000 are answered within 10 steps, at most 10 ticks (100 ms) when no
+# message arrives meanwhile.
+OBSERVER_ANSWERS_PER_STEP_MAX = 512
 _LEADER = Role.LEADER
 
 # What ``QuorumNode.counters`` counts: inputs the core turned away without
@@ -1186,9 +1193,10 @@ class QuorumNode:
         # Only a Fetch echoing a token handed out from now on proves that
         # this node still led after the read arrived (Raft thesis §6.4).
         leader.pending_reads.append(PendingRead(read_id, leader.next_read_token))
-        # Fetches parked now were sent before the read arrived and prove
-        # nothing about it; answer them so that fresh ones come back.
-        self._complete_parked_fetches(leader)
+        # Voters' Fetches parked now were sent before the read arrived and
+        # prove nothing about it; answer them so that fresh ones come back.
+        # Observers' prove nothing ever (only voters' tokens count).
+        self._answer_parked_voters(leader)
         self._check_pending_reads(leader)
         return self._flush()
 
@@ -2005,9 +2013,16 @@ class QuorumNode:
         entries = [Entry(offset + i, self._epoch, kind, payload) for i, payload in enumerate(payloads)]
         self._log.append(entries)
         self._out.append.extend(entries)
-        self._complete_parked_fetches(self._leading)
         if kind is VOTERS_KIND:
+            # First, so that a voter this record adds gets it now: the
+            # majority that commits it may need that voter (§4.1).
             self._note_voter_records(entries)
+        # Only voters need records before they are committed: their
+        # acknowledgements commit them. An observer (a broker) applies
+        # committed records only; it hears of these when the high
+        # watermark passes them (_advance_high_watermark), one answer per
+        # commit instead of one per append and one per commit.
+        self._answer_parked_voters(self._leading)
 
     def _maybe_advance_high_watermark(self) -> None:
         leader = self._leading
@@ -2040,12 +2055,16 @@ class QuorumNode:
         self._out.committed.extend(self._log.slice(max(old, self._log.start_offset), new_hw))
         state = self._state
         if isinstance(state, LeaderState):
-            # Observers (brokers) learn the new high watermark at once.
-            # Voters learn it with the next records or when their long poll
+            # Observers (brokers) learn the new high watermark, and the
+            # records up to it, at once: every observer parked now is due,
+            # answered at the end of this step after any voter's answer,
+            # a bounded group per step (_answer_due_observers). Voters
+            # learn it with the next records or when their long poll
             # expires, as Raft followers learn the commit index from later
             # AppendEntries (Raft thesis §3.5): answering them now would add
             # a Fetch round trip to every write, on every node.
-            self._complete_parked_fetches(state, observers_only=True)
+            voters = self._voter_ids
+            state.observers_due = deque(sorted(rid for rid in state.parked if rid not in voters))
             self._check_pending_reads(state)
 
     def _serve_fetch(self, leader: LeaderState, request: FetchRequest) -> None:
@@ -2130,11 +2149,14 @@ class QuorumNode:
         stale = previous is not None and previous.request.request_id > request.request_id
         # Park a fetch that has nothing new to carry (KIP-595 long poll),
         # unless a read is waiting on this fetcher's next round trip.
-        # An observer (a broker) also wants every move of the high
-        # watermark at once; a voter learns it with its next records.
-        has_news = request.fetch_offset < self._log.end_offset or (
-            not replica.is_voter and self._hw > replica.high_watermark_sent
-        )
+        # A voter's news is any record it lacks; it learns the high
+        # watermark with its next records. An observer (a broker) applies
+        # committed records only: its news is a move of the high watermark
+        # or a committed record it lacks (it gets every record it lacks).
+        if replica.is_voter:
+            has_news = request.fetch_offset < self._log.end_offset
+        else:
+            has_news = request.fetch_offset < self._hw or self._hw > replica.high_watermark_sent
         if stale or has_news or leader.reads_wait_on(replica):
             if not stale:
                 leader.parked.pop(request.src, None)
@@ -2167,20 +2189,40 @@ class QuorumNode:
             )
         )
 
-    def _complete_parked_fetches(self, leader: LeaderState, *, observers_only: bool = False) -> None:
-        # Answered in replica id order: the order of messages must depend
-        # on nothing but the inputs, so that a seed replays exactly.
-        if not leader.parked:
+    def _answer_parked_voters(self, leader: LeaderState) -> None:
+        """Answer every voter's parked Fetch (new records, or a read that
+        needs their next round trip): a few, looked up by id, however many
+        observers wait."""
+        # In id order: the order of messages must depend on nothing but the
+        # inputs, so that a seed replays exactly.
+        parked = leader.parked
+        if not parked:
             return
-        if observers_only:
-            voters = self._voter_ids
-            for replica_id in sorted(leader.parked):
-                if replica_id not in voters:
-                    self._answer_fetch(leader, leader.parked.pop(replica_id))
-            return
-        parked, leader.parked = leader.parked, {}
-        for replica_id in sorted(parked):
-            self._answer_fetch(leader, parked[replica_id])
+        for voter_id in sorted(self._voter_ids):
+            fetch = parked.pop(voter_id, None)
+            if fetch is not None:
+                self._answer_fetch(leader, fetch)
+
+    def _answer_due_observers(self, leader: LeaderState) -> None:
+        """Answer up to ``OBSERVER_ANSWERS_PER_STEP_MAX`` observers due
+        since the high watermark moved, in id order (drawn when it moved).
+        Called at the end of every step (``_flush``), after the step's own
+        answers, a voter's among them: thousands of brokers' answers never
+        go out ahead of a voter's, and the rest wait at most a step each
+        (a tick comes every ``tick_ms``; each message is a step too)."""
+        due = leader.observers_due
+        parked = leader.parked
+        voters = self._voter_ids
+        replicas = leader.replicas
+        hw = self._hw
+        answered = 0
+        while due and answered < OBSERVER_ANSWERS_PER_STEP_MAX:
+            replica_id = due.popleft()
+            # Skipped: answered meanwhile (a Fetch parks only once its
+            # sender knows the high watermark), or a voter now.
+            if replica_id in parked and replica_id not in voters and replicas[replica_id].high_watermark_sent < hw:
+                self._answer_fetch(leader, parked.pop(replica_id))
+                answered += 1
 
     def _check_pending_reads(self, leader: LeaderState) -> None:
         """Serve every read a majority has confirmed (Raft thesis §6.4)."""
@@ -2918,6 +2960,9 @@ class QuorumNode:
             # (Raft thesis §4.2.2: it replicates it without counting
             # itself); now it hands over and keeps no vote (KIP-853).
             self._become_resigned("removed from the voter set: the change is committed", Trigger.RESIGN_REQUESTED)
+        state = self._state
+        if isinstance(state, LeaderState) and state.observers_due:
+            self._answer_due_observers(state)
         out = self._out
         if not out and not out.reset_log:
             # Empty (``reset_log`` is the one field ``bool`` leaves out): it

@@ -31,6 +31,7 @@ The mutable objects are slotted dataclasses; the records a role only reads
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -247,6 +248,9 @@ class LeaderState:
     # Voters heard from since the check-quorum window last restarted.
     fetched_voters: set[int] = field(default_factory=set)
     parked: dict[int, ParkedFetch] = field(default_factory=dict)
+    # Observers whose parked Fetch is due an answer since the high
+    # watermark last moved, in id order (answered a bounded group per step).
+    observers_due: deque[int] = field(default_factory=deque)
     # Tokens restart with each leadership: echoes from another term's
     # tokens can never reach this object.
     next_read_token: int = 1
