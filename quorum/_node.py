@@ -766,6 +766,18 @@ class QuorumNode:
         return self._hw
 
     @property
+    def answered_high_watermark(self) -> int | None:
+        """A follower's or observer's: the high watermark the last answer
+        from its leader carried, unbounded by this node's log (``None``
+        after an answer that took no records' position: an error, a
+        divergence, a snapshot; and in every role that does not fetch).
+        The log holds every record the leader had committed when it
+        answered iff ``log.end_offset >=`` this (a broker's freshness
+        proof, ``broker_agent``)."""
+        fetcher = self._fetcher
+        return None if fetcher is None else fetcher.answered_high_watermark
+
+    @property
     def log(self) -> MemoryLog:
         """The in-memory log. Read only: mutate it through inputs."""
         return self._log
@@ -2465,6 +2477,7 @@ class QuorumNode:
             return
         # Accepted, and no change of role since: the fetch loop still exists.
         fetcher = self._role_state(FetcherState)
+        fetcher.answered_high_watermark = None
         if response.error:
             # NOT_LEADER in our epoch with no leader named: the leader
             # resigned. Wait a little and ask again (an observer asks the
@@ -2512,6 +2525,7 @@ class QuorumNode:
                 # In force on append (Raft thesis §4.1; KIP-853), the first
                 # one of a static cluster too (its upgrade).
                 self._note_voter_records(response.records)
+            fetcher.answered_high_watermark = response.high_watermark
             # Bounded by our own log: a follower cannot commit records it
             # does not hold yet (the high watermark may run ahead of them).
             self._advance_high_watermark(min(response.high_watermark, self._log.end_offset))

@@ -153,6 +153,12 @@ class FetcherState:
     read_token: int = 0
     in_flight: FetchInFlight | None = None
     download: SnapshotDownload | None = None
+    # The high watermark the last answer from the leader carried, as sent
+    # (ours is bounded by our log); None after an answer that took no
+    # records (an error, a divergence, a snapshot) or before any. Whether
+    # our log holds everything the leader had committed when it answered
+    # (a broker's freshness proof) is ``log end >= this``.
+    answered_high_watermark: int | None = None
 
     def accept(self, request_id: int, src: int) -> bool:
         """Is a response with ``request_id`` from ``src`` the answer to the

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from harness import Cluster, messages_of
 
-from quorum import FetchRequest, FetchResponse, Message
+from quorum import ErrorCode, FetchRequest, FetchResponse, Message
 from quorum._node import OBSERVER_ANSWERS_PER_STEP_MAX
 
 VOTERS = (1, 2, 3)
@@ -139,3 +139,32 @@ def test_a_read_answers_the_parked_voters_only():
     output = cluster.read_index(1, "r")
 
     assert sorted(m.dst for m in messages_of(output) if isinstance(m, FetchResponse)) == [2, 3]
+
+
+def test_an_observer_keeps_the_high_watermark_its_leaders_answer_carried():
+    """``answered_high_watermark``: the leader's high watermark as sent, not
+    bounded by the observer's log (a broker's freshness proof compares its
+    log end with it); None once an answer takes no position (an error)."""
+    cluster = Cluster(3, observers=(4,))
+    cluster.elect(1)
+    assert cluster.node(4).answered_high_watermark is None
+    cluster.tick(4)
+    cluster.deliver_all()
+    observer = cluster.node(4)
+    assert observer.answered_high_watermark == cluster.node(1).high_watermark == observer.log.end_offset
+
+    cluster.propose(1, b"a")
+    cluster.deliver_all()
+    assert observer.answered_high_watermark == cluster.node(1).high_watermark == observer.log.end_offset
+
+    # Its next Fetch is parked on the leader: let the long poll end, and
+    # hand the Fetch after that to a leader that has resigned meanwhile.
+    config = cluster.node(1).config
+    cluster.tick(1, times=config.ticks(config.fetch_max_wait_ms))
+    cluster.deliver(FetchResponse, dst=4)
+    [fetch] = cluster.drop(FetchRequest, src=4)
+    cluster.resign(1)
+    cluster.inject(fetch)
+    [refusal] = cluster.deliver(FetchResponse, dst=4)
+    assert refusal.error is not ErrorCode.NONE
+    assert observer.answered_high_watermark is None
