@@ -6,17 +6,19 @@ A sans-IO leader (``quorum.QuorumNode``, three voters, memory only, logical
 ticks, no trio, no network) with N observers (brokers) that each keep one
 Fetch parked on it, as brokers heartbeating through their metadata fetches
 do. Then, R times, what a broker's heartbeat that changes the cluster (an
-unfencing) makes the controller do: one record proposed, the leader's write
-made durable, the two followers' Fetches acknowledging it (which commits
-it); every observer whose Fetch was answered sends its next one at once,
-from the end of the records it got, and that Fetch is served too (parked,
-or answered when it has news). Timed in process CPU time
+unfencing) makes the controller do, pipelined as a busy controller is: one
+record proposed (and made durable at once: a memory disk); the Fetches of
+the observers answered meanwhile (each sends its next one at once, from the
+end of the records it got: parked, or answered when it has news); then the
+two followers' Fetches sent since the previous record, which acknowledge
+it (committing it) and find this one. Timed in process CPU time
 (``time.process_time``): the core's steps only, not the bench's own
 bookkeeping nor any encoding (the runtime's work, on top).
 
 Printed per N: the leader's CPU per record appended and per observer Fetch
 answered, the Fetch responses built per record (voters' and observers'),
-and the most observer responses a step put ahead of a voter's response.
+and the most observer responses one step put ahead of a voter's response
+(the driver sends a step's messages in order).
 The heartbeat carried in the Fetch extension is left out (``extension``
 None): ``bench.unfence_cpu_bench`` measures the controller's part.
 
@@ -163,9 +165,10 @@ class Leader:
         return held
 
     def propose_one(self, payload: bytes, followers: list[FetchRequest]) -> list[FetchRequest]:
-        """One record proposed, then the followers' Fetches sent since the
-        previous one (they acknowledge it, which commits it, and find this
-        one); returns the followers' next Fetches, as ``deliver``."""
+        """One record proposed; the observers' next Fetches, then the
+        followers' Fetches sent since the previous record (they acknowledge
+        it, which commits it, and find this one). Returns the followers'
+        next Fetches, as ``deliver``."""
         _offset, out = self._timed(self.node.propose, [payload])
         observers: list[FetchRequest] = []
         held: list[FetchRequest] = []

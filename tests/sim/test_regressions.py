@@ -288,8 +288,11 @@ def test_seed_17247_a_voter_that_missed_the_upgrade_votes_for_an_added_candidate
     form (liveness). A Vote naming n3's own disk is proof of the upgrade,
     and n3 now answers it as Raft thesis §4.1 says (the log check still
     applies)."""
-    options = random_options(17247)
-    result, events = run_with_trace("random", 17247, options)
+    # 17247 stopped going through it when a leader began to answer brokers'
+    # parked Fetches when the high watermark moves instead of on every
+    # append (issue 21: the order of messages changed); 17492 does.
+    options = random_options(17492)
+    result, events = run_with_trace("random", 17492, options)
     assert result.valid, result.violation
     assert voter_without_the_upgrade_elected_an_added_one(events, options), (
         "the schedule drifted: no voter that missed the upgrade votes for a candidate outside the static set"
