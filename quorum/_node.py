@@ -1208,7 +1208,10 @@ class QuorumNode:
         # Voters' Fetches parked now were sent before the read arrived and
         # prove nothing about it; answer them so that fresh ones come back.
         # Observers' prove nothing ever (only voters' tokens count).
-        self._answer_parked_voters(leader)
+        if self.config.observers_answered_on_commit:
+            self._answer_parked_voters(leader)
+        else:
+            self._answer_all_parked(leader)
         self._check_pending_reads(leader)
         return self._flush()
 
@@ -2025,6 +2028,11 @@ class QuorumNode:
         entries = [Entry(offset + i, self._epoch, kind, payload) for i, payload in enumerate(payloads)]
         self._log.append(entries)
         self._out.append.extend(entries)
+        if not self.config.observers_answered_on_commit:
+            self._answer_all_parked(self._leading)
+            if kind is VOTERS_KIND:
+                self._note_voter_records(entries)
+            return
         if kind is VOTERS_KIND:
             # First, so that a voter this record adds gets it now: the
             # majority that commits it may need that voter (§4.1).
@@ -2076,7 +2084,12 @@ class QuorumNode:
             # AppendEntries (Raft thesis §3.5): answering them now would add
             # a Fetch round trip to every write, on every node.
             voters = self._voter_ids
-            state.observers_due = deque(sorted(rid for rid in state.parked if rid not in voters))
+            observers = sorted(rid for rid in state.parked if rid not in voters)
+            if self.config.observers_answered_on_commit:
+                state.observers_due = deque(observers)
+            else:
+                for replica_id in observers:
+                    self._answer_fetch(state, state.parked.pop(replica_id))
             self._check_pending_reads(state)
 
     def _serve_fetch(self, leader: LeaderState, request: FetchRequest) -> None:
@@ -2167,8 +2180,10 @@ class QuorumNode:
         # or a committed record it lacks (it gets every record it lacks).
         if replica.is_voter:
             has_news = request.fetch_offset < self._log.end_offset
-        else:
+        elif self.config.observers_answered_on_commit:
             has_news = request.fetch_offset < self._hw or self._hw > replica.high_watermark_sent
+        else:
+            has_news = request.fetch_offset < self._log.end_offset or self._hw > replica.high_watermark_sent
         if stale or has_news or leader.reads_wait_on(replica):
             if not stale:
                 leader.parked.pop(request.src, None)
@@ -2214,6 +2229,13 @@ class QuorumNode:
             fetch = parked.pop(voter_id, None)
             if fetch is not None:
                 self._answer_fetch(leader, fetch)
+
+    def _answer_all_parked(self, leader: LeaderState) -> None:
+        """Every parked Fetch, in replica id order (without
+        ``observers_answered_on_commit``: on every append and read)."""
+        parked, leader.parked = leader.parked, {}
+        for replica_id in sorted(parked):
+            self._answer_fetch(leader, parked[replica_id])
 
     def _answer_due_observers(self, leader: LeaderState) -> None:
         """Answer up to ``OBSERVER_ANSWERS_PER_STEP_MAX`` observers due

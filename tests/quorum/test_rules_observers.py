@@ -40,11 +40,11 @@ def to_voters(message: Message) -> bool:
     return message.dst in VOTERS
 
 
-def leader_with_parked_observers(observers: range) -> Cluster:
+def leader_with_parked_observers(observers: range, **overrides: object) -> Cluster:
     """Voters 1..3, node 1 leading with everything committed; each observer
     has fetched once (a new session is answered at once, to learn the high
     watermark) and has its second Fetch parked."""
-    cluster = Cluster(3)
+    cluster = Cluster(3, **overrides)
     cluster.elect(1)
     end = cluster.node(1).log.end_offset
     for observer in observers:
@@ -88,6 +88,16 @@ def test_an_append_answers_the_parked_voters_only():
     cluster.propose(1, b"a")
 
     assert sorted(m.dst for m in cluster.pending(FetchResponse)) == [2, 3]
+
+
+def test_without_answers_on_commit_an_append_answers_every_parked_fetch():
+    """``observers_answered_on_commit`` off (kept for simulator seeds found
+    before issue 21): every parked Fetch is answered on every append."""
+    cluster = leader_with_parked_observers(range(100, 105), observers_answered_on_commit=False)
+
+    cluster.propose(1, b"a")
+
+    assert sorted(m.dst for m in cluster.pending(FetchResponse)) == [2, 3, *range(100, 105)]
 
 
 def test_a_voters_answer_goes_out_before_the_observers_its_fetch_makes_due():

@@ -254,7 +254,10 @@ def test_a_disk_replaced_after_the_upgrade_is_formatted_to_join(seed, violation,
     2798 and 4432 break it with the default wait (a search of 0-12039 after
     that change): a wiped, statically formatted disk let a leader be elected
     without a committed record."""
-    options = random_options(seed)
+    # Found before a leader answered observers' parked Fetches when the high
+    # watermark moves (issue 21); with that off they replay as found (a
+    # search of seeds 0-18000 with it on found none that breaks).
+    options = replace(random_options(seed), observers_answered_on_commit=False)
     if whole_timeout_wait:
         options = replace(options, unreachable_leader_wait_ms=options.election_timeout_ms)
     assert options.migrate_voters
