@@ -51,6 +51,9 @@ class ObserverView(Protocol):
     def high_watermark(self) -> int: ...
 
     @property
+    def answered_high_watermark(self) -> int | None: ...
+
+    @property
     def log(self) -> Any: ...  # .end_offset
 
 
@@ -74,7 +77,6 @@ class _Pending:
     tick: int
     node_epoch: int
     leader_id: int | None  # None: not following a leader when it came
-    log_end_offset: int
 
 
 class HeartbeatChannel:
@@ -122,7 +124,6 @@ class HeartbeatChannel:
             # An observer still looking for its leader: the answer comes
             # with a leader change and proves nothing about freshness.
             leader_id=node.leader_id if node.role is Role.FOLLOWER else None,
-            log_end_offset=node.log.end_offset,
         )
 
     def settle(self, now_ms: int) -> None:
@@ -160,14 +161,14 @@ class HeartbeatChannel:
         - Same tick, same leader and epoch, still following: it was a normal
           answer from the leader (snapshot answers lead to a FetchSnapshot,
           not a Fetch; leader changes are excluded).
-        - No records appended: the leader had nothing past our fetch offset,
-          so its high watermark was at most our log end.
-        - Records appended and our log now ends above our high watermark:
-          the leader's high watermark (ours is min(its, our end)) is below
-          our log end, so we hold every record it had committed.
-        - Otherwise (every appended record was already committed) the answer
-          may have been cut at ``fetch_bytes_max``: not proven; the next
-          fetch will tell.
+        - Our log now reaches the high watermark the answer carried (as the
+          leader sent it, not bounded by our log): we hold every record it
+          had committed. That covers an answer with no records (the leader
+          had nothing past our fetch offset), and one whose records run
+          past its high watermark; one whose records end exactly at it (a
+          leader answers a broker when its high watermark moves, issue 21)
+          is proven too. An answer cut at ``fetch_bytes_max`` below the
+          high watermark is not: the next fetch will tell.
         """
         node = self.node
         if (
@@ -178,7 +179,5 @@ class HeartbeatChannel:
             or node.current_tick != pending.tick
         ):
             return False
-        end = node.log.end_offset
-        if end == pending.log_end_offset:
-            return True
-        return end > pending.log_end_offset and end > node.high_watermark
+        answered = node.answered_high_watermark
+        return answered is not None and node.log.end_offset >= answered

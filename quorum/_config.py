@@ -57,6 +57,14 @@ class QuorumConfig:
     retry_backoff_ms: int = 20
     # How long the leader may park a Fetch that has nothing to return.
     fetch_max_wait_ms: int = 500
+    # Issue 21: a leader answers an observer's (a broker's) parked Fetch
+    # when the high watermark moves, not on every append (an observer
+    # applies committed records only), after the step's voter answers and
+    # a bounded group a step; a read answers parked voters only. Off: every
+    # parked Fetch on every append, observers again when the high
+    # watermark moves, as before. Kept so that simulator seeds found before
+    # replay as found (SimOptions); never a reason to turn it off.
+    observers_answered_on_commit: bool = True
     fetch_bytes_max: int = 8 * 1024 * 1024
     snapshot_chunk_bytes_max: int = 1024 * 1024
     # After a snapshot, keep this many records behind it in the log so that a

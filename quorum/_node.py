@@ -322,6 +322,13 @@ class CoreHooks:
 
 
 _NO_HOOKS = CoreHooks()
+# Observers answered per step once the high watermark moved (issue 21):
+# 5,000 brokers' answers in one step would hold up a voter's Fetch behind
+# them in the driver (it sends and encodes a step's answers before it steps
+# the core again); 512 at ~15 us each (core and encoding) are ~8 ms, and
+# 5,000 are answered within 10 steps, at most 10 ticks (100 ms) when no
+# message arrives meanwhile.
+OBSERVER_ANSWERS_PER_STEP_MAX = 512
 _LEADER = Role.LEADER
 
 # What ``QuorumNode.counters`` counts: inputs the core turned away without
@@ -765,6 +772,18 @@ class QuorumNode:
         return self._hw
 
     @property
+    def answered_high_watermark(self) -> int | None:
+        """A follower's or observer's: the high watermark the last answer
+        from its leader carried, unbounded by this node's log (``None``
+        after an answer that took no records' position: an error, a
+        divergence, a snapshot; and in every role that does not fetch).
+        The log holds every record the leader had committed when it
+        answered iff ``log.end_offset >=`` this (a broker's freshness
+        proof, ``broker_agent``)."""
+        fetcher = self._fetcher
+        return None if fetcher is None else fetcher.answered_high_watermark
+
+    @property
     def log(self) -> MemoryLog:
         """The in-memory log. Read only: mutate it through inputs."""
         return self._log
@@ -1192,9 +1211,13 @@ class QuorumNode:
         # Only a Fetch echoing a token handed out from now on proves that
         # this node still led after the read arrived (Raft thesis §6.4).
         leader.pending_reads.append(PendingRead(read_id, leader.next_read_token))
-        # Fetches parked now were sent before the read arrived and prove
-        # nothing about it; answer them so that fresh ones come back.
-        self._complete_parked_fetches(leader)
+        # Voters' Fetches parked now were sent before the read arrived and
+        # prove nothing about it; answer them so that fresh ones come back.
+        # Observers' prove nothing ever (only voters' tokens count).
+        if self.config.observers_answered_on_commit:
+            self._answer_parked_voters(leader)
+        else:
+            self._answer_all_parked(leader)
         self._check_pending_reads(leader)
         return self._flush()
 
@@ -2011,9 +2034,21 @@ class QuorumNode:
         entries = [Entry(offset + i, self._epoch, kind, payload) for i, payload in enumerate(payloads)]
         self._log.append(entries)
         self._out.append.extend(entries)
-        self._complete_parked_fetches(self._leading)
+        if not self.config.observers_answered_on_commit:
+            self._answer_all_parked(self._leading)
+            if kind is VOTERS_KIND:
+                self._note_voter_records(entries)
+            return
         if kind is VOTERS_KIND:
+            # First, so that a voter this record adds gets it now: the
+            # majority that commits it may need that voter (§4.1).
             self._note_voter_records(entries)
+        # Only voters need records before they are committed: their
+        # acknowledgements commit them. An observer (a broker) applies
+        # committed records only; it hears of these when the high
+        # watermark passes them (_advance_high_watermark), one answer per
+        # commit instead of one per append and one per commit.
+        self._answer_parked_voters(self._leading)
 
     def _maybe_advance_high_watermark(self) -> None:
         leader = self._leading
@@ -2046,12 +2081,21 @@ class QuorumNode:
         self._out.committed.extend(self._log.slice(max(old, self._log.start_offset), new_hw))
         state = self._state
         if isinstance(state, LeaderState):
-            # Observers (brokers) learn the new high watermark at once.
-            # Voters learn it with the next records or when their long poll
+            # Observers (brokers) learn the new high watermark, and the
+            # records up to it, at once: every observer parked now is due,
+            # answered at the end of this step after any voter's answer,
+            # a bounded group per step (_answer_due_observers). Voters
+            # learn it with the next records or when their long poll
             # expires, as Raft followers learn the commit index from later
             # AppendEntries (Raft thesis §3.5): answering them now would add
             # a Fetch round trip to every write, on every node.
-            self._complete_parked_fetches(state, observers_only=True)
+            voters = self._voter_ids
+            observers = sorted(rid for rid in state.parked if rid not in voters)
+            if self.config.observers_answered_on_commit:
+                state.observers_due = deque(observers)
+            else:
+                for replica_id in observers:
+                    self._answer_fetch(state, state.parked.pop(replica_id))
             self._check_pending_reads(state)
 
     def _serve_fetch(self, leader: LeaderState, request: FetchRequest) -> None:
@@ -2136,11 +2180,16 @@ class QuorumNode:
         stale = previous is not None and previous.request.request_id > request.request_id
         # Park a fetch that has nothing new to carry (KIP-595 long poll),
         # unless a read is waiting on this fetcher's next round trip.
-        # An observer (a broker) also wants every move of the high
-        # watermark at once; a voter learns it with its next records.
-        has_news = request.fetch_offset < self._log.end_offset or (
-            not replica.is_voter and self._hw > replica.high_watermark_sent
-        )
+        # A voter's news is any record it lacks; it learns the high
+        # watermark with its next records. An observer (a broker) applies
+        # committed records only: its news is a move of the high watermark
+        # or a committed record it lacks (it gets every record it lacks).
+        if replica.is_voter:
+            has_news = request.fetch_offset < self._log.end_offset
+        elif self.config.observers_answered_on_commit:
+            has_news = request.fetch_offset < self._hw or self._hw > replica.high_watermark_sent
+        else:
+            has_news = request.fetch_offset < self._log.end_offset or self._hw > replica.high_watermark_sent
         if stale or has_news or leader.reads_wait_on(replica):
             if not stale:
                 leader.parked.pop(request.src, None)
@@ -2173,20 +2222,47 @@ class QuorumNode:
             )
         )
 
-    def _complete_parked_fetches(self, leader: LeaderState, *, observers_only: bool = False) -> None:
-        # Answered in replica id order: the order of messages must depend
-        # on nothing but the inputs, so that a seed replays exactly.
-        if not leader.parked:
+    def _answer_parked_voters(self, leader: LeaderState) -> None:
+        """Answer every voter's parked Fetch (new records, or a read that
+        needs their next round trip): a few, looked up by id, however many
+        observers wait."""
+        # In id order: the order of messages must depend on nothing but the
+        # inputs, so that a seed replays exactly.
+        parked = leader.parked
+        if not parked:
             return
-        if observers_only:
-            voters = self._voter_ids
-            for replica_id in sorted(leader.parked):
-                if replica_id not in voters:
-                    self._answer_fetch(leader, leader.parked.pop(replica_id))
-            return
+        for voter_id in sorted(self._voter_ids):
+            fetch = parked.pop(voter_id, None)
+            if fetch is not None:
+                self._answer_fetch(leader, fetch)
+
+    def _answer_all_parked(self, leader: LeaderState) -> None:
+        """Every parked Fetch, in replica id order (without
+        ``observers_answered_on_commit``: on every append and read)."""
         parked, leader.parked = leader.parked, {}
         for replica_id in sorted(parked):
             self._answer_fetch(leader, parked[replica_id])
+
+    def _answer_due_observers(self, leader: LeaderState) -> None:
+        """Answer up to ``OBSERVER_ANSWERS_PER_STEP_MAX`` observers due
+        since the high watermark moved, in id order (drawn when it moved).
+        Called at the end of every step (``_flush``), after the step's own
+        answers, a voter's among them: thousands of brokers' answers never
+        go out ahead of a voter's, and the rest wait at most a step each
+        (a tick comes every ``tick_ms``; each message is a step too)."""
+        due = leader.observers_due
+        parked = leader.parked
+        voters = self._voter_ids
+        replicas = leader.replicas
+        hw = self._hw
+        answered = 0
+        while due and answered < OBSERVER_ANSWERS_PER_STEP_MAX:
+            replica_id = due.popleft()
+            # Skipped: answered meanwhile (a Fetch parks only once its
+            # sender knows the high watermark), or a voter now.
+            if replica_id in parked and replica_id not in voters and replicas[replica_id].high_watermark_sent < hw:
+                self._answer_fetch(leader, parked.pop(replica_id))
+                answered += 1
 
     def _check_pending_reads(self, leader: LeaderState) -> None:
         """Serve every read a majority has confirmed (Raft thesis §6.4)."""
@@ -2429,6 +2505,7 @@ class QuorumNode:
             return
         # Accepted, and no change of role since: the fetch loop still exists.
         fetcher = self._role_state(FetcherState)
+        fetcher.answered_high_watermark = None
         if response.error:
             # NOT_LEADER in our epoch with no leader named: the leader
             # resigned. Wait a little and ask again (an observer asks the
@@ -2476,6 +2553,7 @@ class QuorumNode:
                 # In force on append (Raft thesis §4.1; KIP-853), the first
                 # one of a static cluster too (its upgrade).
                 self._note_voter_records(response.records)
+            fetcher.answered_high_watermark = response.high_watermark
             # Bounded by our own log: a follower cannot commit records it
             # does not hold yet (the high watermark may run ahead of them).
             self._advance_high_watermark(min(response.high_watermark, self._log.end_offset))
@@ -2928,6 +3006,9 @@ class QuorumNode:
             # (Raft thesis §4.2.2: it replicates it without counting
             # itself); now it hands over and keeps no vote (KIP-853).
             self._become_resigned("removed from the voter set: the change is committed", Trigger.RESIGN_REQUESTED)
+        state = self._state
+        if isinstance(state, LeaderState) and state.observers_due:
+            self._answer_due_observers(state)
         out = self._out
         if not out and not out.reset_log:
             # Empty (``reset_log`` is the one field ``bool`` leaves out): it

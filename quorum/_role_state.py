@@ -31,6 +31,7 @@ The mutable objects are slotted dataclasses; the records a role only reads
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,6 +153,12 @@ class FetcherState:
     read_token: int = 0
     in_flight: FetchInFlight | None = None
     download: SnapshotDownload | None = None
+    # The high watermark the last answer from the leader carried, as sent
+    # (ours is bounded by our log); None after an answer that took no
+    # records (an error, a divergence, a snapshot) or before any. Whether
+    # our log holds everything the leader had committed when it answered
+    # (a broker's freshness proof) is ``log end >= this``.
+    answered_high_watermark: int | None = None
 
     def accept(self, request_id: int, src: int) -> bool:
         """Is a response with ``request_id`` from ``src`` the answer to the
@@ -247,6 +254,9 @@ class LeaderState:
     # Voters heard from since the check-quorum window last restarted.
     fetched_voters: set[int] = field(default_factory=set)
     parked: dict[int, ParkedFetch] = field(default_factory=dict)
+    # Observers whose parked Fetch is due an answer since the high
+    # watermark last moved, in id order (answered a bounded group per step).
+    observers_due: deque[int] = field(default_factory=deque)
     # Tokens restart with each leadership: echoes from another term's
     # tokens can never reach this object.
     next_read_token: int = 1

@@ -92,6 +92,9 @@ class SimOptions:
     # of the election timeout). Regression seeds found when the wait was a
     # whole election timeout replay as found with it set to that.
     unreachable_leader_wait_ms: int | None = None
+    # QuorumConfig.observers_answered_on_commit (issue 21). Regression
+    # seeds found before it replay as found with it off.
+    observers_answered_on_commit: bool = True
     tick_ms: int = 10
     election_timeout_ms: int = 1000
     fetch_timeout_ms: int = 2000
@@ -183,6 +186,7 @@ class SimOptions:
             pre_vote=self.pre_vote,
             fast_failover=self.fast_failover,
             unreachable_leader_wait_ms=self.unreachable_leader_wait_ms,
+            observers_answered_on_commit=self.observers_answered_on_commit,
             snapshot_retained_records=50,
         )
 
@@ -211,6 +215,7 @@ class SimOptions:
                 if self.unreachable_leader_wait_ms is not None
                 else {}
             ),
+            **({} if self.observers_answered_on_commit else {"observers_answered_on_commit": False}),
             # The same for the service model.
             **(
                 {

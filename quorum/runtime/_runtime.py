@@ -100,10 +100,16 @@ DISK_RETRY_MAX_S = 5.0
 # the voters' connection readers among them (``_serve_observers``).
 OBSERVER_BATCH_MESSAGES = 16
 # Past this many waiting, the oldest is dropped (a lost packet to Raft: the
-# broker asks again after its request timeout). Each broker has one Fetch in
-# flight, so only more brokers than connections_max, or a peer sending
-# Fetches without waiting for answers, reaches it.
-OBSERVER_QUEUE_MESSAGES_MAX = 4096
+# broker asks again after its request timeout). Each broker keeps one Fetch
+# in flight (two at most, while a resend after its request timeout crosses
+# the late one), so in normal operation the queue holds about one message
+# per broker, however many brokers share a connection: 4,096 dropped 7,560
+# messages of 5,000 brokers on a starved leader (issue 21). Sized from what
+# it costs: a broker's Fetch with its heartbeat, decoded, is ~0.6 KiB
+# (measured with tracemalloc, docs/benchmarks.md), so 65,536 waiting are
+# ~40 MiB, room for 30,000 brokers with a resend each; past that, brokers
+# are more than one leader serves within their session anyway.
+OBSERVER_QUEUE_MESSAGES_MAX = 65_536
 
 _GAP_MAX_HELP = (
     "Leader only: the longest voter fetch gap in this leadership (check quorum resigns past"

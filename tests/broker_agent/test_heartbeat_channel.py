@@ -25,6 +25,7 @@ class FakeObserver:
     epoch: int = 3
     current_tick: int = 100
     high_watermark: int = 50
+    answered_high_watermark: int | None = None
     log: Log = field(default_factory=Log)
 
 
@@ -38,15 +39,17 @@ def registered() -> tuple[HeartbeatChannel, FakeObserver]:
     return channel, node
 
 
-def answer(channel, node, *, sent=1000, done=1100, appended=0, committed_to=None, reply=UNFENCED, same_step=True):
-    """A fetch built at ``sent``, answered at ``done``; the core appends
-    ``appended`` records and moves its high watermark, then (same step)
-    builds the next Fetch."""
+def answer(channel, node, *, sent=1000, done=1100, appended=0, leader_hw=None, reply=UNFENCED, same_step=True):
+    """A fetch built at ``sent``, answered at ``done`` with ``appended``
+    records and the leader's high watermark ``leader_hw`` (None: the end of
+    those records); the core appends them and moves its high watermark
+    (bounded by its log), then (same step) builds the next Fetch."""
     extension = channel.provide(sent)
     assert extension["broker_epoch"] == 40
     channel.consume(done, reply)
     node.log.end_offset += appended
-    node.high_watermark = node.log.end_offset if committed_to is None else committed_to
+    node.answered_high_watermark = node.log.end_offset if leader_hw is None else leader_hw
+    node.high_watermark = min(node.answered_high_watermark, node.log.end_offset)
     if same_step:
         channel.provide(done)
     else:
@@ -66,14 +69,33 @@ def test_an_empty_answer_from_the_leader_proves_the_image_caught_up():
 
 def test_records_not_all_committed_prove_it_too():
     channel, node = registered()
-    assert answer(channel, node, appended=3, committed_to=51)
+    assert answer(channel, node, appended=3, leader_hw=51)
     assert channel.lifecycle.state is BrokerState.ONLINE
 
 
-def test_records_all_committed_may_be_a_cut_answer_and_prove_nothing():
+def test_records_ending_at_the_leaders_high_watermark_prove_it_too():
+    """The leader answers a broker's parked Fetch when its high watermark
+    moves, with the records up to it (issue 21): such an answer proves."""
     channel, node = registered()
-    assert answer(channel, node, appended=3) == []
+    assert answer(channel, node, appended=3)
+    assert channel.lifecycle.state is BrokerState.ONLINE
+
+
+def test_an_answer_cut_below_the_leaders_high_watermark_proves_nothing():
+    channel, node = registered()
+    assert answer(channel, node, appended=3, leader_hw=60) == []
     assert channel.lifecycle.fresh_fetch_sent_ms is None
+
+
+def test_an_answer_that_took_no_position_proves_nothing():
+    """An error, a divergence or a snapshot: the core keeps no high
+    watermark of the answer (``answered_high_watermark`` None)."""
+    channel, node = registered()
+    channel.provide(1000)
+    channel.consume(1100, UNFENCED)
+    node.answered_high_watermark = None
+    channel.provide(1100)
+    assert channel.take_actions() == [] and channel.lifecycle.fresh_fetch_sent_ms is None
 
 
 def test_an_answer_followed_by_no_fetch_in_its_step_proves_nothing_but_its_reply_counts():

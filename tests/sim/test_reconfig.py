@@ -152,15 +152,18 @@ def test_a_record_committed_in_a_set_not_yet_committed_is_durable():
 
 
 def test_static_voters_upgraded_under_faults_then_changed():
-    """Seed 1 of ``reconfig-upgrade-voters``: refused while static and while
+    """Seed 5 of ``reconfig-upgrade-voters`` (seed 1 until a leader began to
+    answer observers' parked Fetches when the high watermark moves instead
+    of on every append, issue 21, which moved its schedule: its first
+    upgrade record is now committed): refused while static and while
     a partitioned voter's directory id is unknown; the first upgrade record
     is lost with the leader that appended it (it crashes at once) and the
     operator's next request, on the next leader, is committed; every node
     restarts with its static configuration and stays dynamic; then voters
     are added, the leader removed and a wiped disk replaced."""
     story: list[str] = []
-    result = run_scenario("reconfig-upgrade-voters", 1, trace=story.append)
-    assert result.valid, f"jepsen-like sim --scenario reconfig-upgrade-voters --seed 1: {result.violation}"
+    result = run_scenario("reconfig-upgrade-voters", 5, trace=story.append)
+    assert result.valid, f"jepsen-like sim --scenario reconfig-upgrade-voters --seed 5: {result.violation}"
     assert result.options["migrate_voters"] and "dynamic_voters" not in result.options
     upgrades = [line for line in story if "OPERATOR upgrade voters at" in line and "voters record at offset" in line]
     assert len(upgrades) == 2, "the schedule drifted: the first upgrade is no longer lost with its leader"
@@ -251,7 +254,10 @@ def test_a_disk_replaced_after_the_upgrade_is_formatted_to_join(seed, violation,
     2798 and 4432 break it with the default wait (a search of 0-12039 after
     that change): a wiped, statically formatted disk let a leader be elected
     without a committed record."""
-    options = random_options(seed)
+    # Found before a leader answered observers' parked Fetches when the high
+    # watermark moves (issue 21); with that off they replay as found (a
+    # search of seeds 0-18000 with it on found none that breaks).
+    options = replace(random_options(seed), observers_answered_on_commit=False)
     if whole_timeout_wait:
         options = replace(options, unreachable_leader_wait_ms=options.election_timeout_ms)
     assert options.migrate_voters
