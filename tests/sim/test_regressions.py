@@ -316,6 +316,11 @@ def test_seed_180174_a_disk_formatted_to_join_installs_a_snapshot_from_before_th
     snapshots hold the voters of that time), so n4 installs it and takes
     the set from the record after it."""
     options = random_options(180174)
+    # Found before a leader answered observers' parked Fetches when the
+    # high watermark moves (issue 21); with that off it replays as found
+    # (nine minutes of searching from seeds 180,000 and 186,000 with it on
+    # found no other seed).
+    options.observers_answered_on_commit = False
     result, events = run_with_trace("random", 180174, options)
     found = joiner_fetched_a_snapshot_from_before_the_upgrade(events, options)
     assert found, "the schedule drifted: no disk wiped after the upgrade fetches a snapshot from before it"
