@@ -10,6 +10,7 @@ heartbeats its Fetches carry.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -36,13 +37,17 @@ BROKER = 101
 CONFIG = ControllerConfig(cluster_id=CLUSTER_ID, no_op_interval_ms=0)
 
 
-async def test_controller_drives_registration_and_heartbeats_through_the_runtime(nursery, autojump_clock):
-    network = MemoryNetwork()
+async def start_cluster(
+    nursery: trio.Nursery, network: MemoryNetwork, make_controller: Callable[..., Controller]
+) -> tuple[dict[int, QuorumRuntime], dict[int, Any]]:
+    """The three voters, each with the controller ``make_controller(config,
+    image, runtimes)`` builds (``runtimes``: every node's, filled in as they
+    start), and the broker's observer, started."""
     runtimes: dict[int, QuorumRuntime] = {}
-    controllers: dict[int, Controller] = {}
+    controllers: dict[int, Any] = {}
     for node_id in (*VOTERS, BROKER):
         image = ClusterImage()
-        controller = Controller(CONFIG, image) if node_id in VOTERS else None
+        controller = make_controller(CONFIG, image, runtimes) if node_id in VOTERS else None
         runtime = QuorumRuntime(
             QuorumConfig(node_id=node_id, voters=VOTERS),
             image,
@@ -55,6 +60,14 @@ async def test_controller_drives_registration_and_heartbeats_through_the_runtime
         runtimes[node_id] = runtime
         if controller is not None:
             controllers[node_id] = controller
+    return runtimes, controllers
+
+
+async def test_controller_drives_registration_and_heartbeats_through_the_runtime(nursery, autojump_clock):
+    network = MemoryNetwork()
+    runtimes, controllers = await start_cluster(
+        nursery, network, lambda config, image, _runtimes: Controller(config, image)
+    )
 
     with trio.fail_after(60):
         while not any(c.is_active for c in controllers.values()):
@@ -112,23 +125,7 @@ async def test_the_runtime_catches_the_controller_up_after_the_fence_reached_the
     """Issue 21: the fence's batch goes to the parked followers before the
     leader's working image applies it (ReplicaHost.application_catch_up)."""
     network = MemoryNetwork()
-    runtimes: dict[int, QuorumRuntime] = {}
-    controllers: dict[int, _CatchUpWitness] = {}
-    for node_id in (*VOTERS, BROKER):
-        image = ClusterImage()
-        controller = _CatchUpWitness(CONFIG, image, runtimes) if node_id in VOTERS else None
-        runtime = QuorumRuntime(
-            QuorumConfig(node_id=node_id, voters=VOTERS),
-            image,
-            storage=MemoryStorage(),
-            transport=network.transport(node_id),
-            rng=random.Random(node_id),
-            leader_application=controller,
-        )
-        await nursery.start(runtime.run)
-        runtimes[node_id] = runtime
-        if controller is not None:
-            controllers[node_id] = controller
+    runtimes, controllers = await start_cluster(nursery, network, _CatchUpWitness)
 
     async def write(request: Any) -> Any:
         while (reply := controller.handle_request(request, 0)).response is not None:
