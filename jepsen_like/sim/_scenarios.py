@@ -304,11 +304,18 @@ def random_faults(sim: Simulation, result: ScenarioResult) -> None:
         down = [n for n in nodes if sim.nodes[n].core is None]
         # A voter repairing a damaged log does not vote: it counts as down.
         repairing = [n for n in nodes if n not in down and sim.nodes[n].disk.repair is not None]
+        # A disk stays under repair while its node is down, too: a second
+        # damaged log beside it would leave no majority to elect the leader
+        # that repairs either (seed 222840: n2, damaged, crashed again
+        # before its repair; then n3's log was damaged, and n1 alone stood).
+        under_repair = any(
+            sim.nodes[n].disk.repair is not None or sim.nodes[n].disk.damaged_from is not None for n in nodes
+        )
         if roll < 0.2 and len(down) + len(repairing) < minority:
             victim = rng.choice([n for n in nodes if n not in down])
             sim.crash(victim)
             damage_rate = sim.options.disk_damage_rate
-            if damage_rate and not repairing and damage_survivable(sim) and rng.random() < damage_rate:
+            if damage_rate and not under_repair and damage_survivable(sim) and rng.random() < damage_rate:
                 sim.damage_disk(victim)
             # One copy of the election state rolled back: always found and
             # undone at the next start, so any node may take it.

@@ -332,6 +332,42 @@ def test_seed_180174_a_disk_formatted_to_join_installs_a_snapshot_from_before_th
     assert fetched and max(fetched) > upgrade_offset, f"n{node} never fetched past the upgrade: {fetched[-5:]}"
 
 
+def test_seed_222840_no_second_log_is_damaged_while_a_crashed_one_awaits_repair():
+    """Found by a sweep after issue 21's message order (seed 222840): n2's
+    log was damaged, n2 came back to repair it and crashed again before any
+    leader had repaired it; the random scenario's nemesis counted only the
+    repairing nodes that were up, so when it crashed n3 it damaged n3's log
+    too. With two of three voters' logs awaiting repair, n1 alone could not
+    elect the leader that repairs them: no write for the rest of the run
+    (liveness; the stall is right, the schedule was not a survivable one).
+    The nemesis now damages no log while any disk awaits repair, up or
+    down. The interleaving is checked: another voter crashes while n2 is
+    down with its repair pending (where the old nemesis damaged it)."""
+    lines: list[str] = []
+    result = run_scenario("random", 222840, random_options(222840), trace=lines.append)
+    assert result.valid, result.violation
+    awaiting_repair: set[int] = set()
+    down: set[int] = set()
+    crashed_beside_a_pending_repair = []
+    for line in lines:
+        match = re.match(r"\s*\S+ n(\d+) (CRASH|RESTART|DISK DAMAGE|.*log repaired)", line)
+        if not match:
+            continue
+        node, event = int(match.group(1)), match.group(2)
+        if event == "DISK DAMAGE":
+            awaiting_repair.add(node)
+        elif event == "CRASH":
+            if awaiting_repair & down - {node}:
+                crashed_beside_a_pending_repair.append(line.strip())
+            down.add(node)
+        elif event == "RESTART":
+            down.discard(node)
+        else:
+            awaiting_repair.discard(node)
+    assert crashed_beside_a_pending_repair, "the schedule drifted: no voter crashes while a damaged one is down"
+    assert not any("DISK DAMAGE" in line for line in lines if "n3 " in line), "a second log was damaged"
+
+
 def test_seed_57641_auto_join_never_re_adds_a_disk_removed_while_it_was_cut_off():
     """Found by a 6,000-seed reconfiguration sweep (seed 57641, with
     auto-join): n4, caught up, was cut off; the operator added it (offset
