@@ -53,6 +53,8 @@ import trio
 from quorum.client import QuorumClient
 from quorum.runtime import KeyValueStateMachine, NodeConfig, TlsConfig, create_cluster_certificates, open_quorum_node
 
+from ._common import free_ports
+
 CLUSTER_ID = "tls-bench"
 IN_FLIGHT = 64
 BATCH_RECORDS = 100
@@ -71,25 +73,13 @@ ROWS = (
 )
 
 
-def _free_ports(count: int) -> list[int]:
-    import socket
-
-    sockets = [socket.socket() for _ in range(count)]
-    for item in sockets:
-        item.bind(("127.0.0.1", 0))
-    ports = [item.getsockname()[1] for item in sockets]
-    for item in sockets:
-        item.close()
-    return ports
-
-
 async def one_round(writes: int, certs: Path | None) -> dict[str, float]:
     """One measurement of every row, with TLS when ``certs`` is given."""
 
     def tls_for(stem: str) -> TlsConfig | None:
         return None if certs is None else TlsConfig(certs / "ca.pem", certs / f"{stem}.pem", certs / f"{stem}-key.pem")
 
-    voters = {node_id: ("127.0.0.1", port) for node_id, port in zip((1, 2, 3), _free_ports(3))}
+    voters = {node_id: ("127.0.0.1", port) for node_id, port in zip((1, 2, 3), free_ports(3))}
     configs = [
         NodeConfig(
             node_id=node_id,

@@ -349,7 +349,7 @@ def snapshot_header_problem(data: bytes) -> str | None:
     """Why ``data`` begins a voter set header that does not decode (damage),
     or None: for a snapshot with a whole header, and for one without any (a
     snapshot taken while the voters were static)."""
-    if not bytes(data[: len(_SNAPSHOT_MAGIC)]) == _SNAPSHOT_MAGIC:
+    if bytes(data[: len(_SNAPSHOT_MAGIC)]) != _SNAPSHOT_MAGIC:
         return None
     try:
         split_snapshot(data)
