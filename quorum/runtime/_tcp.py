@@ -57,6 +57,7 @@ import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .._access import Principal, PrincipalKind, refuse_quorum_message
+from .._gc_pause import collector_paused
 from .._messages import MESSAGE_TYPES, FetchRequest, FetchResponse, FetchSnapshotRequest, Message
 from .._service import ServiceClass, service_class
 from ..wire import (
@@ -126,6 +127,16 @@ CLIENT_FRAMES_PER_YIELD = 128
 # which fetches from nobody, takes none: a 16 MiB frame of msgpack can cost
 # over 1 GB to decode), and only on the connections fetch answers arrive on.
 LARGE_FRAME_WINDOW_S = 30.0
+# A frame of at least this many bytes is decoded, and handled (the core,
+# a follower's inline write and fsync, the answers it sends), with the
+# cyclic collector paused (quorum/_gc_pause.py): a Fetch answer or a
+# proposal of thousands of records makes a list, then an Entry, per record,
+# and the collector's passes meanwhile walked them, promoted the transient
+# lists and set off a full pass of the heap mid-commit (a third of the three
+# nodes' CPU to commit a 10,001-record fence; docs/benchmarks.md, "The
+# fence, a fourth time"). A frame is bounded (``frame_bytes_max``), and
+# under this size it holds at most a few thousand records.
+COLLECTOR_PAUSE_FRAME_BYTES_MIN = 64 * 1024
 # accept() errors that mean "out of descriptors or memory for now": retry
 # after a pause rather than give up the listener (as trio.serve_listeners).
 _ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
@@ -831,8 +842,13 @@ class TcpTransport(Transport):
                 if payload is None:
                     break
                 completed_frame = True
+                pause_collector = len(payload) >= COLLECTOR_PAUSE_FRAME_BYTES_MIN
                 try:
-                    decoded = decode_message(payload, expected_cluster_id=self.cluster_id, limits=self.limits)
+                    if pause_collector:
+                        with collector_paused():
+                            decoded = decode_message(payload, expected_cluster_id=self.cluster_id, limits=self.limits)
+                    else:
+                        decoded = decode_message(payload, expected_cluster_id=self.cluster_id, limits=self.limits)
                 except RemoteProtocolError as error:
                     answer = error.correlation_id is not None and error.message_type != "ErrorFrame"
                     self._reject(connection, error, answer=answer, reason="protocol_error")
@@ -866,7 +882,12 @@ class TcpTransport(Transport):
                     if connection.broken:
                         return
                     last_heard_s = trio.current_time()
-                self._dispatch(connection, message, decoded.correlation_id, nursery, len(payload))
+                if pause_collector:
+                    # Not across the wait above: other tasks run there.
+                    with collector_paused():
+                        self._dispatch(connection, message, decoded.correlation_id, nursery, len(payload))
+                else:
+                    self._dispatch(connection, message, decoded.correlation_id, nursery, len(payload))
                 if client_request:
                     # Replication first: let voters' tasks run between
                     # bursts of client requests read in one go.
