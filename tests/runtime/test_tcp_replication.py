@@ -216,3 +216,37 @@ async def test_a_large_frame_is_decoded_and_handled_with_the_collector_paused():
     assert answers == [(5_000, False), (10, True), (5_000, False)]
     assert len(encode_message(answer(records), correlation_id=1, cluster_id="pause")) > COLLECTOR_PAUSE_FRAME_BYTES_MIN
     assert gc.isenabled()
+
+
+async def test_the_kernel_takes_a_large_fetch_answer_to_a_voter_whole():
+    """A 400 KiB Fetch answer written on a link to another voter is handed
+    to the kernel at once (nothing kept back for the event loop to write
+    later), although the follower has read none of it: so a leader's own
+    write and fsync of the batch, which hold its loop, do not hold back the
+    followers' copies (trio's 16 KiB TCP_NOTSENT_LOWAT kept ~300 KiB of it
+    back)."""
+    from quorum import Entry, FetchRequest, FetchResponse, RecordKind
+    from quorum.runtime import TcpTransport
+
+    ports = free_ports(2)
+    voters = {1: ("127.0.0.1", ports[0]), 2: ("127.0.0.1", ports[1])}
+    leader = TcpTransport(1, cluster_id="unsent", listen=voters[1], peer_addresses=voters)
+    follower = TcpTransport(2, cluster_id="unsent", listen=voters[2], peer_addresses=voters)
+    fetches: list = []
+    answers: list = []
+    records = tuple(Entry(offset, 1, RecordKind.DATA, b"x" * 33) for offset in range(10_000))
+    answer = FetchResponse(src=1, dst=2, epoch=1, request_id=1, leader_id=1, records=records)
+    assert len(encode_message(answer, correlation_id=1, cluster_id="unsent")) > 400 * 1024
+    async with trio.open_nursery() as nursery:
+        await nursery.start(leader.run, fetches.append, lambda peer: None)
+        await nursery.start(follower.run, answers.append, lambda peer: None)
+        with trio.fail_after(20):
+            follower.send(FetchRequest(src=2, dst=1, epoch=1, fetch_offset=0, last_fetched_epoch=0, request_id=1))
+            while not fetches or 2 not in leader._links:
+                await trio.sleep(0.01)
+            leader.send(answer)  # no checkpoint between this and the check
+            assert leader._links[2].writer.pending_bytes == 0
+            while not answers:
+                await trio.sleep(0.01)
+        assert answers[0].records == records
+        nursery.cancel_scope.cancel()
