@@ -16,6 +16,7 @@ from ._access import (
 )
 from ._auto_join import AutoJoin, AutoJoinAction
 from ._config import TIMER_PROFILES, QuorumConfig, timer_profile
+from ._gc_pause import collector_paused
 from ._host import (
     ApplyFailedError,
     CommitTimer,
@@ -145,6 +146,7 @@ __all__ = [
     "VoterSet",
     "apply_output",
     "apply_outputs",
+    "collector_paused",
     "describe_message",
     "majorities_overlap",
     "message_type_name",

@@ -37,9 +37,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from quorum import collector_paused
+
 from ._election import PartitionChange, elect_leader, election_change
 from ._errors import ErrorCode, NotActiveError, RegistrationInvariantError
-from ._gc_pause import collector_paused
 from ._image import BrokerRegistration, ClusterImage
 from ._lifecycle import BrokerEvent, BrokerState, next_state
 from ._placement import place_replicas

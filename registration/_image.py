@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from quorum import Entry, RecordKind
+from quorum import Entry, RecordKind, collector_paused
 
 from ._errors import ErrorCode, InvalidRecordError, RecordDecodeError, SnapshotDecodeError
 from ._lifecycle import BrokerState, state_of
@@ -48,7 +48,6 @@ from ._records import (
     record_from_values,
     unpack_record,
 )
-from ._gc_pause import collector_paused
 
 logger = logging.getLogger("pykraft.registration")
 
@@ -331,7 +330,7 @@ class ClusterImage:
             return
         # A big batch (a fence: one partition change per partition the
         # broker led) with the cyclic collector paused, a bounded run at a
-        # time; see registration/_gc_pause.py.
+        # time; see quorum/_gc_pause.py.
         for start in range(0, len(entries), _GC_PAUSE_MAX_ENTRIES):
             with collector_paused():
                 self._apply_entries(entries[start : start + _GC_PAUSE_MAX_ENTRIES])

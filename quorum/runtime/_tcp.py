@@ -57,6 +57,7 @@ import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .._access import Principal, PrincipalKind, refuse_quorum_message
+from .._gc_pause import collector_paused
 from .._messages import MESSAGE_TYPES, FetchRequest, FetchResponse, FetchSnapshotRequest, Message
 from .._service import ServiceClass, service_class
 from ..wire import (
@@ -126,6 +127,29 @@ CLIENT_FRAMES_PER_YIELD = 128
 # which fetches from nobody, takes none: a 16 MiB frame of msgpack can cost
 # over 1 GB to decode), and only on the connections fetch answers arrive on.
 LARGE_FRAME_WINDOW_S = 30.0
+# A frame of at least this many bytes is decoded, and handled (the core,
+# a follower's inline write and fsync, the answers it sends), with the
+# cyclic collector paused (quorum/_gc_pause.py): a Fetch answer or a
+# proposal of thousands of records makes a list, then an Entry, per record,
+# and the collector's passes meanwhile walked them, promoted the transient
+# lists and set off a full pass of the heap mid-commit (a third of the three
+# nodes' CPU to commit a 10,001-record fence; docs/benchmarks.md, "The
+# fence, a fourth time"). A frame is bounded (``frame_bytes_max``), and
+# under this size it holds at most a few thousand records.
+COLLECTOR_PAUSE_FRAME_BYTES_MIN = 64 * 1024
+# Bytes written to a link to another voter that the kernel may hold unsent
+# (TCP_NOTSENT_LOWAT; trio sets 16 KiB on every SocketStream). With 16 KiB
+# the kernel took about 96 KiB of a leader's 418 KiB Fetch answer carrying
+# the fence's 10,001 records (16 KiB plus the follower's receive window):
+# the rest waited in the StreamWriter for the event loop, which the
+# leader's own write and fsync of the batch then held for 10-30 ms, so the
+# followers received the batch only after the leader had persisted it
+# instead of beside it (docs/benchmarks.md, "The fence, a fourth time").
+# The kernel now takes a whole Fetch answer of up to this size and feeds
+# the follower as it reads; the socket's send buffer still bounds it, and
+# frames still leave in order (what the kernel does not take is kept, in
+# order, by the writer).
+PEER_LINK_UNSENT_BYTES_MAX = 4 * 1024 * 1024
 # accept() errors that mean "out of descriptors or memory for now": retry
 # after a pause rather than give up the listener (as trio.serve_listeners).
 _ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
@@ -246,6 +270,20 @@ FastRequestHandler = Callable[[Any, Callable[[Any], None]], bool]
 # connection it came on (None on a plaintext listener): why it is refused,
 # or None to serve it.
 RequestAuthorizer = Callable[[Principal | None, Any], str | None]
+
+
+def _allow_unsent_bytes(stream: trio.abc.Stream, unsent_bytes_max: int) -> None:
+    """Let the kernel hold up to ``unsent_bytes_max`` bytes of ``stream``
+    not yet sent (TCP_NOTSENT_LOWAT on its socket, the one under TLS too).
+    Where the option or a socket is missing, leaves the stream as it is;
+    raises nothing."""
+    socket_stream = stream.transport_stream if isinstance(stream, TlsStream) else stream
+    if not isinstance(socket_stream, trio.SocketStream) or not hasattr(socket, "TCP_NOTSENT_LOWAT"):
+        return
+    try:
+        socket_stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, unsent_bytes_max)
+    except OSError as error:
+        logger.debug("cannot set TCP_NOTSENT_LOWAT: %s", error)
 
 
 class _Batch:
@@ -576,6 +614,7 @@ class TcpTransport(Transport):
                 backoff_s = min(backoff_s * 2, RECONNECT_BACKOFF_MAX_S)
                 continue
             backoff_s = RECONNECT_BACKOFF_MIN_S
+            _allow_unsent_bytes(stream, PEER_LINK_UNSENT_BYTES_MAX)
             connection = _Connection(stream, name, self.cluster_id, self.limits, host, principal, self._batch)
             connection.peer_label = str(peer)
             self._track(connection)
@@ -831,8 +870,13 @@ class TcpTransport(Transport):
                 if payload is None:
                     break
                 completed_frame = True
+                pause_collector = len(payload) >= COLLECTOR_PAUSE_FRAME_BYTES_MIN
                 try:
-                    decoded = decode_message(payload, expected_cluster_id=self.cluster_id, limits=self.limits)
+                    if pause_collector:
+                        with collector_paused():
+                            decoded = decode_message(payload, expected_cluster_id=self.cluster_id, limits=self.limits)
+                    else:
+                        decoded = decode_message(payload, expected_cluster_id=self.cluster_id, limits=self.limits)
                 except RemoteProtocolError as error:
                     answer = error.correlation_id is not None and error.message_type != "ErrorFrame"
                     self._reject(connection, error, answer=answer, reason="protocol_error")
@@ -866,7 +910,12 @@ class TcpTransport(Transport):
                     if connection.broken:
                         return
                     last_heard_s = trio.current_time()
-                self._dispatch(connection, message, decoded.correlation_id, nursery, len(payload))
+                if pause_collector:
+                    # Not across the wait above: other tasks run there.
+                    with collector_paused():
+                        self._dispatch(connection, message, decoded.correlation_id, nursery, len(payload))
+                else:
+                    self._dispatch(connection, message, decoded.correlation_id, nursery, len(payload))
                 if client_request:
                     # Replication first: let voters' tasks run between
                     # bursts of client requests read in one go.

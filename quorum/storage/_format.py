@@ -39,6 +39,8 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Sequence
+from itertools import chain
+from operator import itemgetter
 from typing import NamedTuple
 
 from .._types import PER_BATCH_CHECK_MIN_RECORDS, Entry, RecordKind, SnapshotId, one_epoch_columns
@@ -59,6 +61,8 @@ U32_MAX = 0xFFFFFFFF
 U64_MAX = 0xFFFFFFFFFFFFFFFF
 
 KINDS: dict[int, RecordKind] = {kind.value: kind for kind in RecordKind}
+_KIND_OF = itemgetter(2)  # an Entry's kind
+_DATA_OF = itemgetter(3)  # an Entry's data
 
 TORN = "torn"
 CORRUPT = "corrupt"
@@ -94,13 +98,11 @@ def record_bytes(entry: Entry) -> int:
 def encode_batch(base_offset: int, epoch: int, entries: Sequence[Entry]) -> bytes:
     """One framed batch holding ``entries`` (already validated: contiguous
     from ``base_offset``, all of ``epoch``, known kinds, bytes data)."""
-    pack = _RECORD_HEADER.pack
-    parts: list[bytes] = []
-    for entry in entries:
-        data = entry.data
-        parts.append(pack(entry.kind, len(data)))
-        parts.append(data)
-    body = b"".join(parts)
+    datas = list(map(_DATA_OF, entries))
+    # Each record's header, then its data, interleaved in C: a loop per
+    # record cost ~3 ms of a follower's commit of a 10,001-record batch.
+    headers = map(_RECORD_HEADER.pack, map(_KIND_OF, entries), map(len, datas))
+    body = b"".join(chain.from_iterable(zip(headers, datas)))
     fixed = _FIXED.pack(FORMAT_VERSION, base_offset, epoch, len(entries))
     crc = zlib.crc32(body, zlib.crc32(fixed))
     return b"".join((_PREFIX.pack(len(fixed) + 4 + len(body), crc), fixed, body))

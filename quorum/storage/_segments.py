@@ -60,9 +60,11 @@ import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import accumulate, repeat
+from operator import add
 from pathlib import Path
 
-from .._types import Entry, SnapshotId
+from .._types import PER_BATCH_CHECK_MIN_RECORDS, Entry, SnapshotId, one_epoch_columns
 from ._errors import REPAIR_ADVICE, CorruptLogMetadataError, CorruptRecordError, DamagedLogError, LogFailedError
 from ._files import (
     atomic_write,
@@ -559,6 +561,13 @@ class SegmentedLog:
         expected = self.end_offset
         last_epoch = self.last_epoch
         limit = self._batch_bytes_max
+        runs = self._one_epoch_runs(entries, expected, last_epoch) if len(entries) >= PER_BATCH_CHECK_MIN_RECORDS else None
+        if runs is not None:
+            base = entries[0].offset
+            return [
+                (encode_batch(base + start, epoch, entries[start:stop]), base + start, epoch, stop - start)
+                for start, stop, epoch in runs
+            ]
         kinds = KINDS
         runs: list[tuple[int, int, int]] = []  # (start index, stop index, epoch)
         run_start = 0
@@ -599,6 +608,36 @@ class SegmentedLog:
             chunk = entries[start:stop]
             batches.append((encode_batch(base + start, epoch, chunk), base + start, epoch, stop - start))
         return batches
+
+    def _one_epoch_runs(self, entries: Sequence[Entry], expected: int, last_epoch: int) -> list[tuple[int, int, int]] | None:
+        """The runs ``(start index, stop index, epoch)`` the loop of
+        ``_build_batches`` makes, for entries of one epoch from ``expected``
+        on without a gap, of known kinds and bytes data (nearly every append:
+        a proposal, a Fetch answer), checked and split by the batch size
+        limit over the whole batch in C instead of a record at a time (~3 ms
+        of each node's commit of a 10,001-record batch). None for anything
+        else: the loop then accepts it or says what is wrong."""
+        columns = one_epoch_columns(entries, expected)
+        if columns is None:
+            return None
+        _, epochs, kinds, datas = columns
+        epoch = epochs[0]
+        if not (last_epoch <= epoch <= U32_MAX and set(kinds).issubset(KINDS) and set(map(type, datas)) == {bytes}):
+            return None
+        # Where each record ends, counting from the first, header included.
+        ends = list(accumulate(map(add, map(len, datas), repeat(RECORD_HEADER_BYTES))))
+        if ends[-1] > U32_MAX and max(map(len, datas)) > U32_MAX:
+            return None  # a record over 4 GiB: the loop says so
+        limit = self._batch_bytes_max
+        runs: list[tuple[int, int, int]] = []
+        start, start_bytes = 0, 0
+        while start < len(ends):
+            # As the loop: a run takes records while they fit in the limit,
+            # and always at least one.
+            stop = max(start + 1, bisect.bisect_right(ends, start_bytes + limit, start))
+            runs.append((start, stop, epoch))
+            start, start_bytes = stop, ends[stop - 1]
+        return runs
 
     def _write_active(self, pending: list[tuple[bytes, int, int, int]]) -> None:
         segment = self._segments[-1]

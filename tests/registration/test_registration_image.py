@@ -14,7 +14,7 @@ import msgpack
 import pytest
 from _registration_helpers import LISTENERS, Harness
 
-from quorum import Entry, RecordKind
+from quorum import Entry, RecordKind, collector_paused
 from registration import (
     NO_LEADER,
     BrokerRegistrationChangeRecord,
@@ -33,7 +33,6 @@ from registration import (
     decode_record,
     encode_record,
 )
-from registration._gc_pause import collector_paused
 
 REPO = Path(__file__).resolve().parents[2]
 

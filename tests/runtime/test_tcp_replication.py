@@ -9,6 +9,7 @@ import trio
 
 from quorum.client import QuorumClient
 from quorum.runtime import KeyValueStateMachine, NodeConfig, StreamWriter, open_quorum_node
+from quorum.wire import encode_message
 from loopback import free_ports
 
 
@@ -159,4 +160,93 @@ async def test_messages_sent_during_a_batch_leave_at_its_end_in_order():
             while len(received) < 201:
                 await trio.sleep(0.01)
         assert [message.epoch for message in received] == list(range(1, 202))
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_large_frame_is_decoded_and_handled_with_the_collector_paused():
+    """A Fetch answer of 5,000 records (a frame over
+    ``COLLECTOR_PAUSE_FRAME_BYTES_MIN``) reaches the runtime with the cyclic
+    collector paused, a small one with it running, and it runs again after
+    both; a collector someone else disabled stays disabled."""
+    import gc
+
+    from quorum import Entry, FetchRequest, FetchResponse, RecordKind
+    from quorum.runtime import TcpTransport
+    from quorum.runtime._tcp import COLLECTOR_PAUSE_FRAME_BYTES_MIN
+
+    ports = free_ports(2)
+    voters = {1: ("127.0.0.1", ports[0]), 2: ("127.0.0.1", ports[1])}
+    leader = TcpTransport(1, cluster_id="pause", listen=voters[1], peer_addresses=voters)
+    follower = TcpTransport(2, cluster_id="pause", listen=voters[2], peer_addresses=voters)
+    fetches: list = []
+    answers: list = []  # (records, collector enabled while delivered)
+    records = tuple(Entry(offset, 1, RecordKind.DATA, b"x" * 30) for offset in range(5_000))
+
+    def answer(records: tuple) -> FetchResponse:
+        return FetchResponse(src=1, dst=2, epoch=1, request_id=1, leader_id=1, high_watermark=0, records=records)
+
+    async def exchange(records: tuple) -> None:
+        # A large Fetch answer is read only on a connection this node
+        # fetched through, shortly after its Fetch: ask, then answer.
+        fetches.clear()
+        follower.send(FetchRequest(src=2, dst=1, epoch=1, fetch_offset=0, last_fetched_epoch=0, request_id=1))
+        while not fetches:
+            await trio.sleep(0.01)
+        count = len(answers)
+        leader.send(answer(records))
+        while len(answers) == count:
+            await trio.sleep(0.01)
+
+    assert gc.isenabled()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(leader.run, fetches.append, lambda peer: None)
+        await nursery.start(
+            follower.run, lambda message: answers.append((len(message.records), gc.isenabled())), lambda peer: None
+        )
+        with trio.fail_after(20):
+            await exchange(records)
+            await exchange(records[:10])
+            gc.disable()
+            try:
+                await exchange(records)
+                assert not gc.isenabled()
+            finally:
+                gc.enable()
+        nursery.cancel_scope.cancel()
+    assert answers == [(5_000, False), (10, True), (5_000, False)]
+    assert len(encode_message(answer(records), correlation_id=1, cluster_id="pause")) > COLLECTOR_PAUSE_FRAME_BYTES_MIN
+    assert gc.isenabled()
+
+
+async def test_the_kernel_takes_a_large_fetch_answer_to_a_voter_whole():
+    """A 400 KiB Fetch answer written on a link to another voter is handed
+    to the kernel at once (nothing kept back for the event loop to write
+    later), although the follower has read none of it: so a leader's own
+    write and fsync of the batch, which hold its loop, do not hold back the
+    followers' copies (trio's 16 KiB TCP_NOTSENT_LOWAT kept ~300 KiB of it
+    back)."""
+    from quorum import Entry, FetchRequest, FetchResponse, RecordKind
+    from quorum.runtime import TcpTransport
+
+    ports = free_ports(2)
+    voters = {1: ("127.0.0.1", ports[0]), 2: ("127.0.0.1", ports[1])}
+    leader = TcpTransport(1, cluster_id="unsent", listen=voters[1], peer_addresses=voters)
+    follower = TcpTransport(2, cluster_id="unsent", listen=voters[2], peer_addresses=voters)
+    fetches: list = []
+    answers: list = []
+    records = tuple(Entry(offset, 1, RecordKind.DATA, b"x" * 33) for offset in range(10_000))
+    answer = FetchResponse(src=1, dst=2, epoch=1, request_id=1, leader_id=1, records=records)
+    assert len(encode_message(answer, correlation_id=1, cluster_id="unsent")) > 400 * 1024
+    async with trio.open_nursery() as nursery:
+        await nursery.start(leader.run, fetches.append, lambda peer: None)
+        await nursery.start(follower.run, answers.append, lambda peer: None)
+        with trio.fail_after(20):
+            follower.send(FetchRequest(src=2, dst=1, epoch=1, fetch_offset=0, last_fetched_epoch=0, request_id=1))
+            while not fetches or 2 not in leader._links:
+                await trio.sleep(0.01)
+            leader.send(answer)  # no checkpoint between this and the check
+            assert leader._links[2].writer.pending_bytes == 0
+            while not answers:
+                await trio.sleep(0.01)
+        assert answers[0].records == records
         nursery.cancel_scope.cancel()

@@ -84,6 +84,30 @@ def test_long_append_is_split_into_bounded_batches(tmp_path):
     assert [b["record_count"] for b in batches(tmp_path)] == [4] * 5
 
 
+@pytest.mark.parametrize("batch_bytes_max", [1, 60, 116, 137, 269, 10_000])  # 116, 269: records fill a batch exactly
+def test_a_one_epoch_append_writes_the_bytes_the_record_loop_writes(tmp_path, batch_bytes_max):
+    """An append of one epoch without a gap is checked and split over the
+    whole batch (``_one_epoch_runs``); the same records with one more of a
+    new epoch take the record-by-record loop. The files are byte for byte
+    the same: the same batches, split at the same records (sizes 0 to 150
+    bytes, some over the limit, kinds mixed)."""
+    kinds = (RecordKind.DATA, RecordKind.LEADER_CHANGE, RecordKind.DATA, RecordKind.VOTERS)
+    run = [Entry(offset, 2, kinds[offset % 4], bytes([offset]) * (offset * 37 % 151)) for offset in range(3, 60)]
+    tail = [Entry(60, 3, RecordKind.DATA, b"tail")]
+    with open_log(tmp_path / "whole", batch_bytes_max=batch_bytes_max) as log:
+        log.append(make_entries(0, 3, epoch=1))
+        log.append(run)  # one epoch: over the whole batch
+        log.append(tail)
+    with open_log(tmp_path / "loop", batch_bytes_max=batch_bytes_max) as log:
+        log.append(make_entries(0, 3, epoch=1))
+        log.append(run + tail)  # two epochs: the loop
+    assert _segments.SegmentedLog._one_epoch_runs(log, run, 3, 1) is not None
+    whole, loop = (segment_files(tmp_path / name) for name in ("whole", "loop"))
+    assert [path.read_bytes() for path in whole] == [path.read_bytes() for path in loop]
+    with open_log(tmp_path / "whole") as log:
+        assert all_entries(log) == make_entries(0, 3, epoch=1) + run + tail
+
+
 def test_append_is_one_write_per_segment(tmp_path, monkeypatch):
     log = open_log(tmp_path)
     calls = []
