@@ -811,6 +811,54 @@ class QuorumNode:
         }
 
     @property
+    def next_timer_tick(self) -> int:
+        """The earliest tick at which ``tick()`` may act: before it, every
+        tick only advances ``current_tick`` (no output, no change of state),
+        so a driver may leave its clock asleep until then, as long as it
+        asks again after every other input (any input may set a nearer
+        timer) and still feeds every tick in order. Conservative, never
+        later than the first tick that acts; always after ``current_tick``.
+        O(1) but for a leader's parked fetches, recomputed once their
+        earliest expiry has passed."""
+        now = self._tick
+        state = self._state
+        if isinstance(state, FollowerState):
+            due = min(state.fetch_deadline, self._fetcher_due(state.fetcher))
+        elif isinstance(state, LeaderState):
+            if state.observers_due:
+                return now + 1  # answered a bounded group per input (_flush)
+            due = state.begin_epoch_deadline
+            alone = len(self._voters) == 1 and self._is_voter  # as _tick_leader
+            if self.config.check_quorum and not alone and state.check_quorum_deadline < due:
+                due = state.check_quorum_deadline
+            floor = state.parked_expiry_floor
+            if floor <= now:
+                # Passed (or never computed): the parked fetches' earliest
+                # expiry, or, with none parked, the earliest one parked from
+                # now on could have.
+                floor = min(
+                    (parked.expire_tick for parked in state.parked.values()),
+                    default=now + self.config.ticks(self.config.fetch_max_wait_ms),
+                )
+                state.parked_expiry_floor = floor
+            if floor < due:
+                due = floor
+        elif isinstance(state, UnattachedState):
+            due = state.election_deadline if state.fetcher is None else self._fetcher_due(state.fetcher)
+        elif isinstance(state, ResignedState):
+            due = min(state.election_deadline, state.end_epoch_deadline)
+        else:
+            due = state.election_deadline
+        return due if due > now else now + 1
+
+    @staticmethod
+    def _fetcher_due(fetcher: FetcherState) -> int:
+        """When a fetcher's tick may act: its request's deadline, or with
+        none in flight the tick from which it may send the next."""
+        in_flight = fetcher.in_flight
+        return in_flight.deadline_tick if in_flight is not None else fetcher.next_fetch_tick
+
+    @property
     def counters(self) -> dict[str, int]:
         """How often this node turned an input away, by kind (a copy):
         ``messages_out_of_range`` (dropped: a number no layer can hold, or

@@ -252,6 +252,16 @@ async def test_a_voters_fetch_is_served_before_the_brokers_fetches_read_before_i
     node = leader.node
     follower = min(v for v in VOTERS if v != node.node_id)
     await trio.sleep(2)  # idle: the follower's Fetch is parked
+
+    def last_fetch_ms(voter):
+        return {r.node_id: r.last_fetch_ms for r in node.describe().voters}[voter]
+
+    # Until the follower's last Fetch is older than the leader's clock (its
+    # long poll may have been renewed at this very tick): the Fetch below
+    # must change its last fetch time. Renewed every fetch_max_wait_ms, so
+    # one more tick does.
+    while last_fetch_ms(follower) >= (node.current_tick + leader._ticks_unfed()) * leader.config.tick_ms:
+        await trio.sleep(leader.config.tick_ms / 1000)
     brokers = range(1000, 1200)
     for broker in brokers:
         leader._deliver(
