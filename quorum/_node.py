@@ -43,7 +43,10 @@ and fired by ``tick()`` through the role: an election deadline
 parked-fetch expiries (Leader), the EndQuorumEpoch resend (Resigned), and a
 fetcher's request deadline. Election timeouts are random (Raft thesis §3.4)
 from the injected generator, drawn in a fixed order, so that one seed
-replays one history.
+replays one history. ``next_timer_tick`` names the earliest tick at which
+``tick()`` may act: a driver may sleep until it (the trio runtime's ticker,
+issue 21), asking again after every other input, as long as it still
+feeds every tick in order.
 
 Messages. Every message passes the epoch prologue first
 (``_epoch_prologue``): a later epoch is adopted, an earlier one refused

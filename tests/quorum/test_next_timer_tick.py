@@ -16,7 +16,7 @@ import pytest
 from harness import Cluster
 from test_replica_host import Counter, elect, new_host
 
-from quorum import QuorumNode, ReplicaHost, Role
+from quorum import QuorumNode, Role
 
 Predictor = Callable[[QuorumNode], int]
 
@@ -187,7 +187,6 @@ def test_an_application_without_a_prediction_is_ticked_every_tick() -> None:
 def test_an_inactive_applications_timer_does_not_count() -> None:
     application = Timed()
     application.due_ms = 0
-    host: ReplicaHost
     host, _disk, _machine = new_host(application=application)
     assert not host.application_active and host.core.role is not Role.LEADER
     assert host.next_timer_tick() == host.core.next_timer_tick
