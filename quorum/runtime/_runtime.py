@@ -679,7 +679,7 @@ class QuorumRuntime:
                     self._application_catch_up()
             # An input may have set a nearer timer (a Fetch sent, parked or
             # answered, a role changed): wake the ticker for it.
-            if host.next_timer_tick() < self._ticker_wake_tick:
+            if self._core_error is None and host.next_timer_tick() < self._ticker_wake_tick:
                 self._wake_ticker_sooner()
         except BaseException as error:  # noqa: BLE001 - re-raised by the core task
             # A bug in the core or the runtime: the node stops, as it would
