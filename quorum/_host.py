@@ -165,6 +165,15 @@ class LeaderApplication(Protocol):
     def tick(self, now_ms: int) -> None:
         ...
 
+    def next_tick_due_ms(self) -> int | None:
+        """The earliest ``now_ms`` at which ``tick`` may act (propose,
+        change state), None if no tick will until another call changes
+        something. Conservative: never later than the first tick that acts.
+        The host asks after every input while the application is active
+        (``ReplicaHost.next_timer_tick``); an application without this
+        method is ticked as if every tick might act."""
+        ...
+
     def note_log_end(self, end_offset: int) -> None:
         """Called before every decision (request, fetch, tick) with where the
         leader's log ends: other proposers (clients of the quorum itself)
@@ -268,6 +277,9 @@ class ReplicaHost:
         self.snapshot_every_records = snapshot_every_records
         self.application = application
         self.application_active = False
+        # The application's ``next_tick_due_ms`` (optional, see
+        # ``LeaderApplication``): without it, every tick may act.
+        self._application_next_due: Callable[[], int | None] | None = getattr(application, "next_tick_due_ms", None)
         # The application proposed since its last catch_up (see
         # application_catch_up).
         self.application_proposed = False
@@ -500,6 +512,31 @@ class ReplicaHost:
     def now_ms(self) -> int:
         """The core's logical clock."""
         return self.core.current_tick * self.config.tick_ms
+
+    def next_timer_tick(self) -> int:
+        """The earliest tick at which ``tick()`` may do anything: the core's
+        timers (``QuorumNode.next_timer_tick``: election, fetch and request
+        deadlines, the fetcher's backoff, check quorum, parked long polls)
+        and the active leader application's (``next_tick_due_ms``: the
+        controller's session expiry and no-op writes). Proposals and reads
+        have no timer here (they end with the epoch or a commit, both
+        inputs). Before that tick every tick only advances the clock, so a
+        world may sleep until it, asking again after every other input,
+        while still feeding every tick in order (the trio runtime's ticker,
+        issue 21). Always after the current tick; never later than the
+        first tick that acts."""
+        core = self.core
+        due = core.next_timer_tick
+        if self.application_active:
+            next_due = self._application_next_due
+            due_ms = next_due() if next_due is not None else 0
+            if due_ms is not None:
+                tick_ms = self.config.tick_ms
+                # application.tick(t * tick_ms) acts once t * tick_ms >= due_ms.
+                application_tick = max(-(-due_ms // tick_ms), core.current_tick + 1)
+                if application_tick < due:
+                    due = application_tick
+        return due
 
     # =====================================================================
     # Outputs

@@ -43,7 +43,10 @@ and fired by ``tick()`` through the role: an election deadline
 parked-fetch expiries (Leader), the EndQuorumEpoch resend (Resigned), and a
 fetcher's request deadline. Election timeouts are random (Raft thesis §3.4)
 from the injected generator, drawn in a fixed order, so that one seed
-replays one history.
+replays one history. ``next_timer_tick`` names the earliest tick at which
+``tick()`` may act: a driver may sleep until it (the trio runtime's ticker,
+issue 21), asking again after every other input, as long as it still
+feeds every tick in order.
 
 Messages. Every message passes the epoch prologue first
 (``_epoch_prologue``): a later epoch is adopted, an earlier one refused
@@ -809,6 +812,54 @@ class QuorumNode:
             for name in sorted(getattr(type(state), "__slots__", ()))
             if name.endswith("_deadline")
         }
+
+    @property
+    def next_timer_tick(self) -> int:
+        """The earliest tick at which ``tick()`` may act: before it, every
+        tick only advances ``current_tick`` (no output, no change of state),
+        so a driver may leave its clock asleep until then, as long as it
+        asks again after every other input (any input may set a nearer
+        timer) and still feeds every tick in order. Conservative, never
+        later than the first tick that acts; always after ``current_tick``.
+        O(1) but for a leader's parked fetches, recomputed once their
+        earliest expiry has passed."""
+        now = self._tick
+        state = self._state
+        if isinstance(state, FollowerState):
+            due = min(state.fetch_deadline, self._fetcher_due(state.fetcher))
+        elif isinstance(state, LeaderState):
+            if state.observers_due:
+                return now + 1  # answered a bounded group per input (_flush)
+            due = state.begin_epoch_deadline
+            alone = len(self._voters) == 1 and self._is_voter  # as _tick_leader
+            if self.config.check_quorum and not alone and state.check_quorum_deadline < due:
+                due = state.check_quorum_deadline
+            floor = state.parked_expiry_floor
+            if floor <= now:
+                # Passed (or never computed): the parked fetches' earliest
+                # expiry, or, with none parked, the earliest one parked from
+                # now on could have.
+                floor = min(
+                    (parked.expire_tick for parked in state.parked.values()),
+                    default=now + self.config.ticks(self.config.fetch_max_wait_ms),
+                )
+                state.parked_expiry_floor = floor
+            if floor < due:
+                due = floor
+        elif isinstance(state, UnattachedState):
+            due = state.election_deadline if state.fetcher is None else self._fetcher_due(state.fetcher)
+        elif isinstance(state, ResignedState):
+            due = min(state.election_deadline, state.end_epoch_deadline)
+        else:
+            due = state.election_deadline
+        return due if due > now else now + 1
+
+    @staticmethod
+    def _fetcher_due(fetcher: FetcherState) -> int:
+        """When a fetcher's tick may act: its request's deadline, or with
+        none in flight the tick from which it may send the next."""
+        in_flight = fetcher.in_flight
+        return in_flight.deadline_tick if in_flight is not None else fetcher.next_fetch_tick
 
     @property
     def counters(self) -> dict[str, int]:

@@ -254,6 +254,12 @@ class LeaderState:
     # Voters heard from since the check-quorum window last restarted.
     fetched_voters: set[int] = field(default_factory=set)
     parked: dict[int, ParkedFetch] = field(default_factory=dict)
+    # No parked fetch expires before this tick (``QuorumNode.next_timer_tick``
+    # keeps it): recomputed over ``parked`` only once it has passed, so the
+    # prediction costs O(1) per input however many brokers are parked. A
+    # fetch parked later expires later (its expiry is the tick it was parked
+    # plus the same long-poll wait), so parking never lowers it.
+    parked_expiry_floor: int = 0
     # Observers whose parked Fetch is due an answer since the high
     # watermark last moved, in id order (answered a bounded group per step).
     observers_due: deque[int] = field(default_factory=deque)

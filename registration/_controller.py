@@ -703,6 +703,26 @@ class Controller:
         if interval_ms and now_ms - self._last_write_ms >= interval_ms:
             self._queue([NoOpRecord()], now_ms)
 
+    def next_tick_due_ms(self) -> int | None:
+        """The earliest ``now_ms`` at which ``tick`` may act: the session
+        of the broker heard from least recently expires (``tick`` fences
+        it once more than ``session_timeout_ms`` has passed), or the no-op
+        interval runs out. None while ``tick`` does nothing (inactive,
+        resynchronising, no unfenced broker and no no-op interval); any
+        request or heartbeat may bring it nearer, so ask again after one."""
+        if self._working is None or self._out_of_sync:
+            return None
+        due_ms = None
+        if self._expiry_order:
+            broker_id = next(iter(self._expiry_order))
+            due_ms = self._sessions[broker_id].last_contact_ms + self.config.session_timeout_ms + 1
+        interval_ms = self.config.no_op_interval_ms
+        if interval_ms:
+            no_op_ms = self._last_write_ms + interval_ms
+            if due_ms is None or no_op_ms < due_ms:
+                due_ms = no_op_ms
+        return due_ms
+
     # ------------------------------------------------------------------
     # Requests
     # ------------------------------------------------------------------

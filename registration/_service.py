@@ -237,6 +237,9 @@ class ControllerApplication:
         self._fence_causes = "session expired"
         self.controller.tick(now_ms)
 
+    def next_tick_due_ms(self) -> int | None:
+        return self.controller.next_tick_due_ms()
+
     def catch_up(self) -> None:
         self.controller.catch_up()
 

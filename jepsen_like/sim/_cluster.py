@@ -524,6 +524,9 @@ class SimNode:
         self.service_queue: list[tuple[int, int, int, Any]] = []
         self.service_busy = False
         self.service_queue_peak = 0  # the longest the queue grew (a scenario resets it)
+        # Outputs the host handed over (``_SimPort.output_ready``): whether a
+        # tick acted, for the check of ``ReplicaHost.next_timer_tick``.
+        self.outputs_handed = 0
 
     @property
     def core(self) -> QuorumNode | None:
@@ -550,6 +553,7 @@ class _SimPort:
         self.sim._on_commit(self.node, entries)
 
     def output_ready(self, output: Output) -> None:
+        self.node.outputs_handed += 1
         self.sim._output_ready(self.node, output)
 
     def snapshot_changed(self, snapshot_id: SnapshotId, installed: bool) -> None:
@@ -688,7 +692,18 @@ class Simulation:
             self._serve_input(node, waiting, self.now_us - arrived_us)
             self._serve_next(node)
         elif kind == "tick":
+            # The simulator ticks every node every tick; it checks on each
+            # tick that the host's prediction of its next acting tick (what
+            # the trio runtime's ticker sleeps until, issue 21) held: a tick
+            # before it must produce nothing.
+            quiet_until = host.next_timer_tick()
+            outputs = node.outputs_handed
             host.tick()
+            if node.outputs_handed != outputs and host.core.current_tick < quiet_until:
+                raise InvariantViolation(
+                    "timer-prediction",
+                    f"n{node.node_id} acted at tick {host.core.current_tick}, predicted quiet until {quiet_until}",
+                )
             self._push(self.options.tick_ms * US_PER_MS, "tick", node.node_id, node.incarnation)
         elif kind in ("deliver", "client"):
             self._serve_input(node, event, 0)

@@ -27,10 +27,17 @@ Three tasks share the work:
   (docs/benchmarks.md, "The runtime's disk path and wake-ups"). A node
   that does not lead persists inline, in the core's run, since its next
   Fetch (the acknowledgement) waits for that fsync anyway;
-- the **ticker** wakes every ``tick_ms`` of trio's clock (so ``MockClock``
-  drives it in tests). Logical time follows that clock, not the number of
+- the **ticker** sleeps on trio's clock (so ``MockClock`` drives it in
+  tests) until the next tick at which a timer may act
+  (``ReplicaHost.next_timer_tick``: the core's, the fetcher's, the leader
+  application's), at most ``TICKER_SLEEP_MAX_MS``; handling any input
+  that brings that tick nearer wakes it sooner (one comparison per run of
+  the core: ``_drain_inbox`` lowers the ticker's cancel-scope deadline).
+  An idle node thus wakes a few times a second, not every ``tick_ms``
+  (issue 21). Logical time follows that clock, not the number of
   wake-ups: before any input is handled, the core is fed every tick that
-  fell due since the last one (``_feed_due_ticks``). A process that was
+  fell due since the last one (``_feed_due_ticks``), one by one, the same
+  ticks in the same order as when the ticker woke for each. A process that was
   paused (SIGSTOP, a long GC pause: seed 004) or starved of CPU therefore
   sees its timers expire as soon as it runs again, before it answers
   anything; had it counted wake-ups, an isolated leader would have kept
@@ -85,6 +92,10 @@ from ._state_machine import StateMachine
 from . import _trace
 
 __all__ = ["LeaderApplication", "Proposal", "ProposalLostError", "QuorumRuntime", "ReadNotConfirmedError", "Transport"]
+
+# The ticker sleeps at most this long even when no timer is due sooner, so
+# that a timer the prediction missed (a bug) is late by this much at worst.
+TICKER_SLEEP_MAX_MS = 500
 
 # GET /health fails while more committed records than this wait to be applied.
 HEALTH_APPLY_LAG_RECORDS_MAX = 10_000
@@ -285,6 +296,13 @@ class QuorumRuntime:
         # microsecond early, so that float rounding never holds one back):
         # most inputs arrive between two ticks and cost one comparison.
         self._next_tick_check_s = 0.0
+        # The ticker's sleep (see ``_ticker``): the cancel scope it sleeps
+        # in, and the tick it wakes for. ``_drain_inbox`` brings the wake-up
+        # forward when an input set a nearer timer. ``ticker_wakeups``
+        # counts the ticker's wake-ups (tests; docs/benchmarks.md).
+        self._ticker_scope: trio.CancelScope | None = None
+        self._ticker_wake_tick = 0
+        self.ticker_wakeups = 0
         longest_timeout_ms = max(
             2 * config.election_timeout_ms,
             config.fetch_timeout_ms * config.check_quorum_factor,
@@ -477,7 +495,9 @@ class QuorumRuntime:
         )
         if node.is_leader:
             description = node.describe()
-            now_ms = node.current_tick * self.config.tick_ms
+            # The ticks due by the clock but not yet fed count too: an idle
+            # node's ticker sleeps past several (issue 21).
+            now_ms = (node.current_tick + self._ticks_unfed()) * self.config.tick_ms
             for kind, replicas in (("voter", description.voters), ("observer", description.observers)):
                 for replica in replicas:
                     if replica.node_id == node.node_id or replica.log_end_offset is None:
@@ -657,6 +677,10 @@ class QuorumRuntime:
                 self._process(self._inbox.popleft())
                 if host.application_proposed:
                     self._application_catch_up()
+            # An input may have set a nearer timer (a Fetch sent, parked or
+            # answered, a role changed): wake the ticker for it.
+            if self._core_error is None and host.next_timer_tick() < self._ticker_wake_tick:
+                self._wake_ticker_sooner()
         except BaseException as error:  # noqa: BLE001 - re-raised by the core task
             # A bug in the core or the runtime: the node stops, as it would
             # had the core task met it, not the task that submitted it.
@@ -665,6 +689,24 @@ class QuorumRuntime:
         finally:
             self._core_busy = False
             self.transport.end_batch()
+
+    def _wake_ticker_sooner(self) -> None:
+        """Bring the ticker's wake-up forward to the host's next timer tick
+        (the ticker recomputes its sleep once it wakes)."""
+        scope = self._ticker_scope
+        if scope is None:
+            return  # awake: it asks the host before it sleeps again
+        wake_tick = self.host.next_timer_tick()
+        self._ticker_wake_tick = wake_tick
+        scope.deadline = min(scope.deadline, self._tick_time_s(wake_tick))
+
+    def _tick_time_s(self, core_tick: int) -> float:
+        """When the core's tick ``core_tick`` falls due on trio's clock
+        (``_feed_due_ticks``; past a long pause the runtime counts more
+        ticks than the core was fed)."""
+        assert self._clock_origin_s is not None
+        tick = core_tick + self._ticks_fed - self.node.current_tick
+        return self._clock_origin_s + tick * self.config.tick_ms / 1000
 
     def _application_catch_up(self) -> None:
         """The leader application proposed: send what the core answered so
@@ -702,6 +744,14 @@ class QuorumRuntime:
             self._ticks_fed += 1
             self._process(("tick",))
         self._next_tick_check_s = self._clock_origin_s + ((self._ticks_fed + 1) * self.config.tick_ms - 0.001) / 1000
+
+    def _ticks_unfed(self) -> int:
+        """Ticks due by trio's clock that the core has not been fed yet
+        (at most the ticker's sleep, ``TICKER_SLEEP_MAX_MS``)."""
+        if self._clock is None or self._clock_origin_s is None:
+            return 0
+        elapsed_ms = (self._clock.current_time() - self._clock_origin_s) * 1000
+        return max(0, int((elapsed_ms + 1e-6) // self.config.tick_ms) - self._ticks_fed)
 
     async def _core_task(self) -> None:
         self._core_busy = False
@@ -806,9 +856,21 @@ class QuorumRuntime:
         self.metrics.set_gauge("pykraft_quorum_voter_repairing", 1 if repairing else 0, _VOTER_REPAIRING_HELP, voter=str(voter))
 
     async def _ticker(self) -> None:
-        period_s = self.config.tick_ms / 1000
+        """Wake when the next tick that may act falls due (see the module
+        docstring) and feed the ticks due. The ticks themselves are fed by
+        ``_feed_due_ticks`` before every input, this wake-up's included:
+        the ticker only makes sure that a timer fires when no input comes."""
+        sleep_max_ticks = max(1, TICKER_SLEEP_MAX_MS // self.config.tick_ms)
         while True:
-            await trio.sleep(period_s)
+            wake_tick = min(self.host.next_timer_tick(), self.node.current_tick + sleep_max_ticks)
+            self._ticker_wake_tick = wake_tick
+            with trio.CancelScope(deadline=self._tick_time_s(wake_tick)) as scope:
+                self._ticker_scope = scope
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    self._ticker_scope = None
+            self.ticker_wakeups += 1
             # Whatever ticks fell due are fed before this (empty) input.
             self._submit(("clock",))
 

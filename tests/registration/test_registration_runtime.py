@@ -163,3 +163,42 @@ async def test_the_runtime_catches_the_controller_up_after_the_fence_reached_the
         assert all(logs[node_id] == fence_end for node_id in followers), (logs, fence_end)
     assert leader.state_machine.fingerprint() == controller.working_image.fingerprint()
     nursery.cancel_scope.cancel()
+
+
+async def test_a_silent_brokers_session_expires_on_time_while_the_leaders_ticker_sleeps(nursery, autojump_clock):
+    """Issue 21: the leader's ticker sleeps until the next tick at which a
+    timer may act, the controller's session expiry included
+    (``Controller.next_tick_due_ms``): a broker that falls silent is fenced
+    at the first tick past its session timeout, not at whichever wake-up
+    comes next (the followers' Fetches, every 500 ms), and the leader still
+    wakes only a few times a second meanwhile."""
+    network = MemoryNetwork()
+    runtimes, controllers = await start_cluster(nursery, network, lambda config, image, _runtimes: Controller(config, image))
+    with trio.fail_after(60):
+        while not any(c.is_active for c in controllers.values()):
+            await trio.sleep(0.05)
+        leader_id = next(node_id for node_id, c in controllers.items() if c.is_active)
+        leader, controller = runtimes[leader_id], controllers[leader_id]
+        request = RegisterBrokerRequest(broker_id=BROKER, incarnation_id="one", cluster_id=CLUSTER_ID, listeners=LISTENERS)
+        while (reply := controller.handle_request(request, 0)).response is not None:
+            await trio.sleep(0.05)
+        last = await leader.propose(reply.records)
+        epoch = reply.on_committed(last - len(reply.records) + 1).broker_epoch
+        runtimes[BROKER].attach_fetch_extension(
+            lambda: BrokerHeartbeat(broker_id=BROKER, broker_epoch=epoch).to_extension(), lambda _reply: None
+        )
+        while controller.working_image.broker_state(BROKER) is not BrokerState.ONLINE:
+            await trio.sleep(0.05)
+
+    network.isolate(BROKER, list(VOTERS))  # its heartbeats stop
+    due_ms = controller.next_tick_due_ms()  # its session's expiry (no no-ops here)
+    assert due_ms is not None
+    due_s = leader._tick_time_s(-(-due_ms // leader.config.tick_ms))
+    woken = leader.ticker_wakeups
+    started_s = trio.current_time()
+    with trio.fail_after(20):
+        while controller.working_image.broker_state(BROKER) is not BrokerState.FENCED:
+            await trio.sleep(0.001)
+    assert due_s <= trio.current_time() <= due_s + 0.001 + 1e-9
+    assert (leader.ticker_wakeups - woken) / (trio.current_time() - started_s) <= 6
+    nursery.cancel_scope.cancel()

@@ -252,6 +252,16 @@ async def test_a_voters_fetch_is_served_before_the_brokers_fetches_read_before_i
     node = leader.node
     follower = min(v for v in VOTERS if v != node.node_id)
     await trio.sleep(2)  # idle: the follower's Fetch is parked
+
+    def last_fetch_ms(voter):
+        return {r.node_id: r.last_fetch_ms for r in node.describe().voters}[voter]
+
+    # Until the follower's last Fetch is older than the leader's clock (its
+    # long poll may have been renewed at this very tick): the Fetch below
+    # must change its last fetch time. Renewed every fetch_max_wait_ms, so
+    # one more tick does.
+    while last_fetch_ms(follower) >= (node.current_tick + leader._ticks_unfed()) * leader.config.tick_ms:
+        await trio.sleep(leader.config.tick_ms / 1000)
     brokers = range(1000, 1200)
     for broker in brokers:
         leader._deliver(
@@ -278,17 +288,18 @@ class SlowLinkNetwork(MemoryNetwork):
     """A ``MemoryNetwork`` on which every message to one node (once chosen
     with ``slow_down``) arrives ``delay_s`` of trio's clock late."""
 
-    def __init__(self, nursery):
+    def __init__(self, nursery, *, every_node=False):
         super().__init__()
         self._nursery = nursery
         self._slow_node: int | None = None
         self._delay_s = 0.0
+        self._every_node = every_node  # every message is late, to whichever node
 
     def slow_down(self, node_id: int, delay_s: float) -> None:
         self._slow_node, self._delay_s = node_id, delay_s
 
     def _send(self, message):
-        if message.dst != self._slow_node:
+        if message.dst != self._slow_node and not self._every_node:
             super()._send(message)
             return
 
@@ -348,3 +359,65 @@ async def test_a_follower_on_a_slow_link_reports_its_apply_lag_in_records_and_ti
     assert slow.ready()[0] is True
     assert slow.apply_lag() == (0, 0.0)
     assert slow.metrics.value("pykraft_quorum_apply_lag_seconds") == 0
+
+
+async def test_an_idle_cluster_wakes_a_few_times_a_second_and_still_answers_and_fails_over(nursery, autojump_clock):
+    """Issue 21: the ticker sleeps until the next tick at which a timer may
+    act, instead of waking every tick (100 a second). Idle, each node wakes
+    a few times a simulated second, yet the leader still answers every long
+    poll when it expires (a follower's Fetches follow one another every
+    fetch_max_wait_ms, not later), and a partitioned leader is replaced by
+    a follower standing when its fetch timeout runs out."""
+    # Timeouts that are no multiple of one another nor of the ticker's
+    # longest sleep (500 ms): a wake-up that is not aimed at them misses.
+    cluster = Cluster(nursery, fetch_max_wait_ms=370, fetch_timeout_ms=1730, election_timeout_ms=830)
+    # Every message 3 ms late, each delivered by a task of its own: inputs
+    # reach a node while its ticker sleeps (on the plain MemoryNetwork a
+    # whole election runs inside the wake-up that started it).
+    cluster.network = SlowLinkNetwork(nursery, every_node=True)
+    cluster.network.slow_down(0, delay_s=0.003)
+    await cluster.start_all()
+    late: list[tuple[int, float, float]] = []
+
+    async def watch_the_tickers():
+        # Every 5 ms: a sleeping ticker wakes no later than the next
+        # tick at which its host may act, whatever inputs came meanwhile.
+        while True:
+            for node_id, runtime in cluster.runtimes.items():
+                scope = runtime._ticker_scope
+                if scope is not None:
+                    due_s = runtime._tick_time_s(runtime.host.next_timer_tick())
+                    if scope.deadline > due_s + 1e-9:
+                        late.append((node_id, scope.deadline, due_s))
+            await trio.sleep(0.005)
+
+    nursery.start_soon(watch_the_tickers)
+    leader = await cluster.leader()
+    await trio.sleep(1)  # settled: the followers' Fetches are parked
+    woken = {node_id: runtime.ticker_wakeups for node_id, runtime in cluster.runtimes.items()}
+    leader._voter_fetch_gap_max_s = 0.0
+    await trio.sleep(5)
+    for node_id, runtime in cluster.runtimes.items():
+        per_second = (runtime.ticker_wakeups - woken[node_id]) / 5
+        assert per_second <= 6, (node_id, per_second)
+    # A long poll answered late would show as a longer gap between one
+    # follower's Fetches: parked for 370 ms (from the tick it arrived in),
+    # answered at its expiry, the next one 6 ms later (two messages).
+    assert 0.36 <= leader._voter_fetch_gap_max_s <= 0.37 + 0.006 + 1e-6
+    assert leader.role is Role.LEADER and leader.node.epoch == min(r.node.epoch for r in cluster.runtimes.values())
+
+    old_id = leader.config.node_id
+    followers = [runtime for node_id, runtime in cluster.runtimes.items() if node_id != old_id]
+    cluster.network.isolate(old_id, list(VOTERS))
+    cut_at = trio.current_time()
+    with trio.fail_after(10):
+        while all(runtime.role is Role.FOLLOWER for runtime in followers):
+            await trio.sleep(0.001)
+    # The fetch timeout (1.73 s) runs from the last answer, at most one
+    # long poll (0.37 s) before the cut; a ticker asleep past it is late.
+    assert 1.73 - 0.38 <= trio.current_time() - cut_at <= 1.73 + 0.003 + 0.011
+    with trio.fail_after(10):
+        while not any(runtime.node.leader_has_committed_own_epoch for runtime in followers):
+            await trio.sleep(0.01)
+    await trio.sleep(1)
+    assert not late, late[:5]
