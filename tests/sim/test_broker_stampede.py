@@ -5,9 +5,11 @@ many brokers, which all come back to the new one at once)."""
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
-from jepsen_like.sim import SimOptions, Simulation, run_scenario
+from jepsen_like.sim import InvariantViolation, SimOptions, Simulation, run_scenario
+from jepsen_like.sim import _cluster  # its _disk_holds, to stand in for what the disks hold
 from jepsen_like.sim._broker_scenarios import stampede_options
 from jepsen_like.sim.cli import sim_command
 from quorum import FetchRequest, Role
@@ -105,3 +107,26 @@ def test_brokers_is_refused_for_a_scenario_without_brokers():
 
     assert outcome.exit_code == 2
     assert "zombie-leader runs no brokers" in outcome.output
+
+
+def test_final_durability_counts_the_voters_disks_not_the_brokers(monkeypatch):
+    """A committed record must be on a majority of the voters' disks;
+    brokers (observers) hold logs too, but their disks make no majority.
+    Seed 0 of the 1,000-broker scenario failed with "committed offset 2072
+    is on 30 disks, fewer than a majority": the check counted every node,
+    so 3 voters and 27 brokers were short of 501. Counting brokers could
+    also have passed a record no voter majority held."""
+    options = stampede_options(3)
+    options.brokers = BROKERS
+    simulation = run_scenario("broker-stampede", 3, options).simulation
+    assert simulation.committed and len(simulation.nodes) == options.voters + BROKERS
+    voters = options.voters
+
+    # Every voter holds every committed record, no broker does: durable.
+    monkeypatch.setattr(_cluster, "_disk_holds", lambda node, offset, record: node.node_id <= voters)
+    simulation.check_final_durability()
+
+    # Every broker holds them, and one voter: lost.
+    monkeypatch.setattr(_cluster, "_disk_holds", lambda node, offset, record: node.node_id == 1 or node.node_id > voters)
+    with pytest.raises(InvariantViolation, match="lost-write"):
+        simulation.check_final_durability()
