@@ -34,7 +34,7 @@ from quorum import FetchRequest, FetchResponse
 from quorum.client import QuorumClient
 from quorum.runtime import scrape_metrics
 from quorum.wire import FrameDecoder, decode_message, encode_message
-from registration import BrokerHeartbeat
+from registration import BrokerHeartbeat, HeartbeatReply
 from registration.client import AdminClient
 
 from ._common import free_ports
@@ -42,6 +42,10 @@ from .reconnect_bench import register_brokers
 
 CLUSTER_ID = "heartbeat-bench"
 REQUEST_TIMEOUT_S = 5.0
+# The start-up phase (every broker unfenced) ends here at the latest.
+STARTUP_S_MAX = 120.0
+# Between the start-up phase and the window.
+WARM_UP_S = 3.0
 BIN = Path(sys.executable).parent
 
 
@@ -52,6 +56,13 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
 
 
+
+
+def _runqueue_wait_seconds(pid: int) -> float:
+    """Time ``pid``'s threads were runnable but waited for a core (the
+    scheduler's run-queue delay, /proc/PID/schedstat): on a shared machine,
+    the part of a process's slowness that is other processes' CPU."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
 
 
 def _histogram_quantile(text: str, name: str, quantile: float) -> float | None:
@@ -95,15 +106,32 @@ class BrokerLoad:
         # broker's request timeout: the leader drops brokers' Fetches past
         # its observer queue's bound, and a dropped one is never answered).
         self.sent_again = 0
+        # Records the answers carried: each broker's first heartbeat unfences
+        # it (one record), and every broker fetches every record.
+        self.records_received = 0
+        # Brokers whose latest heartbeat reply says fenced; set once none is.
+        self.fenced = set(epochs)
+        self.all_unfenced = trio.Event()
 
-    async def run(self, deadline_s: float) -> None:
+    async def run(self) -> None:
+        """Play the brokers until cancelled."""
         broker_ids = sorted(self.epochs)
         groups = [broker_ids[i :: self.connections] for i in range(self.connections)]
         async with trio.open_nursery() as nursery:
             for group in groups:
-                nursery.start_soon(self._connection, group, deadline_s)
+                nursery.start_soon(self._connection, group)
 
-    async def _connection(self, broker_ids: list[int], deadline_s: float) -> None:
+    def _note_reply(self, broker_id: int, extension: object) -> None:
+        if extension is None:
+            return
+        if HeartbeatReply.from_extension(extension).is_fenced:
+            self.fenced.add(broker_id)
+        else:
+            self.fenced.discard(broker_id)
+            if not self.fenced:
+                self.all_unfenced.set()
+
+    async def _connection(self, broker_ids: list[int]) -> None:
         stream = await trio.open_tcp_stream("127.0.0.1", self.leader_port)
         correlation = itertools.count(1)
         request_ids = itertools.count(1)
@@ -146,7 +174,7 @@ class BrokerLoad:
         for broker_id in broker_ids:
             await send(broker_id)
         decoder = FrameDecoder()
-        with trio.move_on_at(deadline_s):
+        try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(send_again_when_unanswered)
                 while True:
@@ -174,17 +202,23 @@ class BrokerLoad:
                             continue
                         else:
                             self.answered += 1
+                            self._note_reply(broker_id, response.extension)
                             if response.records:
+                                self.records_received += len(response.records)
                                 offsets[broker_id] = response.records[-1].offset + 1
                                 last_epochs[broker_id] = response.records[-1].epoch
                             if response.diverging is not None:
                                 offsets[broker_id] = response.diverging.offset
                                 last_epochs[broker_id] = response.diverging.epoch
                         await send(broker_id)
-        await stream.aclose()
+        finally:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
 
 
-async def run(brokers: int, seconds: float, connections: int, log_dir: str | None = None) -> dict[str, object]:
+async def run(
+    brokers: int, seconds: float, connections: int, log_dir: str | None = None, timeline: bool = False
+) -> dict[str, object]:
     ports = free_ports(6)
     voters = {i + 1: ports[i] for i in range(3)}
     metrics_ports = {i + 1: ports[3 + i] for i in range(3)}
@@ -211,39 +245,95 @@ async def run(brokers: int, seconds: float, connections: int, log_dir: str | Non
             leader = description.leader_id
             assert leader is not None
             load = BrokerLoad(voters[leader], leader, description.epoch, epochs, connections, description.high_watermark)
-            warm_up_s = 3.0
-            window_started = trio.current_time() + warm_up_s
-            cpu_before: list[float] = []
-            answered_before: list[int] = []
 
-            async def sample_start() -> None:
-                await trio.sleep_until(window_started)
-                cpu_before.append(_cpu_seconds(processes[leader].pid))
-                print(f"[heartbeat] window starts: leader {leader}, pid {processes[leader].pid}", file=sys.stderr, flush=True)
-                answered_before.append(load.answered)
+            def cpu_now() -> dict[str, float]:
+                # Every process's CPU (utime + stime): the leader's, each
+                # follower's and this load generator's own, which shares the
+                # machine's cores with them.
+                cpu = {f"c{node_id}": _cpu_seconds(process.pid) for node_id, process in processes.items()}
+                cpu["bench"] = _cpu_seconds(os.getpid())
+                cpu["leader_wait"] = _runqueue_wait_seconds(processes[leader].pid)
+                cpu["bench_wait"] = _runqueue_wait_seconds(os.getpid())
+                return cpu
+
+            def shares(before: dict[str, float], after: dict[str, float], span_s: float) -> dict[str, float]:
+                return {name: round((after[name] - before[name]) / span_s, 3) for name in after}
+
+            async def print_timeline() -> None:
+                # One line a second (--timeline): answers, records, Fetches
+                # sent again and this process's CPU, to see a backlog form.
+                answered, records, sent_again = load.answered, load.records_received, load.sent_again
+                cpu, started_s = _cpu_seconds(os.getpid()), trio.current_time()
+                while True:
+                    await trio.sleep(1.0)
+                    now_cpu = _cpu_seconds(os.getpid())
+                    print(
+                        f"[heartbeat] t={trio.current_time() - started_s:5.1f}s answered {load.answered - answered:6d}"
+                        f" records {load.records_received - records:8d} sent_again {load.sent_again - sent_again:5d}"
+                        f" fenced {len(load.fenced):5d} bench_cpu {now_cpu - cpu:.2f}",
+                        file=sys.stderr, flush=True,
+                    )  # fmt: skip
+                    answered, records, sent_again, cpu = load.answered, load.records_received, load.sent_again, now_cpu
 
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(sample_start)
-                await load.run(window_started + seconds)
-            cpu_s = _cpu_seconds(processes[leader].pid) - cpu_before[0]
-            heartbeats = load.answered - answered_before[0]
+                if timeline:
+                    nursery.start_soon(print_timeline)
+                # Phase 1, start-up: every broker's first heartbeat unfences
+                # it (one record each), and every broker fetches every one of
+                # those records. Over when every broker's latest reply says
+                # Online (or after STARTUP_S_MAX).
+                print(f"[heartbeat] load starts: leader {leader}, pid {processes[leader].pid}", file=sys.stderr, flush=True)
+                startup_began, cpu_startup = trio.current_time(), cpu_now()
+                nursery.start_soon(load.run)
+                with trio.move_on_after(STARTUP_S_MAX):
+                    await load.all_unfenced.wait()
+                startup_s = trio.current_time() - startup_began if load.all_unfenced.is_set() else None
+                startup_shares = shares(cpu_startup, cpu_now(), trio.current_time() - startup_began)
+                startup = {
+                    "startup_s": None if startup_s is None else round(startup_s, 1),
+                    "startup_records_received": load.records_received,
+                    "startup_fetches_sent_again": load.sent_again,
+                    "startup_leader_cpu_share": startup_shares[f"c{leader}"],
+                    "startup_bench_cpu_share": startup_shares["bench"],
+                    "startup_leader_runqueue_wait_share": startup_shares["leader_wait"],
+                    "startup_bench_runqueue_wait_share": startup_shares["bench_wait"],
+                }
+                # Phase 2, steady state: a warm-up, then the window.
+                await trio.sleep(WARM_UP_S)
+                print(f"[heartbeat] window starts: leader {leader}, pid {processes[leader].pid}", file=sys.stderr, flush=True)
+                cpu_before = cpu_now()
+                answered_before, records_before, sent_again_before = load.answered, load.records_received, load.sent_again
+                round_trips_before, errors_before = len(load.round_trips_s), dict(load.error_codes)
+                await trio.sleep(seconds)
+                window_shares = shares(cpu_before, cpu_now(), seconds)
+                heartbeats = load.answered - answered_before
+                records = load.records_received - records_before
+                sent_again = load.sent_again - sent_again_before
+                round_trips = sorted(load.round_trips_s[round_trips_before:])
+                errors = {code: count - errors_before.get(code, 0) for code, count in load.error_codes.items()}
+                nursery.cancel_scope.cancel()
             text = await scrape_metrics("127.0.0.1", metrics_ports[leader])
             async with AdminClient(bootstrap, cluster_id=CLUSTER_ID) as admin:
                 cluster = await admin.describe_cluster()
             online = sum(1 for broker in cluster.brokers if broker.state == "Online")
-            round_trips = sorted(load.round_trips_s)
             return {
                 "brokers": brokers,
                 "registration_s": round(registration_s, 2),
+                **startup,
                 "window_s": seconds,
                 "heartbeats_per_s": round(heartbeats / seconds, 1),
-                "leader_cpu_share": round(cpu_s / seconds, 3),
+                "records_received_per_s": round(records / seconds, 1),
+                "leader_cpu_share": window_shares[f"c{leader}"],
+                "follower_cpu_shares": [window_shares[f"c{node_id}"] for node_id in sorted(processes) if node_id != leader],
+                "bench_cpu_share": window_shares["bench"],
+                "leader_runqueue_wait_share": window_shares["leader_wait"],
+                "bench_runqueue_wait_share": window_shares["bench_wait"],
                 "controller_handling_p50_s": _histogram_quantile(text, "pykraft_controller_heartbeat_seconds", 0.5),
                 "controller_handling_p99_s": _histogram_quantile(text, "pykraft_controller_heartbeat_seconds", 0.99),
                 "fetch_round_trip_p50_ms": round(round_trips[len(round_trips) // 2] * 1000, 1) if round_trips else None,
                 "fetch_round_trip_p99_ms": round(round_trips[int(len(round_trips) * 0.99)] * 1000, 1) if round_trips else None,
-                "fetch_errors": dict(sorted(load.error_codes.items())),
-                "fetches_sent_again": load.sent_again,
+                "fetch_errors": {code: count for code, count in sorted(errors.items()) if count},
+                "fetches_sent_again": sent_again,
                 "observer_messages_dropped": _counter_total(text, "pykraft_quorum_observer_messages_dropped_total"),
                 "leader_changed": (await _leader_now(bootstrap)) != leader,
                 "brokers_online": online,
@@ -266,10 +356,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=10, help="TCP connections the brokers share")
     parser.add_argument("--quick", action="store_true", help="200 brokers for 5 s")
     parser.add_argument("--log-dir", help="keep each controller's log (INFO and above) here, as cN.log")
+    parser.add_argument("--timeline", action="store_true", help="print answers and resends each second (stderr)")
     args = parser.parse_args(argv)
     if args.quick:
         args.brokers, args.seconds = 200, 5.0
-    result = trio.run(run, args.brokers, args.seconds, args.connections, args.log_dir)
+    result = trio.run(run, args.brokers, args.seconds, args.connections, args.log_dir, args.timeline)
     print(f"heartbeat bench: {result['brokers']} brokers heartbeating through fetches, 3 controllers (fsync), {args.seconds:.0f} s window")
     for key, value in result.items():
         print(f"  {key:<28} {value}")
