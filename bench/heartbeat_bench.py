@@ -370,7 +370,12 @@ async def run(
                 "fetch_round_trip_p99_ms": round(round_trips[int(len(round_trips) * 0.99)] * 1000, 1) if round_trips else None,
                 "fetch_errors": {code: count for code, count in sorted(errors.items()) if count},
                 "fetches_sent_again": sent_again,
-                "observer_messages_dropped": _counter_total(text, "pykraft_quorum_observer_messages_dropped_total"),
+                "observer_messages_dropped": _counter_total(
+                    text, 'pykraft_quorum_observer_messages_dropped_total{node="%d",reason="queue_full"}' % leader
+                ),
+                "observer_fetches_replaced": _counter_total(
+                    text, 'pykraft_quorum_observer_messages_dropped_total{node="%d",reason="replaced"}' % leader
+                ),
                 "leader_changed": (await _leader_now(bootstrap)) != leader,
                 "brokers_online": online,
             }
