@@ -378,6 +378,8 @@ async def run(
                 ),
                 "leader_changed": (await _leader_now(bootstrap)) != leader,
                 "brokers_online": online,
+                "brokers_not_online": [(b.broker_id, b.state) for b in cluster.brokers if b.state != "Online"][:5],
+                "fenced_by_their_replies": sorted(load.fenced)[:5],
             }
         finally:
             for process in processes.values():
