@@ -31,7 +31,7 @@ from pathlib import Path
 import msgpack
 import trio
 
-from quorum import Entry, ErrorCode, FetchRequest, FetchResponse, OffsetAndEpoch, RecordKind
+from quorum import Entry, ErrorCode, FetchRequest, FetchResponse, OffsetAndEpoch, RecordKind, SnapshotId
 from quorum.client import QuorumClient
 from quorum.runtime import scrape_metrics
 from quorum.wire import FRAME_HEADER_BYTES, FrameDecoder, encode_message
@@ -57,7 +57,7 @@ BIN = Path(sys.executable).parent
 # it gets on its own core, and 5,000 brokers' checks in this one process took
 # most of its CPU when every broker fetched every unfencing record, on the
 # two cores the controllers share with it (issue 21, docs/benchmarks.md).
-_DST, _REQUEST_ID, _ERROR, _RECORDS, _DIVERGING, _EXTENSION = 1, 3, 5, 8, 9, 12
+_DST, _REQUEST_ID, _ERROR, _RECORDS, _DIVERGING, _SNAPSHOT_ID, _EXTENSION = 1, 3, 5, 8, 9, 10, 12
 
 
 def _answer_type_code() -> int:
@@ -72,6 +72,12 @@ def _answer_type_code() -> int:
     assert (body[_DST], body[_REQUEST_ID], body[_ERROR], body[_RECORDS], body[_DIVERGING], body[_EXTENSION]) == (
         2, 4, int(ErrorCode.NOT_LEADER), [[5, 3, int(RecordKind.DATA), b"r"]], [3, 6], {"x": 1},
     ), "encode_fetch_response's field order changed: update the positions above"  # fmt: skip
+    snapshot_answer = FetchResponse(
+        src=1, dst=2, epoch=3, request_id=4, leader_id=1, high_watermark=5, log_start_offset=4,
+        snapshot_id=SnapshotId(end_offset=4, epoch=2), read_token=7,
+    )  # fmt: skip
+    frame = encode_message(snapshot_answer, correlation_id=1, cluster_id=CLUSTER_ID)
+    assert msgpack.unpackb(frame[FRAME_HEADER_BYTES:])[4][_SNAPSHOT_ID] == [4, 2], "update _SNAPSHOT_ID"
     return type_code
 
 
@@ -137,6 +143,8 @@ class BrokerLoad:
         # Records the answers carried: each broker's first heartbeat unfences
         # it (one record), and every broker fetches every record.
         self.records_received = 0
+        # Answers that sent a broker to the leader's snapshot.
+        self.snapshots_loaded = 0
         # Brokers whose latest heartbeat reply says fenced; set once none is.
         self.fenced = set(epochs)
         self.all_unfenced = trio.Event()
@@ -240,6 +248,15 @@ class BrokerLoad:
                             diverging = body[_DIVERGING]
                             if diverging is not None:
                                 last_epochs[broker_id], offsets[broker_id] = diverging
+                            snapshot_id = body[_SNAPSHOT_ID]
+                            if snapshot_id is not None:
+                                # Behind the leader's log start (a broker answered
+                                # late, after a snapshot): a real broker loads the
+                                # snapshot, and its log then ends where it does.
+                                # Without this, the broker fetched below the log
+                                # start for good, never caught up, stayed fenced.
+                                self.snapshots_loaded += 1
+                                offsets[broker_id], last_epochs[broker_id] = snapshot_id
                         await send(broker_id)
         finally:
             with trio.CancelScope(shield=True):
@@ -323,6 +340,7 @@ async def run(
                     "startup_s": None if startup_s is None else round(startup_s, 1),
                     "startup_records_received": load.records_received,
                     "startup_fetches_sent_again": load.sent_again,
+                    "startup_snapshots_loaded": load.snapshots_loaded,
                     "startup_leader_cpu_share": startup_shares[f"c{leader}"],
                     "startup_bench_cpu_share": startup_shares["bench"],
                     "startup_leader_runqueue_wait_share": startup_shares["leader_wait"],
