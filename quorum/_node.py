@@ -332,6 +332,16 @@ _NO_HOOKS = CoreHooks()
 # 5,000 are answered within 10 steps, at most 10 ticks (100 ms) when no
 # message arrives meanwhile.
 OBSERVER_ANSWERS_PER_STEP_MAX = 512
+# ...and at most about this many records in those answers. An answer carries
+# every record its broker lacks (up to ``fetch_bytes_max``, 8 MiB), and
+# encoding costs ~0.4 us a record: when 5,000 brokers start at once, each
+# one's first heartbeat appends an unfencing record, and brokers lagging by
+# thousands of records made 512 answers a step ~250 ms of encoding, 16 such
+# steps between two reads of a voter's connection (the runtime's observer
+# batch), and the followers' fetch timeouts fired (issue 21, 2026-11-26,
+# docs/benchmarks.md). 16,384 records are ~7 ms, as 512 short answers are.
+# At least one answer goes out per step, however many records it carries.
+OBSERVER_ANSWER_RECORDS_PER_STEP_MAX = 16_384
 _LEADER = Role.LEADER
 
 # What ``QuorumNode.counters`` counts: inputs the core turned away without
@@ -2047,9 +2057,21 @@ class QuorumNode:
             return
         # KIP-595 long poll over: answer with whatever there is (at least
         # the high watermark), so the fetcher's request does not time out.
+        # Voters' at once; brokers' within the step bounds of the observers
+        # due an answer (_answer_due_observers), the rest by the next ticks,
+        # still expired then: a broker's answer carries every record it
+        # lacks, and the log may run far past the high watermark while the
+        # voters fall behind.
         expired = [rid for rid, parked in leader.parked.items() if now >= parked.expire_tick]
+        voters = self._voter_ids
+        answered = 0
+        records = 0
         for replica_id in expired:
-            self._answer_fetch(leader, leader.parked.pop(replica_id))
+            if replica_id in voters:
+                self._answer_fetch(leader, leader.parked.pop(replica_id))
+            elif answered < OBSERVER_ANSWERS_PER_STEP_MAX and records < OBSERVER_ANSWER_RECORDS_PER_STEP_MAX:
+                records += self._answer_fetch(leader, leader.parked.pop(replica_id))
+                answered += 1
         if now >= leader.begin_epoch_deadline:
             # A voter that missed BeginQuorumEpoch and has not fetched would
             # otherwise stand and depose us (KIP-595 resends it).
@@ -2248,9 +2270,10 @@ class QuorumNode:
         else:
             leader.parked[request.src] = parked
 
-    def _answer_fetch(self, leader: LeaderState, parked: ParkedFetch) -> None:
+    def _answer_fetch(self, leader: LeaderState, parked: ParkedFetch) -> int:
         """Answer a validated Fetch with the records after its offset (up to
-        ``fetch_bytes_max``), our high watermark and a fresh read token."""
+        ``fetch_bytes_max``), our high watermark and a fresh read token;
+        returns how many records the answer carries."""
         request = parked.request
         replica = leader.replicas.get(request.src)
         if replica is not None:
@@ -2272,6 +2295,7 @@ class QuorumNode:
                 extension=parked.response_extension,
             )
         )
+        return len(records)
 
     def _answer_parked_voters(self, leader: LeaderState) -> None:
         """Answer every voter's parked Fetch (new records, or a read that
@@ -2296,23 +2320,27 @@ class QuorumNode:
 
     def _answer_due_observers(self, leader: LeaderState) -> None:
         """Answer up to ``OBSERVER_ANSWERS_PER_STEP_MAX`` observers due
-        since the high watermark moved, in id order (drawn when it moved).
-        Called at the end of every step (``_flush``), after the step's own
-        answers, a voter's among them: thousands of brokers' answers never
-        go out ahead of a voter's, and the rest wait at most a step each
-        (a tick comes every ``tick_ms``; each message is a step too)."""
+        since the high watermark moved, carrying about
+        ``OBSERVER_ANSWER_RECORDS_PER_STEP_MAX`` records at most (at least
+        one answer), in id order (drawn when it moved). Called at the end
+        of every step (``_flush``), after the step's own answers, a voter's
+        among them: thousands of brokers' answers never go out ahead of a
+        voter's, no step's share of them costs more than a few ms to
+        encode, and the rest wait a step each (a tick comes every
+        ``tick_ms``; each message is a step too)."""
         due = leader.observers_due
         parked = leader.parked
         voters = self._voter_ids
         replicas = leader.replicas
         hw = self._hw
         answered = 0
-        while due and answered < OBSERVER_ANSWERS_PER_STEP_MAX:
+        records = 0
+        while due and answered < OBSERVER_ANSWERS_PER_STEP_MAX and records < OBSERVER_ANSWER_RECORDS_PER_STEP_MAX:
             replica_id = due.popleft()
             # Skipped: answered meanwhile (a Fetch parks only once its
             # sender knows the high watermark), or a voter now.
             if replica_id in parked and replica_id not in voters and replicas[replica_id].high_watermark_sent < hw:
-                self._answer_fetch(leader, parked.pop(replica_id))
+                records += self._answer_fetch(leader, parked.pop(replica_id))
                 answered += 1
 
     def _check_pending_reads(self, leader: LeaderState) -> None:

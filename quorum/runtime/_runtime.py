@@ -317,7 +317,11 @@ class QuorumRuntime:
         # voters' (quorum.service_class; docs/operations.md, "A broker
         # stampede"): a voter's Fetch, handled by the task that read it,
         # never waits for them.
-        self._observer_queue: deque[Message] = deque()
+        # A broker's Fetch waits here as its id (an int), the Fetch itself in
+        # _observer_fetches: a broker's newer Fetch takes the place of its
+        # older one still waiting (see _deliver).
+        self._observer_queue: deque[Message | int] = deque()
+        self._observer_fetches: dict[int, FetchRequest] = {}
         self._observer_wakeup = trio.Event()
         self._core_busy = True  # until run() has handled the initial output
         self._core_error: BaseException | None = None
@@ -1045,29 +1049,55 @@ class QuorumRuntime:
             return
         if service_class(message, self.config.voter_set) is ServiceClass.OBSERVER:
             queue = self._observer_queue
+            if type(message) is FetchRequest:
+                # A broker's newer Fetch replaces its older one still waiting,
+                # in that one's place: the older one's answer would reach a
+                # broker that sent again after its request timeout and ignores
+                # it. When brokers waited longer than that (5,000 starting at
+                # once, issue 21), the leader answered only Fetches their
+                # senders had given up on, each answer thousands of records,
+                # while the resends queued behind them (docs/benchmarks.md).
+                fetches = self._observer_fetches
+                if message.src in fetches:
+                    fetches[message.src] = message
+                    self._count_observer_message_dropped("replaced")
+                    return
+                fetches[message.src] = message
+                message = message.src
             if len(queue) >= OBSERVER_QUEUE_MESSAGES_MAX:
-                queue.popleft()
-                self.metrics.add_to_counter(
-                    "pykraft_quorum_observer_messages_dropped_total",
-                    help_text="Brokers' quorum messages dropped because too many were waiting to be served.",
-                )
+                oldest = queue.popleft()
+                if type(oldest) is int:
+                    del self._observer_fetches[oldest]
+                self._count_observer_message_dropped("queue_full")
             queue.append(message)
             self._observer_wakeup.set()
             return
         self._submit(("message", message))
+
+    def _count_observer_message_dropped(self, reason: str) -> None:
+        self.metrics.add_to_counter(
+            "pykraft_quorum_observer_messages_dropped_total",
+            reason=reason,
+            help_text=(
+                "Brokers' quorum messages dropped unserved: past the bound of those waiting (queue_full), or a"
+                " Fetch its broker's newer Fetch replaced while it waited (replaced)."
+            ),
+        )
 
     async def _serve_observers(self) -> None:
         """Hand brokers' quorum messages to the core, a batch at a time,
         letting every other task (a voter's connection reader, which hands
         its Fetch to the core at once) run between two batches."""
         queue = self._observer_queue
+        fetches = self._observer_fetches
         while True:
             if not queue:
                 self._observer_wakeup = trio.Event()
                 await self._observer_wakeup.wait()
                 continue
             for _ in range(min(OBSERVER_BATCH_MESSAGES, len(queue))):
-                self._submit(("message", queue.popleft()))
+                waiting = queue.popleft()
+                self._submit(("message", fetches.pop(waiting) if type(waiting) is int else waiting))
             await trio.lowlevel.checkpoint()
 
     def _unreachable(self, peer: int) -> None:

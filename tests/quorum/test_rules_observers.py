@@ -4,7 +4,8 @@ An observer applies committed records only, so the leader answers its
 parked Fetch when the high watermark moves, with the records up to it, not
 on every append: one answer per commit instead of two. A voter's answer in
 the same step goes out first, and observers are answered a bounded group
-per step (``OBSERVER_ANSWERS_PER_STEP_MAX``). The observers here are bare
+per step (``OBSERVER_ANSWERS_PER_STEP_MAX`` answers carrying about
+``OBSERVER_ANSWER_RECORDS_PER_STEP_MAX`` records). The observers here are bare
 ids whose Fetches the test writes (no core behind them): the leader's side
 is what is under test."""
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from harness import Cluster, messages_of
 
 from quorum import ErrorCode, FetchRequest, FetchResponse, Message
-from quorum._node import OBSERVER_ANSWERS_PER_STEP_MAX
+from quorum._node import OBSERVER_ANSWER_RECORDS_PER_STEP_MAX, OBSERVER_ANSWERS_PER_STEP_MAX
 
 VOTERS = (1, 2, 3)
 
@@ -139,6 +140,73 @@ def test_observers_due_are_answered_a_bounded_group_per_step_in_id_order():
     assert first == list(observers)[:OBSERVER_ANSWERS_PER_STEP_MAX]
     assert second == list(observers)[OBSERVER_ANSWERS_PER_STEP_MAX:]
     assert messages_of(cluster.replica(1).outputs[-1]) == []
+
+
+def test_observers_due_are_answered_a_bounded_number_of_records_per_step():
+    """Brokers lagging by many records (5,000 brokers starting at once, each
+    first heartbeat an unfencing record): a step answers observers until
+    their answers carry ``OBSERVER_ANSWER_RECORDS_PER_STEP_MAX`` records,
+    however few answers that is (512 answers of thousands of records each
+    were ~250 ms of encoding a step, and the followers' fetch timeouts
+    fired, issue 21); the next steps answer the rest."""
+    records_each = 100
+    per_step = -(-OBSERVER_ANSWER_RECORDS_PER_STEP_MAX // records_each)  # the step that reaches the bound answers
+    observers = range(100, 100 + per_step + 20)
+    cluster = leader_with_parked_observers(observers)
+    cluster.propose(1, *[b"unfence %d" % i for i in range(records_each)])
+    cluster.deliver(FetchResponse, where=to_voters)
+    acknowledgement = cluster.take_one(FetchRequest, src=2)
+    cluster.drop()
+
+    first = [m for m in messages_of(cluster.inject(acknowledgement)) if isinstance(m, FetchResponse)]
+    cluster.tick(1)
+    second = [m for m in messages_of(cluster.replica(1).outputs[-1]) if isinstance(m, FetchResponse)]
+
+    assert per_step < OBSERVER_ANSWERS_PER_STEP_MAX
+    assert [m.dst for m in first] == list(observers)[:per_step]
+    assert [m.dst for m in second] == list(observers)[per_step:]
+    assert {len(m.records) for m in first + second} == {records_each}
+
+
+def test_an_observers_answer_of_more_records_than_a_step_carries_still_goes_out():
+    """At least one observer is answered per step, whatever its answer
+    carries: a broker behind by more than the bound still catches up."""
+    records_each = OBSERVER_ANSWER_RECORDS_PER_STEP_MAX + 1
+    cluster = leader_with_parked_observers(range(100, 103))
+    cluster.propose(1, *[b"r"] * records_each)
+    cluster.deliver(FetchResponse, where=to_voters)
+    acknowledgement = cluster.take_one(FetchRequest, src=2)
+    cluster.drop()
+
+    answered = []
+    for step in range(3):
+        output = cluster.inject(acknowledgement) if step == 0 else cluster.tick_once(1)
+        answers = [m for m in messages_of(output) if isinstance(m, FetchResponse) and m.dst >= 100]
+        assert [len(m.records) for m in answers] == [records_each]
+        answered += [m.dst for m in answers]
+    assert answered == [100, 101, 102]
+
+
+def test_observers_long_polls_ending_together_are_answered_a_bounded_group_per_tick():
+    """Parked broker Fetches whose long poll ends on one tick are answered
+    ``OBSERVER_ANSWERS_PER_STEP_MAX`` a tick, the rest on the next ticks
+    (still expired then); a voter's parked Fetch at once with them."""
+    extra = 37
+    observers = range(100, 100 + OBSERVER_ANSWERS_PER_STEP_MAX + extra)
+    cluster = leader_with_parked_observers(observers)
+    cluster.run(3, nodes=(2, 3))  # the followers' Fetches park too
+    assert cluster.pending() == []
+    config = cluster.node(1).config
+
+    answered: list[list[int]] = []
+    for _ in range(config.ticks(config.fetch_max_wait_ms) + 2):
+        answers = [m.dst for m in messages_of(cluster.tick_once(1)) if isinstance(m, FetchResponse)]
+        if answers:
+            answered.append(answers)
+
+    assert [2, 3] == sorted(d for d in answered[0] if d < 100)
+    assert [d for d in answered[0] if d >= 100] == list(observers)[:OBSERVER_ANSWERS_PER_STEP_MAX]
+    assert answered[1:] == [list(observers)[OBSERVER_ANSWERS_PER_STEP_MAX:]]
 
 
 def test_a_read_answers_the_parked_voters_only():

@@ -284,6 +284,44 @@ async def test_a_voters_fetch_is_served_before_the_brokers_fetches_read_before_i
     assert {r.node_id for r in node.describe().observers} == set(brokers)
 
 
+async def test_a_brokers_newer_fetch_takes_the_place_of_its_older_one_still_waiting(cluster, autojump_clock):
+    """Issue 21: brokers that waited past their request timeout sent again;
+    the leader answered the Fetches they had given up on, the resends queued
+    behind. A broker's newer Fetch now replaces its older one still waiting,
+    in that one's place; the core sees the newer only."""
+    leader = await cluster.leader()
+    node = leader.node
+    brokers = range(1000, 1100)
+
+    def fetch(broker: int, request: int) -> FetchRequest:
+        return FetchRequest(
+            src=broker, dst=node.node_id, epoch=node.epoch, fetch_offset=node.log.end_offset,
+            last_fetched_epoch=node.log.last_epoch, request_id=(1 << 32) + request,
+        )  # fmt: skip
+
+    for request in (1, 2):
+        for broker in brokers:
+            leader._deliver(fetch(broker, request))
+    leader._deliver(fetch(2000, 1))  # after every first Fetch, and every resend
+
+    assert len(leader._observer_queue) == len(brokers) + 1
+    assert leader.metrics.value("pykraft_quorum_observer_messages_dropped_total", reason="replaced") == len(brokers)
+    served = []
+    original = leader._submit
+
+    def note(item):
+        if item[0] == "message" and item[1].src >= 1000:
+            served.append((item[1].src, item[1].request_id & 0xFFFFFFFF))
+        original(item)
+
+    leader._submit = note
+    with trio.fail_after(5):
+        while leader._observer_queue:
+            await trio.sleep(0)
+    assert served == [(broker, 2) for broker in brokers] + [(2000, 1)]
+    assert leader._observer_fetches == {}
+
+
 class SlowLinkNetwork(MemoryNetwork):
     """A ``MemoryNetwork`` on which every message to one node (once chosen
     with ``slow_down``) arrives ``delay_s`` of trio's clock late."""
