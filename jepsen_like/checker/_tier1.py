@@ -5,7 +5,15 @@ O(n log n) and runs wherever the DataFrames live. The definitions are the
 reference checker's (``_reference``; its docstrings are the specification),
 and the witnesses are chosen the same way so the two can be compared.
 
-Every check yields rows ``(hid, check, ord1..ord5, evidence)``: ``ord*``
+Checks that need the same shuffle share it: the staleness rules' three
+windows run over one shuffle of a key's writes and reads, a check whose
+rows meet again in a window's partition groups them there, and the checks
+over the same join or aggregation are one query (Spark computes a
+DataFrame used twice in a plan twice). The stale reads themselves are
+picked from the per-read staleness rows the job fetches anyway
+(:func:`stale_read_evidence`).
+
+Every other check yields rows ``(hid, check, ord1..ord5, evidence)``: ``ord*``
 order the anomalies the way the reference orders them (the first
 ``max_witnesses`` are kept), and ``evidence`` is JSON in which operations are
 referred to by their invoke index (``OP_REFERENCE_FIELDS``); the job swaps
