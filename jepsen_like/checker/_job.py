@@ -442,11 +442,12 @@ def _tier1_findings(
             .where(F.col("rank") <= max(1, max_witnesses))
         )
     if staleness is not None:
-        # One row per ok read: the figures the staleness summary is made of.
+        # One row per ok read: the figures the staleness summary is made of,
+        # and the stale reads among them.
         parts.append(
             staleness.select(
                 "hid", F.lit(_STALENESS_ROW).alias("check"), "index", "mode", "node", "t_inv", "staleness_ns", "offsets_behind",
-                "bound_ns", "missed",
+                "bound_ns", "missed", "rule", "read_from",
             )
         )
     if not parts:
@@ -458,13 +459,15 @@ def _tier1_findings(
     columns = {name: table.column(name).to_pylist() for name in table.column_names}
     del table
     figures: dict[int, list[ReadStaleness]] = defaultdict(list)
+    stale: dict[int, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
     evidences = []
     if "mode" in columns:
         staleness_rows = zip(
             columns["check"], columns["hid"], columns["index"], columns["mode"], columns["node"], columns["t_inv"],
-            columns["staleness_ns"], columns["offsets_behind"], columns["bound_ns"], columns["missed"],
+            columns["staleness_ns"], columns["offsets_behind"], columns["bound_ns"], columns["missed"], columns["rule"],
+            columns["read_from"],
         )
-        for check_name, hid, index, mode, node, t_inv, staleness_ns, offsets_behind, bound_ns, missed in staleness_rows:
+        for check_name, hid, index, mode, node, t_inv, staleness_ns, offsets_behind, bound_ns, missed, rule, read_from in staleness_rows:
             if check_name == _STALENESS_ROW:
                 figures[hid].append(
                     ReadStaleness(
@@ -472,6 +475,9 @@ def _tier1_findings(
                         offsets_behind=offsets_behind, bound_ns=bound_ns, missed_write=missed,
                     )
                 )
+                evidence = _tier1.stale_read_evidence(index, missed, read_from, rule, bound_ns, staleness_ns, offsets_behind)
+                if evidence is not None:
+                    stale[hid].append((index, evidence))
     if "evidence" in columns:
         evidences = [
             (hid, check_name, rank, total, json.loads(evidence))
@@ -480,6 +486,14 @@ def _tier1_findings(
             )
             if check_name != _STALENESS_ROW
         ]
+    # The stale reads ranked as the other checks' anomalies are: by the
+    # read's index, the first max(1, max_witnesses) kept.
+    for hid, found_reads in stale.items():
+        found_reads.sort(key=lambda pair: pair[0])
+        evidences.extend(
+            (hid, "stale-read", rank, len(found_reads), evidence)
+            for rank, (_, evidence) in enumerate(found_reads[: max(1, max_witnesses)], start=1)
+        )
     references = {
         (hid, evidence[name])
         for hid, _, _, _, evidence in evidences

@@ -5,7 +5,15 @@ O(n log n) and runs wherever the DataFrames live. The definitions are the
 reference checker's (``_reference``; its docstrings are the specification),
 and the witnesses are chosen the same way so the two can be compared.
 
-Every check yields rows ``(hid, check, ord1..ord5, evidence)``: ``ord*``
+Checks that need the same shuffle share it: the staleness rules' three
+windows run over one shuffle of a key's writes and reads, a check whose
+rows meet again in a window's partition groups them there, and the checks
+over the same join or aggregation are one query (Spark computes a
+DataFrame used twice in a plan twice). The stale reads themselves are
+picked from the per-read staleness rows the job fetches anyway
+(:func:`stale_read_evidence`).
+
+Every other check yields rows ``(hid, check, ord1..ord5, evidence)``: ``ord*``
 order the anomalies the way the reference orders them (the first
 ``max_witnesses`` are kept), and ``evidence`` is JSON in which operations are
 referred to by their invoke index (``OP_REFERENCE_FIELDS``); the job swaps
@@ -16,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import Mapping
+from typing import Any, Mapping
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -46,26 +54,31 @@ class Settings:
 
 def _anomaly(
     frame: DataFrame,
-    check: str,
+    check: str | Column,
     evidence: Column,
     ord1: Column | None = None,
     ord2: Column | None = None,
     ord3: Column | None = None,
     ord4: Column | None = None,
     ord5: Column | None = None,
+    *,
+    evidence_json: bool = False,
 ) -> DataFrame:
+    """Anomaly rows: ``check`` a name or a column of names, ``evidence`` a
+    struct (or, with ``evidence_json``, a column of its JSON already)."""
+
     def as_long(column: Column | None) -> Column:
         return (column if column is not None else F.lit(None)).cast("bigint")
 
     return frame.select(
         "hid",
-        F.lit(check).alias("check"),
+        (F.lit(check) if isinstance(check, str) else check).alias("check"),
         as_long(ord1).alias("ord1"),
         (ord2 if ord2 is not None else F.lit(None)).cast("string").alias("ord2"),
         as_long(ord3).alias("ord3"),
         as_long(ord4).alias("ord4"),
         as_long(ord5).alias("ord5"),
-        F.to_json(evidence).alias("evidence"),
+        (evidence if evidence_json else F.to_json(evidence)).alias("evidence"),
     )
 
 
@@ -126,65 +139,72 @@ def read_staleness(ops: DataFrame, writers: DataFrame, settings: Settings) -> Da
     """Every ok read's staleness, as ``_reference.read_staleness`` defines it:
     columns hid, index, mode, node, t_inv, bound_ns, staleness_ns,
     offsets_behind, missed (the first missed write's index), rule and
-    read_from (the value rule's writer)."""
-    reads = _ok_reads(ops).select(
-        "hid", "index", "key", "mode", "node", "t_inv", "offset", "ret", "register_like", _bound_ns(settings).alias("bound_ns")
+    read_from (the value rule's writer).
+
+    Both rules are running windows over one key's writes and reads, so the
+    three windows below share one pass: the key's writes and its reads go
+    through a single shuffle by (hid, key), each window sorts that partition
+    its own way, and every read comes out of it with all it needs (no join
+    back by index). A row that plays no part in a window (a read in a
+    window over writes, a write without an offset in the offset rule's)
+    brings null to its aggregate, so where it sorts does not matter."""
+    reads = _join_writers(
+        _ok_reads(ops).select(
+            "hid", "index", "key", "mode", "node", "t_inv", "offset", "ret", "register_like",
+            _bound_ns(settings).alias("bound_ns"),
+        ),
+        writers,
+        settings,
     )
     done_struct = "struct<t_done:bigint,index:bigint>"
-
-    # Offset rule, two running windows over the key's writes with an offset
-    # and its reads with one: by completion time, the largest offset
-    # acknowledged before the invoke (the lag in offsets); by offset, the
-    # earliest acknowledged of the writes with a larger offset than the
-    # read's (the first missed write, when acknowledged before the invoke).
-    offset_writes = ops.where(
-        (F.col("outcome") == "ok") & F.col("kind").isin("write", "cas", "append") & F.col("offset").isNotNull()
+    acknowledged = F.struct("t_done", "index")
+    has_offset = F.col("offset").isNotNull()
+    value_write = F.col("kind").isin("write", "cas") & F.col("register_like")
+    writes = ops.where(
+        (F.col("outcome") == "ok") & F.col("kind").isin("write", "cas", "append") & (has_offset | value_write)
     ).select(
-        "hid", "key", F.col("t_done").alias("t"), F.col("offset").alias("o"), F.lit(1).alias("ord"), "offset",
-        F.struct("t_done", "index").alias("c"), _null("bigint").alias("r_index"),
+        "hid", "key", F.lit(False).alias("is_read"),
+        # Offset rule, by completion time: the largest offset acknowledged
+        # before the invoke (the lag in offsets)...
+        F.col("t_done").alias("t_time"), F.lit(1).alias("ord_time"), F.col("offset").alias("w_offset"),
+        # ...and by offset: the earliest acknowledged of the writes with a
+        # larger offset than the read's (the first missed write, when
+        # acknowledged before the invoke).
+        F.col("offset").alias("o"), F.lit(1).alias("ord_o"), F.when(has_offset, acknowledged).alias("c_offset"),
+        # Value rule: the earliest acknowledged ok write invoked after the
+        # read's value was in place.
+        F.col("t_inv").alias("t_later"), F.lit(0).alias("ord_later"), F.when(value_write, acknowledged).alias("c_value"),
+        _null("bigint").alias("index"), _null("string").alias("mode"), _null("string").alias("node"),
+        _null("bigint").alias("t_inv"), _null("bigint").alias("offset"), _null("bigint").alias("bound_ns"),
+        _null("boolean").alias("valued"), _null("bigint").alias("read_from"),
     )
-    offset_reads = reads.where(F.col("offset").isNotNull()).select(
-        "hid", "key", F.col("t_inv").alias("t"), F.col("offset").alias("o"), F.lit(0).alias("ord"), _null("bigint").alias("offset"),
-        _null(done_struct).alias("c"), F.col("index").alias("r_index"),
+    valued = F.coalesce(F.col("applicable"), F.lit(False)) & F.col("register_like")
+    read_rows = reads.select(
+        "hid", "key", F.lit(True).alias("is_read"),
+        F.col("t_inv").alias("t_time"), F.lit(0).alias("ord_time"), _null("bigint").alias("w_offset"),
+        F.col("offset").alias("o"), F.lit(0).alias("ord_o"), _null(done_struct).alias("c_offset"),
+        F.when(valued, F.col("writer_done")).alias("t_later"), F.lit(1).alias("ord_later"), _null(done_struct).alias("c_value"),
+        "index", "mode", "node", "t_inv", "offset", "bound_ns", valued.alias("valued"),
+        F.when(valued, F.col("writer_index")).alias("read_from"),
     )
-    # At equal times the read sorts first: a write acknowledged at the
-    # instant of the invoke is concurrent, not before (closed intervals).
-    # At equal offsets too: only larger offsets precede it.
-    by_time = Window.partitionBy("hid", "key").orderBy("t", "ord").rowsBetween(*_EARLIER)
-    by_offset = Window.partitionBy("hid", "key").orderBy(F.desc("o"), "ord").rowsBetween(*_EARLIER)
-    by_offset_rule = (
-        offset_writes.unionByName(offset_reads)
-        .select("*", F.max("offset").over(by_time).alias("newest"), F.min("c").over(by_offset).alias("o_first"))
-        .where(F.col("ord") == 0)
-        .select("hid", F.col("r_index").alias("index"), "newest", "o_first")
-    )
-
-    # Value rule: the earliest acknowledged ok write invoked after the
-    # read's value was in place.
-    valued = _join_writers(reads.where(F.col("register_like")), writers, settings).where(F.col("applicable"))
-    value_writes = ops.where(
-        (F.col("outcome") == "ok") & F.col("kind").isin("write", "cas") & F.col("register_like")
-    ).select(
-        "hid", "key", F.col("t_inv").alias("t"), F.lit(0).alias("ord"), F.struct("t_done", "index").alias("c"),
-        _null("bigint").alias("r_index"), _null("bigint").alias("read_from"),
-    )
-    value_reads = valued.select(
-        "hid", "key", F.col("writer_done").alias("t"), F.lit(1).alias("ord"), _null(done_struct).alias("c"),
-        F.col("index").alias("r_index"), F.col("writer_index").alias("read_from"),
-    )
-    # Later rows first, so "every write invoked after t" is a running prefix
-    # (an unbounded-following frame would be quadratic).
-    later_first = Window.partitionBy("hid", "key").orderBy(F.desc("t"), F.desc("ord")).rowsBetween(*_EARLIER)
-    first_by_value = (
-        value_writes.unionByName(value_reads)
-        .select("*", F.min("c").over(later_first).alias("v_first"))
-        .where(F.col("ord") == 1)
-        .select("hid", F.col("r_index").alias("index"), "v_first", "read_from")
-    )
-
+    # At equal times a read sorts first: a write acknowledged at the instant
+    # of the invoke is concurrent, not before (closed intervals). At equal
+    # offsets too: only larger offsets precede it. Later rows first for the
+    # value rule, so "every write invoked after t" is a running prefix (an
+    # unbounded-following frame would be quadratic).
+    per_key = Window.partitionBy("hid", "key")
+    by_time = per_key.orderBy("t_time", "ord_time").rowsBetween(*_EARLIER)
+    by_offset = per_key.orderBy(F.desc("o"), "ord_o").rowsBetween(*_EARLIER)
+    later_first = per_key.orderBy(F.desc("t_later"), F.desc("ord_later")).rowsBetween(*_EARLIER)
     joined = (
-        reads.join(by_offset_rule, on=["hid", "index"], how="left")
-        .join(first_by_value, on=["hid", "index"], how="left")
+        writes.unionByName(read_rows)
+        .select(
+            "*",
+            F.when(F.col("offset").isNotNull(), F.max("w_offset").over(by_time)).alias("newest"),
+            F.when(F.col("offset").isNotNull(), F.min("c_offset").over(by_offset)).alias("o_first"),
+            F.when(F.col("valued"), F.min("c_value").over(later_first)).alias("v_first"),
+        )
+        .where(F.col("is_read"))
     )
     by_offset_missed = F.col("o_first.t_done") < F.col("t_inv")
     by_value_missed = F.col("v_first.t_done") < F.col("t_inv")
@@ -202,16 +222,23 @@ def read_staleness(ops: DataFrame, writers: DataFrame, settings: Settings) -> Da
     )
 
 
-def stale_reads(staleness: DataFrame) -> DataFrame:
-    """Reads whose staleness (:func:`read_staleness`) exceeds their bound."""
-    flagged = staleness.where(F.col("staleness_ns") > F.col("bound_ns"))
-    evidence = F.struct(
-        F.col("index").alias("read"), F.col("missed").alias("missed_write"), "read_from", "rule",
-        (F.col("bound_ns") / F.lit(1_000_000.0)).alias("bound_ms"),
-        (F.col("staleness_ns") / F.lit(1_000_000.0)).alias("staleness_ms"),
-        "offsets_behind",
-    )
-    return _anomaly(flagged, "stale-read", evidence, ord1=F.col("index"))
+def stale_read_evidence(
+    index: int, missed: int | None, read_from: int | None, rule: str | None, bound_ns: int, staleness_ns: int,
+    offsets_behind: int | None,
+) -> dict[str, Any] | None:
+    """A stale read's evidence from its :func:`read_staleness` row, or None
+    when its staleness is within its bound. Computed where the rows are
+    fetched (every ok read's row comes back for the staleness summary
+    anyway), not in a query of its own: that would compute the staleness
+    windows a second time. The fields, and the nulls left out, are those of
+    the other checks' evidence (``to_json`` of the same struct)."""
+    if staleness_ns is None or bound_ns is None or staleness_ns <= bound_ns:
+        return None
+    evidence = {
+        "read": index, "missed_write": missed, "read_from": read_from, "rule": rule,
+        "bound_ms": bound_ns / 1_000_000.0, "staleness_ms": staleness_ns / 1_000_000.0, "offsets_behind": offsets_behind,
+    }
+    return {name: value for name, value in evidence.items() if value is not None}
 
 
 def _scope_key(settings: Settings) -> Column:
@@ -253,48 +280,51 @@ def non_monotonic_reads_by_broker(ops: DataFrame, settings: Settings) -> DataFra
     return _anomaly(flagged, "non-monotonic-read-broker", evidence, ord1=F.col("r_index"))
 
 
-def unwritten_reads(ops: DataFrame, writers: DataFrame, settings: Settings) -> list[DataFrame]:
+def unwritten_reads(ops: DataFrame, writers: DataFrame, settings: Settings) -> DataFrame:
+    """Garbage, aborted and future reads, from one join of the reads with
+    their value's writers (a read is at most one of the three)."""
     reads = _ok_reads(ops).where(F.col("register_like") & (F.col("ret") != per_history(settings.initial_text)))
     joined = _join_writers(reads, writers, settings)
-    garbage = joined.where(F.col("n_all").isNull())
-    aborted = joined.where((F.col("n_all") > 0) & (F.col("n_possible") == 0))
-    future = joined.where((F.col("n_possible") > 0) & (F.col("first_possible.t_inv") > F.col("t_done")))
-    return [
-        _anomaly(garbage, "garbage-read", F.struct(F.col("index").alias("read")), ord1=F.col("index")),
-        _anomaly(
-            aborted, "aborted-read",
-            F.struct(F.col("index").alias("read"), F.col("first_failed").alias("failed_write")), ord1=F.col("index"),
-        ),
-        _anomaly(
-            future, "future-read",
-            F.struct(F.col("index").alias("read"), F.col("first_possible.index").alias("write")), ord1=F.col("index"),
-        ),
-    ]
+    garbage = F.col("n_all").isNull()
+    aborted = (F.col("n_all") > 0) & (F.col("n_possible") == 0)
+    future = (F.col("n_possible") > 0) & (F.col("first_possible.t_inv") > F.col("t_done"))
+    check = F.when(garbage, F.lit("garbage-read")).when(aborted, F.lit("aborted-read")).when(future, F.lit("future-read"))
+    # Each check's own evidence, as JSON (the three are of different types).
+    evidence = (
+        F.when(garbage, F.to_json(F.struct(F.col("index").alias("read"))))
+        .when(aborted, F.to_json(F.struct(F.col("index").alias("read"), F.col("first_failed").alias("failed_write"))))
+        .when(future, F.to_json(F.struct(F.col("index").alias("read"), F.col("first_possible.index").alias("write"))))
+    )
+    return _anomaly(joined.where(check.isNotNull()), check, evidence, ord1=F.col("index"), evidence_json=True)
 
 
 def lost_writes(ops: DataFrame, writers: DataFrame, log_dumps: DataFrame | None, settings: Settings) -> DataFrame:
-    finals = (
-        _ok_reads(ops)
-        .where(F.col("final") == True)  # noqa: E712 (a Column comparison)
+    # Per key, in one aggregation: its last final read (the latest invoked)
+    # and when its last possible put may have ended.
+    final_read = (F.col("kind") == "read") & (F.col("outcome") == "ok") & (F.col("final") == True)  # noqa: E712
+    possible_put = (F.col("kind") == "write") & (F.col("outcome") != "fail")
+    per_key = (
+        ops.where(final_read | possible_put)
         .groupBy("hid", "key")
-        .agg(F.max(F.struct("t_inv", "index", "offset", "ret", "ret_str")).alias("final"))
-        .select("hid", "key", "final.*")
+        .agg(
+            F.max(F.when(final_read, F.struct("t_inv", "index", "offset", "ret", "ret_str"))).alias("final"),
+            F.max(F.when(possible_put, F.coalesce(F.col("t_done"), F.lit(FOREVER_NS)))).alias("last_put_end"),
+        )
+        .select("hid", "key", F.col("final").isNotNull().alias("has_final"), "final.*", "last_put_end")
     )
-    finals = _join_writers(finals, writers, settings).select(
+    per_key = _join_writers(per_key, writers, settings).select(
         F.col("hid").alias("f_hid"), F.col("key").alias("f_key"),
-        F.struct(
-            "t_inv", "index", "offset", "ret_str",
-            F.coalesce(F.col("applicable"), F.lit(False)).alias("applicable"), "writer_done",
+        F.when(
+            F.col("has_final"),
+            F.struct(
+                "t_inv", "index", "offset", "ret_str",
+                F.coalesce(F.col("applicable"), F.lit(False)).alias("applicable"), "writer_done",
+            ),
         ).alias("last_final"),
-    )
-    put_ends = (
-        ops.where((F.col("kind") == "write") & (F.col("outcome") != "fail"))
-        .groupBy(F.col("hid").alias("p_hid"), F.col("key").alias("p_key"))
-        .agg(F.max(F.coalesce(F.col("t_done"), F.lit(FOREVER_NS))).alias("last_put_end"))
+        "last_put_end",
     )
     writes = ops.where((F.col("outcome") == "ok") & F.col("kind").isin("write", "cas", "append"))
-    joined = writes.join(finals, on=(writes["hid"] == finals["f_hid"]) & writes["key"].eqNullSafe(finals["f_key"]), how="left")
-    joined = joined.join(put_ends, on=(joined["hid"] == put_ends["p_hid"]) & joined["key"].eqNullSafe(put_ends["p_key"]), how="left")
+    joined = writes.join(per_key, on=(writes["hid"] == per_key["f_hid"]) & writes["key"].eqNullSafe(per_key["f_key"]), how="left")
     has_dumps = F.col("hid").isin(*sorted(settings.hids_with_dumps)) if settings.hids_with_dumps else F.lit(False)
     if log_dumps is not None:
         committed_ids = (
@@ -496,39 +526,49 @@ def fenced_broker_reads(ops: DataFrame, node_events: DataFrame) -> DataFrame:
     since_type = "struct<time:bigint,node:string,event:{}>".format(
         node_events.select(_event_struct().alias("e")).schema["e"].dataType.simpleString()
     )
-    # The latest fenced report strictly before the read's invoke...
+    # One running window over the broker's reports and its reads' invokes
+    # and completions gives each read the latest fenced report strictly
+    # before its invoke and the latest other report at or before its
+    # completion. At equal times: other reports, invokes, fenced reports,
+    # completions (each aggregate sees only its own reports, so only each
+    # kind's place against the reads matters).
+    other_ord, invoke_ord, fenced_ord, completion_ord = 0, 1, 2, 3
     fenced_reports = states.where(F.col("state") == "fenced").select(
-        "hid", F.col("broker_id").alias("broker"), F.col("time").alias("t"), F.lit(1).alias("ord"),
-        F.struct("time", "node", _event_struct().alias("event")).alias("since"), _null("bigint").alias("r_index"),
+        "hid", F.col("broker_id").alias("broker"), F.col("time").alias("t"), F.lit(fenced_ord).alias("ord"),
+        F.struct("time", "node", _event_struct().alias("event")).alias("since"), _null("bigint").alias("other_time"),
+        _null("bigint").alias("r_index"),
+    )
+    other_reports = states.where(F.col("state") != "fenced").select(
+        "hid", F.col("broker_id").alias("broker"), F.col("time").alias("t"), F.lit(other_ord).alias("ord"),
+        _null(since_type).alias("since"), F.col("time").alias("other_time"), _null("bigint").alias("r_index"),
     )
     invokes = reads.select(
-        "hid", F.col("node").alias("broker"), F.col("t_inv").alias("t"), F.lit(0).alias("ord"),
-        _null(since_type).alias("since"), F.col("index").alias("r_index"),
-    )
-    per_broker = Window.partitionBy("hid", "broker").orderBy("t", "ord").rowsBetween(*_EARLIER)
-    fenced_at_invoke = (
-        fenced_reports.unionByName(invokes)
-        .select("*", F.max("since").over(per_broker).alias("last_fenced"))
-        .where((F.col("ord") == 0) & F.col("last_fenced").isNotNull())
-        .select("hid", "r_index", "last_fenced")
-    )
-    # ...and the latest other report at or before its completion.
-    other_reports = states.where(F.col("state") != "fenced").select(
-        "hid", F.col("broker_id").alias("broker"), F.col("time").alias("t"), F.lit(0).alias("ord"),
-        F.col("time").alias("other_time"), _null("bigint").alias("r_index"),
+        "hid", F.col("node").alias("broker"), F.col("t_inv").alias("t"), F.lit(invoke_ord).alias("ord"),
+        _null(since_type).alias("since"), _null("bigint").alias("other_time"), F.col("index").alias("r_index"),
     )
     completions = reads.select(
-        "hid", F.col("node").alias("broker"), F.col("t_done").alias("t"), F.lit(1).alias("ord"),
-        _null("bigint").alias("other_time"), F.col("index").alias("r_index"),
+        "hid", F.col("node").alias("broker"), F.col("t_done").alias("t"), F.lit(completion_ord).alias("ord"),
+        _null(since_type).alias("since"), _null("bigint").alias("other_time"), F.col("index").alias("r_index"),
     )
-    other_by_completion = (
-        other_reports.unionByName(completions)
-        .select("*", F.max("other_time").over(per_broker).alias("last_other"))
-        .where(F.col("ord") == 1)
-        .select("hid", "r_index", "last_other")
-    )
-    flagged = fenced_at_invoke.join(other_by_completion, on=["hid", "r_index"], how="inner").where(
-        F.col("last_other").isNull() | (F.col("last_other") < F.col("last_fenced.time"))
+    per_broker = Window.partitionBy("hid", "broker").orderBy("t", "ord").rowsBetween(*_EARLIER)
+    # The read's two rows meet again in the window's partition: grouping by
+    # (hid, broker, read) needs no second shuffle.
+    flagged = (
+        fenced_reports.unionByName(other_reports).unionByName(invokes).unionByName(completions)
+        .select(
+            "hid", "broker", "ord", "r_index",
+            F.max("since").over(per_broker).alias("last_fenced"), F.max("other_time").over(per_broker).alias("last_other"),
+        )
+        .where(F.col("ord").isin(invoke_ord, completion_ord))
+        .groupBy("hid", "broker", "r_index")
+        .agg(
+            F.max(F.when(F.col("ord") == invoke_ord, F.col("last_fenced"))).alias("last_fenced"),
+            F.max(F.when(F.col("ord") == completion_ord, F.col("last_other"))).alias("last_other"),
+        )
+        .where(
+            F.col("last_fenced").isNotNull()
+            & (F.col("last_other").isNull() | (F.col("last_other") < F.col("last_fenced.time")))
+        )
     )
     evidence = F.struct(F.col("r_index").alias("read"), F.col("last_fenced.event").alias("fenced_since"))
     return _anomaly(flagged, "fenced-broker-read", evidence, ord1=F.col("r_index"))
@@ -541,10 +581,12 @@ def anomalies(
     settings: Settings,
     checks: frozenset[str] | None = None,
 ) -> tuple[DataFrame | None, DataFrame | None]:
-    """Every tier-1 anomaly of every history, as one DataFrame (None when no
-    check is left), and every ok read's staleness (:func:`read_staleness`;
-    None when no history has an ok read). ``checks`` limits them to the
-    checks some history has input for (fewer Spark stages)."""
+    """Every tier-1 anomaly of every history but the stale reads, as one
+    DataFrame (None when no check is left), and every ok read's staleness
+    (:func:`read_staleness`, from which :func:`stale_read_evidence` picks
+    the stale reads; None when the stale-read check is not wanted).
+    ``checks`` limits them to the checks some history has input for (fewer
+    Spark stages)."""
     wanted = checks if checks is not None else frozenset(
         ["stale-read", "non-monotonic-read-process", "non-monotonic-read-broker", "garbage-read", "aborted-read",
          "future-read", "lost-write", "split-brain", "forked-log", "duplicated-write", "broker-epoch-regression",
@@ -555,15 +597,14 @@ def anomalies(
     parts: list[DataFrame] = []
     staleness = None
     if "stale-read" in wanted:
+        # Its anomalies are picked from the staleness rows (stale_read_evidence).
         staleness = read_staleness(ops, writers, settings)  # type: ignore[arg-type]
-        parts.append(stale_reads(staleness))
     if "non-monotonic-read-process" in wanted:
         parts.append(non_monotonic_reads_by_process(ops, settings))
     if "non-monotonic-read-broker" in wanted:
         parts.append(non_monotonic_reads_by_broker(ops, settings))
     if wanted & {"garbage-read", "aborted-read", "future-read"}:
-        for part in unwritten_reads(ops, writers, settings):  # type: ignore[arg-type]
-            parts.append(part)
+        parts.append(unwritten_reads(ops, writers, settings))  # type: ignore[arg-type]
     if "lost-write" in wanted:
         parts.append(lost_writes(ops, writers, log_dumps, settings))  # type: ignore[arg-type]
     if node_events is not None:

@@ -123,3 +123,19 @@ def test_first_missed_write_is_the_earliest_acknowledged_of_either_rule():
     assert (witness["staleness_ms"], witness["bound_ms"], witness["offsets_behind"]) == (26.0, 15.0, 4)
     # Within the bound: measured, not flagged.
     assert stale_reads_of_events([dict(e, time=e["time"] - 12 * MS) if e["index"] >= 6 else e for e in events], META) == []
+
+
+def test_stale_read_evidence_from_a_staleness_row_is_the_other_checks_shape():
+    # The Spark job picks stale reads from the per-read staleness rows it
+    # fetches; the evidence must read as the to_json of the struct it used
+    # to build in Spark: fields in order, null fields left out.
+    from jepsen_like.checker._tier1 import stale_read_evidence
+
+    within = dict(index=7, missed=3, read_from=None, rule="offset", bound_ns=15 * MS, offsets_behind=2)
+    assert stale_read_evidence(**within, staleness_ns=15 * MS) is None  # at the bound: not stale
+    assert stale_read_evidence(**within, staleness_ns=0) is None
+    evidence = stale_read_evidence(**within, staleness_ns=15 * MS + 500_000)
+    assert evidence == {"read": 7, "missed_write": 3, "rule": "offset", "bound_ms": 15.0, "staleness_ms": 15.5, "offsets_behind": 2}
+    assert list(evidence) == ["read", "missed_write", "rule", "bound_ms", "staleness_ms", "offsets_behind"]
+    by_value = stale_read_evidence(7, 3, 1, "value", 0, 1, None)
+    assert list(by_value.items()) == [("read", 7), ("missed_write", 3), ("read_from", 1), ("rule", "value"), ("bound_ms", 0.0), ("staleness_ms", 1e-06)]
