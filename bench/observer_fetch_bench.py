@@ -164,6 +164,13 @@ class Leader:
                 (held if response.dst in FOLLOWERS else requests).append(fetcher.fetch(node.epoch))
         return held
 
+    def park_everyone(self) -> None:
+        """Every follower and observer fetches until it has caught up (the
+        election's record committed) and its Fetch is parked."""
+        waiting = self.deliver([fetcher.fetch(self.node.epoch) for _, fetcher in sorted(self.fetchers.items())])
+        while waiting:
+            waiting = self.deliver(waiting)
+
     def propose_one(self, payload: bytes, followers: list[FetchRequest]) -> list[FetchRequest]:
         """One record proposed; the observers' next Fetches, then the
         followers' Fetches sent since the previous record (they acknowledge
@@ -183,15 +190,13 @@ def one_round(observers: int, records: int) -> tuple[float, Tally]:
     """(leader CPU s for ``records`` records, what it sent meanwhile)."""
     leader = Leader(observers)
     node = leader.node
-    # Everyone catches up and parks (the election's record committed).
-    followers = leader.deliver([fetcher.fetch(node.epoch) for _, fetcher in sorted(leader.fetchers.items())])
-    while followers:
-        followers = leader.deliver(followers)
+    leader.park_everyone()
     if node.high_watermark != node.log.end_offset:
         raise RuntimeError("the leader's first record did not commit")
     leader.cpu_s = 0.0
     leader.tally = Tally()
     gc.collect()
+    followers: list[FetchRequest] = []  # every Fetch is parked
     for i in range(records):
         followers = leader.propose_one(b"unfence broker %d" % i, followers)
     while followers:  # the last record's acknowledgements

@@ -38,10 +38,7 @@ CLUSTER_ID = "observer-step-bench"
 def one_round(observers: int, records: int) -> dict[str, float]:
     leader = Leader(observers)
     node = leader.node
-    # Everyone catches up; the observers' and then the followers' Fetches park.
-    followers = leader.deliver([fetcher.fetch(node.epoch) for _, fetcher in sorted(leader.fetchers.items())])
-    while followers:
-        followers = leader.deliver(followers)
+    leader.park_everyone()
     _offset, out = node.propose([b"unfence broker %d" % i for i in range(records)])
     follower_fetches = []
     for response in leader._settle(out):

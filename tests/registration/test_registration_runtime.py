@@ -63,6 +63,36 @@ async def start_cluster(
     return runtimes, controllers
 
 
+async def write(leader: QuorumRuntime, controller: Controller, request: Any) -> Any:
+    """``request`` handled by the active ``controller``, its records proposed
+    through ``leader`` and committed: the controller's answer."""
+    while (reply := controller.handle_request(request, 0)).response is not None:
+        assert reply.response.error is ErrorCode.NOT_LEADER
+        await trio.sleep(0.05)
+    last = await leader.propose(reply.records)
+    return reply.on_committed(last - len(reply.records) + 1)
+
+
+async def online_broker(
+    runtimes: dict[int, QuorumRuntime], controllers: dict[int, Any]
+) -> tuple[int, QuorumRuntime, Controller]:
+    """Once a controller is active, ``BROKER`` registered through it and
+    heartbeating through its Fetches until the leader's working image says
+    it is Online: ``(leader id, leader runtime, its controller)``."""
+    while not any(c.is_active for c in controllers.values()):
+        await trio.sleep(0.05)
+    leader_id = next(node_id for node_id, c in controllers.items() if c.is_active)
+    leader, controller = runtimes[leader_id], controllers[leader_id]
+    request = RegisterBrokerRequest(broker_id=BROKER, incarnation_id="one", cluster_id=CLUSTER_ID, listeners=LISTENERS)
+    epoch = (await write(leader, controller, request)).broker_epoch
+    runtimes[BROKER].attach_fetch_extension(
+        lambda: BrokerHeartbeat(broker_id=BROKER, broker_epoch=epoch).to_extension(), lambda _reply: None
+    )
+    while controller.working_image.broker_state(BROKER) is not BrokerState.ONLINE:
+        await trio.sleep(0.05)
+    return leader_id, leader, controller
+
+
 async def test_controller_drives_registration_and_heartbeats_through_the_runtime(nursery, autojump_clock):
     network = MemoryNetwork()
     runtimes, controllers = await start_cluster(
@@ -126,29 +156,12 @@ async def test_the_runtime_catches_the_controller_up_after_the_fence_reached_the
     leader's working image applies it (ReplicaHost.application_catch_up)."""
     network = MemoryNetwork()
     runtimes, controllers = await start_cluster(nursery, network, _CatchUpWitness)
-
-    async def write(request: Any) -> Any:
-        while (reply := controller.handle_request(request, 0)).response is not None:
-            assert reply.response.error is ErrorCode.NOT_LEADER
-            await trio.sleep(0.05)
-        last = await leader.propose(reply.records)
-        return reply.on_committed(last - len(reply.records) + 1)
-
     with trio.fail_after(120):
-        while not any(c.is_active for c in controllers.values()):
-            await trio.sleep(0.05)
-        leader_id = next(node_id for node_id, c in controllers.items() if c.is_active)
-        leader, controller = runtimes[leader_id], controllers[leader_id]
-        request = RegisterBrokerRequest(broker_id=BROKER, incarnation_id="one", cluster_id=CLUSTER_ID, listeners=LISTENERS)
-        epoch = (await write(request)).broker_epoch
-        broker = runtimes[BROKER]
-        broker.attach_fetch_extension(
-            lambda: BrokerHeartbeat(broker_id=BROKER, broker_epoch=epoch).to_extension(), lambda _reply: None
-        )
-        while broker.state_machine.broker_state(BROKER) is not BrokerState.ONLINE:
+        leader_id, leader, controller = await online_broker(runtimes, controllers)
+        while runtimes[BROKER].state_machine.broker_state(BROKER) is not BrokerState.ONLINE:
             await trio.sleep(0.05)
         topics = CreateTopicsRequest(topics=(NewTopic(name="t", partitions=20, replication_factor=1),))
-        assert (await write(topics)).results[0].error is ErrorCode.NONE
+        assert (await write(leader, controller, topics)).results[0].error is ErrorCode.NONE
         assert leader.state_machine.leader_count(BROKER) == 20
 
         network.isolate(BROKER, list(VOTERS))  # its heartbeats stop; its session expires
@@ -175,20 +188,7 @@ async def test_a_silent_brokers_session_expires_on_time_while_the_leaders_ticker
     network = MemoryNetwork()
     runtimes, controllers = await start_cluster(nursery, network, lambda config, image, _runtimes: Controller(config, image))
     with trio.fail_after(60):
-        while not any(c.is_active for c in controllers.values()):
-            await trio.sleep(0.05)
-        leader_id = next(node_id for node_id, c in controllers.items() if c.is_active)
-        leader, controller = runtimes[leader_id], controllers[leader_id]
-        request = RegisterBrokerRequest(broker_id=BROKER, incarnation_id="one", cluster_id=CLUSTER_ID, listeners=LISTENERS)
-        while (reply := controller.handle_request(request, 0)).response is not None:
-            await trio.sleep(0.05)
-        last = await leader.propose(reply.records)
-        epoch = reply.on_committed(last - len(reply.records) + 1).broker_epoch
-        runtimes[BROKER].attach_fetch_extension(
-            lambda: BrokerHeartbeat(broker_id=BROKER, broker_epoch=epoch).to_extension(), lambda _reply: None
-        )
-        while controller.working_image.broker_state(BROKER) is not BrokerState.ONLINE:
-            await trio.sleep(0.05)
+        _leader_id, leader, controller = await online_broker(runtimes, controllers)
 
     network.isolate(BROKER, list(VOTERS))  # its heartbeats stop
     due_ms = controller.next_tick_due_ms()  # its session's expiry (no no-ops here)
