@@ -1488,6 +1488,7 @@ class QuorumNode:
             message.src not in self._voter_ids
             and not isinstance(message, _ANY_SENDER_TYPES)
             and not (isinstance(message, EndQuorumEpochRequest) and self._hands_over(message))
+            and not (isinstance(message, BeginQuorumEpochRequest) and self._elected_by_us(message))
         ):
             # Only voters lead, hand over or answer what this node sends to
             # voters; observers only fetch (KIP-595; Kafka refuses such a
@@ -1498,7 +1499,8 @@ class QuorumNode:
             # fetcher asks a leader its own set may not hold yet (a new node
             # learning the set from the log), and a leader that removed
             # itself leads until the change commits (Raft thesis §4.2.2);
-            # that leader's hand-over is heard too (``_hands_over``).
+            # that leader's hand-over is heard too (``_hands_over``), and so
+            # is the victory of a candidate we voted for (``_elected_by_us``).
             self._counters["messages_refused_not_voter"] += 1
             if isinstance(message, _RESPONSE_TYPES):
                 return False
@@ -1632,6 +1634,20 @@ class QuorumNode:
         if not (self.dynamic_voters or self._addressed_as_voter(request)):
             return False
         return _log_up_to_date(request, self._log)
+
+    def _elected_by_us(self, request: BeginQuorumEpochRequest) -> bool:
+        """Is ``request`` the victory of the candidate this node voted for
+        in this very epoch? ``_hears_candidate`` grants a vote to a
+        candidate outside our voter set, for its set may be later than ours
+        (KIP-853; Raft thesis §4.1); refusing its BeginQuorumEpoch then
+        would leave a voter that elected it unable to follow it, and when
+        that vote was part of the only majority, no leader would ever hold
+        one (the sweep's seed 266758: n2, behind the records that added n5
+        and removed n3, elected n5 and refused it five epochs running while
+        n5 resigned by check quorum each time). Not a forgery's way in: no
+        healthy leader is deposed, for the epoch is ours and our vote in it
+        went to the sender, the only node that can lead it (§3.4)."""
+        return request.epoch == self._epoch and self._voted_for == request.src
 
     def _hands_over(self, request: EndQuorumEpochRequest) -> bool:
         """Is ``request`` our own leader resigning in our epoch? A leader

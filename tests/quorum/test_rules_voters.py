@@ -6,11 +6,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from harness import CHECK_QUORUM_TICKS, FETCH_TIMEOUT_TICKS, Cluster, Disk, Replica, make_config, record
+from harness import CHECK_QUORUM_TICKS, FETCH_TIMEOUT_TICKS, Cluster, Disk, Replica, make_config, messages_of, record
 
 from quorum import (
     AutoJoin,
     AutoJoinAction,
+    BeginQuorumEpochRequest,
     ErrorCode,
     EndQuorumEpochRequest,
     FetchRequest,
@@ -860,6 +861,49 @@ def test_a_voter_with_a_stale_set_votes_for_an_up_to_date_candidate_outside_it()
     assert cluster.leaders() == [4]
     assert cluster.node(4).leader_has_committed_own_epoch
     assert cluster.node(3).voters.ids == (1, 3, 4)
+
+
+def test_a_voter_with_a_stale_set_follows_the_candidate_outside_it_that_it_elected():
+    """Found by the sweep (random, seed 266758): as above, but nobody else
+    can tell node 3 who leads (node 2, removed, is down too). Node 4 wins
+    epoch with node 3's vote and sends it BeginQuorumEpoch; node 3 refused
+    it as coming from a non-voter, never fetched, and node 4 resigned by
+    check quorum again and again: nothing committed. A node follows the
+    candidate it voted for in that very epoch."""
+    cluster = caught_up_observer()
+    cluster.isolate(3)
+    add(cluster, 1, 4)
+    settle(cluster, 4)
+    remove(cluster, 1, 2)
+    settle(cluster, 4)
+    assert cluster.node(3).voters.ids == (1, 2, 3)
+    cluster.crash(1)
+    cluster.crash(2)
+    cluster.heal()
+    cluster.run(4000)
+
+    assert cluster.leaders() == [4]
+    assert cluster.node(4).leader_has_committed_own_epoch
+    assert cluster.node(3).role is Role.FOLLOWER and cluster.node(3).leader_id == 4
+    assert cluster.node(3).voters.ids == (1, 3, 4)
+    assert cluster.node(3).counters["messages_refused_not_voter"] == 0
+
+
+def test_a_begin_quorum_epoch_from_a_non_voter_it_did_not_elect_is_still_refused():
+    """The exception above is for the vote this node gave in this epoch: a
+    non-voter claiming an epoch whose vote went elsewhere (or nowhere)
+    is refused as before, and moves nothing."""
+    cluster = Cluster(3)
+    node2 = cluster.node(2)
+    cluster.inject(VoteRequest(src=3, dst=2, epoch=node2.epoch + 1, last_epoch=0, end_offset=0, pre_vote=False))
+    assert node2.voted_for == 3
+    epoch = node2.epoch
+
+    output = cluster.inject(BeginQuorumEpochRequest(src=9, dst=2, epoch=epoch))
+
+    assert node2.role is Role.UNATTACHED and node2.leader_id is None and node2.epoch == epoch
+    assert all(message.error == ErrorCode.INVALID_REQUEST for message in messages_of(output))
+    assert node2.counters["messages_refused_not_voter"] == 1
 
 
 def test_a_wiped_voter_restarted_with_a_static_voter_list_cannot_lose_a_committed_write():

@@ -261,6 +261,42 @@ def voter_without_the_upgrade_elected_an_added_one(events: Events, options) -> l
     return found
 
 
+_BEGIN_EPOCH = re.compile(r"^n(?P<voter>\d+) <- (?P<leader>\d+)->(?P=voter) BeginEpoch e(?P<epoch>\d+)$")
+_VOTE_GRANTED_IN = re.compile(
+    r"^n(?P<candidate>\d+) <- (?P<voter>\d+)->(?P=candidate) VoteResp e(?P<epoch>\d+) vote granted"
+)
+
+
+def voter_behind_an_addition_elected_the_added_node(events: Events, options) -> list[str]:
+    """A voter whose log ended before the record that added a node (its
+    last Fetch asked for an offset at or below it, so the added node was
+    outside its voter set) voted for that node, which won and sent it
+    BeginQuorumEpoch in the same epoch: seed 266758, where n2 refused the
+    leader it had elected five epochs running, and with n1 repairing no
+    majority of {1, 2, 5} ever fetched from n5 (liveness)."""
+    added_at: dict[int, int] = {}
+    fetched_up_to: dict[int, int] = {}
+    granted: dict[tuple[int, int], int] = {}  # (voter, epoch) -> candidate
+    found = []
+    for ms, text in events:
+        if (match := _VOTER_CHANGE.match(text)) and match["op"] == "add":
+            added_at[int(match["target"])] = int(match["offset"])
+        elif match := _FETCH_OFFSET.match(text):
+            fetched_up_to[int(match["node"])] = int(match["offset"])
+        elif match := _VOTE_GRANTED_IN.match(text):
+            voter, candidate = int(match["voter"]), int(match["candidate"])
+            if candidate in added_at and fetched_up_to.get(voter, 0) <= added_at[candidate]:
+                granted[voter, int(match["epoch"])] = candidate
+        elif match := _BEGIN_EPOCH.match(text):
+            voter, leader, epoch = int(match["voter"]), int(match["leader"]), int(match["epoch"])
+            if granted.pop((voter, epoch), None) == leader:
+                found.append(
+                    f"n{voter} (fetching at offset {fetched_up_to.get(voter, 0)}, n{leader} added at "
+                    f"{added_at[leader]}) elected n{leader} in epoch {epoch}, at {ms:.3f} ms"
+                )
+    return found
+
+
 _WIPED = re.compile(r"^NEMESIS n(?P<node>\d+) DISK WIPED")
 _FETCH_SNAPSHOT = re.compile(r"^n\d+ <- (?P<node>\d+)->\d+ FetchSnap e\d+ #\S+ snapshot=(?P<end>\d+) pos=0$")
 
@@ -302,6 +338,7 @@ FINGERPRINTS: dict[str, Fingerprint] = {
         lone_leader_gained_a_voter_by_auto_join,
         damaged_observer_added_as_a_voter,
         voter_without_the_upgrade_elected_an_added_one,
+        voter_behind_an_addition_elected_the_added_node,
         joiner_fetched_a_snapshot_from_before_the_upgrade,
     )
 }

@@ -44,6 +44,7 @@ from _interleavings import (
     restarted_leader_refused_a_local_read,
     run_with_trace,
     snapshot_restored_leader_refused_a_local_read,
+    voter_behind_an_addition_elected_the_added_node,
     voter_without_the_upgrade_elected_an_added_one,
 )
 
@@ -302,6 +303,28 @@ def test_seed_17247_a_voter_that_missed_the_upgrade_votes_for_an_added_candidate
     assert voter_without_the_upgrade_elected_an_added_one(events, options), (
         "the schedule drifted: no voter that missed the upgrade votes for a candidate outside the static set"
     )
+
+
+def test_seed_266758_a_voter_behind_an_addition_follows_the_added_node_it_elected():
+    """Found in an 8,000-seed sweep (seed 266758): n5 was added and n3
+    removed, so the voters were {1, 2, 5}, while n2 was cut off and then
+    crashed with a log that ended before n5's addition. After the heal n1
+    repaired a damaged log (it cannot vote), and n5 stood: n2 voted for it
+    (a candidate outside its set may hold a later one, Raft thesis §4.1)
+    but then refused its BeginQuorumEpoch as coming from a non-voter. n5
+    never heard a majority fetch, resigned by check quorum, and won again
+    with n2's vote, five epochs running: no write committed after the
+    heal. A node now follows the candidate it voted for in that epoch."""
+    options = random_options(266758)
+    result, events = run_with_trace("random", 266758, options)
+    found = voter_behind_an_addition_elected_the_added_node(events, options)
+    assert found, "the schedule drifted: no voter behind an addition elects the added node"
+    assert result.valid, result.violation
+    voter = re.match(r"n(\d+) ", found[0]).group(1)
+    leader = re.search(r"elected n(\d+) in epoch (\d+)", found[0])
+    assert any(
+        text.startswith(f"n{voter} follower e{leader.group(2)} leader=n{leader.group(1)}") for _, text in events
+    ), f"n{voter} never followed the leader it elected"
 
 
 def test_seed_180174_a_disk_formatted_to_join_installs_a_snapshot_from_before_the_upgrade():
