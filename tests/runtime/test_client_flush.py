@@ -10,12 +10,11 @@ import struct
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
 from quorum.client import FLUSH_FRAMES_MAX, QuorumClient
-from quorum.runtime import TlsConfig, create_cluster_certificates
 from quorum.wire import FrameDecoder, ProposeRequest, ProposeResponse, decode_message, encode_message
+from tests.tls_material import certificates_fixture, tls_for
 
 CLUSTER = "flush-test"
 WAIT_S = 20
@@ -24,15 +23,7 @@ _RECORD_HEADER = struct.Struct("!BHH")
 _APPLICATION_DATA = 23
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("certs")
-    create_cluster_certificates(directory, nodes=[1], clients=["admin"])
-    return directory
-
-
-def tls_for(certs: Path, stem: str) -> TlsConfig:
-    return TlsConfig(certs / "ca.pem", certs / f"{stem}.pem", certs / f"{stem}-key.pem")
+certs = certificates_fixture(nodes=(1,), clients=("admin",))
 
 
 class RecordCounter(trio.abc.Stream):

@@ -42,20 +42,13 @@ from quorum.runtime import (
 )
 from quorum.wire import ErrorFrame, FrameDecoder, decode_message, encode_message
 from tests.loopback import free_ports
+from tests.tls_material import certificates_fixture, tls_for
 
 CLUSTER = "tls-test"
 WAIT_S = 20
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("certs")
-    create_cluster_certificates(directory, nodes=[1, 2, 3, 9], brokers=[7], clients=["admin", "reader"])
-    return directory
-
-
-def tls_for(certs: Path, stem: str) -> TlsConfig:
-    return TlsConfig(certs / "ca.pem", certs / f"{stem}.pem", certs / f"{stem}-key.pem")
+certs = certificates_fixture(nodes=(1, 2, 3, 9), brokers=(7,), clients=("admin", "reader"))
 
 
 def put(key: bytes, value: bytes) -> list[bytes]:

@@ -24,26 +24,18 @@ from quorum.runtime import (
     KeyValueStateMachine,
     NodeConfig,
     TlsConfig,
-    create_cluster_certificates,
     open_quorum_node,
 )
 from quorum.runtime import _tls
 from quorum.runtime._tls import SESSION_TICKET_MAX_AGE_S, peer_principal
 from tests.loopback import free_ports
+from tests.tls_material import certificates_fixture, tls_for
 
 CLUSTER = "tls-resumption-test"
 WAIT_S = 20
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("certs")
-    create_cluster_certificates(directory, nodes=[1, 2, 3], clients=["admin"])
-    return directory
-
-
-def tls_for(certs: Path, stem: str) -> TlsConfig:
-    return TlsConfig(certs / "ca.pem", certs / f"{stem}.pem", certs / f"{stem}-key.pem")
+certs = certificates_fixture(nodes=(1, 2, 3), clients=("admin",))
 
 
 class Server:

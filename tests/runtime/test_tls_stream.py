@@ -21,27 +21,18 @@ from quorum.runtime import (
     KeyValueStateMachine,
     NodeConfig,
     StreamWriter,
-    TlsConfig,
     TlsStream,
-    create_cluster_certificates,
     open_quorum_node,
 )
 from quorum.wire import DescribeQuorumRequest, DescribeQuorumResponse, FrameDecoder, ProposeRequest, decode_message, encode_message
 from tests.loopback import free_ports
+from tests.tls_material import certificates_fixture, tls_for
 
 CLUSTER = "tls-stream-test"
 WAIT_S = 20
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("certs")
-    create_cluster_certificates(directory, nodes=[1, 2], clients=["admin"])
-    return directory
-
-
-def tls_for(certs: Path, stem: str) -> TlsConfig:
-    return TlsConfig(certs / "ca.pem", certs / f"{stem}.pem", certs / f"{stem}-key.pem")
+certs = certificates_fixture(nodes=(1, 2), clients=("admin",))
 
 
 async def connected_pair(certs: Path, nursery: trio.Nursery) -> tuple[TlsStream, TlsStream]:
