@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from bench._common import LOOPBACK, free_ports
+
 REPO = Path(__file__).resolve().parent.parent
-LOOPBACK = "127.0.0.1"
 # Seconds for the master and its workers to come up: tens of seconds on a
 # quiet 2-core machine, over four minutes at load average 50.
 START_TIMEOUT_S = 600.0
@@ -56,13 +56,6 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on right now."""
-    with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
-        return probe.getsockname()[1]
 
 
 @dataclass
@@ -180,7 +173,9 @@ def standalone_cluster(
     home = home or spark_home()
     spark_class = str(home / "bin" / "spark-class")
     env = _daemon_env(home, directory)
-    master_port, web_port = free_port(), free_port()
+    # All at once, so no two daemons are handed the same port (bench._common
+    # remembers what it gave out and draws below the ephemeral range).
+    master_port, web_port, *worker_ports = free_ports(2 + 2 * workers)
     master_url, web_url = f"spark://{LOOPBACK}:{master_port}", f"http://{LOOPBACK}:{web_port}"
     daemons = Daemons(stop_timeout_s=stop_timeout_s)
     try:
@@ -197,8 +192,8 @@ def standalone_cluster(
             work.mkdir(parents=True, exist_ok=True)
             daemons.start(
                 f"worker {number}",
-                [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", LOOPBACK, "--port", str(free_port()),
-                 "--webui-port", str(free_port()), "--cores", str(worker_cores), "--memory", worker_memory,
+                [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", LOOPBACK, "--port", str(worker_ports[2 * number - 2]),
+                 "--webui-port", str(worker_ports[2 * number - 1]), "--cores", str(worker_cores), "--memory", worker_memory,
                  "--work-dir", str(work), master_url],
                 directory / "logs" / f"worker-{number}.log", env,
             )
