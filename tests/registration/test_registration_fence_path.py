@@ -18,11 +18,14 @@ from registration import (
     BrokerRegistrationChangeRecord,
     ClusterImage,
     InvalidRecordError,
+    NoOpRecord,
     PartitionChangeRecord,
     PartitionRecord,
     PartitionState,
+    RecordDecodeError,
     RegisterBrokerRecord,
     TopicRecord,
+    decode_record,
     elect_leader,
     encode_record,
 )
@@ -278,3 +281,111 @@ def test_the_controllers_state_machine_never_raises_whatever_the_records():
     assert at_once.snapshot() == one_by_one.snapshot()  # the register map's records too
     assert at_once.image.skipped_records == one_by_one.image.skipped_records > 1_000
     at_once.image.check_indexes()
+
+
+def _random_change_values(rng: random.Random) -> tuple:
+    """A partition change's field values in the record's shape, fitting the
+    image of ``_fence_cluster`` or not (unknown partitions, a leader out of
+    the ISR, an ISR out of the replicas), unchanged fields included."""
+    isr = rng.choice((None, None, (1,), (2,), (1, 2), (2, 3), (0, 1, 2), (1, 3), (3, 0), (4,)))
+    leader = rng.choice((LEADER_UNCHANGED, LEADER_UNCHANGED, NO_LEADER, 0, 1, 2, 3, 4))
+    replicas = rng.choice((None,) * 8 + ((1, 2), (0, 1, 2, 3), (2, 3, 1)))
+    return ("tid" if rng.random() < 0.95 else "uid", rng.randrange(12), isr, leader, replicas)
+
+
+def test_a_run_of_partition_changes_applies_as_the_records_do_one_at_a_time(caplog):
+    """Voters gather a run of partition changes and apply it in one loop
+    (``ClusterImage._change_partitions``, a copy of ``_change_partition``'s
+    body, issue 21): random runs, fitting or not, among other records,
+    control records, undecodable bytes and changes framed in msgpack's
+    longer forms, end where the records applied one at a time through
+    ``apply_record`` end: the same image and indexes, the same records
+    skipped with the same messages."""
+    rng = random.Random(2021)
+    entries, _ = _fence_cluster(10)
+    for trial in range(60):
+        batch_values: list = []
+        for _ in range(rng.randint(1, 120)):
+            kind = rng.random()
+            if kind < 0.8:
+                batch_values.append(("change", _random_change_values(rng)))
+            elif kind < 0.86:
+                batch_values.append(("long-framed", _random_change_values(rng)))
+            elif kind < 0.9:
+                batch_values.append(("control", None))
+            elif kind < 0.94:
+                batch_values.append(("garbage", rng.choice((b"\x93\x05\x00\x95\xa3tid", b"\x93\x05\x00\x95", b"\xc1"))))
+            else:
+                batch_values.append(("record", rng.randrange(4)))
+        base = len(entries)
+        batch: list[Entry] = []
+        for offset, (kind, value) in enumerate(batch_values, base):
+            if kind == "change":
+                data = encode_partition_changes([value])[0] if value[0] == "tid" else msgpack.packb(
+                    [PartitionChangeRecord.TYPE_CODE, 0, list(value)], use_bin_type=True
+                )
+            elif kind == "long-framed":  # array 16 headers: not the encoder's prefix, decodes alike
+                body = msgpack.packb(list(value), use_bin_type=True)[1:]
+                data = b"\xdc\x00\x03" + bytes((PartitionChangeRecord.TYPE_CODE, 0)) + b"\xdc\x00\x05" + body
+            elif kind == "control":
+                batch.append(Entry(offset, 1, RecordKind.LEADER_CHANGE, b""))
+                continue
+            elif kind == "garbage":
+                data = value
+            else:
+                data = encode_record(BrokerRegistrationChangeRecord(broker_id=value, broker_epoch=value, fenced=1))
+            batch.append(Entry(offset, 1, RecordKind.DATA, data))
+
+        at_once = ClusterImage()
+        at_once.apply(entries)
+        one_at_a_time = ClusterImage()
+        one_at_a_time.apply(entries)
+        caplog.clear()
+        at_once.apply(batch)
+        messages = [r.getMessage() for r in caplog.records]
+        expected = []
+        for entry in batch:
+            if entry.kind is not RecordKind.DATA:
+                one_at_a_time.apply_record(NoOpRecord(), entry.offset)
+                continue
+            try:
+                one_at_a_time.apply_record(decode_record(entry.data), entry.offset)
+            except (RecordDecodeError, InvalidRecordError) as error:
+                expected.append(f"skipped the record at offset {entry.offset}: {error}")
+                one_at_a_time.apply_record(NoOpRecord(), entry.offset)
+        assert messages == expected, trial
+        assert at_once.skipped_records == len(expected)
+        assert at_once == one_at_a_time and at_once.fingerprint() == one_at_a_time.fingerprint(), trial
+        at_once.check_indexes()
+
+
+def test_the_controllers_run_of_changes_stops_where_the_records_would():
+    """``apply_partition_changes`` (the controller's working image) applies
+    what ``apply_record`` would, one change at a time, up to the first that
+    does not fit, and raises that change's error."""
+    rng = random.Random(631)
+    entries, _ = _fence_cluster(10)
+    for _ in range(100):
+        values = [_random_change_values(rng) for _ in range(rng.randint(1, 40))]
+        run, by_records = ClusterImage(), ClusterImage()
+        run.apply(entries)
+        by_records.apply(entries)
+        first = run.offset
+        refusal = None
+        for offset, change in enumerate(values, first):
+            record = PartitionChangeRecord(
+                topic_id=change[0], partition_id=change[1], isr=change[2], leader=change[3], replicas=change[4]
+            )
+            try:
+                by_records.apply_record(record, offset)
+            except InvalidRecordError as error:
+                refusal = str(error)
+                break
+        if refusal is None:
+            run.apply_partition_changes(values, first)
+        else:
+            with pytest.raises(InvalidRecordError) as raised:
+                run.apply_partition_changes(values, first)
+            assert str(raised.value) == refusal
+        assert run == by_records and run.fingerprint() == by_records.fingerprint()
+        run.check_indexes()
