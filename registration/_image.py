@@ -20,6 +20,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import repeat
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -894,6 +895,29 @@ class ClusterImage:
     def partitions_with_replica_in_isr(self, broker_id: int) -> frozenset[PartitionKey]:
         """Keys of the partitions whose ISR holds ``broker_id`` (indexed)."""
         return frozenset(self._in_isr.get(broker_id))
+
+    def partitions_in_isr_of(self, broker_id: int) -> list[PartitionState]:
+        """The partitions whose ISR holds ``broker_id``, sorted by key
+        (topic id, then partition id): the order a fence elects them in.
+
+        ``[partition(*key) for key in sorted(partitions_with_replica_in_isr(
+        broker_id))]``, cheaper (a fence's 10,000): partition ids sorted per
+        topic rather than (topic id, partition id) tuples compared, and the
+        states looked up in C."""
+        by_topic: dict[str, list[int]] = {}
+        for topic_id, partition_id in self._in_isr.get(broker_id):
+            ids = by_topic.get(topic_id)
+            if ids is None:
+                by_topic[topic_id] = [partition_id]
+            else:
+                ids.append(partition_id)
+        lookup = self._partitions.__getitem__
+        states: list[PartitionState] = []
+        for topic_id in sorted(by_topic):
+            ids = by_topic[topic_id]
+            ids.sort()
+            states += map(lookup, zip(repeat(topic_id), ids))
+        return states
 
     def partitions_without_leader(self) -> list[PartitionKey]:
         """Keys of the offline partitions, sorted (indexed: O(result))."""

@@ -389,3 +389,27 @@ def test_the_controllers_run_of_changes_stops_where_the_records_would():
             assert str(raised.value) == refusal
         assert run == by_records and run.fingerprint() == by_records.fingerprint()
         run.check_indexes()
+
+
+def test_the_partitions_in_a_brokers_isr_come_in_key_order():
+    """``partitions_in_isr_of`` (the order a fence elects and writes its
+    changes in) is the states of ``sorted(partitions_with_replica_in_isr)``,
+    topic ids compared as strings, partition ids as numbers."""
+    rng = random.Random(21)
+    records: list = [RegisterBrokerRecord(broker_id=b, incarnation_id=f"b{b}", listeners=LISTENERS) for b in range(5)]
+    topic_ids = ["t10", "t9", "t1", "T", "t", "t_", "t0"]
+    for topic_id in topic_ids:
+        records.append(TopicRecord(name=f"name-{len(records)}", topic_id=topic_id))
+        for partition_id in rng.sample(range(1_000), 40):
+            replicas = tuple(rng.sample(range(5), 3))
+            isr = replicas[: rng.randint(1, 3)]
+            records.append(
+                PartitionRecord(topic_id=topic_id, partition_id=partition_id, replicas=replicas, isr=isr, leader=isr[0])
+            )
+    image = ClusterImage()
+    image.apply([Entry(offset, 1, RecordKind.DATA, encode_record(r)) for offset, r in enumerate(records)])
+    for broker_id in range(6):
+        expected = [image.partition(*key) for key in sorted(image.partitions_with_replica_in_isr(broker_id))]
+        assert image.partitions_in_isr_of(broker_id) == expected
+        assert all(state is not None for state in expected)
+    assert image.partitions_in_isr_of(5) == []
