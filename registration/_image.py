@@ -201,6 +201,17 @@ class _SetIndex:
         self._owned = set()
         return _SetIndex(dict(self._sets))
 
+    def copy_sets(self) -> _SetIndex:
+        """A copy that shares no set: each side owns its sets (this one
+        keeps owning what it owned), so neither copies one on its first
+        change to it. For an index whose sets a big batch changes nearly
+        all of on both sides (``ClusterImage.copy``)."""
+        if self.pending:
+            self.apply_pending()
+        other = _SetIndex({key: set(members) for key, members in self._sets.items()})
+        other._owned = set(other._sets)
+        return other
+
     def apply_pending(self) -> None:
         """Make the noted updates: for one member of a set only the last
         ``add`` or ``discard`` matters, so this ends where making them in
@@ -272,7 +283,15 @@ class ClusterImage:
     def copy(self) -> ClusterImage:
         """An independent image equal to this one. Cheap: values are
         immutable and indexes copy-on-write, so the cost is a few dict copies
-        (about O(partitions) at C speed)."""
+        (about O(partitions) at C speed).
+
+        The leaders index is copied set by set instead: a fence, or a
+        controlled shutdown, moves its broker's leaderships to nearly every
+        other broker, so the first one after a copy (the controller's
+        ``activate``) copied about a thousand shared sets on each side,
+        the working image's and the committed one's, on the fence's path
+        (docs/benchmarks.md, "The fence, a fifth time"); here, once, and
+        the committed image keeps its own."""
         other = ClusterImage.__new__(ClusterImage)
         other._offset = self._offset
         other._brokers = dict(self._brokers)
@@ -283,7 +302,7 @@ class ClusterImage:
         other._partitions = dict(self._partitions)
         other._partition_ids = self._partition_ids.copy()
         other._leaderless = self._leaderless.copy()
-        other._led_by = self._led_by.copy()
+        other._led_by = self._led_by.copy_sets()
         other._in_isr = self._in_isr.copy()
         other._tuples = self._tuples  # an append-only cache of canonical tuples
         self._pending_changes = other._pending_changes = 0  # the index copies made them

@@ -413,3 +413,34 @@ def test_the_partitions_in_a_brokers_isr_come_in_key_order():
         assert image.partitions_in_isr_of(broker_id) == expected
         assert all(state is not None for state in expected)
     assert image.partitions_in_isr_of(5) == []
+
+
+def test_an_image_copy_shares_no_leaders_set_and_each_side_changes_its_own_in_place():
+    """``ClusterImage.copy`` (the controller's activation) copies the leaders
+    index set by set: a fence then moves leaderships on both sides, the
+    working image's and the committed one's, without copying a shared set
+    first, and neither sees the other's changes, copies of copies too."""
+    entries, changes = _fence_cluster(30)
+    original = ClusterImage()
+    original.apply(entries)
+    owned_before = {broker_id: members for broker_id, members in original._led_by.items()}
+    copy = original.copy()
+    assert all(copy._led_by._sets[b] is not members for b, members in owned_before.items())
+    copy_of_copy = copy.copy()
+    first = original.offset
+
+    for offset, change in enumerate(changes[:20], first):
+        original.apply_record(change, offset)
+    original.apply_record(NoOpRecord(), first + 20)  # an apply makes the noted index updates
+    assert original._led_by._sets[0] is owned_before[0]  # changed in place: no copy
+    for offset, change in enumerate(changes[10:], first):
+        copy.apply_record(change, offset)
+    copy.apply_record(NoOpRecord(), first + 20)
+
+    assert original.leader_count(0) == 10 and copy.leader_count(0) == 10 and copy_of_copy.leader_count(0) == 30
+    assert original.partitions_led_by(0) != copy.partitions_led_by(0)
+    reference = ClusterImage()
+    reference.apply(entries)
+    assert copy_of_copy == reference and copy_of_copy.fingerprint() == reference.fingerprint()
+    for image in (original, copy, copy_of_copy):
+        image.check_indexes()
