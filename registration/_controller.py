@@ -292,7 +292,7 @@ class Controller:
         commits. Every registered broker gets a fresh session (KAFKA-18138).
 
         Cost: one ``ClusterImage.copy()`` (a few dict copies and the leaders
-        index set by set; 13-19 ms of CPU at 100,000 partitions and 1,000
+        index set by set: about 12 ms of CPU at 100,000 partitions and 1,000
         brokers, docs/benchmarks.md "The fence, a fifth time").
 
         Raises ``ValueError`` when ``next_write_offset`` is below the
