@@ -291,8 +291,9 @@ class Controller:
         image's offset and, when wrong, resynchronises after its first batch
         commits. Every registered broker gets a fresh session (KAFKA-18138).
 
-        Cost: one ``ClusterImage.copy()`` (a few dict copies; about 10 ms at
-        100,000 partitions, docs/registration.md).
+        Cost: one ``ClusterImage.copy()`` (a few dict copies and the leaders
+        index set by set: about 12 ms of CPU at 100,000 partitions and 1,000
+        brokers, docs/benchmarks.md "The fence, a fifth time").
 
         Raises ``ValueError`` when ``next_write_offset`` is below the
         committed image's offset.
@@ -574,17 +575,15 @@ class Controller:
         online = set(working.brokers_in_state(BrokerState.ONLINE))
         online.discard(broker_id)
         is_acceptable = online.__contains__
-        partition = working.partition
         topic_by_id = working.topic_by_id
         changes: list[PartitionChange] = []
         topic_id_before, unclean_allowed = None, False
         # One election per partition the broker is in: 10,000 changes for a
         # broker that leads 10,000 partitions (see _write).
         with collector_paused():
-            for topic_id, partition_id in sorted(working.partitions_with_replica_in_isr(broker_id)):
-                state = partition(topic_id, partition_id)
-                assert state is not None
-                if topic_id != topic_id_before:  # the keys are sorted: a topic's partitions in a row
+            for state in working.partitions_in_isr_of(broker_id):
+                topic_id = state.topic_id
+                if topic_id != topic_id_before:  # sorted by key: a topic's partitions in a row
                     topic = topic_by_id(topic_id)
                     assert topic is not None
                     topic_id_before, unclean_allowed = topic_id, topic.unclean_leader_election

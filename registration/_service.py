@@ -52,14 +52,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("pykraft.controller")
 
 
-def _is_registration_record(data: bytes) -> bool:
-    """Registration records are msgpack ``[type_code:int, version, ...]``;
-    key-value records start with a key (bytes) or ``"cas"``."""
-    return len(data) >= 2 and 0x90 <= data[0] <= 0x9F and data[1] <= 0x7F
-
-
+# Registration records are msgpack ``[type_code:int, version, ...]``: a
+# fixarray header, then a fixint (ControllerStateMachine.apply tells them
+# so); key-value records start with a key (bytes) or ``"cas"``.
 # Records that change a broker's registration (its type code is the byte
-# after the array header; see _is_registration_record).
+# after the array header).
 _BROKER_RECORD_TYPES = frozenset(
     (RegisterBrokerRecord.TYPE_CODE, UnregisterBrokerRecord.TYPE_CODE, BrokerRegistrationChangeRecord.TYPE_CODE)
 )
@@ -94,8 +91,19 @@ class ControllerStateMachine:
         self.broker_observer: BrokerChangeObserver | None = None
 
     def apply(self, entries: Sequence[Entry]) -> dict[int, bytes]:
-        metadata = [entry for entry in entries if _is_registration_record(entry.data)]
-        registers = [entry for entry in entries if not _is_registration_record(entry.data)]
+        # Registration records apart from key-value ones (see above), in
+        # one pass: a fence hands a voter 10,001 entries at once, and two
+        # passes calling a function per entry cost 2 ms of its apply
+        # (docs/benchmarks.md, "The fence, a fifth time").
+        metadata: list[Entry] = []
+        registers: list[Entry] = []
+        to_metadata, to_registers = metadata.append, registers.append
+        for entry in entries:
+            data = entry[3]  # Entry.data; an Entry is a named tuple
+            if len(data) >= 2 and 0x90 <= data[0] <= 0x9F and data[1] <= 0x7F:
+                to_metadata(entry)
+            else:
+                to_registers(entry)
         if metadata:
             if self.broker_observer is None:
                 self.image.apply(metadata)

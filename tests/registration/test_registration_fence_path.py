@@ -18,11 +18,14 @@ from registration import (
     BrokerRegistrationChangeRecord,
     ClusterImage,
     InvalidRecordError,
+    NoOpRecord,
     PartitionChangeRecord,
     PartitionRecord,
     PartitionState,
+    RecordDecodeError,
     RegisterBrokerRecord,
     TopicRecord,
+    decode_record,
     elect_leader,
     encode_record,
 )
@@ -278,3 +281,166 @@ def test_the_controllers_state_machine_never_raises_whatever_the_records():
     assert at_once.snapshot() == one_by_one.snapshot()  # the register map's records too
     assert at_once.image.skipped_records == one_by_one.image.skipped_records > 1_000
     at_once.image.check_indexes()
+
+
+def _random_change_values(rng: random.Random) -> tuple:
+    """A partition change's field values in the record's shape, fitting the
+    image of ``_fence_cluster`` or not (unknown partitions, a leader out of
+    the ISR, an ISR out of the replicas), unchanged fields included."""
+    isr = rng.choice((None, None, (1,), (2,), (1, 2), (2, 3), (0, 1, 2), (1, 3), (3, 0), (4,)))
+    leader = rng.choice((LEADER_UNCHANGED, LEADER_UNCHANGED, NO_LEADER, 0, 1, 2, 3, 4))
+    replicas = rng.choice((None,) * 8 + ((1, 2), (0, 1, 2, 3), (2, 3, 1)))
+    return ("tid" if rng.random() < 0.95 else "uid", rng.randrange(12), isr, leader, replicas)
+
+
+def test_a_run_of_partition_changes_applies_as_the_records_do_one_at_a_time(caplog):
+    """Voters gather a run of partition changes and apply it in one loop
+    (``ClusterImage._change_partitions``, a copy of ``_change_partition``'s
+    body, issue 21): random runs, fitting or not, among other records,
+    control records, undecodable bytes and changes framed in msgpack's
+    longer forms, end where the records applied one at a time through
+    ``apply_record`` end: the same image and indexes, the same records
+    skipped with the same messages."""
+    rng = random.Random(2021)
+    entries, _ = _fence_cluster(10)
+    for trial in range(60):
+        batch_values: list = []
+        for _ in range(rng.randint(1, 120)):
+            kind = rng.random()
+            if kind < 0.8:
+                batch_values.append(("change", _random_change_values(rng)))
+            elif kind < 0.86:
+                batch_values.append(("long-framed", _random_change_values(rng)))
+            elif kind < 0.9:
+                batch_values.append(("control", None))
+            elif kind < 0.94:
+                batch_values.append(("garbage", rng.choice((b"\x93\x05\x00\x95\xa3tid", b"\x93\x05\x00\x95", b"\xc1"))))
+            else:
+                batch_values.append(("record", rng.randrange(4)))
+        base = len(entries)
+        batch: list[Entry] = []
+        for offset, (kind, value) in enumerate(batch_values, base):
+            if kind == "change":
+                data = encode_partition_changes([value])[0] if value[0] == "tid" else msgpack.packb(
+                    [PartitionChangeRecord.TYPE_CODE, 0, list(value)], use_bin_type=True
+                )
+            elif kind == "long-framed":  # array 16 headers: not the encoder's prefix, decodes alike
+                body = msgpack.packb(list(value), use_bin_type=True)[1:]
+                data = b"\xdc\x00\x03" + bytes((PartitionChangeRecord.TYPE_CODE, 0)) + b"\xdc\x00\x05" + body
+            elif kind == "control":
+                batch.append(Entry(offset, 1, RecordKind.LEADER_CHANGE, b""))
+                continue
+            elif kind == "garbage":
+                data = value
+            else:
+                data = encode_record(BrokerRegistrationChangeRecord(broker_id=value, broker_epoch=value, fenced=1))
+            batch.append(Entry(offset, 1, RecordKind.DATA, data))
+
+        at_once = ClusterImage()
+        at_once.apply(entries)
+        one_at_a_time = ClusterImage()
+        one_at_a_time.apply(entries)
+        caplog.clear()
+        at_once.apply(batch)
+        messages = [r.getMessage() for r in caplog.records]
+        expected = []
+        for entry in batch:
+            if entry.kind is not RecordKind.DATA:
+                one_at_a_time.apply_record(NoOpRecord(), entry.offset)
+                continue
+            try:
+                one_at_a_time.apply_record(decode_record(entry.data), entry.offset)
+            except (RecordDecodeError, InvalidRecordError) as error:
+                expected.append(f"skipped the record at offset {entry.offset}: {error}")
+                one_at_a_time.apply_record(NoOpRecord(), entry.offset)
+        assert messages == expected, trial
+        assert at_once.skipped_records == len(expected)
+        assert at_once == one_at_a_time and at_once.fingerprint() == one_at_a_time.fingerprint(), trial
+        at_once.check_indexes()
+
+
+def test_the_controllers_run_of_changes_stops_where_the_records_would():
+    """``apply_partition_changes`` (the controller's working image) applies
+    what ``apply_record`` would, one change at a time, up to the first that
+    does not fit, and raises that change's error."""
+    rng = random.Random(631)
+    entries, _ = _fence_cluster(10)
+    for _ in range(100):
+        values = [_random_change_values(rng) for _ in range(rng.randint(1, 40))]
+        run, by_records = ClusterImage(), ClusterImage()
+        run.apply(entries)
+        by_records.apply(entries)
+        first = run.offset
+        refusal = None
+        for offset, change in enumerate(values, first):
+            record = PartitionChangeRecord(
+                topic_id=change[0], partition_id=change[1], isr=change[2], leader=change[3], replicas=change[4]
+            )
+            try:
+                by_records.apply_record(record, offset)
+            except InvalidRecordError as error:
+                refusal = str(error)
+                break
+        if refusal is None:
+            run.apply_partition_changes(values, first)
+        else:
+            with pytest.raises(InvalidRecordError) as raised:
+                run.apply_partition_changes(values, first)
+            assert str(raised.value) == refusal
+        assert run == by_records and run.fingerprint() == by_records.fingerprint()
+        run.check_indexes()
+
+
+def test_the_partitions_in_a_brokers_isr_come_in_key_order():
+    """``partitions_in_isr_of`` (the order a fence elects and writes its
+    changes in) is the states of ``sorted(partitions_with_replica_in_isr)``,
+    topic ids compared as strings, partition ids as numbers."""
+    rng = random.Random(21)
+    records: list = [RegisterBrokerRecord(broker_id=b, incarnation_id=f"b{b}", listeners=LISTENERS) for b in range(5)]
+    topic_ids = ["t10", "t9", "t1", "T", "t", "t_", "t0"]
+    for topic_id in topic_ids:
+        records.append(TopicRecord(name=f"name-{len(records)}", topic_id=topic_id))
+        for partition_id in rng.sample(range(1_000), 40):
+            replicas = tuple(rng.sample(range(5), 3))
+            isr = replicas[: rng.randint(1, 3)]
+            records.append(
+                PartitionRecord(topic_id=topic_id, partition_id=partition_id, replicas=replicas, isr=isr, leader=isr[0])
+            )
+    image = ClusterImage()
+    image.apply([Entry(offset, 1, RecordKind.DATA, encode_record(r)) for offset, r in enumerate(records)])
+    for broker_id in range(6):
+        expected = [image.partition(*key) for key in sorted(image.partitions_with_replica_in_isr(broker_id))]
+        assert image.partitions_in_isr_of(broker_id) == expected
+        assert all(state is not None for state in expected)
+    assert image.partitions_in_isr_of(5) == []
+
+
+def test_an_image_copy_shares_no_leaders_set_and_each_side_changes_its_own_in_place():
+    """``ClusterImage.copy`` (the controller's activation) copies the leaders
+    index set by set: a fence then moves leaderships on both sides, the
+    working image's and the committed one's, without copying a shared set
+    first, and neither sees the other's changes, copies of copies too."""
+    entries, changes = _fence_cluster(30)
+    original = ClusterImage()
+    original.apply(entries)
+    owned_before = {broker_id: members for broker_id, members in original._led_by.items()}
+    copy = original.copy()
+    assert all(copy._led_by._sets[b] is not members for b, members in owned_before.items())
+    copy_of_copy = copy.copy()
+    first = original.offset
+
+    for offset, change in enumerate(changes[:20], first):
+        original.apply_record(change, offset)
+    original.apply_record(NoOpRecord(), first + 20)  # an apply makes the noted index updates
+    assert original._led_by._sets[0] is owned_before[0]  # changed in place: no copy
+    for offset, change in enumerate(changes[10:], first):
+        copy.apply_record(change, offset)
+    copy.apply_record(NoOpRecord(), first + 20)
+
+    assert original.leader_count(0) == 10 and copy.leader_count(0) == 10 and copy_of_copy.leader_count(0) == 30
+    assert original.partitions_led_by(0) != copy.partitions_led_by(0)
+    reference = ClusterImage()
+    reference.apply(entries)
+    assert copy_of_copy == reference and copy_of_copy.fingerprint() == reference.fingerprint()
+    for image in (original, copy, copy_of_copy):
+        image.check_indexes()
