@@ -330,7 +330,7 @@ def encode_message(
     if (
         record_segments is not None
         and encode_body is encode_fetch_response
-        and len(message.records) >= SEGMENT_RECORDS_MIN
+        and len(body[_FETCH_RESPONSE_RECORDS_FIELD]) >= SEGMENT_RECORDS_MIN
     ):
         payload = _fetch_response_payload(message, body, correlation_id, cluster_id, limits, record_segments)
     if payload is None:
