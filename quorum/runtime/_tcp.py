@@ -74,6 +74,7 @@ from ..wire import (
     FrameTooLargeError,
     Hello,
     LocalProtocolError,
+    RecordSegments,
     RemoteProtocolError,
     WireLimits,
     decode_message,
@@ -287,15 +288,19 @@ def _allow_unsent_bytes(stream: trio.abc.Stream, unsent_bytes_max: int) -> None:
 
 
 class _Batch:
-    """The frames held while the runtime runs its core (``begin_batch`` to
-    ``end_batch``): the connections that hold some, in the order they were
-    first given one."""
+    """What a transport's connections share as they send: the frames held
+    while the runtime runs its core (``begin_batch`` to ``end_batch``), as
+    the connections that hold some, in the order they were first given
+    one; and the records already checked and packed for FetchResponses
+    (one append answers thousands of parked brokers' Fetches with the same
+    records: packed once, not once per broker; issue 21)."""
 
-    __slots__ = ("active", "connections")
+    __slots__ = ("active", "connections", "record_segments")
 
     def __init__(self) -> None:
         self.active = False
         self.connections: list[_Connection] = []
+        self.record_segments = RecordSegments()
 
 
 class _Connection:
@@ -367,6 +372,7 @@ class _Connection:
             correlation_id=next(self._correlation) if correlation_id is None else correlation_id,
             cluster_id=self.cluster_id,
             limits=self.limits,
+            record_segments=self._batch.record_segments,
         )
 
     def send(self, message: Any, correlation_id: int | None = None) -> bool:

@@ -34,7 +34,7 @@ from ._client_messages import (
     UpgradeVotersRequest,
     VoterChangeResponse,
 )
-from ._codec import Decoded, decode_message, encode_message
+from ._codec import Decoded, RecordSegments, decode_message, encode_message
 from ._connection_messages import HELLO_ROLES, ErrorFrame, Hello
 from ._errors import (
     ClusterIdMismatchError,
@@ -84,6 +84,7 @@ __all__ = [
     "ProtocolError",
     "ReadRequest",
     "ReadResponse",
+    "RecordSegments",
     "RemoteProtocolError",
     "RemoveVoterRequest",
     "TruncatedFrameError",

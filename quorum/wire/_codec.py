@@ -13,11 +13,16 @@ never logs: the runtime does, with the peer's address.
 from __future__ import annotations
 
 import threading
+from array import array
 from collections.abc import Callable
+from itertools import accumulate, islice
+from operator import is_
 from typing import Any, NamedTuple
 
 import msgpack
 
+from .._messages import FetchResponse
+from .._types import Entry
 from ._checks import CLUSTER_ID_CHARS_MAX, INT64_MAX, describe_value
 from ._errors import (
     ClusterIdMismatchError,
@@ -29,7 +34,17 @@ from ._errors import (
     UnsupportedVersionError,
 )
 from ._frames import _HEADER, peek_type_code
-from ._schema import DEFAULT_LIMITS, PROTOCOL_VERSION, REQUEST_TYPE_CODES, SCHEMA_BY_CLASS, SCHEMA_BY_CODE, WireLimits
+from ._schema import (
+    DEFAULT_LIMITS,
+    PROTOCOL_VERSION,
+    REQUEST_TYPE_CODES,
+    SCHEMA_BY_CLASS,
+    SCHEMA_BY_CODE,
+    WireLimits,
+    _records,
+    decode_fetch_response,
+    encode_fetch_response,
+)
 
 _ENVELOPE_FIELDS = 5
 
@@ -39,12 +54,219 @@ _ENVELOPE_FIELDS = 5
 _packers = threading.local()
 
 
-def _pack(value: Any) -> bytes:
+def _packer() -> msgpack.Packer:
     try:
-        packer = _packers.packer
+        return _packers.packer
     except AttributeError:
         packer = _packers.packer = msgpack.Packer(use_bin_type=True)
-    return packer.pack(value)
+        return packer
+
+
+def _pack(value: Any) -> bytes:
+    return _packer().pack(value)
+
+
+# Where ``encode_fetch_response`` puts the records in a FetchResponse's body.
+_FETCH_RESPONSE_RECORDS_FIELD = 8
+# A FetchResponse's envelope up to its correlation id: the envelope's
+# array header, the type code and the version.
+_FETCH_RESPONSE_ENVELOPE_HEAD = msgpack.packb(
+    [SCHEMA_BY_CLASS[FetchResponse].type_code, PROTOCOL_VERSION, None, None, None]
+)[:-3]
+# Fewer records than this are packed and checked with the rest of the body,
+# as any message is: splitting the body costs about what packing and
+# checking one to three records saves (tests/wire/bench_wire_codec.py).
+SEGMENT_RECORDS_MIN = 4
+# Counted per record a RecordSegments holds, on top of its packed bytes: its
+# place in the run (8), its reference (8) and, once the log has let go of
+# it, the Entry itself (~80).
+_RUN_RECORD_OVERHEAD_BYTES = 96
+
+
+class RecordSegments:
+    """The records of FetchResponses, checked and packed once for every
+    answer that carries them (issue 21).
+
+    When thousands of brokers long-poll the leader, each append answers
+    many of them with the same records, each broker's from its own offset
+    to the log's end; ``encode_message`` packed and checked those records
+    once per broker (61-71 % of a busy leader's CPU, docs/benchmarks.md).
+    Given one of these, it keeps one run: the log's tail as the answers
+    carried it, each record packed once, checked once for the message epoch
+    of the answers, and grown at its end as the log grows. An answer whose
+    records are a stretch of the run is given the run's bytes for them;
+    records past the run's end are checked together with the run's last
+    record (offsets contiguous, epochs never decreasing nor above the
+    message's, each record's own fields: what the decoder's check asks of
+    every pair of neighbours and of each record), then packed and added.
+    So the check still holds for every frame (any stretch of records the
+    check accepts is accepted too), and the rest of the body is checked on
+    every answer. msgpack of an array is its header, then each element's
+    msgpack in turn: the frame is the very bytes packing the whole body
+    gives.
+
+    Bytes are reused only for records that *are* (identity, not equality)
+    the run's ``Entry`` objects at the same place: a log truncated and
+    rewritten at the same offsets holds new objects, the run is cut where
+    they start, and the objects the run holds cannot lend their identity to
+    others. Only ``Entry`` objects go into the run (immutable, and so are
+    their fields once checked: ints, a RecordKind, bytes); anything else,
+    and answers far behind the run, are packed alone, as without this.
+    About ``bytes_max`` is kept: past it, the run's older half goes. Not
+    thread-safe: one per sender (the runtime's transport, on its event
+    loop).
+    """
+
+    __slots__ = (
+        "_base", "_entries", "_epoch", "_first_offset", "_packed", "_starts", "bytes_max", "hits", "records_packed",
+        "runs_started",
+    )  # fmt: skip
+
+    def __init__(self, *, bytes_max: int = 32 * 1024 * 1024) -> None:
+        self.bytes_max = bytes_max
+        # Answers whose records were all found packed; records checked and
+        # packed into the run; runs started afresh.
+        self.hits = 0
+        self.records_packed = 0
+        self.runs_started = 0
+        self._start(None, 0)
+
+    def _start(self, message_epoch: int | None, first_offset: int) -> None:
+        # The run's records, their msgpack back to back, and where each
+        # starts in it (``_starts[i] - _base``; one more for the end).
+        self._epoch = message_epoch
+        self._first_offset = first_offset
+        self._entries: list[Entry] = []
+        self._packed = bytearray()
+        self._starts = array("q", (0,))
+        self._base = 0
+
+    @property
+    def size_bytes(self) -> int:
+        """About what the run costs: its bytes and per-record overhead."""
+        return len(self._packed) + _RUN_RECORD_OVERHEAD_BYTES * len(self._entries)
+
+    def __len__(self) -> int:
+        """Records in the run."""
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._start(None, 0)
+
+    def packed(self, records: Any, message_epoch: Any) -> bytearray | None:
+        """The msgpack of ``records`` (without the array's header), checked
+        as the records of a FetchResponse of ``message_epoch``; None when
+        they are not kept here (not a tuple of ``Entry``, behind the run,
+        or refused by the check): the caller packs and checks them alone."""
+        if type(records) is not tuple or not records or type(message_epoch) is not int:
+            return None
+        first = records[0]
+        if type(first) is not Entry or type(first.offset) is not int:
+            return None
+        count = len(records)
+        at = first.offset - self._first_offset
+        entries = self._entries
+        if message_epoch != self._epoch or at > len(entries):
+            # Another epoch's answers, or a gap after the run: start anew.
+            self._start(message_epoch, first.offset)
+            self.runs_started += 1
+            at, entries = 0, self._entries
+        elif at < 0:
+            if first.offset + count < self._first_offset + len(entries):
+                return None  # behind the run, not reaching its end
+            self._start(message_epoch, first.offset)
+            self.runs_started += 1
+            at, entries = 0, self._entries
+        found = min(count, len(entries) - at)
+        if found and not all(map(is_, islice(entries, at, at + found), records)):
+            # The log was cut and written anew from the first record that
+            # differs: so is the run.
+            found = next(i for i, (kept, record) in enumerate(zip(islice(entries, at, None), records)) if kept is not record)
+            self._cut(at + found)
+        if found < count and not self._add(records, found, message_epoch):
+            return None
+        if found == count:
+            self.hits += 1
+        base = self._base
+        packed = self._packed[self._starts[at] - base : self._starts[at + count] - base]  # a copy
+        if self.size_bytes > self.bytes_max:
+            self._drop_older_half()
+        return packed
+
+    def _cut(self, kept: int) -> None:
+        del self._entries[kept:]
+        del self._packed[self._starts[kept] - self._base :]
+        del self._starts[kept + 1 :]
+
+    def _add(self, records: tuple[Entry, ...], start: int, message_epoch: int) -> bool:
+        """Check ``records[start:]``, the records after the run's end, and
+        add them; False (the run unchanged) when the check refuses them or
+        one is not an ``Entry``."""
+        added = records[start:]
+        if set(map(type, added)) != {Entry}:
+            return False
+        entries = self._entries
+        try:
+            # With the run's last record: contiguous, epochs in order.
+            _records([entries[-1], *added] if entries else list(added), message_epoch, False)
+        except ValueError:
+            return False
+        packed_each = list(map(_packer().pack, added))
+        self._packed += b"".join(packed_each)
+        # Where each added record starts, then the run's new end.
+        self._starts.extend(islice(accumulate(map(len, packed_each), initial=self._starts[-1]), 1, None))
+        entries.extend(added)
+        self.records_packed += len(added)
+        return True
+
+    def _drop_older_half(self) -> None:
+        """The run's first half goes (its tail is what answers carry)."""
+        while self._entries and self.size_bytes > self.bytes_max // 2:
+            dropped = max(1, len(self._entries) // 2)
+            shift = self._starts[dropped] - self._base
+            del self._entries[:dropped]
+            del self._packed[:shift]
+            del self._starts[:dropped]
+            self._base += shift
+            self._first_offset += dropped
+
+
+def _fetch_response_payload(
+    message: FetchResponse, body: list, correlation_id: int, cluster_id: str, limits: WireLimits, segments: RecordSegments
+) -> bytes | None:
+    """What ``_pack`` gives for a FetchResponse's envelope, its records
+    packed and checked by ``segments``, the rest of the body checked as
+    ``encode_message`` checks any body; None when ``segments`` does not
+    keep the records (the caller packs and checks the message whole)."""
+    records = message.records
+    packed_records = segments.packed(records, message.epoch)
+    if packed_records is None:
+        return None
+    body[_FETCH_RESPONSE_RECORDS_FIELD] = []
+    try:
+        decode_fetch_response(body, limits, False)
+    except ValueError as exc:
+        raise LocalProtocolError(f"invalid FetchResponse: {exc}") from exc
+    try:
+        packer = _packer()
+        pack = packer.pack
+        # The msgpack of an array is its header, then each element's
+        # msgpack in turn; an array of at most 15 elements (a fixarray: the
+        # envelope, the body, the body's parts here) has a one-byte header,
+        # cut off where only the elements are wanted.
+        return b"".join(
+            (
+                _FETCH_RESPONSE_ENVELOPE_HEAD,
+                pack([correlation_id, cluster_id])[1:],
+                packer.pack_array_header(len(body)),
+                pack(body[:_FETCH_RESPONSE_RECORDS_FIELD])[1:],
+                packer.pack_array_header(len(records)),
+                packed_records,
+                pack(body[_FETCH_RESPONSE_RECORDS_FIELD + 1 :])[1:],
+            )
+        )
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise LocalProtocolError(f"cannot pack FetchResponse: {exc}") from exc
 
 
 class Decoded(NamedTuple):
@@ -58,7 +280,12 @@ class Decoded(NamedTuple):
 
 
 def encode_message(
-    message: Any, *, correlation_id: int, cluster_id: str, limits: WireLimits = DEFAULT_LIMITS
+    message: Any,
+    *,
+    correlation_id: int,
+    cluster_id: str,
+    limits: WireLimits = DEFAULT_LIMITS,
+    record_segments: RecordSegments | None = None,
 ) -> bytes:
     """A complete frame (length prefix included) carrying ``message``.
 
@@ -71,6 +298,10 @@ def encode_message(
     non-empty str of at most 255 chars, or when the frame would exceed
     ``limits.frame_bytes_max`` (``limits.small_frame_bytes_max`` for a
     request: no peer accepts a larger one).
+
+    With ``record_segments``, a FetchResponse's records are checked and
+    packed once for all the answers that carry them (``RecordSegments``):
+    the same frame, the same checks, the same errors.
     """
     schema = SCHEMA_BY_CLASS.get(type(message))
     if schema is None:
@@ -95,16 +326,24 @@ def encode_message(
     except (TypeError, AttributeError, ValueError) as exc:
         # A field of the wrong shape (a tuple where a SnapshotId belongs...).
         raise LocalProtocolError(f"cannot encode {schema.name}: {exc}") from exc
-    try:
-        decode_body(body, limits, False)
-    except ValueError as exc:
-        raise LocalProtocolError(f"invalid {schema.name}: {exc}") from exc
-    try:
-        payload = _pack([schema.type_code, version, correlation_id, cluster_id, body])
-    except (TypeError, ValueError, OverflowError) as exc:
-        # The checks leave one thing to msgpack: a str that is not valid
-        # Unicode (a lone surrogate) cannot be packed as UTF-8.
-        raise LocalProtocolError(f"cannot pack {schema.name}: {exc}") from exc
+    payload = None
+    if (
+        record_segments is not None
+        and encode_body is encode_fetch_response
+        and len(body[_FETCH_RESPONSE_RECORDS_FIELD]) >= SEGMENT_RECORDS_MIN
+    ):
+        payload = _fetch_response_payload(message, body, correlation_id, cluster_id, limits, record_segments)
+    if payload is None:
+        try:
+            decode_body(body, limits, False)
+        except ValueError as exc:
+            raise LocalProtocolError(f"invalid {schema.name}: {exc}") from exc
+        try:
+            payload = _pack([schema.type_code, version, correlation_id, cluster_id, body])
+        except (TypeError, ValueError, OverflowError) as exc:
+            # The checks leave one thing to msgpack: a str that is not valid
+            # Unicode (a lone surrogate) cannot be packed as UTF-8.
+            raise LocalProtocolError(f"cannot pack {schema.name}: {exc}") from exc
     frame_bytes_max = limits.small_frame_bytes_max if schema.type_code in REQUEST_TYPE_CODES else limits.frame_bytes_max
     if len(payload) > frame_bytes_max:
         raise LocalProtocolError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import timeit
 
 from quorum import Entry, FetchRequest, FetchResponse, RecordKind
-from quorum.wire import FrameDecoder, decode_message, encode_message
+from quorum.wire import FrameDecoder, RecordSegments, decode_message, encode_message
 
 CLUSTER = "pykraft-bench-cluster0"
 
@@ -55,6 +55,22 @@ def main() -> None:
             decode_message(decoder.next_frame(), expected_cluster_id=CLUSTER)
 
     print(f"{'Fetch + 100-record FetchResponse, framed':36} {_best_us(round_trip, 500):7.2f} µs for both legs")
+    # The same records answered to many brokers (issue 21): packed and
+    # checked for each answer, or once (RecordSegments) and found after.
+    for count in (1, 2, 3, 4, 8, 100, 1000):
+        answer = FetchResponse(
+            src=1, dst=2, epoch=7, request_id=99, leader_id=1, high_watermark=123_400, log_start_offset=0,
+            records=tuple(Entry(123_456 + i, 7, RecordKind.DATA, bytes(100)) for i in range(count)), read_token=42,
+        )
+        segments = RecordSegments()
+        encode_message(answer, correlation_id=5, cluster_id=CLUSTER, record_segments=segments)
+        number = max(100, 20_000 // count)
+        each_us = _best_us(lambda: encode_message(answer, correlation_id=5, cluster_id=CLUSTER), number)
+        found_us = _best_us(
+            lambda: encode_message(answer, correlation_id=5, cluster_id=CLUSTER, record_segments=segments), number
+        )
+        print(f"{f'FetchResponse, {count} x 100 B records':36} encode {each_us:7.2f} µs, "
+              f"records found packed {found_us:7.2f} µs")
 
 
 if __name__ == "__main__":
