@@ -81,6 +81,13 @@ SEGMENT_RECORDS_MIN = 4
 # place in the run (8), its reference (8) and, once the log has let go of
 # it, the Entry itself (~80).
 _RUN_RECORD_OVERHEAD_BYTES = 96
+# What a RecordSegments keeps at most (bytes and overhead) before it drops
+# its run's older half: the default Fetch answer's size (fetch_bytes_max),
+# as far behind the log's end as one answer reaches. The run is memory a
+# node holds for as long as it runs (it grows with every answer of four
+# records or more, followers' too): at 32 MiB a leader's RSS grew by the
+# run's size under a batch load, about doubling a node's footprint.
+RECORD_SEGMENTS_BYTES_MAX = 8 * 1024 * 1024
 
 
 class RecordSegments:
@@ -122,7 +129,7 @@ class RecordSegments:
         "runs_started",
     )  # fmt: skip
 
-    def __init__(self, *, bytes_max: int = 32 * 1024 * 1024) -> None:
+    def __init__(self, *, bytes_max: int = RECORD_SEGMENTS_BYTES_MAX) -> None:
         self.bytes_max = bytes_max
         # Answers whose records were all found packed; records checked and
         # packed into the run; runs started afresh.
