@@ -14,38 +14,12 @@ from quorum import VoteRequest
 from quorum.runtime import ConnectionLimits, TcpTransport
 from quorum.runtime._tcp import _Connection
 from quorum.wire import DescribeQuorumRequest
+from tests.scripted_peer import ScriptedPeer
 
 CLUSTER = "deadlines"
 IDLE_S = 10.0
 FRAME_S = 4.0
 LIMITS = ConnectionLimits(idle_timeout_ms=int(IDLE_S * 1000), frame_deadline_ms=int(FRAME_S * 1000))
-
-
-class ScriptedPeer(trio.abc.Stream):
-    """The far end of a connection: each chunk of ``script`` arrives at its
-    virtual time, then nothing more (the peer stays silent, never closes)."""
-
-    def __init__(self, script: list[tuple[float, bytes]]) -> None:
-        self.script = list(script)
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        if not self.script:
-            await trio.sleep_forever()
-        at_s, chunk = self.script.pop(0)
-        await trio.sleep_until(at_s)
-        return chunk
-
-    async def send_all(self, data: bytes) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def send_eof(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def aclose(self) -> None:
-        await trio.lowlevel.checkpoint()
 
 
 def frame(message: object = VoteRequest(src=7, dst=9, epoch=1, last_epoch=0, end_offset=0, pre_vote=True)) -> bytes:

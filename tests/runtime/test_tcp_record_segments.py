@@ -6,35 +6,14 @@ them, and each connection writes the very frame ``encode_message`` makes
 
 from __future__ import annotations
 
-import trio
 
 from quorum import Entry, FetchResponse, RecordKind
 from quorum.runtime import TcpTransport
 from quorum.runtime._tcp import _Connection
 from quorum.wire import encode_message
+from tests.scripted_peer import ScriptedPeer
 
 CLUSTER = "segments"
-
-
-class HeldStream(trio.abc.Stream):
-    """No socket under it: a ``StreamWriter`` keeps every frame written to
-    it, for the test to read."""
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        await trio.sleep_forever()
-        return b""  # pragma: no cover
-
-    async def send_all(self, data: bytes) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def send_eof(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def aclose(self) -> None:
-        await trio.lowlevel.checkpoint()
 
 
 def _written(connection: _Connection) -> bytes:
@@ -46,7 +25,7 @@ def test_one_appends_answers_to_many_brokers_pack_its_records_once() -> None:
     records = tuple(Entry(40 + i, 3, RecordKind.DATA, b"unfence broker %d" % i) for i in range(50))
     brokers = range(1000, 1010)
     connections = {
-        broker: _Connection(HeldStream(), f"broker {broker}", CLUSTER, transport.limits, batch=transport._batch)
+        broker: _Connection(ScriptedPeer([]), f"broker {broker}", CLUSTER, transport.limits, batch=transport._batch)
         for broker in brokers
     }
     answers = {
