@@ -2530,11 +2530,16 @@ class QuorumNode:
             # An observer without a leader asks the voters in turn, and the
             # leaders it was sent to before (they may lead again, or know
             # who does); a non-leader answers NOT_LEADER with the leader it
-            # knows and where it listens.
-            targets = self._voters.ids
+            # knows and where it listens. Never itself: a voter that does
+            # not stand (one repairing its log) would ask itself, and the
+            # runtime has no connection to itself, so that turn was lost
+            # for a whole request timeout (the simulator delivered it).
+            targets = tuple(node for node in self._voters.ids if node != self.node_id)
             learned = self._learned_endpoints
             if learned and not self._is_voter:
                 targets = targets + tuple(sorted(node for node in learned if node not in self._voters))
+            if not targets:
+                return  # the only voter is this node: nobody to ask
             target = targets[self._bootstrap_index % len(targets)]
         if target is None:
             return

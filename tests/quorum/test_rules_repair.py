@@ -61,7 +61,9 @@ def test_a_repairing_voter_grants_no_vote(pre_vote):
 
 def test_a_repairing_voter_never_stands_and_looks_for_a_leader():
     """Its election timer never makes it a candidate: like an observer, it
-    asks the voters in turn for the leader."""
+    asks the voters in turn for the leader, the others only (it once asked
+    itself too, a turn the runtime, with no connection to itself, lost for
+    a whole request timeout)."""
     cluster = cluster_with_tail_only_on_1_and_2()
     cluster.crash(1)
     restart_damaged(cluster, 2, damaged_from_offset=2)
@@ -71,7 +73,7 @@ def test_a_repairing_voter_never_stands_and_looks_for_a_leader():
 
     assert {event.role for event in cluster.events(2)} <= {Role.UNATTACHED, Role.FOLLOWER}
     assert not cluster.sent(2, VoteRequest)
-    assert {request.dst for request in cluster.sent(2, FetchRequest)} >= {1, 3}
+    assert {request.dst for request in cluster.sent(2, FetchRequest)} == {1, 3}
 
 
 def test_with_one_voter_down_and_one_damaged_the_quorum_waits_then_repairs():

@@ -297,6 +297,37 @@ def voter_behind_an_addition_elected_the_added_node(events: Events, options) -> 
     return found
 
 
+_DAMAGED_AT = re.compile(r"^n(?P<node>\d+) log damaged at offset (?P<offset>\d+) \(of (?P<end>\d+)\)")
+_REPAIRED = re.compile(r"^n(?P<node>\d+) \w+ e\d+ .*\(log repaired ")
+_VOTE_NAMING_DISK = re.compile(
+    r"^n(?P<voter>\d+) <- (?P<candidate>\d+)->(?P=voter) Vote e(?P<epoch>\d+) (?:pre|vote) .*\bvoter-dir=\S+"
+)
+
+
+def damaged_below_its_addition_asked_to_vote(events: Events, options) -> list[str]:
+    """A node whose log was damaged below the record that added it as a
+    voter (what is left of its log holds a set without it, so it looks like
+    an observer) was asked for its vote, before its repair finished, by a
+    candidate naming its disk: seed 306014, where n4 dropped its repair state and granted n3,
+    whose log lacked a committed record, its vote (leader completeness)."""
+    added_at: dict[int, int] = {}
+    damaged: dict[int, str] = {}
+    found = []
+    for ms, text in events:
+        if (match := _VOTER_CHANGE.match(text)) and match["op"] == "add":
+            added_at[int(match["target"])] = int(match["offset"])
+        elif match := _DAMAGED_AT.match(text):
+            node = int(match["node"])
+            if node in added_at and int(match["offset"]) < added_at[node]:
+                damaged[node] = f"damaged at {match['offset']} of {match['end']}, added at {added_at[node]}"
+        elif (match := _REPAIRED.match(text)) and int(match["node"]) in damaged:
+            del damaged[int(match["node"])]
+        elif (match := _VOTE_NAMING_DISK.match(text)) and int(match["voter"]) in damaged:
+            voter = int(match["voter"])
+            found.append(f"n{voter} ({damaged.pop(voter)}) asked for its vote by n{match['candidate']}, at {ms:.3f} ms")
+    return found
+
+
 _WIPED = re.compile(r"^NEMESIS n(?P<node>\d+) DISK WIPED")
 _FETCH_SNAPSHOT = re.compile(r"^n\d+ <- (?P<node>\d+)->\d+ FetchSnap e\d+ #\S+ snapshot=(?P<end>\d+) pos=0$")
 
@@ -339,6 +370,7 @@ FINGERPRINTS: dict[str, Fingerprint] = {
         damaged_observer_added_as_a_voter,
         voter_without_the_upgrade_elected_an_added_one,
         voter_behind_an_addition_elected_the_added_node,
+        damaged_below_its_addition_asked_to_vote,
         joiner_fetched_a_snapshot_from_before_the_upgrade,
     )
 }

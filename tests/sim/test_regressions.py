@@ -29,11 +29,11 @@ that places the crash on purpose).
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 import pytest
 from _interleavings import (
     Fingerprint,
+    damaged_below_its_addition_asked_to_vote,
     damaged_observer_added_as_a_voter,
     deposed_leader_sent_a_snapshot,
     epoch_lost_in_a_crash,
@@ -296,9 +296,11 @@ def test_seed_17247_a_voter_that_missed_the_upgrade_votes_for_an_added_candidate
     applies)."""
     # 17247 stopped going through it when a leader began to answer brokers'
     # parked Fetches when the high watermark moves instead of on every
-    # append (issue 21: the order of messages changed); 17492 does.
-    options = random_options(17492)
-    result, events = run_with_trace("random", 17492, options)
+    # append (issue 21: the order of messages changed), and 17492 when a
+    # node that does not stand stopped asking itself for the leader; 18422
+    # does (n3 had fetched nothing when the upgrade was written at 9).
+    options = random_options(18422)
+    result, events = run_with_trace("random", 18422, options)
     assert result.valid, result.violation
     assert voter_without_the_upgrade_elected_an_added_one(events, options), (
         "the schedule drifted: no voter that missed the upgrade votes for a candidate outside the static set"
@@ -442,17 +444,21 @@ def test_seed_306014_a_node_repairing_a_log_cut_before_its_own_addition_grants_n
     added without the record votes), n4 granted it: n3 led epoch 3 without
     committed offset 78 (leader-completeness). A node keeps its repair
     state whatever its truncated log says, and so grants no vote."""
-    lines: list[str] = []
-    # Found before a leader answered observers' parked Fetches when the
-    # high watermark moves (issue 21); with that off it replays as found.
-    options = replace(random_options(306014), observers_answered_on_commit=False)
-    result = run_scenario("random", 306014, options, trace=lines.append, full_trace=True)
+    # 306014 stopped going through it when a node that does not stand
+    # stopped asking itself for the leader (the schedule moved); 301088
+    # does: n5, added at 43, damaged at 35, asked by n3 while it repairs.
+    options = random_options(301088)
+    result, events = run_with_trace("random", 301088, options)
     assert result.valid, result.violation
-    damaged = next((index for index, line in enumerate(lines) if "n4 log damaged at offset 38 (of 84)" in line), None)
-    assert damaged is not None, "the schedule drifted: n4's log is no longer damaged below its addition"
-    assert any("OPERATOR add n4 at n2: voters record at offset 67" in line for line in lines[:damaged])
-    assert any(re.search(r"n4 <- 3->4 Vote e3 (pre|vote) last=e2@78 voter-dir=d4-1", line) for line in lines[damaged:]), (
-        "the schedule drifted: n3 no longer asks n4 for its vote with a short log"
+    found = damaged_below_its_addition_asked_to_vote(events, options)
+    assert found, "the schedule drifted: no node damaged below its addition is asked for its vote while repairing"
+    node = re.match(r"n(\d+) ", found[0]).group(1)
+    asked_at_ms = float(re.search(r"at (\S+) ms$", found[0]).group(1))
+    repaired_at_ms = next(
+        ms for ms, text in events if ms >= asked_at_ms and text.startswith(f"n{node} ") and "(log repaired " in text
     )
-    assert not any("4->3 VoteResp e3 vote granted" in line for line in lines[damaged:])
-    assert any("n4 follower" in line and "log repaired" in line for line in lines[damaged:])
+    assert not any(
+        re.match(rf"^n\d+ <- {node}->\d+ VoteResp e\d+ (pre|vote) granted", text)
+        for ms, text in events
+        if asked_at_ms <= ms < repaired_at_ms
+    ), f"n{node} granted a vote while repairing a log cut below its own addition"
