@@ -624,6 +624,9 @@ class ClusterImage:
                 partitions[key] = new_state(
                     (old_topic_id, old_partition_id, replicas, isr, leader, leader_epoch, partition_epoch + 1)
                 )
+                # The index updates, noted (_SetIndex.pending): ``_note``
+                # written out where a fence passes 10,000 times (a broker
+                # leaves an ISR, a leader moves); a call each cost more.
                 if isr is not old_isr:
                     for broker_id in old_isr:
                         if broker_id not in isr:
