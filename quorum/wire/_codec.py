@@ -337,6 +337,8 @@ def encode_message(
     if (
         record_segments is not None
         and encode_body is encode_fetch_response
+        # _FETCH_RESPONSE_ENVELOPE_HEAD carries this version's number.
+        and version == PROTOCOL_VERSION
         and len(body[_FETCH_RESPONSE_RECORDS_FIELD]) >= SEGMENT_RECORDS_MIN
     ):
         payload = _fetch_response_payload(message, body, correlation_id, cluster_id, limits, record_segments)
