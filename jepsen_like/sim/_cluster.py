@@ -606,6 +606,10 @@ class Simulation:
         # Disks (node id, directory id) an operator removed and has not added
         # since: no leader may let auto-join add one of them again.
         self.removed_by_operator: set[tuple[int, str | None]] = set()
+        # Auto-join asks on their way to a leader: (asking node, leader,
+        # the leader's incarnation it was sent to). See
+        # auto_join_asks_in_flight.
+        self._auto_join_asks: list[tuple[int, int, int]] = []
         self.role_log: list[RoleChange] = []
         self.resignations: list[tuple[int, int, str]] = []  # (time_us, node, reason)
         self.history: list[dict[str, Any]] = []
@@ -993,6 +997,8 @@ class Simulation:
         # it (checked below), and the node must then never ask again.
         self._say(f"n{node_id} AUTO-JOIN asks n{leader} to add directory {voter.directory_id}")
         incarnation = node.incarnation
+        ask = (node_id, leader, self.nodes[leader].incarnation)
+        self._auto_join_asks.append(ask)
 
         def answer(code: ErrorCode) -> None:
             # The answer travels back to the asking process (lost if it
@@ -1008,6 +1014,7 @@ class Simulation:
 
         def at_leader(leader_node: SimNode) -> None:
             assert leader_node.host is not None
+            self._auto_join_asks.remove(ask)
             try:
                 offset = leader_node.host.add_voter(voter, committed, auto_join=True)
             except (NotLeaderError, ReconfigurationError) as refused:
@@ -1024,6 +1031,20 @@ class Simulation:
             self._say(f"n{node_id} AUTO-JOIN at n{leader_node.node_id}: voters record at offset {offset}")
 
         self._to_node(leader, at_leader, lambda: None)
+
+    def auto_join_asks_in_flight(self) -> set[int]:
+        """The nodes whose AddVoter (auto-join) may still reach the leader it
+        was sent to: that leader is still the process it was sent to, so the
+        ask is on the wire or waiting to be served. Once there it may add the
+        node's disk at once (KIP-853: a voter set is in force when appended),
+        so a nemesis that wipes only disks outside every voter set must count
+        these nodes in too (sweep seed 336093)."""
+        live = [
+            ask for ask in self._auto_join_asks
+            if self.nodes[ask[1]].core is not None and self.nodes[ask[1]].incarnation == ask[2]
+        ]
+        self._auto_join_asks = live  # an ask to a process that ended was lost with it
+        return {node_id for node_id, _, _ in live}
 
     def _auto_joined(self, node: SimNode, code: ErrorCode) -> None:
         """The leader answered the node's AddVoter: committed, or refused."""

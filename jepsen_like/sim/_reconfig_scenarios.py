@@ -561,7 +561,11 @@ def membership_move(
         # a damaged log (found at the next start, or under repair): one
         # lost copy per set at a time, which Raft survives.
         sets = _sets_in_force(sim, operator)
-        members = sorted({node_id for voter_set in sets for node_id in voter_set.ids})
+        # A node whose auto-join ask is on its way may be a voter before its
+        # disk is gone: wiping it then would lose the only copy of a set of
+        # two (sweep seed 336093: {n2} added n5, whose disk had been wiped
+        # while its ask travelled, and no majority was left).
+        members = sorted({node_id for voter_set in sets for node_id in voter_set.ids} | sim.auto_join_asks_in_flight())
         damaged = any(
             sim.nodes[node_id].disk.repair is not None or sim.nodes[node_id].disk.damaged_from is not None
             for node_id in members

@@ -358,6 +358,30 @@ def joiner_fetched_a_snapshot_from_before_the_upgrade(events: Events, options) -
     return found
 
 
+_AUTO_JOIN_ASKS = re.compile(r"^n(?P<node>\d+) AUTO-JOIN asks n\d+ to add directory ")
+_AUTO_JOIN_ENDS = re.compile(r"^n(?P<node>\d+) AUTO-JOIN (?P<how>at n\d+: voters record at offset \d+|refused by )")
+
+
+def disk_wiped_while_an_auto_join_ask_travelled(events: Events, options) -> list[str]:
+    """The nemesis wiped a disk while a node's auto-join ask was on its way
+    to the leader, and the leader then added that node's disk: seed 336093,
+    where the wiped disk was the asker's own (n5: {n2} became {n2, n5} with
+    n5's old disk gone, no majority left)."""
+    travelling: dict[int, list[str]] = {}
+    found = []
+    for ms, text in events:
+        if match := _AUTO_JOIN_ASKS.match(text):
+            travelling[int(match["node"])] = []
+        elif (match := _WIPED.match(text)) is not None:
+            for wipes in travelling.values():
+                wipes.append(f"n{match['node']} at {ms:.3f} ms")
+        elif match := _AUTO_JOIN_ENDS.match(text):
+            wipes = travelling.pop(int(match["node"]), [])
+            if wipes and match["how"].startswith("at "):
+                found.append(f"n{match['node']} added at {ms:.3f} ms, its ask travelling while the nemesis wiped {', '.join(wipes)}")
+    return found
+
+
 FINGERPRINTS: dict[str, Fingerprint] = {
     function.__name__: function
     for function in (
@@ -372,6 +396,7 @@ FINGERPRINTS: dict[str, Fingerprint] = {
         voter_behind_an_addition_elected_the_added_node,
         damaged_below_its_addition_asked_to_vote,
         joiner_fetched_a_snapshot_from_before_the_upgrade,
+        disk_wiped_while_an_auto_join_ask_travelled,
     )
 }
 

@@ -36,6 +36,7 @@ from _interleavings import (
     damaged_below_its_addition_asked_to_vote,
     damaged_observer_added_as_a_voter,
     deposed_leader_sent_a_snapshot,
+    disk_wiped_while_an_auto_join_ask_travelled,
     epoch_lost_in_a_crash,
     healed_node_stood_again_and_again,
     joiner_fetched_a_snapshot_from_before_the_upgrade,
@@ -462,3 +463,20 @@ def test_seed_306014_a_node_repairing_a_log_cut_before_its_own_addition_grants_n
         for ms, text in events
         if asked_at_ms <= ms < repaired_at_ms
     ), f"n{node} granted a vote while repairing a log cut below its own addition"
+
+
+def test_seed_336093_no_disk_is_wiped_while_its_own_auto_join_ask_travels():
+    """Found by the 8,000-seed sweep from 334000 (seed 336093): operators
+    had shrunk the voters to {n2}; n5 asked n2 (auto-join) to add its disk
+    d5-0, and while the ask travelled the nemesis wiped n5's disk, since n5
+    was in no voter set yet. n2 then added d5-0 (KIP-853: in force once
+    appended), a disk that no longer existed: a majority of {n2, n5@d5-0}
+    needed it, so nothing committed again (liveness; right for the
+    protocol, which cannot know, but not a survivable schedule). The
+    nemesis now counts a node whose ask is travelling as a member
+    (``Simulation.auto_join_asks_in_flight``): it wipes another disk."""
+    options = random_options(336093)
+    result, found = _replay("random", 336093, options, disk_wiped_while_an_auto_join_ask_travelled)
+    for finding in found:
+        asker = re.match(r"n(\d+) ", finding).group(1)
+        assert f"wiped n{asker} " not in finding and f", n{asker} " not in finding, finding
