@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any, Iterator, Mapping
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from jepsen_like.checker._model_catalog import get_model
@@ -44,17 +44,23 @@ _INPUT_COLUMNS = (
 )
 
 
-def candidates(ops: DataFrame) -> DataFrame:
-    """The operations the search considers: those the model knows, except
-    bounded-staleness reads, failed operations and queries (reads) without
-    an ok (``_models.dropped_by_search``)."""
+def is_candidate() -> Column:
+    """Whether an operation is one the search considers: one the model
+    knows, except bounded-staleness reads, failed operations and queries
+    (reads) without an ok (``_models.dropped_by_search``). Null (unknown)
+    counts as no."""
     kind = F.col("kind")
-    return ops.where(
+    return (
         kind.isNotNull()
         & ~((kind == "read") & F.coalesce(F.col("mode").isin("leader-local", "broker"), F.lit(False)))
         & (F.col("outcome") != "fail")
         & ~(kind.isin(*QUERY_KINDS) & (F.col("outcome") != "ok"))
-    ).select(*_INPUT_COLUMNS)
+    )
+
+
+def candidates(ops: DataFrame) -> DataFrame:
+    """The operations the search considers (:func:`is_candidate`)."""
+    return ops.where(is_candidate()).select(*_INPUT_COLUMNS)
 
 
 def _check_group(rows: list[dict[str, Any]], model: Model, limits: KeyBudget, skip: bool) -> dict[str, Any]:
