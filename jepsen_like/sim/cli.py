@@ -39,6 +39,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import click
 
@@ -54,18 +55,30 @@ def _replay_command(scenario: str, seed: int, check_quorum: bool, pre_vote: bool
     return f"jepsen-like sim --scenario {scenario} --seed {seed}{flags}"
 
 
+_BROKERS_OPTION = click.option(
+    "--brokers",
+    type=click.IntRange(1, 100_000),
+    default=None,
+    help="Brokers in a broker scenario (its own default otherwise: 1,000 for broker-stampede).",
+)
+
+
+def _set_brokers(options: Any, scenario: str, brokers: int | None) -> None:
+    """``--brokers``: the scenario's broker count, if it runs brokers."""
+    if brokers is None:
+        return
+    if not hasattr(options, "brokers"):
+        raise click.UsageError(f"--brokers: {scenario} runs no brokers")
+    options.brokers = brokers
+
+
 @click.command("sim")
 @click.option("--scenario", type=click.Choice(sorted(SCENARIOS)), default="zombie-leader", show_default=True)
 @click.option("--seed", type=int, default=7, show_default=True)
 @click.option("--check-quorum/--no-check-quorum", default=True, help="KAFKA-15489 leader progress timeout.")
 @click.option("--pre-vote/--no-pre-vote", default=True, help="KIP-996 pre-vote.")
 @click.option("--json", "as_json", is_flag=True, help="End with a one-line JSON summary.")
-@click.option(
-    "--brokers",
-    type=click.IntRange(1, 100_000),
-    default=None,
-    help="Brokers in a broker scenario (its own default otherwise: 1,000 for broker-stampede).",
-)
+@_BROKERS_OPTION
 @click.option(
     "--trace",
     type=click.Choice(["story", "full", "none"]),
@@ -118,10 +131,7 @@ def sim_command(
     options = default_options(scenario, seed)
     options.check_quorum = check_quorum
     options.pre_vote = pre_vote
-    if brokers is not None:
-        if not hasattr(options, "brokers"):
-            raise click.UsageError(f"--brokers: {scenario} runs no brokers")
-        options.brokers = brokers
+    _set_brokers(options, scenario, brokers)
     if html_path is not None:
         from ._recorder import Recording
 
@@ -245,13 +255,22 @@ def _ms(value: float | None) -> str:
     help="random only: run just the seeds that draw the membership nemesis (dynamic voters, KIP-853), "
     "from --start on, until --seeds of them ran.",
 )
+@_BROKERS_OPTION
 def sweep_command(
-    seeds: int, start: int, scenario: str, check_quorum: bool, pre_vote: bool, as_json: bool, reconfigure: bool
+    seeds: int,
+    start: int,
+    scenario: str,
+    check_quorum: bool,
+    pre_vote: bool,
+    as_json: bool,
+    reconfigure: bool,
+    brokers: int | None,
 ) -> None:
     """Run a scenario over many seeds and report failures and figures; the
     seeds whose runs changed voters are counted apart."""
     if reconfigure and scenario != "random":
         raise click.UsageError("--reconfigure: only the random scenario draws the membership nemesis")
+    _set_brokers(default_options(scenario, start), scenario, brokers)  # refused before the first seed runs
     began = time.perf_counter()
     failures: list[str] = []
     resign_ms: list[float] = []
@@ -268,6 +287,7 @@ def sweep_command(
             reconfigured["auto_join"] += options.auto_join
         options.check_quorum = check_quorum
         options.pre_vote = pre_vote
+        _set_brokers(options, scenario, brokers)
         result = run_scenario(scenario, seed, options)
         if result.leader_resign_ms is not None:
             resign_ms.append(result.leader_resign_ms)
@@ -282,11 +302,12 @@ def sweep_command(
             first_line = (result.violation or "").splitlines()[0] if result.violation else ""
             failures.append(f"seed {seed}: {result.failure_class}: {first_line}")
             click.echo(f"FAIL seed={seed} {result.failure_class}: {first_line}")
-            click.echo(f"     replay: {_replay_command(scenario, seed, check_quorum, pre_vote)}")
+            click.echo(f"     replay: {_replay_command(scenario, seed, check_quorum, pre_vote, brokers)}")
     elapsed_s = time.perf_counter() - began
     summary = {
         "scenario": scenario,
         "seeds": seeds,
+        "brokers": brokers,
         "failures": len(failures),
         "seeds_per_s": round(seeds / elapsed_s, 1),
         "leader_resign_ms": _distribution(resign_ms),

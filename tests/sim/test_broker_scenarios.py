@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from jepsen_like.sim import InvariantViolation, find_stale_reads, run_scenario
 from jepsen_like.sim._broker_scenarios import broker_options
 from jepsen_like.sim._brokers import BrokerSimOptions, BrokerSimulation
+from jepsen_like.sim import cli as sim_cli
 from jepsen_like.sim.cli import sim_command, sweep_command
 from registration import BrokerState
 
@@ -226,3 +227,27 @@ def test_jepsen_like_sweep_reports_the_scenarios_figures():
     assert summary["failures"] == 0
     assert summary["leadership_moved_ms"]["n"] == 2
     assert "leadership_moved_ms:" in outcome.output
+
+
+def test_jepsen_like_sweep_takes_the_broker_count_and_replays_with_it(monkeypatch):
+    ran = []
+    real_run = sim_cli.run_scenario
+
+    def recording_run(scenario, seed, options=None, **kwargs):
+        ran.append(options.brokers)
+        result = real_run(scenario, seed, options, **kwargs)
+        result.valid, result.failure_class, result.violation = False, "liveness", "made up to see the replay line"
+        return result
+
+    monkeypatch.setattr(sim_cli, "run_scenario", recording_run)
+    outcome = CliRunner().invoke(sweep_command, ["--scenario", "broker-stampede", "--brokers", "12", "--seeds", "2", "--json"])
+    assert outcome.exit_code == 1, outcome.output
+    assert ran == [12, 12]
+    assert "replay: jepsen-like sim --scenario broker-stampede --seed 0 --brokers 12" in outcome.output
+    assert json.loads(outcome.output.splitlines()[-1])["brokers"] == 12
+
+
+def test_jepsen_like_sweep_refuses_a_broker_count_for_a_scenario_without_brokers():
+    outcome = CliRunner().invoke(sweep_command, ["--scenario", "random", "--brokers", "3", "--seeds", "1"])
+    assert outcome.exit_code == 2
+    assert "--brokers: random runs no brokers" in outcome.output
