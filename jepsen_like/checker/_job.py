@@ -397,7 +397,6 @@ def _operation_counts(ops: DataFrame, models: Mapping[int, Model], sources: Sequ
                 f"{source.path}: {row['broker_mode_reads']} broker reads, but the history's meta gives no staleness_bound_ms"
             )
         counts[hid].update({name: row[name] for name in empty if name in row.asDict() and row[name] is not None})
-        counts[hid]["tier2_operations"] = row["tier2_operations"]
     if problems:
         raise HistoryFormatError("operations that do not fit their history:\n" + "\n".join(problems))
     return counts

@@ -1039,12 +1039,12 @@ class Simulation:
         node's disk at once (KIP-853: a voter set is in force when appended),
         so a nemesis that wipes only disks outside every voter set must count
         these nodes in too (sweep seed 336093)."""
-        live = [
-            ask for ask in self._auto_join_asks
-            if self.nodes[ask[1]].core is not None and self.nodes[ask[1]].incarnation == ask[2]
-        ]
-        self._auto_join_asks = live  # an ask to a process that ended was lost with it
-        return {node_id for node_id, _, _ in live}
+        # An ask to a process that has ended since was lost with it.
+        return {
+            node_id
+            for node_id, leader, incarnation in self._auto_join_asks
+            if self.nodes[leader].core is not None and self.nodes[leader].incarnation == incarnation
+        }
 
     def _auto_joined(self, node: SimNode, code: ErrorCode) -> None:
         """The leader answered the node's AddVoter: committed, or refused."""
