@@ -350,6 +350,9 @@ _COUNTER_NAMES = (
     # A number outside what the wire and storage hold (_field_out_of_range),
     # or a Fetch answer's records out of log order.
     "messages_out_of_range",
+    # A message naming this very node as its sender: forged, or from a
+    # second process configured with this node's id.
+    "messages_from_own_id",
     # A Vote or pre-vote while a live leader is known (Raft thesis §4.2.3).
     "votes_ignored_leader_alive",
     # A Vote or pre-vote from a non-voter, or to one (only voters vote).
@@ -875,7 +878,8 @@ class QuorumNode:
     def counters(self) -> dict[str, int]:
         """How often this node turned an input away, by kind (a copy):
         ``messages_out_of_range`` (dropped: a number no layer can hold, or
-        records out of log order),
+        records out of log order), ``messages_from_own_id`` (dropped: it
+        names this node as its sender),
         ``votes_ignored_leader_alive`` (refused under the leader lease),
         ``votes_refused_not_voter``, ``votes_refused_other_directory``,
         ``stands_refused_epoch_max``."""
@@ -1478,6 +1482,17 @@ class QuorumNode:
         problem = _field_out_of_range(message)
         if problem is not None:
             self._drop_malformed(message, problem)
+            return False
+        if message.src == self.node_id:
+            # No node sends a message to itself: this one is forged, or comes
+            # from a second process configured with this node's id (an
+            # operator's mistake). Acting on it would have this node follow,
+            # vote for or answer itself; a BeginQuorumEpoch from "itself"
+            # stopped the node (found by the wire fuzzer's long profile).
+            self._counters["messages_from_own_id"] += 1
+            report = self._hooks.protocol_error
+            if report is not None:
+                report(f"dropped {describe_message(message)}: it names this node, {self.node_id}, as its sender")
             return False
         if type(message) is FetchRequest and message.epoch == self._epoch and self._role is Role.LEADER:
             # The common case, taken on every Fetch a leader serves, decided

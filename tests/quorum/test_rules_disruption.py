@@ -16,7 +16,9 @@ The rule, one test (or a parametrized family) per sentence:
   nothing;
 - a message carrying a number that the wire and storage cannot hold
   (``quorum/_types.py``) is dropped and counted, never raised, and a voter
-  never stands in an epoch past the last one storage can hold.
+  never stands in an epoch past the last one storage can hold;
+- a message naming its receiver as its sender is dropped and counted
+  (no node sends one to itself).
 """
 
 from __future__ import annotations
@@ -525,3 +527,51 @@ def test_voter_in_the_last_epoch_storage_can_hold_never_stands_past_it(pre_vote)
     assert cluster.pending(src=1) == []
     assert cluster.replica(1).disk.writes == writes_before
     assert 2 <= node.counters["stands_refused_epoch_max"] <= 5
+
+
+def _from_itself(epoch: int) -> list:
+    """One message of every kind a node can be sent, each naming node 1,
+    the receiver, as its sender, in ``epoch``."""
+    snapshot = SnapshotId(end_offset=1, epoch=1)
+    return [
+        BeginQuorumEpochRequest(src=1, dst=1, epoch=epoch),
+        EndQuorumEpochRequest(src=1, dst=1, epoch=epoch, preferred_successors=(1,)),
+        VoteRequest(src=1, dst=1, epoch=epoch, last_epoch=EPOCH_MAX, end_offset=OFFSET_MAX, pre_vote=False),
+        VoteRequest(src=1, dst=1, epoch=epoch, last_epoch=EPOCH_MAX, end_offset=OFFSET_MAX, pre_vote=True),
+        VoteResponse(src=1, dst=1, epoch=epoch, granted=True, pre_vote=False),
+        FetchRequest(src=1, dst=1, epoch=epoch, fetch_offset=0, last_fetched_epoch=0, request_id=1),
+        FetchResponse(src=1, dst=1, epoch=epoch, request_id=1, leader_id=1),
+        FetchSnapshotRequest(src=1, dst=1, epoch=epoch, snapshot_id=snapshot, position=0, request_id=1),
+        FetchSnapshotResponse(src=1, dst=1, epoch=epoch, request_id=1, leader_id=1),
+    ]
+
+
+@pytest.mark.parametrize("leads", [False, True], ids=["unattached", "leader"])
+@pytest.mark.parametrize("later_epoch", [1, EPOCH_MAX], ids=["next-epoch", "last-epoch"])
+def test_a_message_naming_the_receiver_as_its_sender_is_dropped_counted_and_reported(leads, later_epoch):
+    """No node sends a message to itself, so one that names its receiver as
+    its sender is forged, or comes from a second process given the same
+    node id. Found by the wire fuzzer's long profile against a running
+    node: a BeginQuorumEpoch "from itself" in the last epoch storage holds
+    made the node follow itself, and the core stopped the node
+    (``cannot follow itself``). Every kind of message is now dropped before
+    any rule reads it: nothing is answered, persisted or moved."""
+    reports: list[str] = []
+    if leads:
+        cluster = Cluster(3)
+        cluster.elect(1)
+        node = cluster.node(1)
+    else:
+        node = QuorumNode(make_config(1, (1, 2, 3)), rng=random.Random(0), hooks=CoreHooks(protocol_error=reports.append))
+        node.initial_output()
+    before = (node.role, node.epoch, node.log.end_offset)
+    messages = _from_itself(node.epoch + 1 if later_epoch == 1 else later_epoch)
+
+    outputs = [node.step(message) for message in messages]
+
+    assert not any(outputs)
+    assert (node.role, node.epoch, node.log.end_offset) == before
+    assert node.counters["messages_from_own_id"] == len(messages)
+    if not leads:  # the harness's cluster gives its cores no hooks
+        assert len(reports) == len(messages)
+        assert all("names this node, 1, as its sender" in report for report in reports)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from _wire_strategies import any_message
 from quorum.runtime import NodeConfig, open_quorum_node
+from quorum import BeginQuorumEpochRequest
 from quorum.wire import EPOCH_MAX, DescribeQuorumRequest, DescribeQuorumResponse, ErrorFrame, FrameDecoder, decode_message, encode_message
 from test_wire_fuzz import _paths, _replace
 from test_wire_hostile import boundary_values
@@ -126,3 +127,17 @@ def test_a_running_node_serves_or_refuses_any_boundary_frame_and_keeps_serving(r
     # frames from ids that are not voters may move it at all is the core's
     # concern (disruption resistance), not the wire's.
     assert epoch <= running_node.node.runtime.node.epoch <= EPOCH_MAX
+
+
+def test_a_running_node_drops_a_begin_quorum_epoch_naming_itself_and_keeps_serving(running_node):
+    """The frame the long profile of the fuzz test above found (``make
+    soak``): a BeginQuorumEpoch that names the node itself as its sender, in
+    the last epoch storage holds. The node followed "itself" and its core
+    stopped it; now the core drops it, and the node serves on in its own
+    epoch."""
+    epoch = running_node.node.runtime.node.epoch
+    forged = BeginQuorumEpochRequest(src=1, dst=1, epoch=EPOCH_MAX)
+    answers = _exchange(running_node.port, encode_message(forged, correlation_id=77, cluster_id=CLUSTER)[4:])
+    assert answers == []
+    _serves(running_node.port)
+    assert running_node.node.runtime.node.epoch == epoch
