@@ -353,6 +353,9 @@ _COUNTER_NAMES = (
     # A message naming this very node as its sender: forged, or from a
     # second process configured with this node's id.
     "messages_from_own_id",
+    # A BeginQuorumEpoch from another node than the one this node knows
+    # won the epoch (itself included): forged, or a peer's bug.
+    "messages_contradicting_leader",
     # A Vote or pre-vote while a live leader is known (Raft thesis §4.2.3).
     "votes_ignored_leader_alive",
     # A Vote or pre-vote from a non-voter, or to one (only voters vote).
@@ -879,7 +882,9 @@ class QuorumNode:
         """How often this node turned an input away, by kind (a copy):
         ``messages_out_of_range`` (dropped: a number no layer can hold, or
         records out of log order), ``messages_from_own_id`` (dropped: it
-        names this node as its sender),
+        names this node as its sender), ``messages_contradicting_leader``
+        (dropped: a BeginQuorumEpoch from another than the epoch's known
+        leader),
         ``votes_ignored_leader_alive`` (refused under the leader lease),
         ``votes_refused_not_voter``, ``votes_refused_other_directory``,
         ``stands_refused_epoch_max``."""
@@ -3057,6 +3062,19 @@ class QuorumNode:
 
     def _on_begin_quorum_epoch(self, request: BeginQuorumEpochRequest) -> None:
         """KIP-595 BeginQuorumEpoch in our epoch: its sender won it."""
+        if self._leader_id is not None and self._leader_id != request.src:
+            # At most one candidate wins an epoch (Raft thesis §3.4), and this
+            # node already knows who won this one (itself, if it leads or
+            # led it): a second winner is forged (a plaintext peer can claim
+            # any id) or a peer's bug. Following it would break election
+            # safety here; a leader's own invariant stopped the node.
+            self._counters["messages_contradicting_leader"] += 1
+            report = self._hooks.protocol_error
+            if report is not None:
+                report(
+                    f"dropped {describe_message(request)}: node {self._leader_id} is the leader of epoch {self._epoch}"
+                )
+            return
         # Only a candidate that won sends it, and at most one wins an epoch
         # (§3.4), so following it is safe in any role but its own.
         if self._leader_id != request.src or self._role is not Role.FOLLOWER:

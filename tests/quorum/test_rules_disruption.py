@@ -18,7 +18,8 @@ The rule, one test (or a parametrized family) per sentence:
   (``quorum/_types.py``) is dropped and counted, never raised, and a voter
   never stands in an epoch past the last one storage can hold;
 - a message naming its receiver as its sender is dropped and counted
-  (no node sends one to itself).
+  (no node sends one to itself), and so is a BeginQuorumEpoch from another
+  node than the leader the receiver knows for that epoch (§3.4).
 """
 
 from __future__ import annotations
@@ -575,3 +576,27 @@ def test_a_message_naming_the_receiver_as_its_sender_is_dropped_counted_and_repo
     if not leads:  # the harness's cluster gives its cores no hooks
         assert len(reports) == len(messages)
         assert all("names this node, 1, as its sender" in report for report in reports)
+
+
+@pytest.mark.parametrize("receiver", [1, 3], ids=["the-leader", "a-follower"])
+def test_a_second_winner_of_a_known_leaders_epoch_is_dropped(receiver):
+    """Raft thesis §3.4: at most one candidate wins an epoch. A
+    BeginQuorumEpoch in the receiver's epoch from another node than the
+    leader it knows for that epoch (itself, for the leader) is forged (a
+    plaintext peer can claim any id) or a peer's bug: it is dropped and
+    counted. Before, the leader raised its own invariant ("two leaders in
+    epoch 1") and stopped, and a follower switched to the impostor. The
+    cluster then commits on as if nothing was sent."""
+    cluster = Cluster(3)
+    cluster.elect(1)
+    node = cluster.node(receiver)
+    before = (node.role, node.epoch, node.leader_id)
+
+    output = cluster.inject(BeginQuorumEpochRequest(src=2, dst=receiver, epoch=node.epoch))
+
+    assert not output
+    assert (node.role, node.epoch, node.leader_id) == before
+    assert node.counters["messages_contradicting_leader"] == 1
+    cluster.propose(1, b"after")
+    cluster.run_until(lambda: cluster.committed_data(receiver)[-1:] == [b"after"])
+    assert cluster.leaders() == [1]
