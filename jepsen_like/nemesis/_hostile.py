@@ -116,6 +116,10 @@ class HostileStats:
     # Connections the node closed (or reset) while we still meant to use them.
     closed_by_node: int = 0
     error_frames: int = 0
+    # Answers that were not pykraft frames at all: a TLS node's alert to a
+    # client that did not start a handshake (a campaign run with --tls: the
+    # attacker has no certificate, so every attack ends there).
+    unframed_answers: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def as_history_value(self) -> dict[str, Any]:
@@ -127,6 +131,7 @@ class HostileStats:
             "bytes_sent": self.bytes_sent,
             "closed_by_node": self.closed_by_node,
             "error_frames": self.error_frames,
+            "unframed_answers": self.unframed_answers,
         }
         value.update(self.extra)
         return value
@@ -274,8 +279,9 @@ async def read_answers(
     stream: trio.SocketStream, stats: HostileStats, cluster_id: str, wait_s: float = ANSWER_WAIT_S, *, expect: int | None = None
 ) -> list[Any]:
     """Messages the node sends back within ``wait_s`` (ErrorFrames counted);
-    stops early when the node closes the connection (counted), or once
-    ``expect`` messages have come."""
+    stops early when the node closes the connection (counted), when what
+    comes back is not framed as pykraft frames are (counted: a TLS node's
+    alert), or once ``expect`` messages have come."""
     decoder = FrameDecoder()
     answers: list[Any] = []
     with trio.move_on_after(wait_s):
@@ -288,14 +294,20 @@ async def read_answers(
                 stats.closed_by_node += 1
                 break
             decoder.feed(data)
-            while (payload := decoder.next_frame()) is not None:
-                try:
-                    message = decode_message(payload, expected_cluster_id=cluster_id).message
-                except RemoteProtocolError:
-                    continue
-                if isinstance(message, ErrorFrame):
-                    stats.error_frames += 1
-                answers.append(message)
+            try:
+                while (payload := decoder.next_frame()) is not None:
+                    try:
+                        message = decode_message(payload, expected_cluster_id=cluster_id).message
+                    except RemoteProtocolError:
+                        continue
+                    if isinstance(message, ErrorFrame):
+                        stats.error_frames += 1
+                    answers.append(message)
+            except RemoteProtocolError:
+                # A length prefix no frame has (a TLS record's header reads
+                # as hundreds of MiB): nothing after it can be read as frames.
+                stats.unframed_answers += 1
+                break
             if expect is not None and len(answers) >= expect:
                 break
     return answers

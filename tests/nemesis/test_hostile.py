@@ -13,16 +13,27 @@ import random
 import msgpack
 import pytest
 import trio
+import trio.testing
 
 from jepsen_like.nemesis import ATTACKS, HOSTILE_KINDS, HostileTarget, run_attack, run_kind
-from jepsen_like.nemesis._hostile import forged_epoch_vote, malformed_frames, msgpack_bomb, vote_flood_frame
+from jepsen_like.nemesis._hostile import (
+    HostileStats,
+    forged_epoch_vote,
+    malformed_frames,
+    msgpack_bomb,
+    read_answers,
+    vote_flood_frame,
+)
 from quorum.client import QuorumClient
 from quorum.runtime import KeyValueStateMachine, NodeConfig, open_quorum_node
 from quorum.wire import NODE_LIMITS, FrameDecoder, decode_message
 from loopback import free_ports
+from tls_material import certificates_fixture, tls_for
 
 CLUSTER = "pykraft"
 ATTACK_S = 1.5
+
+certs = certificates_fixture(nodes=(1,))
 
 
 
@@ -119,6 +130,41 @@ async def test_oversized_frames_and_bombs_are_closed_by_the_node(tmp_path):
             assert stats.closed_by_node >= 1 and stats.error_frames == 0, stats
         assert rejected(node, "frame_too_large") >= by_name["huge-length"].connections
         stop.set()
+
+
+async def test_garbage_at_a_tls_node_ends_at_its_handshake_and_the_attacker_counts_the_alert(tmp_path, certs):
+    """A campaign run with --tls: the attacker has no certificate and
+    speaks pykraft frames in the clear. The node answers with a TLS alert,
+    whose record header reads as a frame length of hundreds of MiB: the
+    attacker used to raise on it ("frame ... over the limit"), which ended
+    the whole hostile-clients campaign at its first attack."""
+    config = NodeConfig(
+        node_id=1, voters={1: ("127.0.0.1", 0)}, cluster_id=CLUSTER, data_dir=tmp_path / "node1",
+        quorum={"election_timeout_ms": 300}, tls=tls_for(certs, "node-1"), acl_file=certs / "acl.txt",
+    )
+    async with open_quorum_node(config) as node:
+        with trio.fail_after(30):
+            await node.wait_for_leader()
+        target = HostileTarget(host="127.0.0.1", port=node.listen_port, node_id=1, voter_ids=(1,), cluster_id=CLUSTER)
+        results = await run_kind("garbage", target, ATTACK_S, seed=5)
+        assert {stats.attack for stats in results} == set(HOSTILE_KINDS["garbage"])
+        # Every attack ends at the handshake: refused, never answered in frames.
+        for stats in results:
+            assert stats.connections >= 1 and stats.closed_by_node + stats.unframed_answers >= 1, stats
+            assert stats.error_frames == 0, stats
+        assert node.is_leader
+
+
+async def test_an_answer_that_is_not_framed_ends_the_read_and_is_counted():
+    """What a TLS node sends a client that spoke in the clear: an alert
+    record (content type 21, TLS 1.2, two bytes), whose first four bytes
+    read as a frame of 352,518,912 bytes."""
+    send_stream, receive_stream = trio.testing.memory_stream_one_way_pair()
+    await send_stream.send_all(bytes([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46]))
+    stats = HostileStats("random-bytes")
+    with trio.fail_after(5):
+        answers = await read_answers(receive_stream, stats, CLUSTER, wait_s=2.0)
+    assert answers == [] and stats.unframed_answers == 1 and stats.closed_by_node == 0
 
 
 async def test_the_vote_flood_claims_other_voters_and_rising_epochs(tmp_path):
