@@ -532,7 +532,16 @@ class QuorumRuntime:
             labels=["node"],
         )
         snapshot_failures.add_metric([label], host.snapshot_failures)
-        families += [lag, age, appended, busy, snapshot_failures]
+        refused = CounterMetricFamily(
+            "pykraft_quorum_inputs_refused_total",
+            "Messages and stands the core turned away without acting on them, by the rule that refused them "
+            "(QuorumNode.counters; the log has a line for each kind of message dropped).",
+            labels=["node", "rule"],
+        )
+        for rule, count in node.counters.items():
+            if rule != "disk_failures":  # not a refusal: pykraft_quorum_disk_failures_total counts them
+                refused.add_metric([label, rule], count)
+        families += [lag, age, appended, busy, snapshot_failures, refused]
         return families
 
     def _note_leader_high_watermark(self, response: FetchResponse) -> None:

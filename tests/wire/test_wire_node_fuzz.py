@@ -141,3 +141,7 @@ def test_a_running_node_drops_a_begin_quorum_epoch_naming_itself_and_keeps_servi
     assert answers == []
     _serves(running_node.port)
     assert running_node.node.runtime.node.epoch == epoch
+    # Counted where an operator sees it (docs/operations.md).
+    metrics = running_node.node.runtime.metrics
+    assert metrics.value("pykraft_quorum_inputs_refused_total", rule="messages_from_own_id") >= 1
+    assert metrics.value("pykraft_quorum_inputs_refused_total", rule="messages_contradicting_leader") == 0
