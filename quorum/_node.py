@@ -1494,10 +1494,9 @@ class QuorumNode:
             # operator's mistake). Acting on it would have this node follow,
             # vote for or answer itself; a BeginQuorumEpoch from "itself"
             # stopped the node (found by the wire fuzzer's long profile).
-            self._counters["messages_from_own_id"] += 1
-            report = self._hooks.protocol_error
-            if report is not None:
-                report(f"dropped {describe_message(message)}: it names this node, {self.node_id}, as its sender")
+            self._drop_malformed(
+                message, f"it names this node, {self.node_id}, as its sender", counter="messages_from_own_id"
+            )
             return False
         if type(message) is FetchRequest and message.epoch == self._epoch and self._role is Role.LEADER:
             # The common case, taken on every Fetch a leader serves, decided
@@ -1678,10 +1677,11 @@ class QuorumNode:
             self._role is Role.FOLLOWER and request.epoch == self._epoch and request.src == self._leader_id
         )
 
-    def _drop_malformed(self, message: Message, problem: str) -> None:
-        """A peer sent what no correct node sends: count it and tell the
-        host (``CoreHooks.protocol_error``); the caller drops it."""
-        self._counters["messages_out_of_range"] += 1
+    def _drop_malformed(self, message: Message, problem: str, *, counter: str = "messages_out_of_range") -> None:
+        """A peer sent what no correct node sends: count it (under
+        ``counter``, one of ``_COUNTER_NAMES``) and tell the host
+        (``CoreHooks.protocol_error``); the caller drops it."""
+        self._counters[counter] += 1
         report = self._hooks.protocol_error
         if report is not None:
             report(f"dropped {describe_message(message)}: {problem}")
@@ -3068,12 +3068,11 @@ class QuorumNode:
             # led it): a second winner is forged (a plaintext peer can claim
             # any id) or a peer's bug. Following it would break election
             # safety here; a leader's own invariant stopped the node.
-            self._counters["messages_contradicting_leader"] += 1
-            report = self._hooks.protocol_error
-            if report is not None:
-                report(
-                    f"dropped {describe_message(request)}: node {self._leader_id} is the leader of epoch {self._epoch}"
-                )
+            self._drop_malformed(
+                request,
+                f"node {self._leader_id} is the leader of epoch {self._epoch}",
+                counter="messages_contradicting_leader",
+            )
             return
         # Only a candidate that won sends it, and at most one wins an epoch
         # (§3.4), so following it is safe in any role but its own.

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +43,14 @@ from quorum import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
     ElectionState,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
     Entry,
+    ErrorCode,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     MemoryLog,
     Message,
     Output,
@@ -61,6 +68,7 @@ from quorum import (
     VoteResponse,
     describe_message,
 )
+from quorum._types import EPOCH_MAX
 
 # The defaults of QuorumConfig, in ticks of 10 ms.
 TICK_MS = 10
@@ -568,3 +576,40 @@ def assert_committed_agree(cluster: Cluster) -> None:
             assert first[1] == entry, (
                 f"offset {entry.offset}: node {first[0]} committed {first[1]}, node {node_id} committed {entry}"
             )
+
+
+def messages_of_every_kind(src: int, dst: int, epoch: int, log_end: int) -> Iterator[Message]:
+    """One or more messages of every kind a node can be sent, from ``src`` to
+    ``dst`` in ``epoch`` (the receiver's log ending at ``log_end``), over a
+    grid of the fields the rules read: leader ids, grants, request ids,
+    offsets, errors. Every number fits what the wire and storage hold."""
+    snapshot = SnapshotId(end_offset=1, epoch=1)
+    yield BeginQuorumEpochRequest(src=src, dst=dst, epoch=epoch)
+    yield BeginQuorumEpochResponse(src=src, dst=dst, epoch=epoch)
+    for successors in ((), (dst,), (src, dst)):
+        yield EndQuorumEpochRequest(src=src, dst=dst, epoch=epoch, preferred_successors=successors)
+    yield EndQuorumEpochResponse(src=src, dst=dst, epoch=epoch)
+    for pre_vote in (False, True):
+        for last_epoch, end_offset in ((0, 0), (epoch, log_end + 5), (EPOCH_MAX, 10**6)):
+            yield VoteRequest(src=src, dst=dst, epoch=epoch, last_epoch=last_epoch, end_offset=end_offset, pre_vote=pre_vote)
+        for granted in (False, True):
+            for leader_id in (None, src, dst):
+                yield VoteResponse(src=src, dst=dst, epoch=epoch, granted=granted, pre_vote=pre_vote, leader_id=leader_id)
+    for fetch_offset, last_fetched_epoch in ((0, 0), (log_end, epoch), (log_end + 3, epoch)):
+        for request_id in (0, 1):
+            yield FetchRequest(
+                src=src, dst=dst, epoch=epoch, fetch_offset=fetch_offset, last_fetched_epoch=last_fetched_epoch,
+                request_id=request_id,
+            )
+    for request_id in (1, 2):
+        for leader_id in (None, src, dst):
+            for high_watermark in (0, log_end + 10):
+                for error in (ErrorCode.NONE, ErrorCode.NOT_LEADER, ErrorCode.FENCED_LEADER_EPOCH):
+                    yield FetchResponse(
+                        src=src, dst=dst, epoch=epoch, request_id=request_id, leader_id=leader_id,
+                        high_watermark=high_watermark, error=error,
+                    )
+        yield FetchSnapshotRequest(src=src, dst=dst, epoch=epoch, snapshot_id=snapshot, position=0, request_id=request_id)
+        yield FetchSnapshotResponse(
+            src=src, dst=dst, epoch=epoch, request_id=request_id, leader_id=src, snapshot_id=snapshot, size=10, chunk=b"x"
+        )

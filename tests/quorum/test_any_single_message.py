@@ -15,63 +15,14 @@ the receiver's epoch."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from harness import cluster_with_node_in
+from harness import cluster_with_node_in, messages_of_every_kind
 
-from quorum import (
-    BeginQuorumEpochRequest,
-    BeginQuorumEpochResponse,
-    EndQuorumEpochRequest,
-    EndQuorumEpochResponse,
-    ErrorCode,
-    FetchRequest,
-    FetchResponse,
-    FetchSnapshotRequest,
-    FetchSnapshotResponse,
-    Role,
-    SnapshotId,
-    VoteRequest,
-    VoteResponse,
-)
+from quorum import Role
 from quorum._types import EPOCH_MAX
 
 ROLES = (Role.LEADER, Role.FOLLOWER, Role.RESIGNED, Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)
 NON_VOTER = 4
-
-
-def _messages(src: int, dst: int, epoch: int, log_end: int) -> Iterator[object]:
-    snapshot = SnapshotId(end_offset=1, epoch=1)
-    yield BeginQuorumEpochRequest(src=src, dst=dst, epoch=epoch)
-    yield BeginQuorumEpochResponse(src=src, dst=dst, epoch=epoch)
-    for successors in ((), (dst,), (src, dst)):
-        yield EndQuorumEpochRequest(src=src, dst=dst, epoch=epoch, preferred_successors=successors)
-    yield EndQuorumEpochResponse(src=src, dst=dst, epoch=epoch)
-    for pre_vote in (False, True):
-        for last_epoch, end_offset in ((0, 0), (epoch, log_end + 5), (EPOCH_MAX, 10**6)):
-            yield VoteRequest(src=src, dst=dst, epoch=epoch, last_epoch=last_epoch, end_offset=end_offset, pre_vote=pre_vote)
-        for granted in (False, True):
-            for leader_id in (None, src, dst):
-                yield VoteResponse(src=src, dst=dst, epoch=epoch, granted=granted, pre_vote=pre_vote, leader_id=leader_id)
-    for fetch_offset, last_fetched_epoch in ((0, 0), (log_end, epoch), (log_end + 3, epoch)):
-        for request_id in (0, 1):
-            yield FetchRequest(
-                src=src, dst=dst, epoch=epoch, fetch_offset=fetch_offset, last_fetched_epoch=last_fetched_epoch,
-                request_id=request_id,
-            )
-    for request_id in (1, 2):
-        for leader_id in (None, src, dst):
-            for high_watermark in (0, log_end + 10):
-                for error in (ErrorCode.NONE, ErrorCode.NOT_LEADER, ErrorCode.FENCED_LEADER_EPOCH):
-                    yield FetchResponse(
-                        src=src, dst=dst, epoch=epoch, request_id=request_id, leader_id=leader_id,
-                        high_watermark=high_watermark, error=error,
-                    )
-        yield FetchSnapshotRequest(src=src, dst=dst, epoch=epoch, snapshot_id=snapshot, position=0, request_id=request_id)
-        yield FetchSnapshotResponse(
-            src=src, dst=dst, epoch=epoch, request_id=request_id, leader_id=src, snapshot_id=snapshot, size=10, chunk=b"x"
-        )
 
 
 @pytest.mark.parametrize("role", ROLES, ids=[role.value for role in ROLES])
@@ -83,7 +34,7 @@ def test_no_single_message_makes_a_core_raise(role):
     raised = []
     for src in (other_voter, NON_VOTER, node_id):
         for message_epoch in sorted({max(0, epoch - 1), epoch, epoch + 1, EPOCH_MAX}):
-            for message in _messages(src, node_id, message_epoch, log_end):
+            for message in messages_of_every_kind(src, node_id, message_epoch, log_end):
                 fresh, _ = cluster_with_node_in(role)
                 try:
                     fresh.node(node_id).step(message)

@@ -34,6 +34,7 @@ from harness import (
     cluster_with_node_in,
     make_config,
     messages_of,
+    messages_of_every_kind,
     outlive_leader_lease,
 )
 
@@ -530,23 +531,6 @@ def test_voter_in_the_last_epoch_storage_can_hold_never_stands_past_it(pre_vote)
     assert 2 <= node.counters["stands_refused_epoch_max"] <= 5
 
 
-def _from_itself(epoch: int) -> list:
-    """One message of every kind a node can be sent, each naming node 1,
-    the receiver, as its sender, in ``epoch``."""
-    snapshot = SnapshotId(end_offset=1, epoch=1)
-    return [
-        BeginQuorumEpochRequest(src=1, dst=1, epoch=epoch),
-        EndQuorumEpochRequest(src=1, dst=1, epoch=epoch, preferred_successors=(1,)),
-        VoteRequest(src=1, dst=1, epoch=epoch, last_epoch=EPOCH_MAX, end_offset=OFFSET_MAX, pre_vote=False),
-        VoteRequest(src=1, dst=1, epoch=epoch, last_epoch=EPOCH_MAX, end_offset=OFFSET_MAX, pre_vote=True),
-        VoteResponse(src=1, dst=1, epoch=epoch, granted=True, pre_vote=False),
-        FetchRequest(src=1, dst=1, epoch=epoch, fetch_offset=0, last_fetched_epoch=0, request_id=1),
-        FetchResponse(src=1, dst=1, epoch=epoch, request_id=1, leader_id=1),
-        FetchSnapshotRequest(src=1, dst=1, epoch=epoch, snapshot_id=snapshot, position=0, request_id=1),
-        FetchSnapshotResponse(src=1, dst=1, epoch=epoch, request_id=1, leader_id=1),
-    ]
-
-
 @pytest.mark.parametrize("leads", [False, True], ids=["unattached", "leader"])
 @pytest.mark.parametrize("later_epoch", [1, EPOCH_MAX], ids=["next-epoch", "last-epoch"])
 def test_a_message_naming_the_receiver_as_its_sender_is_dropped_counted_and_reported(leads, later_epoch):
@@ -566,7 +550,8 @@ def test_a_message_naming_the_receiver_as_its_sender_is_dropped_counted_and_repo
         node = QuorumNode(make_config(1, (1, 2, 3)), rng=random.Random(0), hooks=CoreHooks(protocol_error=reports.append))
         node.initial_output()
     before = (node.role, node.epoch, node.log.end_offset)
-    messages = _from_itself(node.epoch + 1 if later_epoch == 1 else later_epoch)
+    # Every kind of message, each naming node 1, the receiver, as its sender.
+    messages = list(messages_of_every_kind(1, 1, node.epoch + 1 if later_epoch == 1 else later_epoch, node.log.end_offset))
 
     outputs = [node.step(message) for message in messages]
 
