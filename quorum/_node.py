@@ -116,6 +116,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import repeat
 from typing import Any, Callable, TypeVar
 
 from ._config import QuorumConfig
@@ -325,6 +326,7 @@ class CoreHooks:
 
 
 _NO_HOOKS = CoreHooks()
+_new_tuple = tuple.__new__  # builds an Entry from its fields without a Python call
 # Observers answered per step once the high watermark moved (issue 21):
 # 5,000 brokers' answers in one step would hold up a voter's Fetch behind
 # them in the driver (it sends and encodes a step's answers before it steps
@@ -2140,7 +2142,9 @@ class QuorumNode:
         # replicating); the leader counts itself only once ``persisted``
         # says so (_maybe_advance_high_watermark).
         offset = self._log.end_offset
-        entries = [Entry(offset + i, self._epoch, kind, payload) for i, payload in enumerate(payloads)]
+        # tuple.__new__ straight, as the wire decoder builds records: the
+        # named tuple's own __new__ is a Python call per record.
+        entries = list(map(_new_tuple, repeat(Entry), zip(range(offset, offset + len(payloads)), repeat(self._epoch), repeat(kind), payloads)))
         self._log.append(entries)
         self._out.append.extend(entries)
         if not self.config.observers_answered_on_commit:

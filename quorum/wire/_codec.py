@@ -185,10 +185,14 @@ class RecordSegments:
             self.runs_started += 1
             at, entries = 0, self._entries
         found = min(count, len(entries) - at)
-        if found and not all(map(is_, islice(entries, at, at + found), records)):
+        # A slice, not ``islice``: islice steps over the ``at`` records
+        # before the stretch one by one, which cost each answer time in the
+        # run's length (up to ~40,000 records: ~0.2 ms per Fetch answer).
+        kept = entries[at : at + found]
+        if found and not all(map(is_, kept, records)):
             # The log was cut and written anew from the first record that
             # differs: so is the run.
-            found = next(i for i, (kept, record) in enumerate(zip(islice(entries, at, None), records)) if kept is not record)
+            found = next(i for i, (old, record) in enumerate(zip(kept, records)) if old is not record)
             self._cut(at + found)
         if found < count and not self._add(records, found, message_epoch):
             return None

@@ -7,6 +7,8 @@ import random
 from collections import deque
 from typing import Any
 
+import msgpack
+
 from quorum import (
     Entry,
     KeyValueStateMachine,
@@ -279,3 +281,57 @@ def test_the_key_value_machine_never_raises_and_batches_change_nothing() -> None
         single.update(one_by_one.apply([entry]))
     assert answers == single and batched.values == one_by_one.values
     assert answers  # some records were real compare-and-sets
+
+
+def _apply_by_unpacking_everything(values: dict, entries: list[Entry]) -> dict[int, bytes]:
+    """The key-value machine's rules with no shortcut: every record is
+    unpacked, and what is not a command is skipped."""
+    answers: dict[int, bytes] = {}
+    for entry in entries:
+        try:
+            command = msgpack.unpackb(entry.data, raw=False)
+        except (ValueError, TypeError, msgpack.UnpackException):
+            continue
+        if not isinstance(command, list):
+            continue
+        if len(command) == 2 and isinstance(command[0], bytes) and isinstance(command[1], (bytes, type(None))):
+            if command[1] is None:
+                values.pop(command[0], None)
+            else:
+                values[command[0]] = (command[1], entry.offset)
+        elif len(command) == 4 and command[0] == "cas" and isinstance(command[1], bytes) and isinstance(command[3], bytes):
+            applied = values.get(command[1], (None, -1))[0] == command[2]
+            if applied:
+                values[command[1]] = (command[3], entry.offset)
+            answers[entry.offset] = KeyValueStateMachine.CAS_APPLIED if applied else KeyValueStateMachine.CAS_REFUSED
+    return answers
+
+
+def test_records_known_from_their_first_byte_not_to_be_commands_change_nothing():
+    """apply skips a record whose first byte starts no msgpack array without
+    unpacking it: the same state and answers as unpacking every record,
+    commands written with the long array headers (array 16 and 32)
+    included."""
+    rng = random.Random(21)
+    samples = [KeyValueStateMachine.encode_put(b"k", b"v"), KeyValueStateMachine.encode_cas(b"k", b"v", b"w"),
+               KeyValueStateMachine.encode_put(b"k", None), b"v-00000001-xxxx", b"\x01", b""]
+    records = []
+    for _ in range(3000):
+        data = bytearray(rng.choice(samples))
+        for _ in range(rng.randrange(3)):
+            if data and rng.random() < 0.7:
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            else:
+                data.insert(rng.randrange(len(data) + 1), rng.randrange(256))
+        records.append(bytes(data))
+    put_16 = b"\xdc\x00\x02\xc4\x01k\xc4\x01u"  # ["k", "u"] with an array 16 header
+    cas_32 = b"\xdd\x00\x00\x00\x04\xa3cas\xc4\x01k\xc4\x01u\xc4\x01w"  # ["cas", "k", "u", "w"], array 32
+    records += [put_16, cas_32, cas_32]
+    entries = [Entry(offset=offset, epoch=1, kind=RecordKind.DATA, data=data) for offset, data in enumerate(records)]
+    machine, expected_values = KeyValueStateMachine(), {}
+    answers = machine.apply(entries)
+    assert answers == _apply_by_unpacking_everything(expected_values, entries)
+    assert machine.values == expected_values
+    offset_of_cas_32 = len(records) - 2
+    assert answers[offset_of_cas_32] == KeyValueStateMachine.CAS_APPLIED  # the long headers were read as commands
+    assert answers[offset_of_cas_32 + 1] == KeyValueStateMachine.CAS_REFUSED
