@@ -204,3 +204,50 @@ async def test_nodes_that_know_no_leader_are_asked_in_turn_before_any_backoff(au
                 await client.propose([b"y"])
         assert 4 <= len(asked) <= 30
         nursery.cancel_scope.cancel()
+
+
+async def test_requests_in_flight_on_one_connection_each_time_out_at_their_own_deadline(autojump_clock):
+    """One task wakes a connection's requests when their time is up
+    (``timeout_loop``), in the order they were given; a request given a
+    shorter time than one before it (the end of a caller's retry time) is
+    still woken at its own deadline, not at the earlier request's."""
+    from quorum.client import Server, _Connection
+
+    received: list[bytes] = []
+    timed_out_after_s: dict[str, float] = {}
+    async with trio.open_nursery() as nursery:
+        port = await silent_server(nursery, received)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        connection = _Connection(stream, "pykraft", Server(None, "127.0.0.1", port))
+        for loop in (connection.read_loop, connection.write_loop, connection.flush_loop, connection.timeout_loop):
+            nursery.start_soon(loop)
+        started = trio.current_time()
+
+        async def ask(name: str, timeout_s: float) -> None:
+            with pytest.raises(NoAnswerError):
+                await connection.request(ProposeRequest(records=(name.encode(),)), timeout_s)
+            timed_out_after_s[name] = trio.current_time() - started
+
+        async with trio.open_nursery() as asking:
+            for name, timeout_s in (("first", 5.0), ("sooner", 1.0), ("later", 6.0), ("same", 5.0)):
+                asking.start_soon(ask, name, timeout_s)
+                await trio.sleep(0)
+        assert timed_out_after_s == pytest.approx({"first": 5.0, "sooner": 1.0, "later": 6.0, "same": 5.0}, abs=0.01)
+        assert not connection.waiting and not connection._deadlines
+        nursery.cancel_scope.cancel()
+
+
+async def test_answered_requests_leave_no_deadlines_behind(autojump_clock):
+    """A long-lived connection keeps a deadline per request in flight, not
+    one per request it ever made."""
+    async with trio.open_nursery() as nursery:
+        port = await scripted_node(nursery, lambda version: ProposeResponse(offset=7, version=version), [])
+        async with QuorumClient([f"127.0.0.1:{port}"]) as client:
+            for _ in range(200):
+                assert await client.propose([b"x"]) == 7
+            async with trio.open_nursery() as pipelined:
+                for _ in range(64):
+                    pipelined.start_soon(client.propose, [b"y"])
+            connection = client._connection
+            assert connection is not None and len(connection._deadlines) <= 1
+        nursery.cancel_scope.cancel()
