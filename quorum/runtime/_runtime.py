@@ -121,6 +121,13 @@ OBSERVER_BATCH_MESSAGES = 16
 # ~40 MiB, room for 30,000 brokers with a resend each; past that, brokers
 # are more than one leader serves within their session anyway.
 OBSERVER_QUEUE_MESSAGES_MAX = 65_536
+# And past this many bytes of their frames, whatever their count: a frame
+# may be up to ``small_frame_bytes_max`` (1 MiB), and a Fetch's extension
+# decodes to several times its frame, so the count alone let brokers (or
+# anyone claiming to be one, in plaintext) park tens of GiB. A broker's
+# Fetch with its heartbeat is about 0.2 KiB on the wire: 65,536 of them are
+# ~13 MiB, inside this bound.
+OBSERVER_QUEUE_BYTES_MAX = 32 * 1024 * 1024
 
 _GAP_MAX_HELP = (
     "Leader only: the longest voter fetch gap in this leadership (check quorum resigns past"
@@ -138,7 +145,11 @@ class Transport(abc.ABC):
     """What the runtime needs of a network. ``send`` never blocks and may
     drop (Raft tolerates loss); received messages go to ``deliver``, and a
     peer found unreachable (connection refused or reset) to
-    ``unreachable``."""
+    ``unreachable``. While ``deliver`` runs, ``delivering_frame_bytes`` is
+    the size of the frame the message came in (0 for a network without
+    frames): what bounds the brokers' queue in bytes."""
+
+    delivering_frame_bytes = 0
 
     @abc.abstractmethod
     def send(self, message: Message) -> None:
@@ -321,6 +332,12 @@ class QuorumRuntime:
         # _observer_fetches: a broker's newer Fetch takes the place of its
         # older one still waiting (see _deliver).
         self._observer_queue: deque[Message | int] = deque()
+        # Each queued entry's frame bytes, in step with the queue (0 for a
+        # broker's Fetch, whose bytes are in _observer_fetch_bytes: a newer
+        # Fetch replaces it in place), and their sum.
+        self._observer_queue_sizes: deque[int] = deque()
+        self._observer_fetch_bytes: dict[int, int] = {}
+        self._observer_queue_bytes = 0
         self._observer_fetches: dict[int, FetchRequest] = {}
         self._observer_wakeup = trio.Event()
         self._core_busy = True  # until run() has handled the initial output
@@ -1058,6 +1075,7 @@ class QuorumRuntime:
             return
         if service_class(message, self.config.voter_set) is ServiceClass.OBSERVER:
             queue = self._observer_queue
+            queued_bytes = size_bytes = self.transport.delivering_frame_bytes
             if type(message) is FetchRequest:
                 # A broker's newer Fetch replaces its older one still waiting,
                 # in that one's place: the older one's answer would reach a
@@ -1066,22 +1084,47 @@ class QuorumRuntime:
                 # once, issue 21), the leader answered only Fetches their
                 # senders had given up on, each answer thousands of records,
                 # while the resends queued behind them (docs/benchmarks.md).
-                fetches = self._observer_fetches
-                if message.src in fetches:
-                    fetches[message.src] = message
+                fetches, fetch_bytes = self._observer_fetches, self._observer_fetch_bytes
+                src = message.src
+                if src in fetches:
+                    fetches[src] = message
+                    self._observer_queue_bytes += size_bytes - fetch_bytes[src]
+                    fetch_bytes[src] = size_bytes
                     self._count_observer_message_dropped("replaced")
+                    self._trim_observer_queue()
                     return
-                fetches[message.src] = message
-                message = message.src
-            if len(queue) >= OBSERVER_QUEUE_MESSAGES_MAX:
-                oldest = queue.popleft()
-                if type(oldest) is int:
-                    del self._observer_fetches[oldest]
-                self._count_observer_message_dropped("queue_full")
+                fetches[src] = message
+                fetch_bytes[src] = size_bytes
+                message, queued_bytes = src, 0
             queue.append(message)
+            self._observer_queue_sizes.append(queued_bytes)
+            self._observer_queue_bytes += size_bytes
+            self._trim_observer_queue()
             self._observer_wakeup.set()
             return
         self._submit(("message", message))
+
+    def _trim_observer_queue(self) -> None:
+        """Drop the oldest waiting brokers' messages while the queue is
+        past its count or byte bound (the newest always stays: one frame is
+        far below the byte bound)."""
+        queue = self._observer_queue
+        while len(queue) > 1 and (
+            len(queue) > OBSERVER_QUEUE_MESSAGES_MAX or self._observer_queue_bytes > OBSERVER_QUEUE_BYTES_MAX
+        ):
+            self._take_observer_message()
+            self._count_observer_message_dropped("queue_full")
+
+    def _take_observer_message(self) -> Message:
+        """The oldest waiting broker's message, out of the queue and its
+        byte count."""
+        oldest = self._observer_queue.popleft()
+        size_bytes = self._observer_queue_sizes.popleft()
+        if type(oldest) is int:
+            size_bytes = self._observer_fetch_bytes.pop(oldest)
+            oldest = self._observer_fetches.pop(oldest)
+        self._observer_queue_bytes -= size_bytes
+        return oldest
 
     def _count_observer_message_dropped(self, reason: str) -> None:
         self.metrics.add_to_counter(
@@ -1098,15 +1141,13 @@ class QuorumRuntime:
         letting every other task (a voter's connection reader, which hands
         its Fetch to the core at once) run between two batches."""
         queue = self._observer_queue
-        fetches = self._observer_fetches
         while True:
             if not queue:
                 self._observer_wakeup = trio.Event()
                 await self._observer_wakeup.wait()
                 continue
             for _ in range(min(OBSERVER_BATCH_MESSAGES, len(queue))):
-                waiting = queue.popleft()
-                self._submit(("message", fetches.pop(waiting) if type(waiting) is int else waiting))
+                self._submit(("message", self._take_observer_message()))
             await trio.lowlevel.checkpoint()
 
     def _unreachable(self, peer: int) -> None:

@@ -965,7 +965,11 @@ class TcpTransport(Transport):
                     "pykraft_quorum_fetch_errors_total", 1, "Fetch answers that carried an error, by error.",
                     error=message.error.name,
                 )  # fmt: skip
-            self._deliver(message)
+            self.delivering_frame_bytes = size
+            try:
+                self._deliver(message)
+            finally:
+                self.delivering_frame_bytes = 0
         elif kind is Hello:
             logger.debug("%s is %s %s", connection.peer, message.role, message.node_id)
             proven = principal is None or (principal.kind is PrincipalKind.NODE and principal.member_id == message.node_id)

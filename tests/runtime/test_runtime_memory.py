@@ -322,6 +322,53 @@ async def test_a_brokers_newer_fetch_takes_the_place_of_its_older_one_still_wait
     assert leader._observer_fetches == {}
 
 
+async def test_the_brokers_queue_is_bounded_in_bytes_whatever_its_count(cluster, autojump_clock):
+    """Brokers' messages wait as decoded objects: a Fetch's extension of a
+    1 MiB frame decodes to several MiB, and the count bound (65,536) alone
+    let brokers, or anyone claiming broker ids over plaintext, park tens of
+    GiB. Past OBSERVER_QUEUE_BYTES_MAX of frames the oldest go, counted as
+    queue_full; a broker's newer Fetch replacing its older one is counted at
+    its own size; what is left is served and the count goes back to 0."""
+    from quorum.runtime._runtime import OBSERVER_QUEUE_BYTES_MAX
+
+    leader = await cluster.leader()
+    node = leader.node
+    frame_bytes = 1024 * 1024
+
+    def fetch(broker: int, request: int) -> FetchRequest:
+        return FetchRequest(
+            src=broker, dst=node.node_id, epoch=node.epoch, fetch_offset=node.log.end_offset,
+            last_fetched_epoch=node.log.last_epoch, request_id=(1 << 32) + request,
+        )  # fmt: skip
+
+    def deliver(message: FetchRequest, size_bytes: int) -> None:
+        # As a TCP transport delivers a message it read in a frame of that size.
+        leader.transport.delivering_frame_bytes = size_bytes
+        try:
+            leader._deliver(message)
+        finally:
+            leader.transport.delivering_frame_bytes = 0
+
+    senders = OBSERVER_QUEUE_BYTES_MAX // frame_bytes + 10
+    for broker in range(1000, 1000 + senders):
+        deliver(fetch(broker, 1), frame_bytes)
+    dropped = leader.metrics.value("pykraft_quorum_observer_messages_dropped_total", reason="queue_full")
+    assert dropped == 10  # the oldest ten went
+    assert leader._observer_queue_bytes == OBSERVER_QUEUE_BYTES_MAX
+    assert list(leader._observer_queue)[0] == 1010 and set(leader._observer_fetches) == set(leader._observer_queue)
+
+    # The newest broker's resend, five times larger: four more of the oldest go.
+    deliver(fetch(1000 + senders - 1, 2), 5 * frame_bytes)
+    assert leader.metrics.value("pykraft_quorum_observer_messages_dropped_total", reason="queue_full") == dropped + 4
+    assert leader._observer_queue_bytes <= OBSERVER_QUEUE_BYTES_MAX
+    assert list(leader._observer_queue)[0] == 1014
+
+    with trio.fail_after(5):
+        while leader._observer_queue:
+            await trio.sleep(0)
+    assert leader._observer_queue_bytes == 0 and not leader._observer_fetches and not leader._observer_fetch_bytes
+
+
 class SlowLinkNetwork(MemoryNetwork):
     """A ``MemoryNetwork`` on which every message to one node (once chosen
     with ``slow_down``) arrives ``delay_s`` of trio's clock late."""

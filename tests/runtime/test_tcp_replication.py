@@ -163,6 +163,39 @@ async def test_messages_sent_during_a_batch_leave_at_its_end_in_order():
         nursery.cancel_scope.cancel()
 
 
+async def test_the_frame_size_of_a_delivered_message_is_told_while_it_is_delivered():
+    """The runtime bounds brokers' waiting messages in bytes by the frames
+    they came in: TcpTransport says each one's size while ``deliver`` runs
+    (``delivering_frame_bytes``), and 0 outside."""
+    from quorum import FetchRequest
+    from quorum.runtime import TcpTransport
+    from quorum.wire import encode_message
+
+    ports = free_ports(2)
+    voters = {1: ("127.0.0.1", ports[0]), 2: ("127.0.0.1", ports[1])}
+    sender = TcpTransport(1, cluster_id="sizes", listen=voters[1], peer_addresses=voters)
+    receiver = TcpTransport(2, cluster_id="sizes", listen=voters[2], peer_addresses=voters)
+    told: list[tuple[int, int]] = []
+    fetches = [
+        FetchRequest(src=1, dst=2, epoch=3, fetch_offset=0, last_fetched_epoch=0, request_id=1),
+        FetchRequest(src=1, dst=2, epoch=3, fetch_offset=0, last_fetched_epoch=0, request_id=2,
+                     extension={"padding": b"x" * 50_000}),
+    ]  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        await nursery.start(receiver.run, lambda message: told.append((message.request_id, receiver.delivering_frame_bytes)), lambda peer: None)
+        await nursery.start(sender.run, lambda message: None, lambda peer: None)
+        with trio.fail_after(20):
+            for fetch in fetches:
+                sender.send(fetch)
+            while len(told) < 2:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    # The frame's payload: the whole frame less its 4-byte length prefix.
+    expected = [(f.request_id, len(encode_message(f, correlation_id=1, cluster_id="sizes")) - 4) for f in fetches]
+    assert [(request_id, size // 100) for request_id, size in told] == [(r, size // 100) for r, size in expected]
+    assert told[1][1] > 50_000 and receiver.delivering_frame_bytes == 0
+
+
 async def test_a_large_frame_is_decoded_and_handled_with_the_collector_paused():
     """A Fetch answer of 5,000 records (a frame over
     ``COLLECTOR_PAUSE_FRAME_BYTES_MIN``) reaches the runtime with the cyclic
