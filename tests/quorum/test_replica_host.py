@@ -258,20 +258,26 @@ def test_a_machine_whose_apply_never_raises_gets_whole_batches_with_the_same_ans
     assert batched.values == per_record.values
 
 
-def test_the_key_value_machine_never_raises_and_batches_change_nothing() -> None:
-    """What lets it take whole batches: any bytes are a record (or ignored),
-    and one call per record gives the same state and answers as one call."""
-    rng = random.Random(18)
-    samples = [KeyValueStateMachine.encode_put(b"k", b"v"), KeyValueStateMachine.encode_cas(b"k", b"v", b"w")]
+def damaged_copies(samples: list[bytes], rng: random.Random, *, edits_max: int, count: int = 3000) -> list[bytes]:
+    """``count`` records, each a sample with up to ``edits_max`` bytes
+    changed or inserted at random: commands, near-commands and noise."""
     records = []
-    for _ in range(3000):
-        data = bytearray(rng.choice(samples + [b""]))
-        for _ in range(rng.randrange(4)):
+    for _ in range(count):
+        data = bytearray(rng.choice(samples))
+        for _ in range(rng.randrange(edits_max + 1)):
             if data and rng.random() < 0.7:
                 data[rng.randrange(len(data))] = rng.randrange(256)
             else:
                 data.insert(rng.randrange(len(data) + 1), rng.randrange(256))
         records.append(bytes(data))
+    return records
+
+
+def test_the_key_value_machine_never_raises_and_batches_change_nothing() -> None:
+    """What lets it take whole batches: any bytes are a record (or ignored),
+    and one call per record gives the same state and answers as one call."""
+    samples = [KeyValueStateMachine.encode_put(b"k", b"v"), KeyValueStateMachine.encode_cas(b"k", b"v", b"w"), b""]
+    records = damaged_copies(samples, random.Random(18), edits_max=3)
     records += [b"\xc1", b"\x81\x90\x01", b"\x81\x91\x01\x01", b"\xd9\x01\xff", b"\xc7\x01\xff\x00"]
     entries = [Entry(offset=offset, epoch=1, kind=RecordKind.DATA, data=data) for offset, data in enumerate(records)]
     batched, one_by_one = KeyValueStateMachine(), KeyValueStateMachine()
@@ -312,18 +318,9 @@ def test_records_known_from_their_first_byte_not_to_be_commands_change_nothing()
     unpacking it: the same state and answers as unpacking every record,
     commands written with the long array headers (array 16 and 32)
     included."""
-    rng = random.Random(21)
     samples = [KeyValueStateMachine.encode_put(b"k", b"v"), KeyValueStateMachine.encode_cas(b"k", b"v", b"w"),
                KeyValueStateMachine.encode_put(b"k", None), b"v-00000001-xxxx", b"\x01", b""]
-    records = []
-    for _ in range(3000):
-        data = bytearray(rng.choice(samples))
-        for _ in range(rng.randrange(3)):
-            if data and rng.random() < 0.7:
-                data[rng.randrange(len(data))] = rng.randrange(256)
-            else:
-                data.insert(rng.randrange(len(data) + 1), rng.randrange(256))
-        records.append(bytes(data))
+    records = damaged_copies(samples, random.Random(21), edits_max=2)
     put_16 = b"\xdc\x00\x02\xc4\x01k\xc4\x01u"  # ["k", "u"] with an array 16 header
     cas_32 = b"\xdd\x00\x00\x00\x04\xa3cas\xc4\x01k\xc4\x01u\xc4\x01w"  # ["cas", "k", "u", "w"], array 32
     records += [put_16, cas_32, cas_32]
