@@ -15,7 +15,12 @@ it finds the milestones below and prints the median and p90 of each leg:
   D  a follower reads the record
   E  that follower's fsync is done
 
-plus the CPU time each process used per write (user + system). With
+plus the CPU time each process used per write (user + system).
+``--timeline N`` also prints every stamp of the write at rank N by latency
+(``--timeline 1000`` of 2000: the median one), each process's in one
+column of time since the client sent it: socket writes (``tx``, with the
+peer and how many frames left in that write), reads (``rx``), the core's
+inputs and the disk's work, to see where a hop waits. With
 ``--tls`` every connection is mutual TLS 1.3 (certificates from
 ``create_cluster_certificates``, the client as ``pykraft://client/admin``),
 as ``bench.quorum_bench``'s ``pykraft-tls`` peer.
@@ -82,11 +87,25 @@ def _legs(events: list[tuple[int, str, str, str]], writes: list[tuple[int, int, 
     return legs
 
 
+def _print_timeline(events: list[tuple[int, str, str, str]], writes: list[tuple[int, int, int]], rank: int) -> None:
+    """Every stamp between the send and the answer of the write at ``rank``
+    (by latency), in µs since the send."""
+    by_latency = sorted(writes, key=lambda write: write[1] - write[0])
+    sent, answered, offset = by_latency[min(max(rank, 0), len(by_latency) - 1)]
+    times = [event[0] for event in events]
+    print(f"write at offset {offset}, rank {rank} of {len(writes)}: {(answered - sent) / 1000:.0f} us")
+    for when, node, stage, key in events[bisect.bisect_left(times, sent): bisect.bisect_right(times, answered)]:
+        print(f"  {(when - sent) / 1000:7.0f}  {node:7} {stage} {key}")
+    print(f"  {(answered - sent) / 1000:7.0f}  client  answered")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.latency_breakdown", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--writes", type=int, default=1000)
     parser.add_argument("--tls", action="store_true", help="mutual TLS 1.3 on every connection")
+    parser.add_argument("--timeline", type=int, action="append", default=[], metavar="RANK",
+                        help="print every stamp of the write at this rank by latency (0: fastest); repeatable")
     args = parser.parse_args(argv)
     executable = kraft_quorum_executable()
     if executable is None:
@@ -154,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             values = sorted(legs[leg])
             if values:
                 print(f"  {leg} {label:24} p50 {values[len(values) // 2]:6.0f} us   p90 {values[int(len(values) * 0.9)]:6.0f} us")
+        for rank in args.timeline:
+            _print_timeline(events, writes, rank)
         _trace.enabled = False
     finally:
         for process in processes:

@@ -390,6 +390,8 @@ class _Connection:
                 self._held.append(frame)
             else:
                 self.writer.write(frame)
+                if _trace.enabled:
+                    _trace.stamp("tx", f"{self.peer}/1")
             self.bytes_out += len(frame)
         except LocalProtocolError as error:
             logger.error("not sent to %s, cannot encode %s: %s", self.peer, type(message).__name__, error)
@@ -406,6 +408,8 @@ class _Connection:
             return
         try:
             self.writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
+            if _trace.enabled:
+                _trace.stamp("tx", f"{self.peer}/{len(frames)}")
         except _CONNECTION_ERRORS as error:
             logger.debug("cannot send to %s: %s", self.peer, error)
 
