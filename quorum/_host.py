@@ -400,6 +400,15 @@ class ReplicaHost:
         self._propose(records, done)
         self._drive_application(ticked=False)
 
+    def propose_many(self, proposals: Sequence[tuple[Sequence[bytes], Done]]) -> None:
+        """``propose`` for each ``(records, done)`` of ``proposals``, in
+        order, appended together: one append and one output for them all
+        (the records of a client's pipelined requests read in one go), each
+        proposal still committed, applied and answered as one atomic batch
+        of its own."""
+        self._propose_many(proposals)
+        self._drive_application(ticked=False)
+
     def read(self, done: Done) -> None:
         """A linearizable read barrier (ReadIndex): ``done(offset, None)``
         once the state machine has applied every record committed before
@@ -690,16 +699,27 @@ class ReplicaHost:
     def _propose(self, records: Sequence[bytes], done: Done) -> bool:
         """Propose one atomic batch; False (and ``done`` told) if this node
         cannot."""
+        return self._propose_many(((records, done),))
+
+    def _propose_many(self, proposals: Sequence[tuple[Sequence[bytes], Done]]) -> bool:
+        """Propose each ``(records, done)`` as an atomic batch of its own,
+        all in one append; False (and each ``done`` told) if this node
+        cannot."""
         core = self.core
+        records = proposals[0][0] if len(proposals) == 1 else [record for batch, _ in proposals for record in batch]
         try:
             first, output = core.propose(records)
         except NotLeaderError as error:
-            done(None, error)
+            for _, done in proposals:
+                done(None, error)
             return False
         timer = self.commit_timer
-        self.pending_proposals[first + len(records) - 1] = _PendingProposal(
-            core.epoch, first, done, timer.start() if timer is not None else None
-        )
+        epoch = core.epoch
+        for batch, done in proposals:
+            self.pending_proposals[first + len(batch) - 1] = _PendingProposal(
+                epoch, first, done, timer.start() if timer is not None else None
+            )
+            first += len(batch)
         self._handle(output)
         return True
 

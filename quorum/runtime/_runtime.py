@@ -141,6 +141,11 @@ _VOTER_REPAIRING_HELP = (
 logger = logging.getLogger("pykraft.quorum")
 
 
+def _is_proposal(item: tuple) -> bool:
+    """An inbox item that is a local "propose" call."""
+    return item[0] == "call" and item[1][0] == "propose"
+
+
 class Transport(abc.ABC):
     """What the runtime needs of a network. ``send`` never blocks and may
     drop (Raft tolerates loss); received messages go to ``deliver``, and a
@@ -150,6 +155,12 @@ class Transport(abc.ABC):
     frames): what bounds the brokers' queue in bytes."""
 
     delivering_frame_bytes = 0
+    # Set by the runtime before ``run``: a transport that reads several
+    # client requests in one go may call ``hold_core()`` before handing them
+    # over and ``release_core()`` after, never across an await, so that they
+    # are handled in one run of the core (QuorumRuntime.hold_core).
+    hold_core: Callable[[], None] | None = None
+    release_core: Callable[[], None] | None = None
 
     @abc.abstractmethod
     def send(self, message: Message) -> None:
@@ -341,6 +352,7 @@ class QuorumRuntime:
         self._observer_fetches: dict[int, FetchRequest] = {}
         self._observer_wakeup = trio.Event()
         self._core_busy = True  # until run() has handled the initial output
+        self._core_held = False  # busy only because a transport holds it (hold_core)
         self._core_error: BaseException | None = None
         self._persist_queue: deque[Output] = deque()
         self._persist_wakeup = trio.Event()
@@ -674,6 +686,7 @@ class QuorumRuntime:
         self._clock_origin_s = self._clock.current_time()
         self._loop_thread_cpu_started_s = time.thread_time()
         async with trio.open_nursery() as nursery:
+            self.transport.hold_core, self.transport.release_core = self.hold_core, self.release_core
             await nursery.start(self.transport.run, self._deliver, self._unreachable)
             nursery.start_soon(self._persister)
             nursery.start_soon(self._ticker)
@@ -691,6 +704,24 @@ class QuorumRuntime:
         if not self._core_busy:
             self._drain_inbox()
 
+    def hold_core(self) -> None:
+        """A transport is about to hand over several inputs read in one go
+        (a client's pipelined requests): queue them instead of handling
+        each at once, until ``release_core``, which handles them as one run
+        of the core (consecutive proposals in one append). Must be released
+        before the caller awaits anything. Does nothing while the core is
+        busy already."""
+        if not self._core_busy:
+            self._core_busy = self._core_held = True
+
+    def release_core(self) -> None:
+        """End ``hold_core``: handle what was queued meanwhile. Does
+        nothing unless held."""
+        if self._core_held:
+            self._core_busy = self._core_held = False
+            if self._inbox:
+                self._drain_inbox()
+
     def _drain_inbox(self) -> None:
         self._core_busy = True
         # What this run of the core sends to one connection (a commit's
@@ -700,11 +731,16 @@ class QuorumRuntime:
         self.transport.begin_batch()
         host = self.host
         try:
-            while self._inbox and self._core_error is None:
+            inbox = self._inbox
+            while inbox and self._core_error is None:
                 self._feed_due_ticks()
                 if host.application_proposed:
                     self._application_catch_up()
-                self._process(self._inbox.popleft())
+                item = inbox.popleft()
+                if _is_proposal(item) and inbox and _is_proposal(inbox[0]):
+                    self._propose_waiting(item)
+                else:
+                    self._process(item)
                 if host.application_proposed:
                     self._application_catch_up()
             # An input may have set a nearer timer (a Fetch sent, parked or
@@ -1231,23 +1267,46 @@ class QuorumRuntime:
     # Local requests (called from any task; executed by the core task)
     # =====================================================================
 
+    def _proposal_done(self, waiter: _Waiter | _CallbackWaiter) -> Callable[..., None]:
+        """What the host calls with a proposal's outcome: the waiter's
+        ``resolve``, counting failures when metrics are kept."""
+        resolve = waiter.resolve
+        if not self.metrics.enabled:
+            return resolve
+
+        def count_failure(result: Any = None, error: BaseException | None = None) -> None:
+            if error is not None and type(error) is not ProposalOutcomeUnknownError:
+                self.metrics.add_to_counter(
+                    "pykraft_quorum_proposals_failed_total", 1, "Proposals answered with an error, by error.",
+                    error=type(error).__name__,
+                )  # fmt: skip
+            resolve(result, error)
+
+        return count_failure
+
+    def _propose_waiting(self, first: tuple) -> None:
+        """Propose ``first`` (a "propose" call from the inbox) together with
+        the proposals right behind it in the inbox, in one append
+        (``ReplicaHost.propose_many``): a client's pipelined requests, read in
+        one go while the transport held the core (``hold_core``)."""
+        inbox = self._inbox
+        proposals = [(first[1][1], self._proposal_done(first[2]))]
+        while inbox and _is_proposal(inbox[0]):
+            item = inbox.popleft()
+            proposals.append((item[1][1], self._proposal_done(item[2])))
+        if _trace.enabled:
+            _trace.stamp("core-in-call", len(proposals))
+        self.host.propose_many(proposals)
+        if self.node.voters is not self._voters_addressed:
+            self._address_voters()
+        if _trace.enabled:
+            _trace.stamp("core-call", len(proposals))
+
     def _local_call(self, request: tuple, waiter: _Waiter | _CallbackWaiter) -> None:
         name = request[0]
         host = self.host
-        if name == "propose" and not self.metrics.enabled:
-            host.propose(request[1], waiter.resolve)
-        elif name == "propose":
-            resolve = waiter.resolve
-
-            def count_failure(result: Any = None, error: BaseException | None = None) -> None:
-                if error is not None and type(error) is not ProposalOutcomeUnknownError:
-                    self.metrics.add_to_counter(
-                        "pykraft_quorum_proposals_failed_total", 1, "Proposals answered with an error, by error.",
-                        error=type(error).__name__,
-                    )  # fmt: skip
-                resolve(result, error)
-
-            host.propose(request[1], count_failure)
+        if name == "propose":
+            host.propose(request[1], self._proposal_done(waiter))
         elif name == "read":
             host.read(waiter.resolve)
         elif name == "resign":

@@ -871,67 +871,87 @@ class TcpTransport(Transport):
                 _trace.stamp("rx", len(data))
             decoder.feed(data)
             completed_frame = False
-            while True:
-                try:
-                    payload = decoder.next_frame()
-                except FrameTooLargeError as error:
-                    self._reject(connection, error, answer=False, reason="frame_too_large")
-                    return
-                if payload is None:
-                    break
-                completed_frame = True
-                pause_collector = len(payload) >= COLLECTOR_PAUSE_FRAME_BYTES_MIN
-                try:
-                    if pause_collector:
-                        with collector_paused():
+            # A client's requests read in one go are handed to the core as
+            # one run: its pipelined proposals in one append (about a fifth
+            # of the leader's CPU per write at 64 in flight; issue 21). Held
+            # only between awaits: a voter's message never waits behind it.
+            hold = self.hold_core if inbound and not connection.from_voter else None
+            if hold is not None:
+                hold()
+            try:
+                while True:
+                    try:
+                        payload = decoder.next_frame()
+                    except FrameTooLargeError as error:
+                        self._reject(connection, error, answer=False, reason="frame_too_large")
+                        return
+                    if payload is None:
+                        break
+                    completed_frame = True
+                    pause_collector = len(payload) >= COLLECTOR_PAUSE_FRAME_BYTES_MIN
+                    try:
+                        if pause_collector:
+                            with collector_paused():
+                                decoded = decode_message(payload, expected_cluster_id=self.cluster_id, limits=self.limits)
+                        else:
                             decoded = decode_message(payload, expected_cluster_id=self.cluster_id, limits=self.limits)
+                    except RemoteProtocolError as error:
+                        answer = error.correlation_id is not None and error.message_type != "ErrorFrame"
+                        self._reject(connection, error, answer=answer, reason="protocol_error")
+                        if answer:
+                            connection.send(error.to_error_frame(), error.correlation_id)
+                        if not error.recoverable:
+                            return
+                        continue
+                    message = decoded.message
+                    # Not read further while this connection's answers wait to be
+                    # written (the peer does not read them), nor, for client
+                    # requests, past the in-flight bound. Quorum messages never
+                    # wait behind client requests.
+                    client_request = nursery is not None and service_class(message, self._voters) is ServiceClass.CLIENT
+                    while connection.writer.pending_bytes > limits.write_backlog_bytes_max or (
+                        client_request
+                        and (
+                            connection.requests_in_flight >= limits.requests_in_flight_max
+                            or connection.request_bytes_in_flight >= limits.request_bytes_in_flight_max
+                        )
+                    ):
+                        self.metrics.add_to_counter(
+                            "pykraft_quorum_backpressure_pauses_total",
+                            help_text="Times a connection was not read until its answers were written.",
+                        )
+                        if hold is not None:
+                            self.release_core()
+                        with trio.move_on_after(idle_timeout_s if inbound else float("inf")) as wait:
+                            await connection.wait_for_capacity()
+                        if hold is not None:
+                            hold()
+                        if wait.cancelled_caught:
+                            self._close_for(connection, "stalled", "its answers were not read for %.0f s", idle_timeout_s)
+                            return
+                        if connection.broken:
+                            return
+                        last_heard_s = trio.current_time()
+                    if pause_collector:
+                        # Not across the wait above: other tasks run there.
+                        with collector_paused():
+                            self._dispatch(connection, message, decoded.correlation_id, nursery, len(payload))
                     else:
-                        decoded = decode_message(payload, expected_cluster_id=self.cluster_id, limits=self.limits)
-                except RemoteProtocolError as error:
-                    answer = error.correlation_id is not None and error.message_type != "ErrorFrame"
-                    self._reject(connection, error, answer=answer, reason="protocol_error")
-                    if answer:
-                        connection.send(error.to_error_frame(), error.correlation_id)
-                    if not error.recoverable:
-                        return
-                    continue
-                message = decoded.message
-                # Not read further while this connection's answers wait to be
-                # written (the peer does not read them), nor, for client
-                # requests, past the in-flight bound. Quorum messages never
-                # wait behind client requests.
-                client_request = nursery is not None and service_class(message, self._voters) is ServiceClass.CLIENT
-                while connection.writer.pending_bytes > limits.write_backlog_bytes_max or (
-                    client_request
-                    and (
-                        connection.requests_in_flight >= limits.requests_in_flight_max
-                        or connection.request_bytes_in_flight >= limits.request_bytes_in_flight_max
-                    )
-                ):
-                    self.metrics.add_to_counter(
-                        "pykraft_quorum_backpressure_pauses_total",
-                        help_text="Times a connection was not read until its answers were written.",
-                    )
-                    with trio.move_on_after(idle_timeout_s if inbound else float("inf")) as wait:
-                        await connection.wait_for_capacity()
-                    if wait.cancelled_caught:
-                        self._close_for(connection, "stalled", "its answers were not read for %.0f s", idle_timeout_s)
-                        return
-                    if connection.broken:
-                        return
-                    last_heard_s = trio.current_time()
-                if pause_collector:
-                    # Not across the wait above: other tasks run there.
-                    with collector_paused():
                         self._dispatch(connection, message, decoded.correlation_id, nursery, len(payload))
-                else:
-                    self._dispatch(connection, message, decoded.correlation_id, nursery, len(payload))
-                if client_request:
-                    # Replication first: let voters' tasks run between
-                    # bursts of client requests read in one go.
-                    client_frames += 1
-                    if client_frames % CLIENT_FRAMES_PER_YIELD == 0:
-                        await trio.lowlevel.checkpoint()
+                    if client_request:
+                        # Replication first: let voters' tasks run between
+                        # bursts of client requests read in one go.
+                        client_frames += 1
+                        if client_frames % CLIENT_FRAMES_PER_YIELD == 0:
+                            if hold is not None:
+                                self.release_core()
+                            await trio.lowlevel.checkpoint()
+                            if hold is not None:
+                                hold()
+            finally:
+                if hold is not None:
+                    self.release_core()
+
             # The frame deadline runs from the first bytes of the frame now in
             # progress (a new one if a frame completed in this chunk; the
             # time this node spent on the chunk, backpressure included, is

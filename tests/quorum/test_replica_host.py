@@ -121,6 +121,43 @@ def test_a_proposal_is_answered_once_committed_with_the_machines_answers() -> No
     assert answers == [KeyValueStateMachine.CAS_APPLIED]
 
 
+def test_proposals_given_together_share_one_append_and_are_each_answered_as_their_own() -> None:
+    """propose_many: a client's pipelined requests, appended in one go (one
+    output), each still answered with its own last offset and its own
+    records' answers; refused together, each told, when not leading."""
+    host, disk, _machine = new_host()
+    refused: list[Any] = []
+    host.propose_many([([b"x"], lambda result, error: refused.append(error))] * 2)
+    assert [type(error) for error in refused] == [NotLeaderError, NotLeaderError]
+    elect(host, disk)
+    outputs: list[Output] = []
+    handle = host._handle
+
+    def note(output: Output) -> None:
+        outputs.append(output)
+        handle(output)
+
+    host._handle = note  # type: ignore[method-assign]
+    put = KeyValueStateMachine.encode_put(b"k", b"v")
+    cas_applied = KeyValueStateMachine.encode_cas(b"k", b"v", b"w")
+    cas_refused = KeyValueStateMachine.encode_cas(b"k", b"v", b"z")
+    results: dict[str, Any] = {}
+    first = host.core.log.end_offset
+    host.propose_many([
+        ([put], lambda result, error: results.setdefault("put", (result, error))),
+        ([cas_applied, b"not a command"], lambda result, error: results.setdefault("two", (result, error))),
+        ([cas_refused], lambda result, error: results.setdefault("refused", (result, error))),
+    ])  # fmt: skip
+    assert [len(output.append) for output in outputs] == [4]  # one append of the three
+    assert results == {}  # not before it is durable
+    disk.settle(host)
+    assert results == {
+        "put": ((first, [None]), None),
+        "two": ((first + 2, [KeyValueStateMachine.CAS_APPLIED, None]), None),
+        "refused": ((first + 3, [KeyValueStateMachine.CAS_REFUSED]), None),
+    }
+
+
 def test_a_read_is_answered_at_an_offset_the_machine_has_applied() -> None:
     host, disk, _machine = new_host()
     elect(host, disk)

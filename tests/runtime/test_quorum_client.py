@@ -251,3 +251,41 @@ async def test_answered_requests_leave_no_deadlines_behind(autojump_clock):
             connection = client._connection
             assert connection is not None and len(connection._deadlines) <= 1
         nursery.cancel_scope.cancel()
+
+
+async def test_a_clients_pipelined_proposals_read_in_one_go_are_appended_together(tmp_path):
+    """The transport holds the core while it hands over the requests of one
+    read (QuorumRuntime.hold_core): a client's pipelined proposals are
+    appended in one go, each answered with its own offset, in order."""
+    node_port = closed_port()
+    config = NodeConfig(
+        node_id=1, voters={1: ("127.0.0.1", node_port)}, data_dir=tmp_path / "node1",
+        quorum={"election_timeout_ms": 100}, plaintext=True,
+    )  # fmt: skip
+    async with open_quorum_node(config) as node:
+        with trio.fail_after(20):
+            await node.wait_for_leader()
+            host = node.runtime.host
+            groups: list[int] = []
+            propose_many = host.propose_many
+
+            def note(proposals):  # noqa: ANN001
+                groups.append(len(proposals))
+                propose_many(proposals)
+
+            host.propose_many = note
+            stream = await trio.open_tcp_stream("127.0.0.1", node_port)
+            requests = [ProposeRequest(records=(b"r%d" % index,)) for index in range(20)]
+            await stream.send_all(b"".join(
+                encode_message(request, correlation_id=index + 1, cluster_id="pykraft") for index, request in enumerate(requests)
+            ))  # fmt: skip
+            decoder, answers = FrameDecoder(), {}
+            while len(answers) < len(requests):
+                decoder.feed(await stream.receive_some(65536))
+                while (payload := decoder.next_frame()) is not None:
+                    decoded = decode_message(payload, expected_cluster_id="pykraft")
+                    answers[decoded.correlation_id] = decoded.message.offset
+            await stream.aclose()
+    offsets = [answers[index + 1] for index in range(len(requests))]
+    assert offsets == list(range(offsets[0], offsets[0] + len(requests)))  # each its own, in order
+    assert sum(groups) == len(requests) and max(groups) > 1  # appended together, not one by one
