@@ -30,7 +30,7 @@ from ._errors import (
     UnknownMemberError,
     UnsupportedFaultError,
 )
-from ._hostile import ATTACKS, HOSTILE_KINDS, HostileStats, HostileTarget, run_attack, run_kind
+from ._hostile import ATTACKS, HOSTILE_KINDS, HostileStats, HostileTarget, attacks_of, run_attack, run_kind
 from ._netns import NetnsNetwork, cleanup_leftovers, leftovers, open_socket_in_namespace, trio_sockets_in_namespace
 from ._proxy import Direction, LinkMode, ProxyServer, link_mode_for, serve_proxy
 from ._proxy_client import AsyncProxyClient, ProxyClient
@@ -76,6 +76,7 @@ __all__ = [
     "ProxyServer",
     "UnknownMemberError",
     "UnsupportedFaultError",
+    "attacks_of",
     "cleanup_leftovers",
     "leftovers",
     "link_mode_for",
