@@ -66,7 +66,7 @@ connection completes the handshake first, and the same bytes reach the
 node's frame decoder through TLS; what only members may send (a Vote, a
 BeginQuorumEpoch, a Fetch under a voter's id) must then be refused by
 authorization, each with a CLUSTER_AUTHORIZATION_FAILED ErrorFrame
-(``HostileStats.authorization_refusals``). A handshake the node refuses is
+(``HostileStats.authorization_refusals``). A handshake that fails is
 counted (``handshake_failures``), never raised out of the attack.
 """
 
@@ -153,8 +153,12 @@ class HostileStats:
     # client that did not start a handshake (a campaign run with --tls: the
     # attacker has no certificate, so every attack ends there).
     unframed_answers: int = 0
-    # TLS handshakes that did not complete (an attacker with a certificate:
-    # the node refused it, went away or did not finish in time).
+    # TLS handshakes that did not complete on the attacker's side (an
+    # attacker with a certificate: the node's certificate not trusted, the
+    # connection closed or reset during it, or too slow). A node refusing
+    # the attacker's certificate is not among them: in TLS 1.3 the client's
+    # side completes before the server checks it, so that refusal arrives
+    # at the first read, as a close (``closed_by_node``).
     handshake_failures: int = 0
     # ErrorFrames whose code is CLUSTER_AUTHORIZATION_FAILED (also counted in
     # ``error_frames``): the attacker's principal may not send what it sent.
@@ -294,9 +298,11 @@ def pipelined_proposal(index: int) -> bytes:
 async def open_connection(target: HostileTarget, stats: HostileStats) -> trio.abc.Stream | None:
     """A connection to ``target`` (None, counted, when it cannot be made:
     a node down or refusing). With ``target.tls``, a TLS connection whose
-    handshake has completed (None, counted in ``handshake_failures``, when
-    it did not: the node refused the certificate, closed, or took longer
-    than ``HANDSHAKE_TIMEOUT_S``)."""
+    handshake has completed on this side (None, counted in
+    ``handshake_failures``, when it did not: the node's certificate is not
+    trusted, the node closed or reset the connection, or it took longer
+    than ``HANDSHAKE_TIMEOUT_S``; a node that refuses this certificate
+    closes the connection after, which the first read sees)."""
     try:
         tcp = await trio.open_tcp_stream(target.host, target.port, local_address=target.source_host)
     except OSError:

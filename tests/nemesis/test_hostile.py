@@ -26,7 +26,7 @@ from jepsen_like.nemesis._hostile import (
     vote_flood_frame,
 )
 from quorum.client import QuorumClient
-from quorum.runtime import KeyValueStateMachine, NodeConfig, create_cluster_certificates, open_quorum_node
+from quorum.runtime import KeyValueStateMachine, NodeConfig, TlsConfig, create_cluster_certificates, open_quorum_node
 from quorum.wire import NODE_LIMITS, FrameDecoder, decode_message
 from loopback import free_ports
 from tls_material import certificates_fixture, tls_for
@@ -253,18 +253,29 @@ async def test_the_impostor_without_a_certificate_ends_at_the_handshake(tmp_path
         stop.set()
 
 
-async def test_a_certificate_the_node_does_not_trust_is_a_counted_handshake_failure(tmp_path, certs):
-    """An attacker whose certificate comes from another CA: the handshake
-    fails, which the attack counts and does not raise."""
-    create_cluster_certificates(tmp_path / "other-ca", nodes=(), clients=("hostile",))
+async def test_a_certificate_from_another_ca_never_reaches_the_decoder(tmp_path, certs):
+    """An attacker whose certificate comes from another CA. Trusting only
+    that CA, it refuses the node's certificate itself: a failed handshake,
+    counted, not raised, nothing sent. Trusting the cluster's CA, its side
+    of the handshake completes (TLS 1.3: the client finishes before the
+    server checks its certificate) and the node refuses it, counts it and
+    closes: the forged frames it sent are never read, never answered."""
+    other = tmp_path / "other-ca"
+    create_cluster_certificates(other, nodes=(), clients=("hostile",))
     async with trio.open_nursery() as nursery:
         handles, stop = await start_cluster(nursery, tmp_path, voters=1, certs=certs)
         [node] = handles
-        target = target_of(handles, node, tls=tls_for(tmp_path / "other-ca", "client-hostile"))
         with trio.fail_after(60):
-            stats = await run_attack("forged-fields", target, 0.5, seed=2)
-        assert stats.connections >= 1 and stats.handshake_failures == stats.connections and stats.frames == 0, stats
-        assert node.is_leader
+            own_ca = await run_attack("forged-fields", target_of(handles, node, tls=tls_for(other, "client-hostile")), 0.5, seed=2)
+            cluster_ca = TlsConfig(certs / "ca.pem", other / "client-hostile.pem", other / "client-hostile-key.pem")
+            refused = await run_attack("voter-impostor", target_of(handles, node, tls=cluster_ca), 0.5, seed=2)
+        assert own_ca.connections >= 1 and own_ca.handshake_failures == own_ca.connections and own_ca.frames == 0, own_ca
+        assert refused.connections >= 1 and refused.handshake_failures == 0, refused
+        assert refused.closed_by_node == refused.connections and refused.error_frames == 0, refused
+        verify_failures = node.runtime.metrics.value("pykraft_tls_handshake_failures_total", reason="certificate_verify_failed")
+        # (The impostor's connections and its DescribeQuorum ones, one a round.)
+        assert verify_failures >= refused.connections
+        assert denials(node) == 0 and node.is_leader
         stop.set()
 
 
