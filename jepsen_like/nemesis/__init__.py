@@ -13,7 +13,8 @@ Two backends share one API (``NetworkTopology``):
 Hostile clients (``HOSTILE_KINDS``, ``run_kind``, ``run_attack``): garbage,
 oversize, stalled, pipelined, forged-field and flood traffic at a node's
 own port, for the campaign's ``hostile-clients`` scenario and the abuse
-benchmark.
+benchmark; with ``HostileTarget.tls`` sent by a client holding a certificate
+from the cluster's CA (``attacks_of``: it also impersonates voters).
 
 ``docs/nemesis.md`` describes both, every fault shape, and the cleanup
 guarantees.
