@@ -204,10 +204,18 @@ class Cluster(ClusterMembers):
         self.certs_dir = run_dir / "certs"
         # The harness's certificate, shared by every client it opens.
         self.tls: TlsConfig | None = None
+        # The hostile-clients scenario's authenticated attacker
+        # (``pykraft://client/hostile``): a client certificate from the run's
+        # CA that the ACL grants nothing (a client's reads only), as a
+        # compromised or buggy client would hold.
+        self.hostile_tls: TlsConfig | None = None
         self._broker_certificates = BrokerCertificates(self.certs_dir)
         if settings.tls:
-            create_cluster_certificates(self.certs_dir, nodes=self.controller_ids, brokers=self.broker_ids, clients=["admin"])
+            create_cluster_certificates(
+                self.certs_dir, nodes=self.controller_ids, brokers=self.broker_ids, clients=["admin", HOSTILE_CLIENT]
+            )
             self.tls = member_tls_config(self.certs_dir, "client-admin")
+            self.hostile_tls = member_tls_config(self.certs_dir, f"client-{HOSTILE_CLIENT}")
         # node id -> its metrics port on 127.0.0.1, when settings.metrics.
         self.metrics_ports: dict[int, int] = {}
         lay_out(network, settings)
@@ -545,6 +553,11 @@ class Cluster(ClusterMembers):
                         out.write(json.dumps(converted) + "\n")
                         written += 1
         return written
+
+
+#: The client name of the hostile-clients scenario's attacker with a
+#: certificate (``pykraft://client/hostile``; the ACL names it nowhere).
+HOSTILE_CLIENT = "hostile"
 
 
 def member_tls_config(certs_dir: Path, stem: str) -> TlsConfig:

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import trio
 
-from jepsen_like.nemesis import HOSTILE_KINDS, HostileTarget, NetFault, NetworkTopology, run_kind
+from jepsen_like.nemesis import HOSTILE_KINDS, HostileTarget, NetFault, NetworkTopology, attacks_of, run_kind
 from quorum.client import IndeterminateError, QuorumClient, QuorumClientError, VoterChangeRefusedError
 
 from ._cluster import CLUSTER_ID, Cluster, ClusterSettings
@@ -200,14 +200,22 @@ async def graceful_restart(campaign: RunningCampaign, node_id: int) -> None:
 HOSTILE_SOURCE_HOST = "127.0.0.66"
 
 
-async def hostile_traffic(campaign: RunningCampaign, kind: str, node_id: int, duration_s: float, rng: random.Random) -> None:
-    """Every attack of hostile kind ``kind`` (``HOSTILE_KINDS``) at node
+async def hostile_traffic(
+    campaign: RunningCampaign, kind: str, node_id: int, duration_s: float, rng: random.Random, *, authenticated: bool = False
+) -> None:
+    """Every attack of hostile kind ``kind`` (``attacks_of``) at node
     ``node_id``'s own listener (not through the proxy: a hostile client
-    dials the node) for ``duration_s``. Recorded as the fault
-    ``hostile-<kind>``; its end event also says what the attacks did
-    (``stats``: connections, frames, bytes, closes and error answers)."""
+    dials the node) for ``duration_s``. ``authenticated`` (a run with
+    ``--tls`` only): the attacker holds the run's ``client/hostile``
+    certificate, so its traffic passes the handshake and meets the frame
+    decoder and authorization. Recorded as the fault ``hostile-<kind>``
+    (``authenticated`` says which attacker); its end event also says what
+    the attacks did (``stats``: connections, frames, bytes, closes, error
+    answers, failed handshakes, authorization refusals)."""
     network, cluster = campaign.network, campaign.cluster
     assert network is not None and cluster is not None
+    if authenticated and cluster.hostile_tls is None:
+        raise ValueError("an authenticated hostile client needs a run with --tls")
     host, port = network.listen_address(node_id)
     target = HostileTarget(
         host=host,
@@ -216,13 +224,15 @@ async def hostile_traffic(campaign: RunningCampaign, kind: str, node_id: int, du
         voter_ids=tuple(cluster.controller_ids),
         cluster_id=CLUSTER_ID,
         source_host=HOSTILE_SOURCE_HOST if campaign.options.net == "proxy" else None,
+        tls=cluster.hostile_tls if authenticated else None,
     )
     described: dict[str, Any] = {
         "fault_id": rng.getrandbits(32),
         "node": node_id,
         "role": campaign.processes.nodes[node_id].role,
         "kind": kind,
-        "attacks": list(HOSTILE_KINDS[kind]),
+        "attacks": list(attacks_of(kind, authenticated=authenticated)),
+        "authenticated": authenticated,
         "address": f"{host}:{port}",
         "seconds": round(duration_s, 2),
     }
@@ -355,7 +365,13 @@ async def hostile_clients(campaign: RunningCampaign, deadline_s: float) -> None:
     oversize, stalled, pipelined, forged-field, flood) for a few seconds,
     at the controller leader two times in three, else at another member
     (a follower or a broker). Nothing may be lost or read stale, and the
-    writes must go on."""
+    writes must go on.
+
+    With ``--tls`` each window is run twice over, at the same member: by
+    an attacker without a certificate (refused at the handshake), then by
+    one holding the run's ``client/hostile`` certificate (its traffic
+    reaches the frame decoder, and what only members send must be refused
+    by authorization)."""
     cluster = campaign.cluster
     assert cluster is not None
     rng = _rng(campaign)
@@ -374,6 +390,11 @@ async def hostile_clients(campaign: RunningCampaign, deadline_s: float) -> None:
         if duration_s < 1:
             break
         await hostile_traffic(campaign, kind, node_id, duration_s, rng)
+        if cluster.hostile_tls is not None:
+            duration_s = min(duration_s, _left(deadline_s) - 2)
+            if duration_s < 1:
+                break
+            await hostile_traffic(campaign, kind, node_id, duration_s, rng, authenticated=True)
 
 
 async def chaos(campaign: RunningCampaign, deadline_s: float) -> None:

@@ -13,7 +13,8 @@ Two backends share one API (``NetworkTopology``):
 Hostile clients (``HOSTILE_KINDS``, ``run_kind``, ``run_attack``): garbage,
 oversize, stalled, pipelined, forged-field and flood traffic at a node's
 own port, for the campaign's ``hostile-clients`` scenario and the abuse
-benchmark.
+benchmark; with ``HostileTarget.tls`` sent by a client holding a certificate
+from the cluster's CA (``attacks_of``: it also impersonates voters).
 
 ``docs/nemesis.md`` describes both, every fault shape, and the cleanup
 guarantees.
@@ -30,7 +31,7 @@ from ._errors import (
     UnknownMemberError,
     UnsupportedFaultError,
 )
-from ._hostile import ATTACKS, HOSTILE_KINDS, HostileStats, HostileTarget, run_attack, run_kind
+from ._hostile import ATTACKS, HOSTILE_KINDS, HostileStats, HostileTarget, attacks_of, run_attack, run_kind
 from ._netns import NetnsNetwork, cleanup_leftovers, leftovers, open_socket_in_namespace, trio_sockets_in_namespace
 from ._proxy import Direction, LinkMode, ProxyServer, link_mode_for, serve_proxy
 from ._proxy_client import AsyncProxyClient, ProxyClient
@@ -76,6 +77,7 @@ __all__ = [
     "ProxyServer",
     "UnknownMemberError",
     "UnsupportedFaultError",
+    "attacks_of",
     "cleanup_leftovers",
     "leftovers",
     "link_mode_for",

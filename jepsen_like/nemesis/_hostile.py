@@ -39,11 +39,35 @@ Attacks (``ATTACKS``):
 - ``unknown-voter``: a Hello as a voter id the cluster does not have, then
   Votes and Fetches from it.
 
+One more attack runs only as an attacker with a certificate
+(``AUTHENTICATED_ATTACKS``, added to the ``forged-field`` kind when
+``HostileTarget.tls`` is set, ``attacks_of``):
+
+- ``voter-impostor``: well-formed member-only messages (a Vote, a pre-vote,
+  a BeginQuorumEpoch of the next epoch, a Fetch) each claiming another
+  voter's id as its sender. Over TLS, authorization refuses every one
+  (a client principal sends no Raft message). In the clear nothing tells
+  them from that voter's own (the protocol does not authenticate peers:
+  docs/nemesis.md, "Hostile clients"), so a plaintext run does not send
+  them.
+
 The source address: on loopback, every legitimate peer and client of a
 test cluster connects from 127.0.0.1, so ``HostileTarget.source_host``
 (for example ``127.0.0.66``, any 127/8 address binds on Linux) lets the
 attacker be a different address, as it would be on a real network: a
 per-address cap then limits the attacker, not everyone.
+
+The attacker's certificate: against a node that requires mutual TLS, an
+attacker without one (``HostileTarget.tls`` None) is refused at the
+handshake, so every attack above only tests that refusal. With
+``HostileTarget.tls`` (a ``quorum.runtime.TlsConfig`` holding a client
+certificate from the cluster's own CA: a compromised or buggy client) each
+connection completes the handshake first, and the same bytes reach the
+node's frame decoder through TLS; what only members may send (a Vote, a
+BeginQuorumEpoch, a Fetch under a voter's id) must then be refused by
+authorization, each with a CLUSTER_AUTHORIZATION_FAILED ErrorFrame
+(``HostileStats.authorization_refusals``). A handshake that fails is
+counted (``handshake_failures``), never raised out of the attack.
 """
 
 from __future__ import annotations
@@ -57,7 +81,8 @@ from typing import Any
 import msgpack
 import trio
 
-from quorum import VoteRequest
+from quorum import BeginQuorumEpochRequest, ErrorCode, FetchRequest, VoteRequest
+from quorum.runtime import HANDSHAKE_TIMEOUT_S, TlsConfig
 from quorum.wire import (
     NODE_LIMITS,
     DescribeQuorumRequest,
@@ -91,7 +116,9 @@ class HostileTarget:
     client's DescribeQuorum says them).
 
     ``source_host``: the local address attack sockets bind to (None: the
-    system's choice)."""
+    system's choice). ``tls``: the attacker's own client certificate (and
+    the CA it trusts); every connection then starts with a TLS handshake
+    (None: the attacker speaks in the clear)."""
 
     host: str
     port: int
@@ -99,6 +126,12 @@ class HostileTarget:
     voter_ids: tuple[int, ...]
     cluster_id: str
     source_host: str | None = None
+    tls: TlsConfig | None = None
+
+    @property
+    def authenticated(self) -> bool:
+        """Whether the attacker presents a certificate."""
+        return self.tls is not None
 
     def other_voters(self) -> list[int]:
         return [voter for voter in self.voter_ids if voter != self.node_id] or [self.node_id]
@@ -120,6 +153,16 @@ class HostileStats:
     # client that did not start a handshake (a campaign run with --tls: the
     # attacker has no certificate, so every attack ends there).
     unframed_answers: int = 0
+    # TLS handshakes that did not complete on the attacker's side (an
+    # attacker with a certificate: the node's certificate not trusted, the
+    # connection closed or reset during it, or too slow). A node refusing
+    # the attacker's certificate is not among them: in TLS 1.3 the client's
+    # side completes before the server checks it, so that refusal arrives
+    # at the first read, as a close (``closed_by_node``).
+    handshake_failures: int = 0
+    # ErrorFrames whose code is CLUSTER_AUTHORIZATION_FAILED (also counted in
+    # ``error_frames``): the attacker's principal may not send what it sent.
+    authorization_refusals: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def as_history_value(self) -> dict[str, Any]:
@@ -132,6 +175,8 @@ class HostileStats:
             "closed_by_node": self.closed_by_node,
             "error_frames": self.error_frames,
             "unframed_answers": self.unframed_answers,
+            "handshake_failures": self.handshake_failures,
+            "authorization_refusals": self.authorization_refusals,
         }
         value.update(self.extra)
         return value
@@ -250,20 +295,42 @@ def pipelined_proposal(index: int) -> bytes:
 # =========================================================================
 
 
-async def open_connection(target: HostileTarget, stats: HostileStats) -> trio.SocketStream | None:
+async def open_connection(target: HostileTarget, stats: HostileStats) -> trio.abc.Stream | None:
     """A connection to ``target`` (None, counted, when it cannot be made:
-    a node down or refusing)."""
+    a node down or refusing). With ``target.tls``, a TLS connection whose
+    handshake has completed on this side (None, counted in
+    ``handshake_failures``, when it did not: the node's certificate is not
+    trusted, the node closed or reset the connection, or it took longer
+    than ``HANDSHAKE_TIMEOUT_S``; a node that refuses this certificate
+    closes the connection after, which the first read sees)."""
     try:
-        stream = await trio.open_tcp_stream(target.host, target.port, local_address=target.source_host)
+        tcp = await trio.open_tcp_stream(target.host, target.port, local_address=target.source_host)
     except OSError:
         stats.connect_failures += 1
         await trio.sleep(0.1)
         return None
     stats.connections += 1
-    return stream
+    if target.tls is None:
+        return tcp
+    # The project's own client side of TLS (quorum.runtime.TlsStream), over
+    # the socket bound to ``source_host`` (TlsConfig.connect binds none).
+    # No session ticket is offered: each connection makes a full handshake.
+    secure = target.tls.wrap_client(tcp)
+    try:
+        with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+            await secure.do_handshake()
+    except (trio.BrokenResourceError, trio.TooSlowError, OSError):
+        stats.handshake_failures += 1
+        await trio.aclose_forcefully(secure)
+        await trio.sleep(0.1)
+        return None
+    except BaseException:
+        await trio.aclose_forcefully(secure)
+        raise
+    return secure
 
 
-async def send(stream: trio.SocketStream, data: bytes, stats: HostileStats, frames: int = 1) -> bool:
+async def send(stream: trio.abc.Stream, data: bytes, stats: HostileStats, frames: int = 1) -> bool:
     """Send ``data``; False (counted) when the node closed the connection."""
     try:
         await stream.send_all(data)
@@ -276,7 +343,7 @@ async def send(stream: trio.SocketStream, data: bytes, stats: HostileStats, fram
 
 
 async def read_answers(
-    stream: trio.SocketStream, stats: HostileStats, cluster_id: str, wait_s: float = ANSWER_WAIT_S, *, expect: int | None = None
+    stream: trio.abc.Stream, stats: HostileStats, cluster_id: str, wait_s: float = ANSWER_WAIT_S, *, expect: int | None = None
 ) -> list[Any]:
     """Messages the node sends back within ``wait_s`` (ErrorFrames counted);
     stops early when the node closes the connection (counted), when what
@@ -302,6 +369,8 @@ async def read_answers(
                         continue
                     if isinstance(message, ErrorFrame):
                         stats.error_frames += 1
+                        if message.code is ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+                            stats.authorization_refusals += 1
                     answers.append(message)
             except RemoteProtocolError:
                 # A length prefix no frame has (a TLS record's header reads
@@ -330,9 +399,12 @@ async def one_shot(
 
 async def current_epoch(target: HostileTarget) -> int:
     """The epoch the node says it is in (0 when it does not say): what any
-    client can learn with a DescribeQuorum."""
-    with trio.move_on_after(2.0):
-        stream = await trio.open_tcp_stream(target.host, target.port, local_address=target.source_host)
+    client can learn with a DescribeQuorum (over TLS with ``target.tls``:
+    describing is what every authenticated principal may do)."""
+    with trio.move_on_after(2.0 + (HANDSHAKE_TIMEOUT_S if target.tls is not None else 0.0)):
+        stream = await open_connection(target, HostileStats("describe"))
+        if stream is None:
+            return 0
         try:
             await stream.send_all(frame(DescribeQuorumRequest(), target, correlation_id=1))
             answers = await read_answers(stream, HostileStats("describe"), target.cluster_id, 2.0, expect=1)
@@ -390,7 +462,7 @@ async def vote_flood(target: HostileTarget, stats: HostileStats, rng: random.Ran
 async def connection_flood(target: HostileTarget, stats: HostileStats, rng: random.Random, count: int = 300) -> None:
     """``count`` connections held open (past the default per-address cap of
     256); those the node closes are opened again, once a second."""
-    held: list[trio.SocketStream] = []
+    held: list[trio.abc.Stream] = []
     try:
         while True:
             while len(held) < count:
@@ -399,9 +471,9 @@ async def connection_flood(target: HostileTarget, stats: HostileStats, rng: rand
                     break
                 held.append(stream)
             await trio.sleep(1.0)
-            closed: list[trio.SocketStream] = []
+            closed: list[trio.abc.Stream] = []
 
-            async def closed_yet(stream: trio.SocketStream) -> None:
+            async def closed_yet(stream: trio.abc.Stream) -> None:
                 # A socket the node closed reads EOF (or a reset) at once.
                 with trio.move_on_after(0.05):
                     try:
@@ -546,6 +618,26 @@ async def unknown_voter(target: HostileTarget, stats: HostileStats, rng: random.
         await trio.sleep(0.2)
 
 
+async def voter_impostor(target: HostileTarget, stats: HostileStats, rng: random.Random) -> None:
+    """Well-formed messages only voters send, each claiming another voter
+    as its sender, at the node's current epoch and the next: a Vote and a
+    pre-vote, a BeginQuorumEpoch, a Fetch. Sent over a client certificate's
+    connection, each must come back as a CLUSTER_AUTHORIZATION_FAILED
+    ErrorFrame, read here (``authorization_refusals``)."""
+    while True:
+        epoch = await current_epoch(target)
+        claimed = target.other_voters()[0]
+        me = target.node_id
+        messages = [
+            frame(VoteRequest(src=claimed, dst=me, epoch=epoch + 1, last_epoch=epoch + 1, end_offset=10**6, pre_vote=False), target, 1),
+            frame(VoteRequest(src=claimed, dst=me, epoch=epoch + 1, last_epoch=epoch + 1, end_offset=10**6, pre_vote=True), target, 2),
+            frame(BeginQuorumEpochRequest(src=claimed, dst=me, epoch=epoch + 1), target, 3),
+            frame(FetchRequest(src=claimed, dst=me, epoch=epoch, fetch_offset=0, last_fetched_epoch=0, request_id=1), target, 4),
+        ]
+        await one_shot(target, stats, b"".join(messages), frames=len(messages), expect=len(messages))
+        await trio.sleep(0.2)
+
+
 ATTACKS: dict[str, Attack] = {
     "forged-epoch": forged_epoch,
     "forged-fields": forged_fields,
@@ -562,6 +654,11 @@ ATTACKS: dict[str, Attack] = {
     "unknown-voter": unknown_voter,
 }
 
+#: Attacks only an attacker with a certificate runs (module docstring).
+AUTHENTICATED_ATTACKS: dict[str, Attack] = {
+    "voter-impostor": voter_impostor,
+}
+
 #: The campaign's hostile fault kinds, each a group of attacks run together.
 HOSTILE_KINDS: dict[str, tuple[str, ...]] = {
     "garbage": ("random-bytes", "malformed", "wrong-cluster", "unknown-voter"),
@@ -572,11 +669,24 @@ HOSTILE_KINDS: dict[str, tuple[str, ...]] = {
     "flood": ("vote-flood", "connection-flood"),
 }
 
+#: What an attacker with a certificate runs on top of a kind's attacks.
+AUTHENTICATED_KIND_EXTRAS: dict[str, tuple[str, ...]] = {
+    "forged-field": ("voter-impostor",),
+}
+
+
+def attacks_of(kind: str, *, authenticated: bool) -> tuple[str, ...]:
+    """The attacks hostile kind ``kind`` runs, by an attacker with a
+    certificate (``authenticated``) or without. Raises ``KeyError`` for an
+    unknown kind."""
+    names = HOSTILE_KINDS[kind]
+    return names + AUTHENTICATED_KIND_EXTRAS.get(kind, ()) if authenticated else names
+
 
 async def run_attack(name: str, target: HostileTarget, duration_s: float, *, seed: int | None = None) -> HostileStats:
     """Run attack ``name`` against ``target`` for ``duration_s`` seconds and
     return what it did. Raises ``KeyError`` for an unknown attack name."""
-    attack = ATTACKS[name]
+    attack = ATTACKS[name] if name in ATTACKS else AUTHENTICATED_ATTACKS[name]
     stats = HostileStats(name)
     rng = random.Random(seed if seed is not None else int.from_bytes(os.urandom(8), "big"))
     with trio.move_on_after(duration_s):
@@ -585,10 +695,10 @@ async def run_attack(name: str, target: HostileTarget, duration_s: float, *, see
 
 
 async def run_kind(kind: str, target: HostileTarget, duration_s: float, *, seed: int | None = None) -> list[HostileStats]:
-    """Every attack of hostile fault kind ``kind`` (``HOSTILE_KINDS``) at
-    once against ``target`` for ``duration_s``. Raises ``KeyError`` for an
-    unknown kind."""
-    names = HOSTILE_KINDS[kind]
+    """Every attack of hostile fault kind ``kind`` (``attacks_of``: with
+    ``target.tls``, the authenticated extras too) at once against
+    ``target`` for ``duration_s``. Raises ``KeyError`` for an unknown kind."""
+    names = attacks_of(kind, authenticated=target.authenticated)
     results: list[HostileStats] = []
     base = seed if seed is not None else int.from_bytes(os.urandom(8), "big")
 
@@ -604,8 +714,11 @@ async def run_kind(kind: str, target: HostileTarget, duration_s: float, *, seed:
 
 __all__ = [
     "ATTACKS",
+    "AUTHENTICATED_ATTACKS",
+    "AUTHENTICATED_KIND_EXTRAS",
     "HOSTILE_KINDS",
     "UNKNOWN_VOTER_ID",
+    "attacks_of",
     "HostileStats",
     "HostileTarget",
     "forged_epoch_vote",

@@ -435,7 +435,10 @@ def describe_fault(f: str, fault: Any) -> str:
     if "src" in fault and "dst" in fault:
         return f"{f} {_nodes_text(fault['src'])} → {_nodes_text(fault['dst'])}"
     if "node" in fault:
-        return f"{f} n{_nodes_text(fault['node'])}"
+        # A hostile-clients window by the attacker holding a certificate
+        # (--tls runs both attackers, one after the other, at one node).
+        certificate = " (cert)" if fault.get("authenticated") is True else ""
+        return f"{f} n{_nodes_text(fault['node'])}{certificate}"
     if "nodes" in fault:
         return f"{f} n{_nodes_text(fault['nodes'])}"
     if "zone" in fault:

@@ -147,6 +147,35 @@ async def test_hostile_clients_at_the_members_ports_lose_nothing_and_writes_go_o
     assert result.report is not None and "hostile-" in result.report.read_text()
 
 
+@pytest.mark.long  # about 80 s on 2 cores: make soak (the attacks one by one over TLS: tests/nemesis/test_hostile.py)
+async def test_hostile_clients_over_tls_run_every_window_without_and_with_a_certificate(tmp_path):
+    """With --tls each hostile window runs twice at one member: without a
+    certificate (refused at the handshake: nothing answered in frames,
+    nothing refused by authorization) and with the run's client/hostile
+    certificate (past the handshake: answers in frames, the impostor's and
+    the unknown voter's member-only messages refused by authorization).
+    The history stays valid."""
+    result = await run(tmp_path, None, scenario="hostile-clients", time_limit_s=55, seed=7, brokers=1, checker="reference", tls=True)
+    assert result.checker_error is None
+    assert result.valid is True, result.anomalies
+    ends = [
+        e["value"]["fault"] for e in history_of(result)
+        if e["process"] == "nemesis" and isinstance(e["value"], dict) and e["value"].get("phase") == "end"
+    ]  # fmt: skip
+    plain = [fault for fault in ends if fault["authenticated"] is False]
+    certified = [fault for fault in ends if fault["authenticated"] is True]
+    assert {fault["kind"] for fault in certified} == {"garbage", "oversize", "stalled", "pipelined", "forged-field", "flood"}
+    assert [(f["kind"], f["node"]) for f in plain][: len(certified)] == [(f["kind"], f["node"]) for f in certified]
+    for fault in plain:
+        assert all(stats["error_frames"] == 0 and stats["authorization_refusals"] == 0 for stats in fault["stats"]), fault
+    for fault in certified:
+        assert all(stats["unframed_answers"] == 0 for stats in fault["stats"]), fault
+    refused: dict[str, int] = {}
+    for stats in (stats for fault in certified for stats in fault["stats"]):
+        refused[stats["attack"]] = refused.get(stats["attack"], 0) + stats["authorization_refusals"]
+    assert refused["voter-impostor"] > 0 and refused["unknown-voter"] > 0, refused
+
+
 @pytest.mark.long  # two minutes and more on 2 cores: make soak
 async def test_storage_faults_on_real_processes_are_recorded_survived_and_lose_nothing(tmp_path):
     """Issue 14 part 5: kill -9 a voter and damage its stopped files (a

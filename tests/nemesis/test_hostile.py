@@ -15,8 +15,9 @@ import pytest
 import trio
 import trio.testing
 
-from jepsen_like.nemesis import ATTACKS, HOSTILE_KINDS, HostileTarget, run_attack, run_kind
+from jepsen_like.nemesis import ATTACKS, HOSTILE_KINDS, HostileTarget, attacks_of, run_attack, run_kind
 from jepsen_like.nemesis._hostile import (
+    AUTHENTICATED_ATTACKS,
     HostileStats,
     forged_epoch_vote,
     malformed_frames,
@@ -25,7 +26,7 @@ from jepsen_like.nemesis._hostile import (
     vote_flood_frame,
 )
 from quorum.client import QuorumClient
-from quorum.runtime import KeyValueStateMachine, NodeConfig, open_quorum_node
+from quorum.runtime import KeyValueStateMachine, NodeConfig, TlsConfig, create_cluster_certificates, open_quorum_node
 from quorum.wire import NODE_LIMITS, FrameDecoder, decode_message
 from loopback import free_ports
 from tls_material import certificates_fixture, tls_for
@@ -33,22 +34,31 @@ from tls_material import certificates_fixture, tls_for
 CLUSTER = "pykraft"
 ATTACK_S = 1.5
 
-certs = certificates_fixture(nodes=(1,))
+# ``client-hostile``: the authenticated attacker's certificate, from the
+# cluster's own CA, granted nothing by the ACL (a client's reads only).
+certs = certificates_fixture(nodes=(1, 2, 3), clients=("admin", "hostile"))
 
 
 
-async def start_cluster(nursery: trio.Nursery, tmp_path, voters: int = 3) -> tuple[list, trio.Event]:
+async def start_cluster(nursery: trio.Nursery, tmp_path, voters: int = 3, certs=None) -> tuple[list, trio.Event]:
+    """``voters`` in-process nodes, in the clear, or over mutual TLS with
+    the ACL of ``certs`` when given."""
     addresses = {node_id: ("127.0.0.1", port) for node_id, port in zip(range(1, voters + 1), free_ports(voters))}
     handles: list = [None] * voters
     stop = trio.Event()
 
     async def run(index: int, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        security = (
+            {"plaintext": True} if certs is None
+            else {"tls": tls_for(certs, f"node-{index + 1}"), "acl_file": certs / "acl.txt"}
+        )  # fmt: skip
         config = NodeConfig(
             node_id=index + 1,
             voters=addresses,
+            cluster_id=CLUSTER,
             data_dir=tmp_path / f"node{index + 1}",
             quorum={"election_timeout_ms": 300, "fetch_timeout_ms": 1500},
-            plaintext=True,
+            **security,
         )
         async with open_quorum_node(config) as node:
             handles[index] = node
@@ -63,7 +73,7 @@ async def start_cluster(nursery: trio.Nursery, tmp_path, voters: int = 3) -> tup
     return handles, stop
 
 
-def target_of(handles: list, node, source_host: str | None = "127.0.0.66") -> HostileTarget:
+def target_of(handles: list, node, source_host: str | None = "127.0.0.66", tls=None) -> HostileTarget:
     return HostileTarget(
         host="127.0.0.1",
         port=node.listen_port,
@@ -71,6 +81,7 @@ def target_of(handles: list, node, source_host: str | None = "127.0.0.66") -> Ho
         voter_ids=tuple(handle.node_id for handle in handles),
         cluster_id=CLUSTER,
         source_host=source_host,
+        tls=tls,
     )
 
 
@@ -78,8 +89,12 @@ def rejected(node, reason: str) -> float:
     return node.runtime.metrics.value("pykraft_quorum_frames_rejected_total", reason=reason) or 0
 
 
-async def good_writes(leader, count: int) -> None:
-    async with QuorumClient([f"{leader.node_id}@127.0.0.1:{leader.listen_port}"], retry_timeout_s=10) as client:
+def denials(node, kind: str = "quorum") -> float:
+    return node.runtime.metrics.value("pykraft_authorization_denials_total", kind=kind) or 0
+
+
+async def good_writes(leader, count: int, tls=None) -> None:
+    async with QuorumClient([f"{leader.node_id}@127.0.0.1:{leader.listen_port}"], cluster_id=CLUSTER, retry_timeout_s=10, tls=tls) as client:
         for index in range(count):
             await client.propose([KeyValueStateMachine.encode_put(b"good%d" % index, b"v")])
 
@@ -189,3 +204,132 @@ def test_the_forged_frames_are_what_they_claim():
     for data in malformed_frames(target, random.Random(0)):
         assert int.from_bytes(data[:4], "big") == len(data) - 4
 
+
+
+# =========================================================================
+# An authenticated attacker: a client certificate from the cluster's CA
+# =========================================================================
+
+
+async def test_an_authenticated_impostor_of_a_voter_is_refused_by_authorization_and_changes_nothing(tmp_path, certs):
+    """A client holding a valid certificate (``client-hostile``) sends what
+    only voters send, each claiming another voter's id: a Vote and a
+    pre-vote and a BeginQuorumEpoch of the next epoch, and a Fetch. Each
+    gets through TLS to the node's decoder and is refused by authorization
+    (CLUSTER_AUTHORIZATION_FAILED, counted on both sides): nobody moves to
+    the forged epoch, the leader keeps leading and serves a real client."""
+    async with trio.open_nursery() as nursery:
+        handles, stop = await start_cluster(nursery, tmp_path, certs=certs)
+        leader = next(handle for handle in handles if handle.is_leader)
+        epoch = leader.runtime.node.epoch
+        admin = tls_for(certs, "client-admin")
+        await good_writes(leader, 1, tls=admin)
+        with trio.fail_after(60):
+            stats = await run_attack("voter-impostor", target_of(handles, leader, tls=tls_for(certs, "client-hostile")), ATTACK_S, seed=2)
+        assert stats.handshake_failures == 0 and stats.unframed_answers == 0, stats
+        # Four forged messages a round, every one answered with a refusal.
+        assert stats.frames >= 4 and stats.authorization_refusals == stats.error_frames == stats.frames, stats
+        assert denials(leader) == stats.frames
+        assert leader.is_leader and all(handle.runtime.node.epoch == epoch for handle in handles)
+        with trio.fail_after(30):
+            await good_writes(leader, 1, tls=admin)
+            async with QuorumClient([f"{leader.node_id}@127.0.0.1:{leader.listen_port}"], cluster_id=CLUSTER, tls=admin) as client:
+                assert KeyValueStateMachine.decode_answer((await client.read(b"good0"))[1])[0] == b"v"
+        stop.set()
+
+
+async def test_the_impostor_without_a_certificate_ends_at_the_handshake(tmp_path, certs):
+    """The same forged messages from an attacker with no certificate: the
+    handshake refuses them before any frame is read, so nothing is
+    refused by authorization (what the test above tells apart)."""
+    async with trio.open_nursery() as nursery:
+        handles, stop = await start_cluster(nursery, tmp_path, certs=certs)
+        leader = next(handle for handle in handles if handle.is_leader)
+        with trio.fail_after(60):
+            stats = await run_attack("voter-impostor", target_of(handles, leader), 0.5, seed=2)
+        assert stats.connections >= 1 and stats.authorization_refusals == stats.error_frames == 0, stats
+        assert stats.closed_by_node + stats.unframed_answers >= 1, stats
+        assert denials(leader) == 0
+        stop.set()
+
+
+async def test_a_certificate_from_another_ca_never_reaches_the_decoder(tmp_path, certs):
+    """An attacker whose certificate comes from another CA. Trusting only
+    that CA, it refuses the node's certificate itself: a failed handshake,
+    counted, not raised, nothing sent. Trusting the cluster's CA, its side
+    of the handshake completes (TLS 1.3: the client finishes before the
+    server checks its certificate) and the node refuses it, counts it and
+    closes: the forged frames it sent are never read, never answered."""
+    other = tmp_path / "other-ca"
+    create_cluster_certificates(other, nodes=(), clients=("hostile",))
+    async with trio.open_nursery() as nursery:
+        handles, stop = await start_cluster(nursery, tmp_path, voters=1, certs=certs)
+        [node] = handles
+        with trio.fail_after(60):
+            own_ca = await run_attack("forged-fields", target_of(handles, node, tls=tls_for(other, "client-hostile")), 0.5, seed=2)
+            cluster_ca = TlsConfig(certs / "ca.pem", other / "client-hostile.pem", other / "client-hostile-key.pem")
+            refused = await run_attack("voter-impostor", target_of(handles, node, tls=cluster_ca), 0.5, seed=2)
+        assert own_ca.connections >= 1 and own_ca.handshake_failures == own_ca.connections and own_ca.frames == 0, own_ca
+        assert refused.connections >= 1 and refused.handshake_failures == 0, refused
+        assert refused.closed_by_node == refused.connections and refused.error_frames == 0, refused
+        verify_failures = node.runtime.metrics.value("pykraft_tls_handshake_failures_total", reason="certificate_verify_failed")
+        # (The impostor's connections and its DescribeQuorum ones, one a round.)
+        assert verify_failures >= refused.connections
+        assert denials(node) == 0 and node.is_leader
+        stop.set()
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_KINDS))
+async def test_every_kind_from_an_authenticated_attacker_reaches_the_decoder_and_the_leader_keeps_serving(tmp_path, certs, kind):
+    """Each hostile kind sent by a client with a valid certificate: its
+    bytes get past the handshake to the frame decoder (answers are frames,
+    never a TLS alert), and the leader keeps its leadership and its epoch,
+    and serves a real client's writes and reads meanwhile and after."""
+    async with trio.open_nursery() as nursery:
+        handles, stop = await start_cluster(nursery, tmp_path, certs=certs)
+        leader = next(handle for handle in handles if handle.is_leader)
+        epoch = leader.runtime.node.epoch
+        admin = tls_for(certs, "client-admin")
+        target = target_of(handles, leader, tls=tls_for(certs, "client-hostile"))
+        with trio.fail_after(90):
+            async with trio.open_nursery() as attack:
+                results = []
+
+                async def attack_and_keep():
+                    results.extend(await run_kind(kind, target, ATTACK_S, seed=7))
+
+                attack.start_soon(attack_and_keep)
+                await good_writes(leader, 5, tls=admin)
+            await good_writes(leader, 1, tls=admin)
+            async with QuorumClient([f"{leader.node_id}@127.0.0.1:{leader.listen_port}"], cluster_id=CLUSTER, tls=admin) as client:
+                assert KeyValueStateMachine.decode_answer((await client.read(b"good0"))[1])[0] == b"v"
+        assert [stats.attack for stats in results] == list(attacks_of(kind, authenticated=True))
+        for stats in results:
+            assert stats.connections >= 1 and stats.unframed_answers == 0, stats
+            # Handshakes fail only where the node closes connections past
+            # its per-address cap.
+            assert stats.handshake_failures == 0 or stats.attack == "connection-flood", stats
+        by_name = {stats.attack: stats for stats in results}
+        if kind == "garbage":
+            # Answered in frames through TLS; the unknown voter's Votes and
+            # BeginQuorumEpoch refused by authorization.
+            assert sum(stats.error_frames for stats in results) >= 1
+            assert by_name["unknown-voter"].authorization_refusals >= 1
+        if kind == "forged-field":
+            assert by_name["forged-fields"].error_frames >= 1 and by_name["voter-impostor"].authorization_refusals >= 4
+        if kind == "flood":
+            # Every forged Vote reached the decoder and was refused, not
+            # left to the leader lease.
+            assert denials(leader) >= 1
+        assert leader.is_leader and all(handle.runtime.node.epoch == epoch for handle in handles), kind
+        stop.set()
+
+
+def test_the_authenticated_extras_are_not_plaintext_attacks():
+    """``voter-impostor`` is well formed: in the clear it would be a
+    voter's own message (the protocol does not authenticate peers), so no
+    plaintext kind and no ``ATTACKS`` entry sends it."""
+    assert set(AUTHENTICATED_ATTACKS).isdisjoint(ATTACKS)
+    for kind in HOSTILE_KINDS:
+        assert set(attacks_of(kind, authenticated=False)) <= set(ATTACKS)
+        assert attacks_of(kind, authenticated=True)[: len(HOSTILE_KINDS[kind])] == HOSTILE_KINDS[kind]

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from jepsen_like.report import concurrent_leaders, load_run, render_report, write_report
-from jepsen_like.report._load import NO_ERROR, NO_NODE, Op, failure_breakdown, failure_reason
+from jepsen_like.report._load import NO_ERROR, NO_NODE, Op, describe_fault, failure_breakdown, failure_reason
 from jepsen_like.report._palette import MIN_DISTANCE, OP_COLOURS, OTHER_OP_COLOUR, distance, meanings, op_colours
 from jepsen_like.report._staleness import STALENESS_CSS
 from jepsen_like.report._svg import overlaps, text_width_px
@@ -232,3 +232,11 @@ def test_the_memory_card_charts_memory_csv_and_tables_its_growth(tmp_path):
     assert "<td class=\"name\">harness</td><td>100</td><td>116</td><td>116</td><td>+12</td><td>2097 B</td>" in card
     assert "<td class=\"name\">nodes, summed</td><td>300</td><td>300</td><td>300</td><td>+0</td><td>0 B</td>" in card
     assert "1 unreadable row(s) skipped" in card
+
+
+def test_a_hostile_window_by_the_attacker_with_a_certificate_is_labelled_so():
+    """--tls runs each hostile-clients window twice, without and with a
+    certificate, at the same node: the labels tell the two apart."""
+    assert describe_fault("hostile-garbage", {"node": 3, "kind": "garbage", "authenticated": True}) == "hostile-garbage n3 (cert)"
+    assert describe_fault("hostile-garbage", {"node": 3, "kind": "garbage", "authenticated": False}) == "hostile-garbage n3"
+    assert describe_fault("hostile-garbage", {"node": 3, "kind": "garbage"}) == "hostile-garbage n3"
