@@ -455,7 +455,19 @@ class QuorumClient:
         await self._close_connection()
         assert self._nursery is not None
         self._nursery.cancel_scope.cancel()
-        return await self._nursery_manager.__aexit__(*exc_info)
+        raised = exc_info[1]
+        try:
+            return await self._nursery_manager.__aexit__(*exc_info)
+        except BaseExceptionGroup as group:
+            # trio's nurseries wrap what leaves them in an exception group,
+            # the body's own error included; the client's tasks raise none.
+            # Give the caller the error its request raised, so that
+            # ``except QuorumClientError`` around the block catches it (the
+            # node's auto-join did not, and its process exited when a leader
+            # did not answer).
+            if raised is not None and group.exceptions == (raised,):
+                raise raised from None
+            raise
 
     async def _close_connection(self) -> None:
         if self._connection is not None:

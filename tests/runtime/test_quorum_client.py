@@ -289,3 +289,20 @@ async def test_a_clients_pipelined_proposals_read_in_one_go_are_appended_togethe
     offsets = [answers[index + 1] for index in range(len(requests))]
     assert offsets == list(range(offsets[0], offsets[0] + len(requests)))  # each its own, in order
     assert sum(groups) == len(requests) and max(groups) > 1  # appended together, not one by one
+
+
+async def test_an_error_raised_in_the_clients_block_leaves_it_as_raised(autojump_clock):
+    """``except QuorumClientError`` around ``async with QuorumClient(...)``
+    catches a request's error: not wrapped in the exception group trio's
+    nursery would make of it. The node's auto-join loop caught it that way,
+    missed it, and its process exited when a leader did not answer."""
+    received: list[bytes] = []
+    async with trio.open_nursery() as nursery:
+        port = await silent_server(nursery, received)
+        with pytest.raises(NoAnswerError):
+            async with QuorumClient([f"127.0.0.1:{port}"], request_timeout_s=1.0, retry_timeout_s=2.0) as client:
+                await client.propose([b"x"])
+        with pytest.raises(ValueError, match="nothing"):  # any error, not only the client's
+            async with QuorumClient([f"127.0.0.1:{port}"]):
+                raise ValueError("nothing to do with the client")
+        nursery.cancel_scope.cancel()
