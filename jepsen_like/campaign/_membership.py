@@ -34,6 +34,7 @@ def choose_membership_move(
     controllers: Sequence[int],
     leader: int | None,
     down: Collection[int] = (),
+    lost_disks: Collection[int] = (),
 ) -> MembershipMove | None:
     """The next change, drawn from ``rng`` among those that keep a
     majority of every voter set able to commit:
@@ -46,10 +47,21 @@ def choose_membership_move(
       three voters or more remain, never the leader's: the one lost copy
       leaves a majority of the set with its disk.
 
+    ``lost_disks``: voters whose directory id in the set is a disk a
+    replacement already destroyed (its removal failed or may not have
+    happened). Such a voter can never vote again, so while there is one
+    the only change is its removal, as an operator finishing the
+    replacement would do: any other removal or replacement could leave the
+    set without a live majority for good (a membership campaign did, with
+    {1, 4} where voter 1 was a destroyed disk).
+
     None when nothing fits (no known voter set, or no leader)."""
     if leader is None or not voters:
         return None
     voters = sorted(voters)
+    lost = sorted(node for node in voters if node in lost_disks)
+    if lost:
+        return MembershipMove("remove-voter", rng.choice(lost))
     kinds: list[str] = []
     joiners = [node for node in sorted(controllers) if node not in voters and node not in down]
     if joiners:

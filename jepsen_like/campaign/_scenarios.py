@@ -619,7 +619,13 @@ async def membership(campaign: RunningCampaign, deadline_s: float) -> None:
         await trio.sleep(rng.uniform(1.0, 2.5))
         view = await cluster.quorum_view()
         down = [node for node in controllers if not campaign.processes.nodes[node].running]
-        move = choose_membership_move(rng, sorted(view.voters or ()), controllers, view.leader, down)
+        # A voter whose directory in the set is not its node's disk: a
+        # replacement destroyed that disk and its removal did not happen.
+        lost_disks = [
+            node for node, directory_id in (view.voters or {}).items()
+            if directory_id is not None and node in controllers and directory_id != cluster.directory_id(node)
+        ]  # fmt: skip
+        move = choose_membership_move(rng, sorted(view.voters or ()), controllers, view.leader, down, lost_disks)
         if move is not None:
             change = lambda: change_voters(campaign, move, rng)  # noqa: E731
             await (beside(change) if rng.random() < 1 / 3 else change())

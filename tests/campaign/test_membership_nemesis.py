@@ -58,3 +58,21 @@ def test_the_progress_line_follows_the_voter_set_only_with_dynamic_voters():
     assert plain_line({**figures, "voters": None}).endswith("leader 3 e2")
     assert plain_line({**figures, "voters": "2,3,4"}).endswith("leader 3 e2 voters 2,3,4")
     assert plain_line({**figures, "voters": ""}).endswith("voters ?")
+
+
+def test_a_voter_whose_disk_a_replacement_destroyed_is_removed_before_anything_else():
+    """A replacement formats the node's new disk first and then removes the
+    old directory id; when that removal fails, the set keeps a voter that
+    can never vote. Removing or replacing another voter then could leave no
+    live majority: a membership campaign ended with the set {1, 4}, voter
+    1 a destroyed disk, and no leader for good. The only change then is the
+    destroyed disk's removal."""
+    for seed in range(200):
+        move = choose_membership_move(random.Random(seed), [1, 2, 3, 4], CONTROLLERS, 4, lost_disks=[1])
+        assert move is not None and (move.kind, move.node) == ("remove-voter", 1)
+    picks = {choose_membership_move(random.Random(seed), [1, 2, 4], CONTROLLERS, 4, lost_disks=[1, 2]) for seed in range(50)}
+    assert {(move.kind, move.node) for move in picks} == {("remove-voter", 1), ("remove-voter", 2)}
+    # A destroyed disk no longer in the set changes nothing.
+    assert choose_membership_move(random.Random(3), [2, 3, 4], CONTROLLERS, 4, lost_disks=[1]) == choose_membership_move(
+        random.Random(3), [2, 3, 4], CONTROLLERS, 4
+    )
