@@ -72,3 +72,26 @@ async def test_operations_no_controller_could_take_fail_at_the_node_tried(tmp_pa
         for event in completions
     ]  # fmt: skip
     assert all(node != NO_NODE for (_, node, _) in failure_breakdown(ops))
+
+
+async def test_the_final_reads_end_in_their_time_limit_when_no_controller_answers(tmp_path, autojump_clock, caplog):
+    """Each key's final read gets two attempts of up to 10 s; against a
+    cluster that never answers, the phase ends at its time limit instead
+    of running for every key (a membership run sat in it for hours), and
+    says so."""
+    async with trio.open_nursery() as nursery:
+        port = await _silent_controller(nursery)
+        history = HistoryRecorder(tmp_path / "history.jsonl")
+        endpoints = ClientEndpoints([f"7@127.0.0.1:{port}"], {}, contextlib.nullcontext)
+        workload = Workload(history, lambda _: endpoints, WorkloadOptions(kind="register", clients=1), cluster_id="c",
+                            rng=random.Random(5))  # fmt: skip
+        workload.touched_keys = lambda: [f"r{index}" for index in range(40)]  # type: ignore[method-assign]
+        started = trio.current_time()
+        await workload.final_reads(endpoints, time_limit_s=60.0)
+        took_s = trio.current_time() - started
+        history.close()
+        nursery.cancel_scope.cancel()
+    assert 60.0 <= took_s < 61.0  # not 40 keys x 2 attempts x 10 s
+    finals = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert {event["key"] for event in finals} < {f"r{index}" for index in range(40)}  # keys left unread
+    assert any("final reads stopped after 60 s" in record.getMessage() for record in caplog.records)
