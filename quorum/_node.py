@@ -2144,7 +2144,8 @@ class QuorumNode:
         offset = self._log.end_offset
         # tuple.__new__ straight, as the wire decoder builds records: the
         # named tuple's own __new__ is a Python call per record.
-        entries = list(map(_new_tuple, repeat(Entry), zip(range(offset, offset + len(payloads)), repeat(self._epoch), repeat(kind), payloads)))
+        offsets = range(offset, offset + len(payloads))
+        entries = list(map(_new_tuple, repeat(Entry), zip(offsets, repeat(self._epoch), repeat(kind), payloads)))
         self._log.append(entries)
         self._out.append.extend(entries)
         if not self.config.observers_answered_on_commit:

@@ -738,9 +738,8 @@ class QuorumRuntime:
                     self._application_catch_up()
                 item = inbox.popleft()
                 if _is_proposal(item) and inbox and _is_proposal(inbox[0]):
-                    self._propose_waiting(item)
-                else:
-                    self._process(item)
+                    item = ("proposals", self._take_waiting_proposals(item))
+                self._process(item)
                 if host.application_proposed:
                     self._application_catch_up()
             # An input may have set a nearer timer (a Fetch sent, parked or
@@ -849,6 +848,8 @@ class QuorumRuntime:
             host.persist_failed(item[1], item[2])
         elif kind == "unreachable":
             host.peer_unreachable(item[1])
+        elif kind == "proposals":
+            host.propose_many(item[1])
         elif kind == "call":
             self._local_call(item[1], item[2])
         elif kind == "clock":
@@ -1284,23 +1285,17 @@ class QuorumRuntime:
 
         return count_failure
 
-    def _propose_waiting(self, first: tuple) -> None:
-        """Propose ``first`` (a "propose" call from the inbox) together with
-        the proposals right behind it in the inbox, in one append
-        (``ReplicaHost.propose_many``): a client's pipelined requests, read in
-        one go while the transport held the core (``hold_core``)."""
+    def _take_waiting_proposals(self, first: tuple) -> list[tuple[Any, Callable[..., None]]]:
+        """``first`` (a "propose" call from the inbox) and the proposals
+        right behind it, taken out of the inbox, as ``(records, done)`` for
+        one ``ReplicaHost.propose_many``: a client's pipelined requests, read
+        in one go while the transport held the core (``hold_core``)."""
         inbox = self._inbox
         proposals = [(first[1][1], self._proposal_done(first[2]))]
         while inbox and _is_proposal(inbox[0]):
             item = inbox.popleft()
             proposals.append((item[1][1], self._proposal_done(item[2])))
-        if _trace.enabled:
-            _trace.stamp("core-in-call", len(proposals))
-        self.host.propose_many(proposals)
-        if self.node.voters is not self._voters_addressed:
-            self._address_voters()
-        if _trace.enabled:
-            _trace.stamp("core-call", len(proposals))
+        return proposals
 
     def _local_call(self, request: tuple, waiter: _Waiter | _CallbackWaiter) -> None:
         name = request[0]
