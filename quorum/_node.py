@@ -1852,10 +1852,13 @@ class QuorumNode:
             deadline = running_deadline
         fetcher = None
         if not self._stands:
-            # An observer keeps echoing the last read token it had: no leader
-            # counts an observer's token (only voters confirm reads).
-            previous = self._fetcher
-            fetcher = FetcherState(next_fetch_tick=self._tick, read_token=previous.read_token if previous else 0)
+            # A read token means something only to the leader that handed it
+            # out, in that leadership (Raft thesis §6.4): a node that looks
+            # for a leader echoes none. Carried over, an observer's token
+            # from an earlier leader once reached the next one, which counted
+            # it when the observer became a voter and served a linearizable
+            # read it had not confirmed (sweep seed 418285).
+            fetcher = FetcherState(next_fetch_tick=self._tick)
         self._enter_role(Role.UNATTACHED, trigger, UnattachedState(election_deadline=deadline, fetcher=fetcher))
         # Unattached knows no leader; a vote is kept only in its own epoch
         # (callers pass ``voted_for`` only when the epoch does not change).
@@ -2236,8 +2239,11 @@ class QuorumNode:
             replica.fetch_session = fetch_session
             replica.high_watermark_sent = -1
         # Tokens only grow: a reordered older Fetch must not withdraw a
-        # confirmation already given (Raft thesis §6.4).
-        replica.acked_read_token = max(replica.acked_read_token, request.read_token)
+        # confirmation already given (Raft thesis §6.4). A token this
+        # leadership never handed out proves nothing (another leader's, or
+        # forged): it is not counted.
+        if request.read_token < leader.next_read_token:
+            replica.acked_read_token = max(replica.acked_read_token, request.read_token)
         if replica.is_voter:
             leader.record_voter_fetch(
                 request.src,

@@ -3,6 +3,8 @@ tokens stand in for heartbeats)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from harness import CHECK_QUORUM_TICKS, Cluster, Disk, records
 
@@ -35,6 +37,28 @@ def test_fetch_sent_before_the_read_arrived_does_not_confirm_it():
 
     cluster.deliver(FetchResponse)
     cluster.deliver(FetchRequest, src=2)  # sent after the read: echoes a newer token
+    assert reads(cluster) == [ReadReady("r", 2)]
+
+
+def test_a_read_token_this_leadership_never_handed_out_confirms_nothing():
+    """A token proves a Fetch left after the leader handed it out; one this
+    leadership never handed out (another leader's, carried by a node that
+    was an observer when it got it, or forged) proves nothing. Sweep seed
+    418285: an observer echoed an earlier leader's higher token, was then
+    added as a voter, and the leader served a linearizable read from the
+    minority side of a partition with it."""
+    cluster = Cluster(3)
+    cluster.elect(1)
+    cluster.propose(1, b"x")
+    cluster.deliver_all()
+    cluster.read_index(1, "r")
+    cluster.deliver(FetchResponse)  # the parked Fetches answered: fresh ones come
+    fetch = next(m for m in cluster.pending(FetchRequest, src=2))
+    cluster.drop(FetchRequest)
+    cluster.inject(dataclasses.replace(fetch, read_token=10**6))
+    assert reads(cluster) == []
+    cluster.deliver(FetchResponse)
+    cluster.deliver(FetchRequest, src=2)  # its own next Fetch, a token it was given
     assert reads(cluster) == [ReadReady("r", 2)]
 
 

@@ -480,3 +480,16 @@ def test_seed_336093_no_disk_is_wiped_while_its_own_auto_join_ask_travels():
     for finding in found:
         asker = re.match(r"n(\d+) ", finding).group(1)
         assert f"wiped n{asker} " not in finding and f", n{asker} " not in finding, finding
+
+
+def test_seed_418285_a_token_from_an_earlier_leader_confirms_no_read():
+    """Found by the 12,000-seed sweep from 412000 (seed 418285): n3, an
+    observer, kept the read token its last leader (n4, epoch 2) had handed
+    out (58) while it looked for the next one, and echoed it to n2 (epoch 3,
+    whose tokens had reached 50); n2 then added n3 as a voter, and when n2
+    was cut off on the minority side, a linearizable read at n2 counted
+    n3's 58 as proof of leadership and answered with a value the new leader
+    had overwritten. A node looking for a leader now echoes no token, and a
+    leader counts only tokens it handed out."""
+    result = run_scenario("random", 418285, random_options(418285))
+    assert result.valid, result.violation
