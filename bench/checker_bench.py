@@ -90,7 +90,7 @@ def _case_spark(case: dict[str, Any]) -> dict[str, Any]:
     from jepsen_like.checker import DEFAULT_BUDGET_STEPS, check, spark_session
 
     started = time.monotonic()
-    spark = spark_session(MASTER)
+    spark = spark_session(MASTER, conf=case.get("spark_conf"))  # spark_conf: {name: value}, to compare settings
     session_s = time.monotonic() - started
     timings: dict[str, float] = {}
     check_started = time.monotonic()

@@ -158,21 +158,24 @@ def _read_parquet_history(spark: SparkSession, source: HistorySource, hid: int) 
     columns = set(raw.columns)
     selected = []
     corrupt = F.lit(None).cast("string")
+    value_text = "value_text"
     for field in HISTORY_SCHEMA.fields:
         if field.name not in columns:
             selected.append(F.lit(None).cast(field.dataType).alias(field.name))
         elif field.name == "value":
             # Parquet holds the value as JSON text; text that is not JSON is a
-            # malformed event, reported like a corrupt JSON line.
-            text = F.col("value").cast("string")
-            parsed = F.expr("try_parse_json(CAST(`value` AS STRING))")
-            selected.append(parsed.alias("value"))
-            corrupt = F.when(text.isNotNull() & parsed.isNull(), F.concat(F.lit("value is not JSON text: "), text))
+            # malformed event, reported like a corrupt JSON line. Parsed once:
+            # the check for a failed parse reads the parsed column (written
+            # in one select, the parse ran twice per event).
+            selected.append(F.col("value").cast("string").alias(value_text))
+            selected.append(F.expr("try_parse_json(CAST(`value` AS STRING))").alias("value"))
+            text = F.col(value_text)
+            corrupt = F.when(text.isNotNull() & F.col("value").isNull(), F.concat(F.lit("value is not JSON text: "), text))
         else:
             selected.append(F.expr(f"try_cast(`{field.name}` AS {field.dataType.simpleString()})").alias(field.name))
-    return raw.select(
-        *selected, corrupt.alias(CORRUPT), F.monotonically_increasing_id().alias(ROW_ID),
-        F.lit(str(source.path)).alias("source_file"), F.lit(hid).alias("hid"),
+    return raw.select(*selected).select(
+        *[field.name for field in HISTORY_SCHEMA.fields], corrupt.alias(CORRUPT),
+        F.monotonically_increasing_id().alias(ROW_ID), F.lit(str(source.path)).alias("source_file"), F.lit(hid).alias("hid"),
     )
 
 
@@ -280,8 +283,17 @@ def _row_checks() -> list[tuple[Column, Column]]:
     return checks
 
 
-def _pair(events: DataFrame) -> DataFrame:
-    """Each event with its process's previous event type and next event."""
+def _pair(events: DataFrame, *, small_input: bool = False) -> DataFrame:
+    """Each event with its process's previous event type and next event.
+
+    A big input is shuffled by process before the window: that partitioning
+    serves the window's (history, process) partitions, and the window's
+    copy of each row (the struct ``lead`` takes the next row from) is then
+    built after the shuffle, not carried through it beside the row (which
+    doubled the bytes every event costs the load's one big shuffle).
+    """
+    if not small_input:
+        events = events.repartition("process")
     by_process = Window.partitionBy("hid", "process").orderBy("index")
     following = F.lead(
         F.struct(
@@ -498,7 +510,7 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, small_input: 
     # One scan, one pairing. What is kept: invokes (each with its completion
     # in `next`), nemesis events, and any event found malformed; a
     # completion that follows its invoke lives on in that invoke's row.
-    paired = _pair(_read_histories(spark, sources).drop("source_file"))
+    paired = _pair(_read_histories(spark, sources).drop("source_file"), small_input=small_input)
     well_formed_client = F.col(CORRUPT).isNull() & F.col("hid").isNotNull() & (F.col("process") != NEMESIS)
     error = _first_message(
         _row_checks() + [(well_formed_client & condition, message) for condition, message in _pairing_checks()]
@@ -514,14 +526,20 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, small_input: 
     # Side files arrive in as many partitions as file splits (one partition
     # of a big log dump can hold millions of records): spread them first.
     # A small input's are kilobytes, in one split: its one shuffle
-    # partition would only copy them.
+    # partition would only copy them. Log dumps are spread by offset, so
+    # that every node's copy of a record lands in one partition, which the
+    # kept copy remembers: the forked-log check groups them there without a
+    # shuffle, and the checks grouping by write id combine a record's copies
+    # before theirs (a third of the rows at three nodes).
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
 
-    def spread(frame: DataFrame) -> DataFrame:
-        return frame if small_input else frame.repartition(partitions)
+    def spread(frame: DataFrame, *columns: str) -> DataFrame:
+        return frame if small_input else frame.repartition(partitions, *columns)
 
     node_events = materialize(spread(node_events), small_input=small_input) if node_events is not None else None
-    log_dumps = materialize(spread(log_dumps), small_input=small_input) if log_dumps is not None else None
+    log_dumps = (
+        materialize(spread(log_dumps, "hid", "offset"), small_input=small_input) if log_dumps is not None else None
+    )
 
     errors = kept.where(F.col("error_message").isNotNull()).select(
         "hid", "index", F.col("error_message").alias("message"), F.col(CORRUPT).alias("raw")

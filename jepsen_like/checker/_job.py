@@ -23,6 +23,8 @@ from functools import partial, reduce
 from pathlib import Path
 from typing import Any, Mapping, MutableMapping, Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -51,7 +53,7 @@ from jepsen_like.checker._report import (
     tier1_check,
 )
 from jepsen_like.checker._spark import DEFAULT_MASTER, SessionStart, spark_session
-from jepsen_like.checker._staleness import ReadStaleness, fault_windows, summarize
+from jepsen_like.checker._staleness import StalenessColumns, fault_windows, summarize
 from jepsen_like.checker._wgl import (
     BUDGET_DEADLINE,
     BUDGET_STEPS,
@@ -195,7 +197,7 @@ def check_sources(
     tier2: dict[int, list[dict[str, Any]]] | None = None
     # Staleness figures per history, and its nemesis events (fault windows):
     # empty when the deadline came first.
-    read_figures: dict[int, list[ReadStaleness]] = {}
+    read_figures: dict[int, StalenessColumns] = {}
     nemesis: dict[int, list[Any]] = {}
     guard = DeadlineGuard(spark, limits.deadline_at_s)
     try:
@@ -426,7 +428,7 @@ def _tier1_findings(
     settings: _tier1.Settings,
     max_witnesses: int,
     applicable: frozenset[str],
-) -> tuple[dict[tuple[int, str], tuple[int, list[tuple[int, dict[str, Any]]]]], dict[int, list[ReadStaleness]]]:
+) -> tuple[dict[tuple[int, str], tuple[int, list[tuple[int, dict[str, Any]]]]], dict[int, StalenessColumns]]:
     """(hid, check) -> (exact count, the first witnesses with their ranks),
     and each history's per-read staleness figures (in the same action)."""
     found, staleness = _tier1.anomalies(ops, loaded.node_events, loaded.log_dumps, settings, applicable)
@@ -454,37 +456,21 @@ def _tier1_findings(
         return {}, {}
     # One row per ok read: millions for a big history. Fetched as Arrow
     # columns, not pickled rows: a pickled row costs the driver's JVM and
-    # this process microseconds each, one at a time, after the job.
+    # this process microseconds each, one at a time, after the job. The
+    # staleness rows stay columns (StalenessColumns, per history): an object
+    # per read cost several seconds a million.
     table = reduce(partial(DataFrame.unionByName, allowMissingColumns=True), parts).toArrow()
-    columns = {name: table.column(name).to_pylist() for name in table.column_names}
+    is_staleness_row = pc.equal(table.column("check"), _STALENESS_ROW)
+    figures, stale = _staleness_by_history(table.filter(is_staleness_row))
+    anomaly_rows = table.filter(pc.invert(is_staleness_row))
     del table
-    figures: dict[int, list[ReadStaleness]] = defaultdict(list)
-    stale: dict[int, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
     evidences = []
-    if "mode" in columns:
-        staleness_rows = zip(
-            columns["check"], columns["hid"], columns["index"], columns["mode"], columns["node"], columns["t_inv"],
-            columns["staleness_ns"], columns["offsets_behind"], columns["bound_ns"], columns["missed"], columns["rule"],
-            columns["read_from"],
-        )
-        for check_name, hid, index, mode, node, t_inv, staleness_ns, offsets_behind, bound_ns, missed, rule, read_from in staleness_rows:
-            if check_name == _STALENESS_ROW:
-                figures[hid].append(
-                    ReadStaleness(
-                        index=index, mode=mode or MODE_LINEARIZABLE, node=node, invoke_ns=t_inv, staleness_ns=staleness_ns,
-                        offsets_behind=offsets_behind, bound_ns=bound_ns, missed_write=missed,
-                    )
-                )
-                evidence = _tier1.stale_read_evidence(index, missed, read_from, rule, bound_ns, staleness_ns, offsets_behind)
-                if evidence is not None:
-                    stale[hid].append((index, evidence))
-    if "evidence" in columns:
+    if "evidence" in anomaly_rows.column_names:
         evidences = [
             (hid, check_name, rank, total, json.loads(evidence))
             for hid, check_name, rank, total, evidence in zip(
-                columns["hid"], columns["check"], columns["rank"], columns["total"], columns["evidence"]
+                *(anomaly_rows.column(name).to_pylist() for name in ("hid", "check", "rank", "total", "evidence"))
             )
-            if check_name != _STALENESS_ROW
         ]
     # The stale reads ranked as the other checks' anomalies are: by the
     # read's index, the first max(1, max_witnesses) kept.
@@ -511,6 +497,44 @@ def _tier1_findings(
 
 # The check name of the per-read staleness rows in tier 1's action (not a check).
 _STALENESS_ROW = "~staleness"
+
+
+def _staleness_by_history(
+    rows: pa.Table,
+) -> tuple[dict[int, StalenessColumns], dict[int, list[tuple[int, dict[str, Any]]]]]:
+    """Tier 1's staleness rows (one per ok read) as each history's
+    :class:`StalenessColumns`, and its stale reads: (read index, evidence)
+    for each read beyond its bound (:func:`_tier1.stale_read_evidence`)."""
+    if rows.num_rows == 0 or "mode" not in rows.column_names:
+        return {}, {}
+    rows = rows.sort_by("hid")
+    figures: dict[int, StalenessColumns] = {}
+    stale: dict[int, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+    start = 0
+    for run in pc.value_counts(rows.column("hid")).to_pylist():  # sorted rows: runs in hid order
+        hid, count = run["values"], run["counts"]
+        part = rows.slice(start, count)
+        start += count
+        figures[hid] = StalenessColumns(
+            index=part.column("index").to_pylist(),
+            mode=pc.fill_null(part.column("mode"), MODE_LINEARIZABLE).to_pylist(),
+            node=part.column("node").to_pylist(),
+            invoke_ns=part.column("t_inv").to_pylist(),
+            staleness_ns=part.column("staleness_ns").to_pylist(),
+            offsets_behind=part.column("offsets_behind").to_pylist(),
+            bound_ns=part.column("bound_ns").to_pylist(),
+            missed_write=part.column("missed").to_pylist(),
+        )
+        # Only reads beyond their bound can be stale: the rest never reach
+        # Python one by one.
+        beyond = part.filter(pc.greater(part.column("staleness_ns"), part.column("bound_ns")))
+        for index, missed, read_from, rule, bound_ns, staleness_ns, offsets_behind in zip(
+            *(beyond.column(name).to_pylist() for name in ("index", "missed", "read_from", "rule", "bound_ns", "staleness_ns", "offsets_behind"))
+        ):
+            evidence = _tier1.stale_read_evidence(index, missed, read_from, rule, bound_ns, staleness_ns, offsets_behind)
+            if evidence is not None:
+                stale[hid].append((index, evidence))
+    return figures, stale
 
 
 def _render_operations(spark: SparkSession, ops: DataFrame, references: set[tuple[int, int]]) -> dict[tuple[int, int], dict]:

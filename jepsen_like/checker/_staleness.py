@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import math
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Iterable, Mapping, Sequence
 
 from jepsen_like.checker._load import HistoryMeta
@@ -136,18 +138,15 @@ def _ms(ns: int) -> float:
     return ns / 1_000_000
 
 
-def _histogram(values_ns: Sequence[int]) -> list[int]:
-    counts = [0] * (len(HISTOGRAM_EDGES_MS) + 2)
-    for value in values_ns:
-        if value == 0:
-            counts[0] += 1
-            continue
-        bucket = len(HISTOGRAM_EDGES_MS) + 1
-        for position, edge_ms in enumerate(HISTOGRAM_EDGES_MS):
-            if value <= edge_ms * 1_000_000:
-                bucket = position + 1
-                break
-        counts[bucket] += 1
+def _histogram(sorted_values_ns: Sequence[int]) -> list[int]:
+    """Reads per bucket: missed nothing (0), then up to each edge of
+    :data:`HISTOGRAM_EDGES_MS` (inclusive), then beyond the last. From
+    sorted values, by bisection: a few steps per bucket, not per read."""
+    zeros = bisect_right(sorted_values_ns, 0) - bisect_left(sorted_values_ns, 0)
+    at_or_below = [bisect_right(sorted_values_ns, edge_ms * 1_000_000) for edge_ms in HISTOGRAM_EDGES_MS]
+    counts = [zeros, at_or_below[0] - zeros]
+    counts += [upper - lower for lower, upper in zip(at_or_below, at_or_below[1:])]
+    counts.append(len(sorted_values_ns) - at_or_below[-1])
     return counts
 
 
@@ -156,25 +155,118 @@ def _bound_ms(mode: str, meta: HistoryMeta) -> float | None:
     return None if bound_ns is None else _ms(bound_ns)
 
 
-def _group_figures(reads: Sequence[ReadStaleness]) -> dict[str, Any]:
-    ordered = sorted(read.staleness_ns for read in reads)
-    worst = max(reads, key=lambda read: (read.staleness_ns, -read.index))
-    offsets = [read.offsets_behind for read in reads if read.offsets_behind is not None]
+@dataclass(frozen=True)
+class StalenessColumns:
+    """Many reads' :class:`ReadStaleness` figures as one sequence per field
+    (position ``i`` of each is read ``i``): what :func:`summarize` works on.
+    The Spark job builds it from the columns it fetches, without an object
+    per read (millions of them in a big history)."""
+
+    index: Sequence[int]
+    mode: Sequence[str]
+    node: Sequence[str | None]
+    invoke_ns: Sequence[int]
+    staleness_ns: Sequence[int]
+    offsets_behind: Sequence[int | None]
+    bound_ns: Sequence[int]
+    missed_write: Sequence[int | None]
+
+    @classmethod
+    def of(cls, reads: Iterable[ReadStaleness]) -> "StalenessColumns":
+        rows = [
+            (read.index, read.mode, read.node, read.invoke_ns, read.staleness_ns, read.offsets_behind, read.bound_ns,
+             read.missed_write)
+            for read in reads
+        ]
+        if not rows:
+            return cls([], [], [], [], [], [], [], [])
+        return cls(*(list(column) for column in zip(*rows)))
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+def _taken(positions: Sequence[int], column: Sequence[Any]) -> Sequence[Any]:
+    """``column``'s values at ``positions`` (itemgetter: one C call)."""
+    if len(positions) == 1:
+        return (column[positions[0]],)
+    return itemgetter(*positions)(column)
+
+
+def _group_figures(positions: Sequence[int], reads: StalenessColumns) -> dict[str, Any]:
+    """The figures of one group of reads (``positions`` in ``reads``, at
+    least one). The worst read is the stalest, the earliest invoked (lowest
+    index) among equals."""
+    values = _taken(positions, reads.staleness_ns)
+    ordered = sorted(values)
+    count = len(ordered)
+    worst_ns = ordered[-1]
+    bounds = _taken(positions, reads.bound_ns)
+    if min(bounds) == max(bounds):  # one mode per group: one bound
+        beyond_bound = count - bisect_right(ordered, bounds[0])
+    else:
+        beyond_bound = sum(1 for value, bound in zip(values, bounds) if value > bound)
+    offsets = [offset for offset in _taken(positions, reads.offsets_behind) if offset is not None]
+    worst_read = worst_missed_write = None
+    if worst_ns > 0:
+        tied, start = [], 0
+        for _ in range(values.count(worst_ns)):
+            start = values.index(worst_ns, start) + 1
+            tied.append(positions[start - 1])
+        worst = min(tied, key=reads.index.__getitem__)
+        worst_read, worst_missed_write = reads.index[worst], reads.missed_write[worst]
     figures: dict[str, Any] = {
-        "reads": len(reads),
-        "missed_writes": sum(1 for read in reads if read.staleness_ns > 0),
-        "beyond_bound": sum(1 for read in reads if read.staleness_ns > read.bound_ns),
-        "max_ms": _ms(worst.staleness_ns),
+        "reads": count,
+        "missed_writes": count - bisect_right(ordered, 0),
+        "beyond_bound": beyond_bound,
+        "max_ms": _ms(worst_ns),
     }
     figures.update({f"p{percent}_ms": _ms(_percentile(ordered, percent)) for percent in PERCENTILES})
     figures["max_offsets_behind"] = max(offsets) if offsets else None
     figures["histogram"] = _histogram(ordered)
-    figures["worst_read"] = worst.index if worst.staleness_ns > 0 else None
-    figures["worst_missed_write"] = worst.missed_write if worst.staleness_ns > 0 else None
+    figures["worst_read"] = worst_read
+    figures["worst_missed_write"] = worst_missed_write
     return figures
 
 
-def summarize(reads: Iterable[ReadStaleness], windows: Sequence[FaultWindow], meta: HistoryMeta) -> dict[str, Any]:
+def _by_window(
+    by_mode: Mapping[str, list[int]], invoke_ns: Sequence[int], windows: Sequence[FaultWindow]
+) -> dict[tuple[int, str], list[int]]:
+    """Per (window's position in ``windows``, mode), the reads invoked in it
+    (closed intervals; a read in several windows is in each); position -1:
+    the reads invoked in none."""
+    spans = [
+        (-math.inf if window.start_ns is None else window.start_ns, math.inf if window.end_ns is None else window.end_ns)
+        for window in windows
+    ]
+    # The windows' union as sorted disjoint intervals: a read is in no
+    # window when bisection finds it outside the interval starting before it.
+    union: list[list[float]] = []
+    for start, end in sorted(spans):
+        if union and start <= union[-1][1]:
+            union[-1][1] = max(union[-1][1], end)
+        else:
+            union.append([start, end])
+    union_starts = [start for start, _ in union]
+    union_ends = [end for _, end in union]
+    groups: dict[tuple[int, str], list[int]] = {}
+    for mode, positions in by_mode.items():
+        for number, (start, end) in enumerate(spans):
+            inside = [position for position in positions if start <= invoke_ns[position] <= end]
+            if inside:
+                groups[(number, mode)] = inside
+        outside = [
+            position for position in positions
+            if (at := bisect_right(union_starts, invoke_ns[position]) - 1) < 0 or invoke_ns[position] > union_ends[at]
+        ]
+        if outside:
+            groups[(-1, mode)] = outside
+    return groups
+
+
+def summarize(
+    reads: Iterable[ReadStaleness] | StalenessColumns, windows: Sequence[FaultWindow], meta: HistoryMeta
+) -> dict[str, Any]:
     """The ``staleness`` section of a history's results: per read mode, per
     (mode, node) and per (fault window, mode), the number of reads, how many
     missed a write, how many missed one beyond the mode's bound, the worst
@@ -182,27 +274,28 @@ def summarize(reads: Iterable[ReadStaleness], windows: Sequence[FaultWindow], me
     a histogram (:data:`HISTOGRAM_EDGES_MS`) and the worst read with the
     write it missed (invoke indexes); and each mode's bound (``bounds_ms``,
     from ``meta``). Groups are listed in a fixed order (mode, node, window
-    start)."""
-    all_reads = sorted(reads, key=lambda read: read.index)
-    by_mode: dict[str, list[ReadStaleness]] = {}
-    by_node: dict[tuple[str, str | None], list[ReadStaleness]] = {}
-    by_window: dict[tuple[int, str], list[ReadStaleness]] = {}
-    for read in all_reads:
-        by_mode.setdefault(read.mode, []).append(read)
-        by_node.setdefault((read.mode, read.node), []).append(read)
-        inside = [position for position, window in enumerate(windows) if window.holds(read.invoke_ns)]
-        for position in inside or [-1]:
-            by_window.setdefault((position, read.mode), []).append(read)
+    start). The figures do not depend on the order of ``reads``."""
+    columns = reads if isinstance(reads, StalenessColumns) else StalenessColumns.of(reads)
+    by_node: dict[tuple[str, str | None], list[int]] = {}
+    for position, group_key in enumerate(zip(columns.mode, columns.node)):
+        group = by_node.get(group_key)
+        if group is None:
+            group = by_node[group_key] = []
+        group.append(position)
+    by_mode: dict[str, list[int]] = {}
+    for (mode, _), positions in by_node.items():
+        by_mode.setdefault(mode, []).extend(positions)
+    by_window = _by_window(by_mode, columns.invoke_ns, windows)
 
     def mode_order(mode: str) -> tuple[int, str]:  # strictest first, as READ_MODES lists them
         return (READ_MODES.index(mode) if mode in READ_MODES else len(READ_MODES), mode)
 
     return {
-        "reads": len(all_reads),
+        "reads": len(columns),
         "bounds_ms": {mode: _bound_ms(mode, meta) for mode in sorted(by_mode, key=mode_order)},
-        "by_mode": [{"mode": mode, **_group_figures(by_mode[mode])} for mode in sorted(by_mode, key=mode_order)],
+        "by_mode": [{"mode": mode, **_group_figures(by_mode[mode], columns)} for mode in sorted(by_mode, key=mode_order)],
         "by_node": [
-            {"mode": mode, "node": node, **_group_figures(by_node[(mode, node)])}
+            {"mode": mode, "node": node, **_group_figures(by_node[(mode, node)], columns)}
             for mode, node in sorted(by_node, key=lambda pair: (mode_order(pair[0]), pair[1] is None, pair[1] or ""))
         ],
         "by_window": [
@@ -211,7 +304,7 @@ def summarize(reads: Iterable[ReadStaleness], windows: Sequence[FaultWindow], me
                 "start_ns": windows[position].start_ns if position >= 0 else None,
                 "end_ns": windows[position].end_ns if position >= 0 else None,
                 "mode": mode,
-                **_group_figures(by_window[(position, mode)]),
+                **_group_figures(by_window[(position, mode)], columns),
             }
             for position, mode in sorted(by_window, key=lambda pair: (pair[0] < 0, pair[0], mode_order(pair[1])))
         ],

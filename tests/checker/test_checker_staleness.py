@@ -7,9 +7,22 @@ histories with fault windows)."""
 
 from __future__ import annotations
 
+import math
+
 from _checker_helpers import MS, Case
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from jepsen_like.checker import HistoryMeta, check_reference, stale_reads_of_events
-from jepsen_like.checker._staleness import FaultWindow, ReadStaleness, fault_windows, summarize
+from jepsen_like.checker._staleness import (
+    HISTOGRAM_EDGES_MS,
+    PERCENTILES,
+    FaultWindow,
+    ReadStaleness,
+    StalenessColumns,
+    fault_windows,
+    summarize,
+)
 
 META = HistoryMeta(fetch_timeout_ms=10, check_quorum_factor=1.5, staleness_bound_ms=20)
 
@@ -139,3 +152,110 @@ def test_stale_read_evidence_from_a_staleness_row_is_the_other_checks_shape():
     assert list(evidence) == ["read", "missed_write", "rule", "bound_ms", "staleness_ms", "offsets_behind"]
     by_value = stale_read_evidence(7, 3, 1, "value", 0, 1, None)
     assert list(by_value.items()) == [("read", 7), ("missed_write", 3), ("read_from", 1), ("rule", "value"), ("bound_ms", 0.0), ("staleness_ms", 1e-06)]
+
+
+# The summary's definition, read by read (how summarize computed it before
+# it worked on columns): the oracle the columnar summary is held to.
+def _oracle_group(reads):
+    ordered = sorted(read.staleness_ns for read in reads)
+    worst = max(reads, key=lambda read: (read.staleness_ns, -read.index))
+    offsets = [read.offsets_behind for read in reads if read.offsets_behind is not None]
+    histogram = [0] * (len(HISTOGRAM_EDGES_MS) + 2)
+    for value in ordered:
+        if value == 0:
+            histogram[0] += 1
+            continue
+        bucket = len(HISTOGRAM_EDGES_MS) + 1
+        for position, edge_ms in enumerate(HISTOGRAM_EDGES_MS):
+            if value <= edge_ms * MS:
+                bucket = position + 1
+                break
+        histogram[bucket] += 1
+    figures = {
+        "reads": len(reads),
+        "missed_writes": sum(1 for read in reads if read.staleness_ns > 0),
+        "beyond_bound": sum(1 for read in reads if read.staleness_ns > read.bound_ns),
+        "max_ms": worst.staleness_ns / MS,
+    }
+    for percent in PERCENTILES:
+        figures[f"p{percent}_ms"] = ordered[max(1, math.ceil(percent * len(ordered) / 100)) - 1] / MS
+    figures["max_offsets_behind"] = max(offsets) if offsets else None
+    figures["histogram"] = histogram
+    figures["worst_read"] = worst.index if worst.staleness_ns > 0 else None
+    figures["worst_missed_write"] = worst.missed_write if worst.staleness_ns > 0 else None
+    return figures
+
+
+def _oracle_groups(reads, windows):
+    by_mode, by_node, by_window = {}, {}, {}
+    for read in sorted(reads, key=lambda read: read.index):
+        by_mode.setdefault(read.mode, []).append(read)
+        by_node.setdefault((read.mode, read.node), []).append(read)
+        inside = [position for position, window in enumerate(windows) if window.holds(read.invoke_ns)]
+        for position in inside or [-1]:
+            by_window.setdefault((position, read.mode), []).append(read)
+    return (
+        {mode: _oracle_group(group) for mode, group in by_mode.items()},
+        {key: _oracle_group(group) for key, group in by_node.items()},
+        {key: _oracle_group(group) for key, group in by_window.items()},
+    )
+
+
+_MODES = ("linearizable", "leader-local", "broker")
+_BOUND_MS = {"linearizable": 0, "leader-local": 15, "broker": 20}
+_times_ms = st.integers(min_value=0, max_value=40)
+
+
+@st.composite
+def _reads_and_windows(draw):
+    count = draw(st.integers(min_value=0, max_value=40))
+    indexes = draw(st.lists(st.integers(min_value=0, max_value=10_000), min_size=count, max_size=count, unique=True))
+    reads = []
+    for index in indexes:
+        mode = draw(st.sampled_from(_MODES))
+        # Few distinct staleness values, so that the worst read is often tied.
+        staleness_ns = draw(st.sampled_from([0, 0, 1, MS, MS + 1, 7 * MS, 7 * MS, 2_000 * MS, 20_000 * MS]))
+        reads.append(ReadStaleness(
+            index, mode, draw(st.sampled_from(["n1", "n2", None])), draw(_times_ms) * MS, staleness_ns,
+            draw(st.one_of(st.none(), st.integers(min_value=0, max_value=9))), _BOUND_MS[mode] * MS,
+            draw(st.one_of(st.none(), st.integers(min_value=0, max_value=10_000))),
+        ))
+    windows = [
+        FaultWindow(
+            draw(st.sampled_from(["kill", "partition #1"])),
+            draw(st.one_of(st.none(), _times_ms.map(lambda ms: ms * MS))),
+            draw(st.one_of(st.none(), _times_ms.map(lambda ms: ms * MS))),
+        )
+        for _ in range(draw(st.integers(min_value=0, max_value=4)))
+    ]
+    return reads, windows
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_reads_and_windows(), st.randoms(use_true_random=False))
+def test_summary_of_columns_matches_the_read_by_read_definition(case, shuffler):
+    """Every group's figures equal the per-read definition's, whatever the
+    order the reads arrive in (the Spark job's rows come in no order), and
+    from objects or from columns alike."""
+    reads, windows = case
+    by_mode, by_node, by_window = _oracle_groups(reads, windows)
+    shuffled = list(reads)
+    shuffler.shuffle(shuffled)
+    summary = summarize(shuffled, windows, META)
+    assert summary == summarize(StalenessColumns.of(reversed(reads)), windows, META)
+    assert summary["reads"] == len(reads)
+    assert {group.pop("mode"): group for group in summary["by_mode"]} == by_mode
+    assert {(group.pop("mode"), group.pop("node")): group for group in summary["by_node"]} == by_node
+    found = {}
+    for group in summary["by_window"]:
+        name, start_ns, end_ns, mode = group.pop("window"), group.pop("start_ns"), group.pop("end_ns"), group.pop("mode")
+        position = next(
+            (p for p, w in enumerate(windows) if (w.name, w.start_ns, w.end_ns) == (name, start_ns, end_ns)), -1
+        )
+        found[(position, mode)] = group
+    # Windows equal in name and bounds are one key here; the oracle keeps
+    # the first of them too.
+    assert found == {
+        key: group for key, group in by_window.items()
+        if key[0] < 0 or key[0] == next(p for p, w in enumerate(windows) if w == windows[key[0]])
+    }
