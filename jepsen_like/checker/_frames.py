@@ -416,6 +416,16 @@ def materialize(frame: DataFrame, *, small_input: bool = False) -> DataFrame:
     return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
 
 
+def _event_indexes(kept: DataFrame) -> DataFrame:
+    """(hid, index, row id) of every event with an index: the kept rows'
+    own, and each invoke's completion's (kept in its ``next``)."""
+    own = kept.select("hid", "index", ROW_ID)
+    completions = kept.where(
+        (F.col("process") != NEMESIS) & (F.col("type") == "invoke") & F.col("next.type").isin(*COMPLETION_TYPES)
+    ).select("hid", F.col("next.index").alias("index"), F.col(f"next.{ROW_ID}").alias(ROW_ID))
+    return own.unionByName(completions).where(F.col("index").isNotNull())
+
+
 def _duplicate_indexes(kept: DataFrame) -> DataFrame:
     """(hid, index, message, raw) for every index two different events of a
     history carry. Sorts rather than hashes: equal indexes meet in one bucket
@@ -423,19 +433,28 @@ def _duplicate_indexes(kept: DataFrame) -> DataFrame:
     ran out of memory). A completion kept on its own (because it is
     malformed) is also its invoke's ``next``: the same row id, not a
     duplicate."""
-    own = kept.select("hid", "index", ROW_ID)
-    completions = kept.where(
-        (F.col("process") != NEMESIS) & (F.col("type") == "invoke") & F.col("next.type").isin(*COMPLETION_TYPES)
-    ).select("hid", F.col("next.index").alias("index"), F.col(f"next.{ROW_ID}").alias(ROW_ID))
-    indexes = own.unionByName(completions).where(F.col("index").isNotNull())
     bucket = Window.partitionBy("hid", F.pmod(F.col("index"), F.lit(64))).orderBy("index", ROW_ID)
     previous = F.lag(F.struct("index", ROW_ID)).over(bucket)
     return (
-        indexes.select("hid", "index", ROW_ID, previous.alias("previous"))
+        _event_indexes(kept).select("hid", "index", ROW_ID, previous.alias("previous"))
         .where((F.col("previous.index") == F.col("index")) & (F.col(f"previous.{ROW_ID}") != F.col(ROW_ID)))
         .select(
             "hid", "index", F.lit("index appears more than once").alias("message"), F.lit(None).cast("string").alias("raw")
         )
+    )
+
+
+def _index_counts(kept: DataFrame) -> DataFrame:
+    """Per history, how many event indexes it has and how many distinct
+    ones: equal when no index repeats. Counted in bitmaps (one per range
+    of 32,768 indexes, combined before the shuffle), so that a big history
+    pays a scan, not the sort of every index that :func:`_duplicate_indexes`
+    costs; that runs only for a history whose counts differ."""
+    per_range = _event_indexes(kept).groupBy("hid", F.bitmap_bucket_number("index").alias("index_range")).agg(
+        F.count(F.lit(1)).alias("indexes"), F.bitmap_construct_agg(F.bitmap_bit_position("index")).alias("seen")
+    )
+    return per_range.groupBy("hid").agg(
+        F.sum("indexes").alias("indexes"), F.sum(F.bitmap_count("seen")).alias("distinct_indexes")
     )
 
 
@@ -479,6 +498,7 @@ class Loaded:
 SIDE_COUNTS = ("node_events", "role_events", "broker_registrations", "broker_state_events", "broker_requests", "log_dump_records")
 # What each row of load's one action is (column "row").
 _ERROR_ROW, _SIDE_ERROR_ROW, _COUNT_ROW, _SIDE_COUNT_ROW, _NEMESIS_ROW = "error", "side error", "count", "side count", "nemesis"
+_INDEX_COUNT_ROW = "index count"
 
 
 def _side_count_rows(node_events: DataFrame | None, log_dumps: DataFrame | None) -> list[DataFrame]:
@@ -544,12 +564,17 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, small_input: 
     errors = kept.where(F.col("error_message").isNotNull()).select(
         "hid", "index", F.col("error_message").alias("message"), F.col(CORRUPT).alias("raw")
     )
+    # A small input finds repeated indexes in the same action (what it pays
+    # is per job); a big one counts them first (_index_counts) and looks for
+    # them only in a history where some index repeats.
     parts = [
-        errors.unionByName(_duplicate_indexes(kept))
+        (errors.unionByName(_duplicate_indexes(kept)) if small_input else errors)
         .orderBy("hid", "index")
         .limit(ERRORS_SHOWN_MAX + 1)
         .withColumn("row", F.lit(_ERROR_ROW))
     ]
+    if not small_input:
+        parts.append(_index_counts(kept).withColumn("row", F.lit(_INDEX_COUNT_ROW)))
     side_errors = []
     if node_events is not None:
         side_errors.append(_side_errors(node_events, _NODE_EVENT_REQUIRED, kinds=True))
@@ -584,7 +609,15 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, small_input: 
     by_kind: dict[str, list] = {}
     for row in rows:
         by_kind.setdefault(row["row"], []).append(row)
-    problems = sorted(by_kind.get(_ERROR_ROW, []), key=lambda row: (row["hid"] is not None, row["hid"] or 0, row["index"] is not None, row["index"] or 0))
+    problems = by_kind.get(_ERROR_ROW, [])
+    repeating = sorted(
+        row["hid"] for row in by_kind.get(_INDEX_COUNT_ROW, []) if row["hid"] is not None and row["distinct_indexes"] != row["indexes"]
+    )
+    if repeating:  # malformed input: a second action, for its messages
+        problems += (
+            _duplicate_indexes(kept.where(F.col("hid").isin(*repeating))).orderBy("hid", "index").limit(ERRORS_SHOWN_MAX + 1).collect()
+        )
+    problems = sorted(problems, key=lambda row: (row["hid"] is not None, row["hid"] or 0, row["index"] is not None, row["index"] or 0))
     if problems or by_kind.get(_SIDE_ERROR_ROW):
         for frame in (kept, node_events, log_dumps):
             release(frame)

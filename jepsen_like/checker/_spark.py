@@ -172,13 +172,6 @@ def spark_session(
         builder = builder.config("spark.driver.memory", "4g")
     if small_input:
         builder = builder.config("spark.buffer.pageSize", SMALL_INPUT_PAGE_SIZE)
-    else:
-        # What a big input's check keeps on local disk (its paired events,
-        # operations and side files: materialize) is written and read back
-        # with this serializer; Kryo's rows are cheaper both ways than Java
-        # serialization's (docs/benchmarks.md, "Fewer bytes, fewer objects").
-        # A small input keeps its copies in memory as objects: no serializer.
-        builder = builder.config("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
     for name, value in (conf or {}).items():
         builder = builder.config(name, value)
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jepsen_like.checker import HistoryFormatError, check, check_reference, exit_code
+from jepsen_like.checker import HistoryFormatError, _frames, _job, check, check_reference, exit_code
 from jepsen_like.checker._report import EXIT_NOTHING_TO_CHECK
 from jepsen_like.checker._spark import prune_class_archives
 
@@ -60,7 +60,16 @@ def test_a_malformed_event_is_named_by_file_line_and_index(spark, tmp_path):
     assert _reference_error(path).startswith(f"{path}:3: mode must be one of")
 
 
-def test_a_non_integer_process_is_one_error_per_event_and_no_duplicate_index(spark, tmp_path):
+@pytest.fixture(params=["small", "big"])
+def input_size(request, monkeypatch):
+    """Both ways of finding repeated indexes: a small input's one action,
+    and a big input's counts first (``_frames._index_counts``)."""
+    if request.param == "big":
+        monkeypatch.setattr(_job, "is_small_input", lambda sources: False)
+    return request.param
+
+
+def test_a_non_integer_process_is_one_error_per_event_and_no_duplicate_index(spark, tmp_path, input_size):
     # Before the fix the completion, kept as malformed and also seen as its
     # invoke's completion, was reported a second time as a duplicate index.
     path = _write(tmp_path, "process", [line.replace('"process":0', '"process":"p7"') for line in WRITE_1])
@@ -72,10 +81,40 @@ def test_a_non_integer_process_is_one_error_per_event_and_no_duplicate_index(spa
     assert _reference_error(path).startswith(f"{path}:1: process must be")
 
 
-def test_a_duplicated_index_names_both_lines(spark, tmp_path):
+def test_a_duplicated_index_names_both_lines(spark, tmp_path, input_size):
     path = _write(tmp_path, "dup", WRITE_1 + ['{"index":1,"process":2,"type":"invoke","f":"read","key":"x","time":5}'])
     assert _spark_error(spark, path) == [f"{path}:3: event index 1: index appears more than once (also at line 2)"]
     assert _reference_error(path) == f"{path}:3: index 1 appears more than once"
+
+
+def test_indexes_far_apart_repeat_only_where_they_repeat(spark, tmp_path, monkeypatch):
+    """The big input's counts (one bitmap per range of indexes) tell indexes
+    in different ranges, negative ones and ones past 2**32 apart, and point
+    at the one history whose index repeats."""
+    monkeypatch.setattr(_job, "is_small_input", lambda sources: False)
+    searched = []  # the histories _duplicate_indexes was run over
+    search = _frames._duplicate_indexes
+    monkeypatch.setattr(_frames, "_duplicate_indexes", lambda kept: searched.append(kept) or search(kept))
+    indexes = [-40_000, -1, 0, 32_767, 32_768, 2**32 + 1, 2**40]
+
+    def history(name: str, repeated: int | None) -> str:
+        lines = []
+        for process, index in enumerate(indexes):
+            lines.append(f'{{"index":{index},"process":{process},"type":"invoke","f":"write","key":"x","value":{process},"time":{process}}}')
+        if repeated is not None:
+            lines.append(f'{{"index":{repeated},"process":99,"type":"invoke","f":"read","key":"x","time":100}}')
+        return _write(tmp_path, name, lines)
+
+    clean = history("clean", None)
+    assert [result.history for result in check([clean], spark=spark)] == ["clean"]
+    assert searched == []  # the counts were enough
+    repeats = history("repeats", 2**32 + 1)
+    with pytest.raises(HistoryFormatError) as raised:
+        check([clean, repeats], spark=spark)
+    assert str(raised.value).splitlines()[1:] == [
+        f"{repeats}:8: event index {2**32 + 1}: index appears more than once (also at line 6)"
+    ]
+    assert len(searched) == 1
 
 
 @pytest.mark.parametrize(
