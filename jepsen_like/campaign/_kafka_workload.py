@@ -51,7 +51,7 @@ from typing import Any
 import trio
 
 from ._history import HistoryRecorder
-from ._workloads import ClientEndpoints, WorkloadOptions, topic_descriptor
+from ._workloads import FINAL_READS_S_MAX, ClientEndpoints, WorkloadOptions, topic_descriptor
 
 logger = logging.getLogger("pykraft.campaign")
 
@@ -332,24 +332,34 @@ class KafkaWorkload:
     # Final reads
     # ------------------------------------------------------------------
 
-    async def final_reads(self, endpoints: ClientEndpoints) -> None:
+    async def final_reads(self, endpoints: ClientEndpoints, *, time_limit_s: float = FINAL_READS_S_MAX) -> None:
         """After the faults healed and the cluster went quiet: one read of
         every touched topic from every broker (``final: true``), through
-        the harness's own links; a read that fails is tried once more."""
+        the harness's own links; a read that fails is tried once more.
+        Ends after ``time_limit_s`` whatever is left (logged), as the
+        pykraft workload's do: each read is bounded by the request timeout,
+        but brokers that never answer would keep every topic's two
+        attempts per broker waiting in turn."""
         session = await trio.to_thread.run_sync(self._open, 1_000_000, endpoints)
         process_ids = itertools.count(1_000_001)
+        reads = [(topic, broker_id) for topic in self._topics if topic.ops for broker_id in self.broker_ids]
+        done = 0
         try:
-            for topic in self._topics:
-                if not topic.ops:
-                    continue
-                for broker_id in self.broker_ids:
+            with trio.move_on_after(time_limit_s) as limit:
+                for topic, broker_id in reads:
                     for _attempt in range(2):
                         if await self._read(session, topic, broker_id, final=True):
                             break
                         session.process = next(process_ids)
+                    done += 1
         finally:
             session.readers.clear()
             session.writer = None
+        if limit.cancelled_caught:
+            logger.warning(
+                "final reads stopped after %.0f s with %d of %d (topic, broker) reads left: the brokers did not answer them",
+                time_limit_s, len(reads) - done, len(reads),
+            )  # fmt: skip
 
 
 __all__ = ["KafkaWorkload"]

@@ -95,3 +95,34 @@ async def test_the_final_reads_end_in_their_time_limit_when_no_controller_answer
     finals = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
     assert {event["key"] for event in finals} < {f"r{index}" for index in range(40)}  # keys left unread
     assert any("final reads stopped after 60 s" in record.getMessage() for record in caplog.records)
+
+
+async def test_the_kafka_final_reads_end_in_their_time_limit_when_no_broker_answers(tmp_path, autojump_clock, caplog, monkeypatch):
+    """The Kafka workload's final reads (every touched topic from every
+    broker, two attempts each, each up to the request timeout) end at the
+    same time limit, and say so."""
+    from jepsen_like.campaign import _kafka_workload
+
+    brokers = {broker_id: ("127.0.0.1", _closed_port()) for broker_id in (1, 2, 3)}
+    endpoints = ClientEndpoints([], brokers, contextlib.nullcontext)
+    history = HistoryRecorder(tmp_path / "history.jsonl")
+    workload = _kafka_workload.KafkaWorkload(history, lambda _: endpoints, WorkloadOptions(clients=1), rng=random.Random(5))
+    for _ in range(10):
+        workload._new_topic().ops = 1
+    attempts = []
+
+    async def read_timing_out(session, topic, broker_id, *, final=False):
+        attempts.append((topic.name, broker_id))
+        await trio.sleep(workload.options.request_timeout_s)  # what a broker that never answers costs
+        return False
+
+    monkeypatch.setattr(workload, "_open", lambda process, _endpoints: _kafka_workload._Session(process))
+    monkeypatch.setattr(workload, "_read", read_timing_out)
+    started = trio.current_time()
+    await workload.final_reads(endpoints, time_limit_s=60.0)
+    took_s = trio.current_time() - started
+    history.close()
+    touched = len(workload.touched_keys()) * len(brokers)
+    assert 60.0 <= took_s < 60.0 + workload.options.request_timeout_s
+    assert len(attempts) < 2 * touched  # (topic, broker) reads left
+    assert any("final reads stopped after 60 s" in record.getMessage() for record in caplog.records)
