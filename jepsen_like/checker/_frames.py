@@ -547,10 +547,11 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, small_input: 
     # of a big log dump can hold millions of records): spread them first.
     # A small input's are kilobytes, in one split: its one shuffle
     # partition would only copy them. Log dumps are spread by offset, so
-    # that every node's copy of a record lands in one partition, which the
-    # kept copy remembers: the forked-log check groups them there without a
-    # shuffle, and the checks grouping by write id combine a record's copies
-    # before theirs (a third of the rows at three nodes).
+    # that every node's copy of a record lands in one partition: the partial
+    # aggregations of the forked-log, duplicated-write and lost-write checks
+    # combine a record's copies before their shuffles (a third of the rows
+    # at three nodes). Spark does not carry that partitioning over to the
+    # kept copy, so those checks still shuffle.
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
 
     def spread(frame: DataFrame, *columns: str) -> DataFrame:
