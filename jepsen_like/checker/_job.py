@@ -510,11 +510,11 @@ def _staleness_by_history(
     rows = rows.sort_by("hid")
     figures: dict[int, StalenessColumns] = {}
     stale: dict[int, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+    runs = pc.run_end_encode(rows.column("hid").combine_chunks())  # one run per history, rows sorted
     start = 0
-    for run in pc.value_counts(rows.column("hid")).to_pylist():  # sorted rows: runs in hid order
-        hid, count = run["values"], run["counts"]
-        part = rows.slice(start, count)
-        start += count
+    for hid, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
+        part = rows.slice(start, end - start)
+        start = end
         figures[hid] = StalenessColumns(
             index=part.column("index").to_pylist(),
             mode=pc.fill_null(part.column("mode"), MODE_LINEARIZABLE).to_pylist(),

@@ -60,9 +60,18 @@ class FaultWindow:
     start_ns: int | None
     end_ns: int | None
 
+    @property
+    def span(self) -> tuple[float, float]:
+        """The window as a closed interval, infinite at an open side."""
+        return (
+            -math.inf if self.start_ns is None else self.start_ns,
+            math.inf if self.end_ns is None else self.end_ns,
+        )
+
     def holds(self, time_ns: int) -> bool:
         """Whether an instant is in the window (closed interval)."""
-        return (self.start_ns is None or self.start_ns <= time_ns) and (self.end_ns is None or time_ns <= self.end_ns)
+        start, end = self.span
+        return start <= time_ns <= end
 
 
 def bound_ns_of_mode(mode: str | None, meta: HistoryMeta) -> int | None:
@@ -235,10 +244,7 @@ def _by_window(
     """Per (window's position in ``windows``, mode), the reads invoked in it
     (closed intervals; a read in several windows is in each); position -1:
     the reads invoked in none."""
-    spans = [
-        (-math.inf if window.start_ns is None else window.start_ns, math.inf if window.end_ns is None else window.end_ns)
-        for window in windows
-    ]
+    spans = [window.span for window in windows]
     # The windows' union as sorted disjoint intervals: a read is in no
     # window when bisection finds it outside the interval starting before it.
     union: list[list[float]] = []
