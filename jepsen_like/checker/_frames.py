@@ -499,6 +499,8 @@ SIDE_COUNTS = ("node_events", "role_events", "broker_registrations", "broker_sta
 # What each row of load's one action is (column "row").
 _ERROR_ROW, _SIDE_ERROR_ROW, _COUNT_ROW, _SIDE_COUNT_ROW, _NEMESIS_ROW = "error", "side error", "count", "side count", "nemesis"
 _INDEX_COUNT_ROW = "index count"
+# An event's first failed check of its own (_row_checks), before pairing.
+_ROW_ERROR = "row_error"
 
 
 def _side_count_rows(node_events: DataFrame | None, log_dumps: DataFrame | None) -> list[DataFrame]:
@@ -530,15 +532,24 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, small_input: 
     # One scan, one pairing. What is kept: invokes (each with its completion
     # in `next`), nemesis events, and any event found malformed; a
     # completion that follows its invoke lives on in that invoke's row.
-    paired = _pair(_read_histories(spark, sources).drop("source_file"), small_input=small_input)
+    #
+    # An event's own checks run before the pairing's shuffle, its pairing
+    # checks after the window: both in one expression made the pairing
+    # stage's generated method longer than the 8,000 bytes of bytecode the
+    # JVM compiles (HotSpot's DontCompileHugeMethods), and that stage ran
+    # interpreted, at a third of its speed (152 s of task CPU of 681 for ten
+    # million operations; docs/benchmarks.md, "A method too long to compile").
+    events = _read_histories(spark, sources).drop("source_file")
+    paired = _pair(events.select("*", _first_message(_row_checks()).alias(_ROW_ERROR)), small_input=small_input)
     well_formed_client = F.col(CORRUPT).isNull() & F.col("hid").isNotNull() & (F.col("process") != NEMESIS)
-    error = _first_message(
-        _row_checks() + [(well_formed_client & condition, message) for condition, message in _pairing_checks()]
+    error = F.coalesce(
+        F.col(_ROW_ERROR),
+        _first_message([(well_formed_client & condition, message) for condition, message in _pairing_checks()]),
     )
     kept = materialize(
-        paired.select("*", error.alias("error_message")).where(
-            F.col("error_message").isNotNull() | (F.col("type") == "invoke") | (F.col("process") == NEMESIS)
-        ),
+        paired.select("*", error.alias("error_message"))
+        .drop(_ROW_ERROR)
+        .where(F.col("error_message").isNotNull() | (F.col("type") == "invoke") | (F.col("process") == NEMESIS)),
         small_input=small_input,
     )
     node_events = _read_side_files(spark, sources, "node_event_paths", NODE_EVENT_SCHEMA)

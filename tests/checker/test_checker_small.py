@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jepsen_like.checker import HistoryFormatError, _frames, _job, check, check_reference, exit_code
+from jepsen_like.checker import HistoryFormatError, _frames, _job, check, check_reference, exit_code, synthesize
 from jepsen_like.checker._report import EXIT_NOTHING_TO_CHECK
 from jepsen_like.checker._spark import prune_class_archives
 
@@ -115,6 +115,44 @@ def test_indexes_far_apart_repeat_only_where_they_repeat(spark, tmp_path, monkey
         f"{repeats}:8: event index {2**32 + 1}: index appears more than once (also at line 6)"
     ]
     assert len(searched) == 1
+
+
+# One check in a JVM of its own, as a big input (the path long histories
+# take), with Spark's code generator logging at INFO.
+_CHECK_WITH_CODEGEN_LOG = """
+import sys
+from jepsen_like.checker import _job, check
+_job.is_small_input = lambda sources: False
+check([sys.argv[1]], spark_master="local[2]", spark_log=sys.argv[2], linearizability=False,
+      spark_conf={"spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=file:" + sys.argv[3]})
+"""
+
+
+def test_no_generated_method_of_a_check_is_too_long_for_the_jvm_to_compile(tmp_path):
+    """HotSpot does not compile a method longer than 8,000 bytes of
+    bytecode: a query stage whose generated method is that long runs
+    interpreted. The pairing stage's was (8,469 to 8,815 bytes: its checks in one
+    expression), which tripled that stage's time on big histories. Spark's
+    code generator logs, at INFO, each generated method that long; it only
+    logs what it compiles (not what it finds in its cache), hence a JVM of
+    its own for one check of a campaign with every side file (tier 1: tier
+    2's search is Python, not generated code)."""
+    campaign = synthesize(tmp_path / "campaign", ops=100, keys=4, seed=3).directory
+    log4j = tmp_path / "log4j2.properties"
+    log4j.write_text(
+        (REPO / "jepsen_like" / "checker" / "log4j2.properties").read_text()
+        + "logger.codegen.name = org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator\n"
+        + "logger.codegen.level = info\n"
+    )
+    spark_log = tmp_path / "spark.log"
+    completed = subprocess.run(
+        [sys.executable, "-c", _CHECK_WITH_CODEGEN_LOG, str(campaign), str(spark_log), str(log4j)],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr
+    written = spark_log.read_text(encoding="utf-8", errors="replace")
+    assert "Code generated in" in written  # the logger was heard
+    assert [line for line in written.splitlines() if "too long to be JIT compiled" in line] == []
 
 
 @pytest.mark.parametrize(
