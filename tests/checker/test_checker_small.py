@@ -131,12 +131,13 @@ check([sys.argv[1]], spark_master="local[2]", spark_log=sys.argv[2], linearizabi
 def test_no_generated_method_of_a_check_is_too_long_for_the_jvm_to_compile(tmp_path):
     """HotSpot does not compile a method longer than 8,000 bytes of
     bytecode: a query stage whose generated method is that long runs
-    interpreted. The pairing stage's was (8,469 to 8,815 bytes: its checks in one
-    expression), which tripled that stage's time on big histories. Spark's
-    code generator logs, at INFO, each generated method that long; it only
-    logs what it compiles (not what it finds in its cache), hence a JVM of
-    its own for one check of a campaign with every side file (tier 1: tier
-    2's search is Python, not generated code)."""
+    interpreted. The pairing stage's was (8,469 to 8,815 bytes: all of an
+    event's checks in one expression), which tripled that stage's time on
+    big histories. Spark's code generator logs, at INFO, each generated
+    method that long; it only logs what it compiles (not what it finds in
+    its cache), hence a JVM of its own for one check of a campaign with
+    every side file (tier 1: tier 2's search is Python, not generated
+    code)."""
     campaign = synthesize(tmp_path / "campaign", ops=100, keys=4, seed=3).directory
     log4j = tmp_path / "log4j2.properties"
     log4j.write_text(
