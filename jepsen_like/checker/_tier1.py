@@ -106,7 +106,7 @@ def _writers_by_value(ops: DataFrame) -> DataFrame:
     possible = F.col("outcome") != "fail"
     return (
         ops.where(F.col("kind").isin("write", "cas") & F.col("register_like"))
-        .groupBy(F.col("hid").alias("w_hid"), F.col("key").alias("w_key"), F.col("written").alias("w_value"))
+        .groupBy(F.col("written").alias("w_value"), F.col("key").alias("w_key"), F.col("hid").alias("w_hid"))
         .agg(
             F.count(F.lit(1)).alias("n_all"),
             F.sum(F.when(possible, 1).otherwise(0)).alias("n_possible"),
@@ -122,7 +122,7 @@ def _join_writers(reads: DataFrame, writers: DataFrame, settings: Settings) -> D
     ``applicable`` and ``writer_done`` (when the value was certainly in place)."""
     joined = reads.join(
         writers,
-        on=(F.col("hid") == F.col("w_hid")) & F.col("key").eqNullSafe(F.col("w_key")) & (F.col("ret") == F.col("w_value")),
+        on=(F.col("ret") == F.col("w_value")) & F.col("key").eqNullSafe(F.col("w_key")) & (F.col("hid") == F.col("w_hid")),
         how="left",
     ).drop("w_hid", "w_key", "w_value")
     single_ok = (F.col("n_possible") == 1) & (F.col("possible_writer.outcome") == "ok")
@@ -192,7 +192,7 @@ def read_staleness(ops: DataFrame, writers: DataFrame, settings: Settings) -> Da
     # offsets too: only larger offsets precede it. Later rows first for the
     # value rule, so "every write invoked after t" is a running prefix (an
     # unbounded-following frame would be quadratic).
-    per_key = Window.partitionBy("hid", "key")
+    per_key = Window.partitionBy("key", "hid")
     by_time = per_key.orderBy("t_time", "ord_time").rowsBetween(*_EARLIER)
     by_offset = per_key.orderBy(F.desc("o"), "ord_o").rowsBetween(*_EARLIER)
     later_first = per_key.orderBy(F.desc("t_later"), F.desc("ord_later")).rowsBetween(*_EARLIER)
@@ -305,7 +305,7 @@ def lost_writes(ops: DataFrame, writers: DataFrame, log_dumps: DataFrame | None,
     possible_put = (F.col("kind") == "write") & (F.col("outcome") != "fail")
     per_key = (
         ops.where(final_read | possible_put)
-        .groupBy("hid", "key")
+        .groupBy("key", "hid")
         .agg(
             F.max(F.when(final_read, F.struct("t_inv", "index", "offset", "ret", "ret_str"))).alias("final"),
             F.max(F.when(possible_put, F.coalesce(F.col("t_done"), F.lit(FOREVER_NS)))).alias("last_put_end"),
@@ -324,18 +324,18 @@ def lost_writes(ops: DataFrame, writers: DataFrame, log_dumps: DataFrame | None,
         "last_put_end",
     )
     writes = ops.where((F.col("outcome") == "ok") & F.col("kind").isin("write", "cas", "append"))
-    joined = writes.join(per_key, on=(writes["hid"] == per_key["f_hid"]) & writes["key"].eqNullSafe(per_key["f_key"]), how="left")
+    joined = writes.join(per_key, on=writes["key"].eqNullSafe(per_key["f_key"]) & (writes["hid"] == per_key["f_hid"]), how="left")
     has_dumps = F.col("hid").isin(*sorted(settings.hids_with_dumps)) if settings.hids_with_dumps else F.lit(False)
     if log_dumps is not None:
         committed_ids = (
             log_dumps.where((F.col("offset") < F.col("hwm")) & F.col("write_id").isNotNull())
-            .select(F.col("hid").alias("l_hid"), F.col("write_id").alias("l_write_id"))
+            .select(F.col("write_id").alias("l_write_id"), F.col("hid").alias("l_hid"))
             .distinct()
             .withColumn("in_log", F.lit(True))
         )
         joined = joined.join(
             committed_ids,
-            on=(joined["hid"] == committed_ids["l_hid"]) & (joined["write_id"] == committed_ids["l_write_id"]),
+            on=(joined["write_id"] == committed_ids["l_write_id"]) & (joined["hid"] == committed_ids["l_hid"]),
             how="left",
         )
         # Records below a node's log_start are in its snapshot, not its
@@ -418,11 +418,11 @@ def _committed(log_dumps: DataFrame) -> DataFrame:
 
 
 def forked_logs(log_dumps: DataFrame) -> DataFrame:
-    variants = _committed(log_dumps).groupBy("hid", "offset", "epoch", "record_hash").agg(
+    variants = _committed(log_dumps).groupBy("offset", "hid", "epoch", "record_hash").agg(
         F.min(F.struct("node", "record")).alias("lowest")
     )
     forks = (
-        variants.groupBy("hid", "offset")
+        variants.groupBy("offset", "hid")
         .agg(
             F.count(F.lit(1)).alias("variants"),
             F.array_sort(F.collect_list(F.struct("epoch", "record_hash", F.col("lowest.record").alias("record")))).alias("sorted"),
@@ -437,11 +437,11 @@ def duplicated_writes(log_dumps: DataFrame) -> DataFrame:
     placements = (
         _committed(log_dumps)
         .where(F.col("write_id").isNotNull())
-        .groupBy("hid", "write_id", "offset")
+        .groupBy("write_id", "hid", "offset")
         .agg(F.min(F.struct("node", "record")).alias("lowest"))
     )
     duplicates = (
-        placements.groupBy("hid", "write_id")
+        placements.groupBy("write_id", "hid")
         .agg(
             F.count(F.lit(1)).alias("offsets"),
             F.min("offset").alias("first_offset"),
