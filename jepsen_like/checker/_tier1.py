@@ -13,6 +13,17 @@ DataFrame used twice in a plan twice). The stale reads themselves are
 picked from the per-read staleness rows the job fetches anyway
 (:func:`stale_read_evidence`).
 
+Groupings, joins and window partitions over operations and log records
+name first the column that tells rows apart (a value, a key, an offset, a
+write id, a process) and the history id last: a sort follows that order,
+and Spark's sort prefix is the first sort column only, so a sort beginning
+with the history id (the same for every row of a one-history check)
+compared nearly every pair of rows in full (docs/benchmarks.md, "Sort keys
+whose prefix decides"). A read meets its value's writers on the key as a
+struct, equal when both keys are null, and grouped by that same struct:
+the writers' aggregation then arrives partitioned and sorted as the join
+wants it (with ``eqNullSafe`` the join shuffled and sorted it again).
+
 Every other check yields rows ``(hid, check, ord1..ord5, evidence)``: ``ord*``
 order the anomalies the way the reference orders them (the first
 ``max_witnesses`` are kept), and ``evidence`` is JSON in which operations are
@@ -106,7 +117,7 @@ def _writers_by_value(ops: DataFrame) -> DataFrame:
     possible = F.col("outcome") != "fail"
     return (
         ops.where(F.col("kind").isin("write", "cas") & F.col("register_like"))
-        .groupBy(F.col("written").alias("w_value"), F.col("key").alias("w_key"), F.col("hid").alias("w_hid"))
+        .groupBy(F.col("written").alias("w_value"), F.struct("key").alias("w_key"), F.col("hid").alias("w_hid"))
         .agg(
             F.count(F.lit(1)).alias("n_all"),
             F.sum(F.when(possible, 1).otherwise(0)).alias("n_possible"),
@@ -122,7 +133,7 @@ def _join_writers(reads: DataFrame, writers: DataFrame, settings: Settings) -> D
     ``applicable`` and ``writer_done`` (when the value was certainly in place)."""
     joined = reads.join(
         writers,
-        on=(F.col("ret") == F.col("w_value")) & F.col("key").eqNullSafe(F.col("w_key")) & (F.col("hid") == F.col("w_hid")),
+        on=(F.col("ret") == F.col("w_value")) & (F.struct("key") == F.col("w_key")) & (F.col("hid") == F.col("w_hid")),
         how="left",
     ).drop("w_hid", "w_key", "w_value")
     single_ok = (F.col("n_possible") == 1) & (F.col("possible_writer.outcome") == "ok")
@@ -249,7 +260,7 @@ def non_monotonic_reads_by_process(ops: DataFrame, settings: Settings) -> DataFr
     reads = _ok_reads(ops).where(F.col("offset").isNotNull()).select(
         "hid", "process", _scope_key(settings).alias("scope_key"), "t_inv", "index", "offset"
     )
-    session = Window.partitionBy("hid", "process", "scope_key").orderBy("t_inv", "index").rowsBetween(*_EARLIER)
+    session = Window.partitionBy("process", "scope_key", "hid").orderBy("t_inv", "index").rowsBetween(*_EARLIER)
     flagged = reads.select("*", F.max(F.struct("offset", "index")).over(session).alias("best")).where(
         F.col("best.offset") > F.col("offset")
     )
@@ -270,7 +281,7 @@ def non_monotonic_reads_by_broker(ops: DataFrame, settings: Settings) -> DataFra
         _null("struct<offset:bigint,index:bigint>").alias("c"), F.col("offset").alias("r_offset"),
         F.col("index").alias("r_index"),
     )
-    served = Window.partitionBy("hid", "node", "scope_key").orderBy("t", "ord").rowsBetween(*_EARLIER)
+    served = Window.partitionBy("node", "scope_key", "hid").orderBy("t", "ord").rowsBetween(*_EARLIER)
     flagged = (
         completions.unionByName(invokes)
         .select("*", F.max("c").over(served).alias("best"))
@@ -550,7 +561,7 @@ def fenced_broker_reads(ops: DataFrame, node_events: DataFrame) -> DataFrame:
         "hid", F.col("node").alias("broker"), F.col("t_done").alias("t"), F.lit(completion_ord).alias("ord"),
         _null(since_type).alias("since"), _null("bigint").alias("other_time"), F.col("index").alias("r_index"),
     )
-    per_broker = Window.partitionBy("hid", "broker").orderBy("t", "ord").rowsBetween(*_EARLIER)
+    per_broker = Window.partitionBy("broker", "hid").orderBy("t", "ord").rowsBetween(*_EARLIER)
     # The read's two rows meet again in the window's partition: grouping by
     # (hid, broker, read) needs no second shuffle.
     flagged = (
@@ -560,7 +571,7 @@ def fenced_broker_reads(ops: DataFrame, node_events: DataFrame) -> DataFrame:
             F.max("since").over(per_broker).alias("last_fenced"), F.max("other_time").over(per_broker).alias("last_other"),
         )
         .where(F.col("ord").isin(invoke_ord, completion_ord))
-        .groupBy("hid", "broker", "r_index")
+        .groupBy("r_index", "broker", "hid")
         .agg(
             F.max(F.when(F.col("ord") == invoke_ord, F.col("last_fenced"))).alias("last_fenced"),
             F.max(F.when(F.col("ord") == completion_ord, F.col("last_other"))).alias("last_other"),
