@@ -355,7 +355,9 @@ def lost_writes(ops: DataFrame, writers: DataFrame, log_dumps: DataFrame | None,
         log_starts = log_dumps.groupBy(F.col("hid").alias("s_hid")).agg(
             F.min(F.coalesce(F.col("log_start"), F.lit(0))).alias("lowest_log_start")
         )
-        joined = joined.join(log_starts, on=joined["hid"] == log_starts["s_hid"], how="left")
+        # One row per history: broadcast whatever Spark estimates (joined
+        # by shuffle, every write would be sorted by its history id).
+        joined = joined.join(F.broadcast(log_starts), on=joined["hid"] == log_starts["s_hid"], how="left")
         lowest = F.coalesce(F.col("lowest_log_start"), F.lit(0))
         in_dumps = F.when(F.col("offset").isNotNull(), F.col("offset") >= lowest).otherwise(lowest == 0)
         missing_from_log = has_dumps & F.col("write_id").isNotNull() & F.col("in_log").isNull() & in_dumps
