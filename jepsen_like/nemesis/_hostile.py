@@ -107,6 +107,12 @@ _PROTOCOL_VERSION = 1
 UNKNOWN_VOTER_ID = 4242
 #: How long an attack waits for the node's answer or close, per connection.
 ANSWER_WAIT_S = 1.0
+#: How long one exchange may take to connect (loopback or a namespace's
+#: veth: far less, unless the node's packets are dropped).
+ONE_SHOT_CONNECT_S = 2.0
+#: How long the voter impostor waits for its four refusals (it stops as
+#: soon as they are in): every frame it sends must be answered.
+IMPOSTOR_ANSWER_WAIT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -386,15 +392,24 @@ async def one_shot(
     target: HostileTarget, stats: HostileStats, data: bytes, frames: int = 1, wait_s: float = ANSWER_WAIT_S, expect: int | None = None
 ) -> None:
     """A fresh connection: send ``data``, read what comes back (until the
-    node closes it, ``expect`` answers came, or ``wait_s``), close."""
-    stream = await open_connection(target, stats)
-    if stream is None:
-        return
-    try:
-        if await send(stream, data, stats, frames):
-            await read_answers(stream, stats, target.cluster_id, wait_s, expect=expect)
-    finally:
-        await stream.aclose()
+    node closes it, ``expect`` answers came, or ``wait_s``), close.
+
+    The exchange is finished whole even when the attack's time ends in the
+    middle of it, so every frame counted as sent has its answer read or its
+    absence counted as the node's (CI, 2026-11-27: a run cut between the
+    send and the read showed four frames unanswered for no fault of the
+    node). Bounded: a node that never answers costs one connect, one
+    handshake and one answer wait."""
+    bound_s = ONE_SHOT_CONNECT_S + (HANDSHAKE_TIMEOUT_S if target.tls is not None else 0.0) + wait_s
+    with trio.CancelScope(shield=True), trio.move_on_after(bound_s):
+        stream = await open_connection(target, stats)
+        if stream is None:
+            return
+        try:
+            if await send(stream, data, stats, frames):
+                await read_answers(stream, stats, target.cluster_id, wait_s, expect=expect)
+        finally:
+            await trio.aclose_forcefully(stream)
 
 
 async def current_epoch(target: HostileTarget) -> int:
@@ -634,7 +649,7 @@ async def voter_impostor(target: HostileTarget, stats: HostileStats, rng: random
             frame(BeginQuorumEpochRequest(src=claimed, dst=me, epoch=epoch + 1), target, 3),
             frame(FetchRequest(src=claimed, dst=me, epoch=epoch, fetch_offset=0, last_fetched_epoch=0, request_id=1), target, 4),
         ]
-        await one_shot(target, stats, b"".join(messages), frames=len(messages), expect=len(messages))
+        await one_shot(target, stats, b"".join(messages), frames=len(messages), wait_s=IMPOSTOR_ANSWER_WAIT_S, expect=len(messages))
         await trio.sleep(0.2)
 
 

@@ -27,7 +27,8 @@ from jepsen_like.nemesis._hostile import (
 )
 from quorum.client import QuorumClient
 from quorum.runtime import KeyValueStateMachine, NodeConfig, TlsConfig, create_cluster_certificates, open_quorum_node
-from quorum.wire import NODE_LIMITS, FrameDecoder, decode_message
+from quorum import ErrorCode, VoteRequest
+from quorum.wire import NODE_LIMITS, DescribeQuorumRequest, DescribeQuorumResponse, ErrorFrame, FrameDecoder, decode_message, encode_message
 from loopback import free_ports
 from tls_material import certificates_fixture, tls_for
 
@@ -236,6 +237,44 @@ async def test_an_authenticated_impostor_of_a_voter_is_refused_by_authorization_
             async with QuorumClient([f"{leader.node_id}@127.0.0.1:{leader.listen_port}"], cluster_id=CLUSTER, tls=admin) as client:
                 assert KeyValueStateMachine.decode_answer((await client.read(b"good0"))[1])[0] == b"v"
         stop.set()
+
+
+async def test_a_round_of_the_impostor_in_flight_when_the_run_ends_is_read_to_its_end(monkeypatch, autojump_clock):
+    """Regression (CI, 2026-11-27: 32 frames sent, 28 refusals read): the
+    run's time ran out after a round's four frames were sent and before
+    their refusals were read, so four frames looked unanswered. Replayed
+    against an in-memory node that answers each frame 0.4 s (virtual)
+    after it comes and a run that ends 0.3 s in: the round is read whole."""
+    decoded_by_node: list = []
+
+    async def slow_node(stream: trio.abc.Stream) -> None:
+        decoder = FrameDecoder()
+        async with stream:
+            while data := await stream.receive_some(65536):
+                decoder.feed(data)
+                while (payload := decoder.next_frame()) is not None:
+                    envelope = decode_message(payload, expected_cluster_id=CLUSTER)
+                    decoded_by_node.append(envelope.message)
+                    if isinstance(envelope.message, DescribeQuorumRequest):
+                        answer = DescribeQuorumResponse(leader_id=2, epoch=7)
+                    else:
+                        await trio.sleep(0.4)
+                        answer = ErrorFrame(code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, message="not a voter", correlation_id=envelope.correlation_id)
+                    await stream.send_all(encode_message(answer, correlation_id=envelope.correlation_id, cluster_id=CLUSTER))
+
+    async with trio.open_nursery() as nursery:
+
+        async def connect(host, port, **_options):
+            attacker_end, node_end = trio.testing.memory_stream_pair()
+            nursery.start_soon(slow_node, node_end)
+            return attacker_end
+
+        monkeypatch.setattr(trio, "open_tcp_stream", connect)
+        target = HostileTarget(host="127.0.0.1", port=1, node_id=2, voter_ids=(1, 2, 3), cluster_id=CLUSTER)
+        stats = await run_attack("voter-impostor", target, 0.3, seed=2)
+        nursery.cancel_scope.cancel()
+    assert stats.frames == 4 and stats.authorization_refusals == stats.error_frames == 4, stats
+    assert [vote.epoch for vote in decoded_by_node if isinstance(vote, VoteRequest)] == [8, 8]
 
 
 async def test_the_impostor_without_a_certificate_ends_at_the_handshake(tmp_path, certs):
