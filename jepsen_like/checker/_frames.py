@@ -662,6 +662,13 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, small_input: 
 # decimal loses its trailing zeros (1.0 prints as 1, the integer's text), and
 # a VARIANT element type hides what is inside (a mixed array or object).
 _INEXACT_VARIANT_TYPES = "DECIMAL|DOUBLE|FLOAT|VARIANT"
+# Schemas that hold none of those, tested first by equality: most values of
+# a history are one of these, and a regular expression over every value's
+# schema cost 1.5-2 s per 10 million values (docs/benchmarks.md, "Flag
+# first, then find the witnesses").
+_EXACT_VARIANT_SCHEMAS = (
+    "BIGINT", "STRING", "BOOLEAN", "VOID", "ARRAY<BIGINT>", "ARRAY<STRING>", "ARRAY<VOID>", "ARRAY<BOOLEAN>",
+)
 
 
 def _variant_text(value):  # type: ignore[no-untyped-def]  (no hints: Spark reads them as a UDF kind)
@@ -674,7 +681,10 @@ _exact_json_udf = F.udf(_variant_text, T.StringType())
 def inexact_values(value: Column) -> Column:
     """Whether a variant column's value holds a number Spark's ``to_json``
     does not write exactly (false for a SQL null)."""
-    return F.coalesce(F.call_function("schema_of_variant", value).rlike(_INEXACT_VARIANT_TYPES), F.lit(False))
+    schema = F.call_function("schema_of_variant", value)
+    return F.coalesce(
+        F.when(schema.isin(*_EXACT_VARIANT_SCHEMAS), F.lit(False)).otherwise(schema.rlike(_INEXACT_VARIANT_TYPES)), F.lit(False)
+    )
 
 
 def exact_json(value: Column, *, inexact: bool = True) -> Column:

@@ -229,7 +229,7 @@ def check_sources(
                 history_counts[hid]["broker_requests"] += history_counts[hid].pop("op_broker_requests")
             counts = history_counts
             lap("operations_s")
-            settings = _settings(sources, models, side)
+            settings = _settings(sources, models, side, counts)
             applicable = frozenset(
                 name for hid in counts for name, reason in skip_reasons(counts[hid]).items() if reason is None
             )
@@ -413,7 +413,12 @@ def _operation_counts(ops: DataFrame, models: Mapping[int, Model], sources: Sequ
     return counts
 
 
-def _settings(sources: Sequence[HistorySource], models: Mapping[int, Model], side: Mapping[int, Mapping[str, int]]) -> _tier1.Settings:
+def _settings(
+    sources: Sequence[HistorySource],
+    models: Mapping[int, Model],
+    side: Mapping[int, Mapping[str, int]],
+    counts: Mapping[int, Mapping[str, int]],
+) -> _tier1.Settings:
     leader_local = {}
     broker = {}
     for hid, source in enumerate(sources):
@@ -426,7 +431,8 @@ def _settings(sources: Sequence[HistorySource], models: Mapping[int, Model], sid
         leader_local_bound_ns=leader_local,
         broker_bound_ns=broker,
         offset_by_key={hid: source.meta.offset_scope == "key" for hid, source in enumerate(sources)},
-        hids_with_dumps=frozenset(hid for hid, counts in side.items() if counts["log_dump_records"]),
+        hids_with_dumps=frozenset(hid for hid, side_counts in side.items() if side_counts["log_dump_records"]),
+        keys_total=sum(history["keys"] for history in counts.values()),
     )
 
 

@@ -51,6 +51,10 @@ OP_REFERENCE_FIELDS = ("read", "missed_write", "read_from", "earlier_read", "fai
 
 _EARLIER = (Window.unboundedPreceding, -1)
 
+# The most keys whose per-key rows the lost-write check broadcasts to every
+# task (one row per key, its last final read among them).
+BROADCAST_KEYS_MAX = 100_000
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -61,6 +65,8 @@ class Settings:
     broker_bound_ns: Mapping[int, int] = field(default_factory=dict)
     offset_by_key: Mapping[int, bool] = field(default_factory=dict)
     hids_with_dumps: frozenset[int] = frozenset()
+    # Distinct (history, key) pairs among the operations; None: not counted.
+    keys_total: int | None = None
 
 
 def _anomaly(
@@ -334,6 +340,11 @@ def lost_writes(ops: DataFrame, writers: DataFrame, log_dumps: DataFrame | None,
         ).alias("last_final"),
         "last_put_end",
     )
+    if settings.keys_total is not None and settings.keys_total <= BROADCAST_KEYS_MAX:
+        # Broadcast when the keys are known to be few: a shuffled join sent
+        # every write through a shuffle by its key before Spark saw how small
+        # this side is (and then through another by its write id, below).
+        per_key = F.broadcast(per_key)
     writes = ops.where((F.col("outcome") == "ok") & F.col("kind").isin("write", "cas", "append"))
     joined = writes.join(per_key, on=writes["key"].eqNullSafe(per_key["f_key"]) & (writes["hid"] == per_key["f_hid"]), how="left")
     has_dumps = F.col("hid").isin(*sorted(settings.hids_with_dumps)) if settings.hids_with_dumps else F.lit(False)
@@ -430,8 +441,36 @@ def _committed(log_dumps: DataFrame) -> DataFrame:
     )
 
 
+def _with_more_than_one(rows: DataFrame, keys: list[str], values: list[str]) -> DataFrame:
+    """The ``keys`` at which ``rows`` hold more than one distinct ``values``
+    (a null counts as a value, as grouping counts it).
+
+    The witness queries carry whole records through aggregations Spark can
+    only sort (a minimum over a struct, a collected list); a healthy log
+    gives them nothing to do. This finds the few keys they are needed for
+    with hash aggregations over the key and value columns alone, in one
+    shuffle (partitioned by ``keys``, both aggregations find their rows in
+    place). The witness query then keeps only the records at those keys,
+    through a broadcast semi join: a filter as the records stream by, with
+    no shuffle of them (a shuffled semi join would shuffle every record
+    before Spark knows the other side is empty). The broadcast is one row
+    per flagged key: none for a healthy log, at most one per offset or
+    write id for a log forked everywhere."""
+    return (
+        rows.select(*keys, *values)
+        .repartition(*keys)
+        .distinct()
+        .groupBy(*keys)
+        .agg(F.count(F.lit(1)).alias("distinct_values"))
+        .where(F.col("distinct_values") > 1)
+        .select(*keys)
+    )
+
+
 def forked_logs(log_dumps: DataFrame) -> DataFrame:
-    variants = _committed(log_dumps).groupBy("offset", "hid", "epoch", "record_hash").agg(
+    committed = _committed(log_dumps)
+    at_forks = committed.join(F.broadcast(_with_more_than_one(committed, ["offset", "hid"], ["epoch", "record_hash"])), ["offset", "hid"], "left_semi")
+    variants = at_forks.groupBy("offset", "hid", "epoch", "record_hash").agg(
         F.min(F.struct("node", "record")).alias("lowest")
     )
     forks = (
@@ -447,9 +486,9 @@ def forked_logs(log_dumps: DataFrame) -> DataFrame:
 
 
 def duplicated_writes(log_dumps: DataFrame) -> DataFrame:
+    written = _committed(log_dumps).where(F.col("write_id").isNotNull())
     placements = (
-        _committed(log_dumps)
-        .where(F.col("write_id").isNotNull())
+        written.join(F.broadcast(_with_more_than_one(written, ["write_id", "hid"], ["offset"])), ["write_id", "hid"], "left_semi")
         .groupBy("write_id", "hid", "offset")
         .agg(F.min(F.struct("node", "record")).alias("lowest"))
     )

@@ -157,15 +157,10 @@ def test_no_generated_method_of_a_check_is_too_long_for_the_jvm_to_compile(tmp_p
     assert [line for line in written.splitlines() if "too long to be JIT compiled" in line] == []
 
 
-def test_tier1_sorts_begin_with_a_column_that_tells_rows_apart(spark, tmp_path, monkeypatch):
-    """Spark's sort prefix is the first sort column only: a sort of
-    operations or log records that began with the history id (one value in
-    a one-history check) compared nearly every pair of rows in full, and
-    the writers' aggregation, joined on a key compared with ``eqNullSafe``,
-    was shuffled and sorted again before each join (docs/benchmarks.md,
-    "Sort keys whose prefix decides": 374 s → 281 s at ten million
-    operations). Checked on the plan a big input gets (the small-input
-    path and broadcast joins off), from the operations of a real check."""
+def _tier1_plan(spark, tmp_path, monkeypatch) -> str:
+    """Tier 1's executed plans as a big input gets them (the small-input
+    path and automatic broadcast joins off), from the operations of a real
+    check of a small synthesized campaign."""
     campaign = synthesize(tmp_path / "campaign", ops=100, keys=4, seed=3).directory
     plans = []
     real_findings = _job._tier1_findings
@@ -185,11 +180,35 @@ def test_tier1_sorts_begin_with_a_column_that_tells_rows_apart(spark, tmp_path, 
     finally:
         spark.conf.set("spark.sql.autoBroadcastJoinThreshold", previous)
     assert result.checks["stale-read"]["status"] != "skipped" and len(plans) == 2
-    plan = "\n".join(plans)
+    return "\n".join(plans)
+
+
+def test_tier1_sorts_begin_with_a_column_that_tells_rows_apart(spark, tmp_path, monkeypatch):
+    """Spark's sort prefix is the first sort column only: a sort of
+    operations or log records that began with the history id (one value in
+    a one-history check) compared nearly every pair of rows in full, and
+    the writers' aggregation, joined on a key compared with ``eqNullSafe``,
+    was shuffled and sorted again before each join (docs/benchmarks.md,
+    "Sort keys whose prefix decides": 374 s → 281 s at ten million
+    operations)."""
+    plan = _tier1_plan(spark, tmp_path, monkeypatch)
     sorts = re.findall(r"Sort \[([^\]]*)\]", plan)
     assert len(sorts) > 10, plan  # the joins' and windows' sorts are there
     assert [order for order in sorts if order.startswith("hid#")] == []
     assert "hashpartitioning(w_value" not in plan  # the writers reach their joins as aggregated
+
+
+def test_tier1_sends_whole_log_records_and_writes_through_no_shuffle_they_can_skip(spark, tmp_path, monkeypatch):
+    """The forked-log and duplicated-write checks first find the offsets and
+    write ids that need a witness, with hash aggregations over a few
+    columns, and let only their records through to the witness queries by
+    a broadcast semi join (they used to sort every record, whole, twice);
+    the lost-write check broadcasts its per-key rows when the keys are
+    few, so the writes are not shuffled by key first (docs/benchmarks.md,
+    "Flag first, then find the witnesses")."""
+    plan = _tier1_plan(spark, tmp_path, monkeypatch)
+    assert len(re.findall(r"BroadcastHashJoin \[[^\]]*\], \[[^\]]*\], LeftSemi, BuildRight", plan)) == 2, plan
+    assert "hashpartitioning(coalesce(key" not in plan, plan
 
 
 @pytest.mark.parametrize(
