@@ -18,8 +18,8 @@ ways one after the other:
 and prints each way's p50, p90 and p99 latency of write + fdatasync, in
 µs, over all writers. The files go in a temporary directory under
 ``--dir`` (default: the system's, where the other benchmarks keep their
-data dirs) and are removed. docs/benchmarks.md, "Where the sequential write's time
-goes now", has figures.
+data dirs) and are removed. docs/benchmarks.md, "Where the sequential
+write's time goes now", has figures.
 """
 
 from __future__ import annotations

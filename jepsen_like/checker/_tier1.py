@@ -469,7 +469,8 @@ def _with_more_than_one(rows: DataFrame, keys: list[str], values: list[str]) -> 
 
 def forked_logs(log_dumps: DataFrame) -> DataFrame:
     committed = _committed(log_dumps)
-    at_forks = committed.join(F.broadcast(_with_more_than_one(committed, ["offset", "hid"], ["epoch", "record_hash"])), ["offset", "hid"], "left_semi")
+    forked_offsets = _with_more_than_one(committed, ["offset", "hid"], ["epoch", "record_hash"])
+    at_forks = committed.join(F.broadcast(forked_offsets), ["offset", "hid"], "left_semi")
     variants = at_forks.groupBy("offset", "hid", "epoch", "record_hash").agg(
         F.min(F.struct("node", "record")).alias("lowest")
     )
@@ -487,8 +488,9 @@ def forked_logs(log_dumps: DataFrame) -> DataFrame:
 
 def duplicated_writes(log_dumps: DataFrame) -> DataFrame:
     written = _committed(log_dumps).where(F.col("write_id").isNotNull())
+    written_twice = _with_more_than_one(written, ["write_id", "hid"], ["offset"])
     placements = (
-        written.join(F.broadcast(_with_more_than_one(written, ["write_id", "hid"], ["offset"])), ["write_id", "hid"], "left_semi")
+        written.join(F.broadcast(written_twice), ["write_id", "hid"], "left_semi")
         .groupBy("write_id", "hid", "offset")
         .agg(F.min(F.struct("node", "record")).alias("lowest"))
     )
