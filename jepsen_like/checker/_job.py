@@ -464,7 +464,7 @@ def _tier1_findings(
         parts.append(
             staleness.select(
                 "hid", F.lit(_STALENESS_ROW).alias("check"), "index", "mode", "node", "t_inv", "staleness_ns", "offsets_behind",
-                "bound_ns", "missed", "rule", "read_from",
+                "bound_ns", "missed", "rule", "read_from", "unwritten", "unwritten_write",
             )
         )
     if not parts:
@@ -476,7 +476,7 @@ def _tier1_findings(
     # per read cost several seconds a million.
     table = reduce(partial(DataFrame.unionByName, allowMissingColumns=True), parts).toArrow()
     is_staleness_row = pc.equal(table.column("check"), _STALENESS_ROW)
-    figures, stale = _staleness_by_history(table.filter(is_staleness_row))
+    figures, picked = _staleness_by_history(table.filter(is_staleness_row))
     anomaly_rows = table.filter(pc.invert(is_staleness_row))
     del table
     evidences = []
@@ -487,12 +487,14 @@ def _tier1_findings(
                 *(anomaly_rows.column(name).to_pylist() for name in ("hid", "check", "rank", "total", "evidence"))
             )
         ]
-    # The stale reads ranked as the other checks' anomalies are: by the
-    # read's index, the first max(1, max_witnesses) kept.
-    for hid, found_reads in stale.items():
+    # The reads picked from the staleness rows, ranked as the other checks'
+    # anomalies are: by the read's index, the first max(1, max_witnesses) kept.
+    for (hid, check_name), found_reads in picked.items():
+        if check_name not in applicable:
+            continue
         found_reads.sort(key=lambda pair: pair[0])
         evidences.extend(
-            (hid, "stale-read", rank, len(found_reads), evidence)
+            (hid, check_name, rank, len(found_reads), evidence)
             for rank, (_, evidence) in enumerate(found_reads[: max(1, max_witnesses)], start=1)
         )
     references = {
@@ -516,15 +518,17 @@ _STALENESS_ROW = "~staleness"
 
 def _staleness_by_history(
     rows: pa.Table,
-) -> tuple[dict[int, StalenessColumns], dict[int, list[tuple[int, dict[str, Any]]]]]:
+) -> tuple[dict[int, StalenessColumns], dict[tuple[int, str], list[tuple[int, dict[str, Any]]]]]:
     """Tier 1's staleness rows (one per ok read) as each history's
-    :class:`StalenessColumns`, and its stale reads: (read index, evidence)
-    for each read beyond its bound (:func:`_tier1.stale_read_evidence`)."""
+    :class:`StalenessColumns`, and the anomalies picked from them, by
+    (hid, check): (read index, evidence) for each read beyond its bound
+    (:func:`_tier1.stale_read_evidence`) and each garbage, aborted or future
+    read (:func:`_tier1.unwritten_read_evidence`)."""
     if rows.num_rows == 0 or "mode" not in rows.column_names:
         return {}, {}
     rows = rows.sort_by("hid")
     figures: dict[int, StalenessColumns] = {}
-    stale: dict[int, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+    picked: dict[tuple[int, str], list[tuple[int, dict[str, Any]]]] = defaultdict(list)
     runs = pc.run_end_encode(rows.column("hid").combine_chunks())  # one run per history, rows sorted
     start = 0
     for hid, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
@@ -548,8 +552,14 @@ def _staleness_by_history(
         ):
             evidence = _tier1.stale_read_evidence(index, missed, read_from, rule, bound_ns, staleness_ns, offsets_behind)
             if evidence is not None:
-                stale[hid].append((index, evidence))
-    return figures, stale
+                picked[(hid, "stale-read")].append((index, evidence))
+        # A few reads at most in a healthy history (one per anomaly).
+        unwritten = part.filter(pc.is_valid(part.column("unwritten")))
+        for check_name, index, write in zip(
+            *(unwritten.column(name).to_pylist() for name in ("unwritten", "index", "unwritten_write"))
+        ):
+            picked[(hid, check_name)].append((index, _tier1.unwritten_read_evidence(check_name, index, write)))
+    return figures, picked
 
 
 def _render_operations(spark: SparkSession, ops: DataFrame, references: set[tuple[int, int]]) -> dict[tuple[int, int], dict]:

@@ -9,9 +9,11 @@ Checks that need the same shuffle share it: the staleness rules' three
 windows run over one shuffle of a key's writes and reads, a check whose
 rows meet again in a window's partition groups them there, and the checks
 over the same join or aggregation are one query (Spark computes a
-DataFrame used twice in a plan twice). The stale reads themselves are
-picked from the per-read staleness rows the job fetches anyway
-(:func:`stale_read_evidence`).
+DataFrame used twice in a plan twice). The stale reads themselves, and
+the garbage, aborted and future reads (whose rule needs the same join of
+the reads with their value's writers), are picked from the per-read
+staleness rows the job fetches anyway (:func:`stale_read_evidence`,
+:func:`unwritten_read_evidence`).
 
 Groupings, joins and window partitions over operations and log records
 name first the column that tells rows apart (a value, a key, an offset, a
@@ -46,6 +48,11 @@ from jepsen_like.checker._frames import LOG_RECORD_FIELDS, NODE_EVENT_FIELDS, pe
 NEVER_NS = -(2**62)
 # After every time in a history: when a put that may never finish "ends".
 FOREVER_NS = 2**62
+
+GARBAGE_READ, ABORTED_READ, FUTURE_READ = "garbage-read", "aborted-read", "future-read"
+# The checks whose anomalies are picked from the per-read staleness rows
+# (read_staleness) where they are fetched, not from anomaly rows.
+FROM_STALENESS_ROWS = frozenset(["stale-read", GARBAGE_READ, ABORTED_READ, FUTURE_READ])
 
 OP_REFERENCE_FIELDS = ("read", "missed_write", "read_from", "earlier_read", "failed_write", "write", "final_read", "request_op")
 
@@ -152,11 +159,51 @@ def _join_writers(reads: DataFrame, writers: DataFrame, settings: Settings) -> D
     )
 
 
+def _unwritten(settings: Settings) -> tuple[Column, Column]:
+    """For a read joined with its value's writers (:func:`_join_writers`):
+    which of the garbage, aborted and future reads it is (null: none; a read
+    is at most one of the three, ``_reference.unwritten_reads``), and the
+    write its evidence names (the first failed write of an aborted read, the
+    first possible write of a future one)."""
+    candidate = F.col("register_like") & (F.col("ret") != per_history(settings.initial_text))
+    garbage = candidate & F.col("n_all").isNull()
+    aborted = candidate & (F.col("n_all") > 0) & (F.col("n_possible") == 0)
+    future = candidate & (F.col("n_possible") > 0) & (F.col("first_possible.t_inv") > F.col("t_done"))
+    check = (
+        F.when(garbage, F.lit(GARBAGE_READ)).when(aborted, F.lit(ABORTED_READ)).when(future, F.lit(FUTURE_READ))
+    )
+    write = F.when(aborted, F.col("first_failed")).when(future, F.col("first_possible.index"))
+    return check, write
+
+
+def unwritten_read_evidence(check: str, index: int, write: int | None) -> dict[str, Any]:
+    """A garbage, aborted or future read's evidence from its
+    :func:`read_staleness` row (``unwritten``, ``index``, ``unwritten_write``):
+    the fields, and the nulls left out, of ``to_json`` over the struct each
+    check's query built before the three were folded into the staleness
+    rows."""
+    evidence: dict[str, Any] = {"read": index}
+    if check == ABORTED_READ and write is not None:
+        evidence["failed_write"] = write
+    elif check == FUTURE_READ and write is not None:
+        evidence["write"] = write
+    return evidence
+
+
 def read_staleness(ops: DataFrame, writers: DataFrame, settings: Settings) -> DataFrame:
     """Every ok read's staleness, as ``_reference.read_staleness`` defines it:
     columns hid, index, mode, node, t_inv, bound_ns, staleness_ns,
     offsets_behind, missed (the first missed write's index), rule and
-    read_from (the value rule's writer).
+    read_from (the value rule's writer); and whether it is a garbage,
+    aborted or future read (``unwritten``: the check's name or null, and
+    ``unwritten_write``: the write its evidence names; see
+    :func:`_unwritten`).
+
+    The unwritten reads come from the same join of the reads with their
+    value's writers that the value rule needs: as a query of their own they
+    shuffled every ok read a second time and aggregated the writers a
+    second time with other aggregates, about 12 s of a 10M-operation check
+    (docs/benchmarks.md, "The unwritten reads in the staleness rows").
 
     Both rules are running windows over one key's writes and reads, so the
     three windows below share one pass: the key's writes and its reads go
@@ -167,12 +214,13 @@ def read_staleness(ops: DataFrame, writers: DataFrame, settings: Settings) -> Da
     brings null to its aggregate, so where it sorts does not matter."""
     reads = _join_writers(
         _ok_reads(ops).select(
-            "hid", "index", "key", "mode", "node", "t_inv", "offset", "ret", "register_like",
+            "hid", "index", "key", "mode", "node", "t_inv", "t_done", "offset", "ret", "register_like",
             _bound_ns(settings).alias("bound_ns"),
         ),
         writers,
         settings,
     )
+    unwritten, unwritten_write = _unwritten(settings)
     done_struct = "struct<t_done:bigint,index:bigint>"
     acknowledged = F.struct("t_done", "index")
     has_offset = F.col("offset").isNotNull()
@@ -194,6 +242,7 @@ def read_staleness(ops: DataFrame, writers: DataFrame, settings: Settings) -> Da
         _null("bigint").alias("index"), _null("string").alias("mode"), _null("string").alias("node"),
         _null("bigint").alias("t_inv"), _null("bigint").alias("offset"), _null("bigint").alias("bound_ns"),
         _null("boolean").alias("valued"), _null("bigint").alias("read_from"),
+        _null("string").alias("unwritten"), _null("bigint").alias("unwritten_write"),
     )
     valued = F.coalesce(F.col("applicable"), F.lit(False)) & F.col("register_like")
     read_rows = reads.select(
@@ -203,6 +252,7 @@ def read_staleness(ops: DataFrame, writers: DataFrame, settings: Settings) -> Da
         F.when(valued, F.col("writer_done")).alias("t_later"), F.lit(1).alias("ord_later"), _null(done_struct).alias("c_value"),
         "index", "mode", "node", "t_inv", "offset", "bound_ns", valued.alias("valued"),
         F.when(valued, F.col("writer_index")).alias("read_from"),
+        unwritten.alias("unwritten"), unwritten_write.cast("bigint").alias("unwritten_write"),
     )
     # At equal times a read sorts first: a write acknowledged at the instant
     # of the invoke is concurrent, not before (closed intervals). At equal
@@ -236,6 +286,7 @@ def read_staleness(ops: DataFrame, writers: DataFrame, settings: Settings) -> Da
         first.getField("index").alias("missed"),
         F.when(value_wins, F.lit("value")).when(by_offset_missed, F.lit("offset")).alias("rule"),
         F.when(value_wins, F.col("read_from")).alias("read_from"),
+        "unwritten", "unwritten_write",
     )
 
 
@@ -295,24 +346,6 @@ def non_monotonic_reads_by_broker(ops: DataFrame, settings: Settings) -> DataFra
     )
     evidence = F.struct(F.col("r_index").alias("read"), F.col("best.index").alias("earlier_read"), "node")
     return _anomaly(flagged, "non-monotonic-read-broker", evidence, ord1=F.col("r_index"))
-
-
-def unwritten_reads(ops: DataFrame, writers: DataFrame, settings: Settings) -> DataFrame:
-    """Garbage, aborted and future reads, from one join of the reads with
-    their value's writers (a read is at most one of the three)."""
-    reads = _ok_reads(ops).where(F.col("register_like") & (F.col("ret") != per_history(settings.initial_text)))
-    joined = _join_writers(reads, writers, settings)
-    garbage = F.col("n_all").isNull()
-    aborted = (F.col("n_all") > 0) & (F.col("n_possible") == 0)
-    future = (F.col("n_possible") > 0) & (F.col("first_possible.t_inv") > F.col("t_done"))
-    check = F.when(garbage, F.lit("garbage-read")).when(aborted, F.lit("aborted-read")).when(future, F.lit("future-read"))
-    # Each check's own evidence, as JSON (the three are of different types).
-    evidence = (
-        F.when(garbage, F.to_json(F.struct(F.col("index").alias("read"))))
-        .when(aborted, F.to_json(F.struct(F.col("index").alias("read"), F.col("first_failed").alias("failed_write"))))
-        .when(future, F.to_json(F.struct(F.col("index").alias("read"), F.col("first_possible.index").alias("write"))))
-    )
-    return _anomaly(joined.where(check.isNotNull()), check, evidence, ord1=F.col("index"), evidence_json=True)
 
 
 def lost_writes(ops: DataFrame, writers: DataFrame, log_dumps: DataFrame | None, settings: Settings) -> DataFrame:
@@ -635,10 +668,11 @@ def anomalies(
     settings: Settings,
     checks: frozenset[str] | None = None,
 ) -> tuple[DataFrame | None, DataFrame | None]:
-    """Every tier-1 anomaly of every history but the stale reads, as one
-    DataFrame (None when no check is left), and every ok read's staleness
-    (:func:`read_staleness`, from which :func:`stale_read_evidence` picks
-    the stale reads; None when the stale-read check is not wanted).
+    """Every tier-1 anomaly of every history but the stale, garbage,
+    aborted and future reads, as one DataFrame (None when no check is left),
+    and every ok read's staleness (:func:`read_staleness`, from which
+    :func:`stale_read_evidence` and :func:`unwritten_read_evidence` pick
+    those four checks' anomalies; None when none of them is wanted).
     ``checks`` limits them to the checks some history has input for (fewer
     Spark stages)."""
     wanted = checks if checks is not None else frozenset(
@@ -646,19 +680,18 @@ def anomalies(
          "future-read", "lost-write", "split-brain", "forked-log", "duplicated-write", "broker-epoch-regression",
          "stale-broker-epoch", "fenced-broker-read"]
     )
-    needs_writers = wanted & {"stale-read", "garbage-read", "aborted-read", "future-read", "lost-write"}
+    needs_writers = wanted & (FROM_STALENESS_ROWS | {"lost-write"})
     writers = _writers_by_value(ops) if needs_writers else None
     parts: list[DataFrame] = []
     staleness = None
-    if "stale-read" in wanted:
-        # Its anomalies are picked from the staleness rows (stale_read_evidence).
+    if wanted & FROM_STALENESS_ROWS:
+        # Their anomalies are picked from the staleness rows where they are
+        # fetched (stale_read_evidence, unwritten_read_evidence).
         staleness = read_staleness(ops, writers, settings)  # type: ignore[arg-type]
     if "non-monotonic-read-process" in wanted:
         parts.append(non_monotonic_reads_by_process(ops, settings))
     if "non-monotonic-read-broker" in wanted:
         parts.append(non_monotonic_reads_by_broker(ops, settings))
-    if wanted & {"garbage-read", "aborted-read", "future-read"}:
-        parts.append(unwritten_reads(ops, writers, settings))  # type: ignore[arg-type]
     if "lost-write" in wanted:
         parts.append(lost_writes(ops, writers, log_dumps, settings))  # type: ignore[arg-type]
     if node_events is not None:

@@ -211,6 +211,17 @@ def test_tier1_sends_whole_log_records_and_writes_through_no_shuffle_they_can_sk
     assert "hashpartitioning(coalesce(key" not in plan, plan
 
 
+def test_tier1_joins_the_reads_with_their_writers_once(spark, tmp_path, monkeypatch):
+    """The garbage, aborted and future reads are judged in the staleness
+    rows, from the join of the ok reads with their value's writers that the
+    value rule makes anyway: as a query of their own they shuffled every ok
+    read again and aggregated the writers again (docs/benchmarks.md, "The
+    unwritten reads in the staleness rows"). Two joins with the writers are
+    left: the reads' and the lost-write check's per-key final reads'."""
+    plan = _tier1_plan(spark, tmp_path, monkeypatch)
+    assert len(re.findall(r"Join \[[^\]]*\], \[w_value#", plan)) == 2, plan
+
+
 @pytest.mark.parametrize(
     "lines",
     [[], ['{"index":0,"process":"nemesis","type":"info","f":"start-partition","key":null,"time":0}']],
