@@ -13,6 +13,8 @@ from pathlib import Path
 
 import trio
 
+from jepsen_like.campaign._orphan_guard import OrphanGuard
+
 logger = logging.getLogger("pykraft.campaign")
 
 
@@ -28,6 +30,9 @@ class NodeProcess:
     paused: bool = False
     starts: int = 0
     pids: list[int] = field(default_factory=list)
+    # Kills this node's process group if the harness is killed (set by
+    # ProcessGroup.add).
+    guard: OrphanGuard | None = None
 
     @property
     def running(self) -> bool:
@@ -36,6 +41,7 @@ class NodeProcess:
     def start(self) -> None:
         if self.running:
             return
+        self._forget()  # a process that ended by itself, found by `running`
         with open(self.log_path, "ab") as log:
             log.write(f"\n=== start #{self.starts + 1}\n".encode())
             log.flush()
@@ -45,6 +51,8 @@ class NodeProcess:
         self.starts += 1
         self.paused = False
         self.pids.append(self.process.pid)
+        if self.guard is not None:
+            self.guard.track(self.process.pid)
 
     def kill(self) -> None:
         """kill -9: no shutdown, no flush."""
@@ -83,6 +91,7 @@ class NodeProcess:
         """SIGTERM and wait (without blocking the event loop) for the exit;
         SIGKILL after ``timeout_s``. Returns True when it exited by itself."""
         if not self.running:
+            self._forget()
             self.process = None
             return True
         self.send_sigterm()
@@ -113,8 +122,15 @@ class NodeProcess:
         except ProcessLookupError:
             pass
 
+    def _forget(self) -> None:
+        """Tell the guard this node's group has ended (before its leader is
+        reaped, where the harness can: until then its pid cannot be reused)."""
+        if self.guard is not None and self.process is not None:
+            self.guard.forget(self.process.pid)
+
     def _reap(self) -> None:
         assert self.process is not None
+        self._forget()
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
@@ -128,8 +144,10 @@ class ProcessGroup:
 
     def __init__(self) -> None:
         self.nodes: dict[int, NodeProcess] = {}
+        self.guard = OrphanGuard()
 
     def add(self, node: NodeProcess) -> NodeProcess:
+        node.guard = self.guard
         self.nodes[node.node_id] = node
         return node
 
@@ -145,3 +163,6 @@ class ProcessGroup:
                 node.kill()
             except Exception:  # noqa: BLE001 - keep stopping the others
                 logger.exception("could not stop node %d", node.node_id)
+        # Nothing is left for the watchdog to kill: it exits (a node started
+        # after this starts a new one).
+        self.guard.close()
