@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -90,7 +91,16 @@ def merged_java_options(conf: Mapping[str, str] | None, java_options: str) -> tu
     takes the last)."""
     rest = dict(conf or {})
     extra = rest.pop(DRIVER_JAVA_OPTIONS, "").strip()
+    if _GC_CHOICE.search(extra):
+        # The JVM refuses to start with two collectors chosen ("Multiple
+        # garbage collectors selected"): the user's choice replaces ours.
+        java_options = " ".join(option for option in java_options.split() if not _GC_CHOICE.fullmatch(option))
     return rest, f"{java_options} {extra}" if extra else java_options
+
+
+# A JVM option that chooses the garbage collector (not one that tunes it,
+# such as -XX:+UseGCOverheadLimit).
+_GC_CHOICE = re.compile(r"-XX:\+Use(?:Serial|Parallel|ParallelOld|G1|Z|Shenandoah|Epsilon|ConcMarkSweep)GC\b")
 
 
 def spark_session(
@@ -287,6 +297,14 @@ def _driver_java_options(small_input: bool) -> tuple[str, "_ClassArchiveDump | N
         options += ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:MetaspaceSize=64m"]
         archive_options, dump = _class_archive_options(options)
         options += archive_options
+    else:
+        # A big check is a batch job: the throughput collector (stop the
+        # world, no concurrent marking) leaves both cores to the tasks
+        # between its pauses. Against the default G1 at ten million
+        # operations on local[2]: 246-248 s against 264-286 s, 466 s
+        # against 500-541 s of the JVM's and workers' CPU
+        # (docs/benchmarks.md, "The throughput collector for big checks").
+        options += ["-XX:+UseParallelGC"]
     return " ".join(options), dump
 
 

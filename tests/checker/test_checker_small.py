@@ -367,6 +367,23 @@ def test_cli_empty_history_says_nothing_to_check_with_its_exit_code_and_no_spark
     assert log.read_text().strip()
 
 
+def test_cli_a_users_own_garbage_collector_replaces_the_checkers(tmp_path):
+    """The checker chooses the driver JVM's collector (serial for a small
+    input, parallel for a big one); a user's ``-XX:+UseG1GC`` through
+    ``--spark-conf`` made two, and the JVM refused to start ("Multiple
+    garbage collectors selected": the command failed with Spark's "Java
+    gateway process exited")."""
+    path = _write(tmp_path, "h", WRITE_1)
+    log = tmp_path / "spark.log"
+    run = subprocess.run(
+        [sys.executable, "-m", "jepsen_like.checker", "check", path, "--spark-log", str(log), "--spark-master", "local[2]",
+         "--spark-conf", "spark.driver.extraJavaOptions=-XX:+UseG1GC"],
+        capture_output=True, text=True, env=_cli_environment(), timeout=600, cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 valid" in run.stdout, run.stdout
+
+
 _FAILED_START = """
 import sys
 from jepsen_like.checker._spark import SessionStart
@@ -456,6 +473,14 @@ def test_a_users_driver_java_options_add_to_the_checkers_own():
     assert options == "-Dlog4j2.configurationFile=x -Dfoo=1"
     assert conf == {"spark.executor.memory": "8g"}
     assert merged_java_options(None, "-Da=1") == ({}, "-Da=1")
+    # A collector of the user's replaces the checker's: the JVM refuses to
+    # start with two ("Multiple garbage collectors selected").
+    _, options = merged_java_options(
+        {"spark.driver.extraJavaOptions": "-XX:+UseG1GC -Xlog:gc"}, "-Dx=1 -XX:+UseParallelGC -XX:MetaspaceSize=64m"
+    )
+    assert options == "-Dx=1 -XX:MetaspaceSize=64m -XX:+UseG1GC -Xlog:gc"
+    _, options = merged_java_options({"spark.driver.extraJavaOptions": "-XX:+UseGCOverheadLimit"}, "-XX:+UseSerialGC")
+    assert options == "-XX:+UseSerialGC -XX:+UseGCOverheadLimit"  # tunes a collector, chooses none
 
 
 def test_a_write_compacted_into_a_snapshot_is_not_lost(tmp_path):
