@@ -229,7 +229,7 @@ def check_sources(
                 history_counts[hid]["broker_requests"] += history_counts[hid].pop("op_broker_requests")
             counts = history_counts
             lap("operations_s")
-            settings = _settings(sources, models, side, counts)
+            settings = _settings(sources, models, side, counts, max_witnesses)
             applicable = frozenset(
                 name for hid in counts for name, reason in skip_reasons(counts[hid]).items() if reason is None
             )
@@ -418,6 +418,7 @@ def _settings(
     models: Mapping[int, Model],
     side: Mapping[int, Mapping[str, int]],
     counts: Mapping[int, Mapping[str, int]],
+    max_witnesses: int,
 ) -> _tier1.Settings:
     leader_local = {}
     broker = {}
@@ -433,6 +434,7 @@ def _settings(
         offset_by_key={hid: source.meta.offset_scope == "key" for hid, source in enumerate(sources)},
         hids_with_dumps=frozenset(hid for hid, side_counts in side.items() if side_counts["log_dump_records"]),
         keys_total=sum(history["keys"] for history in counts.values()),
+        witnesses_max=max(1, max_witnesses),
     )
 
 
@@ -455,7 +457,12 @@ def _tier1_findings(
             F.asc_nulls_first("ord4"), F.asc_nulls_first("ord5"),
         )
         parts.append(
-            found.select("hid", "check", "evidence", F.count(F.lit(1)).over(group).alias("total"), F.row_number().over(ranked).alias("rank"))
+            found.select(
+                "hid", "check", "evidence",
+                # A check that returns only its first witnesses counts them all itself.
+                F.coalesce(F.max("total").over(group), F.count(F.lit(1)).over(group)).alias("total"),
+                F.row_number().over(ranked).alias("rank"),
+            )
             .where(F.col("rank") <= max(1, max_witnesses))
         )
     if staleness is not None:

@@ -74,6 +74,9 @@ class Settings:
     hids_with_dumps: frozenset[int] = frozenset()
     # Distinct (history, key) pairs among the operations; None: not counted.
     keys_total: int | None = None
+    # The witnesses each check keeps per history (the job's max_witnesses,
+    # at least 1); the log-record checks look for no more. None: every one.
+    witnesses_max: int | None = None
 
 
 def _anomaly(
@@ -87,9 +90,12 @@ def _anomaly(
     ord5: Column | None = None,
     *,
     evidence_json: bool = False,
+    total: Column | None = None,
 ) -> DataFrame:
     """Anomaly rows: ``check`` a name or a column of names, ``evidence`` a
-    struct (or, with ``evidence_json``, a column of its JSON already)."""
+    struct (or, with ``evidence_json``, a column of its JSON already).
+    ``total``: the check's exact count in the history, for a check that
+    returns only its first witnesses (null: the rows are all of them)."""
 
     def as_long(column: Column | None) -> Column:
         return (column if column is not None else F.lit(None)).cast("bigint")
@@ -103,6 +109,7 @@ def _anomaly(
         as_long(ord4).alias("ord4"),
         as_long(ord5).alias("ord5"),
         (evidence if evidence_json else F.to_json(evidence)).alias("evidence"),
+        as_long(total).alias("total"),
     )
 
 
@@ -476,39 +483,63 @@ def _committed(log_dumps: DataFrame) -> DataFrame:
 
 def _with_more_than_one(rows: DataFrame, keys: list[str], values: list[str]) -> DataFrame:
     """The ``keys`` at which ``rows`` hold more than one distinct ``values``
-    (a null counts as a value, as grouping counts it).
+    (a null counts as a value, as grouping counts it), with the lowest of
+    the first value column there (``lowest``).
 
     The witness queries carry whole records through aggregations Spark can
     only sort (a minimum over a struct, a collected list); a healthy log
     gives them nothing to do. This finds the few keys they are needed for
     with hash aggregations over the key and value columns alone, in one
     shuffle (partitioned by ``keys``, both aggregations find their rows in
-    place). The witness query then keeps only the records at those keys,
-    through a broadcast semi join: a filter as the records stream by, with
-    no shuffle of them (a shuffled semi join would shuffle every record
-    before Spark knows the other side is empty). The broadcast is one row
-    per flagged key: none for a healthy log, at most one per offset or
-    write id for a log forked everywhere."""
+    place)."""
     return (
         rows.select(*keys, *values)
         .repartition(*keys)
         .distinct()
         .groupBy(*keys)
-        .agg(F.count(F.lit(1)).alias("distinct_values"))
+        .agg(F.count(F.lit(1)).alias("distinct_values"), F.min(values[0]).alias("lowest"))
         .where(F.col("distinct_values") > 1)
-        .select(*keys)
+        .drop("distinct_values")
     )
 
 
-def forked_logs(log_dumps: DataFrame) -> DataFrame:
+def _first_per_history(flagged: DataFrame, order: list[Column], settings: Settings) -> DataFrame:
+    """The flagged keys whose witnesses will be kept, the first
+    ``settings.witnesses_max`` of each history in the check's order, each
+    with its history's exact count of flagged keys (``total``).
+
+    The witness query keeps only the records at these keys, through a
+    broadcast join: a filter as the records stream by, with no shuffle of
+    them (a shuffled join would shuffle every record before Spark knows the
+    other side is empty). What is broadcast is then bounded by the
+    witnesses wanted, not by the input: a log dump forked at every offset
+    flags millions of offsets, and holding them all in the driver and every
+    task cost hundreds of megabytes at ten million operations."""
+    per_history = Window.partitionBy("hid")
+    counted = flagged.select("*", F.count(F.lit(1)).over(per_history).alias("total"))
+    if settings.witnesses_max is None:
+        return counted
+    ranked = per_history.orderBy(*order)
+    return (
+        counted.select("*", F.row_number().over(ranked).alias("witness_rank"))
+        .where(F.col("witness_rank") <= settings.witnesses_max)
+        .drop("witness_rank")
+    )
+
+
+def forked_logs(log_dumps: DataFrame, settings: Settings) -> DataFrame:
     committed = _committed(log_dumps)
-    forked_offsets = _with_more_than_one(committed, ["offset", "hid"], ["epoch", "record_hash"])
-    at_forks = committed.join(F.broadcast(forked_offsets), ["offset", "hid"], "left_semi")
-    variants = at_forks.groupBy("offset", "hid", "epoch", "record_hash").agg(
+    forked_offsets = _first_per_history(
+        _with_more_than_one(committed, ["offset", "hid"], ["epoch", "record_hash"]).drop("lowest"),
+        [F.col("offset")],
+        settings,
+    )
+    at_forks = committed.join(F.broadcast(forked_offsets), ["offset", "hid"], "inner")
+    variants = at_forks.groupBy("offset", "hid", "epoch", "record_hash", "total").agg(
         F.min(F.struct("node", "record")).alias("lowest")
     )
     forks = (
-        variants.groupBy("offset", "hid")
+        variants.groupBy("offset", "hid", "total")
         .agg(
             F.count(F.lit(1)).alias("variants"),
             F.array_sort(F.collect_list(F.struct("epoch", "record_hash", F.col("lowest.record").alias("record")))).alias("sorted"),
@@ -516,19 +547,25 @@ def forked_logs(log_dumps: DataFrame) -> DataFrame:
         .where(F.col("variants") > 1)
     )
     evidence = F.struct("offset", F.transform("sorted", lambda item: item["record"]).alias("records"))
-    return _anomaly(forks, "forked-log", evidence, ord1=F.col("offset"))
+    return _anomaly(forks, "forked-log", evidence, ord1=F.col("offset"), total=F.col("total"))
 
 
-def duplicated_writes(log_dumps: DataFrame) -> DataFrame:
+def duplicated_writes(log_dumps: DataFrame, settings: Settings) -> DataFrame:
     written = _committed(log_dumps).where(F.col("write_id").isNotNull())
-    written_twice = _with_more_than_one(written, ["write_id", "hid"], ["offset"])
+    # Ranked as the anomalies are (ord1, ord2 below): by the first offset,
+    # then the write id as text.
+    written_twice = _first_per_history(
+        _with_more_than_one(written, ["write_id", "hid"], ["offset"]).withColumnRenamed("lowest", "first_offset"),
+        [F.col("first_offset"), F.col("write_id").cast("string")],
+        settings,
+    )
     placements = (
-        written.join(F.broadcast(written_twice), ["write_id", "hid"], "left_semi")
-        .groupBy("write_id", "hid", "offset")
+        written.join(F.broadcast(written_twice), ["write_id", "hid"], "inner")
+        .groupBy("write_id", "hid", "offset", "total")
         .agg(F.min(F.struct("node", "record")).alias("lowest"))
     )
     duplicates = (
-        placements.groupBy("write_id", "hid")
+        placements.groupBy("write_id", "hid", "total")
         .agg(
             F.count(F.lit(1)).alias("offsets"),
             F.min("offset").alias("first_offset"),
@@ -537,7 +574,9 @@ def duplicated_writes(log_dumps: DataFrame) -> DataFrame:
         .where(F.col("offsets") > 1)
     )
     evidence = F.struct("write_id", F.transform("sorted", lambda item: item["record"]).alias("records"))
-    return _anomaly(duplicates, "duplicated-write", evidence, ord1=F.col("first_offset"), ord2=F.col("write_id"))
+    return _anomaly(
+        duplicates, "duplicated-write", evidence, ord1=F.col("first_offset"), ord2=F.col("write_id"), total=F.col("total")
+    )
 
 
 def _registrations(node_events: DataFrame) -> DataFrame:
@@ -705,9 +744,9 @@ def anomalies(
             parts.append(fenced_broker_reads(ops, node_events))
     if log_dumps is not None:
         if "forked-log" in wanted:
-            parts.append(forked_logs(log_dumps))
+            parts.append(forked_logs(log_dumps, settings))
         if "duplicated-write" in wanted:
-            parts.append(duplicated_writes(log_dumps))
+            parts.append(duplicated_writes(log_dumps, settings))
     if not parts:
         return None, staleness
     return reduce(DataFrame.unionByName, parts), staleness
