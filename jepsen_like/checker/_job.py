@@ -483,7 +483,7 @@ def _tier1_findings(
     # per read cost several seconds a million.
     table = reduce(partial(DataFrame.unionByName, allowMissingColumns=True), parts).toArrow()
     is_staleness_row = pc.equal(table.column("check"), _STALENESS_ROW)
-    figures, picked = _staleness_by_history(table.filter(is_staleness_row))
+    figures, picked = _staleness_by_history(table.filter(is_staleness_row), max(1, max_witnesses))
     anomaly_rows = table.filter(pc.invert(is_staleness_row))
     del table
     evidences = []
@@ -494,16 +494,9 @@ def _tier1_findings(
                 *(anomaly_rows.column(name).to_pylist() for name in ("hid", "check", "rank", "total", "evidence"))
             )
         ]
-    # The reads picked from the staleness rows, ranked as the other checks'
-    # anomalies are: by the read's index, the first max(1, max_witnesses) kept.
-    for (hid, check_name), found_reads in picked.items():
-        if check_name not in applicable:
-            continue
-        found_reads.sort(key=lambda pair: pair[0])
-        evidences.extend(
-            (hid, check_name, rank, len(found_reads), evidence)
-            for rank, (_, evidence) in enumerate(found_reads[: max(1, max_witnesses)], start=1)
-        )
+    for (hid, check_name), (total, first) in picked.items():
+        if check_name in applicable:
+            evidences.extend((hid, check_name, rank, total, evidence) for rank, evidence in enumerate(first, start=1))
     references = {
         (hid, evidence[name])
         for hid, _, _, _, evidence in evidences
@@ -523,19 +516,30 @@ def _tier1_findings(
 _STALENESS_ROW = "~staleness"
 
 
+def _first_reads(reads: pa.Table, kept: int) -> pa.Table:
+    """The ``kept`` reads of lowest index, in index order: the witnesses,
+    ranked as the other checks' anomalies are."""
+    if reads.num_rows > kept:
+        reads = reads.take(pc.select_k_unstable(reads, kept, [("index", "ascending")]))
+    return reads.sort_by("index")
+
+
 def _staleness_by_history(
-    rows: pa.Table,
-) -> tuple[dict[int, StalenessColumns], dict[tuple[int, str], list[tuple[int, dict[str, Any]]]]]:
+    rows: pa.Table, witnesses_kept: int
+) -> tuple[dict[int, StalenessColumns], dict[tuple[int, str], tuple[int, list[dict[str, Any]]]]]:
     """Tier 1's staleness rows (one per ok read) as each history's
     :class:`StalenessColumns`, and the anomalies picked from them, by
-    (hid, check): (read index, evidence) for each read beyond its bound
-    (:func:`_tier1.stale_read_evidence`) and each garbage, aborted or future
-    read (:func:`_tier1.unwritten_read_evidence`)."""
+    (hid, check): their exact count and the evidence of the first
+    ``witnesses_kept`` by read index, for the reads beyond their bound
+    (:func:`_tier1.stale_read_evidence`) and the garbage, aborted and future
+    reads (:func:`_tier1.unwritten_read_evidence`). Only those witnesses
+    become Python objects: a history whose every read is stale or garbage
+    (a system that serves nothing it was given) has millions."""
     if rows.num_rows == 0 or "mode" not in rows.column_names:
         return {}, {}
     rows = rows.sort_by("hid")
     figures: dict[int, StalenessColumns] = {}
-    picked: dict[tuple[int, str], list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+    picked: dict[tuple[int, str], tuple[int, list[dict[str, Any]]]] = {}
     runs = pc.run_end_encode(rows.column("hid").combine_chunks())  # one run per history, rows sorted
     start = 0
     for hid, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
@@ -551,21 +555,25 @@ def _staleness_by_history(
             bound_ns=part.column("bound_ns").to_pylist(),
             missed_write=part.column("missed").to_pylist(),
         )
-        # Only reads beyond their bound can be stale: the rest never reach
-        # Python one by one.
+        # The stale reads: exactly those beyond their bound (a null on
+        # either side is neither, as in stale_read_evidence).
         beyond = part.filter(pc.greater(part.column("staleness_ns"), part.column("bound_ns")))
-        for index, missed, read_from, rule, bound_ns, staleness_ns, offsets_behind in zip(
-            *(beyond.column(name).to_pylist() for name in ("index", "missed", "read_from", "rule", "bound_ns", "staleness_ns", "offsets_behind"))
-        ):
-            evidence = _tier1.stale_read_evidence(index, missed, read_from, rule, bound_ns, staleness_ns, offsets_behind)
-            if evidence is not None:
-                picked[(hid, "stale-read")].append((index, evidence))
-        # A few reads at most in a healthy history (one per anomaly).
+        if beyond.num_rows:
+            first = _first_reads(beyond, witnesses_kept)
+            picked[(hid, "stale-read")] = (beyond.num_rows, [
+                _tier1.stale_read_evidence(*fields)
+                for fields in zip(*(first.column(name).to_pylist() for name in (
+                    "index", "missed", "read_from", "rule", "bound_ns", "staleness_ns", "offsets_behind"
+                )))
+            ])
         unwritten = part.filter(pc.is_valid(part.column("unwritten")))
-        for check_name, index, write in zip(
-            *(unwritten.column(name).to_pylist() for name in ("unwritten", "index", "unwritten_write"))
-        ):
-            picked[(hid, check_name)].append((index, _tier1.unwritten_read_evidence(check_name, index, write)))
+        for check_name in pc.unique(unwritten.column("unwritten")).to_pylist():
+            of_check = unwritten.filter(pc.equal(unwritten.column("unwritten"), check_name))
+            first = _first_reads(of_check, witnesses_kept)
+            picked[(hid, check_name)] = (of_check.num_rows, [
+                _tier1.unwritten_read_evidence(check_name, index, write)
+                for index, write in zip(first.column("index").to_pylist(), first.column("unwritten_write").to_pylist())
+            ])
     return figures, picked
 
 

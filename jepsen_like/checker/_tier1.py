@@ -209,8 +209,9 @@ def read_staleness(ops: DataFrame, writers: DataFrame, settings: Settings) -> Da
     The unwritten reads come from the same join of the reads with their
     value's writers that the value rule needs: as a query of their own they
     shuffled every ok read a second time and aggregated the writers a
-    second time with other aggregates, about 12 s of a 10M-operation check
-    (docs/benchmarks.md, "The unwritten reads in the staleness rows").
+    second time with other aggregates (one job and two stages more per
+    check; at ten million operations a few seconds, within the machine's
+    noise: docs/benchmarks.md, "The unwritten reads in the staleness rows").
 
     Both rules are running windows over one key's writes and reads, so the
     three windows below share one pass: the key's writes and its reads go
@@ -506,7 +507,8 @@ def _with_more_than_one(rows: DataFrame, keys: list[str], values: list[str]) -> 
 def _first_per_history(flagged: DataFrame, order: list[Column], settings: Settings) -> DataFrame:
     """The flagged keys whose witnesses will be kept, the first
     ``settings.witnesses_max`` of each history in the check's order, each
-    with its history's exact count of flagged keys (``total``).
+    with its history's exact count of flagged keys
+    (``flagged_in_history``).
 
     The witness query keeps only the records at these keys, through a
     broadcast join: a filter as the records stream by, with no shuffle of
@@ -516,7 +518,7 @@ def _first_per_history(flagged: DataFrame, order: list[Column], settings: Settin
     flags millions of offsets, and holding them all in the driver and every
     task cost hundreds of megabytes at ten million operations."""
     per_history = Window.partitionBy("hid")
-    counted = flagged.select("*", F.count(F.lit(1)).over(per_history).alias("total"))
+    counted = flagged.select("*", F.count(F.lit(1)).over(per_history).alias("flagged_in_history"))
     if settings.witnesses_max is None:
         return counted
     ranked = per_history.orderBy(*order)
@@ -535,11 +537,11 @@ def forked_logs(log_dumps: DataFrame, settings: Settings) -> DataFrame:
         settings,
     )
     at_forks = committed.join(F.broadcast(forked_offsets), ["offset", "hid"], "inner")
-    variants = at_forks.groupBy("offset", "hid", "epoch", "record_hash", "total").agg(
+    variants = at_forks.groupBy("offset", "hid", "epoch", "record_hash", "flagged_in_history").agg(
         F.min(F.struct("node", "record")).alias("lowest")
     )
     forks = (
-        variants.groupBy("offset", "hid", "total")
+        variants.groupBy("offset", "hid", "flagged_in_history")
         .agg(
             F.count(F.lit(1)).alias("variants"),
             F.array_sort(F.collect_list(F.struct("epoch", "record_hash", F.col("lowest.record").alias("record")))).alias("sorted"),
@@ -547,7 +549,7 @@ def forked_logs(log_dumps: DataFrame, settings: Settings) -> DataFrame:
         .where(F.col("variants") > 1)
     )
     evidence = F.struct("offset", F.transform("sorted", lambda item: item["record"]).alias("records"))
-    return _anomaly(forks, "forked-log", evidence, ord1=F.col("offset"), total=F.col("total"))
+    return _anomaly(forks, "forked-log", evidence, ord1=F.col("offset"), total=F.col("flagged_in_history"))
 
 
 def duplicated_writes(log_dumps: DataFrame, settings: Settings) -> DataFrame:
@@ -561,11 +563,11 @@ def duplicated_writes(log_dumps: DataFrame, settings: Settings) -> DataFrame:
     )
     placements = (
         written.join(F.broadcast(written_twice), ["write_id", "hid"], "inner")
-        .groupBy("write_id", "hid", "offset", "total")
+        .groupBy("write_id", "hid", "offset", "flagged_in_history")
         .agg(F.min(F.struct("node", "record")).alias("lowest"))
     )
     duplicates = (
-        placements.groupBy("write_id", "hid", "total")
+        placements.groupBy("write_id", "hid", "flagged_in_history")
         .agg(
             F.count(F.lit(1)).alias("offsets"),
             F.min("offset").alias("first_offset"),
@@ -575,7 +577,8 @@ def duplicated_writes(log_dumps: DataFrame, settings: Settings) -> DataFrame:
     )
     evidence = F.struct("write_id", F.transform("sorted", lambda item: item["record"]).alias("records"))
     return _anomaly(
-        duplicates, "duplicated-write", evidence, ord1=F.col("first_offset"), ord2=F.col("write_id"), total=F.col("total")
+        duplicates, "duplicated-write", evidence,
+        ord1=F.col("first_offset"), ord2=F.col("write_id"), total=F.col("flagged_in_history"),
     )
 
 
