@@ -449,6 +449,7 @@ def _tier1_findings(
     """(hid, check) -> (exact count, the first witnesses with their ranks),
     and each history's per-read staleness figures (in the same action)."""
     found, staleness = _tier1.anomalies(ops, loaded.node_events, loaded.log_dumps, settings, applicable)
+    kept = max(1, max_witnesses)  # ranked and fetched per check (rank 1 even when none are shown)
     parts = []
     if found is not None:
         group = Window.partitionBy("hid", "check")
@@ -463,7 +464,7 @@ def _tier1_findings(
                 F.coalesce(F.max("total").over(group), F.count(F.lit(1)).over(group)).alias("total"),
                 F.row_number().over(ranked).alias("rank"),
             )
-            .where(F.col("rank") <= max(1, max_witnesses))
+            .where(F.col("rank") <= kept)
         )
     if staleness is not None:
         # One row per ok read: the figures the staleness summary is made of,
@@ -483,7 +484,7 @@ def _tier1_findings(
     # per read cost several seconds a million.
     table = reduce(partial(DataFrame.unionByName, allowMissingColumns=True), parts).toArrow()
     is_staleness_row = pc.equal(table.column("check"), _STALENESS_ROW)
-    figures, picked = _staleness_by_history(table.filter(is_staleness_row), max(1, max_witnesses))
+    figures, picked = _staleness_by_history(table.filter(is_staleness_row), kept)
     anomaly_rows = table.filter(pc.invert(is_staleness_row))
     del table
     evidences = []

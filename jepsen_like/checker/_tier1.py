@@ -482,10 +482,10 @@ def _committed(log_dumps: DataFrame) -> DataFrame:
     )
 
 
-def _with_more_than_one(rows: DataFrame, keys: list[str], values: list[str]) -> DataFrame:
+def _with_more_than_one(rows: DataFrame, keys: list[str], values: list[str], lowest: str | None = None) -> DataFrame:
     """The ``keys`` at which ``rows`` hold more than one distinct ``values``
-    (a null counts as a value, as grouping counts it), with the lowest of
-    the first value column there (``lowest``).
+    (a null counts as a value, as grouping counts it); with ``lowest``, also
+    the lowest of that value column there, in a column of that name.
 
     The witness queries carry whole records through aggregations Spark can
     only sort (a minimum over a struct, a collected list); a healthy log
@@ -498,7 +498,7 @@ def _with_more_than_one(rows: DataFrame, keys: list[str], values: list[str]) -> 
         .repartition(*keys)
         .distinct()
         .groupBy(*keys)
-        .agg(F.count(F.lit(1)).alias("distinct_values"), F.min(values[0]).alias("lowest"))
+        .agg(F.count(F.lit(1)).alias("distinct_values"), *([F.min(lowest).alias(lowest)] if lowest else []))
         .where(F.col("distinct_values") > 1)
         .drop("distinct_values")
     )
@@ -532,7 +532,7 @@ def _first_per_history(flagged: DataFrame, order: list[Column], settings: Settin
 def forked_logs(log_dumps: DataFrame, settings: Settings) -> DataFrame:
     committed = _committed(log_dumps)
     forked_offsets = _first_per_history(
-        _with_more_than_one(committed, ["offset", "hid"], ["epoch", "record_hash"]).drop("lowest"),
+        _with_more_than_one(committed, ["offset", "hid"], ["epoch", "record_hash"]),
         [F.col("offset")],
         settings,
     )
@@ -557,7 +557,7 @@ def duplicated_writes(log_dumps: DataFrame, settings: Settings) -> DataFrame:
     # Ranked as the anomalies are (ord1, ord2 below): by the first offset,
     # then the write id as text.
     written_twice = _first_per_history(
-        _with_more_than_one(written, ["write_id", "hid"], ["offset"]).withColumnRenamed("lowest", "first_offset"),
+        _with_more_than_one(written, ["write_id", "hid"], ["offset"], lowest="offset").withColumnRenamed("offset", "first_offset"),
         [F.col("first_offset"), F.col("write_id").cast("string")],
         settings,
     )
