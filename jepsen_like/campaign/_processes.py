@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,19 @@ import trio
 from jepsen_like.campaign._orphan_guard import OrphanGuard
 
 logger = logging.getLogger("pykraft.campaign")
+
+# How often a bounded wait for a node's exit looks again.
+_EXIT_POLL_S = 0.02
+
+
+def _has_exited(pid: int) -> bool:
+    """Whether our child ``pid`` has exited, without reaping it
+    (``WNOWAIT``): until it is reaped its pid cannot be reused, so the
+    orphan guard can be told first (see ``NodeProcess._forget``)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped already, by someone else
+        return True
 
 
 @dataclass(slots=True)
@@ -33,15 +47,26 @@ class NodeProcess:
     # Kills this node's process group if the harness is killed (set by
     # ProcessGroup.add).
     guard: OrphanGuard | None = None
+    # The group the guard was told of and not yet told has ended: told
+    # once, so that a later word about a reused pid cannot untrack another
+    # node's group.
+    guarded_pgid: int | None = None
 
     @property
     def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        """Whether the process is alive (or paused). One that exited by
+        itself is reaped here, after the guard is told."""
+        if self.process is None or self.process.returncode is not None:
+            return False
+        if not _has_exited(self.process.pid):
+            return True
+        self._forget()
+        self.process.poll()
+        return False
 
     def start(self) -> None:
-        if self.running:
+        if self.running:  # (one that ended by itself is reaped and forgotten here)
             return
-        self._forget()  # a process that ended by itself, found by `running`
         with open(self.log_path, "ab") as log:
             log.write(f"\n=== start #{self.starts + 1}\n".encode())
             log.flush()
@@ -53,6 +78,7 @@ class NodeProcess:
         self.pids.append(self.process.pid)
         if self.guard is not None:
             self.guard.track(self.process.pid)
+            self.guarded_pgid = self.process.pid
 
     def kill(self) -> None:
         """kill -9: no shutdown, no flush."""
@@ -70,9 +96,7 @@ class NodeProcess:
         if self.paused:
             self.resume()
         self._signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+        if not self._wait_exit(timeout_s):
             logger.warning("node %d ignored SIGTERM for %.0f s; killing it", self.node_id, timeout_s)
             self._signal(signal.SIGKILL)
         self._reap()
@@ -91,14 +115,13 @@ class NodeProcess:
         """SIGTERM and wait (without blocking the event loop) for the exit;
         SIGKILL after ``timeout_s``. Returns True when it exited by itself."""
         if not self.running:
-            self._forget()
             self.process = None
             return True
         self.send_sigterm()
         with trio.move_on_after(timeout_s):
-            while self.process is not None and self.process.poll() is None:
+            while self.running:
                 await trio.sleep(0.05)
-        clean = self.process is None or self.process.poll() is not None
+        clean = not self.running
         if not clean:
             logger.warning("node %d ignored SIGTERM for %.0f s; killing it", self.node_id, timeout_s)
         self.kill()
@@ -117,24 +140,40 @@ class NodeProcess:
 
     def _signal(self, signum: int) -> None:
         assert self.process is not None
+        if self.process.returncode is not None:
+            return  # reaped: its pid may be another process's by now
         try:
             os.kill(self.process.pid, signum)
         except ProcessLookupError:
             pass
 
     def _forget(self) -> None:
-        """Tell the guard this node's group has ended (before its leader is
-        reaped, where the harness can: until then its pid cannot be reused)."""
-        if self.guard is not None and self.process is not None:
-            self.guard.forget(self.process.pid)
+        """Tell the guard, once, that this node's group has ended: before
+        its leader is reaped (every reap here comes after it), since until
+        then the pid cannot be reused and the guard never signals a
+        stranger's group."""
+        if self.guard is not None and self.guarded_pgid is not None:
+            self.guard.forget(self.guarded_pgid)
+        self.guarded_pgid = None
+
+    def _wait_exit(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the process to exit, without
+        reaping it; whether it did."""
+        assert self.process is not None
+        deadline = time.monotonic() + timeout_s
+        while self.process.returncode is None and not _has_exited(self.process.pid):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_EXIT_POLL_S)
+        return True
 
     def _reap(self) -> None:
         assert self.process is not None
-        self._forget()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+        if not self._wait_exit(10.0):  # pragma: no cover - SIGKILL cannot be ignored
             logger.error("node %d did not die", self.node_id)
+        else:
+            self._forget()
+            self.process.wait()
         self.process = None
         self.paused = False
 

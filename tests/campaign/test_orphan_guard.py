@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jepsen_like.campaign._orphan_guard import groups_left
+from jepsen_like.campaign._orphan_guard import OrphanGuard, groups_left
 from jepsen_like.campaign._processes import NodeProcess, ProcessGroup
 
 # Far longer than any of these tests waits: only the guard ends it.
@@ -102,5 +102,62 @@ def test_a_campaign_that_stops_its_nodes_leaves_the_watchdog_nothing_to_kill(tmp
         # A node started after stop_all gets a new watchdog.
         node.start()
         assert group.guard.watchdog_pid not in (None, watchdog.pid)
+    finally:
+        group.stop_all()
+
+
+class _RecordingGuard(OrphanGuard):
+    """The real guard (its watchdog runs), noting each message and whether
+    the group's leader was still unreaped when told it had ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[tuple[str, int, bool]] = []
+
+    def track(self, pgid: int) -> None:
+        self.messages.append(("+", pgid, True))
+        super().track(pgid)
+
+    def forget(self, pgid: int) -> None:
+        self.messages.append(("-", pgid, _unreaped(pgid)))
+        super().forget(pgid)
+
+
+def _unreaped(pid: int) -> bool:
+    """Our child ``pid`` still holds its pid: alive, or a zombie not yet
+    reaped (so the pid cannot have been reused)."""
+    return Path(f"/proc/{pid}").exists()
+
+
+@pytest.mark.processes
+def test_a_node_that_exits_by_itself_is_forgotten_once_and_before_it_is_reaped(tmp_path, monkeypatch):
+    # The window the last change left: a node that ended by itself was
+    # reaped by `running` and forgotten only at the next start or stop; a
+    # harness killed in between left the watchdog a pid that could be
+    # anybody's by then.
+    guard = _RecordingGuard()
+    group = ProcessGroup()
+    group.guard = guard
+    node = group.add(NodeProcess(1, "controller", lambda: [sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "n.log"))
+    try:
+        node.start()
+        first_pid = node.process.pid
+        _wait_until(lambda: not node.running, "the node to exit by itself")
+        assert node.process.returncode == 3  # `running` reaped it...
+        assert guard.messages == [("+", first_pid, True), ("-", first_pid, True)]  # ...after telling the guard
+        # Nothing is said twice, nor signalled once reaped (the pid may be
+        # another process's): not by `running`, a kill or a restart.
+        signalled = []
+        monkeypatch.setattr(os, "kill", lambda pid, signum: signalled.append((pid, signum)))
+        assert not node.running
+        node.kill()
+        monkeypatch.undo()
+        assert signalled == []
+        node.argv = lambda: NODE
+        node.start()
+        second_pid = node.process.pid
+        assert guard.messages[2:] == [("+", second_pid, True)]
+        node.terminate(timeout_s=WAIT_S)  # SIGTERM ends it: forgotten before its reap, once
+        assert guard.messages[3:] == [("-", second_pid, True)]
     finally:
         group.stop_all()
