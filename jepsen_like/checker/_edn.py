@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from jepsen_like.checker._errors import HistoryFormatError
+from jepsen_like.checker._errors import VALUE_NESTING_MAX, HistoryFormatError, nesting_error, nests_deeper_than
 from jepsen_like.checker._models import canonical_json
 
 # The event fields an operation map may carry (the history format's).
@@ -358,9 +358,15 @@ def parse_value(text: str) -> Any:
     if isinstance(value, edn.Symbol) and str(value) == "null":
         return None
     try:
-        return plain(value, edn)
+        converted = plain(value, edn)
     except RecursionError:
-        raise ValueError(f"not an EDN value this checker reads: {text[:200]!r} (nested too deeply)") from None
+        converted = None
+        too_deep = True
+    else:
+        too_deep = nests_deeper_than(converted, VALUE_NESTING_MAX)
+    if too_deep:
+        raise ValueError(f"not an EDN value this checker reads: {text[:200]!r} (nests deeper than {VALUE_NESTING_MAX} levels)")
+    return converted
 
 
 def _batches(forms: Iterator[_Form], batch_chars: int) -> Iterator[list[_Form]]:
@@ -427,7 +433,9 @@ def iter_edn_events(path: Path, *, form_chars_max: int = FORM_CHARS_MAX) -> Iter
             except ValueError as error:
                 raise HistoryFormatError(f"{where}: :{name} {error}") from None
             except RecursionError:
-                raise HistoryFormatError(f"{where}: :{name} is nested too deeply") from None
+                raise nesting_error(where, f":{name}") from None
+            if nests_deeper_than(fields[name], VALUE_NESTING_MAX):
+                raise nesting_error(where, f":{name}")
         for name, seen in (("index", has_index), ("time", has_time)):
             present = fields.get(name) is not None
             if seen is not None and present != seen:

@@ -7,3 +7,34 @@ class HistoryFormatError(ValueError):
     """A history, node event log, log dump or meta file does not follow the
     format in docs/checker.md. The message names the file and, where it can,
     the line or event index: it is the input's fault, not the checker's."""
+
+
+# How deep a value may nest (arrays and objects within arrays and objects:
+# [1] nests one level, [[1]] two). Jepsen's values nest a few levels (a
+# list-append transaction, three); a deeper one is refused where it enters,
+# on every path alike, before any recursive code (Python's JSON decoder in
+# the search's workers, the models) meets it and runs out of stack.
+VALUE_NESTING_MAX = 100
+
+
+def nests_deeper_than(value: object, levels: int) -> bool:
+    """Whether ``value`` (decoded JSON: lists, tuples, dicts, scalars)
+    nests more than ``levels`` levels. Iterative: no depth exhausts it."""
+    pending: list[tuple[object, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            children: object = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth + 1 > levels:
+            return True
+        pending.extend((child, depth + 1) for child in children)  # type: ignore[attr-defined]
+    return False
+
+
+def nesting_error(where: str, name: str = "value") -> HistoryFormatError:
+    """The error for a field of an event or record that nests too deeply."""
+    return HistoryFormatError(f"{where}: {name} nests deeper than {VALUE_NESTING_MAX} levels")

@@ -26,7 +26,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from jepsen_like.checker._errors import HistoryFormatError
+from jepsen_like.checker._errors import VALUE_NESTING_MAX, HistoryFormatError, nests_deeper_than
 from jepsen_like.checker._load import (
     BROKER_STATES,
     COMPLETION_TYPES,
@@ -137,6 +137,13 @@ def _hid_by_file(paths_by_hid: Mapping[int, Sequence[Path]]) -> Column:
     return F.element_at(F.create_map(*pairs), _file_path())
 
 
+# A JSON line's nesting as Jackson counts it: the event (or record) object
+# is one level, its fields' values may nest VALUE_NESTING_MAX more. A line
+# past it is a corrupt record, reported with its file and line
+# (_raise_errors says why).
+_LINE_NESTING_MAX = VALUE_NESTING_MAX + 1
+
+
 def _read_json(spark: SparkSession, paths_by_hid: Mapping[int, Sequence[Path]], schema: T.StructType) -> DataFrame:
     """One scan over every file (small files share tasks), each row tagged
     with its history's hid and its file."""
@@ -146,6 +153,7 @@ def _read_json(spark: SparkSession, paths_by_hid: Mapping[int, Sequence[Path]], 
         spark.read.schema(with_corrupt)
         .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", CORRUPT)
+        .option("maxNestingDepth", str(_LINE_NESTING_MAX))
         .json(paths)
         .withColumn(ROW_ID, F.monotonically_increasing_id())
         .withColumn("source_file", _file_path())
@@ -170,7 +178,19 @@ def _read_parquet_history(spark: SparkSession, source: HistorySource, hid: int) 
             selected.append(F.col("value").cast("string").alias(value_text))
             selected.append(F.expr("try_parse_json(CAST(`value` AS STRING))").alias("value"))
             text = F.col(value_text)
-            corrupt = F.when(text.isNotNull() & F.col("value").isNull(), F.concat(F.lit("value is not JSON text: "), text))
+            # Nesting past the limit needs two characters a level: only
+            # such rare long texts are parsed a second time, by Jackson
+            # with the limit (parse_json has none of its own to set).
+            too_deep = (F.length(text) > 2 * VALUE_NESTING_MAX) & F.from_json(
+                text, "variant", {"maxNestingDepth": str(VALUE_NESTING_MAX)}
+            ).isNull()
+            corrupt = (
+                F.when(text.isNotNull() & F.col("value").isNull(), F.concat(F.lit("value is not JSON text: "), text))
+                .when(
+                    text.isNotNull() & too_deep,
+                    F.concat(F.lit(f"value nests deeper than {VALUE_NESTING_MAX} levels: "), text),
+                )
+            )
         else:
             selected.append(F.expr(f"try_cast(`{field.name}` AS {field.dataType.simpleString()})").alias(field.name))
     return raw.select(*selected).select(
@@ -207,6 +227,7 @@ def _read_in_driver(spark: SparkSession, source: HistorySource, hid: int) -> Dat
         spark.read.schema(with_corrupt)
         .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", CORRUPT)
+        .option("maxNestingDepth", str(_LINE_NESTING_MAX))
         .json(spark.sparkContext.parallelize(lines, 1))
         .withColumn(ROW_ID, F.monotonically_increasing_id())
         .withColumn("source_file", F.lit(str(source.path)))
@@ -334,6 +355,22 @@ def _pairing_checks() -> list[tuple[Column, Column]]:
     ]
 
 
+def _too_deep_field(line: str) -> str | None:
+    """The field of a JSON line Spark's reader refused that nests deeper
+    than ``VALUE_NESTING_MAX`` levels (``"a field"`` when Python's decoder
+    cannot even read that deep), or None: the line was refused for
+    something else (not JSON at all, say)."""
+    try:
+        record = json.loads(line)
+    except RecursionError:
+        return "a field"
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    return next((name for name, value in record.items() if nests_deeper_than(value, VALUE_NESTING_MAX)), None)
+
+
 def _raise_errors(rows: list, sources: Sequence[HistorySource], what: str) -> None:
     """Raise one :class:`HistoryFormatError` for the error rows (``hid``,
     ``index``, ``message``, ``raw``: a corrupt line's text), naming each
@@ -355,6 +392,9 @@ def _raise_errors(rows: list, sources: Sequence[HistorySource], what: str) -> No
         if row["raw"] is not None and row["raw"] in by_text:
             numbers = [by_text[row["raw"]]]
         message = row["message"]
+        too_deep = _too_deep_field(row["raw"]) if row["raw"] is not None else None
+        if too_deep is not None:
+            message = f"not a valid event: {too_deep} nests deeper than {VALUE_NESTING_MAX} levels: {row['raw'][:200]}"
         if len(numbers) > 1:
             # A duplicated index: name the later line, as a reader meets it.
             message += " (also at line " + ", ".join(str(n) for n in numbers[:-1]) + ")"

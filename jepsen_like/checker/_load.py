@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from jepsen_like.checker._edn import iter_edn_events
-from jepsen_like.checker._errors import HistoryFormatError
+from jepsen_like.checker._errors import VALUE_NESTING_MAX, HistoryFormatError, nesting_error, nests_deeper_than
 from jepsen_like.checker._model_catalog import MODEL_DEFAULT, MODEL_NAMES
 from jepsen_like.checker._models import (
     INFO,
@@ -125,6 +125,8 @@ def read_meta(path: Path) -> HistoryMeta:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise HistoryFormatError(f"{path}: cannot read meta: {error}") from None
+    except RecursionError:
+        raise nesting_error(f"{path}: cannot read meta", "a field") from None
     if not isinstance(raw, dict):
         raise HistoryFormatError(f"{path}: meta must be a JSON object")
     values: dict[str, Any] = {}
@@ -272,21 +274,44 @@ def resolve_model_name(source: HistorySource, operation_names: Iterable[str], ov
 # Pure-Python reading (the reference checker's path, and small tools).
 
 
+# A byte that is not UTF-8, as the surrogateescape error handler reads it.
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+
+
 def _iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each non-blank line's JSON object, with its line number. Raises
+    :class:`HistoryFormatError`, naming the file and line, for a line that
+    is not UTF-8, not JSON, not an object, or with a field that nests
+    deeper than ``VALUE_NESTING_MAX`` levels: a history is input from
+    outside, and none of these is a bug of the checker's."""
     try:
-        handle = path.open("r", encoding="utf-8")
+        # Undecodable bytes are kept (as lone surrogates) to be reported
+        # with their line: a strict decoder fails on a whole read-ahead
+        # chunk, before the lines it holds have been counted.
+        handle = path.open("r", encoding="utf-8", errors="surrogateescape")
     except OSError as error:
         raise HistoryFormatError(f"{path}: cannot open: {error}") from None
     with handle:
         for line_number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
+            undecodable = None if line.isascii() else _NOT_UTF8.search(line)
+            if undecodable is not None:
+                raise HistoryFormatError(
+                    f"{path}:{line_number}: not valid UTF-8 (byte 0x{ord(undecodable.group()) - 0xDC00:02x} "
+                    f"at character {undecodable.start() + 1})"
+                )
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
                 raise HistoryFormatError(f"{path}:{line_number}: not valid JSON ({error.msg}): {line.strip()[:200]}") from None
+            except RecursionError:  # deeper than the decoder's stack, far past the limit
+                raise nesting_error(f"{path}:{line_number}", "a field") from None
             if not isinstance(record, dict):
                 raise HistoryFormatError(f"{path}:{line_number}: expected a JSON object, got {line.strip()[:200]}")
+            for name, value in record.items():
+                if isinstance(value, (list, dict)) and nests_deeper_than(value, VALUE_NESTING_MAX):
+                    raise nesting_error(f"{path}:{line_number}", name)
             yield line_number, record
 
 
@@ -321,7 +346,7 @@ def locate_lines(path: Path, indexes: set[int], raw_lines: set[str]) -> tuple[di
                 continue
             try:  # the first "index" in the text may be inside a value
                 record = json.loads(text)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 continue
             if isinstance(record, dict) and _is_int(record.get("index")) and record["index"] in indexes:
                 by_index.setdefault(record["index"], []).append(line_number)
@@ -450,6 +475,10 @@ def _read_parquet_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 record["value"] = json.loads(record["value"])
             except json.JSONDecodeError as error:
                 raise HistoryFormatError(f"{path} row {row_number}: value is not JSON text ({error.msg})") from None
+            except RecursionError:
+                raise nesting_error(f"{path} row {row_number}") from None
+            if nests_deeper_than(record["value"], VALUE_NESTING_MAX):
+                raise nesting_error(f"{path} row {row_number}")
         if isinstance(record.get("process"), str) and record["process"] != NEMESIS:
             try:
                 record["process"] = int(record["process"])

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
-from jepsen_like.checker._errors import HistoryFormatError
+from jepsen_like.checker._errors import VALUE_NESTING_MAX, HistoryFormatError, nests_deeper_than
 
 # What an operation does to a single object, whatever the model calls it.
 READ = "read"
@@ -263,8 +263,11 @@ class Model:
     def with_initial_value(self, value: Any) -> "Model":
         """This model starting from ``value`` instead of its own initial value.
 
-        Raises ``ValueError`` when ``value`` is not a state of this model.
+        Raises ``ValueError`` when ``value`` is not a state of this model,
+        or nests deeper than ``VALUE_NESTING_MAX`` levels.
         """
+        if nests_deeper_than(value, VALUE_NESTING_MAX):
+            raise ValueError(f"the initial value nests deeper than {VALUE_NESTING_MAX} levels")
         try:
             self.state_of(value)
         except (TypeError, ValueError) as error:

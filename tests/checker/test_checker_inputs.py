@@ -123,6 +123,93 @@ def test_malformed_side_files_and_meta_are_errors(spark, tmp_path):
         discover_histories([str(tmp_path / "meta_bad")])
 
 
+def _nested(levels: int) -> list:
+    value: list = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def _register_lines(value_json: str) -> list[str]:
+    """A write of a value and a read of it, as JSON lines."""
+    return [
+        f'{{"index":0,"process":0,"type":"invoke","f":"write","key":"x","value":{value_json},"time":0}}',
+        f'{{"index":1,"process":0,"type":"ok","f":"write","key":"x","value":{value_json},"time":1}}',
+        '{"index":2,"process":1,"type":"invoke","f":"read","key":"x","value":null,"time":2}',
+        f'{{"index":3,"process":1,"type":"ok","f":"read","key":"x","value":{value_json},"time":3}}',
+    ]
+
+
+def test_values_nested_past_the_limit_are_refused_on_every_path_and_format(spark, tmp_path):
+    # Found by hand: a value nested 990 levels deep passed Spark's reader
+    # (Jackson allowed 1,000) and crashed the whole check in the search's
+    # Python worker (RecursionError decoding it); the reference checker
+    # crashed on it too, and on a line that is not UTF-8. Every path now
+    # refuses a value past VALUE_NESTING_MAX where it reads it, naming the
+    # file and line, and takes one at the limit.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jepsen_like.checker import get_model
+    from jepsen_like.checker._errors import VALUE_NESTING_MAX
+
+    at_limit, past_limit, far_past = ("[" * n + "]" * n for n in (VALUE_NESTING_MAX, VALUE_NESTING_MAX + 1, 990))
+    fine = tmp_path / "fine"
+    fine.mkdir()
+    (fine / "at-limit.jsonl").write_text("\n".join(_register_lines(at_limit)) + "\n")
+    assert check_reference([str(fine)])[0].valid is True
+    assert check([str(fine)], spark=spark)[0].valid is True
+
+    refused = tmp_path / "refused"
+    refused.mkdir()
+    (refused / "past-limit.jsonl").write_text("\n".join(_register_lines(past_limit)) + "\n")
+    (refused / "far-past.jsonl").write_text("\n".join(_register_lines(far_past)) + "\n")
+    rows = [json.loads(line) for line in _register_lines("0")]
+    for row in rows:
+        row["value"] = "null" if row["value"] is None else past_limit
+    pq.write_table(pa.Table.from_pylist(rows), refused / "past-limit-parquet.parquet")
+    (refused / "past-limit-edn.edn").write_text(
+        "{:type :invoke, :f :write, :value %s, :process 0, :time 0, :index 0}\n" % past_limit
+    )
+    expected = {
+        "past-limit.jsonl": "past-limit.jsonl:1: value nests deeper than 100 levels",
+        "far-past.jsonl": "far-past.jsonl:1:",
+        "past-limit-parquet.parquet": "past-limit-parquet.parquet row 1: value nests deeper than 100 levels",
+        "past-limit-edn.edn": "past-limit-edn.edn:1: :value nests deeper than 100 levels",
+    }
+    for name, phrase in expected.items():
+        with pytest.raises(HistoryFormatError) as raised:
+            check_reference([str(refused / name)])
+        assert phrase in str(raised.value), (name, str(raised.value)[:300])
+        assert "nests deeper than 100 levels" in str(raised.value)
+    # An EDN history is read in the driver, before the Spark job, whose
+    # one action reports every other file's problems together.
+    with pytest.raises(HistoryFormatError, match=r"past-limit-edn.edn:1: :value nests deeper than 100 levels"):
+        check([str(refused / "past-limit-edn.edn")], spark=spark)
+    (refused / "past-limit-edn.edn").unlink()
+    with pytest.raises(HistoryFormatError) as raised:
+        check([str(refused)], spark=spark)
+    message = str(raised.value)
+    for name in set(expected) - {"past-limit-edn.edn"}:
+        lines = [line for line in message.splitlines() if name in line]
+        assert any("nests deeper than 100 levels" in line for line in lines), (name, message[:2000])
+    # An initial value is refused the same way, wherever it comes from.
+    with pytest.raises(ValueError, match="nests deeper than 100 levels"):
+        get_model("cas-register", _nested(VALUE_NESTING_MAX + 1))
+
+
+def test_a_line_that_is_not_utf8_is_named_by_its_line_on_both_paths(spark, tmp_path):
+    # The reference checker crashed on it (UnicodeDecodeError).
+    path = tmp_path / "latin1.jsonl"
+    lines = [line.encode() for line in _register_lines("1")]
+    lines[2] = lines[2].replace(b'"key":"x"', b'"key":"\xe9t\xe9"')
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(HistoryFormatError, match=r"latin1.jsonl:3: not valid UTF-8 \(byte 0xe9 at character \d+\)"):
+        check_reference([str(path)])
+    with pytest.raises(HistoryFormatError, match=r"latin1.jsonl:3"):
+        check([str(path)], spark=spark)
+
+
 def test_discovery_of_files_directories_and_campaigns(tmp_path, porcupine_dir):
     shutil.copy(porcupine_dir / "etcd_002.jsonl", tmp_path / "a.jsonl")
     (tmp_path / "a.meta.json").write_text('{"model": "register"}')
