@@ -26,7 +26,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from jepsen_like.checker._errors import VALUE_NESTING_MAX, HistoryFormatError, nests_deeper_than
+from jepsen_like.checker._errors import NUMBER_CHARS_MAX, VALUE_NESTING_MAX, HistoryFormatError, nests_deeper_than
 from jepsen_like.checker._load import (
     BROKER_STATES,
     COMPLETION_TYPES,
@@ -154,6 +154,7 @@ def _read_json(spark: SparkSession, paths_by_hid: Mapping[int, Sequence[Path]], 
         .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", CORRUPT)
         .option("maxNestingDepth", str(_LINE_NESTING_MAX))
+        .option("maxNumLen", str(NUMBER_CHARS_MAX))
         .json(paths)
         .withColumn(ROW_ID, F.monotonically_increasing_id())
         .withColumn("source_file", _file_path())
@@ -228,6 +229,7 @@ def _read_in_driver(spark: SparkSession, source: HistorySource, hid: int) -> Dat
         .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", CORRUPT)
         .option("maxNestingDepth", str(_LINE_NESTING_MAX))
+        .option("maxNumLen", str(NUMBER_CHARS_MAX))
         .json(spark.sparkContext.parallelize(lines, 1))
         .withColumn(ROW_ID, F.monotonically_increasing_id())
         .withColumn("source_file", F.lit(str(source.path)))

@@ -26,7 +26,15 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from jepsen_like.checker._edn import iter_edn_events
-from jepsen_like.checker._errors import VALUE_NESTING_MAX, HistoryFormatError, nesting_error, nests_deeper_than
+from jepsen_like.checker._errors import (
+    NUMBER_CHARS_MAX,
+    VALUE_NESTING_MAX,
+    HistoryFormatError,
+    checked_float,
+    checked_int,
+    nesting_error,
+    nests_deeper_than,
+)
 from jepsen_like.checker._model_catalog import MODEL_DEFAULT, MODEL_NAMES
 from jepsen_like.checker._models import (
     INFO,
@@ -274,6 +282,15 @@ def resolve_model_name(source: HistorySource, operation_names: Iterable[str], ov
 # Pure-Python reading (the reference checker's path, and small tools).
 
 
+def _json_loads(text: str) -> Any:
+    """``json.loads``, refusing (``ValueError``) a number longer than
+    ``NUMBER_CHARS_MAX`` characters as Spark's reader does; only text long
+    enough to hold one pays for the checking hooks."""
+    if len(text) <= NUMBER_CHARS_MAX:
+        return json.loads(text)
+    return json.loads(text, parse_int=checked_int, parse_float=checked_float)
+
+
 # A byte that is not UTF-8, as the surrogateescape error handler reads it.
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
@@ -302,11 +319,13 @@ def _iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                     f"at character {undecodable.start() + 1})"
                 )
             try:
-                record = json.loads(line)
+                record = _json_loads(line)
             except json.JSONDecodeError as error:
                 raise HistoryFormatError(f"{path}:{line_number}: not valid JSON ({error.msg}): {line.strip()[:200]}") from None
             except RecursionError:  # deeper than the decoder's stack, far past the limit
                 raise nesting_error(f"{path}:{line_number}", "a field") from None
+            except ValueError as error:  # a number past NUMBER_CHARS_MAX
+                raise HistoryFormatError(f"{path}:{line_number}: {error}") from None
             if not isinstance(record, dict):
                 raise HistoryFormatError(f"{path}:{line_number}: expected a JSON object, got {line.strip()[:200]}")
             for name, value in record.items():
@@ -353,8 +372,13 @@ def locate_lines(path: Path, indexes: set[int], raw_lines: set[str]) -> tuple[di
     return by_index, by_text
 
 
+# The integer fields (index, time, process, offset, epochs) are 64-bit, as
+# Spark's reader types them: one past the range is refused on both paths.
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+
+
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int) and not isinstance(value, bool) and _LONG_MIN <= value <= _LONG_MAX
 
 
 def _as_text(value: Any) -> str | None:
@@ -472,11 +496,13 @@ def _read_parquet_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     for row_number, record in _read_parquet_rows(path):
         if isinstance(record.get("value"), str):
             try:
-                record["value"] = json.loads(record["value"])
+                record["value"] = _json_loads(record["value"])
             except json.JSONDecodeError as error:
                 raise HistoryFormatError(f"{path} row {row_number}: value is not JSON text ({error.msg})") from None
             except RecursionError:
                 raise nesting_error(f"{path} row {row_number}") from None
+            except ValueError as error:  # a number past NUMBER_CHARS_MAX
+                raise HistoryFormatError(f"{path} row {row_number}: value {error}") from None
             if nests_deeper_than(record["value"], VALUE_NESTING_MAX):
                 raise nesting_error(f"{path} row {row_number}")
         if isinstance(record.get("process"), str) and record["process"] != NEMESIS:

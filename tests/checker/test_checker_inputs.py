@@ -210,6 +210,40 @@ def test_a_line_that_is_not_utf8_is_named_by_its_line_on_both_paths(spark, tmp_p
         check([str(path)], spark=spark)
 
 
+def test_integers_past_64_bits_and_numbers_past_1000_characters_are_refused_on_both_paths(spark, tmp_path):
+    # Found by hand: an index, time or process past 64 bits passed the
+    # reference checker (Spark's reader refused it: the paths disagreed),
+    # and a 5,000-digit number crashed it (Python's int() refuses past
+    # 4,300 digits with a ValueError the reader did not expect).
+    lines = _register_lines("1")
+    cases = {
+        "big-index": [*lines[:3], lines[3].replace('"index":3', '"index":9223372036854775808')],
+        "big-time": [*lines[:3], lines[3].replace('"time":3', '"time":-9223372036854775809')],
+        "big-process": [*lines[:2], *(line.replace('"process":1', '"process":99999999999999999999') for line in lines[2:])],
+        "long-number": [line.replace('"value":1', '"value":' + "9" * 1001) for line in lines],
+        "long-float": [line.replace('"value":1', '"value":0.' + "5" * 1000) for line in lines],
+    }
+    for name, case_lines in cases.items():
+        (tmp_path / f"{name}.jsonl").write_text("\n".join(case_lines) + "\n")
+        with pytest.raises(HistoryFormatError, match=rf"{name}.jsonl:\d+: "):
+            check_reference([str(tmp_path / f"{name}.jsonl")])
+    with pytest.raises(HistoryFormatError) as raised:
+        check([str(tmp_path)], spark=spark)
+    message = str(raised.value)
+    for name in cases:
+        assert f"{name}.jsonl:" in message, (name, message[:2000])
+    # The largest and smallest 64-bit integers, and a number of 1,000
+    # characters, are taken by both.
+    edge = tmp_path / "edge"
+    edge.mkdir()
+    edge_lines = [line.replace('"value":1', '"value":' + "9" * 1000) for line in lines]
+    edge_lines[0] = edge_lines[0].replace('"time":0', '"time":-9223372036854775808')
+    edge_lines[3] = edge_lines[3].replace('"index":3', '"index":9223372036854775807')
+    (edge / "edge.jsonl").write_text("\n".join(edge_lines) + "\n")
+    assert check_reference([str(edge)])[0].valid is True
+    assert check([str(edge)], spark=spark)[0].valid is True
+
+
 def test_discovery_of_files_directories_and_campaigns(tmp_path, porcupine_dir):
     shutil.copy(porcupine_dir / "etcd_002.jsonl", tmp_path / "a.jsonl")
     (tmp_path / "a.meta.json").write_text('{"model": "register"}')
