@@ -434,6 +434,7 @@ def _start_logging_to(log_path: Path, builder: "SparkSession.Builder") -> "Spark
     process's are restored before returning."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    start_offset = os.fstat(log_fd).st_size
     sys.stdout.flush()
     sys.stderr.flush()
     saved = {fd: os.dup(fd) for fd in (1, 2)}
@@ -441,11 +442,62 @@ def _start_logging_to(log_path: Path, builder: "SparkSession.Builder") -> "Spark
         for fd in saved:
             os.dup2(log_fd, fd)
         return builder.getOrCreate()
+    except Exception as error:
+        condition = getattr(error, "getCondition", getattr(error, "getErrorClass", lambda: None))()
+        if condition != "JAVA_GATEWAY_EXITED":
+            raise
+        # The JVM refused its master, its options or its configuration
+        # (input from the user), or Java is missing: say why, from what it
+        # printed, instead of PySpark's "gateway process exited".
+        raise SparkStartError(
+            f"Spark did not start: {_start_failure(log_path, start_offset)} (its output is in {log_path})"
+        ) from None
     finally:
         for fd, copy in saved.items():
             os.dup2(copy, fd)
             os.close(copy)
         os.close(log_fd)
+
+
+class SparkStartError(RuntimeError):
+    """Spark's JVM exited before the session started: a master URL, a
+    configuration value or a JVM option it refused, or no usable Java. The
+    message quotes the JVM's reason and names the log holding its output."""
+
+
+# What a JVM that refuses to start prints last: an uncaught exception of
+# spark-submit's, or the launcher's own "Error: ..." lines.
+_START_FAILURE = re.compile(r'^(?:Exception in thread "main" (?:[\w.$]+\.)?(?P<exception>\S+?): (?P<message>.+)|Error: (?P<error>.+)|(?P<jvm>Invalid .+|Unrecognized .+|Improperly specified .+))$')
+_START_FAILURE_GENERAL = ("Could not create the Java Virtual Machine", "A fatal exception has occurred")
+# How much of the log's end is read for the reason (a JVM's failure is a
+# few lines, under its stack trace).
+_START_FAILURE_TAIL_BYTES = 64 * 1024
+
+
+def _start_failure(log_path: Path, start_offset: int) -> str:
+    """The JVM's reason for not starting, from what it wrote to the log
+    since ``start_offset`` (its last such line), or a general one."""
+    try:
+        with open(log_path, "rb") as log:
+            size = log.seek(0, os.SEEK_END)
+            log.seek(max(start_offset, size - _START_FAILURE_TAIL_BYTES))
+            text = log.read().decode("utf-8", errors="replace")
+    except OSError:
+        text = ""
+    reasons = []
+    for line in text.splitlines():
+        found = _START_FAILURE.match(line.strip())
+        if found is None:
+            continue
+        if found.group("exception"):
+            reasons.append(f"{found.group('exception')}: {found.group('message')}")
+        else:
+            reasons.append(found.group("error") or found.group("jvm"))
+    # The launcher's closing lines say only that the JVM did not start.
+    informative = [reason for reason in reasons if not reason.startswith(_START_FAILURE_GENERAL)]
+    if informative:
+        return informative[-1][:500]
+    return reasons[-1][:500] if reasons else "the Java process exited before it was ready"
 
 
 def _ship_package(session: "SparkSession") -> None:

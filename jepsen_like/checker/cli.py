@@ -29,6 +29,14 @@ class _InputError(click.ClickException):
     exit_code = INPUT_ERROR_EXIT_CODE
 
 
+def _not_nan(seconds: float | None) -> float | None:
+    # FloatRange lets "nan" through (no comparison with it is true); "inf"
+    # is no deadline, and stays.
+    if seconds is not None and seconds != seconds:
+        raise click.BadParameter("must be a number of seconds, got nan")
+    return seconds
+
+
 def _parse_conf(items: tuple[str, ...]) -> dict[str, str]:
     conf = {}
     for item in items:
@@ -64,6 +72,7 @@ def _parse_conf(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--key-budget-ms", "budget_ms", type=click.IntRange(min=1), default=DEFAULT_BUDGET_MS, show_default=True,
               help="Wall-clock milliseconds per key: a safety net past the two counts (depends on the machine).")
 @click.option("--deadline", "deadline_s", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              callback=lambda _context, _parameter, value: _not_nan(value),
               help="Seconds for the whole check: when they pass, what is not yet decided is unknown (reason "
                    "deadline), the Spark job is cancelled and the results are written.")
 @click.option("--max-witnesses", type=click.IntRange(min=0), default=20, show_default=True,
@@ -117,7 +126,7 @@ def check_command(
                 limits=limits, independent=independent,
             )
         else:
-            from jepsen_like.checker._spark import SessionStart
+            from jepsen_like.checker._spark import SessionStart, SparkStartError
 
             if spark_log is None and out is not None:
                 spark_log = (out if out.is_dir() else out.parent) / "spark.log"
@@ -144,6 +153,8 @@ def check_command(
                     max_witnesses=max_witnesses, all_keys=all_keys, linearizability=not skip_linearizability,
                     spark=starting, initial_value=initial, history_format=history_format,
                 )
+            except SparkStartError as error:  # a master, option or setting of the user's refused
+                raise _InputError(str(error)) from None
             finally:
                 # Until the session has started, this process's output goes
                 # to the Spark log: nothing may be printed before.

@@ -323,3 +323,52 @@ def test_cli_synth_then_reference_check(tmp_path):
     assert json.loads((tmp_path / "c.json").read_text())["checks"]["garbage-read"]["count"] == 1
     bad = CliRunner().invoke(jepsen_like, ["synth", "--ops", "10", "--plant", "nope:1", "--out", str(tmp_path / "d")])
     assert bad.exit_code == 2 and "unknown anomaly kind" in bad.output
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        (["--spark-master", "bogus://host"], "SparkException: Master must either be yarn or start with spark, k8s, or local"),
+        (["--spark-conf", "spark.driver.memory=banana"], "Invalid maximum heap size: -Xmxbanana"),
+    ],
+)
+def test_cli_a_spark_that_refuses_to_start_is_a_clear_error_with_its_reason(tmp_path, options, reason):
+    # Found by hand: a master URL or a setting the JVM refuses was reported
+    # as "unexpected PySparkRuntimeError ... most likely a bug in pykraft".
+    # A fresh process: this one's Spark session would be reused as it is.
+    import subprocess
+    import sys
+
+    history = tmp_path / "h.jsonl"
+    history.write_text("\n".join(VALID_LINES) + "\n")
+    log = tmp_path / "spark.log"
+    run = subprocess.run(
+        [sys.executable, "-m", "jepsen_like.checker", "check", *options, str(history), "--spark-log", str(log)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert f"Error: Spark did not start: {reason} (its output is in {log})" in run.stderr, run.stderr
+    assert "Traceback" not in run.stdout + run.stderr and "bug in pykraft" not in run.stderr
+
+
+def test_spark_start_failure_reason_is_the_jvms_last_informative_line(tmp_path):
+    from jepsen_like.checker._spark import _start_failure
+
+    log = tmp_path / "spark.log"
+    earlier = 'Exception in thread "main" java.lang.IllegalStateException: an earlier run\n'
+    log.write_text(earlier)
+    start = log.stat().st_size
+    with log.open("a") as out:
+        out.write("WARNING: Using incubator modules: jdk.incubator.vector\n")
+        out.write("Invalid initial heap size: -Xms9q\n")
+        out.write("Error: Could not create the Java Virtual Machine.\n")
+        out.write("Error: A fatal exception has occurred. Program will exit.\n")
+    assert _start_failure(log, start) == "Invalid initial heap size: -Xms9q"
+    assert _start_failure(log, log.stat().st_size) == "the Java process exited before it was ready"
+    assert _start_failure(tmp_path / "missing.log", 0) == "the Java process exited before it was ready"
+
+
+def test_cli_a_deadline_that_is_not_a_number_is_refused():
+    run = CliRunner().invoke(jepsen_like, ["check", "--deadline", "nan", "whatever.jsonl"])
+    assert run.exit_code == 2 and "must be a number of seconds, got nan" in run.output
