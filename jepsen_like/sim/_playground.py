@@ -562,6 +562,8 @@ class PageDriver:
             options = json.loads(options_json)
         except json.JSONDecodeError as bad:
             raise PlaygroundError(f"options are not JSON: {bad}") from None
+        except RecursionError:
+            raise PlaygroundError("options nest too deeply") from None
         return cls(seed, options)
 
     def advance(self, until_us: int) -> None:
@@ -585,6 +587,8 @@ class PageDriver:
             self.playground.act(**{k: v for k, v in fields.items() if k != "at_us"})
         except (PlaygroundError, TypeError, json.JSONDecodeError) as refused:
             return str(refused)
+        except RecursionError:
+            return "the action nests too deeply"
         self.future.clear()
         return ""
 
@@ -612,6 +616,8 @@ class PageDriver:
             playground = Playground.replay(document, until_us=until_us)
         except (PlaygroundError, json.JSONDecodeError) as refused:
             return str(refused)
+        except RecursionError:
+            return "the session nests too deeply"
         self.playground = playground
         self.future = []
         self.horizon_us = playground.now_us

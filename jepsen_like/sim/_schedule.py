@@ -341,6 +341,8 @@ def loads_schedule(data: bytes | str) -> Schedule:
         document = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as bad:
         raise ScheduleError(f"not JSON: {bad}") from None
+    except RecursionError:
+        raise ScheduleError("its JSON nests too deeply") from None
     return parse_schedule(document)
 
 

@@ -170,7 +170,10 @@ def _replay_playground(path: str) -> None:
             raw = handle.read(MAX_PLAYGROUND_FILE_BYTES + 1)
         if len(raw) > MAX_PLAYGROUND_FILE_BYTES:
             raise PlaygroundError(f"larger than {MAX_PLAYGROUND_FILE_BYTES} bytes")
-        document = json.loads(raw)
+        try:
+            document = json.loads(raw)
+        except RecursionError:
+            raise PlaygroundError("its JSON nests too deeply") from None
         playground = replay_trace(document, click.echo)
     except (OSError, ValueError) as bad:  # PlaygroundError and JSONDecodeError are ValueErrors
         click.echo(f"error: {path} is not a playground session (format {FORMAT}): {bad}", err=True)

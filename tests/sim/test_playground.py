@@ -124,7 +124,21 @@ def test_the_page_driver_answers_a_refused_action_with_its_reason():
     driver = PageDriver()
     assert "unknown 'do'" in driver.act(json.dumps({"do": "explode"}))
     assert "JSON object" in driver.act("[1]")
+    # Nested past the decoder's stack (found by hand: a RecursionError
+    # escaped the page's driver and the command line alike).
+    deep = "[" * 100_000 + "]" * 100_000
+    assert driver.act(deep) == "the action nests too deeply"
+    assert driver.load(deep) == "the session nests too deeply"
+    with pytest.raises(PlaygroundError, match="nest too deeply"):
+        PageDriver.from_json(7, deep)
     assert driver.playground.actions == []
+
+
+def test_a_session_file_nested_too_deeply_is_refused_with_a_sentence(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text('{"format": 1, "actions": ' + "[" * 100_000 + "]" * 100_000 + "}", encoding="utf-8")
+    outcome = CliRunner().invoke(sim_command, ["--from-playground", str(path)])
+    assert outcome.exit_code == 2 and "its JSON nests too deeply" in outcome.stderr and outcome.stdout == ""
 
 
 def test_a_paused_leader_handles_nothing_and_the_others_move_on():

@@ -86,6 +86,10 @@ def test_a_file_too_large_or_not_json_is_refused():
         loads_schedule(b" " * (MAX_SCHEDULE_BYTES + 1))
     with pytest.raises(ScheduleError, match="not JSON"):
         loads_schedule(b"{")
+    # Nested past the decoder's stack: a clear refusal, not a RecursionError
+    # escaping as "a bug in pykraft" (found by hand).
+    with pytest.raises(ScheduleError, match="nests too deeply"):
+        loads_schedule(b"[" * 100_000 + b"]" * 100_000)
 
 
 def test_relabelling_swaps_the_recorded_leader_with_the_replay_s_own():
