@@ -24,14 +24,13 @@ import json
 import logging
 import signal
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import click
 import trio
 
-from .cli_errors import CommandError, ReportingGroup, record_listen_addresses
+from .cli_errors import CommandError, ReportingGroup, load_toml, record_listen_addresses
 from .cli_tls import client_tls, listener_tls, tls_client_options
 from ._config import TIMER_PROFILES, timer_profile
 from .runtime import EXPIRY_WARNING_DAYS, ConnectionLimits, KeyValueStateMachine, NodeConfig, open_quorum_node, parse_voters
@@ -148,8 +147,7 @@ def node_settings(config_file: str | None, log_level: str, options: dict[str, An
     )
     settings: dict[str, Any] = {}
     if config_file:
-        with open(config_file, "rb") as handle:
-            settings.update(tomllib.load(handle))
+        settings.update(load_toml(config_file, "--config"))
     settings.update({key: value for key, value in options.items() if value is not None})
     return settings
 

@@ -67,6 +67,26 @@ class CommandError(click.ClickException):
         self.exit_code = exit_code
 
 
+def load_toml(path: str, option: str) -> dict[str, Any]:
+    """The settings of a TOML file named by ``option`` (``--config``, say).
+    Raises ``click.UsageError`` (exit 2) naming the file and what is wrong
+    with it: unreadable, not UTF-8, not TOML, or nested deeper than the
+    parser's stack. The file is the user's input, never a bug of ours."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except OSError as error:
+        raise click.UsageError(f"cannot read {option} {path}: {error.strerror or error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise click.UsageError(f"{option} {path} is not valid TOML: {error}") from None
+    except UnicodeDecodeError as error:
+        raise click.UsageError(f"{option} {path} is not valid TOML: byte {error.start} is not UTF-8") from None
+    except RecursionError:
+        raise click.UsageError(f"{option} {path}: a value nests too deeply") from None
+
+
 def leaf_exceptions(error: BaseException) -> list[BaseException]:
     """The exceptions inside ``error``'s (nested) exception groups, in
     order; ``[error]`` when it is not a group."""

@@ -13,14 +13,13 @@ true``); with neither it refuses to start (``listener_tls``).
 from __future__ import annotations
 
 import functools
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from .cli_errors import EXIT_USAGE, CommandError
+from .cli_errors import EXIT_USAGE, CommandError, load_toml
 from .runtime import TlsConfig
 
 TLS_KEYS = ("tls_ca", "tls_cert", "tls_key")
@@ -51,11 +50,7 @@ def client_tls(
     ``TlsError`` for files that cannot be used."""
     settings: dict[str, Any] = {}
     if command_config is not None:
-        try:
-            with open(command_config, "rb") as handle:
-                settings = tomllib.load(handle)
-        except (OSError, tomllib.TOMLDecodeError) as error:
-            raise click.UsageError(f"cannot read --command-config {command_config}: {error}") from error
+        settings = load_toml(command_config, "--command-config")
         unknown = sorted(set(settings) - set(TLS_KEYS))
         if unknown:
             raise click.UsageError(f"unknown settings in {command_config}: {', '.join(unknown)} (known: {', '.join(TLS_KEYS)})")

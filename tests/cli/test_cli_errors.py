@@ -30,6 +30,7 @@ from quorum.cli_errors import (
     EXIT_OS_ERROR,
     EXIT_STORAGE_REFUSED,
     EXIT_UNREACHABLE,
+    EXIT_USAGE,
     describe_error,
     leaf_exceptions,
     root_cause,
@@ -241,6 +242,25 @@ def test_an_event_log_in_a_missing_folder_says_to_create_it(tmp_path, command):
         args = ["--plaintext", "--broker-id", 101, "--bootstrap", f"1@127.0.0.1:{port}", "--listen", "127.0.0.1:0"]
     result = run(command, *args, "--event-log", event_log)
     assert_reported(result, EXIT_OS_ERROR, f"cannot open {event_log}", f"mkdir -p {event_log.parent}")
+
+
+@pytest.mark.parametrize(
+    ("content", "phrase"),
+    [
+        (b"node_id = = 1\n", "is not valid TOML: Invalid value (at line 1, column 11)"),
+        (b'node_id = 1\nname = "\xff"\n', "is not valid TOML: byte 20 is not UTF-8"),
+        (b"x = " + b"[" * 5000 + b"]" * 5000 + b"\n", "a value nests too deeply"),
+    ],
+)
+def test_a_config_file_that_is_not_toml_is_a_usage_error_naming_it(tmp_path, content, phrase):
+    # Found by hand: each of these was "an unexpected error, most likely a
+    # bug in pykraft" (exit 70) from every node command and --command-config.
+    config = tmp_path / "node.toml"
+    config.write_bytes(content)
+    for command, args in (("kraft-quorum", ["node", "--config", config]), ("kraft-controller", ["--config", config])):
+        assert_reported(run(command, *args), EXIT_USAGE, f"--config {config}", phrase)
+    result = run("kraft-quorum", "describe", "--command-config", config, "--bootstrap", "1@127.0.0.1:1")
+    assert_reported(result, EXIT_USAGE, f"--command-config {config}", phrase)
 
 
 def test_a_node_without_data_dir_says_it_runs_in_memory(tmp_path):
