@@ -185,6 +185,19 @@ _SETTINGS_KEYS = frozenset(
 )  # fmt: skip
 
 
+# Settings a TOML file gives in the wrong shape are refused by name, not
+# met later as an AttributeError ("a bug in pykraft") or a message that
+# names no setting. Values are checked further where they are used.
+_SETTING_SHAPES = (
+    ("voters", (str, dict), 'a string "ID@HOST:PORT,..." or a table of ID = "HOST:PORT"'),
+    ("quorum", dict, "a table"),
+    ("timers", str, "the name of a timer profile"),
+    ("on_damage", str, "a string"),
+    *((key, str, "a string") for key in ("cluster_id", "data_dir", "event_log", "acl_file", "tls_ca", "tls_cert", "tls_key")),
+    *((key, str, 'a string "HOST:PORT"') for key in ("listen", "metrics_listen")),
+)
+
+
 def _node_config(settings: dict[str, Any]) -> NodeConfig:
     unknown = sorted(set(settings) - _SETTINGS_KEYS)
     if unknown:
@@ -196,6 +209,9 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
             "--voters is required (or give it in --config), unless --data-dir was formatted with "
             "kraft-quorum format --initial-voters or --standalone"
         )
+    for key, kinds, shape in _SETTING_SHAPES:
+        if key in settings and not isinstance(settings[key], kinds):
+            raise ValueError(f"{key} must be {shape}, got {settings[key]!r}"[:300])
     voters = settings.get("voters", {})
     # The profile first; then the flags (or top-level keys), then [quorum].
     quorum: dict[str, Any] = timer_profile(settings.get("timers", "default"))

@@ -263,6 +263,23 @@ def test_a_config_file_that_is_not_toml_is_a_usage_error_naming_it(tmp_path, con
     assert_reported(result, EXIT_USAGE, f"--command-config {config}", phrase)
 
 
+@pytest.mark.parametrize(
+    ("setting", "phrase"),
+    [
+        ('voters = 5', 'voters must be a string "ID@HOST:PORT,..." or a table of ID = "HOST:PORT", got 5'),
+        ('voters = "1@127.0.0.1:1"\nquorum = [1]', "quorum must be a table, got [1]"),
+        ('voters = "1@127.0.0.1:1"\ndata_dir = 5', "data_dir must be a string, got 5"),
+    ],
+)
+def test_a_setting_of_the_wrong_shape_in_a_config_file_is_named(tmp_path, setting, phrase):
+    # Found by hand: `voters = 5` was "'int' object has no attribute
+    # 'items'", exit 70; `data_dir = 5` named no setting.
+    config = tmp_path / "node.toml"
+    config.write_text(f"node_id = 1\n{setting}\n")
+    for command, args in (("kraft-quorum", ["node", "--plaintext"]), ("kraft-controller", ["--plaintext"])):
+        assert_reported(run(command, *args, "--config", config), EXIT_USAGE, phrase)
+
+
 def test_a_node_without_data_dir_says_it_runs_in_memory(tmp_path):
     (port,) = free_ports(1)
     node = Process(tmp_path, "node", "kraft-quorum", "node", "--plaintext", "--node-id", 1, "--voters", f"1@127.0.0.1:{port}")
