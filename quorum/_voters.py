@@ -251,6 +251,8 @@ class VoterSet:
             document = json.loads(bytes(data).decode())
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise ValueError(f"voter set record is not JSON: {error}") from None
+        except RecursionError:  # a record from the log: never a crash
+            raise ValueError("voter set record is not JSON: nested too deeply") from None
         rows = document.get("voters") if isinstance(document, dict) else None
         if not isinstance(rows, list) or len(rows) > VOTERS_MAX:
             raise ValueError("voter set record has no list of voters")

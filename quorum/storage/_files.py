@@ -92,6 +92,8 @@ def decode_checked_json(raw: bytes) -> dict[str, Any]:
         document = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"not valid JSON ({error})") from None
+    except RecursionError:  # damage can read as nesting past the decoder's stack
+        raise ValueError("not valid JSON (nested too deeply)") from None
     if not isinstance(document, dict):
         raise ValueError("not a JSON object")
     crc = document.pop("crc32", None)

@@ -72,8 +72,10 @@ def test_write_is_temp_fsync_rename_fsync_dir(tmp_path, monkeypatch):
         lambda raw: b"\x00\xff garbage",
         lambda raw: b"[1, 2, 3]",
         lambda raw: json.dumps({"epoch": 7, "voted_for": 2, "leader_id": None, "version": 2, "generation": 1}).encode(),
+        # Past the JSON decoder's stack: was a RecursionError, not the refusal.
+        lambda raw: b"[" * 100_000 + b"]" * 100_000,
     ],
-    ids=["torn", "empty", "edited", "version", "binary", "not-object", "no-crc"],
+    ids=["torn", "empty", "edited", "version", "binary", "not-object", "no-crc", "nested"],
 )
 def test_damaged_file_is_fatal(tmp_path, damage):
     ElectionStateFile(tmp_path).write(ElectionState(7, voted_for=2))
