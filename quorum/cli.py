@@ -373,13 +373,35 @@ def _client(bootstrap: str, cluster_id: str, timeout_s: float, tls: Any = None) 
     return QuorumClient(bootstrap.split(","), cluster_id=cluster_id, retry_timeout_s=timeout_s, tls=tls)
 
 
-_bootstrap_option = click.option("--bootstrap", required=True, help="HOST:PORT[,...] or ID@HOST:PORT[,...]")
+def checked_bootstrap(_context: click.Context, _parameter: click.Parameter, value: str) -> str:
+    """``--bootstrap``, refused as a usage error when an entry is not a
+    server (the clients would raise deep inside, reported as a bug)."""
+    from .client import parse_bootstrap
+
+    try:
+        parse_bootstrap(value.split(","))
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    return value
+
+
+_bootstrap_option = click.option(
+    "--bootstrap", required=True, callback=checked_bootstrap, help="HOST:PORT[,...] or ID@HOST:PORT[,...]"
+)
 _cluster_option = click.option("--cluster-id", default="pykraft", show_default=True)
+def _not_nan(_context: click.Context, _parameter: click.Parameter, seconds: float) -> float:
+    # FloatRange lets "nan" through: no comparison with it is true.
+    if seconds != seconds:
+        raise click.BadParameter("must be a number of seconds, got nan")
+    return seconds
+
+
 timeout_option = click.option(
     "--timeout-s",
     default=10.0,
     show_default=True,
     type=click.FloatRange(min=0, min_open=True),
+    callback=_not_nan,
     help="Give up when no node has served the request within this long.",
 )
 

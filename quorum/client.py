@@ -137,16 +137,25 @@ class Server(NamedTuple):
         return address if self.node_id is None else f"{self.node_id}@{address}"
 
 
-def _parse_bootstrap(entries: list[str]) -> list[Server]:
+def parse_bootstrap(entries: list[str]) -> list[Server]:
+    """``HOST:PORT`` or ``ID@HOST:PORT`` entries as servers. Raises
+    ``ValueError`` naming the first entry that is neither (a port outside
+    1-65535 included), or when there is none."""
     parsed = []
     for entry in entries:
         node_id: int | None = None
         address = entry.strip()
-        if "@" in address:
-            node, address = address.split("@", 1)
-            node_id = int(node)
-        host, port = address.rsplit(":", 1)
-        parsed.append(Server(node_id, host.strip("[]"), int(port)))
+        try:
+            if "@" in address:
+                node, address = address.split("@", 1)
+                node_id = int(node)
+            host, port_text = address.rsplit(":", 1)
+            port = int(port_text)
+        except ValueError:
+            raise ValueError(f"bad bootstrap server {entry!r}: expected HOST:PORT or ID@HOST:PORT") from None
+        if not host.strip("[]") or not 1 <= port <= 65535:
+            raise ValueError(f"bad bootstrap server {entry!r}: expected HOST:PORT or ID@HOST:PORT (a port from 1 to 65535)")
+        parsed.append(Server(node_id, host.strip("[]"), port))
     if not parsed:
         raise ValueError("no bootstrap servers given")
     return parsed
@@ -403,7 +412,7 @@ class QuorumClient:
         tls: TlsConfig | None = None,
         server_kinds: tuple[PrincipalKind, ...] = (PrincipalKind.NODE,),
     ) -> None:
-        self._servers = _parse_bootstrap(bootstrap)
+        self._servers = parse_bootstrap(bootstrap)
         self.tls = tls
         self.server_kinds = server_kinds
         # When the certificate of the server last connected to expires.

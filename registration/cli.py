@@ -8,7 +8,7 @@ from typing import Any
 import click
 import trio
 
-from quorum.cli import node_config_or_usage_error, node_options, node_settings, serve_until_signalled, timeout_option
+from quorum.cli import checked_bootstrap, node_config_or_usage_error, node_options, node_settings, serve_until_signalled, timeout_option
 from quorum.cli_errors import CommandError, ReportingCommand, ReportingGroup
 from quorum.cli_tls import with_client_tls
 
@@ -35,7 +35,9 @@ def controller_main(config_file: str | None, log_level: str, session_timeout_ms:
     trio.run(serve_until_signalled, config, lambda config: open_controller_node(config, controller_config))
 
 
-_bootstrap = click.option("--bootstrap", required=True, help="HOST:PORT[,...] or ID@HOST:PORT[,...] of the controllers.")
+_bootstrap = click.option(
+    "--bootstrap", required=True, callback=checked_bootstrap, help="HOST:PORT[,...] or ID@HOST:PORT[,...] of the controllers."
+)
 _cluster = click.option("--cluster-id", default="pykraft", show_default=True)
 _json = click.option("--json", "as_json", is_flag=True, help="Print the response as JSON.")
 

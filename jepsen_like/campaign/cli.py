@@ -54,7 +54,7 @@ class Duration(click.ParamType):
 @click.option("--system", type=click.Choice(["pykraft", "kafka"]), default="pykraft", show_default=True, help="kafka: Apache Kafka 4.4's KRaft (make kafka fetches it; docs/kafka-campaign.md).")
 @click.option("--kafka-heap-mb", type=click.IntRange(128, 4096), default=256, show_default=True, help="Heap of each Kafka JVM (--system kafka).")
 @click.option("--scenario", type=click.Choice(sorted(NEMESIS_SCENARIOS)), default="chaos", show_default=True)
-@click.option("--time-limit", "time_limit_s", type=float, default=60.0, show_default=True, help="Seconds of workload and faults.")
+@click.option("--time-limit", "time_limit_s", type=Duration(), default=60.0, show_default=True, metavar="SECONDS", help="Seconds of workload and faults (more than 0; a unit may follow, as for --duration).")
 @click.option("--duration", "duration_s", type=Duration(), default=None, metavar="90s|30m|2h", help="The same as --time-limit, with a unit (s, m or h): for long runs.")
 @click.option("--controllers", type=click.IntRange(1, 9), default=3, show_default=True, help="kraft-controller voters.")
 @click.option("--brokers", type=click.IntRange(0, 20), default=3, show_default=True, help="kraft-broker processes (0: none).")

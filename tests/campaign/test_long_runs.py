@@ -37,6 +37,11 @@ def test_a_duration_that_is_not_one_is_refused(text):
     [
         (["--duration", "2x"], "is not a duration"),
         (["--duration", "30m", "--time-limit", "20"], "pick one"),
+        # --time-limit was a bare float: nan, 0 and negative times went on
+        # to start a cluster (found by hand).
+        (["--time-limit", "nan"], "is not a duration"),
+        (["--time-limit", "-5"], "is not a duration"),
+        (["--time-limit", "0"], "a duration must be more than 0"),
     ],
 )
 def test_campaign_refuses_a_bad_duration_before_starting_anything(tmp_path, arguments, message):
