@@ -87,8 +87,8 @@ async def _wait_for_online_brokers(admin: AdminClient, count: int, timeout_s: fl
 @_cluster
 @timeout_option
 @click.argument("name")
-@click.option("--partitions", type=int, default=1, show_default=True)
-@click.option("--replication-factor", type=int, default=1, show_default=True)
+@click.option("--partitions", type=click.IntRange(1, 2**31 - 1), default=1, show_default=True)
+@click.option("--replication-factor", type=click.IntRange(1, 32767), default=1, show_default=True)
 @click.option("--unclean-leader-election", is_flag=True)
 @with_client_tls
 def topics_create(

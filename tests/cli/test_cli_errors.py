@@ -295,6 +295,16 @@ def test_a_bootstrap_that_names_no_server_is_a_usage_error(bootstrap, phrase):
         assert_reported(run(command, *args, "--bootstrap", bootstrap), EXIT_USAGE, "--bootstrap", phrase)
 
 
+@pytest.mark.parametrize(
+    ("option", "value"), [("--partitions", "-1"), ("--partitions", "99999999999999999999"), ("--replication-factor", "0")]
+)
+def test_a_topic_of_no_partitions_or_replicas_is_refused_before_any_wait(option, value):
+    # Found by hand: these waited the whole --timeout-s for Online brokers,
+    # then blamed the missing brokers.
+    result = run("kraft-topics", "create", "t", "--bootstrap", "127.0.0.1:1", option, value, "--timeout-s", "30")
+    assert_reported(result, EXIT_USAGE, option, "is not in the range")
+
+
 def test_a_timeout_that_is_not_a_number_is_a_usage_error():
     # FloatRange lets "nan" through; it became "no node served the request
     # within nan s" after a wait.
