@@ -359,11 +359,9 @@ def parse_value(text: str) -> Any:
         return None
     try:
         converted = plain(value, edn)
-    except RecursionError:
-        converted = None
-        too_deep = True
-    else:
         too_deep = nests_deeper_than(converted, VALUE_NESTING_MAX)
+    except RecursionError:
+        too_deep = True
     if too_deep:
         raise ValueError(f"not an EDN value this checker reads: {text[:200]!r} (nests deeper than {VALUE_NESTING_MAX} levels)")
     return converted

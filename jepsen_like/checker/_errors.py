@@ -23,20 +23,21 @@ VALUE_NESTING_MAX = 100
 NUMBER_CHARS_MAX = 1000
 
 
+def _bounded_number(text: str) -> str:
+    if len(text) > NUMBER_CHARS_MAX:
+        raise ValueError(f"a number has more than {NUMBER_CHARS_MAX} characters")
+    return text
+
+
 def checked_int(text: str) -> int:
     """``int(text)`` for ``json.loads(parse_int=...)``, refusing a number
     longer than ``NUMBER_CHARS_MAX`` characters (``ValueError``)."""
-    if len(text) > NUMBER_CHARS_MAX:
-        raise ValueError(f"a number has more than {NUMBER_CHARS_MAX} characters")
-    return int(text)
+    return int(_bounded_number(text))
 
 
 def checked_float(text: str) -> float:
-    """``float(text)`` for ``json.loads(parse_float=...)``, bounded as
-    :func:`checked_int` is."""
-    if len(text) > NUMBER_CHARS_MAX:
-        raise ValueError(f"a number has more than {NUMBER_CHARS_MAX} characters")
-    return float(text)
+    """``float(text)`` for ``json.loads(parse_float=...)``, bounded alike."""
+    return float(_bounded_number(text))
 
 
 def nests_deeper_than(value: object, levels: int) -> bool:
@@ -55,6 +56,19 @@ def nests_deeper_than(value: object, levels: int) -> bool:
             return True
         pending.extend((child, depth + 1) for child in children)  # type: ignore[attr-defined]
     return False
+
+
+def too_deep_field(record: dict[str, object]) -> str | None:
+    """The first field of a decoded event or record whose value nests
+    deeper than ``VALUE_NESTING_MAX`` levels, or None."""
+    return next(
+        (
+            name
+            for name, value in record.items()
+            if isinstance(value, (list, tuple, dict)) and nests_deeper_than(value, VALUE_NESTING_MAX)
+        ),
+        None,
+    )
 
 
 def nesting_error(where: str, name: str = "value") -> HistoryFormatError:

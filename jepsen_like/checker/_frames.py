@@ -26,7 +26,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from jepsen_like.checker._errors import NUMBER_CHARS_MAX, VALUE_NESTING_MAX, HistoryFormatError, nests_deeper_than
+from jepsen_like.checker._errors import NUMBER_CHARS_MAX, VALUE_NESTING_MAX, HistoryFormatError, too_deep_field
 from jepsen_like.checker._load import (
     BROKER_STATES,
     COMPLETION_TYPES,
@@ -368,9 +368,7 @@ def _too_deep_field(line: str) -> str | None:
         return "a field"
     except ValueError:
         return None
-    if not isinstance(record, dict):
-        return None
-    return next((name for name, value in record.items() if nests_deeper_than(value, VALUE_NESTING_MAX)), None)
+    return too_deep_field(record) if isinstance(record, dict) else None
 
 
 def _raise_errors(rows: list, sources: Sequence[HistorySource], what: str) -> None:

@@ -34,6 +34,7 @@ from jepsen_like.checker._errors import (
     checked_int,
     nesting_error,
     nests_deeper_than,
+    too_deep_field,
 )
 from jepsen_like.checker._model_catalog import MODEL_DEFAULT, MODEL_NAMES
 from jepsen_like.checker._models import (
@@ -328,9 +329,9 @@ def _iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise HistoryFormatError(f"{path}:{line_number}: {error}") from None
             if not isinstance(record, dict):
                 raise HistoryFormatError(f"{path}:{line_number}: expected a JSON object, got {line.strip()[:200]}")
-            for name, value in record.items():
-                if isinstance(value, (list, dict)) and nests_deeper_than(value, VALUE_NESTING_MAX):
-                    raise nesting_error(f"{path}:{line_number}", name)
+            too_deep = too_deep_field(record)
+            if too_deep is not None:
+                raise nesting_error(f"{path}:{line_number}", too_deep)
             yield line_number, record
 
 
