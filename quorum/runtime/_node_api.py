@@ -32,7 +32,15 @@ from .._messages import ErrorCode
 from .._errors import ReconfigurationError
 from .._node import NotLeaderError, QuorumDescription
 from .._voters import Voter, endpoint_address
-from ..storage import DataDirIdentity, FileStorage, MemoryStorage, RetentionPolicy, read_data_dir_identity
+from ..storage import (
+    DamagedLogError,
+    DataDirIdentity,
+    FileStorage,
+    MemoryStorage,
+    RetentionPolicy,
+    SoleVoterDamagedError,
+    read_data_dir_identity,
+)
 from ..wire import (
     NODE_LIMITS,
     AddVoterRequest,
@@ -568,16 +576,43 @@ async def warn_before_expiry(tls: TlsConfig) -> None:
 
 
 def open_storage(config: NodeConfig) -> FileStorage | MemoryStorage:
+    """The node's storage. Raises the errors of ``FileStorage.open``, and
+    ``SoleVoterDamagedError`` for a damaged log that nobody can repair."""
     if config.data_dir is None:
         return MemoryStorage()
-    return FileStorage.open(
-        config.data_dir,
-        node_id=config.node_id,
-        cluster_id=config.cluster_id,
-        fsync=config.fsync,
-        retention=RetentionPolicy(retention_bytes=config.retention_bytes, retention_ms=config.retention_ms),
-        repair_damage=config.on_damage == "repair",
+    # A damaged voter repairs its log from a leader (docs/storage.md,
+    # "Repair"). A static voter set of one has no leader but this node, nor
+    # any other copy of the log: it would wait forever, serving nothing.
+    # With dynamic voters (KIP-853) the log's own voter set may be older
+    # than the cluster's, whose leader then finds this node: it repairs.
+    sole_voter = set(config.voters) == {config.node_id} and not (
+        config.identity is not None and config.identity.bootstrap_voters
     )
+    try:
+        storage = FileStorage.open(
+            config.data_dir,
+            node_id=config.node_id,
+            cluster_id=config.cluster_id,
+            fsync=config.fsync,
+            retention=RetentionPolicy(retention_bytes=config.retention_bytes, retention_ms=config.retention_ms),
+            repair_damage=config.on_damage == "repair" and not sole_voter,
+        )
+    except DamagedLogError as damage:
+        if sole_voter:
+            raise SoleVoterDamagedError(
+                config.node_id, f"the log file {damage.path} is damaged at byte {damage.position} ({damage.what})"
+            ) from None
+        raise
+    if sole_voter and storage.repair is not None:
+        # A repair an earlier start began (its marker is continued whatever
+        # the flag says): the damaged part is already aside.
+        storage.close()
+        raise SoleVoterDamagedError(
+            config.node_id,
+            f"the log in {config.data_dir} is being repaired from offset {storage.repair.damaged_from_offset} "
+            f"(its damaged part is in a damaged-* directory beside it)",
+        )
+    return storage
 
 
 class EventLog:

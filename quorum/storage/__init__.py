@@ -28,6 +28,7 @@ from ._errors import (
     MissingElectionStateError,
     RolledBackElectionStateError,
     SnapshotNotFoundError,
+    SoleVoterDamagedError,
     StorageError,
     StorageOwnershipError,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "SnapshotNotFoundError",
     "SnapshotStore",
     "SnapshotWriter",
+    "SoleVoterDamagedError",
     "StorageCheck",
     "StorageError",
     "StorageOwnershipError",

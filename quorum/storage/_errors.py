@@ -60,6 +60,28 @@ class DamagedLogError(StorageError):
         self.what = what
 
 
+class SoleVoterDamagedError(StorageError):
+    """The log of a cluster's only voter is damaged (or half repaired).
+
+    A damaged voter repairs its log from a leader (docs/storage.md,
+    "Repair"), but a static voter set of one has no other copy of the log
+    and can never elect anyone else: the node would wait for a leader that
+    cannot come, serving nothing. It refuses to start instead, and nothing
+    is moved. ``where`` says what is damaged, as the log's own error does.
+    """
+
+    def __init__(self, node_id: int, where: str) -> None:
+        super().__init__(
+            f"{where}, and node {node_id} is its cluster's only voter: no other copy of the log exists to repair "
+            "it from, and records after the damage may have been committed, so this node refuses to start rather "
+            "than wait for a leader that cannot come: keep the directory for inspection (kraft-quorum "
+            "check-storage shows the damage) and restore it from a backup, or give the cluster more voters "
+            "before the next damage (docs/storage.md, 'The only voter')"
+        )
+        self.node_id = node_id
+        self.where = where
+
+
 class CorruptElectionStateError(StorageError):
     """The election state file exists but cannot be trusted.
 

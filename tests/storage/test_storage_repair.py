@@ -188,3 +188,56 @@ def test_a_flipped_bit_in_the_last_batch_is_repaired_not_cut(tmp_path):
         assert storage.repair == RepairState(damaged_from_offset=27, restart_epoch=3, acknowledged_end=27 + 15)
         assert list(storage.entries_from()) == make_entries(0, 27, epoch=3)
     assert (tmp_path / "damaged-99" / segment.name).read_bytes() == damaged_bytes
+
+
+def _files(data_dir):
+    return {str(path.relative_to(data_dir)): path.read_bytes() for path in sorted(data_dir.rglob("*")) if path.is_file()}
+
+
+def _node_config(data_dir, voters, on_damage="repair"):
+    from quorum.runtime import NodeConfig
+
+    return NodeConfig(
+        node_id=1, voters={voter: ("127.0.0.1", 0) for voter in voters}, data_dir=data_dir, cluster_id="c",
+        fsync=False, plaintext=True, on_damage=on_damage,
+    )
+
+
+@pytest.mark.parametrize("on_damage", ["repair", "refuse"])
+def test_the_only_voter_refuses_a_damaged_log_that_nobody_could_repair(tmp_path, on_damage):
+    """A repair waits for a leader; a static voter set of one has none but
+    the damaged node itself, which would then run forever serving nothing.
+    It refuses to start instead, moving nothing (docs/storage.md, "The only
+    voter")."""
+    from quorum.runtime._node_api import open_storage
+    from quorum.storage import SoleVoterDamagedError
+
+    build(tmp_path)
+    damage_middle(tmp_path)
+    before = _files(tmp_path)
+    with pytest.raises(SoleVoterDamagedError) as caught:
+        open_storage(_node_config(tmp_path, [1], on_damage))
+    message = str(caught.value)
+    assert "is damaged at byte" in message and "node 1 is its cluster's only voter" in message
+    assert "restore it from a backup" in message
+    assert _files(tmp_path) == before, "nothing moved, no repair marker"
+    assert not (tmp_path / REPAIR_MARKER_FILE_NAME).exists()
+
+    # One voter among three repairs as before: a leader can come.
+    with open_storage(_node_config(tmp_path, [1, 2, 3])) as storage:
+        assert storage.repair is not None and storage.repair.damaged_from_offset > 0
+
+
+def test_the_only_voter_refuses_a_repair_an_earlier_start_began(tmp_path):
+    from quorum.runtime._node_api import open_storage
+    from quorum.storage import SoleVoterDamagedError
+
+    build(tmp_path)
+    damage_middle(tmp_path)
+    FileStorage.open(tmp_path, fsync=False, repair_damage=True).close()  # the marker stays
+    assert (tmp_path / REPAIR_MARKER_FILE_NAME).exists()
+    with pytest.raises(SoleVoterDamagedError, match="is being repaired from offset .* only voter"):
+        open_storage(_node_config(tmp_path, [1]))
+    # The storage it opened is closed again: the directory is not held.
+    with FileStorage.open(tmp_path, fsync=False) as reopened:
+        assert reopened.repair is not None
