@@ -599,9 +599,7 @@ def open_storage(config: NodeConfig) -> FileStorage | MemoryStorage:
         )
     except DamagedLogError as damage:
         if sole_voter:
-            raise SoleVoterDamagedError(
-                config.node_id, f"the log file {damage.path} is damaged at byte {damage.position} ({damage.what})"
-            ) from None
+            raise SoleVoterDamagedError(config.node_id, damage.where) from None
         raise
     if sole_voter and storage.repair is not None:
         # A repair an earlier start began (its marker is continued whatever

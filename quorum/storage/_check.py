@@ -27,6 +27,7 @@ from ._segments import (
     DEFAULT_INDEX_INTERVAL_BYTES,
     REWRITE_SUFFIX,
     list_log_directory,
+    lost_log,
     lost_segment,
     parse_rewrite,
     read_log_start_checkpoint,
@@ -102,6 +103,13 @@ def check_storage(data_dir: Path | str) -> StorageCheck:
     try:
         holds_records, log_start, log_epoch = _check_log(root / LOG_DIR_NAME, result)
         latest = _check_snapshots(root / SNAPSHOT_DIR_NAME, result)
+        lost = lost_log(
+            root / LOG_DIR_NAME, holds_election_state=(root / ELECTION_STATE_FILE_NAME).exists(), snapshot=latest
+        )
+        if lost is not None:
+            result.lines = [line for line in result.lines if not line.startswith(f"ok       {lost.path}:")]
+            result.damaged(f"{lost.path}: {lost.what}")
+            holds_records = True
         if log_start > 0 and (latest is None or log_start > latest.end_offset):
             # What FileStorage.load refuses (a hole before the log start).
             result.damaged(

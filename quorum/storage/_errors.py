@@ -50,14 +50,20 @@ class DamagedLogError(StorageError):
     operator.
     """
 
-    def __init__(self, path: str, position: int, what: str) -> None:
-        super().__init__(
-            f"the log file {path} is damaged at byte {position} ({what}), so this node refuses to start "
-            f"rather than cut acknowledged records: {REPAIR_ADVICE}."
-        )
+    def __init__(self, path: str, position: int, what: str, *, whole_directory: bool = False) -> None:
         self.path = path
         self.position = position
         self.what = what
+        # The log directory as a whole (``lost_log``): no byte to name.
+        self.whole_directory = whole_directory
+        super().__init__(f"{self.where}, so this node refuses to start rather than cut acknowledged records: {REPAIR_ADVICE}.")
+
+    @property
+    def where(self) -> str:
+        """What is damaged, and where, as the start of a sentence."""
+        if self.whole_directory:
+            return f"the log directory {self.path} is damaged ({self.what})"
+        return f"the log file {self.path} is damaged at byte {self.position} ({self.what})"
 
 
 class SoleVoterDamagedError(StorageError):

@@ -1344,6 +1344,40 @@ def lost_segment(
     return None
 
 
+def lost_log(directory: Path, *, holds_election_state: bool, snapshot: SnapshotId | None) -> DamagedLogError | None:
+    """Damage if the log directory's records are gone as a whole while the
+    rest of the node's state says it held some: a ``rm -rf`` of ``log/``
+    (a name that invites one) or a lost directory. Read at open, these
+    would look like an empty log, and a voter with an empty log counts as
+    having a short one (docs/storage.md, "Torn tail or damage").
+
+    - ``directory`` is not a directory;
+    - it is missing although the election state exists: the first open
+      creates it, durably, before anything writes the election state;
+    - it holds no segment and no log-start checkpoint although a snapshot
+      exists: a snapshot is taken of flushed records, every removal leaves
+      a segment or writes the checkpoint first, and only an emptied log
+      (a snapshot installed past its end) has none, after its checkpoint.
+
+    Reads only; ``CorruptLogMetadataError`` for a damaged checkpoint."""
+    if directory.exists() and not directory.is_dir():
+        return DamagedLogError(str(directory), 0, "it is a file, not a directory", whole_directory=True)
+    if not holds_election_state:
+        return None
+    if not directory.is_dir():
+        return DamagedLogError(
+            str(directory), 0, "it is missing although the election state exists: its records are lost",
+            whole_directory=True,
+        )
+    if snapshot is None or list_log_directory(directory).log_bases or read_log_start_checkpoint(directory) is not None:
+        return None
+    return DamagedLogError(
+        str(directory), 0,
+        f"it holds no segment and no log start checkpoint although snapshot {snapshot} exists: its records are lost",
+        whole_directory=True,
+    )
+
+
 def _scan_batches(
     segment: _Segment, data: bytes, epoch_floor: int, interval: int
 ) -> tuple[int, BatchProblem | None, bool]:

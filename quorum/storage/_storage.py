@@ -50,6 +50,7 @@ from ._segments import (
     DEFAULT_READ_BYTES_MAX,
     DEFAULT_SEGMENT_BYTES_MAX,
     SegmentedLog,
+    lost_log,
 )
 from ._repair import (
     DAMAGED_DIR_PREFIX,
@@ -447,6 +448,10 @@ class FileStorage(_Facade):
                     logger=log_,
                 )
 
+            # A lost log is no cut's to repair: refused, whatever the flag.
+            lost = lost_log(data_dir / LOG_DIR_NAME, holds_election_state=holds_state, snapshot=snapshots.latest())
+            if lost is not None:
+                raise lost
             try:
                 log = open_log()
             except DamagedLogError as damage:

@@ -23,6 +23,7 @@ from quorum.storage import (
     EXIT_SOUND,
     EXIT_TORN_TAIL,
     CorruptElectionStateError,
+    DamagedLogError,
     FileStorage,
     MissingElectionStateError,
     StorageError,
@@ -174,6 +175,60 @@ def test_check_storage_reports_damage_and_the_node_refuses(tmp_path, target):
             storage.load()
     assert str(path) in str(caught.value) and str(caught.value).endswith("describes.")
     assert _files(data_dir) == before
+
+
+@pytest.mark.parametrize("how", ["log directory removed", "segments and indexes removed", "a file in its place"])
+@pytest.mark.parametrize("repair_damage", [False, True])
+def test_a_lost_log_directory_is_damage_not_an_empty_log(tmp_path, how, repair_damage):
+    """``rm -rf data/log`` (a name that invites one) beside the election
+    state and a snapshot used to open as an empty log after the snapshot:
+    the records after it were lost silently, and a voter with that log
+    counts as one with a short log (docs/storage.md, "Torn tail or damage")."""
+    data_dir = _node_dir(tmp_path / "n", snapshot=True)
+    log_dir = data_dir / "log"
+    if how == "log directory removed":
+        shutil.rmtree(log_dir)
+    elif how == "segments and indexes removed":
+        for path in log_dir.iterdir():
+            path.unlink()
+    else:
+        shutil.rmtree(log_dir)
+        log_dir.write_bytes(b"not a directory\n")
+    before = _files(data_dir)
+    result = check_storage(data_dir)
+    assert (result.verdict, result.exit_code) == ("damaged", EXIT_DAMAGED), result.lines
+    assert [line for line in result.lines if str(log_dir) + ":" in line and "ok " in line] == [], result.lines
+    assert any(line.startswith(f"DAMAGED  {log_dir}: ") for line in result.lines), result.lines
+    with pytest.raises(DamagedLogError, match=f"the log directory {log_dir} is damaged"):
+        _open(data_dir, repair_damage=repair_damage)
+    assert _files(data_dir) == before, "nothing was created, moved or cut"
+    assert log_dir.is_dir() == (how == "segments and indexes removed")
+
+
+@pytest.mark.parametrize("how", ["a fresh directory", "election state, no snapshot", "an emptied log's checkpoint"])
+def test_a_log_without_segments_that_may_be_empty_opens(tmp_path, how):
+    """What a crash can leave without losing records is not damage: a first
+    open cut short before its segment's directory entry was durable (no
+    snapshot yet), or an emptied log (a snapshot installed past its end)
+    between its checkpoint and its new segment."""
+    data_dir = tmp_path / "n"
+    if how == "a fresh directory":
+        data_dir.mkdir()
+    else:
+        _node_dir(data_dir, records=0 if how == "election state, no snapshot" else 40)
+        log_dir = data_dir / "log"
+        if how == "an emptied log's checkpoint":
+            with _open(data_dir) as storage:
+                storage.persist(snapshot=(SnapshotId(60, 3), b"state@60"))
+                storage.log.delete_before(60, epoch_before=3)
+        for path in log_dir.glob("*.log"):
+            path.unlink()
+        for path in log_dir.glob("*.index"):
+            path.unlink()
+    assert check_storage(data_dir).verdict in ("sound", "not a data directory")
+    with _open(data_dir) as storage:
+        expected_start = 60 if how == "an emptied log's checkpoint" else 0
+        assert storage.end_offset == expected_start
 
 
 def test_check_storage_not_a_data_dir_and_in_use(tmp_path):
