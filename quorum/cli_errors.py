@@ -34,6 +34,7 @@ Exit statuses (docs/operations.md, "Errors and exit codes"):
 from __future__ import annotations
 
 import errno
+import socket
 import sys
 import traceback
 from pathlib import PurePath
@@ -214,6 +215,15 @@ def _describe_os_error(error: OSError, listen_addresses: list[str] | tuple[str, 
         return CommandError(
             f"cannot listen on {where}: {reason}.",
             hint="Another process (another node?) holds the port: stop it, or give this one another address.",
+            exit_code=EXIT_OS_ERROR,
+        )
+    if isinstance(error, socket.gaierror):
+        # getaddrinfo's own codes (negative errnos): the host name to listen
+        # on does not resolve; the message alone names nothing.
+        where = " or ".join(listen_addresses) if listen_addresses else "this process's address"
+        return CommandError(
+            f"cannot listen on {where}: the host name does not resolve ({reason}).",
+            hint="Give a host name this machine resolves (`getent hosts NAME` shows it), or an IP address.",
             exit_code=EXIT_OS_ERROR,
         )
     if error.errno == errno.EADDRNOTAVAIL:

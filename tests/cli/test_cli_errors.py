@@ -224,6 +224,18 @@ def test_a_listen_port_in_use_is_one_sentence(two_voters):
     )
 
 
+def test_a_listen_host_that_does_not_resolve_is_named(tmp_path):
+    """``getaddrinfo``'s error alone ("Name or service not known") named
+    neither the host nor the option."""
+    (port,) = free_ports(1)
+    result = run("kraft-quorum", "node", "--plaintext", "--node-id", 1, "--voters", f"1@nosuchhost.invalid:{port}",
+                 "--data-dir", tmp_path / "n")  # fmt: skip
+    assert_reported(
+        result, EXIT_OS_ERROR, f"cannot listen on nosuchhost.invalid:{port} (--listen): the host name does not resolve",
+        "getent hosts",
+    )
+
+
 def test_a_second_node_on_one_data_dir_is_refused_by_the_lock(two_voters):
     (port,) = free_ports(1)
     data_dir = two_voters.data_dir(1)
