@@ -4,6 +4,7 @@ malformed input (a clear error, never a traceback), exit codes and --out."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -121,6 +122,73 @@ def test_malformed_side_files_and_meta_are_errors(spark, tmp_path):
     (tmp_path / "meta_bad" / "meta.json").write_text('{"fetch_timeout_ms": "ten"}')
     with pytest.raises(HistoryFormatError, match="fetch_timeout_ms"):
         discover_histories([str(tmp_path / "meta_bad")])
+
+
+def _side_file_campaign(directory: Path, name: str, lines: list[str]) -> Path:
+    """A valid campaign whose side file ``name`` holds ``lines`` as written."""
+    write_campaign(directory, Case().op("w", 0, "write", "x", 1, start_ms=0, end_ms=1))
+    (directory / name).write_text("\n".join(lines) + "\n")
+    return directory
+
+
+_NODE_EVENT = '{"time":0,"node":"n1","kind":"role","epoch":1,"role":"leader","leader":"n1"}'
+_LOG_RECORD = '{"node":"n1","offset":%d,"epoch":1,"record_hash":"h%d","hwm":3}'
+
+
+@pytest.mark.parametrize(
+    ("name", "lines", "expected"),
+    [
+        # A record that is JSON but lacks a field the kind needs.
+        (
+            "node-events.jsonl",
+            [_NODE_EVENT, _NODE_EVENT, '{"time":5,"node":"n2","kind":"role","role":"follower"}', _NODE_EVENT],
+            r"node-events.jsonl:3: role event without 'epoch'",
+        ),
+        # A field of the wrong type (Spark's reader takes the whole line as
+        # a corrupt record), after a blank line that still counts.
+        (
+            "log-dumps.jsonl",
+            [_LOG_RECORD % (0, 0), "", '{"node":"n1","offset":"one","epoch":1,"record_hash":"h1","hwm":3}', _LOG_RECORD % (2, 2)],
+            r"log-dumps.jsonl:3: offset must be an integer, got 'one'",
+        ),
+        # Not JSON at all.
+        (
+            "log-dumps.jsonl",
+            [_LOG_RECORD % (0, 0), '{"node":"n1","offset":1,'],
+            r"log-dumps.jsonl:2: not valid JSON",
+        ),
+    ],
+    ids=["node-event-missing-field", "log-dump-wrong-type", "log-dump-not-json"],
+)
+def test_a_malformed_side_file_line_is_named_by_its_line_on_both_paths_alike(spark, tmp_path, name, lines, expected):
+    # Found by hand: the Spark job named only the side file ("FILE: not a
+    # valid record: ..."), the reference its line; both now say the same.
+    campaign = _side_file_campaign(tmp_path / "campaign", name, lines)
+    with pytest.raises(HistoryFormatError) as reference:
+        check_reference([str(campaign)])
+    reference_message = str(reference.value)
+    assert re.search(expected, reference_message), reference_message
+    with pytest.raises(HistoryFormatError) as spark_raised:
+        check([str(campaign)], spark=spark)
+    assert reference_message in str(spark_raised.value).splitlines(), (reference_message, str(spark_raised.value))
+
+
+def test_a_malformed_parquet_side_file_row_is_named_by_its_row_on_both_paths_alike(spark, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    campaign = tmp_path / "campaign"
+    write_campaign(campaign, Case().op("w", 0, "write", "x", 1, start_ms=0, end_ms=1))
+    rows = [json.loads(_LOG_RECORD % (offset, offset)) for offset in range(3)]
+    rows[1]["record_hash"] = None
+    pq.write_table(pa.Table.from_pylist(rows), campaign / "log-dumps.parquet")
+    with pytest.raises(HistoryFormatError) as reference:
+        check_reference([str(campaign)])
+    reference_message = str(reference.value)
+    assert reference_message.endswith("log-dumps.parquet row 2: missing required field 'record_hash'"), reference_message
+    with pytest.raises(HistoryFormatError) as spark_raised:
+        check([str(campaign)], spark=spark)
+    assert reference_message in str(spark_raised.value).splitlines(), (reference_message, str(spark_raised.value))
 
 
 def _nested(levels: int) -> list:
