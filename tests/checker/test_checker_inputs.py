@@ -312,6 +312,56 @@ def test_integers_past_64_bits_and_numbers_past_1000_characters_are_refused_on_b
     assert check([str(edge)], spark=spark)[0].valid is True
 
 
+def _edn_register(tmp: Path, name: str, number: str) -> Path:
+    """An EDN history: a write of 1, then a read answered with ``number``
+    (on line 4, inside a vector)."""
+    path = tmp / f"{name}.edn"
+    path.write_text(
+        "{:type :invoke, :f :write, :value 1, :process 0, :time 0, :index 0}\n"
+        "{:type :ok, :f :write, :value 1, :process 0, :time 1, :index 1}\n"
+        "{:type :invoke, :f :read, :value nil, :process 1, :time 2, :index 2}\n"
+        "{:type :ok, :f :read, :value [%s], :process 1, :time 3, :index 3}\n" % number
+    )
+    return path
+
+
+def test_edn_numbers_past_1000_characters_are_refused_alike_on_both_paths(spark, tmp_path):
+    # Found by hand: an EDN integer of 1,001 to 4,300 digits passed the
+    # reference checker while Spark refused the JSON line it became ("not
+    # a valid event"), and one of 5,000 digits gave Python's int-limit
+    # text on both. The EDN reader now refuses one past NUMBER_CHARS_MAX
+    # characters, as the JSON-lines readers do.
+    from jepsen_like.checker._edn import parse_value
+    from jepsen_like.checker._errors import NUMBER_CHARS_MAX
+
+    assert NUMBER_CHARS_MAX == 1000
+    at_limit = _edn_register(tmp_path, "at-limit", "9" * 1000)
+    assert check_reference([str(at_limit)])[0].valid is False  # the read saw a value never written
+    assert check([str(at_limit)], spark=spark)[0].valid is False
+    negative_at_limit = _edn_register(tmp_path, "negative-at-limit", "-" + "9" * 999)
+    assert check_reference([str(negative_at_limit)])[0].valid is False
+    assert check([str(negative_at_limit)], spark=spark)[0].valid is False
+    for name, number in (
+        ("past-limit", "9" * 1001),
+        ("negative-past-limit", "-" + "9" * 1000),
+        ("float-past-limit", "0." + "5" * 999),
+        ("past-int-limit", "9" * 5000),
+    ):
+        path = _edn_register(tmp_path, name, number)
+        expected = f"{path}:4: a number has more than 1000 characters"
+        with pytest.raises(HistoryFormatError) as reference:
+            check_reference([str(path)])
+        assert str(reference.value) == expected
+        with pytest.raises(HistoryFormatError) as spark_raised:
+            check([str(path)], spark=spark)
+        assert str(spark_raised.value) == expected
+    # An initial value (--initial-value) is EDN read alike, for both paths.
+    assert parse_value("[" + "9" * 1000 + "]") == [int("9" * 1000)]
+    for number in ("9" * 1001, "9" * 5000):
+        with pytest.raises(ValueError, match="a number has more than 1000 characters"):
+            parse_value(f"[{number}]")
+
+
 def test_discovery_of_files_directories_and_campaigns(tmp_path, porcupine_dir):
     shutil.copy(porcupine_dir / "etcd_002.jsonl", tmp_path / "a.jsonl")
     (tmp_path / "a.meta.json").write_text('{"model": "register"}')
