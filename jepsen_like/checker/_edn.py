@@ -41,7 +41,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from jepsen_like.checker._errors import VALUE_NESTING_MAX, HistoryFormatError, nesting_error, nests_deeper_than
+from jepsen_like.checker._errors import (
+    NUMBER_CHARS_MAX,
+    NUMBER_TOO_LONG,
+    VALUE_NESTING_MAX,
+    HistoryFormatError,
+    nesting_error,
+    nests_deeper_than,
+)
 from jepsen_like.checker._models import canonical_json
 
 # The event fields an operation map may carry (the history format's).
@@ -72,6 +79,12 @@ _TOKEN = re.compile(
     re.DOTALL,
 )
 _LEXPOS = re.compile(r"lexpos (\d+)")
+# An atom that is a number (EDN's numbers start with a digit, after an
+# optional sign): one longer than NUMBER_CHARS_MAX characters is refused by
+# the scan, before the parser meets it, as the JSON-lines readers refuse
+# one. The Spark path reads an EDN history as the JSON lines it becomes,
+# whose reader has that bound; Python's int() has its own, 4,300 digits.
+_NUMBER_START = re.compile(r"[+-]?\d")
 
 
 def _edn_module() -> Any:
@@ -113,8 +126,9 @@ class _FormScanner:
     A tag (``#jepsen.history.Op``, the ``#`` of a set, ``#_``, ``^:meta``)
     and the form it tags are one form. :meth:`forms` raises
     :class:`HistoryFormatError` (file and line) for a form past the bound,
-    an unmatched closing bracket, text after the history's vector, and a
-    file that ends inside a form."""
+    a number past ``NUMBER_CHARS_MAX`` characters, an unmatched closing
+    bracket, text after the history's vector, and a file that ends inside
+    a form."""
 
     def __init__(self, path: Path, form_chars_max: int) -> None:
         self.path = path
@@ -149,6 +163,8 @@ class _FormScanner:
                     continue
                 if kind == "comment":
                     continue
+                if kind == "atom" and match.end() - match.start() > NUMBER_CHARS_MAX and _NUMBER_START.match(match.group()):
+                    raise HistoryFormatError(f"{self.path}:{line}: {NUMBER_TOO_LONG}")
                 if kind == "closed":
                     kind = "string"
                 if kind == "string" and match.group("closed") is None:  # the file ends inside it
@@ -341,6 +357,17 @@ def _map_key(key: Any, edn: Any) -> str:
     return key if isinstance(key, str) else canonical_json(key)
 
 
+def _has_long_number(text: str) -> bool:
+    """Whether ``text`` holds a number past NUMBER_CHARS_MAX characters
+    (as the history scan tells it; a short text cannot)."""
+    if len(text) <= NUMBER_CHARS_MAX:
+        return False
+    return any(
+        match.lastgroup == "atom" and match.end() - match.start() > NUMBER_CHARS_MAX and _NUMBER_START.match(match.group())
+        for match in _TOKEN.finditer(text)
+    )
+
+
 def parse_value(text: str) -> Any:
     """One EDN value given as text (``nil``, ``0``, ``"a"``, ``[1 2]``,
     ``{:x 0}``), as a JSON value; ``null`` is read as nil too.
@@ -348,6 +375,8 @@ def parse_value(text: str) -> Any:
     Raises ``ValueError`` when ``text`` is not exactly one EDN value.
     """
     edn = _edn_module()
+    if _has_long_number(text):
+        raise ValueError(f"not an EDN value this checker reads: {text[:200]!r} ({NUMBER_TOO_LONG})")
     try:
         values = edn.loads_all(text, write_ply_tables=False)
     except _parser_errors(edn) as error:
@@ -410,7 +439,7 @@ def iter_edn_events(path: Path, *, form_chars_max: int = FORM_CHARS_MAX) -> Iter
 
     Raises :class:`HistoryFormatError` naming the file and line for text
     that is not EDN (whatever the parser raised), an operation longer than
-    the bound, an element that is not an operation map, a field EDN can
+    the bound, a number longer than ``NUMBER_CHARS_MAX`` characters, an element that is not an operation map, a field EDN can
     give and JSON cannot hold, or ``:index`` / ``:time`` on some operations
     and not others.
     """

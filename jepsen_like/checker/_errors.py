@@ -21,11 +21,13 @@ VALUE_NESTING_MAX = 100
 # default bound, set explicitly for Spark's reader; the reference checker
 # holds to the same). Python's int() refuses past 4,300 digits on its own.
 NUMBER_CHARS_MAX = 1000
+# What every reader says of a number past it (JSON lines, Parquet values, EDN).
+NUMBER_TOO_LONG = f"a number has more than {NUMBER_CHARS_MAX} characters"
 
 
 def _bounded_number(text: str) -> str:
     if len(text) > NUMBER_CHARS_MAX:
-        raise ValueError(f"a number has more than {NUMBER_CHARS_MAX} characters")
+        raise ValueError(NUMBER_TOO_LONG)
     return text
 
 

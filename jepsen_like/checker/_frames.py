@@ -37,6 +37,7 @@ from jepsen_like.checker._load import (
     HistorySource,
     locate_lines,
     read_history_events,
+    side_file_errors,
 )
 from jepsen_like.checker._model_catalog import shape_error
 from jepsen_like.checker._models import READ_MODES, Model, variant_json
@@ -408,6 +409,40 @@ def _raise_errors(rows: list, sources: Sequence[HistorySource], what: str) -> No
     raise HistoryFormatError(f"malformed {what}:\n" + "\n".join(lines) + more)
 
 
+def _raise_side_errors(rows: list, sources: Sequence[HistorySource]) -> None:
+    """Raise one :class:`HistoryFormatError` for the side-file error rows
+    (``source_file``, ``message``). The job finds which files hold
+    malformed records, not their lines: each such file is read again here,
+    in the driver, by the reference checker's reader, whose messages name
+    the line (or Parquet row) and are the reference checker's own. Only a
+    check that has failed pays for it. A file where that reader finds
+    nothing the job did keeps the job's message, naming the file alone."""
+    if not rows:
+        return
+    flagged: dict[str, list] = {}
+    for row in rows:
+        flagged.setdefault(row["source_file"], []).append(row)
+    # Spark names a JSON-lines file by its absolute path, a Parquet one as given.
+    side_files = [
+        (path, node_event)
+        for source in sources
+        for paths, node_event in ((source.node_event_paths, True), (source.log_dump_paths, False))
+        for path in paths
+    ]
+    shown: list[str] = []
+    for path, node_event in side_files:
+        job_rows = flagged.pop(os.path.abspath(path), []) + flagged.pop(str(path), [])
+        if not job_rows or len(shown) > ERRORS_SHOWN_MAX:
+            continue
+        found = side_file_errors(path, node_event=node_event, limit=ERRORS_SHOWN_MAX + 1 - len(shown))
+        shown += found or [f"{path}: {row['message']}" for row in job_rows]
+    shown += [f"{row['source_file']}: {row['message']}" for file_rows in flagged.values() for row in file_rows]
+    more = "" if len(rows) <= ERRORS_SHOWN_MAX and len(shown) <= ERRORS_SHOWN_MAX else (
+        f"\n(and more; the first {ERRORS_SHOWN_MAX} are shown)"
+    )
+    raise HistoryFormatError("malformed node events or log dumps:\n" + "\n".join(shown[:ERRORS_SHOWN_MAX]) + more)
+
+
 def _side_errors(frame: DataFrame, required: Mapping[str, Sequence[str]] | Sequence[str], *, kinds: bool) -> DataFrame:
     checks = [
         (F.col(CORRUPT).isNotNull(), F.concat(F.lit("not a valid record: "), F.substring(F.col(CORRUPT), 1, 200))),
@@ -674,9 +709,7 @@ def load(spark: SparkSession, sources: Sequence[HistorySource], *, small_input: 
         for frame in (kept, node_events, log_dumps):
             release(frame)
     _raise_errors(problems, sources, "history")
-    if by_kind.get(_SIDE_ERROR_ROW):
-        lines = [f"{row['source_file']}: {row['message']}" for row in by_kind[_SIDE_ERROR_ROW][:ERRORS_SHOWN_MAX]]
-        raise HistoryFormatError("malformed node events or log dumps:\n" + "\n".join(lines))
+    _raise_side_errors(by_kind.get(_SIDE_ERROR_ROW, []), sources)
 
     event_counts = {hid: {"events": 0, "nemesis_events": 0} for hid in range(len(sources))}
     operation_names: dict[int, set[str]] = {hid: set() for hid in range(len(sources))}

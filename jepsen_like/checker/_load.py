@@ -23,7 +23,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from jepsen_like.checker._edn import iter_edn_events
 from jepsen_like.checker._errors import (
@@ -296,43 +296,52 @@ def _json_loads(text: str) -> Any:
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
 
-def _iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Each non-blank line's JSON object, with its line number. Raises
-    :class:`HistoryFormatError`, naming the file and line, for a line that
-    is not UTF-8, not JSON, not an object, or with a field that nests
-    deeper than ``VALUE_NESTING_MAX`` levels: a history is input from
-    outside, and none of these is a bug of the checker's."""
+def _open_lines(path: Path) -> Any:
     try:
         # Undecodable bytes are kept (as lone surrogates) to be reported
         # with their line: a strict decoder fails on a whole read-ahead
         # chunk, before the lines it holds have been counted.
-        handle = path.open("r", encoding="utf-8", errors="surrogateescape")
+        return path.open("r", encoding="utf-8", errors="surrogateescape")
     except OSError as error:
         raise HistoryFormatError(f"{path}: cannot open: {error}") from None
-    with handle:
+
+
+def _json_line(path: Path, line_number: int, line: str) -> dict[str, Any]:
+    """One non-blank line's JSON object. Raises :class:`HistoryFormatError`,
+    naming the file and line, for a line that is not UTF-8, not JSON, not
+    an object, or with a field that nests deeper than ``VALUE_NESTING_MAX``
+    levels: a history is input from outside, and none of these is a bug of
+    the checker's."""
+    undecodable = None if line.isascii() else _NOT_UTF8.search(line)
+    if undecodable is not None:
+        raise HistoryFormatError(
+            f"{path}:{line_number}: not valid UTF-8 (byte 0x{ord(undecodable.group()) - 0xDC00:02x} "
+            f"at character {undecodable.start() + 1})"
+        )
+    try:
+        record = _json_loads(line)
+    except json.JSONDecodeError as error:
+        raise HistoryFormatError(f"{path}:{line_number}: not valid JSON ({error.msg}): {line.strip()[:200]}") from None
+    except RecursionError:  # deeper than the decoder's stack, far past the limit
+        raise nesting_error(f"{path}:{line_number}", "a field") from None
+    except ValueError as error:  # a number past NUMBER_CHARS_MAX
+        raise HistoryFormatError(f"{path}:{line_number}: {error}") from None
+    if not isinstance(record, dict):
+        raise HistoryFormatError(f"{path}:{line_number}: expected a JSON object, got {line.strip()[:200]}")
+    too_deep = too_deep_field(record)
+    if too_deep is not None:
+        raise nesting_error(f"{path}:{line_number}", too_deep)
+    return record
+
+
+def _iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each non-blank line's JSON object, with its line number. Raises
+    :class:`HistoryFormatError` for the first malformed line (see
+    :func:`_json_line`)."""
+    with _open_lines(path) as handle:
         for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            undecodable = None if line.isascii() else _NOT_UTF8.search(line)
-            if undecodable is not None:
-                raise HistoryFormatError(
-                    f"{path}:{line_number}: not valid UTF-8 (byte 0x{ord(undecodable.group()) - 0xDC00:02x} "
-                    f"at character {undecodable.start() + 1})"
-                )
-            try:
-                record = _json_loads(line)
-            except json.JSONDecodeError as error:
-                raise HistoryFormatError(f"{path}:{line_number}: not valid JSON ({error.msg}): {line.strip()[:200]}") from None
-            except RecursionError:  # deeper than the decoder's stack, far past the limit
-                raise nesting_error(f"{path}:{line_number}", "a field") from None
-            except ValueError as error:  # a number past NUMBER_CHARS_MAX
-                raise HistoryFormatError(f"{path}:{line_number}: {error}") from None
-            if not isinstance(record, dict):
-                raise HistoryFormatError(f"{path}:{line_number}: expected a JSON object, got {line.strip()[:200]}")
-            too_deep = too_deep_field(record)
-            if too_deep is not None:
-                raise nesting_error(f"{path}:{line_number}", too_deep)
-            yield line_number, record
+            if line.strip():
+                yield line_number, _json_line(path, line_number, line)
 
 
 _INDEX_FIELD = re.compile(r'"index"\s*:\s*(-?\d+)')
@@ -573,35 +582,96 @@ def pair_operations(source: HistorySource, events: list[dict[str, Any]]) -> tupl
     return operations, nemesis_events
 
 
-def _read_side_file(path: Path, required: Mapping[str, tuple[str, ...]] | tuple[str, ...], *, kind_field: bool) -> list[dict[str, Any]]:
+_SIDE_INTEGER_FIELDS = ("epoch", "broker_epoch", "offset", "hwm", "log_start")
+# Side-file fields compared as text, as Spark reads them (see _as_text).
+_SIDE_TEXT_FIELDS = ("node", "kind", "leader", "broker_id", "write_id", "record_hash")
+
+
+def _side_record_problem(record: dict[str, Any], *, node_event: bool) -> str | None:
+    """What is wrong with one node event (``node_event``) or log-dump
+    record, or None. The Spark job checks the same (``_frames._side_errors``)
+    and, when it finds something, takes its messages from here."""
+    if node_event:
+        for name in ("time", "node", "kind"):
+            if record.get(name) is None:
+                return f"missing required field {name!r}"
+        if not _is_int(record["time"]):
+            return f"time must be an integer (ns), got {record['time']!r}"
+        kind = _as_text(record["kind"])
+        for name in _NODE_EVENT_REQUIRED.get(kind, ()):  # type: ignore[arg-type]
+            if record.get(name) is None:
+                return f"{kind} event without {name!r}"
+    else:
+        for name in LOG_DUMP_REQUIRED:
+            if record.get(name) is None:
+                return f"missing required field {name!r}"
+    for name in _SIDE_INTEGER_FIELDS:
+        if record.get(name) is not None and not _is_int(record[name]):
+            return f"{name} must be an integer, got {record[name]!r}"
+    if record.get("accepted") is not None and not isinstance(record["accepted"], bool):
+        return "accepted must be true or false"
+    if node_event and record["kind"] == "broker_state" and record["state"] not in BROKER_STATES:
+        return f"state must be one of {', '.join(BROKER_STATES)}, got {record['state']!r}"
+    return None
+
+
+def _side_where(path: Path, number: int) -> str:
+    """A side file's line (JSON lines), or row (Parquet, as a Parquet
+    history's rows are named)."""
+    return f"{path} row {number}" if path.suffix == ".parquet" else f"{path}:{number}"
+
+
+def _read_side_file(path: Path, *, node_event: bool) -> list[dict[str, Any]]:
     records = []
     rows = _read_parquet_rows(path) if path.suffix == ".parquet" else _iter_json_lines(path)
-    for line_number, record in rows:
-        where = f"{path}:{line_number}"
-        if kind_field:
-            for name in ("time", "node", "kind"):
-                if record.get(name) is None:
-                    raise HistoryFormatError(f"{where}: missing required field {name!r}")
-            if not _is_int(record["time"]):
-                raise HistoryFormatError(f"{where}: time must be an integer (ns), got {record['time']!r}")
-            names = required.get(record["kind"], ())  # type: ignore[union-attr]
-        else:
-            names = required  # type: ignore[assignment]
-        for name in names:
-            if record.get(name) is None:
-                raise HistoryFormatError(f"{where}: missing required field {name!r}")
-        for name in ("epoch", "broker_epoch", "offset", "hwm", "log_start"):
-            if record.get(name) is not None and not _is_int(record[name]):
-                raise HistoryFormatError(f"{where}: {name} must be an integer, got {record[name]!r}")
-        if record.get("accepted") is not None and not isinstance(record["accepted"], bool):
-            raise HistoryFormatError(f"{where}: accepted must be true or false")
-        if record.get("kind") == "broker_state" and record["state"] not in BROKER_STATES:
-            raise HistoryFormatError(f"{where}: state must be one of {', '.join(BROKER_STATES)}, got {record['state']!r}")
-        for name in ("node", "leader", "broker_id", "write_id", "record_hash"):
+    for number, record in rows:
+        problem = _side_record_problem(record, node_event=node_event)
+        if problem is not None:
+            raise HistoryFormatError(f"{_side_where(path, number)}: {problem}")
+        for name in _SIDE_TEXT_FIELDS:
             if name in record:
                 record[name] = _as_text(record[name])
         records.append(record)
     return records
+
+
+def side_file_errors(path: Path, *, node_event: bool, limit: int) -> list[str]:
+    """The first ``limit`` malformed lines (or Parquet rows) of a node-event
+    log (``node_event``) or log dump, each as the reference checker reports
+    it (``FILE:LINE: what is wrong``), reading past each one. For the Spark
+    job's messages: it finds that a side file has malformed records, not
+    where they are; this reads the file again, only then."""
+    errors: list[str] = []
+    if path.suffix == ".parquet":
+        try:
+            for number, record in _read_parquet_rows(path):
+                problem = _side_record_problem(record, node_event=node_event)
+                if problem is not None:
+                    errors.append(f"{_side_where(path, number)}: {problem}")
+                    if len(errors) >= limit:
+                        break
+        except HistoryFormatError as error:
+            errors.append(str(error))
+        return errors[:limit]
+    try:
+        handle = _open_lines(path)
+    except HistoryFormatError as error:
+        return [str(error)]
+    with handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = _json_line(path, number, line)
+            except HistoryFormatError as error:
+                errors.append(str(error))
+            else:
+                problem = _side_record_problem(record, node_event=node_event)
+                if problem is not None:
+                    errors.append(f"{_side_where(path, number)}: {problem}")
+            if len(errors) >= limit:
+                break
+    return errors
 
 
 def read_node_events(paths: Iterable[Path]) -> list[dict[str, Any]]:
@@ -612,7 +682,7 @@ def read_node_events(paths: Iterable[Path]) -> list[dict[str, Any]]:
     """
     events: list[dict[str, Any]] = []
     for path in paths:
-        events.extend(_read_side_file(path, _NODE_EVENT_REQUIRED, kind_field=True))
+        events.extend(_read_side_file(path, node_event=True))
     return events
 
 
@@ -623,7 +693,7 @@ def read_log_dumps(paths: Iterable[Path]) -> list[dict[str, Any]]:
     """
     records: list[dict[str, Any]] = []
     for path in paths:
-        records.extend(_read_side_file(path, LOG_DUMP_REQUIRED, kind_field=False))
+        records.extend(_read_side_file(path, node_event=False))
     return records
 
 
@@ -700,4 +770,5 @@ __all__ = [
     "read_meta",
     "read_node_events",
     "resolve_model_name",
+    "side_file_errors",
 ]

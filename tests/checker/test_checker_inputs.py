@@ -4,6 +4,7 @@ malformed input (a clear error, never a traceback), exit codes and --out."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -121,6 +122,73 @@ def test_malformed_side_files_and_meta_are_errors(spark, tmp_path):
     (tmp_path / "meta_bad" / "meta.json").write_text('{"fetch_timeout_ms": "ten"}')
     with pytest.raises(HistoryFormatError, match="fetch_timeout_ms"):
         discover_histories([str(tmp_path / "meta_bad")])
+
+
+def _side_file_campaign(directory: Path, name: str, lines: list[str]) -> Path:
+    """A valid campaign whose side file ``name`` holds ``lines`` as written."""
+    write_campaign(directory, Case().op("w", 0, "write", "x", 1, start_ms=0, end_ms=1))
+    (directory / name).write_text("\n".join(lines) + "\n")
+    return directory
+
+
+_NODE_EVENT = '{"time":0,"node":"n1","kind":"role","epoch":1,"role":"leader","leader":"n1"}'
+_LOG_RECORD = '{"node":"n1","offset":%d,"epoch":1,"record_hash":"h%d","hwm":3}'
+
+
+@pytest.mark.parametrize(
+    ("name", "lines", "expected"),
+    [
+        # A record that is JSON but lacks a field the kind needs.
+        (
+            "node-events.jsonl",
+            [_NODE_EVENT, _NODE_EVENT, '{"time":5,"node":"n2","kind":"role","role":"follower"}', _NODE_EVENT],
+            r"node-events.jsonl:3: role event without 'epoch'",
+        ),
+        # A field of the wrong type (Spark's reader takes the whole line as
+        # a corrupt record), after a blank line that still counts.
+        (
+            "log-dumps.jsonl",
+            [_LOG_RECORD % (0, 0), "", '{"node":"n1","offset":"one","epoch":1,"record_hash":"h1","hwm":3}', _LOG_RECORD % (2, 2)],
+            r"log-dumps.jsonl:3: offset must be an integer, got 'one'",
+        ),
+        # Not JSON at all.
+        (
+            "log-dumps.jsonl",
+            [_LOG_RECORD % (0, 0), '{"node":"n1","offset":1,'],
+            r"log-dumps.jsonl:2: not valid JSON",
+        ),
+    ],
+    ids=["node-event-missing-field", "log-dump-wrong-type", "log-dump-not-json"],
+)
+def test_a_malformed_side_file_line_is_named_by_its_line_on_both_paths_alike(spark, tmp_path, name, lines, expected):
+    # Found by hand: the Spark job named only the side file ("FILE: not a
+    # valid record: ..."), the reference its line; both now say the same.
+    campaign = _side_file_campaign(tmp_path / "campaign", name, lines)
+    with pytest.raises(HistoryFormatError) as reference:
+        check_reference([str(campaign)])
+    reference_message = str(reference.value)
+    assert re.search(expected, reference_message), reference_message
+    with pytest.raises(HistoryFormatError) as spark_raised:
+        check([str(campaign)], spark=spark)
+    assert reference_message in str(spark_raised.value).splitlines(), (reference_message, str(spark_raised.value))
+
+
+def test_a_malformed_parquet_side_file_row_is_named_by_its_row_on_both_paths_alike(spark, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    campaign = tmp_path / "campaign"
+    write_campaign(campaign, Case().op("w", 0, "write", "x", 1, start_ms=0, end_ms=1))
+    rows = [json.loads(_LOG_RECORD % (offset, offset)) for offset in range(3)]
+    rows[1]["record_hash"] = None
+    pq.write_table(pa.Table.from_pylist(rows), campaign / "log-dumps.parquet")
+    with pytest.raises(HistoryFormatError) as reference:
+        check_reference([str(campaign)])
+    reference_message = str(reference.value)
+    assert reference_message.endswith("log-dumps.parquet row 2: missing required field 'record_hash'"), reference_message
+    with pytest.raises(HistoryFormatError) as spark_raised:
+        check([str(campaign)], spark=spark)
+    assert reference_message in str(spark_raised.value).splitlines(), (reference_message, str(spark_raised.value))
 
 
 def _nested(levels: int) -> list:
@@ -242,6 +310,56 @@ def test_integers_past_64_bits_and_numbers_past_1000_characters_are_refused_on_b
     (edge / "edge.jsonl").write_text("\n".join(edge_lines) + "\n")
     assert check_reference([str(edge)])[0].valid is True
     assert check([str(edge)], spark=spark)[0].valid is True
+
+
+def _edn_register(tmp: Path, name: str, number: str) -> Path:
+    """An EDN history: a write of 1, then a read answered with ``number``
+    (on line 4, inside a vector)."""
+    path = tmp / f"{name}.edn"
+    path.write_text(
+        "{:type :invoke, :f :write, :value 1, :process 0, :time 0, :index 0}\n"
+        "{:type :ok, :f :write, :value 1, :process 0, :time 1, :index 1}\n"
+        "{:type :invoke, :f :read, :value nil, :process 1, :time 2, :index 2}\n"
+        "{:type :ok, :f :read, :value [%s], :process 1, :time 3, :index 3}\n" % number
+    )
+    return path
+
+
+def test_edn_numbers_past_1000_characters_are_refused_alike_on_both_paths(spark, tmp_path):
+    # Found by hand: an EDN integer of 1,001 to 4,300 digits passed the
+    # reference checker while Spark refused the JSON line it became ("not
+    # a valid event"), and one of 5,000 digits gave Python's int-limit
+    # text on both. The EDN reader now refuses one past NUMBER_CHARS_MAX
+    # characters, as the JSON-lines readers do.
+    from jepsen_like.checker._edn import parse_value
+    from jepsen_like.checker._errors import NUMBER_CHARS_MAX
+
+    assert NUMBER_CHARS_MAX == 1000
+    at_limit = _edn_register(tmp_path, "at-limit", "9" * 1000)
+    assert check_reference([str(at_limit)])[0].valid is False  # the read saw a value never written
+    assert check([str(at_limit)], spark=spark)[0].valid is False
+    negative_at_limit = _edn_register(tmp_path, "negative-at-limit", "-" + "9" * 999)
+    assert check_reference([str(negative_at_limit)])[0].valid is False
+    assert check([str(negative_at_limit)], spark=spark)[0].valid is False
+    for name, number in (
+        ("past-limit", "9" * 1001),
+        ("negative-past-limit", "-" + "9" * 1000),
+        ("float-past-limit", "0." + "5" * 999),
+        ("past-int-limit", "9" * 5000),
+    ):
+        path = _edn_register(tmp_path, name, number)
+        expected = f"{path}:4: a number has more than 1000 characters"
+        with pytest.raises(HistoryFormatError) as reference:
+            check_reference([str(path)])
+        assert str(reference.value) == expected
+        with pytest.raises(HistoryFormatError) as spark_raised:
+            check([str(path)], spark=spark)
+        assert str(spark_raised.value) == expected
+    # An initial value (--initial-value) is EDN read alike, for both paths.
+    assert parse_value("[" + "9" * 1000 + "]") == [int("9" * 1000)]
+    for number in ("9" * 1001, "9" * 5000):
+        with pytest.raises(ValueError, match="a number has more than 1000 characters"):
+            parse_value(f"[{number}]")
 
 
 def test_discovery_of_files_directories_and_campaigns(tmp_path, porcupine_dir):
