@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quorum import QuorumConfig
+from quorum import NODE_ID_MAX, QuorumConfig
 from quorum.runtime import NodeConfig, TlsConfig
+from registration import RegisterBrokerRequest
 
 from ._lifecycle import LifecycleConfig
 
@@ -76,8 +77,8 @@ class BrokerConfig:
     acl_file: Path | str | None = None
 
     def __post_init__(self) -> None:
-        if type(self.broker_id) is not int or self.broker_id < 0:
-            raise ValueError(f"broker_id must be an int >= 0, got {self.broker_id!r}")
+        if type(self.broker_id) is not int or not 0 <= self.broker_id <= NODE_ID_MAX:
+            raise ValueError(f"broker_id must be an int from 0 to {NODE_ID_MAX}, got {self.broker_id!r}")
         if not self.bootstrap:
             raise ValueError("bootstrap must name at least one controller")
         if self.broker_id in self.bootstrap:
@@ -86,6 +87,14 @@ class BrokerConfig:
             raise ValueError("cluster_id must be a non-empty string")
         if self.rack is not None and (not isinstance(self.rack, str) or not self.rack):
             raise ValueError("rack must be a non-empty string or None")
+        # The registration this broker will send, checked now (its rack's
+        # and cluster id's bounds are the controller's): a value the
+        # controller refuses is the user's to fix before the broker starts,
+        # not an error when it first registers.
+        RegisterBrokerRequest(
+            broker_id=self.broker_id, incarnation_id="-", cluster_id=self.cluster_id,
+            listeners=((self.listener_name, *self.listen),), rack=self.rack,
+        )
         if type(self.registration_timeout_ms) is not int or self.registration_timeout_ms <= 0:
             raise ValueError(f"registration_timeout_ms must be an int > 0, got {self.registration_timeout_ms!r}")
         self.lifecycle_config()  # validates the timers

@@ -21,8 +21,9 @@ from typing import Any
 import click
 import trio
 
+from quorum import listen_address
 from quorum.cli import reload_on_sighup
-from quorum.cli_errors import ReportingCommand, record_listen_addresses
+from quorum.cli_errors import LOG_LEVELS, ReportingCommand, record_listen_addresses
 from quorum.cli_tls import listener_tls
 from quorum.runtime import parse_voters
 
@@ -30,15 +31,6 @@ from ._agent import open_broker
 from ._config import BrokerConfig
 
 log = logging.getLogger("pykraft.broker")
-
-
-def _address(text: str) -> tuple[str, int]:
-    """``HOST:PORT``; raises ``ValueError`` naming the bad value."""
-    try:
-        host, port = text.rsplit(":", 1)
-        return host.strip("[]"), int(port)
-    except ValueError:
-        raise ValueError(f"bad address {text!r}: expected HOST:PORT") from None
 
 
 @click.command("kraft-broker", cls=ReportingCommand)
@@ -61,7 +53,7 @@ def _address(text: str) -> tuple[str, int]:
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="This broker's private key (PEM).")
 @click.option("--acl-file", type=click.Path(exists=True, dir_okay=False), help="Which clients may read (reloaded on SIGHUP).")
 @click.option("--plaintext", is_flag=True, help="Run without TLS (teaching, quick starts): this or the --tls-* files.")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-level", type=LOG_LEVELS, default="INFO", show_default=True)
 def main(
     broker_id: int,
     bootstrap: str,
@@ -101,14 +93,14 @@ def main(
         config = BrokerConfig(
             broker_id=broker_id,
             bootstrap=parse_voters(bootstrap),
-            listen=_address(listen),
+            listen=listen_address(listen, "listen address"),
             cluster_id=cluster_id,
             rack=rack,
             data_dir=data_dir,
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
             shutdown_timeout_ms=shutdown_timeout_ms,
-            metrics_listen=_address(metrics_listen) if metrics_listen else None,
+            metrics_listen=listen_address(metrics_listen, "metrics address") if metrics_listen else None,
             event_log=event_log,
             fsync=fsync,
             controlled_shutdown_on_exit=False,  # signals drive it here

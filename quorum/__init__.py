@@ -71,10 +71,11 @@ from ._election_copies import (
 from ._service import ServiceClass, service_class
 from ._quorum_math import majorities_overlap
 from ._state_machine import KeyValueStateMachine
-from ._types import ElectionState, Entry, Epoch, NodeId, Offset, OffsetAndEpoch, RecordKind, SnapshotId
-from ._voters import Voter, VoterSet
+from ._types import NODE_ID_MAX, ElectionState, Entry, Epoch, NodeId, Offset, OffsetAndEpoch, RecordKind, SnapshotId
+from ._voters import Voter, VoterSet, listen_address
 
 __all__ = [
+    "NODE_ID_MAX",
     "AccessControlList",
     "AutoJoin",
     "AutoJoinAction",
@@ -144,6 +145,7 @@ __all__ = [
     "VoteResponse",
     "Voter",
     "VoterSet",
+    "listen_address",
     "apply_output",
     "apply_outputs",
     "collector_paused",

@@ -280,6 +280,35 @@ class VoterSet:
         return cls(tuple(voters), tuple(removed))  # type: ignore[arg-type]
 
 
+PORT_MAX = 65535
+
+
+def listen_address(text: str, name: str = "address") -> tuple[str, int]:
+    """``HOST:PORT`` to listen on (``[::1]:0`` for IPv6; port 0: any free
+    port) as ``(host, port)``. Raises ``ValueError`` naming ``name`` and
+    ``text``: what a user types is checked where it is read, not where the
+    socket fails to open."""
+    host, _, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host or not (port.isascii() and port.isdigit()) or int(port) > PORT_MAX:
+        raise ValueError(f"bad {name} {text!r}: expected HOST:PORT with a port from 0 to {PORT_MAX}")
+    return host, int(port)
+
+
+def check_listen_address(address: object, name: str) -> None:
+    """Raise ``ValueError`` unless ``address`` is a ``(host, port)`` pair to
+    listen on: a non-empty host, a port from 0 to 65535."""
+    if not (
+        isinstance(address, tuple)
+        and len(address) == 2
+        and isinstance(address[0], str)
+        and address[0]
+        and type(address[1]) is int
+        and 0 <= address[1] <= PORT_MAX
+    ):
+        raise ValueError(f"{name} must be (HOST, PORT) with a port from 0 to {PORT_MAX}, got {address!r:.80}")
+
+
 def endpoint_address(endpoint: str) -> tuple[str, int]:
     """A voter's ``HOST:PORT`` endpoint (``[::1]:9093`` for IPv6) as
     ``(host, port)``. Raises ``ValueError`` for anything else."""

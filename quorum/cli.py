@@ -30,11 +30,11 @@ from typing import Any
 import click
 import trio
 
-from .cli_errors import CommandError, ReportingGroup, load_toml, record_listen_addresses
+from .cli_errors import LOG_LEVELS, CommandError, ReportingGroup, load_toml, record_listen_addresses
 from .cli_tls import client_tls, listener_tls, tls_client_options
 from ._config import TIMER_PROFILES, timer_profile
 from .runtime import EXPIRY_WARNING_DAYS, ConnectionLimits, KeyValueStateMachine, NodeConfig, open_quorum_node, parse_voters
-from ._voters import Voter
+from ._voters import Voter, endpoint_address, listen_address
 from .storage import (
     EXIT_NOT_A_DATA_DIR,
     StorageOwnershipError,
@@ -44,11 +44,6 @@ from .storage import (
     format_data_dir,
     new_directory_id,
 )
-
-
-def _address(text: str) -> tuple[str, int]:
-    host, port = text.rsplit(":", 1)
-    return host.strip("[]"), int(port)
 
 
 @click.group(cls=ReportingGroup)
@@ -131,7 +126,7 @@ _NODE_OPTIONS = [
         help="With a --data-dir formatted for dynamic voters: once caught up, add this disk as a voter "
         "(KIP-853 auto-join); never again once it has been one (an operator removed it).",
     ),
-    click.option("--log-level", default="INFO", show_default=True),
+    click.option("--log-level", type=LOG_LEVELS, default="INFO", show_default=True),
 ]
 
 # Settings that fill ``ConnectionLimits``.
@@ -226,12 +221,12 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
     tls = listener_tls(settings, config_file=True)
     return NodeConfig(
         node_id=int(settings["node_id"]),
-        voters=parse_voters(voters) if isinstance(voters, str) else {int(k): _address(v) for k, v in voters.items()},
+        voters=parse_voters(voters) if isinstance(voters, str) else {int(k): endpoint_address(v) for k, v in voters.items()},
         cluster_id=settings.get("cluster_id"),
-        listen=_address(settings["listen"]) if "listen" in settings else None,
+        listen=listen_address(settings["listen"], "listen address") if "listen" in settings else None,
         data_dir=settings.get("data_dir"),
         fsync=settings.get("fsync", True),
-        metrics_listen=_address(settings["metrics_listen"]) if "metrics_listen" in settings else None,
+        metrics_listen=listen_address(settings["metrics_listen"], "metrics address") if "metrics_listen" in settings else None,
         metrics_enabled=settings.get("metrics_enabled", True),
         event_log=settings.get("event_log"),
         snapshot_every_records=int(settings.get("snapshot_every_records", 10_000)),
@@ -632,7 +627,7 @@ def add_voter_command(
     change while another is not yet committed (retried until --timeout-s)."""
     try:
         for endpoint in endpoints:
-            _address(endpoint)
+            endpoint_address(endpoint)
         Voter(node_id, directory_id, tuple(endpoints))
     except ValueError as error:
         raise click.UsageError(f"bad voter: {error}") from error
@@ -730,7 +725,7 @@ def parse_initial_voters(text: str) -> tuple[Voter, ...]:
         try:
             node, rest = item.split("@", 1)
             endpoint, directory = rest.rsplit(":", 1)
-            _address(endpoint)
+            endpoint_address(endpoint)
             voters.append(Voter(int(node), directory, (endpoint,)))
         except ValueError as error:
             raise ValueError(f"initial voter {item!r} is not ID@HOST:PORT:DIRECTORY ({error})") from None
@@ -800,7 +795,7 @@ def format_command(
         if standalone:
             if listen is None:
                 raise ValueError("--standalone needs --listen HOST:PORT (where the other nodes will find this one)")
-            _address(listen)
+            endpoint_address(listen)
             directory_id = directory_id or new_directory_id()
             voters = (Voter(node_id, directory_id, (listen,)),)
         identity = format_data_dir(

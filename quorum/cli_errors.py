@@ -34,7 +34,6 @@ Exit statuses (docs/operations.md, "Errors and exit codes"):
 from __future__ import annotations
 
 import errno
-import socket
 import sys
 import traceback
 from pathlib import PurePath
@@ -52,6 +51,10 @@ EXIT_OS_ERROR = 7
 EXIT_BUG = 70
 
 # Keys in click's ``Context.meta`` (shared by a context and its children).
+# What --log-level takes (every process): a typo is a usage error, not a
+# silent INFO.
+LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False)
+
 _DEBUG_KEY = "pykraft.debug"
 _LISTEN_KEY = "pykraft.listen_addresses"
 
@@ -217,9 +220,10 @@ def _describe_os_error(error: OSError, listen_addresses: list[str] | tuple[str, 
             hint="Another process (another node?) holds the port: stop it, or give this one another address.",
             exit_code=EXIT_OS_ERROR,
         )
-    if isinstance(error, socket.gaierror):
-        # getaddrinfo's own codes (negative errnos): the host name to listen
-        # on does not resolve; the message alone names nothing.
+    if error.errno is not None and error.errno < 0:
+        # getaddrinfo's own codes (socket.gaierror's EAI_*, the only negative
+        # errnos): the host name to listen on does not resolve; the message
+        # alone names nothing.
         where = " or ".join(listen_addresses) if listen_addresses else "this process's address"
         return CommandError(
             f"cannot listen on {where}: the host name does not resolve ({reason}).",
@@ -333,6 +337,7 @@ __all__ = [
     "EXIT_STORAGE_REFUSED",
     "EXIT_UNREACHABLE",
     "EXIT_USAGE",
+    "LOG_LEVELS",
     "CommandError",
     "ReportingCommand",
     "ReportingGroup",

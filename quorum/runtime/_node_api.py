@@ -31,7 +31,7 @@ from .._config import QuorumConfig
 from .._messages import ErrorCode
 from .._errors import ReconfigurationError
 from .._node import NotLeaderError, QuorumDescription
-from .._voters import Voter, endpoint_address
+from .._voters import Voter, check_listen_address, endpoint_address
 from ..storage import (
     DamagedLogError,
     DataDirIdentity,
@@ -215,6 +215,9 @@ class NodeConfig:
             if self.node_id not in self.voters:
                 raise ValueError(f"node {self.node_id} is not a voter, so it needs a listen address")
             self.listen = self.voters[self.node_id]
+        check_listen_address(self.listen, "listen")
+        if self.metrics_listen is not None:
+            check_listen_address(self.metrics_listen, "metrics_listen")
 
     def quorum_config(self, identity: DataDirIdentity | None = None) -> QuorumConfig:
         """The core's configuration: ``quorum``'s settings, with the

@@ -256,6 +256,50 @@ def test_an_event_log_in_a_missing_folder_says_to_create_it(tmp_path, command):
     assert_reported(result, EXIT_OS_ERROR, f"cannot open {event_log}", f"mkdir -p {event_log.parent}")
 
 
+@pytest.mark.parametrize("command", ["kraft-quorum", "kraft-broker"])
+@pytest.mark.parametrize(
+    ("flags", "phrase"),
+    [
+        (("--listen", "127.0.0.1:99999"), "bad listen address '127.0.0.1:99999': expected HOST:PORT with a port from 0 to 65535"),
+        (("--listen", "garbage"), "bad listen address 'garbage'"),
+        (("--listen", ":0"), "bad listen address ':0'"),
+        (("--metrics", "127.0.0.1:70000"), "bad metrics address '127.0.0.1:70000'"),
+        (("--log-level", "BOGUS"), "Invalid value for '--log-level': 'BOGUS' is not one of"),
+    ],
+)
+def test_a_listen_address_or_log_level_a_process_cannot_use_is_a_usage_error(command, flags, phrase):
+    """Found by hand: a port past 65535 started a node or broker listening
+    who knows where, "garbage" was "not enough values to unpack", ":0" and
+    a negative port "the host name does not resolve", and a misspelt log
+    level was silently INFO."""
+    (port,) = free_ports(1)
+    if command == "kraft-quorum":
+        args = ["node", "--plaintext", "--node-id", 1, "--voters", f"1@127.0.0.1:{port}"]
+    else:
+        args = ["--plaintext", "--broker-id", 101, "--bootstrap", f"1@127.0.0.1:{port}"]
+        if flags[0] != "--listen":
+            args += ["--listen", "127.0.0.1:0"]
+    result = run(command, *args, *flags)
+    assert_reported(result, EXIT_USAGE, phrase)
+
+
+@pytest.mark.parametrize(
+    ("flags", "phrase"),
+    [
+        (("--broker-id", "99999999999999999999"), "broker_id must be an int from 0 to 2147483647"),
+        (("--broker-id", "5", "--rack", "r" * 2000), "rack must have 1 to 1024 characters, got 2000"),
+        (("--broker-id", "5", "--cluster-id", "c" * 2000), "cluster_id must have 1 to 1024 characters, got 2000"),
+    ],
+)
+def test_a_broker_the_controller_would_refuse_is_refused_before_it_starts(flags, phrase):
+    """Found by hand: a 2,000-character rack was "an unexpected error, most
+    likely a bug in pykraft" (exit 70) when the broker first registered, and
+    a broker id past int32 started a broker."""
+    (port,) = free_ports(1)
+    result = run("kraft-broker", "--plaintext", "--bootstrap", f"1@127.0.0.1:{port}", "--listen", "127.0.0.1:0", *flags)
+    assert_reported(result, EXIT_USAGE, phrase)
+
+
 @pytest.mark.parametrize(
     ("content", "phrase"),
     [

@@ -3,6 +3,7 @@ on real sockets and files (a single voter needs no peers)."""
 
 import json
 
+import pytest
 import trio
 from click.testing import CliRunner
 
@@ -105,3 +106,22 @@ def test_retention_settings_reach_the_node_config():
         {"node_id": 1, "voters": "1@127.0.0.1:9091", "retention_bytes": 4096, "retention_ms": None, "plaintext": True}
     )
     assert (config.retention_bytes, config.retention_ms) == (4096, None)
+
+
+@pytest.mark.parametrize(
+    ("field", "address"),
+    [("listen", ("127.0.0.1", 70000)), ("listen", ("127.0.0.1", -1)), ("listen", ("", 9092)), ("listen", "127.0.0.1:9092"),
+     ("metrics_listen", ("127.0.0.1", 65536)), ("metrics_listen", ("127.0.0.1", True))],
+)
+def test_an_address_no_socket_can_listen_on_is_refused_by_the_config(field, address):
+    """The embedding API's own edge: the command lines check their flags,
+    and a NodeConfig (or a BrokerConfig, which builds one) checks what a
+    program hands it, before any port is opened."""
+    from broker_agent import BrokerConfig
+
+    with pytest.raises(ValueError, match=f"{field} must be \\(HOST, PORT\\) with a port from 0 to 65535"):
+        NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9092)}, plaintext=True, **{field: address})
+    with pytest.raises(ValueError):
+        BrokerConfig(broker_id=101, bootstrap={1: ("127.0.0.1", 9)}, plaintext=True,
+                     **{"listen": ("127.0.0.1", 0), field: address})  # fmt: skip
+    assert NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9092)}, plaintext=True, listen=("::1", 0)).listen == ("::1", 0)
