@@ -35,6 +35,7 @@ from .cli_tls import client_tls, listener_tls, tls_client_options
 from ._config import TIMER_PROFILES, timer_profile
 from .runtime import EXPIRY_WARNING_DAYS, ConnectionLimits, KeyValueStateMachine, NodeConfig, open_quorum_node, parse_voters
 from ._voters import Voter, endpoint_address, listen_address
+from .wire import check_cluster_id
 from .storage import (
     EXIT_NOT_A_DATA_DIR,
     StorageOwnershipError,
@@ -765,6 +766,7 @@ def format_command(
     --standalone the cluster's voters are the static --voters list given at
     start-up."""
     try:
+        check_cluster_id(cluster_id, "--cluster-id")
         if standalone and initial_voters:
             raise ValueError("give --standalone or --initial-voters, not both")
         voters: tuple[Voter, ...] = ()

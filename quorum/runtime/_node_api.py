@@ -43,6 +43,7 @@ from ..storage import (
 )
 from ..wire import (
     NODE_LIMITS,
+    check_cluster_id,
     AddVoterRequest,
     ApplicationRequest,
     ApplicationResponse,
@@ -190,6 +191,9 @@ class NodeConfig:
             self.identity = read_data_dir_identity(self.data_dir)
         if self.cluster_id is None:
             self.cluster_id = self.identity.cluster_id if self.identity is not None else "pykraft"
+        # Every frame carries it: one the wire refuses would leave a node
+        # that starts and then reaches nobody.
+        check_cluster_id(self.cluster_id)
         if self.identity is not None and self.identity.bootstrap_voters:
             self.voters = {**_bootstrap_addresses(self.identity.bootstrap_voters), **self.voters}
         if not self.voters:
