@@ -246,7 +246,7 @@ def _ms(value: float | None) -> str:
 
 
 @click.command("sweep")
-@click.option("--seeds", type=int, default=1000, show_default=True, help="How many seeds.")
+@click.option("--seeds", type=click.IntRange(min=1), default=1000, show_default=True, help="How many seeds.")
 @click.option("--start", type=int, default=0, show_default=True, help="The first seed.")
 @click.option("--scenario", type=click.Choice(sorted(SCENARIOS)), default="random", show_default=True)
 @click.option("--check-quorum/--no-check-quorum", default=True)

@@ -220,6 +220,9 @@ class NodeConfig:
                 raise ValueError(f"node {self.node_id} is not a voter, so it needs a listen address")
             self.listen = self.voters[self.node_id]
         check_listen_address(self.listen, "listen")
+        if type(self.snapshot_every_records) is not int or self.snapshot_every_records < 0:
+            # 0: never; a negative count would snapshot after every apply.
+            raise ValueError(f"snapshot_every_records must be an int >= 0 (0: never), got {self.snapshot_every_records!r}")
         if self.metrics_listen is not None:
             check_listen_address(self.metrics_listen, "metrics_listen")
 

@@ -125,3 +125,12 @@ def test_an_address_no_socket_can_listen_on_is_refused_by_the_config(field, addr
         BrokerConfig(broker_id=101, bootstrap={1: ("127.0.0.1", 9)}, plaintext=True,
                      **{"listen": ("127.0.0.1", 0), field: address})  # fmt: skip
     assert NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9092)}, plaintext=True, listen=("::1", 0)).listen == ("::1", 0)
+
+
+@pytest.mark.parametrize("count", [-5, True, 2.5])
+def test_a_snapshot_interval_that_is_no_count_is_refused(count):
+    """Found by hand: ``--snapshot-every-records -5`` ran a node that
+    snapshots after every apply (0 means never)."""
+    with pytest.raises(ValueError, match="snapshot_every_records must be an int >= 0"):
+        NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9092)}, plaintext=True, snapshot_every_records=count)
+    assert NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9092)}, plaintext=True, snapshot_every_records=0)

@@ -251,3 +251,12 @@ def test_jepsen_like_sweep_refuses_a_broker_count_for_a_scenario_without_brokers
     outcome = CliRunner().invoke(sweep_command, ["--scenario", "random", "--brokers", "3", "--seeds", "1"])
     assert outcome.exit_code == 2
     assert "--brokers: random runs no brokers" in outcome.output
+
+
+@pytest.mark.parametrize("seeds", ["0", "-1"])
+def test_jepsen_like_sweep_refuses_a_seed_count_below_one(seeds):
+    """Found by hand: ``--seeds -1`` reported "-1 seeds, 0 failures,
+    -339672.5 seeds/s" and exit 0: a sweep that checked nothing, passing."""
+    outcome = CliRunner().invoke(sweep_command, ["--seeds", seeds])
+    assert outcome.exit_code == 2
+    assert f"Invalid value for '--seeds': {seeds} is not in the range x>=1" in outcome.output
