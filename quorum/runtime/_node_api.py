@@ -33,6 +33,7 @@ from .._errors import ReconfigurationError
 from .._node import NotLeaderError, QuorumDescription
 from .._voters import Voter, check_listen_address, endpoint_address
 from ..storage import (
+    CorruptSnapshotError,
     DamagedLogError,
     DataDirIdentity,
     FileStorage,
@@ -585,19 +586,23 @@ async def warn_before_expiry(tls: TlsConfig) -> None:
         await trio.sleep(EXPIRY_CHECK_INTERVAL_S)
 
 
+def _sole_static_voter(config: NodeConfig) -> bool:
+    """Whether this node is its cluster's only voter, for good: a damaged
+    voter repairs its log from a leader (docs/storage.md, "Repair"), and a
+    static voter set of one has no leader but this node, nor any other copy
+    of the log. With dynamic voters (KIP-853) the log's own voter set may be
+    older than the cluster's, whose leader then finds this node."""
+    return set(config.voters) == {config.node_id} and not (
+        config.identity is not None and config.identity.bootstrap_voters
+    )
+
+
 def open_storage(config: NodeConfig) -> FileStorage | MemoryStorage:
     """The node's storage. Raises the errors of ``FileStorage.open``, and
     ``SoleVoterDamagedError`` for a damaged log that nobody can repair."""
     if config.data_dir is None:
         return MemoryStorage()
-    # A damaged voter repairs its log from a leader (docs/storage.md,
-    # "Repair"). A static voter set of one has no leader but this node, nor
-    # any other copy of the log: it would wait forever, serving nothing.
-    # With dynamic voters (KIP-853) the log's own voter set may be older
-    # than the cluster's, whose leader then finds this node: it repairs.
-    sole_voter = set(config.voters) == {config.node_id} and not (
-        config.identity is not None and config.identity.bootstrap_voters
-    )
+    sole_voter = _sole_static_voter(config)
     try:
         storage = FileStorage.open(
             config.data_dir,
@@ -703,20 +708,30 @@ async def open_quorum_node(
         tls=config.tls,
         authorize=authorize_client_request(acl, authorize_application) if config.tls is not None else None,
     )
-    runtime = QuorumRuntime(
-        # The identity storage read, or wrote at this first start: a static
-        # node knows its directory id from its first start on, which an
-        # upgrade to dynamic voters needs (``upgrade_voters``).
-        config.quorum_config(getattr(storage, "identity", None)),
-        machine,
-        storage=storage,
-        transport=transport,
-        rng=rng,
-        snapshot_every_records=config.snapshot_every_records,
-        metrics=metrics,
-        event_sink=events.emit,
-        leader_application=leader_application,
-    )
+    try:
+        runtime = QuorumRuntime(
+            # The identity storage read, or wrote at this first start: a
+            # static node knows its directory id from its first start on,
+            # which an upgrade to dynamic voters needs (``upgrade_voters``).
+            config.quorum_config(getattr(storage, "identity", None)),
+            machine,
+            storage=storage,
+            transport=transport,
+            rng=rng,
+            snapshot_every_records=config.snapshot_every_records,
+            metrics=metrics,
+            event_sink=events.emit,
+            leader_application=leader_application,
+        )
+    except BaseException as error:
+        # Recovery read the snapshot and the log and failed: the directory
+        # is released, so that the caller may move it aside and start again.
+        storage.close()
+        if own_event_log:
+            events.close()
+        if isinstance(error, CorruptSnapshotError) and error.where is not None and _sole_static_voter(config):
+            raise SoleVoterDamagedError(config.node_id, error.where) from None
+        raise
     runtime.voter_endpoints = {node_id: (address_endpoint(*address),) for node_id, address in config.voters.items()}
     runtime_ref.append(runtime)
     handle = QuorumNodeHandle(runtime, transport, config.tls, acl)

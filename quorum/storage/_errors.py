@@ -119,7 +119,13 @@ class RolledBackElectionStateError(CorruptElectionStateError):
 
 
 class CorruptSnapshotError(StorageError):
-    """A snapshot file (or a received snapshot) failed its header or CRC check."""
+    """A snapshot file (or a received snapshot) failed its header or CRC
+    check. ``where`` says which file and what is wrong, as the start of a
+    sentence, for a file on disk (None for a received snapshot)."""
+
+    def __init__(self, message: str, *, where: str | None = None) -> None:
+        super().__init__(message)
+        self.where = where
 
 
 class SnapshotNotFoundError(StorageError, LookupError):

@@ -124,7 +124,8 @@ class SnapshotStore:
             if found != snapshot_id:
                 raise ValueError(f"the header says {found}")
         except ValueError as error:
-            raise CorruptSnapshotError(f"the snapshot file {path} is damaged ({error}): {REPAIR_ADVICE}.") from None
+            where = f"the snapshot file {path} is damaged ({error})"
+            raise CorruptSnapshotError(f"{where}: {REPAIR_ADVICE}.", where=where) from None
         self._verified.add(snapshot_id)
         return payload
 

@@ -241,3 +241,35 @@ def test_the_only_voter_refuses_a_repair_an_earlier_start_began(tmp_path):
     # The storage it opened is closed again: the directory is not held.
     with FileStorage.open(tmp_path, fsync=False) as reopened:
         assert reopened.repair is not None
+
+
+@pytest.mark.parametrize("voters", [[1], [1, 2, 3]])
+def test_a_damaged_snapshot_is_refused_and_the_directory_released(tmp_path, voters):
+    """The snapshot is read when the runtime recovers, after storage opened:
+    the refusal used to leave the directory locked by this process (a
+    program that caught it and started again found it "already open"), and
+    told the only voter to rejoin a cluster that has no other member."""
+    import trio
+
+    from quorum import ElectionState, SnapshotId
+    from quorum.runtime import open_quorum_node
+    from quorum.storage import CorruptSnapshotError, SoleVoterDamagedError
+
+    with FileStorage.open(tmp_path, node_id=1, cluster_id="c", fsync=False) as storage:
+        storage.write_election_state(ElectionState(epoch=3, voted_for=1, leader_id=1))
+        storage.append(make_entries(0, 30, epoch=3))
+        storage.flush()
+        storage.persist(snapshot=(SnapshotId(30, 3), b"state@30"))
+    snapshot = next((tmp_path / "snapshots").glob("*.snapshot"))
+    flip_bit(snapshot, snapshot.stat().st_size - 2)
+
+    async def start() -> None:
+        async with open_quorum_node(_node_config(tmp_path, voters)):
+            raise AssertionError("a node with a damaged snapshot started")
+
+    expected = SoleVoterDamagedError if voters == [1] else CorruptSnapshotError
+    with pytest.raises(expected) as caught:
+        trio.run(start)
+    assert f"the snapshot file {snapshot} is damaged" in str(caught.value)
+    assert ("only voter" in str(caught.value)) == (voters == [1])
+    FileStorage.open(tmp_path, fsync=False).close()  # released: no "already open"
