@@ -170,7 +170,18 @@ def campaign_command(
         sys.exit(130)
     for line in verdict_lines(scenario, result):
         click.echo(line)
-    sys.exit(0 if result.valid is True else 1)
+    sys.exit(campaign_exit_status(result, checked=not no_check))
+
+
+def campaign_exit_status(result: CampaignResult, *, checked: bool) -> int:
+    """0 for a valid history, and for a run recorded with ``--no-check``
+    (what was asked: a script may check it next); 1 for anything else: an
+    invalid or unknown history, or a checker that failed."""
+    if result.valid is True:
+        return 0
+    if not checked and result.valid is None and result.checker_error is None:
+        return 0
+    return 1
 
 
 def _follow_schedule(options: CampaignOptions, replay_path: Path | None, from_sim: str | None) -> str:

@@ -243,3 +243,25 @@ def test_a_long_run_writes_the_schedule_of_its_first_part_which_its_loader_accep
     long = schedule_of_run(_run_history(tmp_path / "late.jsonl", late), options, leader=1, start_ns=start_ns, origin="o")
     assert long.duration_ms == hour_ms and max(op.at_ms for op in long.operations) < hour_ms
     assert long.origin.endswith("(its first 3,600.0 s: an hour at most)") and loads_schedule(long.dumps()) == long
+
+
+@pytest.mark.parametrize(
+    ("valid", "checked", "checker_error", "status"),
+    [
+        (True, True, None, 0),
+        (False, True, None, 1),
+        ("unknown", True, None, 1),
+        (None, True, "Spark did not start", 1),
+        (None, False, None, 0),  # --no-check: recorded, as asked
+    ],
+)
+def test_a_campaign_exits_0_for_a_valid_history_or_a_recording_asked_for(valid, checked, checker_error, status):
+    """``--no-check`` exited 1 ("NOT CHECKED") after recording exactly what
+    was asked, so ``campaign --no-check && check ...`` never checked."""
+    from pathlib import Path
+
+    from jepsen_like.campaign._runner import CampaignResult
+    from jepsen_like.campaign.cli import campaign_exit_status
+
+    result = CampaignResult(run_dir=Path("run"), valid=valid, ops={}, faults=0, checker_error=checker_error)
+    assert campaign_exit_status(result, checked=checked) == status
