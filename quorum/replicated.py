@@ -64,6 +64,7 @@ import msgpack
 from ._host import ApplyFailedError, ReadNotConfirmedError
 from ._node import NotLeaderError
 from ._types import Entry
+from .wire import FRAME_BYTES_MAX
 
 __all__ = ["READ_MODES", "ApplyFailedError", "NotLeaderError", "Replicated", "ReplicatedClient", "query", "replicated"]
 
@@ -71,6 +72,10 @@ logger = logging.getLogger("pykraft.replicated")
 
 #: How a ``@query`` method reads (see the module docstring).
 READ_MODES = ("linearizable", "leader-local", "follower")
+
+#: The largest encoded result a method may return: what one answer frame
+#: (a forwarded call's, a client's read) can carry, less room for its header.
+RESULT_BYTES_MAX = FRAME_BYTES_MAX - 64 * 1024
 
 _KIND = "_pykraft_kind"
 _FUNCTION = "_pykraft_function"
@@ -199,7 +204,15 @@ def _encode_outcome(name: str, run: Callable[[], Any], offset: int | None) -> by
     contained here, deterministically, so the failure travels back to the
     caller as an answer (through a forwarding follower too)."""
     try:
-        return msgpack.packb([0, run()], use_bin_type=True)
+        outcome = msgpack.packb([0, run()], use_bin_type=True)
+        if len(outcome) > RESULT_BYTES_MAX:
+            # Deterministic, so every replica fails it alike; past this, a
+            # forwarded call's answer could not be sent and its caller would
+            # wait out its timeout for nothing.
+            raise ValueError(
+                f"the result encodes to {len(outcome)} bytes, over the limit of {RESULT_BYTES_MAX} an answer may carry"
+            )
+        return outcome
     except Exception as error:  # the user's method: contained, see above
         description = f"{type(error).__name__}: {error}"
         where = f"at offset {offset}" if offset is not None else "in a query"

@@ -297,3 +297,37 @@ async def test_a_query_that_raises_or_answers_text_is_named_to_the_client():
             with pytest.raises(QuorumClientError, match=r"QueriesBadly.query\(\) answered a str"):
                 await client.read(b"text")
             await client.propose([b"x"])  # the node goes on
+
+
+def test_a_result_too_large_for_an_answer_fails_alike_instead_of_never_arriving():
+    # Forwarded from a follower, a 40 MiB result could not be sent back:
+    # the caller waited out its timeout (NoAnswerError, TimeoutError for a
+    # query). It fails at the source now, the same on every replica.
+    import msgpack
+
+    from quorum import Entry, RecordKind
+    from quorum.replicated import RESULT_BYTES_MAX, ReplicatedStateMachine, encode_call
+
+    class Blob(Replicated):
+        def __init__(self) -> None:
+            self.calls = 0
+
+        @replicated
+        def make(self, size):
+            self.calls += 1
+            return b"x" * size
+
+        @query
+        def peek(self, size):
+            return b"y" * size
+
+    machine = ReplicatedStateMachine(Blob())
+    calls = [encode_call("make", [RESULT_BYTES_MAX], {}), encode_call("make", [10], {})]
+    answers = machine.apply([Entry(offset=offset, epoch=1, kind=RecordKind.DATA, data=data) for offset, data in enumerate(calls)])
+    failed, description = msgpack.unpackb(answers[0], raw=False)
+    assert failed == 1 and description.startswith("ValueError: the result encodes to ")
+    assert description.endswith(f"over the limit of {RESULT_BYTES_MAX} an answer may carry")
+    assert msgpack.unpackb(answers[1], raw=False) == [0, b"x" * 10]
+    assert machine.target.calls == 2  # the call ran (as a method that raises at its end)
+    failed, _ = msgpack.unpackb(machine.query(encode_call("peek", [RESULT_BYTES_MAX], {})), raw=False)
+    assert failed == 1
