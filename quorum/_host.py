@@ -265,6 +265,10 @@ def check_state_machine(machine: object) -> None:
     given) must be plain methods. The host calls them synchronously in the
     node's task; an ``async def`` would hand it a coroutine that never runs.
     Raises ``TypeError`` naming the method."""
+    if isinstance(machine, type):
+        raise TypeError(
+            f"the state machine must be an instance ({machine.__name__}()), not the class {machine.__name__}"
+        )
     name = type(machine).__name__
     for method_name in ("apply", "snapshot", "restore", "query"):
         method = getattr(machine, method_name, None)

@@ -121,13 +121,19 @@ def check_voter_addresses(voters: object) -> None:
     for node_id, address in voters.items():
         if type(node_id) is not int or not 0 <= node_id <= NODE_ID_MAX:
             raise TypeError(f"voter id {node_id!r} must be an int in 0-{NODE_ID_MAX}")
-        if not (isinstance(address, (tuple, list)) and len(address) == 2):
-            raise ValueError(f"voter {node_id}'s address must be (host, port), got {address!r}")
-        host, port = address
-        if not isinstance(host, str) or not host:
-            raise ValueError(f"voter {node_id}'s host must be a non-empty str, got {host!r}")
-        if type(port) is not int or not 0 <= port <= 65535:
-            raise ValueError(f"voter {node_id}'s port must be an int in 0-65535, got {port!r}")
+        check_address(address, f"voter {node_id}'s")
+
+
+def check_address(address: object, whose: str) -> None:
+    """``(host, port)``: a non-empty host string and a port in 0-65535.
+    Raises ``ValueError`` naming ``whose`` address it is."""
+    if not (isinstance(address, (tuple, list)) and len(address) == 2):
+        raise ValueError(f"{whose} address must be (host, port), got {address!r}")
+    host, port = address
+    if not isinstance(host, str) or not host:
+        raise ValueError(f"{whose} host must be a non-empty str, got {host!r}")
+    if type(port) is not int or not 0 <= port <= 65535:
+        raise ValueError(f"{whose} port must be an int in 0-65535, got {port!r}")
 
 
 def check_transport_choice(tls: TlsConfig | None, plaintext: bool) -> None:
@@ -206,6 +212,16 @@ class NodeConfig:
         if type(self.node_id) is not int or not 0 <= self.node_id <= NODE_ID_MAX:
             raise TypeError(f"node_id must be an int in 0-{NODE_ID_MAX}, got {self.node_id!r}")
         check_voter_addresses(self.voters)
+        for name in ("fsync", "metrics_enabled", "auto_join"):
+            if type(getattr(self, name)) is not bool:  # fsync="no" would mean fsync on
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        for name in ("listen", "metrics_listen"):
+            if getattr(self, name) is not None:
+                check_address(getattr(self, name), f"the {name}")
+        for name in ("retention_bytes", "retention_ms"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 0):
+                raise ValueError(f"{name} must be an int, 0 or more (or None: no limit), got {value!r}")
         if type(self.snapshot_every_records) is not int or self.snapshot_every_records < 0:
             raise ValueError(
                 f"snapshot_every_records must be an int, 0 (never) or more, got {self.snapshot_every_records!r}"

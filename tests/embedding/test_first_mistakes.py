@@ -97,6 +97,10 @@ async def test_an_async_state_machine_is_refused_before_the_node_opens(tmp_path)
     with pytest.raises(TypeError, match=r"object has no apply\(\) method"):
         async with open_quorum_node(one_voter(), object()):
             pass
+    # Before: every record failed with "apply() missing 1 required positional argument".
+    with pytest.raises(TypeError, match=r"must be an instance \(Counting\(\)\), not the class Counting"):
+        async with open_quorum_node(one_voter(), Counting):
+            pass
 
 
 async def test_a_closed_node_says_so_instead_of_hanging(autojump_clock):
@@ -138,6 +142,14 @@ def test_a_node_config_of_the_wrong_shape_is_refused_by_name():
         config(node_id=4)
     with pytest.raises(ValueError, match="snapshot_every_records must be an int, 0"):
         config(snapshot_every_records=-1)  # before: a snapshot after every output
+    with pytest.raises(TypeError, match="fsync must be True or False, got 'no'"):
+        config(fsync="no")  # before: accepted, and meant fsync on
+    with pytest.raises(ValueError, match=r"the listen address must be \(host, port\)"):
+        config(listen="127.0.0.1:9091")
+    with pytest.raises(ValueError, match="the metrics_listen port must be an int in 0-65535"):
+        config(metrics_listen=("127.0.0.1", 99999))
+    with pytest.raises(ValueError, match="retention_ms must be an int, 0 or more"):
+        config(retention_ms="7d")
     for cluster_id in ("", "x" * 256, 5):  # before: a node that never reached its peers
         with pytest.raises(ValueError, match="cluster_id must be a non-empty str"):
             config(cluster_id=cluster_id)
