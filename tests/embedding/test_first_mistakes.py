@@ -343,3 +343,20 @@ def test_a_result_too_large_for_an_answer_fails_alike_instead_of_never_arriving(
     assert machine.target.calls == 2  # the call ran (as a method that raises at its end)
     failed, _ = msgpack.unpackb(machine.query(encode_call("peek", [RESULT_BYTES_MAX], {})), raw=False)
     assert failed == 1
+
+
+async def test_a_quorum_client_misused_says_how_to_use_it():
+    with pytest.raises(TypeError, match=r"bootstrap must be a list of servers, not a str: give \['1@127.0.0.1:9091'\]"):
+        QuorumClient("1@127.0.0.1:9091")  # before: "bad bootstrap server '1'"
+    with pytest.raises(ValueError, match="request_timeout_s must be a positive, finite number"):
+        QuorumClient(["1@127.0.0.1:9091"], request_timeout_s=float("nan"))  # before: every request hung
+    with pytest.raises(ValueError, match="cluster_id must be a non-empty str"):
+        QuorumClient(["1@127.0.0.1:9091"], cluster_id="")
+    client = QuorumClient(["1@127.0.0.1:9"])
+    with trio.fail_after(5):
+        with pytest.raises(RuntimeError, match="not open: use it as `async with QuorumClient"):
+            await client.propose([b"x"])  # before: a bare AssertionError
+        async with client:
+            pass
+        with pytest.raises(RuntimeError, match="not open"):
+            await client.read(b"k")  # before: trio's "Nursery is closed to new arrivals"
