@@ -30,6 +30,7 @@ count times ``tick_ms``.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -234,6 +235,57 @@ class _PendingProposal:
     timer_token: Any = None
 
 
+def _kind(value: object) -> str:
+    if inspect.iscoroutine(value):
+        value.close()  # never to be awaited: no "was never awaited" warning on top
+        return "a coroutine (an async def method?)"
+    return "None" if value is None else f"a {type(value).__name__}"
+
+
+def answers_problem(answers: object) -> str | None:
+    """What is wrong with what a state machine's ``apply`` returned, or
+    None when it is usable: None, or a dict of answers (``bytes``, or None
+    for none) by ``int`` offset. Cheap: the dict holds the answers of one
+    call's records, mostly none."""
+    if answers is None:
+        return None
+    if type(answers) is not dict:
+        return f"apply() returned {_kind(answers)}: it must return None or a dict of answers (bytes) by offset"
+    for offset, answer in answers.items():
+        if type(offset) is not int or not (answer is None or type(answer) is bytes):
+            return (
+                f"apply() answered {_kind(answer)} for offset {offset!r}: answers must be bytes, by int offset"
+            )
+    return None
+
+
+def check_state_machine(machine: object) -> None:
+    """Refuse, before a node opens anything, a state machine the host could
+    not call: ``apply``, ``snapshot`` and ``restore`` (and ``query``, when
+    given) must be plain methods. The host calls them synchronously in the
+    node's task; an ``async def`` would hand it a coroutine that never runs.
+    Raises ``TypeError`` naming the method."""
+    if isinstance(machine, type):
+        raise TypeError(
+            f"the state machine must be an instance ({machine.__name__}()), not the class {machine.__name__}"
+        )
+    name = type(machine).__name__
+    for method_name in ("apply", "snapshot", "restore", "query"):
+        method = getattr(machine, method_name, None)
+        if method is None and method_name == "query":
+            continue  # optional: a node without it answers clients' reads with no value
+        if method is None or not callable(method):
+            raise TypeError(
+                f"the state machine {name} has no {method_name}() method: a StateMachine needs apply(entries), "
+                "snapshot() and restore(data)"
+            )
+        if inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method):
+            raise TypeError(
+                f"{name}.{method_name}() is async: the node calls its state machine synchronously, in order, "
+                "so apply, snapshot, restore and query must be plain (def) methods that return at once"
+            )
+
+
 class ReplicaHost:
     """One replica's host. See the module docstring.
 
@@ -291,7 +343,7 @@ class ReplicaHost:
         self.snapshot_failures = 0
         self._snapshot_failing = False
         if snapshot is not None:
-            state_machine.restore(state_machine_data(snapshot.data))
+            self._restore(snapshot.data, snapshot.snapshot_id.end_offset)
             self.applied_offset = self._last_snapshot_offset = snapshot.snapshot_id.end_offset
         # Proposals in flight, by the offset of their last record.
         self.pending_proposals: dict[int, _PendingProposal] = {}
@@ -566,7 +618,7 @@ class ReplicaHost:
             port.role_changed(event)
         if output.snapshot_loaded is not None:
             snapshot_id, data = output.snapshot_loaded
-            self.state_machine.restore(state_machine_data(data))
+            self._restore(data, snapshot_id.end_offset)
             self.applied_offset = self._last_snapshot_offset = snapshot_id.end_offset
             port.snapshot_changed(snapshot_id, True)
         if output.committed:
@@ -581,6 +633,21 @@ class ReplicaHost:
                 done(None, ReadNotConfirmedError(self.core.leader_id))
         port.output_ready(output)
         self._maybe_snapshot()
+
+    def _restore(self, data: bytes, end_offset: int) -> None:
+        """Hand a snapshot to the state machine. If its ``restore`` raises,
+        its state is unknown (half replaced, perhaps) and nothing could
+        contain that: the node stops, saying why in one line, and the
+        error leaves ``open_quorum_node`` as it is."""
+        try:
+            self.state_machine.restore(state_machine_data(data))
+        except Exception as error:
+            logger.critical(
+                "node %d: the state machine's restore() raised loading the snapshot of offsets below %d (%s: %s): "
+                "its state is unknown, so the node stops",
+                self.config.node_id, end_offset, type(error).__name__, error,
+            )  # fmt: skip
+            raise
 
     def _apply(self, entries: list[Entry]) -> None:
         applied = self.applied_offset
@@ -631,12 +698,29 @@ class ReplicaHost:
         keep_answers = bool(self.pending_proposals)
         if getattr(type(self.state_machine), "apply_never_raises", False) is True:
             answers = apply(data)
+            problem = answers_problem(answers)
+            if problem is not None:
+                # The records took effect (it did not raise); only their
+                # answers are unusable, and they are this node's alone.
+                logger.error(
+                    "node %d: the state machine's %s (offsets %d..%d); their proposers get ApplyFailedError",
+                    self.config.node_id, problem, data[0].offset, data[-1].offset,
+                )  # fmt: skip
+                if keep_answers:
+                    for entry in data:
+                        self._answers[entry.offset] = ApplyFailedError(entry.offset, f"TypeError: {problem}")
+                return
             if answers and keep_answers:
                 self._answers.update(answers)
             return
         for entry in data:
             try:
                 answers = apply([entry])
+                problem = answers_problem(answers)
+                if problem is not None:
+                    # Contained as if apply had raised: the answer is
+                    # deterministic, so every replica fails it alike.
+                    raise TypeError(problem)
             except Exception as error:  # a user's state machine: contained, see above
                 description = f"{type(error).__name__}: {error}"
                 logger.error(
@@ -667,6 +751,12 @@ class ReplicaHost:
         snapshot_id = SnapshotId(applied, epoch)
         try:
             data = self.state_machine.snapshot()
+            if type(data) is not bytes:
+                # Checked here, before the core keeps it and storage writes
+                # it: anything else would stop the node in the persister.
+                if not isinstance(data, (bytearray, memoryview)):
+                    raise TypeError(f"snapshot() returned {_kind(data)}, not bytes")
+                data = bytes(data)
         except Exception as error:  # a user's state machine: contained, never fatal
             # Nothing is lost by skipping it: the log behind the last good
             # snapshot stays, so this replica (and a follower fetching from

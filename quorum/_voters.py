@@ -295,20 +295,6 @@ def listen_address(text: str, name: str = "address") -> tuple[str, int]:
     return host, int(port)
 
 
-def check_listen_address(address: object, name: str) -> None:
-    """Raise ``ValueError`` unless ``address`` is a ``(host, port)`` pair to
-    listen on: a non-empty host, a port from 0 to 65535."""
-    if not (
-        isinstance(address, tuple)
-        and len(address) == 2
-        and isinstance(address[0], str)
-        and address[0]
-        and type(address[1]) is int
-        and 0 <= address[1] <= PORT_MAX
-    ):
-        raise ValueError(f"{name} must be (HOST, PORT) with a port from 0 to {PORT_MAX}, got {address!r:.80}")
-
-
 def endpoint_address(endpoint: str) -> tuple[str, int]:
     """A voter's ``HOST:PORT`` endpoint (``[::1]:9093`` for IPv6) as
     ``(host, port)``. Raises ``ValueError`` for anything else."""

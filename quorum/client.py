@@ -62,6 +62,7 @@ from .wire import (
     RemoveVoterRequest,
     UpgradeVotersRequest,
     VoterChangeResponse,
+    check_cluster_id,
     decode_message,
     encode_message,
 )
@@ -141,6 +142,8 @@ def parse_bootstrap(entries: list[str]) -> list[Server]:
     """``HOST:PORT`` or ``ID@HOST:PORT`` entries as servers. Raises
     ``ValueError`` naming the first entry that is neither (a port outside
     1-65535 included), or when there is none."""
+    if isinstance(entries, str):  # iterated, it would be servers named "1", "@", ...
+        raise TypeError(f"bootstrap must be a list of servers, not a str: give {entries.split(',')!r}")
     parsed = []
     for entry in entries:
         node_id: int | None = None
@@ -413,6 +416,11 @@ class QuorumClient:
         server_kinds: tuple[PrincipalKind, ...] = (PrincipalKind.NODE,),
     ) -> None:
         self._servers = parse_bootstrap(bootstrap)
+        for name, value in (("request_timeout_s", request_timeout_s), ("retry_timeout_s", retry_timeout_s)):
+            # nan made every request wait forever.
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
+        check_cluster_id(cluster_id)  # every request carries it
         self.tls = tls
         self.server_kinds = server_kinds
         # When the certificate of the server last connected to expires.
@@ -465,6 +473,7 @@ class QuorumClient:
         assert self._nursery is not None
         self._nursery.cancel_scope.cancel()
         raised = exc_info[1]
+        self._nursery = None
         try:
             return await self._nursery_manager.__aexit__(*exc_info)
         except BaseExceptionGroup as group:
@@ -583,6 +592,9 @@ class QuorumClient:
         backoff_s = 0.02
         hintless_answers = 0
         last_error: BaseException | None = None
+        if self._nursery is None:
+            # Not entered (or left): its connections would have no task to run in.
+            raise RuntimeError("the QuorumClient is not open: use it as `async with QuorumClient(...) as client:`")
         deadline = trio.current_time() + self.retry_timeout_s
         if type(message) in _LEADER_HINT_REQUEST_TYPES and message.version > self._leader_hint_version:
             message = _in_older_version(message, self._leader_hint_version)

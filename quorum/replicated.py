@@ -51,7 +51,9 @@ fails with ``ApplyFailedError`` (``TypeError: ...; the call was undone``).
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
+import math
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -62,6 +64,7 @@ import msgpack
 from ._host import ApplyFailedError, ReadNotConfirmedError
 from ._node import NotLeaderError
 from ._types import Entry
+from .wire import FRAME_BYTES_MAX
 
 __all__ = ["READ_MODES", "ApplyFailedError", "NotLeaderError", "Replicated", "ReplicatedClient", "query", "replicated"]
 
@@ -69,6 +72,10 @@ logger = logging.getLogger("pykraft.replicated")
 
 #: How a ``@query`` method reads (see the module docstring).
 READ_MODES = ("linearizable", "leader-local", "follower")
+
+#: The largest encoded result a method may return: what one answer frame
+#: (a forwarded call's, a client's read) can carry, less room for its header.
+RESULT_BYTES_MAX = FRAME_BYTES_MAX - 64 * 1024
 
 _KIND = "_pykraft_kind"
 _FUNCTION = "_pykraft_function"
@@ -87,11 +94,15 @@ def replicated(method: F) -> F:
     before proposing,
     ``ApplyFailedError`` when the method raised, ``NotLeaderError`` (with
     ``forward=False``), ``TimeoutError`` (the outcome is then unknown) and
-    ``RuntimeError`` when the object is not started.
+    ``RuntimeError`` when the object is not started. Decorating an
+    ``async def`` raises ``TypeError``: it runs in the node's loop, in log
+    order, and must return at once.
     """
+    _refuse_async(method, "@replicated")
 
     @functools.wraps(method)
     def call(self: Replicated, *args: Any, **kwargs: Any) -> Any:
+        _refuse_inside_a_method(method.__name__)
         return self._replica_or_raise().call_replicated(method.__name__, args, kwargs)
 
     setattr(call, _KIND, "replicated")
@@ -106,15 +117,60 @@ def query(method: F) -> F:
     leader). It must not change the state and must return a msgpack-able
     value. Raises like a ``@replicated`` call (never ``ApplyFailedError``:
     an exception the method raises reaches the caller as it is, or as
-    ``ApplyFailedError`` when it ran on the leader for a follower)."""
+    ``ApplyFailedError`` when it ran on the leader for a follower).
+    Decorating an ``async def`` raises ``TypeError``."""
+    _refuse_async(method, "@query")
 
     @functools.wraps(method)
     def call(self: Replicated, *args: Any, **kwargs: Any) -> Any:
+        _refuse_inside_a_method(method.__name__)
         return self._replica_or_raise().call_query(method.__name__, args, kwargs)
 
     setattr(call, _KIND, "query")
     setattr(call, _FUNCTION, method)
     return call  # type: ignore[return-value]
+
+
+def _refuse_async(method: Callable[..., Any], decorator: str) -> None:
+    if inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method):
+        raise TypeError(
+            f"{decorator} cannot mark {method.__qualname__}(), an async def: every replica runs it while applying "
+            f"the log, in order, so it must be a plain def that returns at once (no awaiting, no IO)"
+        )
+
+
+# Set while a replicated method or a query runs (in the node's thread):
+# a call of another decorated method from inside one would propose (or
+# read) from the very thread that must apply it.
+_running = threading.local()
+
+
+def _refuse_inside_a_method(name: str) -> None:
+    outer = getattr(_running, "name", None)
+    if outer is not None:
+        raise RuntimeError(
+            f"{name}() was called from inside {outer}(): a @replicated or @query method runs on every replica "
+            f"as part of applying the log, and cannot make a call of its own; call an undecorated helper "
+            f"method with the shared logic instead"
+        )
+
+
+def _run_method(function: Callable[..., Any], target: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    _running.name = function.__name__
+    try:
+        return function(target, *args, **kwargs)
+    finally:
+        _running.name = None
+
+
+def _check_timeout_s(timeout_s: object, name: str = "timeout_s") -> float:
+    """A bound in seconds: a positive, finite number (``ValueError`` or
+    ``TypeError`` naming ``name``)."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {timeout_s!r}")
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ValueError(f"{name} must be a positive, finite number of seconds, got {timeout_s!r}")
+    return float(timeout_s)
 
 
 def _methods(cls: type, kind: str) -> dict[str, Callable[..., Any]]:
@@ -148,7 +204,15 @@ def _encode_outcome(name: str, run: Callable[[], Any], offset: int | None) -> by
     contained here, deterministically, so the failure travels back to the
     caller as an answer (through a forwarding follower too)."""
     try:
-        return msgpack.packb([0, run()], use_bin_type=True)
+        outcome = msgpack.packb([0, run()], use_bin_type=True)
+        if len(outcome) > RESULT_BYTES_MAX:
+            # Deterministic, so every replica fails it alike; past this, a
+            # forwarded call's answer could not be sent and its caller would
+            # wait out its timeout for nothing.
+            raise ValueError(
+                f"the result encodes to {len(outcome)} bytes, over the limit of {RESULT_BYTES_MAX} an answer may carry"
+            )
+        return outcome
     except Exception as error:  # the user's method: contained, see above
         description = f"{type(error).__name__}: {error}"
         where = f"at offset {offset}" if offset is not None else "in a query"
@@ -206,7 +270,7 @@ class ReplicatedStateMachine:
             if call is None:
                 continue  # not a call of this class: ignored, as KeyValueStateMachine does
             function, args, kwargs = call
-            outcome = _encode_outcome(function.__name__, lambda: function(self.target, *args, **kwargs), entry.offset)
+            outcome = _encode_outcome(function.__name__, lambda: _run_method(function, self.target, args, kwargs), entry.offset)
             try:
                 self._encoded_state = self._encode_state()
             except Exception as error:  # the user's state or snapshot_state(): contained
@@ -222,14 +286,14 @@ class ReplicatedStateMachine:
 
     def run_query(self, name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         """Run the ``@query`` method ``name`` on this node's state."""
-        return self._queries[name](self.target, *args, **kwargs)
+        return _run_method(self._queries[name], self.target, args, kwargs)
 
     def query(self, request: bytes) -> bytes | None:
         call = self._decode(request, self._queries)
         if call is None:
             return None
         function, args, kwargs = call
-        return _encode_outcome(function.__name__, lambda: function(self.target, *args, **kwargs), None)
+        return _encode_outcome(function.__name__, lambda: _run_method(function, self.target, args, kwargs), None)
 
     def _undo(self) -> None:
         previous, self._encoded_state = self._encoded_state, None
@@ -315,10 +379,14 @@ class Replicated:
         ``StorageOwnershipError`` for a fresh disk given static ``voters`` in a cluster
         with dynamic voters: ``quorum.client.refuse_a_fresh_static_disk_in_a_dynamic_cluster``).
         """
+        _refuse_inside_a_method("start")
         if self._replica is not None:
             raise RuntimeError(f"{type(self).__name__} is already started")
         if read not in READ_MODES:
             raise ValueError(f"unknown read mode {read!r}: expected one of {', '.join(READ_MODES)}")
+        if type(forward) is not bool:
+            raise TypeError(f"forward must be True or False, got {forward!r}")
+        timeout_s = _check_timeout_s(timeout_s)
         from .runtime import NodeConfig, parse_voters
 
         config = NodeConfig(
@@ -335,13 +403,19 @@ class Replicated:
 
     def close(self) -> None:
         """Stop the node (a leader hands over first). Idempotent."""
+        # From the node's own thread it could not wait for the node to stop,
+        # and would leave it running with no way to close it.
+        _refuse_inside_a_method("close")
         replica, self._replica = self._replica, None
         if replica is not None:
             replica.close()
 
     def wait_for_leader(self, timeout_s: float | None = None) -> int:
         """Block until a leader is known here; returns its id. Raises
-        ``TimeoutError``."""
+        ``TimeoutError`` (``ValueError`` for a ``timeout_s`` that is not a
+        positive, finite number)."""
+        if timeout_s is not None:
+            timeout_s = _check_timeout_s(timeout_s)
         return self._replica_or_raise().wait_for_leader(timeout_s)
 
     @property
@@ -358,7 +432,9 @@ class Replicated:
     def _replica_or_raise(self) -> _Replica:
         replica = self._replica
         if replica is None:
-            raise RuntimeError(f"{type(self).__name__} is not started: call start(node_id=..., voters=...) first")
+            raise RuntimeError(
+                f"{type(self).__name__} is not started (or was closed): call start(node_id=..., voters=...) first"
+            )
         return replica
 
 
@@ -460,6 +536,8 @@ class _Replica:
                 return await self.handle.wait_for_leader()
             return None
 
+        if not self._thread.is_alive():
+            raise RuntimeError("the node is stopped")
         leader = trio.from_thread.run(wait, trio_token=self._token)
         if leader is None:
             raise TimeoutError("no leader known within the timeout")

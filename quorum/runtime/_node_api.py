@@ -30,8 +30,9 @@ from .._access import AccessControlList, Operation, Principal, PrincipalKind
 from .._config import QuorumConfig
 from .._messages import ErrorCode
 from .._errors import ReconfigurationError
+from .._host import check_state_machine
 from .._node import NotLeaderError, QuorumDescription
-from .._voters import Voter, check_listen_address, endpoint_address
+from .._voters import Voter, endpoint_address
 from ..storage import (
     CorruptSnapshotError,
     DamagedLogError,
@@ -43,6 +44,7 @@ from ..storage import (
     read_data_dir_identity,
 )
 from ..wire import (
+    NODE_ID_MAX,
     NODE_LIMITS,
     check_cluster_id,
     AddVoterRequest,
@@ -58,6 +60,7 @@ from ..wire import (
     RemoveVoterRequest,
     UpgradeVotersRequest,
     VoterChangeResponse,
+    check_cluster_id,
 )
 from ._metrics import Metrics, serve_metrics
 from ._runtime import LeaderApplication, ProposalLostError, ProposalOutcomeUnknownError, QuorumRuntime, ReadNotConfirmedError
@@ -113,6 +116,34 @@ def check_records(records: Sequence[bytes]) -> None:
         size += len(record)
     if size > PROPOSAL_BYTES_MAX:
         raise ValueError(f"the proposal holds {size} bytes, over the limit of {PROPOSAL_BYTES_MAX}")
+
+
+def check_voter_addresses(voters: object) -> None:
+    """Refuse a ``voters`` map of the wrong shape, naming the entry:
+    ``{node_id: (host, port)}`` with int ids, a host string and a port in
+    0-65535 (0: pick one at bind time, for a node that dials nobody).
+    Raises ``TypeError`` (not a map, a str id) or ``ValueError``."""
+    if not isinstance(voters, dict):
+        raise TypeError(
+            f"voters must be a dict {{node_id: (host, port)}} (or, to start(), \"1@HOST:PORT,...\"), "
+            f"not {type(voters).__name__}"
+        )
+    for node_id, address in voters.items():
+        if type(node_id) is not int or not 0 <= node_id <= NODE_ID_MAX:
+            raise TypeError(f"voter id {node_id!r} must be an int in 0-{NODE_ID_MAX}")
+        check_address(address, f"voter {node_id}'s")
+
+
+def check_address(address: object, whose: str) -> None:
+    """``(host, port)``: a non-empty host string and a port in 0-65535.
+    Raises ``ValueError`` naming ``whose`` address it is."""
+    if not (isinstance(address, (tuple, list)) and len(address) == 2):
+        raise ValueError(f"{whose} address must be (host, port), got {address!r}")
+    host, port = address
+    if not isinstance(host, str) or not host:
+        raise ValueError(f"{whose} host must be a non-empty str, got {host!r}")
+    if type(port) is not int or not 0 <= port <= 65535:
+        raise ValueError(f"{whose} port must be an int in 0-65535, got {port!r}")
 
 
 def check_transport_choice(tls: TlsConfig | None, plaintext: bool) -> None:
@@ -188,12 +219,29 @@ class NodeConfig:
 
     def __post_init__(self) -> None:
         check_transport_choice(self.tls, self.plaintext)
+        if type(self.node_id) is not int or not 0 <= self.node_id <= NODE_ID_MAX:
+            raise TypeError(f"node_id must be an int in 0-{NODE_ID_MAX}, got {self.node_id!r}")
+        check_voter_addresses(self.voters)
+        for name in ("fsync", "metrics_enabled", "auto_join"):
+            if type(getattr(self, name)) is not bool:  # fsync="no" would mean fsync on
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        for name in ("listen", "metrics_listen"):
+            if getattr(self, name) is not None:
+                check_address(getattr(self, name), f"the {name}")
+        for name in ("retention_bytes", "retention_ms"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 0):
+                raise ValueError(f"{name} must be an int, 0 or more (or None: no limit), got {value!r}")
+        if type(self.snapshot_every_records) is not int or self.snapshot_every_records < 0:
+            raise ValueError(
+                f"snapshot_every_records must be an int, 0 (never) or more, got {self.snapshot_every_records!r}"
+            )
         if self.data_dir is not None:
             self.identity = read_data_dir_identity(self.data_dir)
         if self.cluster_id is None:
             self.cluster_id = self.identity.cluster_id if self.identity is not None else "pykraft"
-        # Every frame carries it: one the wire refuses would leave a node
-        # that starts and then reaches nobody.
+        # Every message carries it: one the wire cannot encode would start a
+        # node that never reaches its peers (each send refused, logged).
         check_cluster_id(self.cluster_id)
         if self.identity is not None and self.identity.bootstrap_voters:
             self.voters = {**_bootstrap_addresses(self.identity.bootstrap_voters), **self.voters}
@@ -218,14 +266,11 @@ class NodeConfig:
             raise ValueError(f"unknown quorum settings: {', '.join(sorted(unknown))}")
         if self.listen is None:
             if self.node_id not in self.voters:
-                raise ValueError(f"node {self.node_id} is not a voter, so it needs a listen address")
+                raise ValueError(
+                    f"node {self.node_id} is not among the voters ({', '.join(map(str, sorted(self.voters)))}): "
+                    "give its id as a voter, or a listen address to run it as an observer"
+                )
             self.listen = self.voters[self.node_id]
-        check_listen_address(self.listen, "listen")
-        if type(self.snapshot_every_records) is not int or self.snapshot_every_records < 0:
-            # 0: never; a negative count would snapshot after every apply.
-            raise ValueError(f"snapshot_every_records must be an int >= 0 (0: never), got {self.snapshot_every_records!r}")
-        if self.metrics_listen is not None:
-            check_listen_address(self.metrics_listen, "metrics_listen")
 
     def quorum_config(self, identity: DataDirIdentity | None = None) -> QuorumConfig:
         """The core's configuration: ``quorum``'s settings, with the
@@ -280,6 +325,15 @@ class QuorumNodeHandle:
         self.tls = tls
         self._acl = acl if acl is not None else AclFile(None)
         self.metrics_port: int | None = None
+        # Set by open_quorum_node: once serving, and once its block ended.
+        self.started = False
+        self.closed = False
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError(
+                f"node {self.node_id} is closed: its open_quorum_node block has ended (open it again to use it)"
+            )
 
     @property
     def acl(self) -> AccessControlList:
@@ -311,14 +365,15 @@ class QuorumNodeHandle:
 
     @property
     def is_leader(self) -> bool:
-        return self.runtime.node.leader_has_committed_own_epoch
+        return not self.closed and self.runtime.node.leader_has_committed_own_epoch
 
     async def propose(self, records: list[bytes]) -> int:
         """Commit ``records``; returns the offset of the first. Raises
         ``TypeError`` or ``ValueError`` for records that could not be
         proposed (see ``check_records``: nothing is proposed then),
         ``NotLeaderError`` (retry at ``leader_id``), ``ProposalLostError``,
-        or ``ApplyFailedError`` (the state machine raised on a record)."""
+        ``ApplyFailedError`` (the state machine raised on a record), or
+        ``RuntimeError`` once the node is closed."""
         first, _ = await self.propose_with_answers(records)
         return first
 
@@ -326,6 +381,7 @@ class QuorumNodeHandle:
         """``propose``, also returning what the state machine answered for
         each record (None where nothing). Raises as ``propose``."""
         check_records(records)
+        self._check_open()
         last, answers = await self.runtime.propose_with_answers(records)
         return last - len(records) + 1, answers
 
@@ -333,15 +389,19 @@ class QuorumNodeHandle:
         """Wait until the state machine may be read in ``mode``
         ("linearizable": ReadIndex; "leader-local": this leader's own state,
         as Kafka's controller answers); returns the applied offset.
-        Raises ``NotLeaderError`` or ``ReadNotConfirmedError``."""
+        Raises ``NotLeaderError`` or ``ReadNotConfirmedError``, and
+        ``RuntimeError`` once the node is closed."""
+        if mode not in ("linearizable", "leader-local"):
+            raise ValueError(f"unknown read mode {mode!r}: expected 'linearizable' or 'leader-local'")
+        self._check_open()
         if mode == "linearizable":
             return await self.runtime.read_index()
-        if mode == "leader-local":
-            return self.runtime.leader_local_offset()
-        raise ValueError(f"unknown read mode {mode!r}")
+        return self.runtime.leader_local_offset()
 
     async def wait_for_leader(self) -> int:
-        """Wait until some node leads and this node knows it; returns its id."""
+        """Wait until some node leads and this node knows it; returns its id.
+        Raises ``RuntimeError`` once the node is closed (nothing would change)."""
+        self._check_open()
         node = self.runtime.node
         await self.runtime.wait_until(
             lambda: node.leader_id is not None and (node.leader_id != node.node_id or self.is_leader)
@@ -429,6 +489,24 @@ async def handle_voter_change(runtime: QuorumRuntime, request: VoterChangeReques
     return VoterChangeResponse(offset=offset, version=request.version)
 
 
+def _answer_query(runtime: QuorumRuntime, query_bytes: bytes) -> bytes | None:
+    """The state machine's answer to a client's read, or None without a
+    ``query``. Raises ``ValueError`` naming the state machine when its
+    ``query`` raised or answered something other than bytes (or None): the
+    client reads that, not the bare exception text of the user's code."""
+    query = getattr(runtime.state_machine, "query", None)
+    if query is None:
+        return None
+    name = type(runtime.state_machine).__name__
+    try:
+        value = query(query_bytes)
+    except Exception as error:  # the user's state machine: this read fails, the node goes on
+        raise ValueError(f"{name}.query() raised {type(error).__name__}: {error}") from error
+    if value is not None and type(value) is not bytes:
+        raise ValueError(f"{name}.query() answered a {type(value).__name__}: an answer must be bytes or None")
+    return value
+
+
 async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
     """Answer a client's wire request from this node."""
     node = runtime.node
@@ -445,9 +523,7 @@ async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
                 offset = await runtime.read_index()
             else:
                 offset = runtime.leader_local_offset()
-            query = getattr(runtime.state_machine, "query", None)
-            value = query(request.query) if query is not None else None
-            return ReadResponse(offset=offset, value=value, version=request.version)
+            return ReadResponse(offset=offset, value=_answer_query(runtime, request.query), version=request.version)
         if isinstance(request, ApplicationRequest):
             return ApplicationResponse(payload=await runtime.application_request(request.payload), version=request.version)
         if isinstance(request, DescribeQuorumRequest):
@@ -653,6 +729,28 @@ class EventLog:
 
 
 @asynccontextmanager
+async def _startup_error_unwrapped(handle: QuorumNodeHandle) -> AsyncIterator[None]:
+    """A node that fails to start (its port in use, say) raises that error,
+    as ``open_quorum_node`` documents, not the nested exception groups of
+    the nurseries it failed in. Once the handle is in the caller's hands,
+    errors pass as they are."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        leaves = _leaf_exceptions(group)
+        if handle.started or len(leaves) != 1:
+            raise
+        raise leaves[0] from group
+
+
+def _leaf_exceptions(group: BaseExceptionGroup) -> list[BaseException]:
+    leaves: list[BaseException] = []
+    for error in group.exceptions:
+        leaves.extend(_leaf_exceptions(error) if isinstance(error, BaseExceptionGroup) else [error])
+    return leaves
+
+
+@asynccontextmanager
 async def open_quorum_node(
     config: NodeConfig,
     state_machine: StateMachine | None = None,
@@ -676,6 +774,7 @@ async def open_quorum_node(
     need ``admin``).
     """
     machine = state_machine if state_machine is not None else KeyValueStateMachine()
+    check_state_machine(machine)  # before anything is opened
     acl = AclFile(config.acl_file)
     storage = open_storage(config)
     metrics = Metrics(config.node_id, enabled=config.metrics_enabled)
@@ -736,7 +835,7 @@ async def open_quorum_node(
     runtime_ref.append(runtime)
     handle = QuorumNodeHandle(runtime, transport, config.tls, acl)
     try:
-        async with trio.open_nursery() as nursery:
+        async with _startup_error_unwrapped(handle), trio.open_nursery() as nursery:
             await nursery.start(runtime.run)
             if config.tls is None:
                 # Once listening, so that the line names the bound port.
@@ -750,6 +849,7 @@ async def open_quorum_node(
             if config.metrics_listen is not None:
                 host, port = config.metrics_listen
                 handle.metrics_port = await nursery.start(serve_metrics, metrics, host, port)
+            handle.started = True
             try:
                 yield handle
             finally:
@@ -761,6 +861,7 @@ async def open_quorum_node(
                         await trio.sleep(0.05)
                 nursery.cancel_scope.cancel()
     finally:
+        handle.closed = True
         storage.close()
         if own_event_log:
             events.close()

@@ -119,7 +119,7 @@ def test_an_address_no_socket_can_listen_on_is_refused_by_the_config(field, addr
     program hands it, before any port is opened."""
     from broker_agent import BrokerConfig
 
-    with pytest.raises(ValueError, match=f"{field} must be \\(HOST, PORT\\) with a port from 0 to 65535"):
+    with pytest.raises(ValueError, match=f"the {field} (address must be|host must be|port must be an int in 0-65535)"):
         NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9092)}, plaintext=True, **{field: address})
     with pytest.raises(ValueError):
         BrokerConfig(broker_id=101, bootstrap={1: ("127.0.0.1", 9)}, plaintext=True,
@@ -131,6 +131,6 @@ def test_an_address_no_socket_can_listen_on_is_refused_by_the_config(field, addr
 def test_a_snapshot_interval_that_is_no_count_is_refused(count):
     """Found by hand: ``--snapshot-every-records -5`` ran a node that
     snapshots after every apply (0 means never)."""
-    with pytest.raises(ValueError, match="snapshot_every_records must be an int >= 0"):
+    with pytest.raises(ValueError, match=r"snapshot_every_records must be an int, 0 \(never\) or more"):
         NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9092)}, plaintext=True, snapshot_every_records=count)
     assert NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9092)}, plaintext=True, snapshot_every_records=0)
