@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quorum import NODE_ID_MAX, QuorumConfig
+from quorum import NODE_ID_MAX, TIMER_MS_MAX, QuorumConfig, check_int_setting, setting_value_shown
 from quorum.runtime import NodeConfig, TlsConfig
 from registration import RegisterBrokerRequest
 
@@ -87,6 +87,21 @@ class BrokerConfig:
             raise ValueError("cluster_id must be a non-empty string")
         if self.rack is not None and (not isinstance(self.rack, str) or not self.rack):
             raise ValueError("rack must be a non-empty string or None")
+        # The edge where a user's timers enter (LifecycleConfig, built from
+        # these, takes any positive int: the simulator gives it a session no
+        # run reaches to show what self-fencing buys). Past an hour
+        # (quorum.TIMER_MS_MAX) a cut-off broker never fences itself and
+        # serves stale answers for as long as the cut lasts.
+        for name in ("session_timeout_ms", "heartbeat_interval_ms", "shutdown_timeout_ms", "registration_timeout_ms"):
+            check_int_setting(name, getattr(self, name), 1, TIMER_MS_MAX, unit="ms")
+        if self.staleness_bound_ms is not None and type(self.staleness_bound_ms) is not int:
+            # A promise, not a timer: a looser one is always kept, so only
+            # its type is checked (a float nan passes the comparison below).
+            raise ValueError(
+                f"staleness_bound_ms must be an int (ms) or None, got {setting_value_shown(self.staleness_bound_ms)}"
+            )
+        self.lifecycle_config()  # validates the timers
+        self.node_config()  # validates the quorum overrides and addresses
         # The registration this broker will send, checked now (its rack's
         # and cluster id's bounds are the controller's): a value the
         # controller refuses is the user's to fix before the broker starts,
@@ -95,10 +110,6 @@ class BrokerConfig:
             broker_id=self.broker_id, incarnation_id="-", cluster_id=self.cluster_id,
             listeners=((self.listener_name, *self.listen),), rack=self.rack,
         )
-        if type(self.registration_timeout_ms) is not int or self.registration_timeout_ms <= 0:
-            raise ValueError(f"registration_timeout_ms must be an int > 0, got {self.registration_timeout_ms!r}")
-        self.lifecycle_config()  # validates the timers
-        self.node_config()  # validates the quorum overrides and addresses
         minimum = self.minimum_staleness_bound_ms
         if self.staleness_bound_ms is not None and self.staleness_bound_ms < minimum:
             raise ValueError(

@@ -15,7 +15,18 @@ from ._access import (
     refuse_quorum_message,
 )
 from ._auto_join import AutoJoin, AutoJoinAction
-from ._config import TIMER_PROFILES, QuorumConfig, timer_profile
+from ._config import (
+    CHECK_QUORUM_FACTOR_MAX,
+    FETCH_BYTES_MAX_LIMIT,
+    SNAPSHOT_CHUNK_BYTES_MAX_LIMIT,
+    TIMER_MS_MAX,
+    TIMER_PROFILES,
+    QuorumConfig,
+    check_int_setting,
+    fetch_answer_bytes_max,
+    setting_value_shown,
+    timer_profile,
+)
 from ._gc_pause import collector_paused
 from ._host import (
     ApplyFailedError,
@@ -88,6 +99,13 @@ __all__ = [
     "refuse_quorum_message",
     "MESSAGE_TYPES",
     "TIMER_PROFILES",
+    "TIMER_MS_MAX",
+    "CHECK_QUORUM_FACTOR_MAX",
+    "FETCH_BYTES_MAX_LIMIT",
+    "SNAPSHOT_CHUNK_BYTES_MAX_LIMIT",
+    "check_int_setting",
+    "fetch_answer_bytes_max",
+    "setting_value_shown",
     "ApplyFailedError",
     "BeginQuorumEpochRequest",
     "BeginQuorumEpochResponse",

@@ -14,6 +14,66 @@ from dataclasses import dataclass, field
 from ._voters import Voter, VoterSet, check_directory_id, check_endpoint
 
 
+# The longest timer any setting may give: one hour. Every timer here guards
+# something, and one set past an hour disables it in all but name: the fetch
+# timeout and check quorum (KAFKA-15489) bound how long a partitioned or
+# deposed leader goes unnoticed (and how stale its leader-local reads may
+# be), the election timeout and backoff how long the cluster stays without a
+# leader. Python's ints are unbounded, so without a bound a config file's
+# ``fetch_timeout_ms = 99999999999999999999999`` would be taken as given and
+# check quorum would never fire, without a word. The registration
+# controller's and the brokers' timers and the connection limits' are held
+# to it too.
+TIMER_MS_MAX = 3_600_000
+# check_quorum_factor x fetch_timeout_ms is the check-quorum window, the
+# staleness bound of leader-local reads. A factor past 100 (over three
+# minutes with the default 2 s fetch timeout) lets a deposed leader serve
+# stale reads long after another was elected: check quorum off by another
+# name. nan and inf are refused too (nan passes every comparison).
+CHECK_QUORUM_FACTOR_MAX = 100.0
+# What a Fetch answer's envelope (its fields, the broker's extension, the
+# msgpack headers) may add to its records.
+FETCH_ANSWER_ENVELOPE_BYTES = 256 * 1024
+# The most record bytes one Fetch answer may carry. The answer must fit the
+# largest frame the follower accepts for it (quorum.wire FRAME_BYTES_MAX,
+# 16 MiB, by default): one that does not is logged and dropped, and the
+# follower it is for never catches up. 14 MiB of records is an answer of
+# at most 16 MiB (``fetch_answer_bytes_max``).
+FETCH_BYTES_MAX_LIMIT = 14 * 1024 * 1024
+# The largest snapshot chunk every node's decoder accepts (quorum.wire
+# NODE_LIMITS.snapshot_chunk_bytes_max): a larger chunk would be refused by
+# every follower, and no snapshot could be installed.
+SNAPSHOT_CHUNK_BYTES_MAX_LIMIT = 8 * 1024 * 1024
+
+
+def fetch_answer_bytes_max(fetch_bytes_max: int) -> int:
+    """The largest frame a Fetch answer carrying ``fetch_bytes_max`` record
+    bytes may need. ``MemoryLog.slice`` counts each record's data plus 16
+    bytes; on the wire a record takes at most 18 bytes more than its data
+    (an array header, a 9-byte offset, a 5-byte epoch, its kind, a 2-byte
+    bin header; a longer record's 3- or 5-byte header is a smaller share
+    of it), so at most 9/8 of what was counted, plus the envelope."""
+    return fetch_bytes_max * 9 // 8 + FETCH_ANSWER_ENVELOPE_BYTES
+
+
+def setting_value_shown(value: object) -> str:
+    """``value`` for an error message: its repr, cut short (an int of
+    thousands of digits has none: ``repr`` refuses it)."""
+    if type(value) is int and value.bit_length() > 1000:
+        return f"an int of {value.bit_length()} bits"
+    return f"{value!r:.80}"
+
+
+def check_int_setting(name: str, value: object, low: int, high: int, *, unit: str, low_means: str | None = None) -> None:
+    """Raise ``ValueError`` naming the setting ``name``, its value and the
+    range, unless ``value`` is an int (a bool is not: ``True`` is no
+    timer) in ``[low, high]``. ``low_means`` says what the lower bound is
+    (``"one tick"``)."""
+    if type(value) is not int or not low <= value <= high:
+        lowest = f"{low} {unit}" if low_means is None else f"{low_means} ({low} {unit})"
+        raise ValueError(f"{name} must be an int from {lowest} to {high} {unit}, got {setting_value_shown(value)}")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QuorumConfig:
     """Static configuration of one node.
@@ -112,8 +172,8 @@ class QuorumConfig:
             raise ValueError("at least one voter is required")
         if len(set(self.voters)) != len(self.voters):
             raise ValueError(f"voters repeat an id: {self.voters}")
-        if self.tick_ms <= 0:
-            raise ValueError("tick_ms must be > 0")
+        # Ticks first: every other timer is at least one.
+        check_int_setting("tick_ms", self.tick_ms, 1, TIMER_MS_MAX, unit="ms")
         for name in (
             "election_timeout_ms",
             "fetch_timeout_ms",
@@ -121,21 +181,45 @@ class QuorumConfig:
             "election_backoff_base_ms",
             "election_backoff_max_ms",
         ):
-            if getattr(self, name) < self.tick_ms:
-                raise ValueError(f"{name} must be at least one tick ({self.tick_ms} ms)")
+            check_int_setting(name, getattr(self, name), self.tick_ms, TIMER_MS_MAX, unit="ms", low_means="one tick")
+        check_int_setting("retry_backoff_ms", self.retry_backoff_ms, 0, TIMER_MS_MAX, unit="ms")
         if self.unreachable_leader_wait_ms is None:
             object.__setattr__(self, "unreachable_leader_wait_ms", max(self.tick_ms, self.election_timeout_ms // 4))
-        elif not self.tick_ms <= self.unreachable_leader_wait_ms <= self.election_timeout_ms:
+        elif (
+            type(self.unreachable_leader_wait_ms) is not int
+            or not self.tick_ms <= self.unreachable_leader_wait_ms <= self.election_timeout_ms
+        ):
             raise ValueError(
                 f"unreachable_leader_wait_ms must be between one tick ({self.tick_ms} ms) and "
-                f"election_timeout_ms ({self.election_timeout_ms} ms)"
+                f"election_timeout_ms ({self.election_timeout_ms} ms), "
+                f"got {setting_value_shown(self.unreachable_leader_wait_ms)}"
             )
+        check_int_setting("fetch_max_wait_ms", self.fetch_max_wait_ms, 0, TIMER_MS_MAX, unit="ms")
         if self.fetch_max_wait_ms >= self.fetch_timeout_ms:
             raise ValueError("fetch_max_wait_ms must be below fetch_timeout_ms")
-        if self.check_quorum_factor < 1.0:
-            raise ValueError("check_quorum_factor must be >= 1.0")
-        if self.fetch_bytes_max <= 0 or self.snapshot_chunk_bytes_max <= 0:
-            raise ValueError("byte limits must be > 0")
+        factor = self.check_quorum_factor
+        if (
+            type(factor) not in (int, float)
+            or not math.isfinite(factor)
+            or not 1.0 <= factor <= CHECK_QUORUM_FACTOR_MAX
+        ):
+            raise ValueError(
+                f"check_quorum_factor must be a finite number from 1.0 to {CHECK_QUORUM_FACTOR_MAX:g}, "
+                f"got {setting_value_shown(factor)}"
+            )
+        object.__setattr__(self, "check_quorum_factor", float(factor))
+        check_int_setting("fetch_bytes_max", self.fetch_bytes_max, 1, FETCH_BYTES_MAX_LIMIT, unit="bytes")
+        check_int_setting(
+            "snapshot_chunk_bytes_max", self.snapshot_chunk_bytes_max, 1, SNAPSHOT_CHUNK_BYTES_MAX_LIMIT, unit="bytes"
+        )
+        if type(self.snapshot_retained_records) is not int or self.snapshot_retained_records < 0:
+            raise ValueError(
+                f"snapshot_retained_records must be an int >= 0, got {setting_value_shown(self.snapshot_retained_records)}"
+            )
+        for name in ("check_quorum", "pre_vote", "fast_failover", "observers_answered_on_commit"):
+            # A switch given as a string (TOML's "false") would be truthy.
+            if type(getattr(self, name)) is not bool:
+                raise ValueError(f"{name} must be true or false, got {setting_value_shown(getattr(self, name))}")
         object.__setattr__(self, "voters", tuple(sorted(self.voters)))
         object.__setattr__(self, "voter_set", frozenset(self.voters))
 

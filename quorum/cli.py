@@ -230,7 +230,7 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
         metrics_listen=listen_address(settings["metrics_listen"], "metrics address") if "metrics_listen" in settings else None,
         metrics_enabled=settings.get("metrics_enabled", True),
         event_log=settings.get("event_log"),
-        snapshot_every_records=int(settings.get("snapshot_every_records", 10_000)),
+        snapshot_every_records=settings.get("snapshot_every_records", 10_000),
         **{key: settings[key] for key in ("retention_bytes", "retention_ms") if key in settings},
         quorum=quorum,
         connection_limits=ConnectionLimits(**{key: settings[key] for key in _CONNECTION_LIMIT_KEYS if key in settings}),

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from quorum import collector_paused
+from quorum import TIMER_MS_MAX, check_int_setting, collector_paused
 
 from ._election import PartitionChange, elect_leader, election_change
 from ._errors import ErrorCode, NotActiveError, RegistrationInvariantError
@@ -98,7 +98,8 @@ logger = logging.getLogger("pykraft.registration")
 class ControllerConfig:
     """Controller settings. Defaults are Kafka's (KIP-631, KIP-835).
 
-    Raises ``ValueError`` on construction for inconsistent values.
+    Raises ``ValueError`` on construction for inconsistent values, and for
+    a timer that is not an int or is over ``quorum.TIMER_MS_MAX`` (an hour).
     """
 
     cluster_id: str
@@ -116,16 +117,17 @@ class ControllerConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.cluster_id, str) or not self.cluster_id:
             raise ValueError("cluster_id must be a non-empty string")
-        if self.heartbeat_interval_ms <= 0:
-            raise ValueError(f"heartbeat_interval_ms must be > 0, got {self.heartbeat_interval_ms}")
+        # Past an hour (quorum.TIMER_MS_MAX) a dead broker is never fenced
+        # and its partitions never move: the session is fencing by name only.
+        check_int_setting("heartbeat_interval_ms", self.heartbeat_interval_ms, 1, TIMER_MS_MAX, unit="ms")
+        check_int_setting("session_timeout_ms", self.session_timeout_ms, 1, TIMER_MS_MAX, unit="ms")
+        check_int_setting("no_op_interval_ms", self.no_op_interval_ms, 0, TIMER_MS_MAX, unit="ms")
         if self.session_timeout_ms <= self.heartbeat_interval_ms:
             raise ValueError(
                 f"session_timeout_ms ({self.session_timeout_ms}) must exceed "
                 f"heartbeat_interval_ms ({self.heartbeat_interval_ms})"
             )
-        if self.no_op_interval_ms < 0:
-            raise ValueError(f"no_op_interval_ms must be >= 0, got {self.no_op_interval_ms}")
-        if self.max_partitions_per_request < 1:
+        if type(self.max_partitions_per_request) is not int or self.max_partitions_per_request < 1:
             raise ValueError("max_partitions_per_request must be >= 1")
 
 

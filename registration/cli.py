@@ -29,9 +29,12 @@ _BROKER_POLL_S = 0.2
 def controller_main(config_file: str | None, log_level: str, session_timeout_ms: int, heartbeat_interval_ms: int, **options: Any) -> None:
     """Run a quorum voter that is the cluster's controller while it leads."""
     config = node_config_or_usage_error(node_settings(config_file, log_level, options))
-    controller_config = ControllerConfig(
-        cluster_id=config.cluster_id, session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms
-    )
+    try:
+        controller_config = ControllerConfig(
+            cluster_id=config.cluster_id, session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms
+        )
+    except ValueError as error:
+        raise click.UsageError(str(error)) from error
     trio.run(serve_until_signalled, config, lambda config: open_controller_node(config, controller_config))
 
 

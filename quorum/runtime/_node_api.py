@@ -27,7 +27,7 @@ from typing import Any
 import trio
 
 from .._access import AccessControlList, Operation, Principal, PrincipalKind
-from .._config import QuorumConfig
+from .._config import QuorumConfig, fetch_answer_bytes_max, setting_value_shown
 from .._messages import ErrorCode
 from .._errors import ReconfigurationError
 from .._host import check_state_machine
@@ -228,14 +228,6 @@ class NodeConfig:
         for name in ("listen", "metrics_listen"):
             if getattr(self, name) is not None:
                 check_address(getattr(self, name), f"the {name}")
-        for name in ("retention_bytes", "retention_ms"):
-            value = getattr(self, name)
-            if value is not None and (type(value) is not int or value < 0):
-                raise ValueError(f"{name} must be an int, 0 or more (or None: no limit), got {value!r}")
-        if type(self.snapshot_every_records) is not int or self.snapshot_every_records < 0:
-            raise ValueError(
-                f"snapshot_every_records must be an int, 0 (never) or more, got {self.snapshot_every_records!r}"
-            )
         if self.data_dir is not None:
             self.identity = read_data_dir_identity(self.data_dir)
         if self.cluster_id is None:
@@ -259,6 +251,18 @@ class NodeConfig:
             raise ValueError("acl_file needs tls: on a plaintext listener nobody is authenticated")
         if not self.metrics_enabled and self.metrics_listen is not None:
             raise ValueError("metrics_listen needs metrics_enabled (there is nothing to serve)")
+        if type(self.snapshot_every_records) is not int or self.snapshot_every_records < 0:
+            # 0: never; a negative count would snapshot after every apply.
+            raise ValueError(
+                f"snapshot_every_records must be an int >= 0, got {setting_value_shown(self.snapshot_every_records)}"
+            )
+        for name in ("retention_bytes", "retention_ms"):
+            # No upper bound: a longer or larger retention only keeps more
+            # log (None keeps it all); but a float nan would pass every
+            # comparison and delete nothing without a word.
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 0):
+                raise ValueError(f"{name} must be an int >= 0 or None, got {setting_value_shown(value)}")
         if self.on_damage not in ("repair", "refuse"):
             raise ValueError(f"on_damage must be 'repair' or 'refuse', got {self.on_damage!r}")
         unknown = set(self.quorum) - _QUORUM_FIELDS
@@ -300,8 +304,19 @@ class NodeConfig:
         if settings.get("bootstrap_voters"):
             # Dynamic voters: the set comes from the disk and the log, and
             # ``voters`` is only where to reach them.
-            return QuorumConfig(node_id=self.node_id, **settings)
-        return QuorumConfig(node_id=self.node_id, voters=tuple(self.voters), **settings)
+            config = QuorumConfig(node_id=self.node_id, **settings)
+        else:
+            config = QuorumConfig(node_id=self.node_id, voters=tuple(self.voters), **settings)
+        # A Fetch answer over the frame limit cannot be sent (it is logged
+        # and dropped): the follower it is for would never catch up.
+        answer_bytes_max = fetch_answer_bytes_max(config.fetch_bytes_max)
+        if answer_bytes_max > self.connection_limits.frame_bytes_max:
+            raise ValueError(
+                f"fetch_bytes_max {config.fetch_bytes_max} needs Fetch answers of up to {answer_bytes_max} bytes, "
+                f"over frame_bytes_max {self.connection_limits.frame_bytes_max}: lower fetch_bytes_max or raise "
+                "frame_bytes_max"
+            )
+        return config
 
 
 def _bootstrap_addresses(voters: Sequence[Voter]) -> dict[int, tuple[str, int]]:

@@ -57,6 +57,7 @@ import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .._access import Principal, PrincipalKind, refuse_quorum_message
+from .._config import TIMER_MS_MAX, check_int_setting, setting_value_shown
 from .._gc_pause import collector_paused
 from .._messages import MESSAGE_TYPES, FetchRequest, FetchResponse, FetchSnapshotRequest, Message
 from .._service import ServiceClass, service_class
@@ -191,7 +192,8 @@ class ConnectionLimits:
     """What one peer, and all of them, may cost a node's listener and
     connections. See docs/operations.md for each setting.
 
-    Raises ``ValueError`` on construction when a value is not a positive int.
+    Raises ``ValueError`` on construction when a value is not a positive int,
+    or a time is over ``quorum.TIMER_MS_MAX`` (an hour).
     """
 
     # Open inbound connections on the listener, and from one source address.
@@ -220,8 +222,12 @@ class ConnectionLimits:
     def __post_init__(self) -> None:
         for item in dataclasses.fields(self):
             value = getattr(self, item.name)
-            if type(value) is not int or value < 1:
-                raise ValueError(f"{item.name} must be an int >= 1, got {value!r}")
+            if item.name.endswith("_ms"):
+                # A deadline past an hour no longer bounds what a stalled
+                # or silent peer costs (quorum.TIMER_MS_MAX).
+                check_int_setting(item.name, value, 1, TIMER_MS_MAX, unit="ms")
+            elif type(value) is not int or value < 1:
+                raise ValueError(f"{item.name} must be an int >= 1, got {setting_value_shown(value)}")
         if self.small_frame_bytes_max > self.frame_bytes_max:
             raise ValueError("small_frame_bytes_max must not exceed frame_bytes_max")
         self.wire_limits()  # frame_bytes_max must fit a length prefix

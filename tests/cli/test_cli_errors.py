@@ -350,6 +350,60 @@ def test_a_setting_of_the_wrong_shape_in_a_config_file_is_named(tmp_path, settin
         assert_reported(run(command, *args, "--config", config), EXIT_USAGE, phrase)
 
 
+TIMER_PAST_AN_HOUR = "99999999999999999999999"
+
+
+@pytest.mark.parametrize(
+    ("setting", "phrase"),
+    [
+        (
+            f"[quorum]\nfetch_timeout_ms = {TIMER_PAST_AN_HOUR}",
+            f"fetch_timeout_ms must be an int from one tick (10 ms) to 3600000 ms, got {TIMER_PAST_AN_HOUR}",
+        ),
+        ("election_timeout_ms = true", "election_timeout_ms must be an int from one tick (10 ms) to 3600000 ms, got True"),
+        ("[quorum]\ncheck_quorum_factor = nan", "check_quorum_factor must be a finite number from 1.0 to 100, got nan"),
+        ("[quorum]\ncheck_quorum_factor = inf", "check_quorum_factor must be a finite number from 1.0 to 100, got inf"),
+        ("[quorum]\nfetch_bytes_max = 2147483648", "fetch_bytes_max must be an int from 1 bytes to 14680064 bytes, got 2147483648"),
+        (f"idle_timeout_ms = {TIMER_PAST_AN_HOUR}", f"idle_timeout_ms must be an int from 1 ms to 3600000 ms, got {TIMER_PAST_AN_HOUR}"),
+    ],
+)
+def test_a_timer_factor_or_byte_limit_no_deployment_would_set_is_a_usage_error_naming_it(tmp_path, setting, phrase):
+    # Found by reading: each was taken as given and the node ran, check
+    # quorum (KAFKA-15489) never firing with the first; nan passed the
+    # factor's `< 1.0` check.
+    config = tmp_path / "node.toml"
+    config.write_text(f'node_id = 1\nvoters = "1@127.0.0.1:1"\n{setting}\n')
+    for command, args in (("kraft-quorum", ["node", "--plaintext"]), ("kraft-controller", ["--plaintext"])):
+        assert_reported(run(command, *args, "--config", config), EXIT_USAGE, phrase)
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "phrase"),
+    [
+        (
+            "kraft-quorum",
+            ["node", "--node-id", "1", "--voters", "1@127.0.0.1:1", "--plaintext", "--fetch-timeout-ms", TIMER_PAST_AN_HOUR],
+            "fetch_timeout_ms must be an int from one tick (10 ms) to 3600000 ms",
+        ),
+        (
+            "kraft-controller",
+            ["--node-id", "1", "--voters", "1@127.0.0.1:1", "--plaintext", "--session-timeout-ms", TIMER_PAST_AN_HOUR],
+            f"session_timeout_ms must be an int from 1 ms to 3600000 ms, got {TIMER_PAST_AN_HOUR}",
+        ),
+        (
+            "kraft-broker",
+            ["--broker-id", "101", "--bootstrap", "1@127.0.0.1:1", "--listen", "127.0.0.1:0", "--plaintext",
+             "--session-timeout-ms", TIMER_PAST_AN_HOUR],
+            f"session_timeout_ms must be an int from 1 ms to 3600000 ms, got {TIMER_PAST_AN_HOUR}",
+        ),
+    ],
+)  # fmt: skip
+def test_a_timer_flag_past_an_hour_is_a_usage_error_naming_it(command, args, phrase):
+    # kraft-controller's own timers were checked outside the usage errors:
+    # a refused one was reported as a bug (exit 70).
+    assert_reported(run(command, *args), EXIT_USAGE, phrase)
+
+
 @pytest.mark.parametrize(
     ("bootstrap", "phrase"),
     [

@@ -131,6 +131,6 @@ def test_an_address_no_socket_can_listen_on_is_refused_by_the_config(field, addr
 def test_a_snapshot_interval_that_is_no_count_is_refused(count):
     """Found by hand: ``--snapshot-every-records -5`` ran a node that
     snapshots after every apply (0 means never)."""
-    with pytest.raises(ValueError, match=r"snapshot_every_records must be an int, 0 \(never\) or more"):
+    with pytest.raises(ValueError, match="snapshot_every_records must be an int >= 0"):
         NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9092)}, plaintext=True, snapshot_every_records=count)
     assert NodeConfig(node_id=1, voters={1: ("127.0.0.1", 9092)}, plaintext=True, snapshot_every_records=0)
