@@ -149,6 +149,9 @@ def test_a_connection_limit_no_deployment_would_give_is_refused_by_name(setting,
         ("snapshot_every_records", True, "snapshot_every_records must be an int >= 0, got True"),
         ("retention_ms", math.nan, "retention_ms must be an int >= 0 or None, got nan"),
         ("retention_bytes", "1GB", "retention_bytes must be an int >= 0 or None, got '1GB'"),
+        # The command line made these node 1 (int()) before NodeConfig saw them.
+        ("node_id", True, "node_id must be an int in 0-2147483647, got True"),
+        ("node_id", 1.9, "node_id must be an int in 0-2147483647, got 1.9"),
     ],
 )
 def test_a_node_setting_of_the_wrong_type_is_refused_by_name(setting, value, phrase):
