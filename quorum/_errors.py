@@ -61,3 +61,11 @@ class ReconfigurationError(QuorumError):
 class QuorumInvariantError(QuorumError):
     """A safety invariant would be broken. Never caught inside the core: the
     node must stop rather than continue with a corrupt view."""
+
+
+def leaf_exceptions(error: BaseException) -> list[BaseException]:
+    """The exceptions inside ``error``'s (nested) exception groups, in
+    order; ``[error]`` when it is not a group."""
+    if not isinstance(error, BaseExceptionGroup):
+        return [error]
+    return [leaf for inner in error.exceptions for leaf in leaf_exceptions(inner)]

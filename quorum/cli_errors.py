@@ -42,6 +42,7 @@ from typing import Any
 import click
 
 from ._node import QuorumError, QuorumInvariantError
+from ._errors import leaf_exceptions
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -89,14 +90,6 @@ def load_toml(path: str, option: str) -> dict[str, Any]:
         raise click.UsageError(f"{option} {path} is not valid TOML: byte {error.start} is not UTF-8") from None
     except RecursionError:
         raise click.UsageError(f"{option} {path}: a value nests too deeply") from None
-
-
-def leaf_exceptions(error: BaseException) -> list[BaseException]:
-    """The exceptions inside ``error``'s (nested) exception groups, in
-    order; ``[error]`` when it is not a group."""
-    if not isinstance(error, BaseExceptionGroup):
-        return [error]
-    return [leaf for inner in error.exceptions for leaf in leaf_exceptions(inner)]
 
 
 def root_cause(error: BaseException) -> BaseException:

@@ -29,7 +29,7 @@ import trio
 from .._access import AccessControlList, Operation, Principal, PrincipalKind
 from .._config import QuorumConfig, fetch_answer_bytes_max, setting_value_shown
 from .._messages import ErrorCode
-from .._errors import ReconfigurationError
+from .._errors import ReconfigurationError, leaf_exceptions
 from .._host import check_state_machine
 from .._node import NotLeaderError, QuorumDescription
 from .._voters import Voter, endpoint_address
@@ -752,17 +752,10 @@ async def _startup_error_unwrapped(handle: QuorumNodeHandle) -> AsyncIterator[No
     try:
         yield
     except BaseExceptionGroup as group:
-        leaves = _leaf_exceptions(group)
+        leaves = leaf_exceptions(group)
         if handle.started or len(leaves) != 1:
             raise
         raise leaves[0] from group
-
-
-def _leaf_exceptions(group: BaseExceptionGroup) -> list[BaseException]:
-    leaves: list[BaseException] = []
-    for error in group.exceptions:
-        leaves.extend(_leaf_exceptions(error) if isinstance(error, BaseExceptionGroup) else [error])
-    return leaves
 
 
 @asynccontextmanager
