@@ -29,6 +29,7 @@ from quorum.wire import (
     decode_message,
     encode_message,
 )
+from loopback import free_ports
 
 CLUSTER = "pykraft"
 
@@ -120,9 +121,13 @@ async def test_describe_shows_a_node_repairing_a_damaged_log(tmp_path):
         for index in range(3):
             await node.propose([KeyValueStateMachine.encode_put(b"k", b"%d" % index)])
     damage_a_middle_batch(data_dir)
-    # A single voter that repairs has no leader to repair from: it stays
-    # repairing, neither voting nor standing, and says so.
-    async with open_quorum_node(single_voter(data_dir)) as node:
+    # Restarted as one of three voters whose others are down: it has no
+    # leader to repair from yet, so it stays repairing, neither voting nor
+    # standing, and says so. (Left the only voter, it would refuse to
+    # start: nobody could ever repair it; docs/storage.md, "The only voter".)
+    silent_peers = {peer: ("127.0.0.1", port) for peer, port in zip((2, 3), free_ports(2))}
+    one_of_three = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0), **silent_peers}, data_dir=data_dir, plaintext=True)
+    async with open_quorum_node(one_of_three) as node:
         answer = await ask(node.listen_port, DescribeQuorumRequest())
         assert answer.repairing is True and answer.disk_failure is None and answer.leader_id is None
         status = await run_cli("describe", "--bootstrap", f"127.0.0.1:{node.listen_port}", "--status")
