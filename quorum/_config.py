@@ -74,6 +74,18 @@ def check_int_setting(name: str, value: object, low: int, high: int, *, unit: st
         raise ValueError(f"{name} must be an int from {lowest} to {high} {unit}, got {setting_value_shown(value)}")
 
 
+def check_seconds(value: object, name: str) -> float:
+    """A caller's bound in seconds as a float: a positive, finite number
+    (nan made a client's every request wait forever). Raises ``TypeError``
+    for anything but a number (a bool is not one), ``ValueError`` for nan,
+    infinities, zero and below, naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {setting_value_shown(value)}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
+    return float(value)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QuorumConfig:
     """Static configuration of one node.

@@ -222,7 +222,7 @@ def _node_config(settings: dict[str, Any]) -> NodeConfig:
     tls = listener_tls(settings, config_file=True)
     return NodeConfig(
         node_id=settings["node_id"],  # NodeConfig checks it: int() made true and 1.9 node 1
-        voters=parse_voters(voters) if isinstance(voters, str) else {int(k): endpoint_address(v) for k, v in voters.items()},
+        voters=parse_voters(voters) if isinstance(voters, str) else {int(k): listen_address(v, f'voter {k} address') for k, v in voters.items()},
         cluster_id=settings.get("cluster_id"),
         listen=listen_address(settings["listen"], "listen address") if "listen" in settings else None,
         data_dir=settings.get("data_dir"),

@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 import trio
 
 from ._access import PrincipalKind
+from ._config import check_seconds
 from ._messages import ErrorCode
 from ._node import QuorumError
 from ._voters import check_endpoint, endpoint_address
@@ -416,10 +417,8 @@ class QuorumClient:
         server_kinds: tuple[PrincipalKind, ...] = (PrincipalKind.NODE,),
     ) -> None:
         self._servers = parse_bootstrap(bootstrap)
-        for name, value in (("request_timeout_s", request_timeout_s), ("retry_timeout_s", retry_timeout_s)):
-            # nan made every request wait forever.
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-                raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
+        check_seconds(request_timeout_s, "request_timeout_s")
+        check_seconds(retry_timeout_s, "retry_timeout_s")
         check_cluster_id(cluster_id)  # every request carries it
         self.tls = tls
         self.server_kinds = server_kinds

@@ -53,7 +53,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import math
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -61,6 +60,7 @@ from typing import Any, TypeVar
 
 import msgpack
 
+from ._config import check_seconds
 from ._host import ApplyFailedError, ReadNotConfirmedError
 from ._node import NotLeaderError
 from ._types import Entry
@@ -161,16 +161,6 @@ def _run_method(function: Callable[..., Any], target: Any, args: Sequence[Any], 
         return function(target, *args, **kwargs)
     finally:
         _running.name = None
-
-
-def _check_timeout_s(timeout_s: object, name: str = "timeout_s") -> float:
-    """A bound in seconds: a positive, finite number (``ValueError`` or
-    ``TypeError`` naming ``name``)."""
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {timeout_s!r}")
-    if not (math.isfinite(timeout_s) and timeout_s > 0):
-        raise ValueError(f"{name} must be a positive, finite number of seconds, got {timeout_s!r}")
-    return float(timeout_s)
 
 
 def _methods(cls: type, kind: str) -> dict[str, Callable[..., Any]]:
@@ -386,7 +376,7 @@ class Replicated:
             raise ValueError(f"unknown read mode {read!r}: expected one of {', '.join(READ_MODES)}")
         if type(forward) is not bool:
             raise TypeError(f"forward must be True or False, got {forward!r}")
-        timeout_s = _check_timeout_s(timeout_s)
+        timeout_s = check_seconds(timeout_s, "timeout_s")
         from .runtime import NodeConfig, parse_voters
 
         config = NodeConfig(
@@ -415,7 +405,7 @@ class Replicated:
         ``TimeoutError`` (``ValueError`` for a ``timeout_s`` that is not a
         positive, finite number)."""
         if timeout_s is not None:
-            timeout_s = _check_timeout_s(timeout_s)
+            timeout_s = check_seconds(timeout_s, "timeout_s")
         return self._replica_or_raise().wait_for_leader(timeout_s)
 
     @property

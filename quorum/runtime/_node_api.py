@@ -32,7 +32,7 @@ from .._messages import ErrorCode
 from .._errors import ReconfigurationError, leaf_exceptions
 from .._host import check_state_machine
 from .._node import NotLeaderError, QuorumDescription
-from .._voters import Voter, endpoint_address
+from .._voters import PORT_MAX, Voter, endpoint_address
 from ..storage import (
     CorruptSnapshotError,
     DamagedLogError,
@@ -142,8 +142,8 @@ def check_address(address: object, whose: str) -> None:
     host, port = address
     if not isinstance(host, str) or not host:
         raise ValueError(f"{whose} host must be a non-empty str, got {host!r}")
-    if type(port) is not int or not 0 <= port <= 65535:
-        raise ValueError(f"{whose} port must be an int in 0-65535, got {port!r}")
+    if type(port) is not int or not 0 <= port <= PORT_MAX:
+        raise ValueError(f"{whose} port must be an int in 0-{PORT_MAX}, got {port!r}")
 
 
 def check_transport_choice(tls: TlsConfig | None, plaintext: bool) -> None:
