@@ -723,6 +723,11 @@ class QuorumNode:
         # unable to vote (with another damaged voter, no majority could
         # elect anyone: the sweep's seed 12712).
         self._repair = repairing
+        # The candidate whose vote request named this node a voter, with
+        # this very disk, that its own log does not (``_note_named_voter``):
+        # then this node stands too. Memory only: the next such request
+        # tells it again.
+        self._named_voter_by: int | None = None
 
         self._initialize(stored)
 
@@ -756,8 +761,21 @@ class QuorumNode:
         uncommitted change in its log (Raft thesis §4.2.2, Figure 4.6: it
         may still be needed to commit that change; a leader that removed
         itself and crashed may hold the only copy). Such a node counts
-        only the votes of its set, which lacks itself, and grants none."""
-        return self._votes or (self._repair is None and self.removal_pending)
+        only the votes of its set, which lacks itself, and grants none.
+
+        A node that a candidate's set names as a voter, with this disk,
+        while its own log's set does not, and whose log is ahead of that
+        candidate's, stands as well (``_note_named_voter``)."""
+        return self._votes or (self._repair is None and (self.removal_pending or self._named_voter_by is not None))
+
+    @property
+    def named_voter_by(self) -> int | None:
+        """The candidate whose vote request named this node a voter that
+        its own log does not, and whose log is behind this node's: this
+        node then stands, counting the votes of its own set
+        (``_note_named_voter``). None otherwise, and once it leads or its
+        leader answers a Fetch."""
+        return self._named_voter_by
 
     @property
     def removal_pending(self) -> bool:
@@ -865,7 +883,12 @@ class QuorumNode:
             if floor < due:
                 due = floor
         elif isinstance(state, UnattachedState):
-            due = state.election_deadline if state.fetcher is None else self._fetcher_due(state.fetcher)
+            if state.fetcher is None:
+                due = state.election_deadline
+            else:
+                due = self._fetcher_due(state.fetcher)
+                if self._stands and state.election_deadline < due:
+                    due = state.election_deadline  # named a voter elsewhere (tick)
         elif isinstance(state, ResignedState):
             due = min(state.election_deadline, state.end_epoch_deadline)
         else:
@@ -1019,10 +1042,14 @@ class QuorumNode:
         elif isinstance(state, FollowerState):
             self._tick_follower(now, state)
         elif isinstance(state, UnattachedState):
-            if state.fetcher is None:
-                if now >= state.election_deadline:
-                    self._stand("election timeout", Trigger.ELECTION_TIMEOUT)
-            else:
+            # A node named a voter elsewhere (``_note_named_voter``) keeps
+            # looking for a leader as the observer it is, and stands when
+            # its timer fires.
+            if now >= state.election_deadline and (state.fetcher is None or self._stands):
+                named_by = self._named_voter_by
+                reason = "election timeout" if named_by is None else f"election timeout, named a voter by {named_by}"
+                self._stand(reason, Trigger.ELECTION_TIMEOUT)
+            elif state.fetcher is not None:
                 # An observer: a request unanswered by its deadline is
                 # presumed lost, and the next voter is asked.
                 fetcher = state.fetcher
@@ -1983,6 +2010,9 @@ class QuorumNode:
         )
         self._enter_role(Role.LEADER, Trigger.WON_ELECTION, leader)
         self._election_retries = 0
+        # Elected outside its own set, it leads until its epoch commits
+        # (``_flush``), and then hands over for good.
+        self._named_voter_by = None
         # Recorded durably, so that a restart knows it led this epoch and
         # never leads it again (_initialize).
         self._set_election_state(self._epoch, self._voted_for, self.node_id)
@@ -2656,6 +2686,8 @@ class QuorumNode:
         state.leader_fetch_tick = self._tick
         state.leader_unreachable = False
         state.fetch_deadline = self._tick + self.config.ticks(self.config.fetch_timeout_ms)
+        # A live leader: a node named a voter elsewhere need stand no more.
+        self._named_voter_by = None
         # Echoed in the next Fetch, which proves to the leader that we
         # heard it after it handed out this token (Raft thesis §6.4).
         fetcher.read_token = max(fetcher.read_token, response.read_token)
@@ -2847,6 +2879,7 @@ class QuorumNode:
             return
         # A chunk from the leader is a successful fetch (KIP-595 timeout).
         state.leader_fetch_tick = self._tick
+        self._named_voter_by = None
         state.fetch_deadline = self._tick + self.config.ticks(self.config.fetch_timeout_ms)
         download.buffer += response.chunk
         if len(download.buffer) >= response.size:
@@ -2944,6 +2977,48 @@ class QuorumNode:
             )
         )
 
+    def _note_named_voter(self, request: VoteRequest) -> None:
+        """Raft thesis §4.1 and §4.2.2: a node that looks for a leader, not
+        a voter of the set its own log holds, and asked for its vote by a
+        candidate whose set names this node, with this disk, as a voter
+        (``_addressed_as_voter``: the candidate holds a voter change this
+        log lacks, committed or not), but whose log is behind ours: that
+        candidate cannot have our vote, and may need it (the sweep's seed
+        571925: a leader cut off in a minority appended the VOTERS record
+        that added us, the majority elected another leader whose records
+        we copied as an observer, and that leader's disk was then lost;
+        the deposed leader's set needed our vote, our log outranked it, and
+        no voter of our set could win without the deposed leader's vote,
+        which its longer log withheld: no leader ever again). So this node
+        stands itself when its timer fires (``_stands``), as a voter whose
+        removal is pending does.
+
+        Safe as any candidacy: it counts only the votes of the set in its
+        own log, which lacks itself (a leader outside its set, §4.2.2), and
+        every voter checks its log (§3.6.1). Elected, it leads until a
+        record of its epoch is committed, so a majority of its set holds
+        its log, and then hands over (``_flush``). A live leader's voters
+        refuse its pre-vote and name that leader, whom it then follows; the
+        first answer from a leader ends its candidacy."""
+        state = self._state
+        looking = isinstance(state, UnattachedState) or (
+            isinstance(state, FollowerState) and not state.fetched_from_leader
+        )
+        if (
+            self._named_voter_by is not None
+            or self._stands
+            or not looking
+            or not self._addressed_as_voter(request)
+            or _log_up_to_date(request, self._log)
+        ):
+            return
+        self._named_voter_by = request.src
+        if isinstance(state, UnattachedState):
+            # It stands after an election timeout, not at once: the
+            # candidate may still win with other votes. (A follower stands
+            # at its fetch timeout, unless the leader answers first.)
+            state.election_deadline = self._draw_election_deadline()
+
     def _on_vote_request(self, request: VoteRequest) -> None:
         """A Vote in our epoch (Raft thesis §3.4, §3.6.1)."""
         # Grant only if: we are a voter; we neither lead, follow nor stand
@@ -2977,6 +3052,8 @@ class QuorumNode:
                 self._event(f"voted for {request.src}")
             else:
                 self._role_state(UnattachedState).election_deadline = deadline
+        if not granted:
+            self._note_named_voter(request)
         self._reply_vote(request, granted=granted)
 
     def _on_pre_vote_request(self, request: VoteRequest) -> None:
@@ -3023,6 +3100,8 @@ class QuorumNode:
         state = self._state
         if granted and isinstance(state, FollowerState) and state.leader_unreachable:
             state.fetch_deadline = max(state.fetch_deadline, self._tick + self.config.ticks(self.config.election_timeout_ms))
+        if not granted:
+            self._note_named_voter(request)
         self._reply_vote(request, granted=granted)
 
     def _outranks_us(self, request: VoteRequest) -> bool:
@@ -3144,11 +3223,27 @@ class QuorumNode:
         """Hand the output of one input to the driver. An output with
         persistence work gets the next sequence number; ``persisted`` with
         that number later tells us how far the log is durable."""
-        if self._role is _LEADER and not self._is_voter and not self.voter_change_pending:
+        if (
+            self._role is _LEADER
+            and not self._is_voter
+            and not self.voter_change_pending
+            and self.leader_has_committed_own_epoch
+        ):
             # A leader that removed itself led until the change committed
             # (Raft thesis §4.2.2: it replicates it without counting
-            # itself); now it hands over and keeps no vote (KIP-853).
-            self._become_resigned("removed from the voter set: the change is committed", Trigger.RESIGN_REQUESTED)
+            # itself); now it hands over and keeps no vote (KIP-853). One
+            # elected outside its own set (``_note_named_voter``) leads
+            # until a record of its epoch is committed: a majority of the
+            # set then holds its log, and the next leader comes from it.
+            removed = bool(self._voter_records) and self.voters_at(self._voter_records[-1][0]).holds(
+                self.node_id, self.config.directory_id
+            )
+            reason = (
+                "removed from the voter set: the change is committed"
+                if removed
+                else "not a voter of its own set: its epoch is committed, handing over"
+            )
+            self._become_resigned(reason, Trigger.RESIGN_REQUESTED)
         state = self._state
         if isinstance(state, LeaderState) and state.observers_due:
             self._answer_due_observers(state)

@@ -1219,7 +1219,9 @@ class Simulation:
             vote = (state.epoch, state.voted_for)
             if vote != node.last_vote:
                 node.last_vote = vote
-                standing_while_removed = state.voted_for == node.node_id and core.removal_pending
+                standing_while_removed = state.voted_for == node.node_id and (
+                    core.removal_pending or core.named_voter_by is not None
+                )
                 request = self._delivering
                 addressed = (
                     isinstance(request, VoteRequest)

@@ -669,6 +669,66 @@ def test_a_wiped_voter_is_replaced_by_removing_and_adding_it_again():
     assert cluster.node(1).high_watermark > first
 
 
+def test_an_observer_named_a_voter_by_a_deposed_leader_stands_when_no_voter_can_win():
+    """The sweep's seed 571925, replayed by hand. Leader 1, cut off, adds
+    observer 5's disk ({1, 2, 3, 5}, uncommitted, only in 1's log); 2 wins
+    epoch 2 with 3's vote and 3 crashes; observer 5 copies 2's records; 2's
+    disk is lost. After the heal no voter can win: 1 needs 3 of {1, 2, 3, 5}
+    and 5's log (epoch 2) outranks it; 3 needs 1, whose log is longer; 2 is
+    another disk. Observer 5, named a voter by 1's request (Raft thesis
+    §4.1), stands counting its own set {1, 2, 3}, wins with 1 and 3, leads
+    until its epoch commits, and hands over: a voter leads again and
+    commits."""
+    cluster = caught_up_observer(observer=5)
+    cluster.isolate(1)
+    add(cluster, 1, 5)  # in force on 1 at once; it never leaves node 1
+    assert cluster.node(1).voters.ids == (1, 2, 3, 5)
+
+    cluster.time_out(3)
+    cluster.tick_until(5, lambda node: node.role is Role.UNATTACHED)  # 5 looks for a leader
+    cluster.win_election(2)  # epoch 2, among 2 and 3; 3 crashes before it fetches
+    cluster.crash(3)
+    cluster.run_until(lambda: cluster.node(5).log.last_epoch == 2)
+    wipe(cluster, 2)
+    cluster.restart(3)
+    cluster.heal()
+    cluster.run_until(lambda: cluster.node(5).named_voter_by == 1)
+    assert not cluster.node(5).is_voter and cluster.node(3).log.last_epoch == 1
+
+    cluster.run_until(lambda: any(cluster.node(n).is_leader for n in (1, 3)))
+    leader = next(n for n in (1, 3) if cluster.node(n).is_leader)
+    [led] = cluster.events(5, Role.LEADER)  # 5 led once, before the voter that leads now
+    [resigned] = cluster.events(5, Role.RESIGNED)
+    assert resigned.epoch == led.epoch < cluster.node(leader).epoch
+    assert resigned.reason == "not a voter of its own set: its epoch is committed, handing over"
+    assert cluster.node(1).voters.ids == (1, 2, 3)  # 5's log replaced 1's uncommitted record
+    first = cluster.propose(leader, b"committed again")
+    cluster.run_until(lambda: cluster.node(leader).high_watermark > first)
+
+
+def test_an_observer_named_a_voter_follows_a_live_leader_instead_of_standing():
+    """A node named a voter by a candidate whose log is behind its own
+    stands only while no leader is known: the first leader it follows ends
+    it (a live leader's voters refuse its pre-vote and name that leader)."""
+    cluster = caught_up_observer(observer=5)
+    node5 = cluster.node(5)
+    cluster.crash(5)
+    cluster.restart(5)  # it follows the leader it recorded, and has not fetched yet
+    request = VoteRequest(
+        src=3, dst=5, epoch=node5.epoch + 1, last_epoch=0, end_offset=0, pre_vote=True,
+        voter_directory_id=directory(5),
+    )  # fmt: skip
+    node5 = cluster.node(5)
+    assert node5.role is Role.FOLLOWER
+    [answer] = messages_of(cluster.inject(request))
+    assert not answer.granted and node5.named_voter_by == 3
+    cluster.run_until(lambda: node5.named_voter_by is None)
+    assert node5.role is Role.FOLLOWER and node5.leader_id == 1
+    cluster.run(3 * FETCH_TIMEOUT_TICKS)
+    assert cluster.node(1).is_leader and node5.leader_id == 1
+    assert cluster.sent(5, VoteRequest) == []
+
+
 # -- everything else follows the set --------------------------------------------------
 
 

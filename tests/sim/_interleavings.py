@@ -382,6 +382,43 @@ def disk_wiped_while_an_auto_join_ask_travelled(events: Events, options) -> list
     return found
 
 
+_AUTO_JOIN_AT = re.compile(r"^n(?P<node>\d+) AUTO-JOIN at n(?P<leader>\d+): voters record at offset \d+$")
+_VOTE_NAMING = re.compile(
+    r"^n(?P<node>\d+) <- (?P<candidate>\d+)->(?P=node) Vote e\d+ (?P<kind>pre|vote) last=\S+ voter-dir=d(?P=node)-\d+$"
+)
+_VOTE_REFUSED = re.compile(r"^n(?P<candidate>\d+) <- (?P<node>\d+)->(?P=candidate) VoteResp e\d+ (?P<kind>pre|vote) rejected")
+
+
+def observer_outranked_the_leader_that_added_it(events: Events, options) -> list[str]:
+    """After the heal, a spare node whose addition a leader appended by
+    auto-join (and nobody else did) refused that leader's vote request
+    naming its disk, its log ahead of the leader's: seed 571925, where n3,
+    cut off, had added n5; n2 led epoch 2 and n5 copied its records; n2's
+    disk was wiped; then no voter could win, n3 lacking n5's vote and n1
+    lacking n3's (liveness)."""
+    healed_at = next((ms for ms, text in events if text == "HEAL network"), None)
+    if healed_at is None:
+        return []
+    added_by: dict[int, set[int]] = {}
+    asked: set[tuple[int, int, str]] = set()
+    found = []
+    for ms, text in events:
+        if match := _AUTO_JOIN_AT.match(text):
+            added_by.setdefault(int(match["node"]), set()).add(int(match["leader"]))
+        elif ms < healed_at:
+            continue
+        elif match := _VOTE_NAMING.match(text):
+            node, candidate = int(match["node"]), int(match["candidate"])
+            if node > options.voters and added_by.get(node) == {candidate}:
+                asked.add((node, candidate, match["kind"]))
+        elif match := _VOTE_REFUSED.match(text):
+            key = (int(match["node"]), int(match["candidate"]), match["kind"])
+            if key in asked:
+                asked.discard(key)
+                found.append(f"n{key[0]}, added by n{key[1]} only, refused its {key[2]} vote at {ms:.3f} ms")
+    return found
+
+
 FINGERPRINTS: dict[str, Fingerprint] = {
     function.__name__: function
     for function in (
@@ -397,6 +434,7 @@ FINGERPRINTS: dict[str, Fingerprint] = {
         damaged_below_its_addition_asked_to_vote,
         joiner_fetched_a_snapshot_from_before_the_upgrade,
         disk_wiped_while_an_auto_join_ask_travelled,
+        observer_outranked_the_leader_that_added_it,
     )
 }
 

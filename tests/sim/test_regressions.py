@@ -41,6 +41,7 @@ from _interleavings import (
     healed_node_stood_again_and_again,
     joiner_fetched_a_snapshot_from_before_the_upgrade,
     lone_leader_gained_a_voter_by_auto_join,
+    observer_outranked_the_leader_that_added_it,
     parse,
     restarted_leader_refused_a_local_read,
     run_with_trace,
@@ -493,3 +494,25 @@ def test_seed_418285_a_token_from_an_earlier_leader_confirms_no_read():
     leader counts only tokens it handed out."""
     result = run_scenario("random", 418285, random_options(418285))
     assert result.valid, result.violation
+
+
+def test_seed_571925_an_observer_named_a_voter_stands_when_no_voter_can_win():
+    """Found by the 8,000-seed sweep from 568300 (seed 571925): n3, leader
+    of epoch 1 cut off in a minority, appended the auto-join record adding
+    n5 ({1, 2, 3, 5}, never committed); n2 won epoch 2 with n1's vote (n1
+    then crashed), and n5, an observer, copied n2's records; n2's disk was
+    wiped. After the heal no voter could win: n3 needed 3 of {1, 2, 3, 5}
+    and n5's log (epoch 2) outranked its own; n1 needed n3, whose log was
+    longer; n2 was another disk. n5, not a voter of the set its own log
+    holds, never stood: no write committed again (liveness). A node asked
+    for its vote by a candidate whose set names its disk, and whose log is
+    behind its own, now stands itself, counting its own set (Raft thesis
+    §4.1, §4.2.2), leads until its epoch commits, and hands over."""
+    options = random_options(571925)
+    result, found = _replay("random", 571925, options, observer_outranked_the_leader_that_added_it)
+    _, events = run_with_trace("random", 571925, options)
+    node = re.match(r"n(\d+),", found[0]).group(1)
+    assert any(
+        re.match(rf"^n{node} resigned e\d+ \(not a voter of its own set: its epoch is committed", text)
+        for _, text in events
+    ), f"n{node} did not lead and hand over"
