@@ -299,15 +299,22 @@ class _Connection:
 
     async def read_loop(self) -> None:
         decoder = FrameDecoder()
+        # The first bytes the server sent, kept until a frame decodes: what
+        # names a server that does not speak this protocol at all.
+        first_bytes = b""
+        decoded_any = False
         try:
             while not (self.retiring and not self.waiting):
                 data = await self.reader.receive_some(256 * 1024)
                 if not data:
                     raise trio.BrokenResourceError("connection closed by the server")
                 self.received_any = True
+                if not decoded_any and len(first_bytes) < _FIRST_BYTES_SHOWN:
+                    first_bytes += data[: _FIRST_BYTES_SHOWN - len(first_bytes)]
                 decoder.feed(data)
                 while (payload := decoder.next_frame()) is not None:
                     decoded = decode_message(payload, expected_cluster_id=self.cluster_id)
+                    decoded_any = True
                     slot = self.waiting.pop(decoded.correlation_id, None)
                     if slot is not None:
                         slot[1].append(decoded.message)
@@ -320,7 +327,21 @@ class _Connection:
             self.fail(trio.ClosedResourceError("closed by the client: it moved to another node"))
         except ClusterIdMismatchError as error:
             self.fail(WrongClusterError(f"{self.address} belongs to another cluster: {error}"))
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, RemoteProtocolError) as error:
+        except RemoteProtocolError as error:
+            if decoded_any:
+                self.fail(error)
+            else:
+                # Not one frame made sense: the address is not a pykraft
+                # node's (an HTTP server, the metrics port, SSH), and the
+                # frame error alone ("a frame of 1397966893 bytes") would
+                # not say so.
+                self.fail(
+                    QuorumClientError(
+                        f"{self.address} does not speak the pykraft protocol ({error}; its first bytes: "
+                        f"{first_bytes!r}): is it a pykraft node's client address?"
+                    )
+                )
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
             self.closed_before_answering = not self.received_any and isinstance(error, (trio.BrokenResourceError, OSError))
             self.fail(error)
         finally:
@@ -379,9 +400,13 @@ class _Connection:
                 raise self.broken
             if self.broken is not None:
                 raise IndeterminateError(f"connection to {self.address} failed with the request in flight: {self.broken}")
-            raise NoAnswerError(f"no answer from {self.address} within {timeout_s} s")
+            raise NoAnswerError(f"no answer from {self.address} within {timeout_s:.3g} s")
         return holder[0]
 
+
+# How many of a server's first bytes an error shows when none of them made a
+# frame (an SSH banner, an HTTP status line).
+_FIRST_BYTES_SHOWN = 32
 
 # The requests a node may answer NOT_LEADER (versions 1 and 2; version 2's
 # answers name where the leader listens).
@@ -590,6 +615,7 @@ class QuorumClient:
         runs out is indeterminate, never a definite failure."""
         backoff_s = 0.02
         hintless_answers = 0
+        broken_connections = 0
         last_error: BaseException | None = None
         if self._nursery is None:
             # Not entered (or left): its connections would have no task to run in.
@@ -604,7 +630,13 @@ class QuorumClient:
                     with trio.fail_after(remaining_s):
                         connection = await self._connect()
             except (OSError, trio.TooSlowError, trio.BrokenResourceError, PeerNotAuthenticatedError) as error:
-                last_error = error
+                if not isinstance(error, trio.TooSlowError):
+                    last_error = error
+                elif last_error is None:
+                    # Time ran out while connecting: say so, rather than
+                    # with TooSlowError's empty text. After another failure,
+                    # that failure is the news.
+                    last_error = QuorumClientError(f"could not connect to {self._last_sent_to} within {remaining_s:.3g} s")
                 await self._move_to(None, None)
                 await trio.sleep(min(backoff_s, max(0.0, deadline - trio.current_time())))
                 backoff_s = min(backoff_s * 2, 0.5)
@@ -624,6 +656,14 @@ class QuorumClient:
                 # IndeterminateError retried (a read), or not even sent: safe to retry.
                 last_error = error
                 await self._move_to(None, connection)
+                broken_connections += 1
+                if broken_connections % len(self._servers) == 0:
+                    # Every node broke the connection: wait before the next
+                    # round, as after refused connections, rather than
+                    # reconnect in a loop that keeps a core busy (a server
+                    # that resets every connection, a node restarting).
+                    await trio.sleep(min(backoff_s, max(0.0, deadline - trio.current_time())))
+                    backoff_s = min(backoff_s * 2, 0.5)
                 continue
             if isinstance(response, ErrorFrame):
                 if (

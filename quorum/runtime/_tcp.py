@@ -113,6 +113,9 @@ PEER_QUEUE_MESSAGES_MAX = 10_000
 # Distinct peers counted apart in the per-peer byte counters; the rest are "other".
 PEER_LABELS_MAX = 256
 RECEIVE_BYTES = 256 * 1024
+# How many of a stranger's first bytes a log line shows (an HTTP request
+# line, an SSH banner): enough to tell which, too few to flood the log.
+FIRST_BYTES_LOGGED = 32
 # One log line per peer address and reason in this many seconds; the next
 # one says how many were suppressed.
 LOG_INTERVAL_S = 10.0
@@ -889,7 +892,11 @@ class TcpTransport(Transport):
                     try:
                         payload = decoder.next_frame()
                     except FrameTooLargeError as error:
-                        self._reject(connection, error, answer=False, reason="frame_too_large")
+                        # In the first bytes the connection sent: most likely
+                        # no pykraft peer at all (HTTP, SSH, a scanner), and
+                        # those bytes tell the operator which.
+                        first = data[:FIRST_BYTES_LOGGED] if connection.bytes_in == len(data) else None
+                        self._reject(connection, error, answer=False, reason="frame_too_large", first_bytes=first)
                         return
                     if payload is None:
                         break
@@ -1089,7 +1096,15 @@ class TcpTransport(Transport):
             connection.request_answered(size)
         return taken
 
-    def _reject(self, connection: _Connection, error: RemoteProtocolError, *, answer: bool, reason: str) -> None:
+    def _reject(
+        self,
+        connection: _Connection,
+        error: RemoteProtocolError,
+        *,
+        answer: bool,
+        reason: str,
+        first_bytes: bytes | None = None,
+    ) -> None:
         self.frames_rejected += 1
         self.metrics.add_to_counter(
             "pykraft_quorum_frames_rejected_total",
@@ -1099,6 +1114,12 @@ class TcpTransport(Transport):
         if not error.recoverable:
             self.metrics.add_to_counter("pykraft_quorum_connections_closed_total", reason=reason)
         action = "answered with an error" if answer and error.recoverable else "closing the connection"
+        if first_bytes is not None:
+            self._log.warning(
+                connection.host, reason, "bad frame from %s (%s): %s; its first bytes: %r (not a pykraft peer?)",
+                connection.peer, action, error, first_bytes,
+            )  # fmt: skip
+            return
         self._log.warning(connection.host, reason, "bad frame from %s (%s): %s", connection.peer, action, error)
 
 

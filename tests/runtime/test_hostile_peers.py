@@ -208,6 +208,24 @@ async def test_stalled_and_oversized_frames_and_connection_floods_are_bounded(tm
         cluster.stop.set()
 
 
+async def test_a_stranger_speaking_http_is_logged_with_its_first_bytes(tmp_path, caplog):
+    """Prometheus or a browser pointed at the node's port by mistake: the
+    log line shows what came ("GET /metrics HTTP/1.1"), not only the length
+    its first four bytes would claim as a frame (1195725856 bytes)."""
+    async with trio.open_nursery() as nursery:
+        cluster = await start_cluster(nursery, tmp_path, voters=1)
+        node = cluster.handles[0]
+        with trio.fail_after(20):
+            stream = await trio.open_tcp_stream(*cluster.address(node))
+            await stream.send_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            assert await closed_by_peer(stream)
+            await still_serving(cluster)
+        cluster.stop.set()
+    [line] = [record.getMessage() for record in caplog.records if "bad frame from" in record.getMessage()]
+    assert "frame of 1195725856 bytes is over the limit" in line
+    assert "its first bytes: b'GET /metrics HTTP/1.1\\r\\nHost: loc' (not a pykraft peer?)" in line
+
+
 async def test_a_msgpack_bomb_in_a_fetch_extension_is_refused_and_the_leader_keeps_leading(tmp_path):
     """Before: a 16 MiB bomb in a Fetch extension stopped all writes and
     took 2.2 GB. Now a request is held to 1 MiB and its containers counted."""

@@ -306,3 +306,66 @@ async def test_an_error_raised_in_the_clients_block_leaves_it_as_raised(autojump
             async with QuorumClient([f"127.0.0.1:{port}"]):
                 raise ValueError("nothing to do with the client")
         nursery.cancel_scope.cancel()
+
+
+# More connections than any client with a backoff makes in these tests:
+# the stranger then stops the test, which would otherwise spin for ever
+# (a hot loop never lets the autojump clock reach the retry timeout).
+_STRANGER_CONNECTIONS_MAX = 200
+
+
+async def stranger(nursery: trio.Nursery, greeting: bytes, connections: list[int]) -> int:
+    """A server of another protocol: it sends ``greeting`` (an SSH banner,
+    an HTTP answer) on every connection, or, with none, closes at once."""
+
+    async def serve(stream: trio.SocketStream) -> None:
+        connections.append(1)
+        if len(connections) > _STRANGER_CONNECTIONS_MAX:
+            nursery.cancel_scope.cancel()
+        async with stream:
+            if greeting:
+                await stream.send_all(greeting)
+                await stream.receive_some(65536)
+
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+    return listeners[0].socket.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "greeting", [b"SSH-2.0-OpenSSH_9.2\r\n", b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"]
+)
+async def test_a_server_of_another_protocol_is_named_as_such(autojump_clock, greeting):
+    """Before: "frame of 1397966893 bytes is over the limit of 16777216",
+    which does not tell a user that --bootstrap names an SSH or HTTP port."""
+    connections: list[int] = []
+    raised: list[QuorumClientError] = []
+    async with trio.open_nursery() as nursery:
+        port = await stranger(nursery, greeting, connections)
+        async with QuorumClient([f"127.0.0.1:{port}"], retry_timeout_s=1.0) as client:
+            with pytest.raises(QuorumClientError) as caught:
+                await client.describe()
+            raised.append(caught.value)
+        nursery.cancel_scope.cancel()
+    assert len(connections) <= _STRANGER_CONNECTIONS_MAX, "reconnected in a hot loop"
+    text = str(raised[0])
+    assert f"127.0.0.1:{port} does not speak the pykraft protocol" in text
+    assert repr(greeting[:20])[2:-1] in text  # its first bytes, shown
+
+
+async def test_a_server_that_closes_every_connection_is_not_reconnected_to_in_a_hot_loop(autojump_clock):
+    """Before: a read retried at once after each broken connection, so a
+    server that resets every connection was reconnected to thousands of
+    times a second until the retry timeout (and the reason shown at the
+    end was a connect timeout's empty text: "within 3.0 s: ")."""
+    connections: list[int] = []
+    raised: list[QuorumClientError] = []
+    async with trio.open_nursery() as nursery:
+        port = await stranger(nursery, b"", connections)
+        async with QuorumClient([f"127.0.0.1:{port}"], retry_timeout_s=3.0) as client:
+            with pytest.raises(QuorumClientError) as caught:
+                await client.read(b"k")
+            raised.append(caught.value)
+        nursery.cancel_scope.cancel()
+    assert len(connections) <= 20, "reconnected in a hot loop"  # a backoff per round: 20, 40, ... 500 ms
+    assert str(raised[0]).rstrip(": ") != "no node served the request within 3 s"
+    assert f"127.0.0.1:{port}" in str(raised[0])
