@@ -29,12 +29,14 @@ from ._config import (
 )
 from ._gc_pause import collector_paused
 from ._host import (
+    RESULT_BYTES_MAX,
     ApplyFailedError,
     CommitTimer,
     LeaderApplication,
     Proposal,
     ProposalLostError,
     ProposalOutcomeUnknownError,
+    QueryFailedError,
     ReadNotConfirmedError,
     ReplicaHost,
     ReplicaPort,
@@ -103,6 +105,7 @@ __all__ = [
     "CHECK_QUORUM_FACTOR_MAX",
     "FETCH_BYTES_MAX_LIMIT",
     "SNAPSHOT_CHUNK_BYTES_MAX_LIMIT",
+    "RESULT_BYTES_MAX",
     "check_int_setting",
     "fetch_answer_bytes_max",
     "setting_value_shown",
@@ -144,6 +147,7 @@ __all__ = [
     "QuorumError",
     "QuorumInvariantError",
     "QuorumNode",
+    "QueryFailedError",
     "ReconfigurationError",
     "RepairState",
     "ReadFailed",

@@ -194,6 +194,14 @@ class QuorumConfig:
             "election_backoff_max_ms",
         ):
             check_int_setting(name, getattr(self, name), self.tick_ms, TIMER_MS_MAX, unit="ms", low_means="one tick")
+        if self.election_backoff_base_ms > self.election_backoff_max_ms:
+            # The backoff grows from the base and is capped at the max: a
+            # base above the cap is a swapped pair or a typo, and every
+            # backoff would silently be the cap.
+            raise ValueError(
+                f"election_backoff_base_ms ({self.election_backoff_base_ms} ms) must not exceed "
+                f"election_backoff_max_ms ({self.election_backoff_max_ms} ms)"
+            )
         check_int_setting("retry_backoff_ms", self.retry_backoff_ms, 0, TIMER_MS_MAX, unit="ms")
         if self.unreachable_leader_wait_ms is None:
             object.__setattr__(self, "unreachable_leader_wait_ms", max(self.tick_ms, self.election_timeout_ms // 4))

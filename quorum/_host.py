@@ -45,11 +45,21 @@ from ._node import CoreHooks, NotLeaderError, QuorumNode, RepairState, Snapshot
 from ._output import NO_OUTPUT, Output, ReadReady, RoleChange
 from ._types import DATA_KIND, ElectionState, Entry, SnapshotId
 from ._voters import Voter, state_machine_data
+from .wire import FRAME_BYTES_MAX
 
 logger = logging.getLogger("pykraft.quorum")
 
 # At most one "dropped a message" line per this much logical time.
 _PROTOCOL_ERROR_LOG_INTERVAL_MS = 10_000
+
+#: The most bytes a state machine's answers may take: what one answer frame
+#: (to a client's read; to a proposal, all its records' answers together)
+#: can carry, less room for the frame's other fields and each answer's
+#: header (at most 5 bytes each for the 10,000 records a proposal may
+#: hold). An answer past it could not be sent, and its client would wait
+#: out its timeout for nothing: the reader or proposer gets an error naming
+#: the size instead. ``@replicated`` objects hold their results to it too.
+RESULT_BYTES_MAX = FRAME_BYTES_MAX - 64 * 1024
 
 #: ``done(result, error)``: exactly one of them is not None (a read's or a
 #: proposal's result may be falsy, never None).
@@ -76,15 +86,61 @@ class ProposalOutcomeUnknownError(QuorumError):
 
 
 class ApplyFailedError(QuorumError):
-    """The state machine raised while applying the record at ``offset``.
-    The record stays committed (every replica applied it and failed the
-    same way, since apply is deterministic); its proposer gets this error
-    instead of an answer. ``description`` is ``"ExceptionType: message"``."""
+    """The state machine raised while applying the record at ``offset`` (or
+    answered what cannot travel to a proposer: not bytes, or more than
+    ``RESULT_BYTES_MAX`` bytes). The record stays committed (every replica
+    applied it and failed the same way, since apply is deterministic); its
+    proposer gets this error instead of an answer. ``description`` is
+    ``"ExceptionType: message"``."""
 
     def __init__(self, offset: int, description: str) -> None:
         super().__init__(f"applying the record at offset {offset} failed: {description}")
         self.offset = offset
         self.description = description
+
+
+class QueryFailedError(ApplyFailedError):
+    """A read's query failed: the state machine's ``query()`` (or a
+    ``@query`` method) raised, or answered what no answer frame can carry.
+    Nothing changed, so nothing was applied: it is an ``ApplyFailedError``
+    only so that callers that caught that before this class existed still
+    catch it. ``offset`` is where the read was taken, ``description`` what
+    failed."""
+
+    def __init__(self, offset: int, description: str) -> None:
+        QuorumError.__init__(self, f"the query read at offset {offset} failed: {description}")
+        self.offset = offset
+        self.description = description
+
+
+class RepeatedFailureLog:
+    """Logs a user's callback that fails again and again without flooding
+    the log: a client retrying a read whose ``query()`` raises would
+    otherwise write a traceback per read. The first failure of a kind
+    (``failed``'s ``kind``: what failed and the exception's type) is
+    logged with its traceback, later ones in one line when their count
+    reaches 2, 4, 8, ..., saying how many. A count, not a clock, so the
+    host still reads none. At most ``KINDS_MAX`` kinds are told apart;
+    later ones share one count."""
+
+    KINDS_MAX = 64
+
+    def __init__(self, log: logging.Logger) -> None:
+        self._log = log
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def failed(self, kind: tuple[str, str], line: str, error: BaseException | None = None) -> None:
+        counts = self.counts
+        if kind not in counts and len(counts) >= self.KINDS_MAX:
+            kind = ("", "other")
+        count = counts[kind] = counts.get(kind, 0) + 1
+        if count == 1:
+            self._log.error("%s", line, exc_info=error)
+        elif count & (count - 1) == 0:
+            self._log.error(
+                "%s (%d times so far; logged each time the count doubles, with the traceback the first time)",
+                line, count,
+            )  # fmt: skip
 
 
 class ReadNotConfirmedError(QuorumError):
@@ -360,6 +416,8 @@ class ReplicaHost:
         # held back since: a hostile peer must not be able to flood the log.
         self._protocol_error_logged_ms: int | None = None
         self._protocol_errors_held = 0
+        # Reads whose query() failed, by kind: logged without flooding.
+        self.query_failures = RepeatedFailureLog(logger)
         # The core's log starts at the snapshot: records still on disk behind
         # it are not loaded, since the epoch just before them is not known (a
         # follower that far behind takes the snapshot instead).
@@ -524,6 +582,41 @@ class ReplicaHost:
         self._handle(output)
         return offset
 
+    def answer_query(self, request: bytes, offset: int) -> bytes | None:
+        """The state machine's answer to a client's read taken at ``offset``
+        (its ``query(request)``; None for a machine without one). Not an
+        input: it only reads the state machine, so the world may call it
+        between inputs (the runtime does, from the task serving the read).
+
+        Raises ``QueryFailedError`` naming the machine when ``query``
+        raised, answered something other than bytes or None, or answered
+        more than ``RESULT_BYTES_MAX`` bytes (no answer frame could carry
+        it): the read fails, the node goes on. Logged through
+        ``query_failures``: a client retrying that read must not write a
+        traceback per attempt."""
+        machine = self.state_machine
+        query = getattr(machine, "query", None)
+        if query is None:
+            return None
+        name = f"{type(machine).__name__}.query()"
+        try:
+            value = query(request)
+        except Exception as error:  # the user's state machine: this read fails, the node goes on
+            failure = QueryFailedError(offset, f"{name} raised {type(error).__name__}: {error}")
+            self.query_failures.failed((name, type(error).__name__), f"node {self.config.node_id}: {failure}", error)
+            raise failure from error
+        if value is None or (type(value) is bytes and len(value) <= RESULT_BYTES_MAX):
+            return value
+        if type(value) is bytes:
+            kind = "too large"
+            problem = f"{name} answered {len(value)} bytes, over the limit of {RESULT_BYTES_MAX} an answer may carry"
+        else:
+            kind = "not bytes"
+            problem = f"{name} answered {_kind(value)}: an answer must be bytes or None"
+        failure = QueryFailedError(offset, problem)
+        self.query_failures.failed((name, kind), f"node {self.config.node_id}: {failure}")
+        raise failure
+
     def leader_local_offset(self) -> int:
         """For a leader-local read (answered from this node's own state, as
         Kafka's controller does): the applied offset, if this node leads and
@@ -668,12 +761,18 @@ class ReplicaHost:
                     self.commit_timer.stop(pending.timer_token, entry.offset)  # type: ignore[union-attr]
                 pop = self._answers.pop
                 answers = [pop(offset, None) for offset in range(pending.first_offset, entry.offset + 1)]
+                answers_bytes = 0
                 for answer in answers:  # a loop, not a generator: once per committed proposal
-                    if isinstance(answer, ApplyFailedError):
+                    if type(answer) is bytes:
+                        answers_bytes += len(answer)
+                    elif answer is not None:  # an ApplyFailedError
                         pending.done(None, answer)
                         break
                 else:
-                    pending.done((entry.offset, answers), None)
+                    if answers_bytes > RESULT_BYTES_MAX:
+                        pending.done(None, self._answers_too_large(pending.first_offset, entry.offset, answers_bytes))
+                    else:
+                        pending.done((entry.offset, answers), None)
             if pending_proposals:
                 # Proposals below the high watermark that no committed record
                 # decided were covered by a snapshot installed from a new
@@ -684,6 +783,20 @@ class ReplicaHost:
         if not pending_proposals:
             self._answers.clear()
         self.port.committed(entries)
+
+    def _answers_too_large(self, first_offset: int, last_offset: int, answers_bytes: int) -> ApplyFailedError:
+        """The proposer's error when the state machine's answers to its
+        records are more than one answer frame can carry (``RESULT_BYTES_MAX``):
+        the same for a local proposer as for a client's, whose answer would
+        otherwise never arrive. The records took effect; only the answers
+        are lost. Logged once per proposal, here only (the proposer's node)."""
+        offsets = f"offset {first_offset}" if first_offset == last_offset else f"offsets {first_offset}..{last_offset}"
+        description = (
+            f"ValueError: apply() answered {answers_bytes} bytes for {offsets}, over the limit of {RESULT_BYTES_MAX} "
+            "an answer may carry (the records took effect; only their answers are dropped)"
+        )
+        logger.error("node %d: %s; the proposer gets ApplyFailedError", self.config.node_id, description)
+        return ApplyFailedError(first_offset, description)
 
     def _apply_data(self, data: list[Entry]) -> None:
         """Apply committed data records one per call: batches differ from

@@ -61,21 +61,26 @@ from typing import Any, TypeVar
 import msgpack
 
 from ._config import check_seconds
-from ._host import ApplyFailedError, ReadNotConfirmedError
+from ._host import RESULT_BYTES_MAX, ApplyFailedError, QueryFailedError, ReadNotConfirmedError, RepeatedFailureLog
 from ._node import NotLeaderError
 from ._types import Entry
-from .wire import FRAME_BYTES_MAX
 
-__all__ = ["READ_MODES", "ApplyFailedError", "NotLeaderError", "Replicated", "ReplicatedClient", "query", "replicated"]
+__all__ = [
+    "READ_MODES",
+    "RESULT_BYTES_MAX",
+    "ApplyFailedError",
+    "NotLeaderError",
+    "QueryFailedError",
+    "Replicated",
+    "ReplicatedClient",
+    "query",
+    "replicated",
+]
 
 logger = logging.getLogger("pykraft.replicated")
 
 #: How a ``@query`` method reads (see the module docstring).
 READ_MODES = ("linearizable", "leader-local", "follower")
-
-#: The largest encoded result a method may return: what one answer frame
-#: (a forwarded call's, a client's read) can carry, less room for its header.
-RESULT_BYTES_MAX = FRAME_BYTES_MAX - 64 * 1024
 
 _KIND = "_pykraft_kind"
 _FUNCTION = "_pykraft_function"
@@ -115,9 +120,10 @@ def query(method: F) -> F:
     state after the read barrier of the object's read mode (linearizable by
     default; a linearizable or leader-local read on a follower runs on the
     leader). It must not change the state and must return a msgpack-able
-    value. Raises like a ``@replicated`` call (never ``ApplyFailedError``:
-    an exception the method raises reaches the caller as it is, or as
-    ``ApplyFailedError`` when it ran on the leader for a follower).
+    value. Raises like a ``@replicated`` call, except that an exception the
+    method raises reaches the caller as it is, or as ``QueryFailedError``
+    (an ``ApplyFailedError`` subclass, though nothing was applied) when it
+    ran on the leader for a follower.
     Decorating an ``async def`` raises ``TypeError``."""
     _refuse_async(method, "@query")
 
@@ -188,11 +194,15 @@ def encode_call(name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> bytes
     return record
 
 
-def _encode_outcome(name: str, run: Callable[[], Any], offset: int | None) -> bytes:
+def _encode_outcome(
+    name: str, run: Callable[[], Any], offset: int | None, query_failures: RepeatedFailureLog | None = None
+) -> bytes:
     """Run a method and encode its outcome: ``[0, result]`` or ``[1,
     description]``; an exception (or a result msgpack cannot encode) is
     contained here, deterministically, so the failure travels back to the
-    caller as an answer (through a forwarding follower too)."""
+    caller as an answer (through a forwarding follower too). A query's
+    failure (``offset`` None) is logged through ``query_failures``: a
+    caller retrying a failing read must not write a line per attempt."""
     try:
         outcome = msgpack.packb([0, run()], use_bin_type=True)
         if len(outcome) > RESULT_BYTES_MAX:
@@ -205,6 +215,9 @@ def _encode_outcome(name: str, run: Callable[[], Any], offset: int | None) -> by
         return outcome
     except Exception as error:  # the user's method: contained, see above
         description = f"{type(error).__name__}: {error}"
+        if offset is None and query_failures is not None:
+            query_failures.failed((name, type(error).__name__), f"{name}() raised in a query ({description})", error)
+            return msgpack.packb([1, description], use_bin_type=True)
         where = f"at offset {offset}" if offset is not None else "in a query"
         # One line per replica; the traceback at DEBUG (an expected
         # refusal of the user's own logic should not flood the log).
@@ -213,12 +226,16 @@ def _encode_outcome(name: str, run: Callable[[], Any], offset: int | None) -> by
         return msgpack.packb([1, description], use_bin_type=True)
 
 
-def _decode_outcome(answer: bytes | None, offset: int) -> Any:
+def _decode_outcome(answer: bytes | None, offset: int, *, read: bool = False) -> Any:
+    """A call's result from its encoded outcome, or its failure raised:
+    ``ApplyFailedError`` for a command, ``QueryFailedError`` for a read
+    (``read``; ``offset`` is then where it was read)."""
+    failure = QueryFailedError if read else ApplyFailedError
     if answer is None:
-        raise ApplyFailedError(offset, "the record was not a call this object knows")
+        raise failure(offset, f"the {'query' if read else 'record'} was not a call this object knows")
     failed, value = msgpack.unpackb(answer, raw=False, strict_map_key=False)
     if failed:
-        raise ApplyFailedError(offset, value)
+        raise failure(offset, value)
     return value
 
 
@@ -242,6 +259,9 @@ class ReplicatedStateMachine:
         self.target = target
         self._commands = _methods(type(target), "replicated")
         self._queries = _methods(type(target), "query")
+        # Reads a client retries when a @query method raises: not a log
+        # line each (see RepeatedFailureLog).
+        self.query_failures = RepeatedFailureLog(logger)
         self._encoded_state: bytes | None = self._encode_state()
 
     def _encode_state(self) -> bytes:
@@ -283,7 +303,9 @@ class ReplicatedStateMachine:
         if call is None:
             return None
         function, args, kwargs = call
-        return _encode_outcome(function.__name__, lambda: _run_method(function, self.target, args, kwargs), None)
+        return _encode_outcome(
+            function.__name__, lambda: _run_method(function, self.target, args, kwargs), None, self.query_failures
+        )
 
     def _undo(self) -> None:
         previous, self._encoded_state = self._encoded_state, None
@@ -560,7 +582,7 @@ class _Replica:
                 if not self.forward:
                     raise
                 offset, answer = await self._client.read(request, mode=mode)
-                return _decode_outcome(answer, offset)
+                return _decode_outcome(answer, offset, read=True)
         # In the loop's thread: no record is being applied meanwhile.
         return self.machine.run_query(name, args, kwargs)
 
@@ -580,8 +602,9 @@ class ReplicatedClient:
     ``cluster_id`` / the timeouts are ``QuorumClient``'s.
 
     ``call`` and ``query`` raise ``TypeError``/``ValueError`` for arguments
-    that cannot be proposed (as on a node), ``ApplyFailedError`` when the
-    method raised (on every replica: the call took no effect), the
+    that cannot be proposed (as on a node), ``ApplyFailedError`` when a
+    command raised (on every replica alike), ``QueryFailedError`` (a
+    subclass of it) when a query raised on the leader, the
     ``QuorumClient`` errors otherwise: ``IndeterminateError`` when the call
     may or may not have happened, ``QuorumClientError`` when it did not.
     """
@@ -628,4 +651,4 @@ class ReplicatedClient:
         if mode not in ("linearizable", "leader-local"):
             raise ValueError(f"a client reads in linearizable or leader-local mode, not {mode!r}")
         offset, answer = await self._client.read(encode_call(name, args, kwargs), mode=mode)
-        return _decode_outcome(answer, offset)
+        return _decode_outcome(answer, offset, read=True)

@@ -30,7 +30,7 @@ from .._access import AccessControlList, Operation, Principal, PrincipalKind
 from .._config import QuorumConfig, fetch_answer_bytes_max, setting_value_shown
 from .._messages import ErrorCode
 from .._errors import ReconfigurationError, leaf_exceptions
-from .._host import check_state_machine
+from .._host import QueryFailedError, check_state_machine
 from .._node import NotLeaderError, QuorumDescription
 from .._voters import PORT_MAX, Voter, endpoint_address
 from ..storage import (
@@ -504,24 +504,6 @@ async def handle_voter_change(runtime: QuorumRuntime, request: VoterChangeReques
     return VoterChangeResponse(offset=offset, version=request.version)
 
 
-def _answer_query(runtime: QuorumRuntime, query_bytes: bytes) -> bytes | None:
-    """The state machine's answer to a client's read, or None without a
-    ``query``. Raises ``ValueError`` naming the state machine when its
-    ``query`` raised or answered something other than bytes (or None): the
-    client reads that, not the bare exception text of the user's code."""
-    query = getattr(runtime.state_machine, "query", None)
-    if query is None:
-        return None
-    name = type(runtime.state_machine).__name__
-    try:
-        value = query(query_bytes)
-    except Exception as error:  # the user's state machine: this read fails, the node goes on
-        raise ValueError(f"{name}.query() raised {type(error).__name__}: {error}") from error
-    if value is not None and type(value) is not bytes:
-        raise ValueError(f"{name}.query() answered a {type(value).__name__}: an answer must be bytes or None")
-    return value
-
-
 async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
     """Answer a client's wire request from this node."""
     node = runtime.node
@@ -538,7 +520,13 @@ async def handle_client_request(runtime: QuorumRuntime, request: Any) -> Any:
                 offset = await runtime.read_index()
             else:
                 offset = runtime.leader_local_offset()
-            return ReadResponse(offset=offset, value=_answer_query(runtime, request.query), version=request.version)
+            try:
+                value = runtime.host.answer_query(request.query, offset)
+            except QueryFailedError as error:
+                # The user's query() failed (the host logged it, without
+                # flooding): an answer naming it, not a node error's traceback.
+                return ErrorFrame(code=ErrorCode.INVALID_REQUEST, message=str(error)[:200], correlation_id=0)
+            return ReadResponse(offset=offset, value=value, version=request.version)
         if isinstance(request, ApplicationRequest):
             return ApplicationResponse(payload=await runtime.application_request(request.payload), version=request.version)
         if isinstance(request, DescribeQuorumRequest):

@@ -190,13 +190,23 @@ def smoothed_round_trip_s(stream: trio.abc.Stream) -> float | None:
     return rtt_us / 1e6 if rtt_us else None
 
 
+# The most one connection's unanswered requests or unwritten answers may
+# hold (``request_bytes_in_flight_max``, ``write_backlog_bytes_max``): 64
+# times the defaults. Past it one peer, with a few connections, pins
+# gigabytes.
+CONNECTION_BYTES_MAX_LIMIT = 256 * 1024 * 1024
+# The least ``write_backlog_bytes_max`` may be: a few dozen answers.
+WRITE_BACKLOG_BYTES_MIN = 64 * 1024
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectionLimits:
     """What one peer, and all of them, may cost a node's listener and
     connections. See docs/operations.md for each setting.
 
     Raises ``ValueError`` on construction when a value is not a positive int,
-    or a time is over ``quorum.TIMER_MS_MAX`` (an hour).
+    a time is over ``quorum.TIMER_MS_MAX`` (an hour), or a per-connection
+    byte bound is out of its range (below, ``CONNECTION_BYTES_MAX_LIMIT``).
     """
 
     # Open inbound connections on the listener, and from one source address.
@@ -229,10 +239,28 @@ class ConnectionLimits:
                 # A deadline past an hour no longer bounds what a stalled
                 # or silent peer costs (quorum.TIMER_MS_MAX).
                 check_int_setting(item.name, value, 1, TIMER_MS_MAX, unit="ms")
+            elif item.name in ("request_bytes_in_flight_max", "write_backlog_bytes_max"):
+                continue  # bounded below, once small_frame_bytes_max is known good
             elif type(value) is not int or value < 1:
                 raise ValueError(f"{item.name} must be an int >= 1, got {setting_value_shown(value)}")
         if self.small_frame_bytes_max > self.frame_bytes_max:
             raise ValueError("small_frame_bytes_max must not exceed frame_bytes_max")
+        # One request is read whatever the bytes in flight, so a bound below
+        # the largest request frame would bound nothing more than that one
+        # request, and pipelining would stop: the bound as given must be
+        # the bound that holds. The cap stops a unit typo from letting one
+        # connection pin gigabytes.
+        check_int_setting(
+            "request_bytes_in_flight_max", self.request_bytes_in_flight_max, self.small_frame_bytes_max,
+            CONNECTION_BYTES_MAX_LIMIT, unit="bytes", low_means="small_frame_bytes_max, one request frame",
+        )  # fmt: skip
+        # Answers are written as the kernel takes them; below this floor a
+        # client's pipelined answers would stop its reads at every burst
+        # (and "4" meant as MiB is refused rather than taken as 4 bytes).
+        check_int_setting(
+            "write_backlog_bytes_max", self.write_backlog_bytes_max, WRITE_BACKLOG_BYTES_MIN,
+            CONNECTION_BYTES_MAX_LIMIT, unit="bytes",
+        )  # fmt: skip
         self.wire_limits()  # frame_bytes_max must fit a length prefix
 
     def wire_limits(self) -> WireLimits:

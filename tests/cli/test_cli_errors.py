@@ -365,6 +365,11 @@ TIMER_PAST_AN_HOUR = "99999999999999999999999"
         ("[quorum]\ncheck_quorum_factor = inf", "check_quorum_factor must be a finite number from 1.0 to 100, got inf"),
         ("[quorum]\nfetch_bytes_max = 2147483648", "fetch_bytes_max must be an int from 1 bytes to 14680064 bytes, got 2147483648"),
         (f"idle_timeout_ms = {TIMER_PAST_AN_HOUR}", f"idle_timeout_ms must be an int from 1 ms to 3600000 ms, got {TIMER_PAST_AN_HOUR}"),
+        (
+            "[quorum]\nelection_backoff_base_ms = 2000",
+            "election_backoff_base_ms (2000 ms) must not exceed election_backoff_max_ms (1000 ms)",
+        ),
+        ("write_backlog_bytes_max = 4", "write_backlog_bytes_max must be an int from 65536 bytes to 268435456 bytes, got 4"),
     ],
 )
 def test_a_timer_factor_or_byte_limit_no_deployment_would_set_is_a_usage_error_naming_it(tmp_path, setting, phrase):

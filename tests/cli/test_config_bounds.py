@@ -133,7 +133,19 @@ def test_a_fetch_answer_over_the_frame_limit_is_refused_before_the_node_starts()
     [
         ("idle_timeout_ms", HUGE, f"idle_timeout_ms must be an int from 1 ms to 3600000 ms, got {HUGE}"),
         ("frame_deadline_ms", True, "frame_deadline_ms must be an int from 1 ms to 3600000 ms, got True"),
-        ("write_backlog_bytes_max", 1.5, "write_backlog_bytes_max must be an int >= 1, got 1.5"),
+        ("write_backlog_bytes_max", 1.5, "write_backlog_bytes_max must be an int from 65536 bytes to 268435456 bytes, got 1.5"),
+        # 4 meant as MiB: taken as 4 bytes before, and 4 GiB (one zero too
+        # many) let one connection pin gigabytes.
+        ("write_backlog_bytes_max", 4, "write_backlog_bytes_max must be an int from 65536 bytes to 268435456 bytes, got 4"),
+        ("write_backlog_bytes_max", 4 * 2**30, "to 268435456 bytes, got 4294967296"),
+        (
+            "request_bytes_in_flight_max",
+            4,
+            "request_bytes_in_flight_max must be an int from small_frame_bytes_max, one request frame \\(1048576 bytes\\) "
+            "to 268435456 bytes, got 4",
+        ),
+        ("request_bytes_in_flight_max", 4 * 2**30, "to 268435456 bytes, got 4294967296"),
+        ("request_bytes_in_flight_max", True, "request_bytes_in_flight_max must be an int from .* got True"),
     ],
 )
 def test_a_connection_limit_no_deployment_would_give_is_refused_by_name(setting, value, phrase):
@@ -141,6 +153,33 @@ def test_a_connection_limit_no_deployment_would_give_is_refused_by_name(setting,
         ConnectionLimits(**{setting: value})
     with pytest.raises(click.UsageError, match=phrase):
         node_config_or_usage_error({"node_id": 1, "voters": VOTERS, "plaintext": True, setting: value})
+
+
+def test_the_per_connection_byte_bounds_themselves_are_allowed():
+    from quorum.runtime._tcp import CONNECTION_BYTES_MAX_LIMIT, WRITE_BACKLOG_BYTES_MIN
+
+    for request_bytes, backlog_bytes in ((NODE_LIMITS.small_frame_bytes_max, WRITE_BACKLOG_BYTES_MIN), (CONNECTION_BYTES_MAX_LIMIT,) * 2):
+        limits = ConnectionLimits(request_bytes_in_flight_max=request_bytes, write_backlog_bytes_max=backlog_bytes)
+        assert (limits.request_bytes_in_flight_max, limits.write_backlog_bytes_max) == (request_bytes, backlog_bytes)
+    # The floor follows the largest request frame this node reads.
+    with pytest.raises(ValueError, match="from small_frame_bytes_max, one request frame \\(8388608 bytes\\) to"):
+        ConnectionLimits(small_frame_bytes_max=8 * 1024 * 1024)  # above the 4 MiB in flight by default
+    assert ConnectionLimits(small_frame_bytes_max=64 * 1024, request_bytes_in_flight_max=64 * 1024)
+
+
+def test_an_election_backoff_base_above_its_max_is_refused_naming_both():
+    message = "election_backoff_base_ms (2000 ms) must not exceed election_backoff_max_ms (1000 ms)"
+    with pytest.raises(ValueError, match=message.replace("(", "\\(").replace(")", "\\)")):
+        QuorumConfig(node_id=1, voters=(1,), election_backoff_base_ms=2000)
+    with pytest.raises(click.UsageError) as refused:
+        node_config_or_usage_error(
+            {"node_id": 1, "voters": VOTERS, "plaintext": True, "quorum": {"election_backoff_base_ms": 2000}}
+        )
+    assert str(refused.value) == message
+    # Equal is allowed (a fixed backoff), and so are the timer profiles'.
+    assert QuorumConfig(node_id=1, voters=(1,), election_backoff_base_ms=1000).election_backoff_max_ms == 1000
+    for name in TIMER_PROFILES:
+        QuorumConfig(node_id=1, voters=(1,), **timer_profile(name))
 
 
 @pytest.mark.parametrize(

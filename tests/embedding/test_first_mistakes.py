@@ -360,3 +360,111 @@ async def test_a_quorum_client_misused_says_how_to_use_it():
             pass
         with pytest.raises(RuntimeError, match="not open"):
             await client.read(b"k")  # before: trio's "Nursery is closed to new arrivals"
+
+
+class AnswersTooMuch(Counting):
+    """Answers more than one answer frame can carry: a read's answer, a
+    record's, or a batch's together."""
+
+    def apply(self, entries):
+        super().apply(entries)
+        return {entry.offset: b"a" * int(entry.data) for entry in entries}
+
+    def query(self, request: bytes):
+        return b"q" * int(request)
+
+
+async def test_an_answer_too_large_for_the_wire_fails_at_once_naming_its_size(autojump_clock, caplog):
+    # Before: the node could not encode the answer, logged that and sent
+    # nothing; the client waited out its timeout (NoAnswerError) and, for a
+    # read, asked again until its retry timeout.
+    from quorum import RESULT_BYTES_MAX
+    from quorum.wire import FRAME_BYTES_MAX
+
+    assert RESULT_BYTES_MAX < FRAME_BYTES_MAX  # room for the frame's other fields
+    too_large = FRAME_BYTES_MAX + 1
+    half = FRAME_BYTES_MAX // 2 + 1  # fits on its own, not twice in one ProposeResponse
+    async with open_quorum_node(one_voter(), AnswersTooMuch()) as node:
+        await node.wait_for_leader()
+        async with QuorumClient([f"1@127.0.0.1:{node.listen_port}"], retry_timeout_s=5) as client:
+            limit = f"over the limit of {RESULT_BYTES_MAX} an answer may carry"
+            with pytest.raises(QuorumClientError, match=rf"AnswersTooMuch.query\(\) answered {too_large} bytes, {limit}"):
+                await client.read(b"%d" % too_large)
+            with pytest.raises(QuorumClientError, match=rf"apply\(\) answered {too_large} bytes for offset \d+, {limit}"):
+                await client.propose([b"%d" % too_large])
+            with pytest.raises(QuorumClientError, match=rf"answered {2 * half} bytes for offsets \d+\.\.\d+, {limit}"):
+                await client.propose([b"%d" % half] * 2)
+            assert await client.read(b"3") == (node.runtime.applied_offset, b"qqq")  # the node goes on
+        # The same for a proposer in the node's own process: the records
+        # took effect, their answers are dropped.
+        with pytest.raises(ApplyFailedError, match="the records took effect"):
+            await node.propose_with_answers([b"%d" % too_large])
+        assert node.state_machine.applied == 4
+    assert not [record for record in caplog.records if "cannot encode" in record.getMessage()]
+
+
+class QueriesFailing(Counting):
+    def query(self, request: bytes):
+        raise KeyError(request)
+
+
+async def test_a_query_that_keeps_raising_logs_its_traceback_once_then_counts(autojump_clock, caplog):
+    # Before: a traceback (two, chained) for every read, so a client
+    # retrying a failing read flooded the node's log.
+    async with open_quorum_node(one_voter(), QueriesFailing()) as node:
+        await node.wait_for_leader()
+        async with QuorumClient([f"1@127.0.0.1:{node.listen_port}"], retry_timeout_s=5) as client:
+            with caplog.at_level(logging.ERROR):
+                for _ in range(10):
+                    with pytest.raises(QuorumClientError, match=r"QueriesFailing.query\(\) raised KeyError"):
+                        await client.read(b"k")
+    lines = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert [record.exc_info is not None for record in lines] == [True, False, False, False]  # at 1, 2, 4 and 8
+    assert all("QueriesFailing.query() raised KeyError: b'k'" in record.getMessage() for record in lines)
+    assert lines[-1].getMessage().endswith("(8 times so far; logged each time the count doubles, with the traceback the first time)")
+    # A @query method of a replicated object, read by followers or clients
+    # through the leader: before, one ERROR line per read.
+    from quorum.replicated import ReplicatedStateMachine, encode_call
+
+    class Lookup(Replicated):
+        @query
+        def find(self, key):
+            raise KeyError(key)
+
+    machine = ReplicatedStateMachine(Lookup())
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="pykraft.replicated"):
+        for _ in range(5):
+            machine.query(encode_call("find", ["k"], {}))
+    assert [record.exc_info is not None for record in caplog.records] == [True, False, False]  # at 1, 2 and 4
+
+
+async def test_a_query_that_raises_on_the_leader_is_a_failed_query_not_a_failed_apply(autojump_clock):
+    # Before: ApplyFailedError, "applying the record at offset N failed", for
+    # a read that applied nothing. Still an ApplyFailedError for callers
+    # that catch that.
+    from quorum import QueryFailedError
+    from quorum.replicated import ReplicatedClient, ReplicatedStateMachine
+
+    class Lookup(Replicated):
+        def __init__(self) -> None:
+            self.items = {}
+
+        @replicated
+        def put(self, key, value):
+            self.items[key] = value
+
+        @query
+        def find(self, key):
+            return self.items[key]
+
+    async with open_quorum_node(one_voter(), ReplicatedStateMachine(Lookup())) as node:
+        await node.wait_for_leader()
+        async with ReplicatedClient([f"1@127.0.0.1:{node.listen_port}"], retry_timeout_s=5) as client:
+            await client.call("put", "a", 1)
+            assert await client.query("find", "a") == 1
+            with pytest.raises(QueryFailedError, match=r"^the query read at offset \d+ failed: KeyError: 'b'$") as failed:
+                await client.query("find", "b")
+            assert isinstance(failed.value, ApplyFailedError) and failed.value.description == "KeyError: 'b'"
+            with pytest.raises(QueryFailedError, match="the query was not a call this object knows"):
+                await client.query("missing")
