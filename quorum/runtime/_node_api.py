@@ -77,16 +77,22 @@ _QUORUM_FIELDS = {f.name for f in fields(QuorumConfig) if f.init and f.name not 
 def parse_voters(text: str) -> dict[int, tuple[str, int]]:
     """``"1@host:port,2@host:port"`` (Kafka's controller.quorum.voters form).
 
-    Raises ``ValueError`` naming the bad entry.
+    Raises ``ValueError`` naming the bad entry, or an id given twice: a
+    typo such as ``1@a:9001,1@b:9002,3@c:9003`` (meant ``2@b``) would
+    otherwise make a cluster of two voters that its operator believes has
+    three, one loss from stopping.
     """
     voters: dict[int, tuple[str, int]] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         try:
             node, address = item.split("@", 1)
             host, port = address.rsplit(":", 1)
-            voters[int(node)] = (host.strip("[]"), int(port))
+            node_id, entry = int(node), (host.strip("[]"), int(port))
         except ValueError:
             raise ValueError(f"bad voter {item!r}: expected ID@HOST:PORT") from None
+        if node_id in voters:
+            raise ValueError(f"voter {node_id} is given twice ({item!r}): each voter needs its own id")
+        voters[node_id] = entry
     if not voters:
         raise ValueError("no voters given")
     return voters

@@ -283,6 +283,20 @@ def test_a_listen_address_or_log_level_a_process_cannot_use_is_a_usage_error(com
     assert_reported(result, EXIT_USAGE, phrase)
 
 
+@pytest.mark.parametrize("command", ["kraft-quorum", "kraft-broker"])
+def test_a_voter_id_given_twice_is_a_usage_error(command):
+    """Found by hand: ``--voters 1@...:A,1@...:B`` started a node whose
+    second entry silently replaced the first: a typo for ``2@...:B`` made
+    a cluster of fewer voters than its operator listed."""
+    first, second = free_ports(2)
+    voters = f"1@127.0.0.1:{first},1@127.0.0.1:{second}"
+    if command == "kraft-quorum":
+        result = run(command, "node", "--plaintext", "--node-id", 1, "--voters", voters)
+    else:
+        result = run(command, "--plaintext", "--broker-id", 101, "--bootstrap", voters, "--listen", "127.0.0.1:0")
+    assert_reported(result, EXIT_USAGE, f"voter 1 is given twice ('1@127.0.0.1:{second}')")
+
+
 @pytest.mark.parametrize(
     ("flags", "phrase"),
     [
