@@ -30,6 +30,7 @@ session (KAFKA-18138).
 from __future__ import annotations
 
 import base64
+import bisect
 import hashlib
 import logging
 from collections import Counter, deque
@@ -75,9 +76,13 @@ from ._requests import (
     DescribeClusterResponse,
     DescribeControllersRequest,
     DescribeControllersResponse,
+    DESCRIBE_PARTITIONS_MAX,
+    LIST_TOPICS_PAGE_MAX,
     DescribeTopicsRequest,
     DescribeTopicsResponse,
     HeartbeatReply,
+    ListTopicsRequest,
+    ListTopicsResponse,
     PartitionDescription,
     RegisterBrokerRequest,
     RegisterBrokerResponse,
@@ -86,6 +91,7 @@ from ._requests import (
     Request,
     Response,
     TopicDescription,
+    TopicListing,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
     error_response,
@@ -111,8 +117,13 @@ class ControllerConfig:
     # metadata.max.idle.interval.ms (KIP-835): a NoOpRecord after this long
     # without a write, so that an idle log still shows progress. 0: never.
     no_op_interval_ms: int = 500
-    # A bound on one CreateTopics request's partitions (one atomic batch).
-    max_partitions_per_request: int = 1_000_000
+    # A bound on one CreateTopics request's partitions (one atomic batch,
+    # appended and applied between two inputs of the controller's loop).
+    # Kafka's controller bounds any user operation to 10,000 records
+    # (QuorumController.MAX_RECORDS_PER_USER_OP). A million, the bound
+    # before, held the loop for minutes: every broker missed its session
+    # and was fenced, a million partition changes more.
+    max_partitions_per_request: int = 10_000
 
     def __post_init__(self) -> None:
         if not isinstance(self.cluster_id, str) or not self.cluster_id:
@@ -752,6 +763,9 @@ class Controller:
             case DescribeTopicsRequest():
                 names = request.names
                 return self._read(request.linearizable, lambda: self.describe_topics(names))
+            case ListTopicsRequest():
+                after = request.after
+                return self._read(request.linearizable, lambda: self.list_topics(after))
             case RegisterControllerRequest():
                 return self._register_controller(request, now_ms)
             case DescribeControllersRequest():
@@ -1066,12 +1080,41 @@ class Controller:
             offline_partition_count=len(image.partitions_without_leader()),
         )
 
+    def list_topics(self, after: str | None) -> ListTopicsResponse:
+        """The committed image's topics in name order from after ``after``,
+        at most ``LIST_TOPICS_PAGE_MAX``; ``more`` when others follow."""
+        image = self.image
+        names = sorted(image.topics)
+        start = 0 if after is None else bisect.bisect_right(names, after)
+        page = names[start : start + LIST_TOPICS_PAGE_MAX]
+        listings = []
+        for name in page:
+            topic = image.topics[name]
+            listings.append(
+                TopicListing(name=name, topic_id=topic.topic_id, partition_count=image.partition_count_of(name))
+            )
+        more = start + len(page) < len(names)
+        return ListTopicsResponse(offset=image.offset, topics=tuple(listings), more=more)
+
     def describe_topics(self, names: tuple[str, ...] | None) -> DescribeTopicsResponse:
         """The committed image's topics ``names`` (all when None), with its
-        offset; an unknown name gets UNKNOWN_TOPIC_OR_PARTITION."""
+        offset; an unknown name gets UNKNOWN_TOPIC_OR_PARTITION. More than
+        ``DESCRIBE_PARTITIONS_MAX`` partitions in all are refused with
+        INVALID_REQUEST, counted before any is described."""
         image = self.image
+        wanted = sorted(image.topics) if names is None else names
+        partitions_wanted = sum(image.partition_count_of(name) for name in wanted if image.topic(name) is not None)
+        if partitions_wanted > DESCRIBE_PARTITIONS_MAX:
+            which = "every topic holds" if names is None else f"the {len(wanted)} topics asked for hold"
+            return DescribeTopicsResponse(
+                error=ErrorCode.INVALID_REQUEST,
+                message=(
+                    f"{which} {partitions_wanted} partitions, more than one answer describes "
+                    f"({DESCRIBE_PARTITIONS_MAX}): name fewer topics (ListTopics names them all)"
+                ),
+            )
         descriptions = []
-        for name in sorted(image.topics) if names is None else names:
+        for name in wanted:
             topic = image.topic(name)
             if topic is None:
                 descriptions.append(TopicDescription(name=name, error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))

@@ -857,6 +857,13 @@ class ClusterImage:
     def partition(self, topic_id: str, partition_id: int) -> PartitionState | None:
         return self._partitions.get((topic_id, partition_id))
 
+    def partition_count_of(self, name: str) -> int:
+        """How many partitions topic ``name`` has (O(1)).
+
+        Raises ``KeyError`` for an unknown topic.
+        """
+        return len(self._partition_ids.get(self._topics_by_name[name].topic_id))
+
     def partitions_of(self, name: str) -> list[PartitionState]:
         """The partitions of topic ``name``, by partition id.
 

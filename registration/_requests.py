@@ -503,6 +503,70 @@ class DescribeTopicsResponse(_Wire):
         _check_tuple_of("topics", self.topics, TopicDescription)
 
 
+#: The most partitions one DescribeTopics answer describes. The controller
+#: builds a description per partition between two inputs of its event loop
+#: (about 20 µs each), and past some 400,000 the answer no longer fits one
+#: frame: a request for more is refused, naming the count, before any is
+#: built (before, describing a million partitions held the loop for
+#: minutes, fenced every broker and was never sent). Kafka's
+#: DescribeTopicPartitions pages by 2,000 (KIP-966).
+DESCRIBE_PARTITIONS_MAX = 10_000
+
+#: The most topics one ListTopics answer names; ``ListTopicsResponse.more``
+#: says a next page follows (``after`` the last name).
+LIST_TOPICS_PAGE_MAX = 10_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListTopicsRequest(_Wire):
+    """The topics' names, ids and partition counts in name order, from
+    after the name ``after`` (None: from the first), at most
+    ``LIST_TOPICS_PAGE_MAX`` of them: what ``kraft-topics list`` shows,
+    without describing any partition. ``linearizable`` as in
+    ``DescribeClusterRequest``."""
+
+    WIRE_NAME: ClassVar[str] = "list_topics"
+    after: str | None = None
+    linearizable: bool = False
+
+    def __post_init__(self) -> None:
+        check_text("after", self.after, optional=True)
+        check_bool("linearizable", self.linearizable)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicListing(_Wire):
+    name: str
+    topic_id: str
+    partition_count: int
+
+    def __post_init__(self) -> None:
+        check_text("name", self.name)
+        check_text("topic_id", self.topic_id)
+        check_int("partition_count", self.partition_count, 0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListTopicsResponse(_Wire):
+    """``more``: topics after the last one listed remain (ask again with
+    ``after`` set to its name)."""
+
+    WIRE_NAME: ClassVar[str] = "list_topics_response"
+    _NESTED: ClassVar[dict[str, type]] = {"topics": TopicListing}
+    error: ErrorCode = ErrorCode.NONE
+    message: str = ""
+    offset: int = -1
+    topics: tuple[TopicListing, ...] = ()
+    more: bool = False
+
+    def __post_init__(self) -> None:
+        _check_error(self.error)
+        _check_message(self.message)
+        check_int("offset", self.offset, -1)
+        _check_tuple_of("topics", self.topics, TopicListing)
+        check_bool("more", self.more)
+
+
 # ---------------------------------------------------------------------------
 # The heartbeat, carried by a broker's Fetch (seed 001; KIP-631 fields)
 # ---------------------------------------------------------------------------
@@ -592,6 +656,7 @@ Request = (
     | DeleteTopicsRequest
     | DescribeClusterRequest
     | DescribeTopicsRequest
+    | ListTopicsRequest
     | RegisterControllerRequest
     | DescribeControllersRequest
 )
@@ -602,6 +667,7 @@ Response = (
     | DeleteTopicsResponse
     | DescribeClusterResponse
     | DescribeTopicsResponse
+    | ListTopicsResponse
     | RegisterControllerResponse
     | DescribeControllersResponse
 )
@@ -615,6 +681,7 @@ REQUEST_TYPES: tuple[type, ...] = (
     DescribeTopicsRequest,
     RegisterControllerRequest,
     DescribeControllersRequest,
+    ListTopicsRequest,
 )
 RESPONSE_TYPES: tuple[type, ...] = (
     RegisterBrokerResponse,
@@ -625,6 +692,7 @@ RESPONSE_TYPES: tuple[type, ...] = (
     DescribeTopicsResponse,
     RegisterControllerResponse,
     DescribeControllersResponse,
+    ListTopicsResponse,
 )
 _BY_WIRE_NAME: dict[str, type] = {cls.WIRE_NAME: cls for cls in REQUEST_TYPES + RESPONSE_TYPES}
 
@@ -675,6 +743,8 @@ def error_response(request: Request, error: ErrorCode, message: str) -> Response
             return DescribeClusterResponse(error=error, message=message)
         case DescribeTopicsRequest():
             return DescribeTopicsResponse(error=error, message=message)
+        case ListTopicsRequest():
+            return ListTopicsResponse(error=error, message=message)
         case RegisterControllerRequest():
             return RegisterControllerResponse(error=error, message=message)
         case DescribeControllersRequest():

@@ -15,6 +15,7 @@ from quorum.cli_tls import with_client_tls
 from ._controller import ControllerConfig
 from ._errors import ErrorCode
 from ._lifecycle import BrokerState
+from ._requests import DESCRIBE_PARTITIONS_MAX, DescribeTopicsResponse
 from ._service import open_controller_node
 from .client import AdminClient
 
@@ -157,9 +158,13 @@ def topics_describe(bootstrap: str, cluster_id: str, timeout_s: float, as_json: 
 
     async def call() -> Any:
         async with _admin(bootstrap, cluster_id, timeout_s, tls) as admin:
-            return await admin.describe_topics(list(names) or None, linearizable=linearizable)
+            if names:
+                return await admin.describe_topics(list(names), linearizable=linearizable)
+            return await _describe_every_topic(admin, linearizable)
 
     response = trio.run(call)
+    if response.error:
+        raise CommandError(f"the controller refused: {response.message} ({response.error.name}).")
     failed = [topic for topic in response.topics if topic.error]
     if as_json:
         click.echo(json.dumps(response.to_wire(), default=str))
@@ -185,6 +190,33 @@ def topics_describe(bootstrap: str, cluster_id: str, timeout_s: float, as_json: 
         raise CommandError("; ".join(problems) + ".", hint="kraft-topics list shows the topics there are.")
 
 
+async def _describe_every_topic(admin: Any, linearizable: bool) -> Any:
+    """Every topic, described a few at a time: listed first, then asked
+    for in groups of at most ``DESCRIBE_PARTITIONS_MAX`` partitions (one
+    DescribeTopics of everything is refused past that many). The answer is
+    one ``DescribeTopicsResponse``, at the offset of the last group; a
+    refused group's response is returned as it is."""
+    groups: list[list[str]] = [[]]
+    partitions_in_group = 0
+    for listing in await admin.list_topics(linearizable=linearizable):
+        if groups[-1] and partitions_in_group + listing.partition_count > DESCRIBE_PARTITIONS_MAX:
+            groups.append([])
+            partitions_in_group = 0
+        groups[-1].append(listing.name)
+        partitions_in_group += listing.partition_count
+    topics: list[Any] = []
+    offset = -1
+    for group in groups:
+        if not group:
+            continue
+        response = await admin.describe_topics(group, linearizable=linearizable)
+        if response.error:
+            return response
+        topics.extend(response.topics)
+        offset = response.offset
+    return DescribeTopicsResponse(offset=offset, topics=tuple(topics))
+
+
 @topics_main.command("list")
 @_bootstrap
 @_cluster
@@ -193,10 +225,10 @@ def topics_describe(bootstrap: str, cluster_id: str, timeout_s: float, as_json: 
 def topics_list(bootstrap: str, cluster_id: str, timeout_s: float, tls: Any) -> None:
     async def call() -> Any:
         async with _admin(bootstrap, cluster_id, timeout_s, tls) as admin:
-            return await admin.describe_topics(None)
+            return await admin.list_topics()
 
-    for topic in sorted(trio.run(call).topics, key=lambda topic: topic.name):
-        click.echo(topic.name)
+    for listing in trio.run(call):
+        click.echo(listing.name)
 
 
 @click.group("kraft-cluster", cls=ReportingGroup)

@@ -25,11 +25,14 @@ from ._requests import (
     DescribeControllersResponse,
     DescribeTopicsRequest,
     DescribeTopicsResponse,
+    ListTopicsRequest,
+    ListTopicsResponse,
     NewTopic,
     RegisterBrokerRequest,
     RegisterBrokerResponse,
     RegisterControllerRequest,
     RegisterControllerResponse,
+    TopicListing,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
 )
@@ -95,6 +98,23 @@ class AdminClient:
     async def describe_topics(self, names: list[str] | None = None, *, linearizable: bool = False) -> DescribeTopicsResponse:
         request = DescribeTopicsRequest(names=tuple(names) if names is not None else None, linearizable=linearizable)
         return await self.request(request, DescribeTopicsResponse, idempotent=True)
+
+    async def list_topics(self, *, linearizable: bool = False) -> list[TopicListing]:
+        """Every topic's name, id and partition count, in name order, page
+        by page (``LIST_TOPICS_PAGE_MAX`` a request; each page is read on
+        its own, so topics created or deleted meanwhile may or may not
+        show). Raises ``AdminClientError`` when the controller refuses."""
+        listings: list[TopicListing] = []
+        after: str | None = None
+        while True:
+            request = ListTopicsRequest(after=after, linearizable=linearizable)
+            response = await self.request(request, ListTopicsResponse, idempotent=True)
+            if response.error:
+                raise AdminClientError(f"the controller refused to list topics: {response.error.name} {response.message}")
+            listings.extend(response.topics)
+            if not response.more or not response.topics:
+                return listings
+            after = response.topics[-1].name
 
     async def describe_cluster(self, *, linearizable: bool = False) -> DescribeClusterResponse:
         return await self.request(DescribeClusterRequest(linearizable=linearizable), DescribeClusterResponse, idempotent=True)

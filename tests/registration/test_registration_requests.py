@@ -28,7 +28,10 @@ from registration import (
     PartitionDescription,
     RegisterBrokerRequest,
     RegisterBrokerResponse,
+    ListTopicsRequest,
+    ListTopicsResponse,
     TopicDescription,
+    TopicListing,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
     message_from_wire,
@@ -63,6 +66,10 @@ MESSAGES = [
     ),
     DescribeTopicsRequest(),
     DescribeTopicsRequest(names=("a",)),
+    ListTopicsRequest(),
+    ListTopicsRequest(after="t", linearizable=True),
+    ListTopicsResponse(offset=4, topics=(TopicListing(name="t", topic_id="x", partition_count=3),), more=True),
+    ListTopicsResponse(error=ErrorCode.NOT_LEADER, message="not the active controller"),
     DescribeTopicsResponse(
         offset=9,
         topics=(

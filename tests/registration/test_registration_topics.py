@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+import trio
 from _registration_helpers import Harness
 
 from registration import (
@@ -15,12 +16,14 @@ from registration import (
     DescribeClusterRequest,
     DescribeTopicsRequest,
     ErrorCode,
+    ListTopicsRequest,
     NewTopic,
     PartitionRecord,
     RemoveTopicRecord,
     TopicRecord,
     place_replicas,
 )
+from registration.client import AdminClient
 
 
 def _cluster(brokers=(1, 2, 3), racks=None) -> Harness:
@@ -241,6 +244,68 @@ def test_describe_answers_from_the_committed_image_with_its_offset():
     assert unknown.topics[0].error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+def test_one_request_creates_at_most_ten_thousand_partitions():
+    """Kafka bounds a user operation to 10,000 records
+    (MAX_RECORDS_PER_USER_OP). Found by hand: with a bound of a million,
+    ``kraft-topics create --partitions 1000000`` held the controller's loop
+    for minutes; the broker missed its session and was fenced (a million
+    partition changes more), and every describe after it timed out."""
+    harness = _cluster()
+    log_end = harness.log_end
+    too_many = harness.create_topic("huge", 10_001, 1)
+    assert too_many.error is ErrorCode.INVALID_PARTITIONS
+    assert "at most 10000 partitions per request" in too_many.message
+    assert harness.log_end == log_end
+    both = harness.request(
+        CreateTopicsRequest(
+            topics=(NewTopic(name="a", partitions=6_000, replication_factor=1), NewTopic(name="b", partitions=6_000, replication_factor=1))
+        )
+    )
+    assert [result.error for result in both.results] == [ErrorCode.NONE, ErrorCode.INVALID_PARTITIONS]
+    assert harness.create_topic("most", 10_000, 1).error is ErrorCode.NONE
+
+
+def test_a_describe_of_more_partitions_than_one_answer_holds_is_refused_and_a_listing_pages():
+    """A DescribeTopics of every topic described every partition in one go
+    (a million took the controller's loop minutes, and the answer was over
+    the frame limit, so never sent): past DESCRIBE_PARTITIONS_MAX it is
+    refused, counted first. ListTopics names every topic, page by page."""
+    harness = _cluster()
+    for name in ("a", "b", "c"):
+        assert harness.create_topic(name, 4_000, 1).error is ErrorCode.NONE
+
+    everything = harness.request(DescribeTopicsRequest())
+    assert everything.error is ErrorCode.INVALID_REQUEST and not everything.topics
+    assert "every topic holds 12000 partitions, more than one answer describes (10000)" in everything.message
+    two = harness.request(DescribeTopicsRequest(names=("a", "c", "unknown")))
+    assert [(t.name, len(t.partitions), t.error) for t in two.topics] == [
+        ("a", 4_000, ErrorCode.NONE), ("c", 4_000, ErrorCode.NONE), ("unknown", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    ]  # fmt: skip
+
+    listing = harness.request(ListTopicsRequest())
+    assert [(t.name, t.partition_count) for t in listing.topics] == [("a", 4_000), ("b", 4_000), ("c", 4_000)]
+    assert not listing.more and listing.offset == harness.image.offset
+
+
+def test_a_listing_pages_by_name(monkeypatch):
+    import registration._controller as controller_module
+
+    monkeypatch.setattr(controller_module, "LIST_TOPICS_PAGE_MAX", 2)
+    harness = _cluster()
+    for name in ("d", "a", "c", "b", "e"):
+        harness.create_topic(name, 1, 1)
+    pages = []
+    after = None
+    while True:
+        page = harness.request(ListTopicsRequest(after=after))
+        pages.append([t.name for t in page.topics])
+        if not page.more:
+            break
+        after = page.topics[-1].name
+    assert pages == [["a", "b"], ["c", "d"], ["e"]]
+    assert [t.name for t in harness.request(ListTopicsRequest(after="bb")).topics] == ["c", "d"]
+
+
 def test_a_linearizable_describe_is_answered_after_the_read_is_confirmed():
     """design.md: a linearizable read waits for a ReadIndex round; the
     controller hands the runtime a function to answer with afterwards."""
@@ -250,3 +315,43 @@ def test_a_linearizable_describe_is_answered_after_the_read_is_confirmed():
 
     assert reply.response is None and reply.is_read and not reply.is_write
     assert reply.on_read_confirmed().offset == harness.image.offset
+
+
+class _AdminOverHarness(AdminClient):
+    """The real ``AdminClient`` request logic (paging included), its
+    requests answered by the harness's controller instead of over TCP."""
+
+    def __init__(self, harness) -> None:  # no QuorumClient: nothing travels
+        self.harness = harness
+        self.requests: list[object] = []
+
+    async def request(self, request, expected, *, idempotent):
+        self.requests.append(request)
+        response = self.harness.request(request)
+        assert isinstance(response, expected)
+        return response
+
+
+def test_describing_every_topic_asks_in_groups_one_answer_holds(monkeypatch):
+    """``kraft-topics describe`` without names: listed (page by page), then
+    described in groups of at most DESCRIBE_PARTITIONS_MAX partitions, so
+    that no request is refused however many topics there are."""
+    import registration._controller as controller_module
+    from registration.cli import _describe_every_topic
+
+    monkeypatch.setattr(controller_module, "LIST_TOPICS_PAGE_MAX", 2)
+    harness = _cluster()
+    for name, partitions in (("a", 6_000), ("b", 3_000), ("c", 2_000), ("d", 9_000), ("e", 1)):
+        assert harness.create_topic(name, partitions, 1).error is ErrorCode.NONE
+    admin = _AdminOverHarness(harness)
+
+    listings = trio.run(admin.list_topics)
+    assert [(t.name, t.partition_count) for t in listings] == [("a", 6_000), ("b", 3_000), ("c", 2_000), ("d", 9_000), ("e", 1)]
+    assert len(admin.requests) == 3  # pages of two
+
+    admin.requests.clear()
+    response = trio.run(_describe_every_topic, admin, False)
+    assert not response.error
+    assert [(t.name, len(t.partitions)) for t in response.topics] == [(t.name, t.partition_count) for t in listings]
+    groups = [request.names for request in admin.requests if isinstance(request, DescribeTopicsRequest)]
+    assert groups == [("a", "b"), ("c",), ("d", "e")]
