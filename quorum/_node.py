@@ -1593,6 +1593,9 @@ class QuorumNode:
                 return False
             if not (self._votes or self._addressed_as_voter(message)) or not self._hears_candidate(message):
                 self._counters["votes_refused_not_voter"] += 1
+                # A candidate outside our set whose log is behind ours may
+                # still name us a voter: then we may be the one to stand.
+                self._note_named_voter(message)
                 self._reply_vote(message, granted=False, error=ErrorCode.INVALID_REQUEST)
                 return False
             if self._leader_lease_holds():

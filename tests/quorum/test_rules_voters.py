@@ -706,6 +706,29 @@ def test_an_observer_named_a_voter_by_a_deposed_leader_stands_when_no_voter_can_
     cluster.run_until(lambda: cluster.node(leader).high_watermark > first)
 
 
+def test_a_candidate_outside_the_set_that_names_this_disk_makes_it_stand_too():
+    """The candidate need not be a voter of this node's set (it may have
+    been added with this node, in the same deposed leader's log): refused
+    as a candidate whose log is behind, it still names this disk."""
+    cluster = caught_up_observer(observer=5)
+    cluster.crash(5)
+    cluster.restart(5)
+    node5 = cluster.node(5)
+    request = VoteRequest(
+        src=4, dst=5, epoch=node5.epoch + 1, last_epoch=0, end_offset=0, pre_vote=True,
+        voter_directory_id=directory(5),
+    )  # fmt: skip
+    [answer] = messages_of(cluster.inject(request))
+    assert not answer.granted and answer.error is ErrorCode.INVALID_REQUEST
+    assert node5.named_voter_by == 4
+    stranger = dataclasses.replace(request, voter_directory_id=directory(5, generation=1))
+    cluster.crash(5)
+    cluster.restart(5)
+    node5 = cluster.node(5)
+    cluster.inject(stranger)  # another disk of id 5 named: not this one
+    assert node5.named_voter_by is None
+
+
 def test_an_observer_named_a_voter_follows_a_live_leader_instead_of_standing():
     """A node named a voter by a candidate whose log is behind its own
     stands only while no leader is known: the first leader it follows ends
