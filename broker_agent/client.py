@@ -36,7 +36,15 @@ import trio
 from quorum import PrincipalKind
 from quorum.client import speaks_tls
 from quorum.runtime import PeerNotAuthenticatedError, TlsConfig
-from quorum.wire import ApplicationRequest, ApplicationResponse, ErrorFrame, FrameDecoder, decode_message, encode_message
+from quorum.wire import (
+    ApplicationRequest,
+    ApplicationResponse,
+    ErrorFrame,
+    FrameDecoder,
+    RemoteProtocolError,
+    decode_message,
+    encode_message,
+)
 from registration.client import AdminClient
 
 from ._protocol import ErrorCode, MetadataRequest, MetadataResponse, ProtocolError
@@ -88,6 +96,11 @@ def _parse_address(entry: str) -> tuple[str, int]:
         raise ValueError(f"bad broker address {entry!r}: expected HOST:PORT or ID@HOST:PORT") from None
 
 
+# How many of a server's first bytes an error shows when none of them made a
+# frame (an SSH banner, an HTTP status line).
+_FIRST_BYTES_SHOWN = 32
+
+
 class _Connection:
     """One TCP connection, one request at a time."""
 
@@ -98,20 +111,35 @@ class _Connection:
         self.correlation_id = 0
         # Nothing came back yet: a broker that closes then may require TLS.
         self.received_any = False
+        # Until a frame decodes: what names a server of another protocol.
+        self.decoded_any = False
+        self.first_bytes = b""
 
     async def request(self, message: Any) -> Any:
         self.correlation_id += 1
         wanted = self.correlation_id
         await self.stream.send_all(encode_message(message, correlation_id=wanted, cluster_id=self.cluster_id))
         while True:
-            while (payload := self.decoder.next_frame()) is not None:
-                decoded = decode_message(payload, expected_cluster_id=self.cluster_id)
-                if decoded.correlation_id == wanted:
-                    return decoded.message
+            try:
+                while (payload := self.decoder.next_frame()) is not None:
+                    decoded = decode_message(payload, expected_cluster_id=self.cluster_id)
+                    self.decoded_any = True
+                    if decoded.correlation_id == wanted:
+                        return decoded.message
+            except RemoteProtocolError as error:
+                if self.decoded_any:
+                    raise
+                # Not one frame made sense: no pykraft broker listens there
+                # (an HTTP server, SSH), and its first bytes say which.
+                raise RemoteProtocolError(
+                    f"not a pykraft broker ({error}; its first bytes: {self.first_bytes!r})", recoverable=False
+                ) from None
             data = await self.stream.receive_some(256 * 1024)
             if not data:
                 raise trio.BrokenResourceError("connection closed by the broker")
             self.received_any = True
+            if len(self.first_bytes) < _FIRST_BYTES_SHOWN:
+                self.first_bytes += data[: _FIRST_BYTES_SHOWN - len(self.first_bytes)]
             self.decoder.feed(data)
 
     async def aclose(self) -> None:

@@ -149,6 +149,24 @@ async def test_no_broker_reachable_fails_within_the_retry_timeout():
     assert trio.current_time() - started < 2
 
 
+async def test_a_server_of_another_protocol_is_named_as_such(nursery):
+    """Before: "frame of 1397966893 bytes is over the limit", which does not
+    say that the address is an SSH server's."""
+
+    async def banner(stream) -> None:
+        async with stream:
+            await stream.send_all(b"SSH-2.0-OpenSSH_9.2\r\n")
+            await stream.receive_some(65536)
+
+    listeners = await nursery.start(trio.serve_tcp, banner, 0)
+    port = listeners[0].socket.getsockname()[1]
+    async with MetadataClient([f"127.0.0.1:{port}"], retry_timeout_s=0.3) as client:
+        with pytest.raises(MetadataClientError) as caught:
+            await client.list_topics()
+    assert "not a pykraft broker" in str(caught.value)
+    assert "its first bytes: b'SSH-2.0-OpenSSH_9.2\\r\\n'" in str(caught.value)
+
+
 def test_bad_addresses_and_requests_are_refused_before_any_io():
     with pytest.raises(ValueError, match="bad broker address"):
         MetadataClient(["nowhere"])
