@@ -157,6 +157,38 @@ async def test_a_hostile_scraper_is_bounded_and_does_not_stall_the_others():
         nursery.cancel_scope.cancel()
 
 
+async def test_connections_held_open_from_one_address_do_not_stop_another_scraper():
+    """Found by hand: 300 connections that each sent half a request head,
+    all from one address, filled the endpoint's 16 connections, and every
+    scrape from elsewhere was reset until they timed out (and they came
+    back). One address now holds at most ``connections_per_address_max``."""
+    metrics = Metrics(7)
+    metrics.set_gauge("pykraft_quorum_epoch", 3, "Current epoch.")
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(lambda task_status: serve_metrics(
+            metrics, "127.0.0.1", 0, request_timeout_s=60, connections_max=8, connections_per_address_max=2,
+            task_status=task_status,
+        ))  # fmt: skip
+        with trio.fail_after(10):
+            hogs = []
+            for _ in range(8):
+                hog = await trio.open_tcp_stream("127.0.0.1", port, local_address="127.0.0.2")
+                await hog.send_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                hogs.append(hog)
+            while metrics.value("pykraft_metrics_requests_refused_total", reason="address_full") != 6:
+                await trio.sleep(0.01)  # the server saw all eight: two held, six refused
+            stream = await trio.open_tcp_stream("127.0.0.1", port, local_address="127.0.0.3")
+            await stream.send_all(b"GET /metrics HTTP/1.1\r\n\r\n")
+            answer = b""
+            while chunk := await stream.receive_some(65536):
+                answer += chunk
+            await stream.aclose()
+            assert answer.startswith(b"HTTP/1.1 200 ") and b'pykraft_quorum_epoch{node="7"} 3.0' in answer
+            for hog in hogs:
+                await hog.aclose()
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_node_with_metrics_off_keeps_none_and_serves_no_endpoint(tmp_path):
     with pytest.raises(ValueError, match="metrics_listen needs metrics_enabled"):
         NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, metrics_listen=("127.0.0.1", 0), metrics_enabled=False, plaintext=True)
