@@ -38,6 +38,12 @@ _TOPIC_NAME_MAX_CHARS = 249  # Kafka's limit (a topic's directory name + suffixe
 _TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]+")
 _TEXT_MAX_CHARS = 1024  # incarnation ids, topic ids, listener names, hosts, racks
 _FEATURES_MAX = 32  # supported feature ranges a controller may name
+# Listeners one registration may name, and a listener host's length (a DNS
+# name is at most 253 characters): every registration is in every image,
+# snapshot and DescribeCluster answer, so one broker must not be able to
+# make them megabytes (a 1 MiB request held some 30,000 listeners).
+_LISTENERS_MAX = 16
+_HOST_MAX_CHARS = 255
 _SHORT_IDS_MAX = 8  # ISRs up to this long take check_partition_change's fast path
 
 
@@ -101,11 +107,11 @@ def check_broker_ids(name: str, value: object) -> None:
 def check_listeners(value: object) -> None:
     """A non-empty tuple of ``(name, host, port)`` with distinct names."""
     if type(value) is not tuple or not value:
-        raise ValueError(f"listeners must be a non-empty tuple of (name, host, port), got {value!r}")
+        raise ValueError(f"listeners must be a non-empty tuple of (name, host, port), got {value!r:.80}")
     names = set()
     for listener in value:
         if type(listener) is not tuple or len(listener) != 3:
-            raise ValueError(f"a listener is a (name, host, port) tuple, got {listener!r}")
+            raise ValueError(f"a listener is a (name, host, port) tuple, got {listener!r:.80}")
         name, host, port = listener
         check_text("listener name", name)
         check_text("listener host", host)
@@ -113,6 +119,20 @@ def check_listeners(value: object) -> None:
         if name in names:
             raise ValueError(f"listener name {name!r} appears twice")
         names.add(name)
+
+
+def check_requested_listeners(value: object) -> None:
+    """``check_listeners``, and the bounds a registration request is held
+    to: at most ``_LISTENERS_MAX`` listeners, hosts of at most
+    ``_HOST_MAX_CHARS``. Records already in a log are read without these
+    bounds (written before them, they stay readable)."""
+    check_listeners(value)
+    assert isinstance(value, tuple)
+    if len(value) > _LISTENERS_MAX:
+        raise ValueError(f"at most {_LISTENERS_MAX} listeners may be registered, got {len(value)}")
+    for _name, host, _port in value:
+        if len(host) > _HOST_MAX_CHARS:
+            raise ValueError(f"a listener host has at most {_HOST_MAX_CHARS} characters, got {len(host)}")
 
 
 def check_features(value: object) -> None:

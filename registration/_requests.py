@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import msgpack
 
 from ._errors import ErrorCode
-from ._records import check_bool, check_controller_fields, check_int, check_listeners, check_text
+from ._records import check_bool, check_controller_fields, check_int, check_listeners, check_requested_listeners, check_text
 
 # ---------------------------------------------------------------------------
 # Wire helpers
@@ -145,7 +145,7 @@ class RegisterBrokerRequest(_Wire):
         check_int("broker_id", self.broker_id, 0)
         check_text("incarnation_id", self.incarnation_id)
         check_text("cluster_id", self.cluster_id)
-        check_listeners(self.listeners)
+        check_requested_listeners(self.listeners)
         check_text("rack", self.rack, optional=True)
 
 
@@ -210,6 +210,7 @@ class RegisterControllerRequest(_Wire):
 
     def __post_init__(self) -> None:
         check_controller_fields(self)
+        check_requested_listeners(self.listeners)
         check_text("cluster_id", self.cluster_id)
 
 

@@ -24,12 +24,14 @@ from registration import (
     DescribeTopicsResponse,
     ErrorCode,
     HeartbeatReply,
-    NewTopic,
-    PartitionDescription,
-    RegisterBrokerRequest,
-    RegisterBrokerResponse,
     ListTopicsRequest,
     ListTopicsResponse,
+    NewTopic,
+    PartitionDescription,
+    RegisterBrokerRecord,
+    RegisterBrokerRequest,
+    RegisterBrokerResponse,
+    RegisterControllerRequest,
     TopicDescription,
     TopicListing,
     UnregisterBrokerRequest,
@@ -150,6 +152,22 @@ def test_requests_validate_shapes():
         NewTopic(name="t", partitions=True, replication_factor=1)
     with pytest.raises(ValueError):
         DeleteTopicsRequest(names=("t", 3))
+
+
+def test_a_registration_names_a_bounded_number_of_listeners_and_hosts():
+    """Found by hand: a 1 MiB RegisterBroker held some 30,000 listeners,
+    kept in every image, snapshot and DescribeCluster answer. A request may
+    name 16, with hosts of at most 255 characters; a record already in a
+    log is read as it was written."""
+    many = tuple((f"L{index}", "h", 9092) for index in range(17))
+    with pytest.raises(ValueError, match="at most 16 listeners may be registered, got 17"):
+        RegisterBrokerRequest(broker_id=1, incarnation_id="i", cluster_id="c", listeners=many)
+    with pytest.raises(ValueError, match="a listener host has at most 255 characters, got 256"):
+        RegisterBrokerRequest(broker_id=1, incarnation_id="i", cluster_id="c", listeners=(("L", "h" * 256, 1),))
+    with pytest.raises(ValueError, match="at most 16 listeners"):
+        RegisterControllerRequest(controller_id=1, incarnation_id="i", cluster_id="c", listeners=many)
+    RegisterBrokerRequest(broker_id=1, incarnation_id="i", cluster_id="c", listeners=many[:16])
+    RegisterBrokerRecord(broker_id=1, incarnation_id="i", listeners=many)  # as written before
 
 
 def test_error_codes_shared_with_the_quorum_have_its_numbers():
