@@ -112,6 +112,7 @@ def controller_section() -> str:
         _requests.TopicDescription,
         _requests.PartitionDescription,
         _requests.ControllerDescription,
+        _requests.TopicListing,
     )
     for cls in nested:
         rows.append(f"| `{cls.__name__}` | {_fields(cls)} |")
