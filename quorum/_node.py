@@ -2758,9 +2758,11 @@ class QuorumNode:
             done = held > first_later
         if done:
             self._repair = None
+            # An observer (a broker's replica) never votes: "observing".
+            after = "voting again" if self._is_voter else "observing"
             self._event(
                 f"log repaired up to offset {held} from leader {self._leader_id} (damage found at offset "
-                f"{repair.damaged_from_offset}): voting again"
+                f"{repair.damaged_from_offset}): {after}"
             )
 
     # =====================================================================

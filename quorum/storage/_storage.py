@@ -509,7 +509,7 @@ class FileStorage(_Facade):
         if self.repair is None:
             return
         clear_repair_marker(self.data_dir, fsync=self.log.fsync_enabled)
-        self._logger.warning("%s: the log is repaired; this node votes again", self.data_dir)
+        self._logger.warning("%s: the log is repaired; a voter votes again, an observer goes on observing", self.data_dir)
         self.repair = None
 
     def apply_retention(self, now_ms: int) -> int:

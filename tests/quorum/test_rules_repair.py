@@ -223,6 +223,9 @@ def test_an_observer_repairs_too_and_finishes_from_the_leader():
 
     assert cluster.node(4).repairing is None
     assert cluster.node(4).log.end_offset == cluster.node(1).log.end_offset
+    # An observer never voted: it goes on observing (it said "voting again").
+    [repaired] = [event for event in cluster.events(4) if event.reason.startswith("log repaired")]
+    assert repaired.reason.endswith("): observing")
 
 
 def test_repair_state_is_validated():
