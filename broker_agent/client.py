@@ -31,6 +31,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
 import trio
 
 from quorum import PrincipalKind
@@ -99,6 +100,16 @@ def _parse_address(entry: str) -> tuple[str, int]:
 # How many of a server's first bytes an error shows when none of them made a
 # frame (an SSH banner, an HTTP status line).
 _FIRST_BYTES_SHOWN = 32
+
+
+def _is_controller_answer(payload: bytes) -> bool:
+    """Is ``payload`` a controller's answer (``[wire_name, [fields]]``),
+    where a broker's would be a map?"""
+    try:
+        data = msgpack.unpackb(payload, raw=False)
+    except Exception:  # noqa: BLE001 - msgpack raises many kinds on bad input
+        return False
+    return isinstance(data, list) and len(data) == 2 and isinstance(data[0], str)
 
 
 class _Connection:
@@ -282,6 +293,10 @@ class MetadataClient:
         try:
             answer = MetadataResponse.from_payload(raw.payload)
         except ProtocolError as error:
+            if _is_controller_answer(raw.payload):
+                # A controller answers with [wire_name, [fields]]: the
+                # address is a controller's, not a broker's client port.
+                return None, "a controller, not a broker: give brokers' client addresses"
             return None, f"unreadable answer: {error}"
         if answer.error is ErrorCode.STALE_BROKER_EPOCH:
             self._epochs.pop(address, None)  # it bounced: learn the new epoch next time

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgpack
+
+from quorum import QuorumError
 from quorum.client import QuorumClient
 from quorum.runtime import TlsConfig
 
@@ -39,8 +42,21 @@ from ._requests import (
 from ._requests import decode_message, encode_message
 
 
-class AdminClientError(Exception):
-    """The controller answered with something other than the expected response."""
+def _is_broker_answer(payload: bytes) -> bool:
+    """Is ``payload`` a broker's metadata answer (a msgpack map with an
+    ``error``), where a controller's would be ``[wire_name, [fields]]``?"""
+    try:
+        data = msgpack.unpackb(payload, raw=False)
+    except Exception:  # noqa: BLE001 - msgpack raises many kinds on bad input
+        return False
+    return isinstance(data, dict) and "error" in data
+
+
+class AdminClientError(QuorumError):
+    """The controller answered with something other than the expected
+    response (or the address is a broker's, not a controller's). A
+    ``QuorumError``, so that the command lines report it as one sentence,
+    not as a bug."""
 
 
 class AdminClient:
@@ -76,6 +92,13 @@ class AdminClient:
         try:
             response = decode_message(payload)
         except ValueError as error:
+            if _is_broker_answer(payload):
+                # A broker answers every application request with its
+                # metadata map: --bootstrap names a broker's client port.
+                raise AdminClientError(
+                    f"{self._client.last_answered_by} is a broker, not a controller: it answered as a broker "
+                    "does; give the controllers' addresses (the quorum voters' ID@HOST:PORT)"
+                ) from error
             raise AdminClientError(f"the controller answered something unreadable: {error}") from error
         if not isinstance(response, expected):
             raise AdminClientError(f"expected {expected.__name__}, got {type(response).__name__}: {response}")

@@ -167,6 +167,49 @@ async def test_a_server_of_another_protocol_is_named_as_such(nursery):
     assert "its first bytes: b'SSH-2.0-OpenSSH_9.2\\r\\n'" in str(caught.value)
 
 
+async def answering(nursery, payload: bytes) -> int:
+    """A server of pykraft's wire that answers every ApplicationRequest
+    with ``payload``; returns its port."""
+
+    async def serve(stream) -> None:
+        decoder = FrameDecoder()
+        async with stream:
+            while data := await stream.receive_some(65536):
+                decoder.feed(data)
+                while (frame := decoder.next_frame()) is not None:
+                    decoded = decode_message(frame, expected_cluster_id="pykraft")
+                    answer = ApplicationResponse(payload=payload)
+                    await stream.send_all(encode_message(answer, correlation_id=decoded.correlation_id, cluster_id="pykraft"))
+
+    listeners = await nursery.start(trio.serve_tcp, serve, 0)
+    return listeners[0].socket.getsockname()[1]
+
+
+async def test_a_controller_given_as_a_broker_and_a_broker_given_as_a_controller_are_named(nursery):
+    """Found by hand: a broker started with --bootstrap naming another
+    broker retried for ever with "the controller answered something
+    unreadable: a message is [wire_name, [fields]], got {'error': 42, ...}",
+    and kraft-topics pointed at a broker called that a bug in pykraft; a
+    MetadataClient given a controller said "unreadable answer"."""
+    import msgpack
+
+    import registration
+    from registration.client import AdminClient, AdminClientError
+
+    refusal = registration.error_response(registration.DescribeClusterRequest(), registration.ErrorCode.INVALID_REQUEST, "no")
+    controller_answer = registration.encode_message(refusal)
+    controller_port = await answering(nursery, controller_answer)
+    async with MetadataClient([f"127.0.0.1:{controller_port}"], retry_timeout_s=0.3) as client:
+        with pytest.raises(MetadataClientError, match="a controller, not a broker: give brokers' client addresses"):
+            await client.list_topics()
+
+    broker_port = await answering(nursery, msgpack.packb({"error": 42, "message": "malformed request"}))
+    async with AdminClient([f"127.0.0.1:{broker_port}"], timeout_s=2) as admin:
+        with pytest.raises(AdminClientError, match=f"127.0.0.1:{broker_port} is a broker, not a controller"):
+            await admin.describe_cluster()
+    nursery.cancel_scope.cancel()
+
+
 def test_bad_addresses_and_requests_are_refused_before_any_io():
     with pytest.raises(ValueError, match="bad broker address"):
         MetadataClient(["nowhere"])
