@@ -146,7 +146,14 @@ def parse_bootstrap(entries: list[str]) -> list[Server]:
     if isinstance(entries, str):  # iterated, it would be servers named "1", "@", ...
         raise TypeError(f"bootstrap must be a list of servers, not a str: give {entries.split(',')!r}")
     parsed = []
+    addresses_by_id: dict[int, tuple[str, int]] = {}
     for entry in entries:
+        if not isinstance(entry, str):
+            raise TypeError(f"bootstrap server {entry!r:.80} must be a str, 'HOST:PORT' or 'ID@HOST:PORT'")
+        if "," in entry:
+            # One string holding a list (as --bootstrap takes it) would
+            # otherwise be one server whose host is "127.0.0.1:9000,127.0.0.1".
+            raise ValueError(f"bad bootstrap server {entry!r}: one server per item, give {entry.split(',')!r}")
         node_id: int | None = None
         address = entry.strip()
         try:
@@ -159,6 +166,10 @@ def parse_bootstrap(entries: list[str]) -> list[Server]:
             raise ValueError(f"bad bootstrap server {entry!r}: expected HOST:PORT or ID@HOST:PORT") from None
         if not host.strip("[]") or not 1 <= port <= 65535:
             raise ValueError(f"bad bootstrap server {entry!r}: expected HOST:PORT or ID@HOST:PORT (a port from 1 to 65535)")
+        if node_id is not None:
+            known = addresses_by_id.setdefault(node_id, (host.strip("[]"), port))
+            if known != (host.strip("[]"), port):
+                raise ValueError(f"bad bootstrap server {entry!r}: node {node_id} is given another address before it")
         parsed.append(Server(node_id, host.strip("[]"), port))
     if not parsed:
         raise ValueError("no bootstrap servers given")

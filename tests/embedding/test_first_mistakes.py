@@ -348,6 +348,14 @@ def test_a_result_too_large_for_an_answer_fails_alike_instead_of_never_arriving(
 async def test_a_quorum_client_misused_says_how_to_use_it():
     with pytest.raises(TypeError, match=r"bootstrap must be a list of servers, not a str: give \['1@127.0.0.1:9091'\]"):
         QuorumClient("1@127.0.0.1:9091")  # before: "bad bootstrap server '1'"
+    # Before: one server whose host was "127.0.0.1:9091,127.0.0.1" (never
+    # reached), a bare AttributeError, and node 1 at two addresses.
+    with pytest.raises(ValueError, match=r"one server per item, give \['127.0.0.1:9091', '127.0.0.1:9092'\]"):
+        QuorumClient(["127.0.0.1:9091,127.0.0.1:9092"])
+    with pytest.raises(TypeError, match=r"bootstrap server \('127.0.0.1', 9091\) must be a str"):
+        QuorumClient([("127.0.0.1", 9091)])
+    with pytest.raises(ValueError, match="node 1 is given another address before it"):
+        QuorumClient(["1@127.0.0.1:9091", "1@127.0.0.1:9092"])
     with pytest.raises(ValueError, match="request_timeout_s must be a positive, finite number"):
         QuorumClient(["1@127.0.0.1:9091"], request_timeout_s=float("nan"))  # before: every request hung
     with pytest.raises(ValueError, match="cluster_id must be a non-empty str"):
