@@ -40,6 +40,7 @@ from quorum.runtime import PeerNotAuthenticatedError, TlsConfig
 from quorum.wire import (
     ApplicationRequest,
     ApplicationResponse,
+    FIRST_BYTES_SHOWN,
     ErrorFrame,
     FrameDecoder,
     RemoteProtocolError,
@@ -97,11 +98,6 @@ def _parse_address(entry: str) -> tuple[str, int]:
         raise ValueError(f"bad broker address {entry!r}: expected HOST:PORT or ID@HOST:PORT") from None
 
 
-# How many of a server's first bytes an error shows when none of them made a
-# frame (an SSH banner, an HTTP status line).
-_FIRST_BYTES_SHOWN = 32
-
-
 def _is_controller_answer(payload: bytes) -> bool:
     """Is ``payload`` a controller's answer (``[wire_name, [fields]]``),
     where a broker's would be a map?"""
@@ -149,8 +145,8 @@ class _Connection:
             if not data:
                 raise trio.BrokenResourceError("connection closed by the broker")
             self.received_any = True
-            if len(self.first_bytes) < _FIRST_BYTES_SHOWN:
-                self.first_bytes += data[: _FIRST_BYTES_SHOWN - len(self.first_bytes)]
+            if len(self.first_bytes) < FIRST_BYTES_SHOWN:
+                self.first_bytes += data[: FIRST_BYTES_SHOWN - len(self.first_bytes)]
             self.decoder.feed(data)
 
     async def aclose(self) -> None:

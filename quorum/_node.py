@@ -887,7 +887,7 @@ class QuorumNode:
                 due = state.election_deadline
             else:
                 due = self._fetcher_due(state.fetcher)
-                if self._stands and state.election_deadline < due:
+                if self._named_voter_by is not None and self._stands and state.election_deadline < due:
                     due = state.election_deadline  # named a voter elsewhere (tick)
         elif isinstance(state, ResignedState):
             due = min(state.election_deadline, state.end_epoch_deadline)
@@ -1045,7 +1045,11 @@ class QuorumNode:
             # A node named a voter elsewhere (``_note_named_voter``) keeps
             # looking for a leader as the observer it is, and stands when
             # its timer fires.
-            if now >= state.election_deadline and (state.fetcher is None or self._stands):
+            # (An observer looking for a leader stands only once named: its
+            # log cannot change while it looks, so the flag is asked first.)
+            if now >= state.election_deadline and (
+                state.fetcher is None or (self._named_voter_by is not None and self._stands)
+            ):
                 named_by = self._named_voter_by
                 reason = "election timeout" if named_by is None else f"election timeout, named a voter by {named_by}"
                 self._stand(reason, Trigger.ELECTION_TIMEOUT)

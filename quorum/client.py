@@ -47,6 +47,7 @@ from ._messages import ErrorCode
 from ._node import QuorumError
 from ._voters import check_endpoint, endpoint_address
 from .wire import (
+    FIRST_BYTES_SHOWN,
     ClusterIdMismatchError,
     AddVoterRequest,
     ApplicationRequest,
@@ -320,8 +321,8 @@ class _Connection:
                 if not data:
                     raise trio.BrokenResourceError("connection closed by the server")
                 self.received_any = True
-                if not decoded_any and len(first_bytes) < _FIRST_BYTES_SHOWN:
-                    first_bytes += data[: _FIRST_BYTES_SHOWN - len(first_bytes)]
+                if not decoded_any and len(first_bytes) < FIRST_BYTES_SHOWN:
+                    first_bytes += data[: FIRST_BYTES_SHOWN - len(first_bytes)]
                 decoder.feed(data)
                 while (payload := decoder.next_frame()) is not None:
                     decoded = decode_message(payload, expected_cluster_id=self.cluster_id)
@@ -414,10 +415,6 @@ class _Connection:
             raise NoAnswerError(f"no answer from {self.address} within {timeout_s:.3g} s")
         return holder[0]
 
-
-# How many of a server's first bytes an error shows when none of them made a
-# frame (an SSH banner, an HTTP status line).
-_FIRST_BYTES_SHOWN = 32
 
 # The requests a node may answer NOT_LEADER (versions 1 and 2; version 2's
 # answers name where the leader listens).

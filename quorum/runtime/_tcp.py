@@ -62,6 +62,7 @@ from .._gc_pause import collector_paused
 from .._messages import MESSAGE_TYPES, FetchRequest, FetchResponse, FetchSnapshotRequest, Message
 from .._service import ServiceClass, service_class
 from ..wire import (
+    FIRST_BYTES_SHOWN,
     NODE_LIMITS,
     AddVoterRequest,
     ApplicationRequest,
@@ -113,9 +114,6 @@ PEER_QUEUE_MESSAGES_MAX = 10_000
 # Distinct peers counted apart in the per-peer byte counters; the rest are "other".
 PEER_LABELS_MAX = 256
 RECEIVE_BYTES = 256 * 1024
-# How many of a stranger's first bytes a log line shows (an HTTP request
-# line, an SSH banner): enough to tell which, too few to flood the log.
-FIRST_BYTES_LOGGED = 32
 # One log line per peer address and reason in this many seconds; the next
 # one says how many were suppressed.
 LOG_INTERVAL_S = 10.0
@@ -923,7 +921,7 @@ class TcpTransport(Transport):
                         # In the first bytes the connection sent: most likely
                         # no pykraft peer at all (HTTP, SSH, a scanner), and
                         # those bytes tell the operator which.
-                        first = data[:FIRST_BYTES_LOGGED] if connection.bytes_in == len(data) else None
+                        first = data[:FIRST_BYTES_SHOWN] if connection.bytes_in == len(data) else None
                         self._reject(connection, error, answer=False, reason="frame_too_large", first_bytes=first)
                         return
                     if payload is None:

@@ -49,7 +49,7 @@ from ._errors import (
     UnsupportedVersionError,
 )
 from ._checks import CLUSTER_ID_CHARS_MAX, EPOCH_MAX, INT64_MAX, NODE_ID_MAX, check_cluster_id
-from ._frames import FRAME_BYTES_MAX, FRAME_HEADER_BYTES, FrameDecoder, encode_frame, peek_type_code
+from ._frames import FIRST_BYTES_SHOWN, FRAME_BYTES_MAX, FRAME_HEADER_BYTES, FrameDecoder, encode_frame, peek_type_code
 from ._schema import DEFAULT_LIMITS, MESSAGE_TYPE_CODES, NODE_LIMITS, PROTOCOL_VERSION, WireLimits
 
 __all__ = [
@@ -63,6 +63,7 @@ __all__ = [
     "INT64_MAX",
     "NODE_ID_MAX",
     "NODE_LIMITS",
+    "FIRST_BYTES_SHOWN",
     "FRAME_BYTES_MAX",
     "FRAME_HEADER_BYTES",
     "HELLO_ROLES",

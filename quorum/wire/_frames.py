@@ -18,6 +18,10 @@ from collections.abc import Callable
 from ._errors import FrameTooLargeError, LocalProtocolError, TruncatedFrameError
 
 FRAME_BYTES_MAX = 16 * 1024 * 1024
+# How many of a peer's first bytes an error or a log line shows when none of
+# them made a frame (an SSH banner, an HTTP request or status line): enough
+# to tell which, too few to flood a log.
+FIRST_BYTES_SHOWN = 32
 FRAME_HEADER_BYTES = 4
 
 _HEADER = struct.Struct(">I")
