@@ -42,19 +42,27 @@ def spark():
     session.stop()
 
 
+def _skip_reason(report) -> str:
+    """The reason a skip report gives (``longrepr`` is ``(path, line,
+    "Skipped: reason")`` for a skip inside a test or a fixture)."""
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
 def pytest_terminal_summary(terminalreporter):
-    """One loud line when the browser tests skipped for want of Chromium,
-    and one when the Prometheus tests skipped for want of Prometheus: a skip
-    among hundreds of passes is otherwise easy to miss (it shows even with
-    -q)."""
-    headless_chromium = sys.modules.get("headless_chromium")
-    skipped = getattr(headless_chromium, "SKIPPED", [])
-    if skipped:
-        reasons = "; ".join(sorted(headless_chromium.SKIP_REASONS)) or headless_chromium.MISSING_REASON
-        terminalreporter.write_line(f"BROWSER TESTS SKIPPED ({len(skipped)}): {reasons}", red=True, bold=True)
-    prometheus_tools = sys.modules.get("prometheus_tools")
-    skipped = getattr(prometheus_tools, "SKIPPED", [])
-    if skipped:
-        terminalreporter.write_line(
-            f"PROMETHEUS TESTS SKIPPED ({len(skipped)}): {prometheus_tools.MISSING_REASON}", red=True, bold=True
-        )
+    """One loud line when the browser tests skipped for want of Chromium
+    (or Pyodide), and one when the Prometheus tests skipped for want of
+    Prometheus: a skip among hundreds of passes is otherwise easy to miss
+    (it shows even with -q). Found among the run's skip reports by their
+    reason's start, so that skips on pytest-xdist's workers count too."""
+    from headless_chromium import LOUD_SKIP_PREFIX as BROWSER_PREFIX
+    from prometheus_tools import LOUD_SKIP_PREFIX as PROMETHEUS_PREFIX
+
+    reasons = [_skip_reason(report) for report in terminalreporter.stats.get("skipped", [])]
+    for prefix, what in ((BROWSER_PREFIX, "BROWSER"), (PROMETHEUS_PREFIX, "PROMETHEUS")):
+        loud = [reason.removeprefix(prefix) for reason in reasons if reason.startswith(prefix)]
+        if loud:
+            terminalreporter.write_line(
+                f"{what} TESTS SKIPPED ({len(loud)}): {'; '.join(sorted(set(loud)))}", red=True, bold=True
+            )

@@ -3,7 +3,8 @@ the simulator's replay) or drive one (the playground, through
 :class:`PageSession`): Debian's ``chromium`` package, which ``make test``
 installs when it can (tools/browser-tools.sh, as root with apt). Without it
 the caller skips just the rendering part, and the run ends with one loud
-line saying so (``tests/conftest.py`` prints :data:`SKIPPED`), so that a CI
+line saying so (``tests/conftest.py`` counts the skips whose reason starts
+with :data:`LOUD_SKIP_PREFIX`), so that a CI
 machine that never renders a page does not look green by accident. The
 flags keep it off this machine's closed network (see the env notes);
 ``--no-sandbox`` because the tests may run as root, where Chromium's sandbox
@@ -31,18 +32,16 @@ MISSING_REASON = (
     f"no {CHROMIUM} (Debian package 'chromium'; tools/browser-tools.sh installs it as root): "
     "only the HTML structure is checked"
 )
-# The ids of the tests that skipped for want of Chromium (or of Pyodide, for
-# the playground), and why, for the summary line.
-SKIPPED: list[str] = []
-SKIP_REASONS: set[str] = set()
+# The start of the reason of every skip for want of Chromium (or of Pyodide,
+# for the playground). The summary line finds them by it among the run's
+# skip reports, which reach the main process from pytest-xdist's workers too.
+LOUD_SKIP_PREFIX = "browser part missing: "
 
 
 def skip_loudly(reason: str) -> None:
     """Skip the calling test for want of a browser part, and say so in the
     run's summary line (``tests/conftest.py``)."""
-    SKIPPED.append(os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0])
-    SKIP_REASONS.add(reason)
-    pytest.skip(reason)
+    pytest.skip(LOUD_SKIP_PREFIX + reason)
 
 
 def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

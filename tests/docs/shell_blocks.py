@@ -211,7 +211,10 @@ class ShellSession:
         env = dict(os.environ)
         env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         env["PYTHONPATH"] = str(ROOT)
-        env["COLUMNS"] = env.get("COLUMNS", "120")
+        # One width whoever runs the tests: rich wraps tables and long lines at
+        # it, and the pages' transcripts were taken at 120 columns (a
+        # pytest-xdist worker inherits COLUMNS=80 from its start-up).
+        env["COLUMNS"] = "120"
         self.process = subprocess.Popen(
             ["bash", "--noprofile", "--norc"],
             cwd=workdir,
