@@ -35,7 +35,7 @@ from .cli_tls import client_tls, listener_tls, tls_client_options
 from ._config import TIMER_PROFILES, timer_profile
 from .runtime import EXPIRY_WARNING_DAYS, ConnectionLimits, KeyValueStateMachine, NodeConfig, open_quorum_node, parse_voters
 from ._voters import Voter, endpoint_address, listen_address
-from .wire import check_cluster_id
+from .wire import NODE_ID_MAX, check_cluster_id
 from .storage import (
     EXIT_NOT_A_DATA_DIR,
     StorageOwnershipError,
@@ -610,7 +610,7 @@ def read_command(bootstrap: str, cluster_id: str, timeout_s: float, mode: str, k
 @_bootstrap_option
 @_cluster_option
 @timeout_option
-@click.option("--node-id", required=True, type=click.IntRange(min=0), help="The replica to make a voter.")
+@click.option("--node-id", required=True, type=click.IntRange(0, NODE_ID_MAX), help="The replica to make a voter.")
 @click.option(
     "--directory-id",
     required=True,
@@ -646,7 +646,7 @@ def add_voter_command(
 @_bootstrap_option
 @_cluster_option
 @timeout_option
-@click.option("--node-id", required=True, type=click.IntRange(min=0), help="The voter to remove.")
+@click.option("--node-id", required=True, type=click.IntRange(0, NODE_ID_MAX), help="The voter to remove.")
 @click.option(
     "--directory-id",
     help="Remove it only if this is its directory id (the disk being replaced; describe --replication shows it).",
@@ -735,7 +735,7 @@ def parse_initial_voters(text: str) -> tuple[Voter, ...]:
 
 @main.command("format")
 @click.option("--data-dir", required=True, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--node-id", required=True, type=click.IntRange(min=0))
+@click.option("--node-id", required=True, type=click.IntRange(0, NODE_ID_MAX))
 @click.option("--cluster-id", required=True)
 @click.option(
     "--initial-voters",

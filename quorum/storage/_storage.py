@@ -34,6 +34,7 @@ from .._election_copies import rolled_back_by_log
 from ._election import ELECTION_STATE_FILE_NAME, ELECTION_WITNESS_FILE_NAME, ElectionStateFile
 from .._node import RepairState
 from .._voters import Voter, VoterSet, check_directory_id
+from ..wire._checks import check_cluster_id, check_node_id
 from ._errors import (
     REPAIR_ADVICE,
     DamagedLogError,
@@ -42,7 +43,7 @@ from ._errors import (
     StorageError,
     StorageOwnershipError,
 )
-from ._files import atomic_write, decode_checked_json, encode_checked_json, fsync_directory, is_plain_int
+from ._files import atomic_write, decode_checked_json, encode_checked_json, fsync_directory
 from ._memory import MemoryElectionState, MemoryLogStore, MemorySnapshotStore, MemorySnapshotWriter
 from ._segments import (
     DEFAULT_BATCH_BYTES_MAX,
@@ -763,6 +764,15 @@ def new_directory_id() -> str:
     return uuid.uuid4().hex
 
 
+def _check_identity(node_id: Any, cluster_id: Any) -> None:
+    """Raises ``ValueError`` unless ``node_id`` is an int a node can run
+    as (0..``NODE_ID_MAX``, Kafka's int32) and ``cluster_id`` one the wire
+    carries: so that ``format`` never writes a ``meta.json`` no node could
+    start from."""
+    check_node_id(node_id, "node_id")
+    check_cluster_id(cluster_id)
+
+
 def format_data_dir(
     data_dir: str | Path,
     *,
@@ -782,8 +792,7 @@ def format_data_dir(
     identity, and let a wiped disk vote as its old self), ``ValueError``
     for a bad id or voter set, ``OSError``."""
     data_dir = Path(data_dir)
-    if not is_plain_int(node_id) or node_id < 0 or not isinstance(cluster_id, str) or not cluster_id:
-        raise ValueError(f"bad node_id {node_id!r} or cluster_id {cluster_id!r}")
+    _check_identity(node_id, cluster_id)
     directory_id = check_directory_id(new_directory_id() if directory_id is None else directory_id)
     voters = VoterSet(tuple(bootstrap_voters)).voters if bootstrap_voters else ()
     if (data_dir / META_FILE_NAME).exists() or (data_dir.is_dir() and _holds_data(data_dir)):
@@ -815,8 +824,7 @@ def _identity_from(document: dict[str, Any]) -> DataDirIdentity:
     if document.get("version") != 1:
         raise ValueError(f"unknown version {document.get('version')!r}")
     node_id, cluster_id = document["node_id"], document["cluster_id"]
-    if not is_plain_int(node_id) or node_id < 0 or not isinstance(cluster_id, str) or not cluster_id:
-        raise ValueError(f"bad node_id {node_id!r} or cluster_id {cluster_id!r}")
+    _check_identity(node_id, cluster_id)
     directory_id = check_directory_id(document.get("directory_id"))
     rows = document.get("bootstrap_voters", [])
     if not isinstance(rows, list):
@@ -849,8 +857,6 @@ def _check_meta(data_dir: Path, node_id: int | None, cluster_id: str | None, fsy
             return None
         if node_id is None or cluster_id is None:
             raise ValueError("give both node_id and cluster_id (or neither) when opening a new data directory")
-        if not is_plain_int(node_id) or node_id < 0 or not isinstance(cluster_id, str) or not cluster_id:
-            raise ValueError(f"bad node_id {node_id!r} or cluster_id {cluster_id!r}")
         # Not formatted: the first open writes the ids (static voters). It
         # gets a directory id too, so that it can be added as a voter later.
         return format_data_dir(data_dir, node_id=node_id, cluster_id=cluster_id, fsync=fsync)

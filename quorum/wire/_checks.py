@@ -121,7 +121,12 @@ def check_error_code(value: Any, name: str = "error") -> ErrorCode:
 
 
 def check_cluster_id(value: Any, name: str = "cluster_id") -> str:
-    return check_str(value, name, CLUSTER_ID_CHARS_MAX, allow_empty=False)
+    """A non-empty str of printable characters: a cluster id is shown in
+    log lines and errors, where a newline or an escape code could forge or
+    hide a line."""
+    if type(value) is str and 0 < len(value) <= CLUSTER_ID_CHARS_MAX and value.isprintable():
+        return value
+    raise _fail(name, f"a non-empty str of at most {CLUSTER_ID_CHARS_MAX} printable chars", value)
 
 
 def check_plain_value(value: Any, name: str, *, depth_max: int, items_max: int) -> Any:

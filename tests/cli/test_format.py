@@ -111,6 +111,29 @@ def test_format_refuses_bad_arguments_and_writes_nothing(tmp_path, args):
     assert not (tmp_path / "d" / "meta.json").exists()
 
 
+@pytest.mark.parametrize(
+    "node_id, cluster_id",
+    [
+        ("2147483648", "c"),  # past Kafka's int32 node ids: no node could start from it
+        ("99999999999999999999", "c"),  # past what msgpack carries
+        ("1", "a\nb"),  # a newline would forge a line in every log naming the cluster
+        ("1", "a\x1b[2Jb"),  # an escape code would clear the operator's terminal
+    ],
+)
+def test_format_refuses_ids_no_node_could_run_with_and_writes_nothing(tmp_path, node_id, cluster_id):
+    result = run("format", "--data-dir", str(tmp_path / "d"), "--node-id", node_id, "--cluster-id", cluster_id)
+    assert result.exit_code == 2, result.output
+    assert "2147483647" in result.output or "printable" in result.output, result.output
+    assert not (tmp_path / "d" / "meta.json").exists()
+
+
+@pytest.mark.parametrize("node_id, cluster_id", [(2**31, "c"), (True, "c"), (1, "a\nb"), (1, "x" * 256)])
+def test_format_data_dir_refuses_ids_a_node_could_not_run_with(tmp_path, node_id, cluster_id):
+    with pytest.raises(ValueError, match="node_id|cluster_id"):
+        format_data_dir(tmp_path / "d", node_id=node_id, cluster_id=cluster_id, fsync=False)
+    assert not (tmp_path / "d" / "meta.json").exists()
+
+
 def test_a_damaged_bootstrap_voter_list_refuses_to_start(tmp_path):
     format_data_dir(tmp_path, node_id=1, cluster_id="c", bootstrap_voters=(Voter(1, "aaaa"),), fsync=False)
     meta = tmp_path / "meta.json"
