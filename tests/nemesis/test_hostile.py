@@ -58,7 +58,11 @@ async def start_cluster(nursery: trio.Nursery, tmp_path, voters: int = 3, certs=
             voters=addresses,
             cluster_id=CLUSTER,
             data_dir=tmp_path / f"node{index + 1}",
-            quorum={"election_timeout_ms": 300, "fetch_timeout_ms": 1500},
+            # A quick first election; a follower's (and check quorum's)
+            # timeout long enough that a loaded machine stalling this one
+            # event loop, which runs the three nodes and the attacker, does
+            # not end a leadership the attack itself left alone.
+            quorum={"election_timeout_ms": 300, "fetch_timeout_ms": 6000},
             **security,
         )
         async with open_quorum_node(config) as node:
