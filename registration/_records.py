@@ -88,6 +88,17 @@ def check_text(name: str, value: object, *, optional: bool = False) -> None:
         raise ValueError(f"{name} must have 1 to {_TEXT_MAX_CHARS} characters, got {len(value)}")
 
 
+def check_requested_text(name: str, value: object, *, optional: bool = False) -> None:
+    """``check_text``, and printable: held to by the text a request brings
+    (a rack, a listener's name and host), which operators later read in
+    log lines, event logs and ``kraft-cluster describe``, where a newline
+    or an escape code could forge or hide a line. Records already in a log
+    are read with ``check_text`` alone."""
+    check_text(name, value, optional=optional)
+    if isinstance(value, str) and not value.isprintable():
+        raise ValueError(f"{name} must be printable, got {value!r:.80}")
+
+
 def check_bool(name: str, value: object) -> None:
     if type(value) is not bool:
         raise ValueError(f"{name} must be a bool, got {type(value).__name__}")
@@ -130,7 +141,9 @@ def check_requested_listeners(value: object) -> None:
     assert isinstance(value, tuple)
     if len(value) > _LISTENERS_MAX:
         raise ValueError(f"at most {_LISTENERS_MAX} listeners may be registered, got {len(value)}")
-    for _name, host, _port in value:
+    for name, host, _port in value:
+        check_requested_text("listener name", name)
+        check_requested_text("listener host", host)
         if len(host) > _HOST_MAX_CHARS:
             raise ValueError(f"a listener host has at most {_HOST_MAX_CHARS} characters, got {len(host)}")
 

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import msgpack
 
 from ._errors import ErrorCode
-from ._records import check_bool, check_controller_fields, check_int, check_listeners, check_requested_listeners, check_text
+from ._records import check_bool, check_controller_fields, check_int, check_listeners, check_requested_listeners, check_requested_text, check_text
 
 # ---------------------------------------------------------------------------
 # Wire helpers
@@ -146,7 +146,7 @@ class RegisterBrokerRequest(_Wire):
         check_text("incarnation_id", self.incarnation_id)
         check_text("cluster_id", self.cluster_id)
         check_requested_listeners(self.listeners)
-        check_text("rack", self.rack, optional=True)
+        check_requested_text("rack", self.rack, optional=True)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -302,6 +302,7 @@ def test_a_voter_id_given_twice_is_a_usage_error(command):
     [
         (("--broker-id", "99999999999999999999"), "broker_id must be an int from 0 to 2147483647"),
         (("--broker-id", "5", "--rack", "r" * 2000), "rack must have 1 to 1024 characters, got 2000"),
+        (("--broker-id", "5", "--rack", "r1\nfake line"), "rack must be printable, got 'r1\\nfake line'"),
         (("--broker-id", "5", "--cluster-id", "c" * 256), "cluster_id must be a non-empty str of at most 255 printable chars"),
     ],
 )

@@ -170,6 +170,26 @@ def test_a_registration_names_a_bounded_number_of_listeners_and_hosts():
     RegisterBrokerRecord(broker_id=1, incarnation_id="i", listeners=many)  # as written before
 
 
+@pytest.mark.parametrize(
+    "listeners, rack, phrase",
+    [
+        ((("L", "h\nforged log line", 1),), None, "listener host must be printable"),
+        ((("L\x1b[2J", "h", 1),), None, "listener name must be printable"),
+        ((("L", "h", 1),), "r1\nfake", "rack must be printable"),
+    ],
+)
+def test_a_registration_brings_only_printable_text(listeners, rack, phrase):
+    """Found by hand: a broker registered with the rack 'r1\\nfake', which
+    log lines, event logs and describe output would show as two lines. The
+    record types still read such text as written."""
+    with pytest.raises(ValueError, match=phrase):
+        RegisterBrokerRequest(broker_id=1, incarnation_id="i", cluster_id="c", listeners=listeners, rack=rack)
+    if rack is None:
+        with pytest.raises(ValueError, match=phrase):
+            RegisterControllerRequest(controller_id=1, incarnation_id="i", cluster_id="c", listeners=listeners)
+    RegisterBrokerRecord(broker_id=1, incarnation_id="i", listeners=listeners, rack=rack)  # as written before
+
+
 def test_error_codes_shared_with_the_quorum_have_its_numbers():
     """Kafka's numbers everywhere: registration.ErrorCode extends
     quorum.ErrorCode's values, which it reuses unchanged."""
