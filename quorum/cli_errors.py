@@ -72,16 +72,23 @@ class CommandError(click.ClickException):
         self.exit_code = exit_code
 
 
+# A settings file is a page or two; one larger is not one.
+CONFIG_BYTES_MAX = 1024 * 1024
+
+
 def load_toml(path: str, option: str) -> dict[str, Any]:
     """The settings of a TOML file named by ``option`` (``--config``, say).
     Raises ``click.UsageError`` (exit 2) naming the file and what is wrong
-    with it: unreadable, not UTF-8, not TOML, or nested deeper than the
-    parser's stack. The file is the user's input, never a bug of ours."""
+    with it: unreadable, not a regular file, over ``CONFIG_BYTES_MAX``, not
+    UTF-8, not TOML, or nested deeper than the parser's stack. The file is
+    the user's input, never a bug of ours."""
     import tomllib
 
+    from .runtime import read_small_file
+
     try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
+        text = read_small_file(path, CONFIG_BYTES_MAX).decode("utf-8")
+        return tomllib.loads(text)
     except OSError as error:
         raise click.UsageError(f"cannot read {option} {path}: {error.strerror or error}") from None
     except tomllib.TOMLDecodeError as error:
@@ -90,6 +97,8 @@ def load_toml(path: str, option: str) -> dict[str, Any]:
         raise click.UsageError(f"{option} {path} is not valid TOML: byte {error.start} is not UTF-8") from None
     except RecursionError:
         raise click.UsageError(f"{option} {path}: a value nests too deeply") from None
+    except ValueError as error:
+        raise click.UsageError(f"cannot use {option} {path}: {error}") from None
 
 
 def root_cause(error: BaseException) -> BaseException:

@@ -1,7 +1,7 @@
 """The trio runtime: a ``QuorumNode`` driven over real transports and
 storage. See ``docs/architecture.md``."""
 
-from ._acl_file import AclFile
+from ._acl_file import AclFile, AclFileError
 from ._certs import CertificateAuthority, create_cluster_certificates
 from ._memory_transport import MemoryNetwork, MemoryTransport
 from ._metrics import FINE_BUCKETS_S, Metrics, http_get, scrape_metrics, serve_metrics
@@ -31,12 +31,14 @@ from ._tls import (
     peer_principal,
 )
 from ._reader import StreamReader
+from ._small_files import read_small_file
 from ._writer import WRITE_ERRORS, StreamWriter
 
 __all__ = [
     "EXPIRY_WARNING_DAYS",
     "HANDSHAKE_TIMEOUT_S",
     "AclFile",
+    "AclFileError",
     "ApplicationAuthorizer",
     "CertificateAuthority",
     "PeerNotAuthenticatedError",
@@ -46,6 +48,7 @@ __all__ = [
     "create_cluster_certificates",
     "peer_not_after",
     "peer_principal",
+    "read_small_file",
     "require",
     "FINE_BUCKETS_S",
     "HEALTH_APPLY_LAG_RECORDS_MAX",

@@ -8,15 +8,23 @@ import logging
 from pathlib import Path
 
 from .._access import ACL_BYTES_MAX, AccessControlList, parse_acl
+from .._node import QuorumError
+from ._small_files import read_small_file
 
 logger = logging.getLogger("pykraft.acl")
+
+
+class AclFileError(QuorumError, ValueError):
+    """The ACL file cannot be used: unreadable, not a regular file, too
+    large, not UTF-8, or a line that is not a grant. The message names the
+    file and, for a bad grant, its line. A ``ValueError`` too, as before."""
 
 
 class AclFile:
     """The ACL in force: from ``path``, or the defaults (reads for every
     authenticated principal, administration for none) when ``path`` is
     None. Raises ``ValueError`` or ``OSError`` on construction for a file
-    that cannot be used."""
+    that cannot be used (``AclFileError``, a ``ValueError``)."""
 
     def __init__(self, path: Path | str | None) -> None:
         self.path = Path(path) if path is not None else None
@@ -24,15 +32,20 @@ class AclFile:
         self.reload()
 
     def reload(self) -> None:
-        """Read the file again. On failure (``ValueError``, ``OSError``) the
-        ACL in force stays."""
+        """Read the file again. On failure (``AclFileError``, ``OSError``)
+        the ACL in force stays."""
         if self.path is None:
             return
-        with open(self.path, "rb") as handle:
-            data = handle.read(ACL_BYTES_MAX + 1)
+        try:
+            data = read_small_file(self.path, ACL_BYTES_MAX)
+        except ValueError as error:
+            raise AclFileError(f"the ACL file cannot be used: {error}") from None
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise ValueError(f"{self.path} is not UTF-8: {error}") from None
-        self.acl = parse_acl(text, str(self.path))
+            raise AclFileError(f"the ACL file cannot be used: {self.path} is not UTF-8 ({error})") from None
+        try:
+            self.acl = parse_acl(text, str(self.path))
+        except ValueError as error:
+            raise AclFileError(f"the ACL file cannot be used: {error}") from None
         logger.info("ACL loaded from %s: %d grants", self.path, len(self.acl.grants))

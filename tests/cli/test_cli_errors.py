@@ -348,6 +348,58 @@ def test_a_config_file_that_is_not_toml_is_a_usage_error_naming_it(tmp_path, con
     assert_reported(result, EXIT_USAGE, f"--command-config {config}", phrase)
 
 
+def _special_file(tmp_path: Path, kind: str) -> Path:
+    if kind == "device":
+        return Path("/dev/zero")
+    if kind == "fifo":
+        path = tmp_path / "settings.fifo"
+        os.mkfifo(path)
+        return path
+    path = tmp_path / "huge.toml"
+    path.write_bytes(b"# " + b"x" * (quorum.cli_errors.CONFIG_BYTES_MAX + 1) + b"\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "phrase"),
+    [("device", "is not a regular file"), ("fifo", "is not a regular file"), ("huge", "over the limit of 1048576")],
+)
+def test_a_config_file_that_is_a_device_a_fifo_or_huge_is_refused_at_once(tmp_path, kind, phrase):
+    # Found by hand: --config /dev/zero read until memory ran out, and a FIFO
+    # blocked the node in open() where SIGTERM could not end it.
+    path = _special_file(tmp_path, kind)
+    assert_reported(run("kraft-quorum", "node", "--config", path), EXIT_USAGE, f"--config {path}", phrase)
+    result = run("kraft-quorum", "describe", "--command-config", path, "--bootstrap", "1@127.0.0.1:1")
+    assert_reported(result, EXIT_USAGE, f"--command-config {path}", phrase)
+
+
+@pytest.mark.parametrize(
+    ("content", "phrase"),
+    [
+        ("grant everything\n", "line 1: unknown operation 'grant'"),
+        (None, "is not a regular file"),  # a FIFO
+        ("# " + "x" * (1024 * 1024) + "\n", "over the limit of 1048576"),
+    ],
+)
+def test_an_acl_file_that_cannot_be_used_is_named_not_called_a_bug(tmp_path, content, phrase):
+    # Found by hand: a typo in the ACL file was "an unexpected ValueError,
+    # most likely a bug in pykraft" (exit 70) from every node command, and
+    # an ACL file that was a FIFO hung the node where SIGTERM could not end it.
+    acl = tmp_path / "acl.txt"
+    if content is None:
+        os.mkfifo(acl)
+    else:
+        acl.write_text(content)
+    (port,) = free_ports(1)
+    result = run("kraft-quorum", "certs", "--dir", tmp_path / "certs", "--nodes", "1")
+    assert result.returncode == 0, result.stderr
+    tls = ["--tls-ca", tmp_path / "certs" / "ca.pem", "--tls-cert", tmp_path / "certs" / "node-1.pem",
+           "--tls-key", tmp_path / "certs" / "node-1-key.pem", "--acl-file", acl]  # fmt: skip
+    for command, args in (("kraft-quorum", ["node"]), ("kraft-controller", [])):
+        result = run(command, *args, "--node-id", 1, "--voters", f"1@127.0.0.1:{port}", *tls)
+        assert_reported(result, EXIT_FAILED, "the ACL file cannot be used", phrase)
+
+
 @pytest.mark.parametrize(
     ("setting", "phrase"),
     [
