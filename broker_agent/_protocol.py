@@ -6,6 +6,7 @@ Request (a map)::
     {"op": "cluster_metadata" | "list_topics" | "describe_topic" | "find_leader",
      "topic": str,             # describe_topic, find_leader
      "partition": int,         # find_leader
+     "after": str,             # optional, list_topics: the names after this one
      "broker_epoch": int,      # optional: the epoch of the broker meant (KIP-380)
      "min_image_offset": int}  # optional: refuse to answer from an older image
 
@@ -14,6 +15,10 @@ Response (a map), every answer, errors included::
     {"error": int, "message": str, "broker_id": int, "broker_epoch": int (-1: none),
      "state": "Offline" | "Fenced" | "Online" | "Stopping", "image_offset": int,
      ...the op's fields}
+
+``list_topics`` answers one page of names in order (``topics``, at most
+``LIST_TOPICS_PAGE_MAX``) and ``more``: whether names follow the page's
+last, to be asked for with ``after`` set to it.
 
 Error codes are Kafka's numbers (``ErrorCode``); ``RETRIABLE`` says which a
 client may retry (elsewhere, or after a backoff).
@@ -35,6 +40,8 @@ _OP_FIELDS = {
     "find_leader": frozenset({"topic", "partition"}),
 }
 _OPTIONAL_FIELDS = frozenset({"broker_epoch", "min_image_offset"})
+# Optional fields only some ops take.
+_OP_OPTIONAL_FIELDS = {"list_topics": frozenset({"after"})}
 _TOPIC_NAME_CHARS_MAX = 249
 _INT64_MAX = 2**63 - 1
 
@@ -78,6 +85,7 @@ class MetadataRequest:
     partition: int | None = None
     broker_epoch: int | None = None
     min_image_offset: int | None = None
+    after: str | None = None
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -91,6 +99,11 @@ class MetadataRequest:
             not isinstance(self.topic, str) or not 1 <= len(self.topic) <= _TOPIC_NAME_CHARS_MAX
         ):
             raise ProtocolError(f"topic must be a string of 1 to {_TOPIC_NAME_CHARS_MAX} characters")
+        if self.after is not None:
+            if "after" not in _OP_OPTIONAL_FIELDS.get(self.op, ()):
+                raise ProtocolError(f"{self.op} takes no after")
+            if not isinstance(self.after, str) or len(self.after) > _TOPIC_NAME_CHARS_MAX:
+                raise ProtocolError(f"after must be a string of at most {_TOPIC_NAME_CHARS_MAX} characters")
         for name in ("partition", "broker_epoch", "min_image_offset"):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or not 0 <= value <= _INT64_MAX):
@@ -98,7 +111,7 @@ class MetadataRequest:
 
     def to_payload(self) -> bytes:
         data: dict[str, Any] = {"op": self.op}
-        for name in ("topic", "partition", "broker_epoch", "min_image_offset"):
+        for name in ("topic", "partition", "broker_epoch", "min_image_offset", "after"):
             value = getattr(self, name)
             if value is not None:
                 data[name] = value
@@ -113,7 +126,7 @@ class MetadataRequest:
         op = data["op"]
         if op not in OPS:
             raise ProtocolError(f"op must be one of {', '.join(OPS)}, got {_preview(op)}")
-        unknown = set(data) - {"op"} - _OP_FIELDS[op] - _OPTIONAL_FIELDS
+        unknown = set(data) - {"op"} - _OP_FIELDS[op] - _OPTIONAL_FIELDS - _OP_OPTIONAL_FIELDS.get(op, frozenset())
         if unknown:
             raise ProtocolError(f"{op} takes no {', '.join(sorted(map(str, unknown)))}")
         return cls(**data)

@@ -4,10 +4,11 @@ the event to log, if any) out, from the image and the lifecycle at
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Any
 
-from registration import BrokerState, ClusterImage
+from registration import LIST_TOPICS_PAGE_MAX, BrokerState, ClusterImage
 
 from ._lifecycle import BrokerLifecycle
 from ._protocol import ErrorCode, MetadataRequest, MetadataResponse, ProtocolError
@@ -93,7 +94,12 @@ def _answer(
     request: MetadataRequest, image: ClusterImage, cluster_id: str, controller_id: int | None
 ) -> tuple[ErrorCode, str, dict[str, Any]]:
     if request.op == "list_topics":
-        return ErrorCode.NONE, "", {"topics": sorted(image.topics)}
+        # One page: a million names in one answer would pass the frame
+        # limit, and never be sent.
+        names = sorted(image.topics)
+        start = 0 if request.after is None else bisect.bisect_right(names, request.after)
+        page = names[start : start + LIST_TOPICS_PAGE_MAX]
+        return ErrorCode.NONE, "", {"topics": page, "more": start + len(page) < len(names)}
     if request.op == "cluster_metadata":
         # Seed 001: "Fenced brokers should be omitted from the metadata sent
         # to clients": only Online brokers are listed.

@@ -364,7 +364,21 @@ class MetadataClient:
         return self._expect_ok(await self.request("cluster_metadata"))
 
     async def list_topics(self) -> list[str]:
-        return list((self._expect_ok(await self.request("list_topics"))).body["topics"])
+        """Every topic's name, in order, asked for a page at a time (like
+        every answer here, a later page comes from an image no older than
+        the one before it, whichever broker answers it)."""
+        names: list[str] = []
+        after: str | None = None
+        while True:
+            fields: dict[str, Any] = {} if after is None else {"after": after}
+            answer = self._expect_ok(await self.request("list_topics", **fields))
+            page = answer.body.get("topics")
+            if not isinstance(page, list) or not all(isinstance(name, str) for name in page):
+                raise MetadataClientError(f"the broker answered list_topics with no list of names: {answer.body!r:.80}")
+            names.extend(page)
+            if not answer.body.get("more") or not page:
+                return names
+            after = page[-1]
 
     async def describe_topic(self, name: str) -> dict[str, Any]:
         """Raises ``UnknownTopicError`` for a topic the image does not hold."""

@@ -71,3 +71,50 @@ async def test_open_broker_serves_restarts_from_its_data_dir_and_shuts_down_clea
                 assert broker.answer(MetadataRequest(op="list_topics")).body["topics"] == ["t"]
     events = (tmp_path / "b101.jsonl").read_text().splitlines()
     assert sum('"broker_registration"' in line for line in events) == 2
+
+
+async def test_list_topics_pages_and_the_client_gathers_every_page(tmp_path, monkeypatch):
+    """Before, a broker answered every name in one frame: at about a
+    million topics that answer passed the frame limit and was never sent.
+    Now an answer holds one page (three here) and ``more``; the client asks
+    ``after`` the last name until none follow."""
+    monkeypatch.setattr("broker_agent._serving.LIST_TOPICS_PAGE_MAX", 3)
+    controller_config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, quorum=QUORUM, fsync=False, plaintext=True)
+    async with open_controller_node(controller_config, ControllerConfig(cluster_id="pykraft", **TIMERS)) as controller:
+        bootstrap = {1: ("127.0.0.1", controller.listen_port)}
+        config = BrokerConfig(
+            broker_id=101, bootstrap=bootstrap, listen=("127.0.0.1", 0), quorum=QUORUM, **TIMERS, plaintext=True
+        )
+        names = [f"t{index}" for index in range(7)]
+        with trio.fail_after(30):
+            async with open_broker(config) as broker:
+                await broker.wait_online()
+                async with AdminClient([f"1@127.0.0.1:{controller.listen_port}"]) as admin:
+                    for name in names:
+                        assert not (await admin.create_topic(name, partitions=1, replication_factor=1)).results[0].error
+                    written = (await admin.describe_cluster()).offset
+                while broker.image_offset < written:
+                    await trio.sleep(0.01)
+                first = broker.answer(MetadataRequest(op="list_topics"))
+                assert (first.body["topics"], first.body["more"]) == (["t0", "t1", "t2"], True)
+                last = broker.answer(MetadataRequest(op="list_topics", after="t5"))
+                assert (last.body["topics"], last.body["more"]) == (["t6"], False)
+                async with MetadataClient([f"127.0.0.1:{broker.listen_port}"]) as client:
+                    assert await client.list_topics() == names
+
+
+def test_only_list_topics_takes_after_and_it_is_a_bounded_name():
+    from broker_agent import ProtocolError
+
+    MetadataRequest(op="list_topics", after="")  # from the first name
+    with pytest.raises(ProtocolError, match="takes no after"):
+        MetadataRequest(op="cluster_metadata", after="t")
+    with pytest.raises(ProtocolError, match="after must be a string"):
+        MetadataRequest(op="list_topics", after="t" * 250)
+    with pytest.raises(ProtocolError, match="after must be a string"):
+        MetadataRequest(op="list_topics", after=5)
+    import msgpack
+
+    with pytest.raises(ProtocolError, match="takes no after"):
+        MetadataRequest.from_payload(msgpack.packb({"op": "describe_topic", "topic": "t", "after": "x"}))
+    assert MetadataRequest.from_payload(MetadataRequest(op="list_topics", after="t1").to_payload()).after == "t1"

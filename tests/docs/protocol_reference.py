@@ -132,8 +132,9 @@ def records_section() -> str:
 
 def broker_section() -> str:
     rows = ["| `op` | required fields | optional fields |", "|---|---|---|"]
-    optional = ", ".join(f"`{name}`" for name in sorted(broker_protocol._OPTIONAL_FIELDS))
     for op in broker_protocol.OPS:
+        optional_fields = broker_protocol._OPTIONAL_FIELDS | broker_protocol._OP_OPTIONAL_FIELDS.get(op, frozenset())
+        optional = ", ".join(f"`{name}`" for name in sorted(optional_fields))
         required = ", ".join(f"`{name}`" for name in sorted(broker_protocol._OP_FIELDS[op])) or "—"
         rows.append(f"| `{op}` | {required} | {optional} |")
     common = [field.name for field in dataclasses.fields(broker_protocol.MetadataResponse) if field.name != "body"]
