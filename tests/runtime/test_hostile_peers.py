@@ -127,7 +127,10 @@ async def still_serving(cluster: Cluster) -> None:
 async def test_a_forged_vote_request_above_int32_is_refused_and_nothing_changes(tmp_path):
     """Before: granted, persisted, and the cluster never had a leader again."""
     async with trio.open_nursery() as nursery:
-        cluster = await start_cluster(nursery, tmp_path)
+        # A granted forged vote moves the epoch whatever the timers; a 5 s
+        # fetch timeout keeps a loaded machine (three nodes in this one
+        # process, beside another test worker) from moving it instead.
+        cluster = await start_cluster(nursery, tmp_path, timers={**TIMERS, "fetch_timeout_ms": 5000})
         leader = cluster.leader
         epoch_before = leader.runtime.node.epoch
         follower = next(handle for handle in cluster.handles if handle is not leader)
