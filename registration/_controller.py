@@ -788,6 +788,21 @@ class Controller:
             )
         working = self.working_image
         broker_id = request.broker_id
+        if working.controller(broker_id) is not None:
+            # One id space for controllers and brokers (KIP-631 node.id). A
+            # broker with a controller's id fetches the metadata log as that
+            # voter, so the leader would take its fetch offsets for the
+            # voter's acknowledgements (persist before acknowledging, broken
+            # by a copy that may not even be on disk). Refused for good.
+            return _reply(
+                RegisterBrokerResponse(
+                    error=ErrorCode.INVALID_REQUEST,
+                    message=(
+                        f"broker id {broker_id} is controller {broker_id}'s id: give the broker an id no "
+                        f"controller has (its metadata fetches would be taken for the controller's)"
+                    ),
+                )
+            )
         existing = working.broker(broker_id)
         if existing is not None and existing.incarnation_id == request.incarnation_id:
             return self._register_again(request, existing, now_ms)

@@ -138,3 +138,22 @@ def test_only_the_controllers_own_node_certificate_may_register_it():
     assert refuse_controller_request(Principal(PrincipalKind.NODE, 2), payload, acl) is None
     assert "may not register controller 2" in refuse_controller_request(Principal(PrincipalKind.NODE, 3), payload, acl)
     assert refuse_controller_request(Principal(PrincipalKind.BROKER, 2), payload, acl) is not None
+
+
+def test_a_broker_with_a_controllers_id_is_refused_for_good():
+    """Found by hand: a broker started as id 1, bootstrapped from controller
+    2 only, registered beside controller 1. Its metadata fetches, sent as
+    node 1, could be taken for voter 1's acknowledgements."""
+    from registration import RegisterBrokerRequest
+
+    harness = Harness()
+    harness.request(_request(controller_id=2))
+    broker = RegisterBrokerRequest(broker_id=2, incarnation_id="b2", cluster_id=CLUSTER_ID, listeners=LISTENERS)
+
+    response = harness.request(broker)
+
+    assert response.error is ErrorCode.INVALID_REQUEST
+    assert "broker id 2 is controller 2's id" in response.message
+    assert harness.image.broker(2) is None
+    other = RegisterBrokerRequest(broker_id=7, incarnation_id="b7", cluster_id=CLUSTER_ID, listeners=LISTENERS)
+    assert harness.request(other).error is ErrorCode.NONE
