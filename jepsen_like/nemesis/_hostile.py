@@ -698,27 +698,39 @@ def attacks_of(kind: str, *, authenticated: bool) -> tuple[str, ...]:
     return names + AUTHENTICATED_KIND_EXTRAS.get(kind, ()) if authenticated else names
 
 
-async def run_attack(name: str, target: HostileTarget, duration_s: float, *, seed: int | None = None) -> HostileStats:
+async def run_attack(
+    name: str, target: HostileTarget, duration_s: float, *, seed: int | None = None, min_connections: int = 0
+) -> HostileStats:
     """Run attack ``name`` against ``target`` for ``duration_s`` seconds and
-    return what it did. Raises ``KeyError`` for an unknown attack name."""
+    return what it did; past ``duration_s``, go on until it has made
+    ``min_connections`` connections (a test asserting on what each attack
+    did must not depend on how fast a loaded machine connects: the caller
+    bounds that wait). Raises ``KeyError`` for an unknown attack name."""
     attack = ATTACKS[name] if name in ATTACKS else AUTHENTICATED_ATTACKS[name]
     stats = HostileStats(name)
     rng = random.Random(seed if seed is not None else int.from_bytes(os.urandom(8), "big"))
-    with trio.move_on_after(duration_s):
-        await attack(target, stats, rng)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(attack, target, stats, rng)
+        await trio.sleep(duration_s)
+        while stats.connections < min_connections:
+            await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
     return stats
 
 
-async def run_kind(kind: str, target: HostileTarget, duration_s: float, *, seed: int | None = None) -> list[HostileStats]:
+async def run_kind(
+    kind: str, target: HostileTarget, duration_s: float, *, seed: int | None = None, min_connections: int = 0
+) -> list[HostileStats]:
     """Every attack of hostile fault kind ``kind`` (``attacks_of``: with
     ``target.tls``, the authenticated extras too) at once against
-    ``target`` for ``duration_s``. Raises ``KeyError`` for an unknown kind."""
+    ``target`` for ``duration_s`` (each past it until ``min_connections``,
+    as ``run_attack``). Raises ``KeyError`` for an unknown kind."""
     names = attacks_of(kind, authenticated=target.authenticated)
     results: list[HostileStats] = []
     base = seed if seed is not None else int.from_bytes(os.urandom(8), "big")
 
     async def one(position: int, name: str) -> None:
-        results.append(await run_attack(name, target, duration_s, seed=base + position))
+        results.append(await run_attack(name, target, duration_s, seed=base + position, min_connections=min_connections))
 
     async with trio.open_nursery() as nursery:
         for position, name in enumerate(names):

@@ -116,7 +116,7 @@ async def test_each_attack_leaves_the_leader_leading_and_serving(tmp_path, name)
                 results = []
 
                 async def attack_and_keep(name=name):
-                    results.append(await run_attack(name, target, ATTACK_S, seed=7))
+                    results.append(await run_attack(name, target, ATTACK_S, seed=7, min_connections=1))
 
                 attack.start_soon(attack_and_keep)
                 # A well-behaved client writes while the attack runs.
@@ -339,7 +339,7 @@ async def test_every_kind_from_an_authenticated_attacker_reaches_the_decoder_and
                 results = []
 
                 async def attack_and_keep():
-                    results.extend(await run_kind(kind, target, ATTACK_S, seed=7))
+                    results.extend(await run_kind(kind, target, ATTACK_S, seed=7, min_connections=1))
 
                 attack.start_soon(attack_and_keep)
                 await good_writes(leader, 5, tls=admin)
