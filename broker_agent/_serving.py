@@ -4,7 +4,6 @@ the event to log, if any) out, from the image and the lifecycle at
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,10 +95,8 @@ def _answer(
     if request.op == "list_topics":
         # One page: a million names in one answer would pass the frame
         # limit, and never be sent.
-        names = sorted(image.topics)
-        start = 0 if request.after is None else bisect.bisect_right(names, request.after)
-        page = names[start : start + LIST_TOPICS_PAGE_MAX]
-        return ErrorCode.NONE, "", {"topics": page, "more": start + len(page) < len(names)}
+        page, more = image.topic_names_after(request.after, LIST_TOPICS_PAGE_MAX)
+        return ErrorCode.NONE, "", {"topics": page, "more": more}
     if request.op == "cluster_metadata":
         # Seed 001: "Fenced brokers should be omitted from the metadata sent
         # to clients": only Online brokers are listed.

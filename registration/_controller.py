@@ -30,7 +30,6 @@ session (KAFKA-18138).
 from __future__ import annotations
 
 import base64
-import bisect
 import hashlib
 import logging
 from collections import Counter, deque
@@ -1099,16 +1098,13 @@ class Controller:
         """The committed image's topics in name order from after ``after``,
         at most ``LIST_TOPICS_PAGE_MAX``; ``more`` when others follow."""
         image = self.image
-        names = sorted(image.topics)
-        start = 0 if after is None else bisect.bisect_right(names, after)
-        page = names[start : start + LIST_TOPICS_PAGE_MAX]
+        page, more = image.topic_names_after(after, LIST_TOPICS_PAGE_MAX)
         listings = []
         for name in page:
             topic = image.topics[name]
             listings.append(
                 TopicListing(name=name, topic_id=topic.topic_id, partition_count=image.partition_count_of(name))
             )
-        more = start + len(page) < len(names)
         return ListTopicsResponse(offset=image.offset, topics=tuple(listings), more=more)
 
     def describe_topics(self, names: tuple[str, ...] | None) -> DescribeTopicsResponse:

@@ -15,6 +15,7 @@ image takes milliseconds, not a deep copy.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -856,6 +857,15 @@ class ClusterImage:
 
     def partition(self, topic_id: str, partition_id: int) -> PartitionState | None:
         return self._partitions.get((topic_id, partition_id))
+
+    def topic_names_after(self, after: str | None, limit: int) -> tuple[list[str], bool]:
+        """At most ``limit`` topic names in name order, from after ``after``
+        (None: from the first), and whether more follow: one page of a
+        listing (the controller's ListTopics, a broker's list_topics)."""
+        names = sorted(self._topics_by_name)
+        start = 0 if after is None else bisect.bisect_right(names, after)
+        page = names[start : start + limit]
+        return page, start + len(page) < len(names)
 
     def partition_count_of(self, name: str) -> int:
         """How many partitions topic ``name`` has (O(1)).

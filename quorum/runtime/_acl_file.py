@@ -37,15 +37,11 @@ class AclFile:
         if self.path is None:
             return
         try:
-            data = read_small_file(self.path, ACL_BYTES_MAX)
-        except ValueError as error:
-            raise AclFileError(f"the ACL file cannot be used: {error}") from None
-        try:
-            text = data.decode("utf-8")
+            text = read_small_file(self.path, ACL_BYTES_MAX).decode("utf-8")
+            acl = parse_acl(text, str(self.path))
         except UnicodeDecodeError as error:
             raise AclFileError(f"the ACL file cannot be used: {self.path} is not UTF-8 ({error})") from None
-        try:
-            self.acl = parse_acl(text, str(self.path))
         except ValueError as error:
             raise AclFileError(f"the ACL file cannot be used: {error}") from None
+        self.acl = acl
         logger.info("ACL loaded from %s: %d grants", self.path, len(self.acl.grants))

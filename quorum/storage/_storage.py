@@ -29,12 +29,12 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from .._types import NODE_ID_MAX, ElectionState, Entry, SnapshotId
+from .._types import ElectionState, Entry, SnapshotId
 from .._election_copies import rolled_back_by_log
 from ._election import ELECTION_STATE_FILE_NAME, ELECTION_WITNESS_FILE_NAME, ElectionStateFile
 from .._node import RepairState
 from .._voters import Voter, VoterSet, check_directory_id
-from ..wire import check_cluster_id
+from ..wire import check_cluster_id, check_node_id
 from ._errors import (
     REPAIR_ADVICE,
     DamagedLogError,
@@ -769,8 +769,7 @@ def _check_identity(node_id: Any, cluster_id: Any) -> None:
     as (0..``NODE_ID_MAX``, Kafka's int32) and ``cluster_id`` one the wire
     carries: so that ``format`` never writes a ``meta.json`` no node could
     start from."""
-    if type(node_id) is not int or not 0 <= node_id <= NODE_ID_MAX:
-        raise ValueError(f"node_id must be an int in 0-{NODE_ID_MAX}, got {node_id!r}")
+    check_node_id(node_id, "node_id")
     check_cluster_id(cluster_id)
 
 

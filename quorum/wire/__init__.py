@@ -48,7 +48,7 @@ from ._errors import (
     UnknownMessageTypeError,
     UnsupportedVersionError,
 )
-from ._checks import CLUSTER_ID_CHARS_MAX, EPOCH_MAX, INT64_MAX, NODE_ID_MAX, check_cluster_id
+from ._checks import CLUSTER_ID_CHARS_MAX, EPOCH_MAX, INT64_MAX, NODE_ID_MAX, check_cluster_id, check_node_id
 from ._frames import FIRST_BYTES_SHOWN, FRAME_BYTES_MAX, FRAME_HEADER_BYTES, FrameDecoder, encode_frame, peek_type_code
 from ._schema import DEFAULT_LIMITS, MESSAGE_TYPE_CODES, NODE_LIMITS, PROTOCOL_VERSION, WireLimits
 
@@ -96,6 +96,7 @@ __all__ = [
     "VoterChangeResponse",
     "WireLimits",
     "check_cluster_id",
+    "check_node_id",
     "decode_message",
     "encode_frame",
     "encode_message",
