@@ -110,6 +110,13 @@ class QuorumConfig:
     # This node's directory id (meta.json): with dynamic voters, a node is
     # a voter only with the directory it was added with (KIP-853).
     directory_id: str | None = None
+    # An observer for good (a broker; Kafka's process.roles=broker): never
+    # a voter, whatever a voter set says, and every Fetch says so, so that
+    # a leader holding this node id as a voter's refuses it instead of
+    # counting its fetch offset as that voter's acknowledgement (KIP-631:
+    # brokers and controllers share one id space; a broker given a
+    # controller's id is the first mistake this guards).
+    observer_only: bool = False
     tick_ms: int = 10
     # Base election timeout; each wait is drawn uniformly from [T, 2T)
     # (controller.quorum.election.timeout.ms).
@@ -236,10 +243,12 @@ class QuorumConfig:
             raise ValueError(
                 f"snapshot_retained_records must be an int >= 0, got {setting_value_shown(self.snapshot_retained_records)}"
             )
-        for name in ("check_quorum", "pre_vote", "fast_failover", "observers_answered_on_commit"):
+        for name in ("check_quorum", "pre_vote", "fast_failover", "observers_answered_on_commit", "observer_only"):
             # A switch given as a string (TOML's "false") would be truthy.
             if type(getattr(self, name)) is not bool:
                 raise ValueError(f"{name} must be true or false, got {setting_value_shown(getattr(self, name))}")
+        if self.observer_only and self.node_id in self.voters:
+            raise ValueError(f"node {self.node_id} is an observer for good (a broker), yet its own voters name it")
         object.__setattr__(self, "voters", tuple(sorted(self.voters)))
         object.__setattr__(self, "voter_set", frozenset(self.voters))
 

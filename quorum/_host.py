@@ -44,7 +44,7 @@ from ._messages import ErrorCode, FetchRequest, Message
 from ._node import CoreHooks, NotLeaderError, QuorumNode, RepairState, Snapshot
 from ._output import NO_OUTPUT, Output, ReadReady, RoleChange
 from ._types import DATA_KIND, ElectionState, Entry, SnapshotId
-from ._voters import Voter, state_machine_data
+from ._voters import Voter, VoterSet, state_machine_data
 from .wire import FRAME_BYTES_MAX
 
 logger = logging.getLogger("pykraft.quorum")
@@ -236,6 +236,12 @@ class LeaderApplication(Protocol):
         leader's log ends: other proposers (clients of the quorum itself)
         may have appended since the application's last batch."""
 
+    def note_voters(self, voters: VoterSet) -> None:
+        """Optional. Called before every request it handles with the voter
+        set in force on this leader: the controller refuses to register a
+        broker under a voter's id (KIP-631: one id space), registered as a
+        controller or not."""
+
     def take_proposals(self) -> list[Proposal]:
         ...
 
@@ -388,6 +394,8 @@ class ReplicaHost:
         # The application's ``next_tick_due_ms`` (optional, see
         # ``LeaderApplication``): without it, every tick may act.
         self._application_next_due: Callable[[], int | None] | None = getattr(application, "next_tick_due_ms", None)
+        # Its ``note_voters`` (optional, likewise).
+        self._application_note_voters: Callable[[VoterSet], None] | None = getattr(application, "note_voters", None)
         # The application proposed since its last catch_up (see
         # application_catch_up).
         self.application_proposed = False
@@ -1013,6 +1021,8 @@ class ReplicaHost:
             done(None, NotLeaderError(core.leader_id, core.epoch), None)
             return
         application.note_log_end(core.log.end_offset)
+        if self._application_note_voters is not None:
+            self._application_note_voters(core.voters)
         reply = application.handle_request(request, self.now_ms)
         if reply.on_committed is not None:
             # Batches the application queued earlier go first: it predicted

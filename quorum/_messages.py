@@ -38,12 +38,20 @@ class ErrorCode(enum.IntEnum):
     """Error codes, numbered as in Kafka where Kafka has the same error, so
     that a Kafka-literate reader (and a trace) reads them the same way."""
 
+    # The node handled the request but could not answer it (its answer is
+    # over the frame limit): the request's outcome is unknown.
+    UNKNOWN_SERVER_ERROR = -1
     NONE = 0
     NOT_LEADER = 6  # NOT_LEADER_OR_FOLLOWER: the response names the leader if known
     BROKER_NOT_AVAILABLE = 8
     CLUSTER_AUTHORIZATION_FAILED = 31  # the sender's principal may not do this (issue 16)
     INVALID_REQUEST = 42
     FENCED_LEADER_EPOCH = 74  # the requester's epoch is older than ours
+    # A Fetch marked ``observer`` (a broker, which never votes) names the id
+    # of a voter: two processes share a node id (KIP-631: one id space for
+    # brokers and controllers). Kafka's code for a sender that is not the
+    # voter the recipient expects.
+    INCONSISTENT_VOTER_SET = 94
     UNKNOWN_LEADER_EPOCH = 75  # the requester's epoch is newer than ours
     STALE_BROKER_EPOCH = 77
     SNAPSHOT_NOT_FOUND = 98
@@ -174,6 +182,12 @@ class FetchRequest:
     # voters repair (DescribeQuorum version 3). Sent on the wire only when
     # true: absent, as from a peer that predates it, means not repairing.
     repairing: bool = False
+    # The fetcher is an observer for good (a broker, Kafka's
+    # process.roles=broker): it never votes, so a leader that holds its id
+    # as a voter's refuses it (INCONSISTENT_VOTER_SET) rather than take its
+    # fetch offset for that voter's acknowledgement. Sent on the wire only
+    # when true.
+    observer: bool = False
 
 
 @dataclass(slots=True, kw_only=True, unsafe_hash=True)

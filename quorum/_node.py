@@ -313,7 +313,9 @@ class CoreHooks:
     - ``protocol_error`` — with a one-line description of each message the
       core dropped because no correct peer sends it: a number outside what
       the wire and storage can hold (``_types.py``), or records out of log
-      order. The peer's fault; every such drop
+      order; and of each broker's Fetch refused for naming a voter's id,
+      on either side (INCONSISTENT_VOTER_SET). The peer's fault, or an
+      operator's; every such drop
       is also counted (``QuorumNode.counters``); a host that logs them
       should log the first and count the rest, since a hostile peer can
       send them at any rate.
@@ -378,6 +380,11 @@ _COUNTER_NAMES = (
     # per failure condition, and an election timer that fired meanwhile.
     "disk_failures",
     "stands_refused_disk_failed",
+    # A Fetch marked ``observer`` (a broker) naming a voter's id: two
+    # processes configured with one node id (INCONSISTENT_VOTER_SET).
+    "fetches_refused_observer_with_voter_id",
+    # This node's own Fetches refused so (a broker given a voter's id).
+    "own_fetches_refused_voter_id",
 )
 
 # The two halves of the protocol, as the epoch prologue sees them: a request
@@ -472,8 +479,11 @@ def _field_out_of_range(message: _Request | _Response) -> str | None:
             value = getattr(message, name)
             if value is not None and not 0 <= value <= highest:
                 return f"{name} {value} outside 0..{highest}"
-    if kind is FetchRequest and type(message.repairing) is not bool:
-        return f"repairing {message.repairing!r} is not a bool"
+    if kind is FetchRequest:
+        if type(message.repairing) is not bool:
+            return f"repairing {message.repairing!r} is not a bool"
+        if type(message.observer) is not bool:
+            return f"observer {message.observer!r} is not a bool"
     if kind is FetchResponse:
         if message.leader_endpoint is not None:
             try:
@@ -708,7 +718,7 @@ class QuorumNode:
         self._voter_records: list[tuple[int, VoterSet]] = []
         self._voters = self._base_voters
         self._voter_ids = frozenset(self._voters.ids)
-        self._is_voter = self._voters.holds(self.node_id, config.directory_id)
+        self._is_voter = self._holds_self(self._voters)
         self._note_voter_records(self._log.slice(self._log.start_offset))
         # A node repairing a damaged log acts as an observer until its log
         # is repaired from a leader (``_maybe_finish_repair``): it grants
@@ -777,13 +787,19 @@ class QuorumNode:
         leader answers a Fetch."""
         return self._named_voter_by
 
+    def _holds_self(self, voters: VoterSet) -> bool:
+        """Is this node (its id and disk) a voter of ``voters``? Never for
+        an observer for good (``QuorumConfig.observer_only``, a broker):
+        a set naming its id names another process, a controller."""
+        return not self.config.observer_only and voters.holds(self.node_id, self.config.directory_id)
+
     @property
     def removal_pending(self) -> bool:
         """Is this node's own removal the last voter change in its log,
         not yet known to be committed (it was a voter of the set before)?"""
         if self._is_voter or not self._voter_records or self._voter_records[-1][0] < self._hw:
             return False
-        return self.voters_at(self._voter_records[-1][0]).holds(self.node_id, self.config.directory_id)
+        return self._holds_self(self.voters_at(self._voter_records[-1][0]))
 
     @property
     def epoch(self) -> int:
@@ -1531,6 +1547,23 @@ class QuorumNode:
                 message, f"it names this node, {self.node_id}, as its sender", counter="messages_from_own_id"
             )
             return False
+        if type(message) is FetchRequest and message.observer and message.src in self._voter_ids:
+            # A broker (an observer for good) with a voter's id: two
+            # processes share a node id (KIP-631: one id space). Its fetch
+            # offset is no acknowledgement of that voter's (persist before
+            # acknowledging: the broker's log is another log), and counting
+            # it could commit a record a majority does not hold. With a
+            # static voter set no directory id tells the two apart
+            # (KIP-853's check needs known disks), so the mark does.
+            self._counters["fetches_refused_observer_with_voter_id"] += 1
+            report = self._hooks.protocol_error
+            if report is not None:
+                report(
+                    f"refused a broker's Fetch from node id {message.src}: that id is a voter's "
+                    "(a broker and a controller configured with one node id?)"
+                )
+            self._refuse(message, ErrorCode.INCONSISTENT_VOTER_SET)
+            return False
         if type(message) is FetchRequest and message.epoch == self._epoch and self._role is Role.LEADER:
             # The common case, taken on every Fetch a leader serves, decided
             # as the rules below decide it: anyone may fetch (observers
@@ -1661,6 +1694,7 @@ class QuorumNode:
         A node repairing its log or whose disk failed never votes."""
         return (
             self._repair is None
+            and not self.config.observer_only
             and self.config.directory_id is not None
             and request.voter_directory_id == self.config.directory_id
         )
@@ -2647,6 +2681,7 @@ class QuorumNode:
                 extension=provider() if provider is not None else None,
                 directory_id=self.config.directory_id,
                 repairing=self._repair is not None,
+                observer=self.config.observer_only,
             )
         )
 
@@ -2675,6 +2710,18 @@ class QuorumNode:
         fetcher = self._role_state(FetcherState)
         fetcher.answered_high_watermark = None
         if response.error:
+            if response.error is ErrorCode.INCONSISTENT_VOTER_SET:
+                # Our id is a voter's there (a broker given a controller's
+                # id): nothing we fetch will be served. Said in the log;
+                # the broker's registration is refused for the same reason
+                # and stops it. Until then, ask again after the backoff.
+                self._counters["own_fetches_refused_voter_id"] += 1
+                report = self._hooks.protocol_error
+                if report is not None:
+                    report(
+                        f"node {response.src} refuses this node's Fetches: node id {self.node_id} is one of its"
+                        " voters' ids; give this broker an id no controller has"
+                    )
             # NOT_LEADER in our epoch with no leader named: the leader
             # resigned. Wait a little and ask again (an observer asks the
             # next voter).
@@ -2807,7 +2854,7 @@ class QuorumNode:
         was_alone = len(self._voters) == 1 and self._is_voter
         self._voters = voters
         self._voter_ids = frozenset(voters.ids)
-        self._is_voter = voters.holds(self.node_id, self.config.directory_id)
+        self._is_voter = self._holds_self(voters)
         self._out.voters_changed = voters
         state = self._state
         if isinstance(state, LeaderState):

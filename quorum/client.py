@@ -122,6 +122,12 @@ class NoAnswerError(IndeterminateError):
     (the connection stayed up): the server may still act on it."""
 
 
+class AnswerNotSentError(IndeterminateError):
+    """The server handled the request but could not send its answer
+    (UNKNOWN_SERVER_ERROR: an application's answer over the frame limit):
+    it may have taken effect. Asking again gets the same answer."""
+
+
 class TlsRequiredError(QuorumClientError):
     """The server speaks TLS and this client was given none. A TLS listener
     reads no plaintext request: it closed the connection without acting on
@@ -689,6 +695,8 @@ class QuorumClient:
                     raise WrongClusterError(f"{connection.address} belongs to another cluster: {response.message}")
                 if response.code is ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
                     raise NotAuthorizedError(f"{connection.address} refused the request: {response.message}")
+                if response.code is ErrorCode.UNKNOWN_SERVER_ERROR:
+                    raise AnswerNotSentError(f"{connection.address}: {response.code.name}: {response.message}")
                 raise QuorumClientError(f"{connection.address} refused the request: {response.code.name}: {response.message}")
             error_code = getattr(response, "error", ErrorCode.NONE)
             if error_code is ErrorCode.NOT_LEADER:

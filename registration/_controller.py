@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from quorum import TIMER_MS_MAX, check_int_setting, collector_paused
+from quorum import TIMER_MS_MAX, VoterSet, check_int_setting, collector_paused
 
 from ._election import PartitionChange, elect_leader, election_change
 from ._errors import ErrorCode, NotActiveError, RegistrationInvariantError
@@ -230,6 +230,8 @@ class Controller:
         # state its batch must reach: (changes, records, first offset,
         # (broker id, state)).
         self._behind: list[tuple[Sequence[PartitionChange], list[Record], int, tuple[int, BrokerState]]] = []
+        # The quorum's voters, as the host last said (``note_voters``).
+        self._voters: VoterSet | None = None
 
     # ------------------------------------------------------------------
     # Leadership
@@ -466,6 +468,11 @@ class Controller:
         before every decision (request, heartbeat, tick)."""
         if self._working is not None and end_offset > self._next_write_offset:
             self._next_write_offset = end_offset
+
+    def note_voters(self, voters: VoterSet) -> None:
+        """The voter set in force on the leader: no broker registers under
+        one of its ids (``register_broker``). Call it before every request."""
+        self._voters = voters
 
     def take_proposals(self) -> list[Proposal]:
         """The batches queued by ``on_fetch`` and ``tick``, oldest first;
@@ -787,12 +794,16 @@ class Controller:
             )
         working = self.working_image
         broker_id = request.broker_id
-        if working.controller(broker_id) is not None:
-            # One id space for controllers and brokers (KIP-631 node.id). A
-            # broker with a controller's id fetches the metadata log as that
-            # voter, so the leader would take its fetch offsets for the
-            # voter's acknowledgements (persist before acknowledging, broken
-            # by a copy that may not even be on disk). Refused for good.
+        voters = self._voters
+        if working.controller(broker_id) is not None or (voters is not None and voters.get(broker_id) is not None):
+            # One id space for controllers and brokers (KIP-631 node.id): a
+            # registered controller's id, or a voter's (one that has not
+            # registered yet, or never will: a static voter of a cluster
+            # whose controllers are not pykraft's). A broker fetching the
+            # metadata log under a voter's id would have its fetch offsets
+            # taken for the voter's acknowledgements; the leader refuses
+            # such Fetches (INCONSISTENT_VOTER_SET), and this refusal stops
+            # the broker with the reason.
             return _reply(
                 RegisterBrokerResponse(
                     error=ErrorCode.INVALID_REQUEST,

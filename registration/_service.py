@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from quorum import Entry, KeyValueStateMachine
+from quorum import Entry, KeyValueStateMachine, VoterSet
 
 from ._controller import Controller, ControllerConfig, Proposal
 from ._errors import ErrorCode, RecordDecodeError
@@ -232,6 +232,9 @@ class ControllerApplication:
 
     def note_log_end(self, end_offset: int) -> None:
         self.controller.note_log_end(end_offset)
+
+    def note_voters(self, voters: VoterSet) -> None:
+        self.controller.note_voters(voters)
 
     def on_fetch(self, replica_id: int, extension: Any, fetch_offset: int, now_ms: int) -> Any:
         started = time.perf_counter()

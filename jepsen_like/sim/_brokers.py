@@ -155,6 +155,8 @@ class BrokerSimOptions(SimOptions):
         list ``broker_bootstrap`` (when set) as a static list, as
         ``BrokerConfig`` gives a trio broker its ``bootstrap``."""
         config = SimOptions.quorum_config(self, node_id, directory_id)
+        if node_id > BROKER_ID_BASE:
+            config = dataclasses.replace(config, observer_only=True)  # as BrokerConfig's
         if not self.broker_bootstrap:
             return config
         # Where each voter "listens", so that NOT_LEADER answers name it as
@@ -883,6 +885,7 @@ class BrokerSimulation(Simulation):
             request_id=0,
             read_token=0,
             extension=heartbeat.to_extension(),
+            observer=True,
         )
         self._say(f"NEMESIS replay b{broker_id}'s heartbeat e{heartbeat.broker_epoch} (want_shutdown={heartbeat.want_shutdown}) to n{leader_id}")
         self._push(self._client_delay_us(), "deliver", leader_id, leader.incarnation, message)

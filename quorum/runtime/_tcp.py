@@ -430,6 +430,19 @@ class _Connection:
             self.bytes_out += len(frame)
         except LocalProtocolError as error:
             logger.error("not sent to %s, cannot encode %s: %s", self.peer, type(message).__name__, error)
+            if correlation_id is not None and type(message) is not ErrorFrame:
+                # A client waits on this answer (an application's answer
+                # over the frame limit, say): tell it now that the request
+                # was handled and its outcome is unknown, rather than leave
+                # it to time out (and retry a read meant for this node).
+                return self.send(
+                    ErrorFrame(
+                        code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                        message=f"the request was handled but its answer cannot be sent: {error}"[:400],
+                        correlation_id=correlation_id,
+                    ),
+                    correlation_id,
+                )
             return False
         except _CONNECTION_ERRORS as error:
             logger.debug("cannot send to %s: %s", self.peer, error)

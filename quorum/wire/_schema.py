@@ -459,16 +459,19 @@ def encode_fetch_request(m: FetchRequest) -> list:
         m.src, m.dst, m.epoch, m.fetch_offset, m.last_fetched_epoch, m.request_id, m.read_token, m.extension,
         m.directory_id,
     ]  # fmt: skip
-    # ``repairing`` only when true: a Fetch of a node that does not repair
-    # is the very body a peer that predates the field decodes.
-    if m.repairing:
+    # ``repairing`` and ``observer`` only when one is true: a voter's Fetch
+    # that does not repair is the very body a peer that predates both
+    # decodes.
+    if m.repairing or m.observer:
+        body.append(m.repairing)
+    if m.observer:
         body.append(True)
     return body
 
 
 def decode_fetch_request(body: Any, limits: WireLimits, build: bool) -> FetchRequest | None:
-    src, dst, epoch, fetch_offset, last_fetched_epoch, request_id, read_token, extension, directory_id, repairing = (
-        fields_with_optional_tail(body, 10, optional=2)
+    src, dst, epoch, fetch_offset, last_fetched_epoch, request_id, read_token, extension, directory_id, repairing, observer = (
+        fields_with_optional_tail(body, 11, optional=3)
     )
     # Every field checked, in this order, whether or not a message is built
     # (the encoder's own check builds none: it has the message).
@@ -482,6 +485,7 @@ def decode_fetch_request(body: Any, limits: WireLimits, build: bool) -> FetchReq
     extension = _extension(extension, limits)
     directory_id = _directory_id(directory_id, "directory_id")
     repairing = False if repairing is None else check_bool(repairing, "repairing")
+    observer = False if observer is None else check_bool(observer, "observer")
     if not build:
         return None
     return FetchRequest(
@@ -495,6 +499,7 @@ def decode_fetch_request(body: Any, limits: WireLimits, build: bool) -> FetchReq
         extension=extension,
         directory_id=directory_id,
         repairing=repairing,
+        observer=observer,
     )
 
 

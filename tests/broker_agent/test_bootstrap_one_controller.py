@@ -148,3 +148,52 @@ async def test_a_restarted_controller_registers_a_new_incarnation(tmp_path):
 
 def _fields(request) -> dict:
     return {name: getattr(request, name) for name in request.__dataclass_fields__}
+
+
+async def test_a_broker_given_an_unregistered_voters_id_is_refused_and_stops():
+    """Found by hand: a broker started as id 3 (voter 3's id; controller 3
+    down, so never registered), bootstrapped from the leader only, was
+    registered and then stayed Fenced for ever, its Fetches unanswered
+    (the leader routes every message for id 3 to voter 3's address). Now
+    its registration is refused, which stops it with the reason, and the
+    leader refuses its Fetches by their ``observer`` mark
+    (INCONSISTENT_VOTER_SET). Over TCP the broker never learns the epoch,
+    so its Fetches could not be counted for voter 3 here anyway; where
+    messages reach it (the simulator, an embedder's transport), the mark is
+    what keeps them from counting: tests/quorum/test_rules_observer_only.py."""
+    with trio.fail_after(30):
+        async with AsyncExitStack() as stack:
+            configs = _configs()
+            controllers = {node_id: await stack.enter_async_context(_open(configs[node_id])) for node_id in (1, 2)}
+            leader = await controllers[1].wait_for_leader()
+            await _until(lambda: set(_registered(controllers[leader])) == {1, 2}, "controllers 1 and 2 registered")
+            broker_config = BrokerConfig(
+                broker_id=3,
+                bootstrap={leader: ("127.0.0.1", controllers[leader].listen_port)},
+                cluster_id="pykraft",
+                listen=("127.0.0.1", 0),
+                quorum=QUORUM,
+                plaintext=True,
+                **TIMERS,
+            )
+            broker = await stack.enter_async_context(open_broker(broker_config))
+            await broker.wait_stopped()
+
+            assert broker.stop_error
+            assert "broker id 3 is controller 3's id" in broker.stop_reason
+            assert 3 not in _registered(controllers[leader])
+
+            # Its replica still fetches from the leader (the node outlives
+            # the agent). Each Fetch is refused; none is taken for voter 3's.
+            # (The broker does not hear the refusals: they go to voter 3's
+            # address. The registration's refusal is what tells it.)
+            def refused() -> int:
+                return controllers[leader].runtime.node.counters["fetches_refused_observer_with_voter_id"]
+
+            def voter_3_heard() -> bool:
+                [voter_3] = [r for r in controllers[leader].runtime.node.describe().voters if r.node_id == 3]
+                return voter_3.last_fetch_ms is not None
+
+            await _until(lambda: refused() >= 2 or voter_3_heard(), "the broker's Fetches reach the leader")
+            assert not voter_3_heard()
+            assert refused() >= 2

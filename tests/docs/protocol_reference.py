@@ -34,6 +34,7 @@ END_MARKER = "<!-- END GENERATED -->"
 
 # Who answers with which code, and what the receiver of the code does.
 CLIENT_ACTION: dict[str, str] = {
+    "UNKNOWN_SERVER_ERROR": "the node handled the request but could not send its answer (an application's answer over the 16 MiB frame limit): its outcome is unknown, as after a timeout (`QuorumClient` raises `AnswerNotSentError`, an `IndeterminateError`); the message says why. The same request gets the same answer: the application must answer in smaller pieces",
     "NONE": "success",
     "UNKNOWN_TOPIC_OR_PARTITION": "definite: the topic or partition does not exist (in this image); do not retry unless you expect it to be created",
     "LEADER_NOT_AVAILABLE": "the partition has no leader right now (its replicas are fenced): back off and ask again",
@@ -45,6 +46,7 @@ CLIENT_ACTION: dict[str, str] = {
     "INVALID_REPLICATION_FACTOR": "fix the replication factor, or wait until enough brokers are Online",
     "CLUSTER_AUTHORIZATION_FAILED": "definite: the sender's certificate principal may not do this (a Raft message under another id, a registration for another broker, an operation the ACL does not grant); the connection stays open. Use the right certificate or ask for a grant (docs/security.md)",
     "INVALID_REQUEST": "a bug in the sender (malformed or contradictory request): do not retry, report it",
+    "INCONSISTENT_VOTER_SET": "definite: a broker's Fetch (marked `observer`) names a voter's node id, so two processes share one id (KIP-631); it is refused, never counted as the voter's acknowledgement. Give the broker an id no controller has; its registration is refused for the same reason",
     "FENCED_LEADER_EPOCH": "the sender's epoch is older than the receiver's: learn the new leader (the response's `leader_id` and epoch, or DescribeQuorum) and retry there",
     "UNKNOWN_LEADER_EPOCH": "the sender's epoch is newer than the receiver's, which lags: back off and retry",
     "STALE_BROKER_EPOCH": "the broker epoch is not the current one (KIP-380). A broker re-registers and uses its new epoch; a client forgets the epoch it had for that address and asks again",

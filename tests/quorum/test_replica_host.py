@@ -369,3 +369,37 @@ def test_records_known_from_their_first_byte_not_to_be_commands_change_nothing()
     offset_of_cas_32 = len(records) - 2
     assert answers[offset_of_cas_32] == KeyValueStateMachine.CAS_APPLIED  # the long headers were read as commands
     assert answers[offset_of_cas_32 + 1] == KeyValueStateMachine.CAS_REFUSED
+
+
+class VoterWatcher(Counter):
+    """Answers every request at once with the voter set it was last told."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.voters: Any = None
+
+    def note_voters(self, voters: Any) -> None:
+        self.voters = voters
+
+    def handle_request(self, request: Any, now_ms: int) -> Any:
+        return _Answer(self.voters.ids if self.voters is not None else None)
+
+
+class _Answer:
+    """A reply that answers at once (``LeaderApplication.handle_request``)."""
+
+    def __init__(self, response: Any) -> None:
+        self.response = response
+        self.on_committed = None
+        self.on_read_confirmed = None
+
+
+def test_the_application_is_told_the_voter_set_before_each_request() -> None:
+    """What lets the controller refuse a broker a voter's id (KIP-631: one id
+    space), the voters in force on this leader, registered or not."""
+    application = VoterWatcher()
+    host, disk, _machine = new_host(application=application)
+    elect(host, disk)
+    answers: list[Any] = []
+    host.application_request(b"any", lambda answer, error, offsets: answers.append((answer, error)))
+    assert answers == [((1,), None)]

@@ -22,7 +22,7 @@ from registration import (
 )
 from registration._authorization import refuse_controller_request
 from registration._service import SUPPORTED_FEATURES, registration_recorded
-from quorum import AccessControlList, Principal, PrincipalKind
+from quorum import AccessControlList, Principal, PrincipalKind, VoterSet
 
 LISTENERS = (("CONTROLLER", "127.0.0.1", 9093),)
 
@@ -157,3 +157,20 @@ def test_a_broker_with_a_controllers_id_is_refused_for_good():
     assert harness.image.broker(2) is None
     other = RegisterBrokerRequest(broker_id=7, incarnation_id="b7", cluster_id=CLUSTER_ID, listeners=LISTENERS)
     assert harness.request(other).error is ErrorCode.NONE
+
+
+def test_a_broker_with_a_voters_id_is_refused_though_no_controller_registered_it():
+    """The same mistake with a voter that has not registered as a controller
+    (down since before the leader's election, or a static voter that never
+    will): the voter set the host hands over (``note_voters``) decides."""
+    from registration import RegisterBrokerRequest
+
+    harness = Harness()
+    harness.controller.note_voters(VoterSet.of_ids((1, 2, 3)))
+    refused = RegisterBrokerRequest(broker_id=3, incarnation_id="b3", cluster_id=CLUSTER_ID, listeners=LISTENERS)
+    accepted = RegisterBrokerRequest(broker_id=4, incarnation_id="b4", cluster_id=CLUSTER_ID, listeners=LISTENERS)
+
+    response = harness.request(refused)
+    assert response.error is ErrorCode.INVALID_REQUEST
+    assert "broker id 3 is controller 3's id" in response.message
+    assert harness.request(accepted).error is ErrorCode.NONE

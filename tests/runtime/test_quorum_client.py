@@ -10,7 +10,7 @@ import trio
 
 import quorum.wire._schema as schema
 from quorum import ErrorCode
-from quorum.client import IndeterminateError, NoAnswerError, QuorumClient, QuorumClientError
+from quorum.client import AnswerNotSentError, IndeterminateError, NoAnswerError, QuorumClient, QuorumClientError
 from quorum.runtime import KeyValueStateMachine, NodeConfig, open_quorum_node
 from quorum.wire import (
     ErrorFrame,
@@ -369,3 +369,25 @@ async def test_a_server_that_closes_every_connection_is_not_reconnected_to_in_a_
     assert len(connections) <= 20, "reconnected in a hot loop"  # a backoff per round: 20, 40, ... 500 ms
     assert str(raised[0]).rstrip(": ") != "no node served the request within 3 s"
     assert f"127.0.0.1:{port}" in str(raised[0])
+
+
+async def test_an_answer_too_large_to_send_is_an_error_not_a_timeout():
+    """Found by hand (a leader application's answer over the 16 MiB frame
+    limit): the node logged "cannot encode" and sent nothing, and the
+    client waited out its request timeout. Now it hears at once that the
+    request was handled and its answer cannot be sent."""
+    from quorum.wire import ApplicationRequest, ApplicationResponse
+
+    async def huge_answer(runtime, request):
+        assert isinstance(request, ApplicationRequest)
+        return ApplicationResponse(payload=b"x" * (17 * 1024 * 1024))
+
+    config = NodeConfig(node_id=1, voters={1: ("127.0.0.1", 0)}, fsync=False, plaintext=True)
+    with trio.fail_after(20):
+        async with open_quorum_node(config, KeyValueStateMachine(), request_handler=huge_answer) as node:
+            await node.wait_for_leader()
+            async with QuorumClient([f"1@127.0.0.1:{node.listen_port}"], request_timeout_s=60.0) as client:
+                with pytest.raises(AnswerNotSentError, match="UNKNOWN_SERVER_ERROR: the request was handled") as caught:
+                    await client.application_request(b"q", idempotent=False)
+                assert isinstance(caught.value, IndeterminateError)  # it may have taken effect
+                assert "frame" in str(caught.value) or "too large" in str(caught.value)

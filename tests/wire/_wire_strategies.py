@@ -134,6 +134,7 @@ fetch_requests = st.builds(
         extension=st.none() | extensions,
         directory_id=directory_ids,
         repairing=st.booleans(),
+        observer=st.booleans(),
     ),
 )
 
@@ -381,6 +382,7 @@ EXAMPLES = {
         read_token=3,
         extension={"broker_id": 4, "broker_epoch": 17, "state": "online", "partitions": [[b"t", 0]]},
         repairing=True,
+        observer=True,
     ),
     FetchResponse: FetchResponse(
         src=1,
