@@ -301,7 +301,9 @@ def encode_message(
     """A complete frame (length prefix included) carrying ``message``.
 
     The body is checked with the decoder's own rules before it is sent, so a
-    peer running this code never rejects what we send.
+    peer running this code never rejects what we send (for a type whose
+    constructor checks all of them, ``MessageSchema.checked_by_constructor``,
+    by the constructor the message already passed).
 
     Raises ``LocalProtocolError`` when ``message`` is not a wire message
     type, when a field is invalid (the text names it), when
@@ -347,10 +349,11 @@ def encode_message(
     ):
         payload = _fetch_response_payload(message, body, correlation_id, cluster_id, limits, record_segments)
     if payload is None:
-        try:
-            decode_body(body, limits, False)
-        except ValueError as exc:
-            raise LocalProtocolError(f"invalid {schema.name}: {exc}") from exc
+        if not schema.checked_by_constructor:
+            try:
+                decode_body(body, limits, False)
+            except ValueError as exc:
+                raise LocalProtocolError(f"invalid {schema.name}: {exc}") from exc
         try:
             payload = _pack([schema.type_code, version, correlation_id, cluster_id, body])
         except (TypeError, ValueError, OverflowError) as exc:

@@ -21,9 +21,10 @@ DescribeQuorumResponse version 3); None is nil.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from itertools import repeat
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from .._messages import (
@@ -840,6 +841,14 @@ class MessageSchema:
     encode_body: Callable[[Any], list]
     decode_body: Callable[[Any, WireLimits, bool], Any]
     later_versions: tuple[tuple[int, Callable[[Any], list], Callable[[Any, WireLimits, bool], Any]], ...] = ()
+    # The message class's constructor checks everything this type's
+    # decoders check (they add only the body's shape, which the encoders
+    # produce by construction, and nothing against ``WireLimits``), and its
+    # instances are frozen: ``encode_message`` skips the send-side decode
+    # of such a message, which would only build it again (issue 21: a
+    # ProposeResponse per write on the leader). Held by a property test
+    # (tests/wire/test_wire_constructor_checks.py).
+    checked_by_constructor: bool = False
     # Derived once from the above: every frame asks for them.
     versions: tuple[int, ...] = field(init=False, repr=False, compare=False)
     _codecs: dict = field(init=False, repr=False, compare=False)
@@ -1021,7 +1030,10 @@ SCHEMAS: tuple[MessageSchema, ...] = (
     MessageSchema(10, FetchSnapshotResponse, encode_fetch_snapshot_response, decode_fetch_snapshot_response),
     # 32..63: client requests.
     _leader_hint_schemas(32, ProposeRequest, encode_propose_request, decode_propose_request),
-    _leader_hint_schemas(33, ProposeResponse, encode_propose_response, decode_propose_response),
+    dataclasses.replace(
+        _leader_hint_schemas(33, ProposeResponse, encode_propose_response, decode_propose_response),
+        checked_by_constructor=True,
+    ),
     _leader_hint_schemas(34, ReadRequest, encode_read_request, decode_read_request),
     _leader_hint_schemas(35, ReadResponse, encode_read_response, decode_read_response),
     MessageSchema(
