@@ -172,14 +172,6 @@ class StateMachine(Protocol):
     ``snapshot`` returns the state reflecting every record applied so far;
     ``restore`` replaces the state with a snapshot's. All three must be
     deterministic: every replica applies the same records.
-
-    A state machine whose ``apply`` cannot raise, whatever the records (it
-    decides for itself what a bad record does, identically everywhere), may
-    say so with a class attribute ``apply_never_raises = True``: the host
-    then hands it whole batches, which saves a call per record. If it
-    raises all the same, the node stops: records after the failing one in
-    the batch would be lost here and applied on a replica whose batches
-    differ, so nothing can be contained.
     """
 
     def apply(self, entries: Sequence[Entry]) -> dict[int, bytes] | None: ...

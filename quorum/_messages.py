@@ -183,10 +183,13 @@ class FetchRequest:
     # true: absent, as from a peer that predates it, means not repairing.
     repairing: bool = False
     # The fetcher is an observer for good (a broker, Kafka's
-    # process.roles=broker): it never votes, so a leader that holds its id
+    # process.roles=broker): it never votes, so a node that holds its id
     # as a voter's refuses it (INCONSISTENT_VOTER_SET) rather than take its
-    # fetch offset for that voter's acknowledgement. Sent on the wire only
-    # when true.
+    # fetch offset for that voter's acknowledgement. Not in the wire body:
+    # a broker says it once per connection, in its Hello (role
+    # "observer"), and the receiving transport sets it on every Fetch of
+    # that connection, so that a broker and a controller of different
+    # releases still read each other's Fetches.
     observer: bool = False
 
 

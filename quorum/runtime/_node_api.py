@@ -808,6 +808,7 @@ async def open_quorum_node(
         metrics=metrics,
         tls=config.tls,
         authorize=authorize_client_request(acl, authorize_application) if config.tls is not None else None,
+        observer_only=config.quorum.get("observer_only") is True,
     )
     try:
         runtime = QuorumRuntime(

@@ -378,6 +378,9 @@ class _Connection:
         self.request_bytes_in_flight = 0
         # A configured voter said Hello on this connection: no idle timeout.
         self.from_voter = False
+        # The peer's Hello said role "observer" (a broker): its Fetches are
+        # marked so (FetchRequest.observer).
+        self.from_observer = False
         self._capacity = trio.Event()
 
     def request_started(self, size: int) -> None:
@@ -499,8 +502,16 @@ class TcpTransport(Transport):
         metrics: Metrics | None = None,
         tls: TlsConfig | None = None,
         authorize: RequestAuthorizer | None = None,
+        observer_only: bool = False,
     ) -> None:
         self.node_id = node_id
+        # What this node says it is in the Hello of each connection it
+        # opens. An observer for good (a broker: QuorumConfig.observer_only)
+        # says "observer", and the receiving transport marks each of its
+        # Fetches so (FetchRequest.observer): a role every release accepts,
+        # where a new field in the Fetch body would be refused by an older
+        # controller.
+        self.hello_role = "observer" if observer_only else "voter"
         self.tls = tls
         self.authorize = authorize
         self.voter_ids = frozenset(peer_addresses)
@@ -682,7 +693,7 @@ class TcpTransport(Transport):
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._read_loop, connection, nursery.cancel_scope)
                     nursery.start_soon(connection.run_writer, nursery.cancel_scope)
-                    connection.send(Hello(node_id=self.node_id, role="voter"))
+                    connection.send(Hello(node_id=self.node_id, role=self.hello_role))
                     await self._drain(peer, queue, connection)
                     nursery.cancel_scope.cancel()
                 logger.info("connection to %s lost", name)
@@ -1032,6 +1043,8 @@ class TcpTransport(Transport):
                 return
             if message.src not in self.peer_addresses:
                 self._return_paths[message.src] = connection
+            if connection.from_observer and kind is FetchRequest:
+                message.observer = True  # its Hello said so (decoded just now: ours to mark)
             if connection.peer_label == "client":
                 connection.peer_label = str(message.src)
             if _trace.enabled:
@@ -1052,6 +1065,9 @@ class TcpTransport(Transport):
             if message.role == "voter" and message.node_id in self.peer_addresses and proven:
                 connection.from_voter = True
                 connection.peer_label = str(message.node_id)
+            # Believed as a Fetch's src is (over plaintext, from anyone): it
+            # can only get the sender's own Fetches refused.
+            connection.from_observer = message.role == "observer"
         elif kind is ErrorFrame:
             self._log.warning(
                 connection.host, "error_frame", "%s answered with an error: %s %.200s",

@@ -460,19 +460,18 @@ def encode_fetch_request(m: FetchRequest) -> list:
         m.src, m.dst, m.epoch, m.fetch_offset, m.last_fetched_epoch, m.request_id, m.read_token, m.extension,
         m.directory_id,
     ]  # fmt: skip
-    # ``repairing`` and ``observer`` only when one is true: a voter's Fetch
-    # that does not repair is the very body a peer that predates both
-    # decodes.
-    if m.repairing or m.observer:
-        body.append(m.repairing)
-    if m.observer:
+    # ``repairing`` only when true: a Fetch of a node that does not repair
+    # is the very body a peer that predates the field decodes. ``observer``
+    # is no body field: the connection's Hello carries it (role
+    # "observer"), and the receiving transport sets it.
+    if m.repairing:
         body.append(True)
     return body
 
 
 def decode_fetch_request(body: Any, limits: WireLimits, build: bool) -> FetchRequest | None:
-    src, dst, epoch, fetch_offset, last_fetched_epoch, request_id, read_token, extension, directory_id, repairing, observer = (
-        fields_with_optional_tail(body, 11, optional=3)
+    src, dst, epoch, fetch_offset, last_fetched_epoch, request_id, read_token, extension, directory_id, repairing = (
+        fields_with_optional_tail(body, 10, optional=2)
     )
     # Every field checked, in this order, whether or not a message is built
     # (the encoder's own check builds none: it has the message).
@@ -486,7 +485,6 @@ def decode_fetch_request(body: Any, limits: WireLimits, build: bool) -> FetchReq
     extension = _extension(extension, limits)
     directory_id = _directory_id(directory_id, "directory_id")
     repairing = False if repairing is None else check_bool(repairing, "repairing")
-    observer = False if observer is None else check_bool(observer, "observer")
     if not build:
         return None
     return FetchRequest(
@@ -500,7 +498,6 @@ def decode_fetch_request(body: Any, limits: WireLimits, build: bool) -> FetchReq
         extension=extension,
         directory_id=directory_id,
         repairing=repairing,
-        observer=observer,
     )
 
 
@@ -849,6 +846,11 @@ class MessageSchema:
     # ProposeResponse per write on the leader). Held by a property test
     # (tests/wire/test_wire_constructor_checks.py).
     checked_by_constructor: bool = False
+    # Fields of the message class that are not in its body: the receiving
+    # transport sets them from the connection (FetchRequest's ``observer``,
+    # from the sender's Hello role), so old and new peers decode the same
+    # body.
+    connection_fields: tuple[str, ...] = ()
     # Derived once from the above: every frame asks for them.
     versions: tuple[int, ...] = field(init=False, repr=False, compare=False)
     _codecs: dict = field(init=False, repr=False, compare=False)
@@ -1024,7 +1026,7 @@ SCHEMAS: tuple[MessageSchema, ...] = (
     MessageSchema(4, BeginQuorumEpochResponse, encode_begin_quorum_epoch_response, decode_begin_quorum_epoch_response),
     MessageSchema(5, EndQuorumEpochRequest, encode_end_quorum_epoch_request, decode_end_quorum_epoch_request),
     MessageSchema(6, EndQuorumEpochResponse, encode_end_quorum_epoch_response, decode_end_quorum_epoch_response),
-    MessageSchema(7, FetchRequest, encode_fetch_request, decode_fetch_request),
+    MessageSchema(7, FetchRequest, encode_fetch_request, decode_fetch_request, connection_fields=("observer",)),
     MessageSchema(8, FetchResponse, encode_fetch_response, decode_fetch_response),
     MessageSchema(9, FetchSnapshotRequest, encode_fetch_snapshot_request, decode_fetch_snapshot_request),
     MessageSchema(10, FetchSnapshotResponse, encode_fetch_snapshot_response, decode_fetch_snapshot_response),

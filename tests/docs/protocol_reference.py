@@ -94,7 +94,11 @@ def messages_section() -> str:
     rows = ["| code | message | versions | body, in wire order |", "|---|---|---|---|"]
     for schema in SCHEMAS:
         # A versioned message's ``version`` is the envelope's, not a body field.
-        body = [field.name for field in dataclasses.fields(schema.message_class) if not (field.name == "version" and schema.later_versions)]
+        body = [
+            field.name
+            for field in dataclasses.fields(schema.message_class)
+            if not (field.name == "version" and schema.later_versions) and field.name not in schema.connection_fields
+        ]
         names = ", ".join(f"`{name}`" for name in body) or "(empty)"
         versions = ", ".join(str(version) for version in schema.versions)
         rows.append(f"| {schema.type_code} | [`{schema.name}`](#{schema.type_code}-{schema.name.lower()}) | {versions} | {names} |")

@@ -134,7 +134,6 @@ fetch_requests = st.builds(
         extension=st.none() | extensions,
         directory_id=directory_ids,
         repairing=st.booleans(),
-        observer=st.booleans(),
     ),
 )
 
@@ -382,7 +381,6 @@ EXAMPLES = {
         read_token=3,
         extension={"broker_id": 4, "broker_epoch": 17, "state": "online", "partitions": [[b"t", 0]]},
         repairing=True,
-        observer=True,
     ),
     FetchResponse: FetchResponse(
         src=1,
