@@ -68,8 +68,13 @@ async def test_a_damaged_voter_with_another_down_loses_no_acknowledged_write(tmp
 
         cluster.start(leader)
         await cluster.leader(timeout_s=30)
-        await wait_for(lambda: not (cluster.data_dir(damaged) / REPAIR_MARKER_FILE_NAME).exists(), 30)
-        assert "the log is repaired" in cluster.log_text(damaged)
+        # The marker goes first (durably), then the line is logged: wait for
+        # both (the fresh-clone run of cb8f47b read the log in between).
+        await wait_for(
+            lambda: not (cluster.data_dir(damaged) / REPAIR_MARKER_FILE_NAME).exists()
+            and "the log is repaired" in cluster.log_text(damaged),
+            30,
+        )
         assert list(cluster.data_dir(damaged).glob("damaged-*/*.log")), "the damage is kept aside"
 
         # The repaired node counts again: with the node that held the tail
