@@ -1555,13 +1555,11 @@ class QuorumNode:
             # it could commit a record a majority does not hold. With a
             # static voter set no directory id tells the two apart
             # (KIP-853's check needs known disks), so the mark does.
-            self._counters["fetches_refused_observer_with_voter_id"] += 1
-            report = self._hooks.protocol_error
-            if report is not None:
-                report(
-                    f"refused a broker's Fetch from node id {message.src}: that id is a voter's "
-                    "(a broker and a controller configured with one node id?)"
-                )
+            self._count_and_report(
+                "fetches_refused_observer_with_voter_id",
+                f"refused a broker's Fetch from node id {message.src}: that id is a voter's "
+                "(a broker and a controller configured with one node id?)",
+            )
             self._refuse(message, ErrorCode.INCONSISTENT_VOTER_SET)
             return False
         if type(message) is FetchRequest and message.epoch == self._epoch and self._role is Role.LEADER:
@@ -1751,10 +1749,15 @@ class QuorumNode:
         """A peer sent what no correct node sends: count it (under
         ``counter``, one of ``_COUNTER_NAMES``) and tell the host
         (``CoreHooks.protocol_error``); the caller drops it."""
+        self._count_and_report(counter, f"dropped {describe_message(message)}: {problem}")
+
+    def _count_and_report(self, counter: str, description: str) -> None:
+        """Count under ``counter`` (one of ``_COUNTER_NAMES``) and tell the
+        host ``description`` (``CoreHooks.protocol_error``)."""
         self._counters[counter] += 1
         report = self._hooks.protocol_error
         if report is not None:
-            report(f"dropped {describe_message(message)}: {problem}")
+            report(description)
 
     def _leader_lease_holds(self) -> bool:
         """Raft thesis §4.2.3: does this node know of a live leader? A
@@ -2715,13 +2718,11 @@ class QuorumNode:
                 # id): nothing we fetch will be served. Said in the log;
                 # the broker's registration is refused for the same reason
                 # and stops it. Until then, ask again after the backoff.
-                self._counters["own_fetches_refused_voter_id"] += 1
-                report = self._hooks.protocol_error
-                if report is not None:
-                    report(
-                        f"node {response.src} refuses this node's Fetches: node id {self.node_id} is one of its"
-                        " voters' ids; give this broker an id no controller has"
-                    )
+                self._count_and_report(
+                    "own_fetches_refused_voter_id",
+                    f"node {response.src} refuses this node's Fetches: node id {self.node_id} is one of its"
+                    " voters' ids; give this broker an id no controller has",
+                )
             # NOT_LEADER in our epoch with no leader named: the leader
             # resigned. Wait a little and ask again (an observer asks the
             # next voter).

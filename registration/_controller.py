@@ -809,7 +809,7 @@ class Controller:
                     error=ErrorCode.INVALID_REQUEST,
                     message=(
                         f"broker id {broker_id} is controller {broker_id}'s id: give the broker an id no "
-                        f"controller has (its metadata fetches would be taken for the controller's)"
+                        f"controller has (brokers and controllers share one id space)"
                     ),
                 )
             )
