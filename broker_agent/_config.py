@@ -150,8 +150,9 @@ class BrokerConfig:
             fsync=self.fsync,
             snapshot_every_records=self.snapshot_every_records,
             metrics_listen=self.metrics_listen,
-            # A broker never votes, and says so in every Fetch: a leader
-            # holding its id as a voter's refuses it (QuorumConfig.observer_only).
+            # A broker never votes, and says so in the Hello of each
+            # connection: a node holding its id as a voter's refuses its
+            # Fetches (QuorumConfig.observer_only).
             quorum={**self.quorum, "observer_only": True},
             tls=self.tls,
             plaintext=self.plaintext,
