@@ -261,6 +261,10 @@ class ClusterImage:
         self._controllers: dict[int, ControllerRegistration] = {}
         self._topics_by_id: dict[str, TopicInfo] = {}
         self._topics_by_name: dict[str, TopicInfo] = {}
+        # The names in order, built on first use after a topic comes or
+        # goes: every page of a listing (``topic_names_after``) would sort a
+        # million names again. Never changed in place, so copies share it.
+        self._sorted_topic_names: list[str] | None = None
         self._partitions: dict[PartitionKey, PartitionState] = {}
         # Indexes, so that fencing a broker that leads 10,000 partitions
         # touches those partitions, not all 100,000.
@@ -300,6 +304,7 @@ class ClusterImage:
         other._controllers = dict(self._controllers)
         other._topics_by_id = dict(self._topics_by_id)
         other._topics_by_name = dict(self._topics_by_name)
+        other._sorted_topic_names = self._sorted_topic_names
         other._partitions = dict(self._partitions)
         other._partition_ids = self._partition_ids.copy()
         other._leaderless = self._leaderless.copy()
@@ -547,6 +552,7 @@ class ClusterImage:
         topic = TopicInfo(record.name, record.topic_id, record.unclean_leader_election)
         self._topics_by_name[record.name] = topic
         self._topics_by_id[record.topic_id] = topic
+        self._sorted_topic_names = None
 
     def _apply_partition(self, record: PartitionRecord, _offset: int) -> None:
         key = (record.topic_id, record.partition_id)
@@ -725,6 +731,7 @@ class ClusterImage:
             self._partition_ids.discard(record.topic_id, partition_id)
         del self._topics_by_id[record.topic_id]
         del self._topics_by_name[topic.name]
+        self._sorted_topic_names = None
 
     def _apply_no_op(self, _record: NoOpRecord, _offset: int) -> None:
         pass
@@ -750,7 +757,7 @@ class ClusterImage:
         ]
         topics = []
         partitions = self._partitions
-        for name in sorted(self._topics_by_name):
+        for name in self._topic_names_in_order():
             topic = self._topics_by_name[name]
             rows = []
             for partition_id in sorted(self._partition_ids.get(topic.topic_id)):
@@ -794,6 +801,7 @@ class ClusterImage:
         self._controllers = restored._controllers
         self._topics_by_id = restored._topics_by_id
         self._topics_by_name = restored._topics_by_name
+        self._sorted_topic_names = restored._sorted_topic_names
         self._partitions = restored._partitions
         self._partition_ids = restored._partition_ids
         self._leaderless = restored._leaderless
@@ -858,11 +866,18 @@ class ClusterImage:
     def partition(self, topic_id: str, partition_id: int) -> PartitionState | None:
         return self._partitions.get((topic_id, partition_id))
 
+    def _topic_names_in_order(self) -> list[str]:
+        """Every topic name, sorted (cached; do not change the list)."""
+        names = self._sorted_topic_names
+        if names is None:
+            names = self._sorted_topic_names = sorted(self._topics_by_name)
+        return names
+
     def topic_names_after(self, after: str | None, limit: int) -> tuple[list[str], bool]:
         """At most ``limit`` topic names in name order, from after ``after``
         (None: from the first), and whether more follow: one page of a
         listing (the controller's ListTopics, a broker's list_topics)."""
-        names = sorted(self._topics_by_name)
+        names = self._topic_names_in_order()
         start = 0 if after is None else bisect.bisect_right(names, after)
         page = names[start : start + limit]
         return page, start + len(page) < len(names)
@@ -984,7 +999,7 @@ class ClusterImage:
                     answer["error"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 answer["topic"] = topic
             case ["list_topics"]:
-                answer["topics"] = sorted(self._topics_by_name)
+                answer["topics"] = list(self._topic_names_in_order())
             case ["cluster"]:
                 answer["brokers"] = [self.describe_broker(broker_id) for broker_id in sorted(self._brokers)]
                 answer["topic_count"] = len(self._topics_by_id)
@@ -1027,6 +1042,7 @@ class ClusterImage:
         online = {broker_id for broker_id, entry in self._brokers.items() if entry.state is BrokerState.ONLINE}
         assert self._online == online, "online brokers index"
         assert set(self._topics_by_id) == {t.topic_id for t in self._topics_by_name.values()}, "topic maps"
+        assert self._sorted_topic_names in (None, sorted(self._topics_by_name)), "sorted topic names"
         assert set(partition_ids) <= set(self._topics_by_id), "partitions of unknown topics"
 
 
@@ -1113,6 +1129,7 @@ def _restore(data: bytes) -> ClusterImage:
         topic = TopicInfo(name, topic_id, bool(unclean))
         image._topics_by_name[name] = topic
         image._topics_by_id[topic_id] = topic
+        image._sorted_topic_names = None
         ids = partition_ids[topic_id] = set()
         for partition_id, replicas, isr, leader, leader_epoch, partition_epoch in rows:
             if type(replicas) is not tuple or not replicas:

@@ -126,6 +126,27 @@ def test_remove_topic_removes_its_partitions_and_index_entries():
     image.check_indexes()
 
 
+def test_a_listing_follows_topics_created_and_removed_and_a_copy_keeps_its_own():
+    """The sorted names are cached between pages (a million names are not
+    sorted again for each): the cache follows every change, and a copy
+    changed afterwards does not change the original's listing."""
+    image = _image()
+    assert image.topic_names_after(None, 1) == (["t"], True)
+    copy = image.copy()
+    copy.apply_record(TopicRecord(name="a", topic_id="aid"), copy.offset)
+    image.apply_record(RemoveTopicRecord(topic_id="tid"), image.offset)
+
+    assert image.topic_names_after(None, 10) == (["u"], False)
+    assert copy.topic_names_after(None, 10) == (["a", "t", "u"], False)
+    assert copy.topic_names_after("a", 1) == (["t"], True)
+    restored = ClusterImage()
+    restored.topic_names_after(None, 10)
+    restored.restore(copy.snapshot())
+    assert restored.topic_names_after("t", 10) == (["u"], False)
+    for each in (image, copy, restored):
+        each.check_indexes()
+
+
 def test_snapshot_and_restore_give_an_equal_image():
     """KIP-630: restore(snapshot()) gives an equal image, with equal
     fingerprints and working indexes."""
